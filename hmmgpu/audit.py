@@ -1,0 +1,164 @@
+"""``hmmgpu audit``: every hmmgpu stage against HMMER's own C functions, target by target."""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .constants import STATUS_NORESULT, STATUS_RANGE
+from .errors import HmmgpuError
+
+F32 = np.float32
+
+
+@dataclass
+class StageAudit:
+    """One stage's comparison: how many targets, how many agree, the first disagreements."""
+
+    stage: str
+    compared: int = 0
+    agree: int = 0
+    examples: list = field(default_factory=list)
+
+    @property
+    def disagree(self) -> int:
+        return self.compared - self.agree
+
+
+def _scores_from_status(status, values) -> np.ndarray:
+    out = values.astype(F32)
+    out[status == STATUS_RANGE] = np.inf
+    out[status == STATUS_NORESULT] = np.nan
+    return out
+
+
+def _compare(name, db, idx, ours, ref, ours_status=None, ref_status=None, show=5) -> StageAudit:
+    ours = np.asarray(ours, F32)
+    ref = np.asarray(ref, F32)
+    same = (ours == ref) | (np.isnan(ours) & np.isnan(ref))
+    if ours_status is not None:
+        same &= np.asarray(ours_status) == np.asarray(ref_status)
+    res = StageAudit(name, compared=int(idx.size), agree=int(same.sum()))
+    for j in np.flatnonzero(~same)[:show]:
+        t = int(idx[j])
+        res.examples.append(f"{db.name(t).decode(errors='replace')}: hmmgpu {ours[j]!r} vs HMMER {ref[j]!r}")
+    return res
+
+
+def audit_filters(hmm, db, backend, show: int = 5) -> list:
+    """Compare null score, SSV, MSV, bias filter and Viterbi filter with HMMER for every target."""
+    import pyhmmer.plan7 as p7
+
+    from . import cpu_filters
+    from .hmmerlib import HmmerModel, libhmmer_available
+    from .profiles import ModelProfile, msv_score, null_table, tjb_table, viterbi_score, xw_move_table
+
+    if not libhmmer_available():
+        raise HmmgpuError("audit needs HMMER's C library from the pyhmmer wheel (pyhmmer.libs/liblibhmmer.so), not found")
+    prof = ModelProfile.from_hmm(hmm)
+    idx = np.flatnonzero(db.lengths > 0)
+    L = db.lengths[idx]
+    max_len = max(int(db.max_length), 1)
+    with HmmerModel(hmm) as ref_model:
+        ref = ref_model.score_all(db.codes(int(t)) for t in idx)
+
+    results = [_compare("null score (p7_bg_NullOne)", db, idx, null_table(max_len)[L], ref["null"], show=show)]
+
+    st, xj = cpu_filters.msv_filter(prof, db, idx, ssv_only=True)
+    ssv = _scores_from_status(st, msv_score(xj, tjb_table(max_len)[L]))
+    results.append(_compare("SSV (p7_SSVFilter) [numba]", db, idx, ssv, ref["ssv"], st, ref["ssv_status"], show))
+
+    if backend.name == "cuda":
+        gidx, st, xj = backend.gpu.run(prof.byte, None)
+        order = np.argsort(gidx)
+        gidx, st, xj = gidx[order], st[order], xj[order]
+        if not np.array_equal(gidx, idx):
+            raise HmmgpuError("the GPU returned a different set of targets than asked for")
+    else:
+        st, xj = cpu_filters.msv_filter(prof, db, idx)
+    msv = _scores_from_status(st, msv_score(xj, tjb_table(max_len)[L]))
+    results.append(_compare(f"MSV, SSV first (p7_MSVFilter) [{backend.name}]", db, idx, msv, ref["msv"],
+                            st, ref["msv_status"], show))
+
+    bg = np.asarray(p7.Background(hmm.alphabet).residue_frequencies, dtype=F32)
+    bias = cpu_filters.bias_filter(prof, db, idx, bg)
+    results.append(_compare("bias filter (p7_bg_FilterScore) [numba]", db, idx, bias, ref["bias"], show=show))
+
+    vst, xc = backend.viterbi(prof, idx)
+    vf = _scores_from_status(vst, viterbi_score(xc, xw_move_table(max_len)[L]))
+    results.append(_compare("Viterbi filter (p7_ViterbiFilter) [numba]", db, idx, vf, ref["vf"],
+                            vst, ref["vf_status"], show))
+    return results
+
+
+def audit_hits(hmm, db, backend, show: int = 5) -> StageAudit:
+    """Compare hmmgpu's final hits (tblout and domtblout rows, counters) with a full pyhmmer search."""
+    from .backends import HmmerBackend
+    from .pipeline import SearchOptions, search_hmm
+
+    opts = SearchOptions()
+    ours, c1 = search_hmm(hmm, db, backend, opts)
+    ref, c2 = search_hmm(hmm, db, HmmerBackend(db), opts)
+    rows = []
+    for fmt in ("targets", "domains"):
+        a, b = io.BytesIO(), io.BytesIO()
+        ours.write(a, format=fmt, header=False)
+        ref.write(b, format=fmt, header=False)
+        rows.append((a.getvalue().splitlines(), b.getvalue().splitlines()))
+    counters = ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")
+    res = StageAudit("final hits vs full pyhmmer search", compared=len(rows[0][1]) + len(rows[1][1]) + len(counters))
+    agree = 0
+    for ours_rows, ref_rows in rows:
+        for k, ref_row in enumerate(ref_rows):
+            if k < len(ours_rows) and ours_rows[k] == ref_row:
+                agree += 1
+            elif len(res.examples) < show:
+                got = ours_rows[k].decode(errors="replace") if k < len(ours_rows) else "(missing)"
+                res.examples.append(f"row {k + 1}: hmmgpu {got!r} vs pyhmmer {ref_row.decode(errors='replace')!r}")
+        if len(ours_rows) > len(ref_rows):
+            res.compared += len(ours_rows) - len(ref_rows)
+            if len(res.examples) < show:
+                res.examples.append(f"hmmgpu reports {len(ours_rows) - len(ref_rows)} extra rows")
+    for name in counters:
+        if getattr(c1, name) == getattr(c2, name):
+            agree += 1
+        elif len(res.examples) < show:
+            res.examples.append(f"{name}: hmmgpu {getattr(c1, name)} vs pyhmmer {getattr(c2, name)}")
+    res.agree = agree
+    return res
+
+
+def run_audit(hmmfile, seqdb, backend="numba", lanes="auto", cpus=None, show=5, console=None) -> bool:
+    """Audit every model of ``hmmfile`` against ``seqdb``, print a table per model; True if all agree."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .api import read_hmms, open_sequences, set_threads
+    from .backends import make_backend
+    from .pipeline import check_protein_model, check_target_lengths
+
+    console = console or Console()
+    hmms = read_hmms(hmmfile)
+    db = open_sequences(seqdb)
+    check_target_lengths(db)
+    set_threads(cpus)
+    be, notice = make_backend(backend, db, lanes=lanes)
+    ok = True
+    try:
+        for hmm in hmms:
+            check_protein_model(hmm)
+            stages = audit_filters(hmm, db, be, show) + [audit_hits(hmm, db, be, show)]
+            name = hmm.name.decode() if isinstance(hmm.name, bytes) else hmm.name
+            table = Table(title=f"audit of {name} (M={hmm.M}) on {db.n} targets — {notice}")
+            for col in ("stage", "compared", "agree", "disagree", "first disagreements"):
+                table.add_column(col, justify="right" if col in ("compared", "agree", "disagree") else "left")
+            for s in stages:
+                table.add_row(s.stage, str(s.compared), str(s.agree),
+                              f"[red]{s.disagree}[/red]" if s.disagree else "0", "\n".join(s.examples) or "-")
+                ok &= s.disagree == 0
+            console.print(table)
+    finally:
+        be.close()
+    console.print("[green]all stages agree with HMMER[/green]" if ok else "[red]DISAGREEMENTS FOUND[/red]")
+    return ok

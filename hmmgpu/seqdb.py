@@ -1,0 +1,398 @@
+"""The protein sequence database: FASTA (plain or gzip) digitized like Easel, or a made, memory-mapped DB.
+
+Parsing is vectorized with numpy (no per-residue Python). It reproduces Easel's FASTA reader as
+pyhmmer 0.12.3 runs it, rules worked out byte by byte against ``pyhmmer.easel.SequenceFile``:
+
+* before the first ``>`` only whitespace (``\\t \\n \\v \\f \\r`` and space) may appear;
+* a record starts at any ``>`` met outside a header, even in the middle of a sequence line;
+* a header ends at ``\\n`` or ``\\r``; spaces and tabs after ``>`` are skipped; the name runs to the
+  first space, tab, ``\\v`` or ``\\f`` (no name is an error); spaces and tabs after it are skipped
+  and the description is the rest of the line, trailing blanks kept; a NUL ends the name or the
+  description early, and so does ``\\x01`` in a description (C strings, NCBI ``^A`` separators);
+* in sequence lines, letters of either case map to their amino codes (all 26 are symbols),
+  ``.`` and ``_`` to the gap, ``*`` and ``~`` to their codes, space, tab, ``\\r`` and ``\\n`` are
+  skipped; every other byte, ``-`` and digits included, is an error.
+"""
+import hashlib
+import json
+import mmap
+import os
+import re
+import zlib
+
+import numpy as np
+import pyhmmer
+
+from hmmgpu.constants import AMINO_SYMBOLS
+from hmmgpu.errors import HmmgpuError
+
+FORMAT_NAME = "hmmgpu-seqdb"
+FORMAT_VERSION = 1
+META_FILE = "hmmgpu-db.json"
+_ARRAYS = dict(residues=np.uint8, offsets=np.int64, lengths=np.int64, order=np.int64, names=np.uint8,
+               name_offsets=np.int64, descriptions=np.uint8, description_offsets=np.int64)
+
+_AMINO = pyhmmer.easel.Alphabet.amino()
+_SKIP = 254     # lookup value: byte ignored inside sequence lines
+_BAD = 255      # lookup value: byte not allowed inside sequence lines
+_CHUNK = 64 << 20   # bytes of FASTA digitized at a time, to bound the temporaries
+
+
+def _residue_table():
+    table = np.full(256, _BAD, dtype=np.uint8)
+    for code, symbol in enumerate(AMINO_SYMBOLS):
+        if symbol.isalpha():
+            table[ord(symbol)] = table[ord(symbol.lower())] = code
+    table[ord("*")] = AMINO_SYMBOLS.index("*")
+    table[ord("~")] = AMINO_SYMBOLS.index("~")
+    table[[ord("."), ord("_")]] = AMINO_SYMBOLS.index("-")
+    table[[ord(" "), ord("\t"), ord("\r"), ord("\n")]] = _SKIP
+    return table
+
+
+_RESIDUE_BYTES = _residue_table().tobytes()   # for bytes.translate
+_LEADING_SPACE = re.compile(rb"[ \t\n\v\f\r]*")
+_NUCLEOTIDE_CODES = [AMINO_SYMBOLS.index(c) for c in "ACGTUN"]
+
+
+def _quote(raw) -> str:
+    """Bytes shown on one line, quoted, with non-printable bytes escaped."""
+    return repr(bytes(raw))[1:]
+
+
+def _one_line(exc: Exception) -> str:
+    """An exception's message, first line only."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _line_number(buf: np.ndarray, pos: int) -> int:
+    """1-based line of byte ``pos``; a line ends at \\n, \\r\\n or a lone \\r."""
+    head = buf[:pos]
+    crlf = np.count_nonzero((head[:-1] == 13) & (head[1:] == 10))
+    return int(1 + np.count_nonzero(head == 10) + np.count_nonzero(head == 13) - crlf)
+
+
+def _first_at_or_after(positions: np.ndarray, x: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """For each x, the first of the sorted ``positions`` >= x, capped at ``limit``."""
+    j = np.searchsorted(positions, x)
+    found = np.append(positions, np.iinfo(np.int64).max)[j]
+    return np.minimum(found, limit)
+
+
+def _skip_blanks(blanks: np.ndarray, x: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """Move each x past the run of spaces/tabs (sorted positions ``blanks``) it starts on."""
+    if blanks.size == 0:
+        return x
+    run_last = np.append(np.flatnonzero(np.diff(blanks) != 1), blanks.size - 1)
+    j = np.minimum(np.searchsorted(blanks, x), blanks.size - 1)
+    on_blank = blanks[j] == x
+    run_end = blanks[run_last[np.searchsorted(run_last, j)]] + 1
+    return np.where(on_blank, np.minimum(run_end, limit), x)
+
+
+def _gather(seg: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """Concatenate seg[lo[k]:hi[k]] for all k; returns (blob, lengths)."""
+    lens = hi - lo
+    ends = np.cumsum(lens)
+    idx = np.arange(ends[-1] if lens.size else 0, dtype=np.int64)
+    idx += np.repeat(lo - (ends - lens), lens)
+    return seg[idx], lens
+
+
+def _next_record_start(data, pos: int) -> int:
+    """A record start at or after ``pos`` (the first '>' after a line end), or len(data)."""
+    ends = [e for e in (data.find(b"\n", pos), data.find(b"\r", pos)) if e >= 0]
+    if not ends:
+        return len(data)
+    start = data.find(b">", min(ends))
+    return len(data) if start < 0 else start
+
+
+def _record_bounds(buf: np.ndarray, lo: int, hi: int):
+    """Positions of each record's '>' and of its header's line end, in buf[lo:hi]."""
+    seg = buf[lo:hi]
+    gt = np.flatnonzero(seg == ord(">"))
+    eol = np.flatnonzero((seg == 10) | (seg == 13))
+    # A header runs to the next line end, so only the first '>' before each line end opens a record.
+    line_end = np.searchsorted(eol, gt)
+    opens = np.ones(gt.size, dtype=bool)
+    opens[1:] = line_end[1:] != line_end[:-1]
+    return lo + gt[opens], lo + np.append(eol, seg.size)[line_end[opens]]
+
+
+def _join(data, lo: np.ndarray, hi: np.ndarray) -> bytes:
+    """data[lo[k]:hi[k]] for all k, concatenated."""
+    return b"".join([data[a:b] for a, b in zip(lo.tolist(), hi.tolist())])
+
+
+def _split_headers(headers: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """Easel's name/description split of each header headers[lo:hi] (the text after '>').
+
+    Returns (name_lo, name_hi, desc_lo, desc_hi, indices of headers with no name).
+    """
+    spacing = (headers == 32) | (headers == 9)
+    blanks = np.flatnonzero(spacing)
+    white = np.flatnonzero(spacing | (headers == 11) | (headers == 12))
+    name_lo = _skip_blanks(blanks, lo, hi)
+    token_end = _first_at_or_after(white, name_lo, hi)
+    desc_lo = _skip_blanks(blanks, token_end, hi)
+    name_hi, desc_hi = token_end, hi
+    stops = np.flatnonzero(headers <= 1)   # NUL ends names and descriptions, ^A descriptions only
+    if stops.size:
+        name_hi = _first_at_or_after(stops[headers[stops] == 0], name_lo, name_hi)
+        desc_hi = _first_at_or_after(stops, desc_lo, desc_hi)
+    return name_lo, name_hi, desc_lo, desc_hi, np.flatnonzero(token_end == name_lo)
+
+
+def _digitize(data, buf: np.ndarray, lo: int, hi: int, label: str) -> dict:
+    """Digitize the whole records in data[lo:hi] (data[lo] is a record's '>'); HmmgpuError on the first fault."""
+    starts, hend = _record_bounds(buf, lo, hi)
+    headers = np.frombuffer(_join(data, starts + 1, hend), dtype=np.uint8)
+    header_off = _offsets(hend - starts - 1)
+    name_lo, name_hi, desc_lo, desc_hi, nameless = _split_headers(headers, header_off[:-1], header_off[1:])
+
+    seq_hi = np.append(starts[1:], hi)
+    codes = np.frombuffer(_join(data, hend, seq_hi).translate(_RESIDUE_BYTES), dtype=np.uint8)
+    region_off = _offsets(seq_hi - hend)
+    skipped = np.flatnonzero(codes == _SKIP)
+    lengths = np.diff(region_off) - np.diff(np.searchsorted(skipped, region_off))
+
+    faults = [int(starts[nameless[0]])] if nameless.size else []
+    if codes.max(initial=0) == _BAD:
+        i = int(np.argmax(codes == _BAD))
+        k = np.searchsorted(region_off, i, side="right") - 1
+        faults.append(int(hend[k]) + i - int(region_off[k]))
+    if faults:
+        pos = min(faults)
+        line = _line_number(buf, pos)
+        if nameless.size and pos == starts[nameless[0]]:
+            raise HmmgpuError(f"{label}: line {line}: '>' header has no sequence name")
+        k = np.searchsorted(starts, pos, side="right") - 1
+        name = headers[name_lo[k]:name_hi[k]]
+        raise HmmgpuError(f"{label}: line {line}: invalid character {_quote(buf[pos:pos + 1])} "
+                          f"in sequence {_quote(name)}")
+    names, name_lengths = _gather(headers, name_lo, name_hi)
+    descriptions, description_lengths = _gather(headers, desc_lo, desc_hi)
+    return dict(residues=codes[codes < _SKIP], lengths=lengths, names=names, name_lengths=name_lengths,
+                descriptions=descriptions, description_lengths=description_lengths)
+
+
+def _gunzip(raw: bytes, label: str) -> bytes:
+    """Decompress a (possibly multi-member) gzip file, with a one-line error if it is damaged."""
+    parts = []
+    try:
+        while raw:
+            member = zlib.decompressobj(wbits=31)
+            parts.append(member.decompress(raw))
+            if not member.eof:
+                raise HmmgpuError(f"{label}: truncated gzip file (compressed data ends early)")
+            raw = member.unused_data
+            if not raw.startswith(b"\x1f\x8b"):
+                if raw.strip(b"\0"):
+                    raise HmmgpuError(f"{label}: corrupt gzip file (unexpected data after the compressed stream)")
+                break
+    except zlib.error as exc:
+        raise HmmgpuError(f"{label}: corrupt gzip file ({_one_line(exc)})") from None
+    return b"".join(parts)
+
+
+def _read_fasta_bytes(path: str):
+    """The uncompressed bytes of a FASTA file: an mmap for plain files, bytes for gzip."""
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+            if magic == b"\x1f\x8b":
+                fh.seek(0)
+                return _gunzip(fh.read(), path)
+            if not magic:
+                return b""
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except FileNotFoundError:
+        raise HmmgpuError(f"{path}: no such file or directory") from None
+    except IsADirectoryError:
+        raise HmmgpuError(f"{path}: is a directory, not a sequence file") from None
+    except OSError as exc:
+        raise HmmgpuError(f"{path}: cannot read: {exc.strerror or _one_line(exc)}") from None
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+class SequenceDB:
+    """Digitized protein sequences: one uint8 residue array with offsets, lengths, names, descriptions."""
+
+    def __init__(self, residues, lengths, names, name_offsets, descriptions, description_offsets,
+                 source: str, offsets=None, order=None):
+        self.residues = residues
+        self.lengths = lengths
+        self.offsets = _offsets(lengths)[:-1] if offsets is None else offsets
+        self.order = np.argsort(-lengths, kind="stable") if order is None else order
+        self.names_blob = names
+        self.name_offsets = name_offsets
+        self.descriptions_blob = descriptions
+        self.description_offsets = description_offsets
+        self.source = source
+
+    @property
+    def n(self) -> int:
+        """Number of sequences (zero-length ones included)."""
+        return int(self.lengths.size)
+
+    @property
+    def total_residues(self) -> int:
+        """Sum of all sequence lengths."""
+        return int(self.residues.size)
+
+    @property
+    def max_length(self) -> int:
+        """Length of the longest sequence (0 for an empty database)."""
+        return int(self.lengths[self.order[0]]) if self.n else 0
+
+    def name(self, i: int) -> bytes:
+        """Name of sequence i: the header up to the first whitespace."""
+        return self.names_blob[self.name_offsets[i]:self.name_offsets[i + 1]].tobytes()
+
+    def description(self, i: int) -> bytes:
+        """Description of sequence i: the rest of the header line."""
+        return self.descriptions_blob[self.description_offsets[i]:self.description_offsets[i + 1]].tobytes()
+
+    def codes(self, i: int) -> np.ndarray:
+        """View of sequence i's digital residues."""
+        start = self.offsets[i]
+        return self.residues[start:start + self.lengths[i]]
+
+    def digital_sequence(self, i: int) -> pyhmmer.easel.DigitalSequence:
+        """Sequence i as the pyhmmer object that reading the FASTA would give."""
+        return pyhmmer.easel.DigitalSequence(_AMINO, name=self.name(i), description=self.description(i),
+                                             sequence=self.codes(i))
+
+    def block(self, indices=None) -> pyhmmer.easel.DigitalSequenceBlock:
+        """A pyhmmer block of the given sequences (all if None), in the given order."""
+        indices = range(self.n) if indices is None else indices
+        return pyhmmer.easel.DigitalSequenceBlock(_AMINO, [self.digital_sequence(int(i)) for i in indices])
+
+    def looks_like_nucleotide(self) -> bool:
+        """True if >= 90% of the first 10,000 residues are A, C, G, T, U or N."""
+        head = self.residues[:10_000]
+        return bool(head.size) and bool(np.isin(head, _NUCLEOTIDE_CODES).mean() >= 0.9)
+
+    @classmethod
+    def from_fasta(cls, path) -> "SequenceDB":
+        """Read and digitize a FASTA file, plain or gzip (detected by its magic bytes)."""
+        path = os.fspath(path)
+        data = _read_fasta_bytes(path)
+        buf = np.frombuffer(data, dtype=np.uint8)
+        first = _LEADING_SPACE.match(data).end()
+        if first == len(data):
+            raise HmmgpuError(f"{path}: contains no sequences")
+        if data[first:first + 1] != b">":
+            text = data[first:first + 20].splitlines()[0]
+            raise HmmgpuError(f"{path}: not a FASTA file: line {_line_number(buf, first)} starts with "
+                              f"{_quote(text)}, expected '>'")
+        chunks, lo = [], first
+        while lo < len(data):
+            hi = _next_record_start(data, lo + _CHUNK) if lo + _CHUNK < len(data) else len(data)
+            chunks.append(_digitize(data, buf, lo, hi, path))
+            lo = hi
+        parts = {key: np.concatenate([c[key] for c in chunks]) for key in chunks[0]}
+        return cls(residues=parts["residues"], lengths=parts["lengths"],
+                   names=parts["names"], name_offsets=_offsets(parts["name_lengths"]),
+                   descriptions=parts["descriptions"], description_offsets=_offsets(parts["description_lengths"]),
+                   source=path)
+
+    @classmethod
+    def from_block(cls, block: pyhmmer.easel.DigitalSequenceBlock) -> "SequenceDB":
+        """Build a database from pyhmmer digital amino sequences (copied)."""
+        if not block.alphabet.is_amino():
+            raise HmmgpuError("sequence block is not in the amino alphabet")
+        seqs = [np.asarray(s.sequence, dtype=np.uint8) for s in block]
+        names = [s.name.encode() for s in block]
+        descs = [s.description.encode() for s in block]
+
+        def blob(items):
+            return np.frombuffer(b"".join(items), dtype=np.uint8).copy(), _offsets(
+                np.array([len(x) for x in items], dtype=np.int64))
+
+        name_blob, name_offsets = blob(names)
+        desc_blob, desc_offsets = blob(descs)
+        return cls(residues=np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.uint8),
+                   lengths=np.array([s.size for s in seqs], dtype=np.int64),
+                   names=name_blob, name_offsets=name_offsets,
+                   descriptions=desc_blob, description_offsets=desc_offsets,
+                   source="<DigitalSequenceBlock>")
+
+    def save(self, outdir) -> None:
+        """Write the `hmmgpu makedb` format: one .npy file per array, then hmmgpu-db.json."""
+        outdir = os.fspath(outdir)
+        if is_database_dir(outdir) and os.path.isdir(self.source) and os.path.samefile(outdir, self.source):
+            raise HmmgpuError(f"{outdir}: cannot save a database over itself")
+        arrays = dict(residues=self.residues, offsets=self.offsets, lengths=self.lengths, order=self.order,
+                      names=self.names_blob, name_offsets=self.name_offsets,
+                      descriptions=self.descriptions_blob, description_offsets=self.description_offsets)
+        meta = dict(format=FORMAT_NAME, version=FORMAT_VERSION, n=self.n, total_residues=self.total_residues,
+                    max_length=self.max_length, source=os.path.basename(self.source),
+                    residues_sha256=hashlib.sha256(np.ascontiguousarray(self.residues)).hexdigest())
+        meta_path = os.path.join(outdir, META_FILE)
+        try:
+            os.makedirs(outdir, exist_ok=True)
+            if os.path.exists(meta_path):   # an interrupted save must not look like a database
+                os.remove(meta_path)
+            for key, dtype in _ARRAYS.items():
+                np.save(os.path.join(outdir, key + ".npy"), np.ascontiguousarray(arrays[key], dtype=dtype))
+            with open(meta_path, "w") as fh:
+                json.dump(meta, fh, indent=1)
+        except OSError as exc:
+            raise HmmgpuError(f"{outdir}: cannot write database: {exc.strerror or _one_line(exc)}") from None
+
+    @classmethod
+    def load(cls, path) -> "SequenceDB":
+        """Open a made database directory; arrays are memory-mapped, nothing is parsed."""
+        path = os.fspath(path)
+        if not is_database_dir(path):
+            raise HmmgpuError(f"{path}: not a hmmgpu database (no {META_FILE}; make one with `hmmgpu makedb`)")
+        try:
+            with open(os.path.join(path, META_FILE)) as fh:
+                meta = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise HmmgpuError(f"{path}: unreadable {META_FILE} ({_one_line(exc)})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+            raise HmmgpuError(f"{path}: {META_FILE} does not describe a hmmgpu sequence database")
+        if meta.get("version") != FORMAT_VERSION:
+            raise HmmgpuError(f"{path}: database format version {meta.get('version')!r} is not supported "
+                              f"(this hmmgpu reads version {FORMAT_VERSION}); remake it with `hmmgpu makedb`")
+        n, total = meta.get("n"), meta.get("total_residues")
+        if not isinstance(n, int) or not isinstance(total, int):
+            raise HmmgpuError(f"{path}: damaged database: {META_FILE} lacks n or total_residues")
+        sizes = dict(residues=total, offsets=n, lengths=n, order=n, name_offsets=n + 1, description_offsets=n + 1)
+        arrays = {}
+        for key, dtype in _ARRAYS.items():
+            try:
+                array = np.load(os.path.join(path, key + ".npy"), mmap_mode="r")
+            except (OSError, ValueError) as exc:
+                raise HmmgpuError(f"{path}: damaged database: cannot map {key}.npy ({_one_line(exc)})") from None
+            if array.dtype != dtype or array.ndim != 1 or array.shape[0] != sizes.get(key, array.shape[0]):
+                raise HmmgpuError(f"{path}: damaged database: {key}.npy does not match {META_FILE}")
+            arrays[key] = array
+        return cls(residues=arrays["residues"], lengths=arrays["lengths"], names=arrays["names"],
+                   name_offsets=arrays["name_offsets"], descriptions=arrays["descriptions"],
+                   description_offsets=arrays["description_offsets"], source=path,
+                   offsets=arrays["offsets"], order=arrays["order"])
+
+
+def is_database_dir(path) -> bool:
+    """True if path is a directory made by `hmmgpu makedb` (has hmmgpu-db.json)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, META_FILE))
+
+
+def open_database(path) -> SequenceDB:
+    """Open a made database directory, or read a FASTA / gzip FASTA file."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise HmmgpuError(f"{path}: no such file or directory")
+    if os.path.isdir(path):
+        return SequenceDB.load(path)
+    return SequenceDB.from_fasta(path)

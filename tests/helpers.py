@@ -1,0 +1,60 @@
+"""Shared test inputs: sample files, adversarial targets, HMMER reference scores."""
+from __future__ import annotations
+
+import io
+import pathlib
+
+import numpy as np
+from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock, Randomness
+from pyhmmer.plan7 import HMM, HMMFile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "pfam_samples"
+PROTEOME = SAMPLES / "938293.PRJEB85.HG003687.faa"
+MODEL_NAMES = ["PF02826", "LuxC", "Thioesterase", "KR"]
+SHARED = ROOT.parent / "shared" / "data"
+AMINO = Alphabet.amino()
+
+
+def sample_hmm(name: str):
+    with HMMFile(SAMPLES / f"{name}.hmm") as f:
+        return f.read()
+
+
+def sampled_hmm(M: int, seed: int):
+    """A random model, round-tripped through the HMMER3 text format (as HMMER's own reader sees it)."""
+    buf = io.BytesIO()
+    HMM.sample(AMINO, M, Randomness(seed)).write(buf)
+    buf.seek(0)
+    with HMMFile(buf) as f:
+        return f.read()
+
+
+def consensus_codes(hmm) -> np.ndarray:
+    """The most probable residue of every match state."""
+    return np.asarray(hmm.match_emissions, dtype=np.float32)[1:].argmax(axis=1).astype(np.uint8)
+
+
+def adversarial_block(hmm, seed: int = 7) -> DigitalSequenceBlock:
+    """Targets that exercise every corner of the filters (spec section 10.7)."""
+    rng = np.random.default_rng(seed)
+    cons = consensus_codes(hmm)
+    seqs = {
+        "len1_A": np.array([0]),
+        "len1_W": np.array([18]),
+        "stop_only": np.full(5, 27),
+        "stop_one": np.array([27]),
+        "all_X": np.full(300, 26),
+        "degenerate_BZJUO": np.tile([21, 22, 23, 24, 25], 40),
+        "gaps_and_missing": np.array([0, 20, 3, 28, 5, 20, 7] * 10),
+        "consensus": cons,
+        "consensus_x3": np.tile(cons, 3),  # strong homolog: overflows the byte range
+        "consensus_in_noise": np.concatenate([rng.integers(0, 20, 500), cons, rng.integers(0, 20, 500)]),
+        "random_20000": rng.integers(0, 20, 20000),
+        "random_all_codes": rng.integers(0, 29, 2000),
+        "poly_consensus_residue": np.full(400, int(cons[0])),
+    }
+    return DigitalSequenceBlock(AMINO, [
+        DigitalSequence(AMINO, name=name.encode(), sequence=np.asarray(codes, dtype=np.uint8))
+        for name, codes in seqs.items()
+    ])
