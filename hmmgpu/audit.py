@@ -132,6 +132,7 @@ def audit_hits(hmm, db, backend, show: int = 5) -> StageAudit:
 def run_audit(hmmfile, seqdb, backend="numba", lanes="auto", cpus=None, show=5, console=None) -> bool:
     """Audit every model of ``hmmfile`` against ``seqdb``, print a table per model; True if all agree."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from .api import read_hmms, open_sequences, set_threads
@@ -150,12 +151,13 @@ def run_audit(hmmfile, seqdb, backend="numba", lanes="auto", cpus=None, show=5, 
             check_protein_model(hmm)
             stages = audit_filters(hmm, db, be, show) + [audit_hits(hmm, db, be, show)]
             name = hmm.name.decode() if isinstance(hmm.name, bytes) else hmm.name
-            table = Table(title=f"audit of {name} (M={hmm.M}) on {db.n} targets — {notice}")
+            table = Table(title=escape(f"audit of {name} (M={hmm.M}) on {db.n} targets: {notice}"))
             for col in ("stage", "compared", "agree", "disagree", "first disagreements"):
                 table.add_column(col, justify="right" if col in ("compared", "agree", "disagree") else "left")
             for s in stages:
-                table.add_row(s.stage, str(s.compared), str(s.agree),
-                              f"[red]{s.disagree}[/red]" if s.disagree else "0", "\n".join(s.examples) or "-")
+                table.add_row(escape(s.stage), str(s.compared), str(s.agree),
+                              f"[red]{s.disagree}[/red]" if s.disagree else "0",
+                              escape("\n".join(s.examples)) or "-")
                 ok &= s.disagree == 0
             console.print(table)
     finally:

@@ -1,0 +1,97 @@
+"""Warp intrinsics for numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+
+numba-cuda 0.30.4's simulator lacks ``shfl_*_sync``, ``ballot_sync``, ``any_sync``,
+``all_sync``, ``syncwarp`` and ``activemask``. This adds them to the simulator's fake
+``cuda`` module: every thread writes its value into a per-block exchange buffer, all
+threads of the block meet at the simulator's barrier, read, and meet again. That is valid
+for warp-synchronous code in which every thread of the block executes the same sequence of
+warp intrinsics (the hmmgpu kernels launch one warp per block under the simulator).
+"""
+from __future__ import annotations
+
+import threading
+
+_PATCHED = False
+
+
+def patch_simulator():
+    global _PATCHED
+    if _PATCHED:
+        return
+    from numba.cuda.simulator import kernelapi
+
+    mod = kernelapi.FakeCUDAModule
+
+    def _exchange(self, value):
+        t = threading.current_thread()
+        buf = self.__dict__.setdefault("_hmmgpu_xbuf", {})
+        tid = t.thread_id
+        buf[tid] = value
+        t.syncthreads()
+        return t, buf, tid
+
+    def _finish(t):
+        t.syncthreads()
+
+    def shfl_sync(self, mask, value, src):
+        t, buf, tid = _exchange(self, value)
+        w = tid - tid % 32
+        r = buf.get(w + int(src) % 32, value)
+        _finish(t)
+        return r
+
+    def shfl_up_sync(self, mask, value, delta):
+        t, buf, tid = _exchange(self, value)
+        lane = tid % 32
+        r = buf[tid - delta] if lane >= delta else value
+        _finish(t)
+        return r
+
+    def shfl_down_sync(self, mask, value, delta):
+        t, buf, tid = _exchange(self, value)
+        lane = tid % 32
+        src = tid + delta
+        r = buf[src] if lane + delta < 32 and src in buf else value
+        _finish(t)
+        return r
+
+    def shfl_xor_sync(self, mask, value, lane_mask):
+        t, buf, tid = _exchange(self, value)
+        w = tid - tid % 32
+        src = w + ((tid % 32) ^ int(lane_mask))
+        r = buf.get(src, value)
+        _finish(t)
+        return r
+
+    def ballot_sync(self, mask, predicate):
+        t, buf, tid = _exchange(self, bool(predicate))
+        w = tid - tid % 32
+        bits = 0
+        for lane in range(32):
+            if buf.get(w + lane, False):
+                bits |= 1 << lane
+        _finish(t)
+        return bits
+
+    def any_sync(self, mask, predicate):
+        return int(ballot_sync(self, mask, predicate) != 0)
+
+    def all_sync(self, mask, predicate):
+        t, buf, tid = _exchange(self, bool(predicate))
+        w = tid - tid % 32
+        ok = all(buf.get(w + lane, True) for lane in range(32))
+        _finish(t)
+        return int(ok)
+
+    def syncwarp(self, mask=0xFFFFFFFF):
+        threading.current_thread().syncthreads()
+
+    def activemask(self):
+        return 0xFFFFFFFF
+
+    for name, fn in dict(shfl_sync=shfl_sync, shfl_up_sync=shfl_up_sync, shfl_down_sync=shfl_down_sync,
+                         shfl_xor_sync=shfl_xor_sync, ballot_sync=ballot_sync, any_sync=any_sync,
+                         all_sync=all_sync, syncwarp=syncwarp, activemask=activemask).items():
+        if not hasattr(mod, name):
+            setattr(mod, name, fn)
+    _PATCHED = True

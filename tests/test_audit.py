@@ -1,0 +1,31 @@
+"""`hmmgpu audit`: a clear table, zero disagreements on real data, exit 1 when a stage is wrong."""
+import numpy as np
+
+from hmmgpu import cpu_filters
+from hmmgpu.audit import run_audit
+from hmmgpu.cli import main
+from tests.helpers import PROTEOME, SAMPLES
+
+
+def test_audit_all_samples_agree(capsys):
+    assert main(["audit", "--backend", "numba", str(SAMPLES / "samples.hmm"), str(PROTEOME)]) == 0
+    out = capsys.readouterr().out
+    for stage in ("null score", "SSV", "MSV", "bias filter", "Viterbi filter", "final hits"):
+        assert stage in out
+    assert "all stages agree with HMMER" in out
+    assert "2100" in out
+
+
+def test_audit_reports_a_broken_stage(monkeypatch, capsys):
+    real = cpu_filters.bias_filter
+
+    def off_by_one_ulp(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out[3] = np.nextafter(out[3], np.float32(np.inf))
+        return out
+
+    monkeypatch.setattr(cpu_filters, "bias_filter", off_by_one_ulp)
+    assert run_audit(str(SAMPLES / "PF02826.hmm"), str(PROTEOME), backend="numba") is False
+    out = capsys.readouterr().out
+    assert "DISAGREEMENTS FOUND" in out
+    assert "bias filter" in out

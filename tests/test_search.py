@@ -1,0 +1,147 @@
+"""End to end: `hmmgpu search` tables equal HMMER 3.4's hmmsearch; the Python API equals pyhmmer."""
+import io
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyhmmer
+import pytest
+from pyhmmer.easel import SequenceFile
+from pyhmmer.plan7 import HMMFile, Pipeline as PyhmmerPipeline
+
+import hmmgpu
+from hmmgpu.cli import main
+from hmmgpu.seqdb import SequenceDB
+from tests.helpers import AMINO, PROTEOME, SAMPLES
+
+HMMSEARCH = shutil.which("hmmsearch")
+
+
+def _rows(path):
+    with open(path) as f:
+        return [line for line in f if not line.startswith("#")]
+
+
+def _hmmsearch(tmp_path, hmmfile, args):
+    out = {k: tmp_path / f"ref.{k}" for k in ("tblout", "domtblout", "pfamtblout")}
+    cmd = [HMMSEARCH, "--cpu", "2", "-o", str(tmp_path / "ref.txt")]
+    for k, p in out.items():
+        cmd += [f"--{k}", str(p)]
+    subprocess.run(cmd + args + [str(hmmfile), str(PROTEOME)], check=True)
+    return out
+
+
+def _hmmgpu(tmp_path, hmmfile, args, db=PROTEOME, backend="numba"):
+    out = {k: tmp_path / f"ours.{k}" for k in ("tblout", "domtblout", "pfamtblout")}
+    argv = ["search", "--backend", backend, "-o", str(tmp_path / "ours.txt")]
+    for k, p in out.items():
+        argv += [f"--{k}", str(p)]
+    assert main(argv + args + [str(hmmfile), str(db)]) == 0
+    return out
+
+
+OPTION_SETS = [
+    ("defaults", "samples.hmm", []),
+    ("nobias", "samples.hmm", ["--nobias"]),
+    ("strict_E", "samples.hmm", ["-E", "1e-5", "--domE", "1e-3", "--incE", "1e-10"]),
+    ("loose_filters", "samples.hmm", ["--F1", "0.2", "--F2", "0.05", "--F3", "1e-3"]),
+    ("bit_thresholds", "samples.hmm", ["-T", "20", "--domT", "15", "--incT", "30", "--incdomT", "25"]),
+    ("fixed_Z", "samples.hmm", ["-Z", "1000000", "--domZ", "50"]),
+    ("cut_ga", "LuxC.hmm", ["--cut_ga"]),
+    ("max", "PF02826.hmm", ["--max"]),
+]
+
+
+@pytest.mark.skipif(HMMSEARCH is None, reason="hmmsearch (pip package 'hmmer', in the test extra) not installed")
+@pytest.mark.parametrize("label,hmmfile,args", OPTION_SETS, ids=[o[0] for o in OPTION_SETS])
+def test_tables_equal_hmmsearch(tmp_path, label, hmmfile, args):
+    ref = _hmmsearch(tmp_path, SAMPLES / hmmfile, args)
+    ours = _hmmgpu(tmp_path, SAMPLES / hmmfile, args)
+    for kind in ref:
+        assert _rows(ours[kind]) == _rows(ref[kind]), kind
+    assert len(_rows(ref["tblout"])) > 0 or label == "cut_ga"
+
+
+def test_made_database_gives_same_tables(tmp_path):
+    assert main(["makedb", str(PROTEOME), str(tmp_path / "db")]) == 0
+    a = _hmmgpu(tmp_path, SAMPLES / "PF02826.hmm", [], db=tmp_path / "db")
+    rows = _rows(a["tblout"])
+    b = _hmmgpu(tmp_path, SAMPLES / "PF02826.hmm", [])
+    assert rows == _rows(b["tblout"]) and len(rows) == 22
+
+
+def test_report_has_pipeline_statistics(tmp_path):
+    _hmmgpu(tmp_path, SAMPLES / "PF02826.hmm", [])
+    text = (tmp_path / "ours.txt").read_text()
+    for line in ("Passed MSV filter:                    130", "Passed bias filter:                   130",
+                 "Passed Vit filter:                     48", "Passed Fwd filter:                     22",
+                 "Target sequences:                    2100  (682583 residues searched)"):
+        assert line in text
+
+
+def _table(hits, fmt="targets"):
+    buf = io.BytesIO()
+    hits.write(buf, format=fmt, header=False)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def references():
+    with HMMFile(SAMPLES / "samples.hmm") as f:
+        hmms = list(f)
+    with SequenceFile(PROTEOME, digital=True, alphabet=AMINO) as f:
+        block = f.read_block()
+    return hmms, block, list(pyhmmer.hmmsearch(hmms, block, cpus=1))
+
+
+@pytest.mark.parametrize("kind", ["path", "made", "block", "seqdb"])
+def test_api_hmmsearch_equals_pyhmmer(kind, references, tmp_path):
+    hmms, block, expected = references
+    sequences = {"path": str(PROTEOME), "block": block, "seqdb": SequenceDB.from_fasta(PROTEOME)}.get(kind)
+    if kind == "made":
+        SequenceDB.from_fasta(PROTEOME).save(tmp_path / "db")
+        sequences = tmp_path / "db"
+    results = list(hmmgpu.hmmsearch(hmms, sequences, backend="numba"))
+    assert len(results) == len(expected)
+    for ours, ref in zip(results, expected):
+        assert _table(ours) == _table(ref)
+        assert _table(ours, "domains") == _table(ref, "domains")
+        assert (ours.Z, ours.domZ, ours.searched_sequences, ours.searched_residues) == (
+            ref.Z, ref.domZ, ref.searched_sequences, ref.searched_residues)
+        po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
+        for key in ("nseqs", "nres", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd", "Z_setby"):
+            assert po[key] == pr[key], key
+
+
+def test_api_hmmer_backend_equals_pyhmmer(references):
+    hmms, block, expected = references
+    for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="hmmer"), expected):
+        assert _table(ours) == _table(ref)
+
+
+def test_api_options_use_pyhmmer_names(references):
+    hmms, block, _ = references
+    expected = list(pyhmmer.hmmsearch(hmms, block, cpus=1, E=1e-3, bias_filter=False, Z=5000))
+    for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="numba", E=1e-3, bias_filter=False, Z=5000), expected):
+        assert _table(ours, "domains") == _table(ref, "domains")
+
+
+def test_pipeline_filter_stage_inside_pyhmmer(references):
+    """The survivors block finishes the search in pyhmmer with a full run's results."""
+    hmms, block, expected = references
+    with hmmgpu.Pipeline(block, backend="numba") as pli:
+        survivors = pli.filter(hmms[0])
+        assert len(survivors) == pli.counts.n_past_vit == 48
+    hits = PyhmmerPipeline(AMINO, Z=len(block)).search_hmm(hmms[0], survivors)
+    assert _table(hits) == _table(expected[0])
+
+
+def test_cli_runs_as_console_script(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hmmgpu.cli", "search", "--backend", "numba",
+                           "--tblout", str(tmp_path / "t"), str(SAMPLES / "Thioesterase.hmm"), str(PROTEOME)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "backend numba" in proc.stderr
+    assert "Query:       Thioesterase  [M=243]" in proc.stdout
+    assert np.sum([not r.startswith("#") for r in open(tmp_path / "t")]) >= 1

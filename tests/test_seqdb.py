@@ -1,0 +1,306 @@
+"""The sequence database digitizes like pyhmmer/Easel, round-trips through the makedb format, fails clearly."""
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+import pyhmmer
+import pytest
+
+from hmmgpu import seqdb
+from hmmgpu.errors import HmmgpuError
+from hmmgpu.seqdb import SequenceDB, is_database_dir, open_database
+
+ROOT = Path(__file__).resolve().parent.parent
+PROTEOME = ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"
+QUIRKS = ROOT / "tests" / "data" / "seqdb" / "quirks.fa"
+AMINO = pyhmmer.easel.Alphabet.amino()
+
+
+def easel_read(path):
+    """What pyhmmer/Easel reads from a FASTA file: the DigitalSequenceBlock."""
+    with pyhmmer.easel.SequenceFile(str(path), digital=True, alphabet=AMINO, format="fasta") as fh:
+        return fh.read_block()
+
+
+def assert_same_as_easel(db, block):
+    assert db.n == len(block)
+    for i, seq in enumerate(block):
+        assert db.name(i) == seq.name.encode()
+        assert db.description(i) == seq.description.encode()
+        np.testing.assert_array_equal(db.codes(i), np.asarray(seq.sequence))
+    assert db.total_residues == sum(len(s.sequence) for s in block)
+
+
+def assert_error(call, path, *fragments):
+    """call() raises a one-line HmmgpuError naming path and containing each fragment."""
+    with pytest.raises(HmmgpuError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message and "\r" not in message
+    assert str(path) in message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def write(tmp_path, data: bytes, name="db.fa"):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def proteome_block():
+    return easel_read(PROTEOME)
+
+
+@pytest.fixture(scope="module")
+def proteome_db():
+    return SequenceDB.from_fasta(PROTEOME)
+
+
+def test_proteome_matches_easel(proteome_db, proteome_block):
+    assert proteome_db.n == 2100
+    assert proteome_db.source == str(PROTEOME)
+    assert_same_as_easel(proteome_db, proteome_block)
+
+
+def test_gzip_detected_by_magic_not_extension(tmp_path, proteome_block):
+    path = write(tmp_path, gzip.compress(PROTEOME.read_bytes()), name="proteome.dat")
+    assert_same_as_easel(SequenceDB.from_fasta(path), proteome_block)
+
+
+def test_multimember_gzip(tmp_path, proteome_block):
+    data = PROTEOME.read_bytes()
+    cut = data.index(b"\n>", len(data) // 2) + 1
+    path = write(tmp_path, gzip.compress(data[:cut]) + gzip.compress(data[cut:]), name="bgzip.fa.gz")
+    assert_same_as_easel(SequenceDB.from_fasta(path), proteome_block)
+
+
+def test_small_chunks_give_the_same_database(monkeypatch, proteome_db):
+    monkeypatch.setattr(seqdb, "_CHUNK", 3000)
+    chunked = SequenceDB.from_fasta(PROTEOME)
+    for key in ("residues", "offsets", "lengths", "order", "names_blob", "name_offsets",
+                "descriptions_blob", "description_offsets"):
+        np.testing.assert_array_equal(getattr(chunked, key), getattr(proteome_db, key))
+
+
+def test_quirks_file_matches_easel():
+    db = SequenceDB.from_fasta(QUIRKS)
+    assert_same_as_easel(db, easel_read(QUIRKS))
+    assert db.name(0) == b"seq1" and db.description(0) == b"first description  with  spaces   "
+    assert [db.name(i) for i in (3, 4)] == [b"leading_blanks", b"mid_line_record"]
+    assert db.lengths[2] == 0
+
+
+# Inputs Easel accepts; each must digitize identically.
+ACCEPTED = {
+    "every_letter_both_cases": b">s\nABCDEFGHIJKLMNOPQRSTUVWXYZ\nabcdefghijklmnopqrstuvwxyz\n",
+    "stop_gap_missing": b">s\nA*C.D_E~F*\n",
+    "crlf": b">s1 d e s c \r\nACD\r\nEFG\r\n>s2\r\n\r\nKL\r\n",
+    "lone_cr": b">s1\rACD\rEF\r>s2 x\rK\r",
+    "blank_lines_and_blank_prefix": b"\n \t\x0b\x0c\r\n>s1\n\nACD\n\n\nEF\n\n>s2\n\n",
+    "blanks_inside_sequence": b">s\nA C\tD  E\r\n",
+    "zero_length_records": b">s1\n>s2 d\nAC\n>s3\n",
+    "no_final_newline": b">s1\nACD",
+    "gt_mid_line": b">s1\nAC>D\nEF\n",
+    "name_after_blanks": b">  \t s1  \t desc  with   spaces  \nACD\n",
+    "vt_ff_end_name": b">s1\x0bdesc\n>s2\x0cx y\nA\n",
+    "double_gt": b">>s1\nACD\n",
+    "nul_and_ctrl_a_in_header": b">s1\x00x desc\n>s2 d\x01more\nAC\n",
+    "utf8_header": ">sé dé\n".encode() + b"ACD\n",
+    "duplicate_names": b">s1\nA\n>s1\nC\n",
+}
+
+
+@pytest.mark.parametrize("data", ACCEPTED.values(), ids=ACCEPTED.keys())
+def test_accepted_like_easel(tmp_path, data):
+    path = write(tmp_path, data)
+    assert_same_as_easel(SequenceDB.from_fasta(path), easel_read(path))
+
+
+# Inputs Easel rejects; each must raise HmmgpuError with file, line and culprit.
+REJECTED = {
+    "at_sign": (b">s1\nACD\n>seq3 x\nAC@D\n", "line 4: invalid character '@' in sequence 'seq3'"),
+    "digit": (b">s1\n10 ACDE\n", "line 2: invalid character '1' in sequence 's1'"),
+    "dash_gap": (b">s1\nAC-D\n", "invalid character '-'"),
+    "semicolon": (b">s1\nAC;D\n", "invalid character ';'"),
+    "vertical_tab": (b">s1\nA\x0bC\n", "invalid character '\\x0b'"),
+    "non_ascii": (b">s1\nAC\xc3\xa9D\n", "invalid character '\\xc3'"),
+    "nul": (b">s1\nAC\x00D\n", "invalid character '\\x00'"),
+    "crlf_line_count": (b">s1\r\nAC\r\n>s2\r\nA@\r\n", "line 4: invalid character '@' in sequence 's2'"),
+    "lone_cr_line_count": (b">s1\rAC\r>s2\rA@\r", "line 4:"),
+    "no_name": (b">\nACD\n", "line 1: '>' header has no sequence name"),
+    "blank_name": (b">s1\nA\n>  \t\nACD\n", "line 3: '>' header has no sequence name"),
+    "vt_name": (b">\x0bs1\nACD\n", "line 1: '>' header has no sequence name"),
+    "text_before_first_record": (b"hello\n>s1\nACD\n", "not a FASTA file: line 1 starts with 'hello'"),
+    "comment_line": (b"\n;comment\n>s1\nACD\n", "not a FASTA file: line 2 starts with ';comment'"),
+}
+
+
+@pytest.mark.parametrize("data,fragment", REJECTED.values(), ids=REJECTED.keys())
+def test_rejected_like_easel(tmp_path, data, fragment):
+    path = write(tmp_path, data)
+    with pytest.raises(ValueError):   # Easel rejects it too
+        easel_read(path)
+    assert_error(lambda: SequenceDB.from_fasta(path), path, fragment)
+
+
+def test_first_fault_in_file_order_is_reported(tmp_path, monkeypatch):
+    path = write(tmp_path, b">a\nAAAA\n>b\nCC#C\n>\nDD\n>c\nE!E\n")
+    for chunk in (1 << 20, 4):
+        monkeypatch.setattr(seqdb, "_CHUNK", chunk)
+        assert_error(lambda: SequenceDB.from_fasta(path), path, "line 4: invalid character '#' in sequence 'b'")
+
+
+@pytest.mark.parametrize("data", [b"", b"  \n\n\t\r\n"], ids=["zero_bytes", "whitespace"])
+def test_empty_file(tmp_path, data):
+    path = write(tmp_path, data)
+    assert_error(lambda: open_database(path), path, "contains no sequences")
+    gz = write(tmp_path, gzip.compress(data), name="db.fa.gz")
+    assert_error(lambda: open_database(gz), gz, "contains no sequences")
+
+
+def test_hmm_file_is_not_fasta(tmp_path):
+    path = ROOT / "pfam_samples" / "KR.hmm"
+    assert_error(lambda: open_database(path), path, "not a FASTA file: line 1 starts with 'HMMER3")
+
+
+def test_binary_garbage_is_not_fasta(tmp_path):
+    path = write(tmp_path, bytes(range(256)) * 4, name="garbage.bin")
+    assert_error(lambda: open_database(path), path, "not a FASTA file", "expected '>'")
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.fa"
+    assert_error(lambda: open_database(path), path, "no such file or directory")
+    assert_error(lambda: SequenceDB.from_fasta(path), path, "no such file or directory")
+
+
+def test_directory_that_is_not_a_database(tmp_path):
+    (tmp_path / "stuff.txt").write_text("x")
+    assert not is_database_dir(tmp_path)
+    assert_error(lambda: open_database(tmp_path), tmp_path, "not a hmmgpu database", "makedb")
+    assert_error(lambda: SequenceDB.from_fasta(tmp_path), tmp_path, "is a directory")
+
+
+def test_truncated_gzip(tmp_path):
+    data = gzip.compress(PROTEOME.read_bytes())
+    path = write(tmp_path, data[: len(data) // 2], name="cut.fa.gz")
+    assert_error(lambda: open_database(path), path, "truncated gzip")
+    path = write(tmp_path, data[:5], name="stub.fa.gz")
+    assert_error(lambda: open_database(path), path, "gzip")
+
+
+def test_corrupt_gzip(tmp_path):
+    data = bytearray(gzip.compress(PROTEOME.read_bytes()))
+    data[100:200] = bytes(100)
+    path = write(tmp_path, bytes(data), name="bad.fa.gz")
+    assert_error(lambda: open_database(path), path, "corrupt gzip")
+    path = write(tmp_path, gzip.compress(b">s\nAC\n") + b"trailing junk", name="junk.fa.gz")
+    assert_error(lambda: open_database(path), path, "corrupt gzip")
+
+
+def test_nucleotide_file_is_accepted_but_flagged(tmp_path, proteome_db):
+    path = write(tmp_path, b">chr1 dna\n" + b"ACGTTGCANNACGTAGCTAGCTGATCGAT\n" * 50)
+    db = open_database(path)
+    assert db.n == 1 and db.total_residues == 29 * 50
+    assert db.looks_like_nucleotide()
+    assert not proteome_db.looks_like_nucleotide()
+
+
+def test_very_long_sequence_parses(tmp_path):
+    rng = np.random.default_rng(1)
+    residues = rng.choice(list(b"ACDEFGHIKLMNPQRSTVWY"), size=100_001).astype(np.uint8).tobytes()
+    lines = b"\n".join(residues[i:i + 60] for i in range(0, len(residues), 60))
+    path = write(tmp_path, b">short\nMKV\n>huge giant\n" + lines + b"\n")
+    db = SequenceDB.from_fasta(path)
+    assert db.lengths.tolist() == [3, 100_001]
+    assert db.max_length == 100_001 and db.order.tolist() == [1, 0]
+    assert_same_as_easel(db, easel_read(path))
+
+
+def test_order_is_stable_length_descending(proteome_db):
+    order, lengths = proteome_db.order, proteome_db.lengths
+    assert sorted(order.tolist()) == list(range(proteome_db.n))
+    assert np.all(np.diff(lengths[order]) <= 0)
+    same = np.diff(lengths[order]) == 0
+    assert np.all(np.diff(order)[same] > 0)   # ties keep file order
+    assert proteome_db.max_length == lengths.max()
+
+
+def test_offsets_and_zero_length_sequences(tmp_path):
+    db = SequenceDB.from_fasta(write(tmp_path, b">a\nACD\n>empty desc\n>b\nK\n>end\n"))
+    assert db.n == 4 and db.lengths.tolist() == [3, 0, 1, 0]
+    assert db.offsets.tolist() == [0, 3, 3, 4] and db.total_residues == 4
+    assert db.codes(1).size == 0 and db.description(1) == b"desc"
+    assert db.order.tolist() == [0, 2, 1, 3]
+
+
+def test_digital_sequence_and_block_equal_easel(proteome_db, proteome_block):
+    assert proteome_db.digital_sequence(7) == proteome_block[7]
+    assert proteome_db.block() == proteome_block
+    picked = proteome_db.order[:5]
+    block = proteome_db.block(picked)
+    assert isinstance(block, pyhmmer.easel.DigitalSequenceBlock)
+    assert [s.name for s in block] == [proteome_block[int(i)].name for i in picked]
+    assert all(s == proteome_block[int(i)] for s, i in zip(block, picked))
+
+
+def test_save_load_round_trip(tmp_path, proteome_db, proteome_block):
+    out = tmp_path / "made"
+    proteome_db.save(out)
+    assert is_database_dir(out)
+    loaded = SequenceDB.load(out)
+    for key in ("residues", "offsets", "lengths", "order", "names_blob", "name_offsets",
+                "descriptions_blob", "description_offsets"):
+        array = getattr(loaded, key)
+        assert isinstance(array, np.memmap), key
+        np.testing.assert_array_equal(array, getattr(proteome_db, key))
+    assert loaded.source == str(out) and loaded.max_length == proteome_db.max_length
+    assert_same_as_easel(loaded, proteome_block)
+    assert open_database(out).n == proteome_db.n
+    assert loaded.digital_sequence(3) == proteome_block[3]
+
+
+def test_from_block_round_trip(tmp_path, proteome_block):
+    db = SequenceDB.from_block(proteome_block)
+    assert_same_as_easel(db, proteome_block)
+    db.save(tmp_path / "db")
+    assert_same_as_easel(SequenceDB.load(tmp_path / "db"), proteome_block)
+
+
+def test_from_block_rejects_nucleotides():
+    dna = pyhmmer.easel.Alphabet.dna()
+    block = pyhmmer.easel.DigitalSequenceBlock(dna, [pyhmmer.easel.DigitalSequence(dna, name=b"x")])
+    with pytest.raises(HmmgpuError, match="amino"):
+        SequenceDB.from_block(block)
+
+
+def test_damaged_databases(tmp_path):
+    db = SequenceDB.from_fasta(QUIRKS)
+    out = tmp_path / "db"
+    db.save(out)
+    meta = (out / seqdb.META_FILE).read_text()
+
+    (out / seqdb.META_FILE).write_text(meta.replace('"version": 1', '"version": 99'))
+    assert_error(lambda: SequenceDB.load(out), out, "version 99 is not supported")
+    (out / seqdb.META_FILE).write_text("{not json")
+    assert_error(lambda: open_database(out), out, "unreadable hmmgpu-db.json")
+    (out / seqdb.META_FILE).write_text('{"format": "something-else"}')
+    assert_error(lambda: open_database(out), out, "does not describe a hmmgpu sequence database")
+    (out / seqdb.META_FILE).write_text(meta)
+    np.save(out / "lengths.npy", np.zeros(3, dtype=np.int64))
+    assert_error(lambda: open_database(out), out, "damaged database: lengths.npy")
+    os.remove(out / "residues.npy")
+    assert_error(lambda: open_database(out), out, "damaged database: cannot map residues.npy")
+
+
+def test_save_refuses_to_overwrite_its_own_files(tmp_path):
+    out = tmp_path / "db"
+    SequenceDB.from_fasta(QUIRKS).save(out)
+    loaded = SequenceDB.load(out)
+    assert_error(lambda: loaded.save(out), out, "over itself")
+    loaded.save(tmp_path / "copy")
+    assert SequenceDB.load(tmp_path / "copy").n == loaded.n
