@@ -6,6 +6,7 @@ from typing import Iterator
 
 from .backends import make_backend
 from .errors import HmmgpuError
+from .fpenv import flush_to_zero
 from .pipeline import SearchOptions, StageCounts, check_target_lengths, search_hmm
 
 
@@ -67,10 +68,14 @@ class Pipeline:
     pyhmmer's option names (E, T, domE, ..., F1, F2, F3, bias_filter, Z, domZ,
     bit_cutoffs). ``search_hmm(hmm)`` returns a pyhmmer ``TopHits`` equal to a full
     pyhmmer search; ``counts`` holds the last query's per-stage statistics.
+    ``ftz=True`` computes the Forward stage in the hmmsearch program's float mode
+    (subnormals flushed to zero), as ``hmmgpu search`` does; the default is pyhmmer's.
     """
 
-    def __init__(self, sequences, *, backend: str = "auto", lanes: str = "auto", cpus: int | None = None, **options):
+    def __init__(self, sequences, *, backend: str = "auto", lanes: str = "auto", cpus: int | None = None,
+                 ftz: bool = False, **options):
         self.options = SearchOptions.from_kwargs(**options)
+        self.ftz = ftz
         self.db = open_sequences(sequences)
         check_target_lengths(self.db)
         set_threads(cpus)
@@ -79,7 +84,8 @@ class Pipeline:
 
     def search_hmm(self, hmm):
         """Search one protein model; returns pyhmmer ``TopHits``."""
-        hits, self.counts = search_hmm(hmm, self.db, self.backend, self.options)
+        with flush_to_zero(self.ftz):
+            hits, self.counts = search_hmm(hmm, self.db, self.backend, self.options)
         return hits
 
     def filter(self, hmm):

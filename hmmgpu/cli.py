@@ -91,6 +91,7 @@ def cmd_search(args) -> int:
     from rich.progress import Progress
 
     from .api import Pipeline, read_hmms
+    from .fpenv import flush_to_zero
     from .output import format_report, write_table
 
     hmms = read_hmms(args.hmmfile)
@@ -98,7 +99,7 @@ def cmd_search(args) -> int:
     out = open(args.output, "w") if args.output else sys.stdout
     tables = {k: open(getattr(args, k), "wb") for k in ("tblout", "domtblout", "pfamtblout") if getattr(args, k)}
     try:
-        with Pipeline(args.seqdb, backend=args.backend, lanes=args.lanes, cpus=args.cpu, **options) as pli:
+        with Pipeline(args.seqdb, backend=args.backend, lanes=args.lanes, cpus=args.cpu, ftz=True, **options) as pli:
             print(f"# hmmgpu {__version__}: {pli.notice}", file=sys.stderr)
             if pli.db.looks_like_nucleotide():
                 print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
@@ -112,9 +113,10 @@ def cmd_search(args) -> int:
                 for i, hmm in enumerate(hmms):
                     bar.update(task, description=f"searching {_text(hmm.name)}")
                     hits = pli.search_hmm(hmm)
-                    out.write(format_report(hmm, hits, pli.counts, pli.options))
-                    for kind, fh in tables.items():
-                        write_table(fh, hits, kind, first=(i == 0))
+                    with flush_to_zero():  # E-values are computed as they are written, as in hmmsearch
+                        out.write(format_report(hmm, hits, pli.counts, pli.options))
+                        for kind, fh in tables.items():
+                            write_table(fh, hits, kind, first=(i == 0))
                     bar.advance(task)
             out.write(f"[ok] {len(hmms)} quer{'y' if len(hmms) == 1 else 'ies'} in {time.perf_counter() - start:.2f}s\n")
     finally:

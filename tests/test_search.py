@@ -145,3 +145,14 @@ def test_cli_runs_as_console_script(tmp_path):
     assert "backend numba" in proc.stderr
     assert "Query:       Thioesterase  [M=243]" in proc.stdout
     assert np.sum([not r.startswith("#") for r in open(tmp_path / "t")]) >= 1
+
+
+def test_flush_to_zero_mode_is_scoped():
+    import numpy as np
+
+    from hmmgpu.fpenv import flush_to_zero
+
+    tiny = np.float64(1e-300)
+    with flush_to_zero():
+        assert tiny * np.float64(1e-10) == 0.0  # subnormal flushed, as in hmmsearch
+    assert tiny * np.float64(1e-10) > 0.0  # and restored afterwards
