@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 from .backends import make_backend
@@ -76,6 +77,7 @@ class Pipeline:
                  ftz: bool = False, **options):
         self.options = SearchOptions.from_kwargs(**options)
         self.ftz = ftz
+        self.cpus = cpus or os.cpu_count() or 1
         self.db = open_sequences(sequences)
         check_target_lengths(self.db)
         set_threads(cpus)
@@ -87,6 +89,27 @@ class Pipeline:
         with flush_to_zero(self.ftz):
             hits, self.counts = search_hmm(hmm, self.db, self.backend, self.options)
         return hits
+
+    def search_hmms(self, hmms) -> Iterator:
+        """Search several models; yield ``(hmm, TopHits)`` in order, setting ``counts`` for each.
+
+        On the hmmer backend the models run in ``cpus`` parallel threads (pyhmmer releases
+        the GIL); the other backends are parallel inside each stage.
+        """
+        hmms = list(hmms)
+        if self.backend.name != "hmmer" or self.cpus < 2 or len(hmms) < 2:
+            for hmm in hmms:
+                yield hmm, self.search_hmm(hmm)
+            return
+
+        def one(hmm):
+            with flush_to_zero(self.ftz):  # float mode is per thread
+                return search_hmm(hmm, self.db, self.backend, self.options)
+
+        with ThreadPoolExecutor(min(self.cpus, len(hmms))) as pool:
+            for hmm, (hits, counts) in zip(hmms, pool.map(one, hmms)):
+                self.counts = counts
+                yield hmm, hits
 
     def filter(self, hmm):
         """The targets that pass MSV, bias and Viterbi filters, as a ``DigitalSequenceBlock``.
@@ -129,8 +152,8 @@ def hmmsearch(queries, sequences, *, backend: str = "auto", lanes: str = "auto",
     """
     hmms = _queries(queries)
     with Pipeline(sequences, backend=backend, lanes=lanes, cpus=cpus, **options) as pli:
-        for hmm in hmms:
-            yield pli.search_hmm(hmm)
+        for _, hits in pli.search_hmms(hmms):
+            yield hits
 
 
 def set_threads(cpus: int | None) -> None:

@@ -65,6 +65,14 @@ class HmmerBackend:
 
     def __init__(self, db):
         self.db = db
+        self._block = None
+
+    @property
+    def block(self):
+        """The whole database as one pyhmmer ``DigitalSequenceBlock`` (built once)."""
+        if self._block is None:
+            self._block = self.db.block()
+        return self._block
 
     def close(self):
         """Nothing to release."""

@@ -110,9 +110,8 @@ def cmd_search(args) -> int:
             start = time.perf_counter()
             with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
                 task = bar.add_task("searching", total=len(hmms))
-                for i, hmm in enumerate(hmms):
-                    bar.update(task, description=f"searching {_text(hmm.name)}")
-                    hits = pli.search_hmm(hmm)
+                for i, (hmm, hits) in enumerate(pli.search_hmms(hmms)):
+                    bar.update(task, description=f"searched {_text(hmm.name)}")
                     with flush_to_zero():  # E-values are computed as they are written, as in hmmsearch
                         out.write(format_report(hmm, hits, pli.counts, pli.options))
                         for kind, fh in tables.items():

@@ -231,7 +231,7 @@ def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None):
     kwargs = opts.pyhmmer_kwargs()
     start = time.perf_counter()
     if backend.name == "hmmer":
-        hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(hmm, db.block())
+        hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(hmm, backend.block)
         state = hits.__getstate__()["pipeline"]
         counts.n_past_msv, counts.n_past_bias, counts.n_past_vit = (
             state["n_past_msv"], state["n_past_bias"], state["n_past_vit"])

@@ -1,0 +1,54 @@
+"""On a CUDA GPU: `--backend cuda` gives hmmsearch's tables and zero audit disagreements.
+
+Run on the GPU machine with `python3 -m pytest -m gpu`.
+"""
+import gzip
+import shutil
+import subprocess
+
+import pytest
+
+from hmmgpu.audit import run_audit
+from hmmgpu.cli import main
+from tests.helpers import PROTEOME, SAMPLES, SHARED
+
+pytestmark = pytest.mark.gpu
+HMMSEARCH = shutil.which("hmmsearch")
+PROTEINS = SHARED / "seqs" / "public_proteins.fa.gz"
+
+
+def _rows(path):
+    with open(path) as f:
+        return [line for line in f if not line.startswith("#")]
+
+
+def _compare(tmp_path, hmm, db, lanes, ref_db=None):
+    ref = {k: tmp_path / f"ref.{k}" for k in ("tblout", "domtblout")}
+    ours = {k: tmp_path / f"ours.{k}" for k in ("tblout", "domtblout")}
+    subprocess.run([HMMSEARCH, "--cpu", "8", "-o", "/dev/null", "--tblout", str(ref["tblout"]),
+                    "--domtblout", str(ref["domtblout"]), str(hmm), str(ref_db or db)], check=True)
+    assert main(["search", "--backend", "cuda", "--lanes", lanes, "-o", str(tmp_path / "report"),
+                 "--tblout", str(ours["tblout"]), "--domtblout", str(ours["domtblout"]), str(hmm), str(db)]) == 0
+    for kind in ref:
+        assert _rows(ours[kind]) == _rows(ref[kind]), kind
+
+
+@pytest.mark.skipif(HMMSEARCH is None, reason="hmmsearch not installed")
+@pytest.mark.parametrize("lanes", ["8x4", "16x2"])
+def test_cuda_tables_equal_hmmsearch_samples(tmp_path, lanes):
+    _compare(tmp_path, SAMPLES / "samples.hmm", PROTEOME, lanes)
+
+
+@pytest.mark.skipif(HMMSEARCH is None or not PROTEINS.exists(), reason="hmmsearch or ../shared/data missing")
+@pytest.mark.parametrize("lanes", ["8x4", "16x2"])
+@pytest.mark.parametrize("model", ["PF00096", "PF00005", "PF00873", "PF05088"])
+def test_cuda_tables_equal_hmmsearch_real_pfam(tmp_path, model, lanes):
+    hmm = tmp_path / f"{model}.hmm"
+    hmm.write_bytes(gzip.decompress((SHARED / "pfam" / f"{model}.hmm.gz").read_bytes()))
+    _compare(tmp_path, hmm, PROTEINS, lanes)
+
+
+@pytest.mark.parametrize("lanes", ["8x4", "16x2"])
+def test_cuda_audit_zero_disagreements(lanes, capsys):
+    assert run_audit(str(SAMPLES / "samples.hmm"), str(PROTEOME), backend="cuda", lanes=lanes) is True
+    assert "cuda" in capsys.readouterr().out
