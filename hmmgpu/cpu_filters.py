@@ -86,8 +86,11 @@ def _msv_one(cost, bias, tbm, tec, base, tjb, dsq):
     return _OK, J
 
 
+_SSV_ONLY, _SSV_FIRST, _MSV_ONLY = 0, 1, 2
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def _msv_stage(cost, bias, tbm, tec, base, tjb_tab, residues, offsets, lengths, idx, force_msv):
+def _msv_stage(cost, bias, tbm, tec, base, tjb_tab, residues, offsets, lengths, idx, mode):
     n = idx.shape[0]
     status = np.zeros(n, np.int8)
     xj = np.zeros(n, np.int32)
@@ -99,9 +102,9 @@ def _msv_stage(cost, bias, tbm, tec, base, tjb_tab, residues, offsets, lengths, 
         dsq = residues[offsets[t]: offsets[t] + L]
         tjb = np.int32(tjb_tab[L])
         st, v = _NORESULT, 0
-        if not force_msv:
+        if mode != _MSV_ONLY:
             st, v = _ssv_one(cost, bias, tbm, tec, base, tjb, dsq)
-        if st == _NORESULT:
+        if st == _NORESULT and mode != _SSV_ONLY:
             st, v = _msv_one(cost, bias, tbm, tec, base, tjb, dsq)
         status[j] = st
         xj[j] = v
@@ -117,25 +120,9 @@ def msv_filter(prof: ModelProfile, db, indices=None, force_msv=False, ssv_only=F
     idx = np.arange(db.n, dtype=np.int64) if indices is None else np.asarray(indices, np.int64)
     b = prof.byte
     tjb = tjb_table(max(int(db.max_length), 1))
-    args = (b.cost, b.bias_b, b.tbm_b, b.tec_b, b.base_b, tjb, db.residues, db.offsets, db.lengths, idx)
-    if ssv_only:
-        return _ssv_stage(*args)
-    return _msv_stage(*args, force_msv)
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _ssv_stage(cost, bias, tbm, tec, base, tjb_tab, residues, offsets, lengths, idx):
-    n = idx.shape[0]
-    status = np.zeros(n, np.int8)
-    xj = np.zeros(n, np.int32)
-    for j in prange(n):
-        t = idx[j]
-        L = lengths[t]
-        if L == 0:
-            continue
-        dsq = residues[offsets[t]: offsets[t] + L]
-        status[j], xj[j] = _ssv_one(cost, bias, tbm, tec, base, np.int32(tjb_tab[L]), dsq)
-    return status, xj
+    mode = _SSV_ONLY if ssv_only else _MSV_ONLY if force_msv else _SSV_FIRST
+    return _msv_stage(b.cost, b.bias_b, b.tbm_b, b.tec_b, b.base_b, tjb, db.residues, db.offsets,
+                      db.lengths, idx, mode)
 
 
 # ---------------------------------------------------------------- Viterbi filter
