@@ -1,9 +1,10 @@
 """HMMER's filter cascade (spec section 7.3) over a sequence database, with per-stage counters.
 
 hmmgpu's own filters (a :mod:`hmmgpu.backends` backend) decide which targets survive
-MSV, the bias filter and the Viterbi filter; the survivors go to pyhmmer's pipeline
-with ``Z`` set to the full database size (spec section 8), which runs Forward, Backward
-and domain definition and yields exactly the hits of a full ``hmmsearch``.
+MSV, the bias filter and the Viterbi filter; the survivors go to pyhmmer's pipeline at
+their database positions among empty placeholders (:func:`positional_block`), so pyhmmer
+counts Z exactly as a full serial ``hmmsearch`` does while computing Forward, Backward and
+domain definition for the survivors only: the hits are those of a full run.
 """
 from __future__ import annotations
 
@@ -241,11 +242,9 @@ def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None):
         prof = ModelProfile.from_hmm(hmm)
         survivors = filter_cascade(prof, db, backend, opts, bg_freq, counts)
         clock = time.perf_counter()
-        if opts.Z is None:
-            kwargs["Z"] = float(db.n)
-        hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(hmm, db.block(survivors))
+        hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(hmm, positional_block(db, survivors))
         counts.seconds["forward"] = time.perf_counter() - clock
-        hits = _with_counters(hits, counts, z_from_targets=opts.Z is None)
+        hits = _with_counters(hits, counts)
     counts.n_past_fwd = hits.__getstate__()["pipeline"]["n_past_fwd"]
     counts.n_reported = len(hits.reported)
     counts.n_included = len(hits.included)
@@ -253,16 +252,28 @@ def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None):
     return hits, counts
 
 
-def _with_counters(hits, counts: StageCounts, z_from_targets: bool):
-    """The same hits, with the whole-database counters of a full run (nseqs, nres, n_past_*)."""
-    import pyhmmer.plan7 as p7
+def positional_block(db, survivors):
+    """The survivors at their database positions, every other target an empty sequence.
 
+    pyhmmer then counts every target as hmmsearch does (running Z when it decides which
+    hits to keep, Z = all targets at the end), while only the survivors are computed: an
+    empty target is counted and skipped.
+    """
+    from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock
+
+    alphabet = Alphabet.amino()
+    seqs = [DigitalSequence(alphabet, name=b"", sequence=np.zeros(0, np.uint8))] * int(db.n)
+    for t in survivors:
+        seqs[int(t)] = db.digital_sequence(int(t))
+    return DigitalSequenceBlock(alphabet, seqs)
+
+
+def _with_counters(hits, counts: StageCounts):
+    """The same hits, with the whole-database counters of a full run (nres, n_past_*)."""
     state = hits.__getstate__()
     pli = state["pipeline"]
     pli.update(nseqs=counts.nseqs, nres=counts.nres, n_past_msv=counts.n_past_msv,
                n_past_bias=counts.n_past_bias, n_past_vit=counts.n_past_vit)
-    if z_from_targets:
-        pli["Z_setby"] = 0  # p7_ZSETBY_NTARGETS, as when hmmsearch counts the targets itself
     cls, args = hits.__reduce__()[:2]
     out = cls(*args)
     out.__setstate__(state)
