@@ -28,24 +28,24 @@ def _ssv_one(cost, bias, tbm, tec, base, tjb, dsq):
         return _NORESULT, 0
     B0 = base - tjb - tbm
     limit = 127 - bias  # max U at or above this means the byte max overflowed
-    prev = np.zeros(M + 1, np.int32)
-    cur = np.zeros(M + 1, np.int32)
-    best = 0
+    # U = score - B0 >= 0 along each diagonal: U(i,k) = max(0, U(i-1,k-1) + bias - cost)
+    rows = np.zeros((2, M + 1), np.int32)
+    b32 = np.int32(bias)
+    zero = np.int32(0)
+    best = zero
     for i in range(dsq.shape[0]):
-        row = cost[dsq[i]]
-        rmax = 0
+        cost_row = cost[dsq[i]]
+        prev = rows[i & 1]
+        cur = rows[(i + 1) & 1]
+        rmax = zero
         for k in range(M):
-            v = prev[k] + bias - np.int32(row[k])
-            if v < 0:
-                v = 0
+            v = max(np.int32(prev[k] + b32 - np.int32(cost_row[k])), zero)
             cur[k + 1] = v
-            if v > rmax:
-                rmax = v
+            rmax = max(rmax, v)
         if rmax > best:
             best = rmax
             if best >= limit:
                 break
-        prev, cur = cur, prev
     if best >= limit:
         return (_NORESULT, 0) if B0 < 128 else (_RANGE, 0)
     V = B0 + best
