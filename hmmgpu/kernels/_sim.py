@@ -2,8 +2,8 @@
 
 numba-cuda 0.30.4's simulator lacks ``shfl_*_sync``, ``ballot_sync``, ``any_sync``,
 ``all_sync``, ``syncwarp`` and ``activemask``. This adds them to the simulator's fake
-``cuda`` module: every thread writes its value into a per-block exchange buffer, all
-threads of the block meet at the simulator's barrier, read, and meet again. That is valid
+``cuda`` module: every thread writes its value into a per-block exchange buffer (two,
+alternating), all threads of the block meet at the simulator's barrier, and read. That is valid
 for warp-synchronous code in which every thread of the block executes the same sequence of
 warp intrinsics (the hmmgpu kernels launch one warp per block under the simulator).
 """
@@ -23,15 +23,20 @@ def patch_simulator():
     mod = kernelapi.FakeCUDAModule
 
     def _exchange(self, value):
+        # double-buffered: one barrier per exchange. A thread can run at most one exchange
+        # ahead (the next barrier holds it), so it never overwrites a buffer still being read.
         t = threading.current_thread()
-        buf = self.__dict__.setdefault("_hmmgpu_xbuf", {})
+        bufs = self.__dict__.setdefault("_hmmgpu_xbuf", ({}, {}))
+        parity = getattr(t, "_hmmgpu_parity", 0)
+        t._hmmgpu_parity = parity ^ 1
+        buf = bufs[parity]
         tid = t.thread_id
         buf[tid] = value
         t.syncthreads()
         return t, buf, tid
 
     def _finish(t):
-        t.syncthreads()
+        pass
 
     def shfl_sync(self, mask, value, src):
         t, buf, tid = _exchange(self, value)

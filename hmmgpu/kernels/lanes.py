@@ -265,10 +265,11 @@ def _build_device():
         a = u32(a)
         b = u32(b)
         s = u32((a & u32(0x7F7F7F7F)) + (b & u32(0x7F7F7F7F)))
+        s = u32(s ^ ((a ^ b) & u32(0x80808080)))  # lanewise wrap-around sum
         c = u32((a & b) | ((a | b) & u32(~s)))  # carry out of each lane in bit 7
         c = u32(c & u32(0x80808080))
         m = u32(u32(c >> u32(7)) * u32(0xFF))
-        return u32(u32(s ^ ((a ^ b) & u32(0x80808080))) | m)
+        return u32(s | m)
 
     @cuda.jit(**dev)
     def hmaxu8(a):
