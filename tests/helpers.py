@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import pathlib
 
 import numpy as np
@@ -12,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "pfam_samples"
 PROTEOME = SAMPLES / "938293.PRJEB85.HG003687.faa"
 MODEL_NAMES = ["PF02826", "LuxC", "Thioesterase", "KR"]
-SHARED = ROOT.parent / "shared" / "data"
+SHARED = pathlib.Path(os.environ.get("HMMGPU_SHARED_DATA", ROOT.parent / "shared" / "data"))
 AMINO = Alphabet.amino()
 
 
