@@ -7,7 +7,6 @@ from typing import Iterator
 
 from .backends import make_backend
 from .errors import HmmgpuError
-from .fpenv import flush_to_zero
 from .pipeline import SearchOptions, StageCounts, check_target_lengths, search_hmm
 
 
@@ -86,8 +85,7 @@ class Pipeline:
 
     def search_hmm(self, hmm):
         """Search one protein model; returns pyhmmer ``TopHits``."""
-        with flush_to_zero(self.ftz):
-            hits, self.counts = search_hmm(hmm, self.db, self.backend, self.options)
+        hits, self.counts = search_hmm(hmm, self.db, self.backend, self.options, threads=self.cpus, ftz=self.ftz)
         return hits
 
     def search_hmms(self, hmms) -> Iterator:
@@ -103,8 +101,7 @@ class Pipeline:
             return
 
         def one(hmm):
-            with flush_to_zero(self.ftz):  # float mode is per thread
-                return search_hmm(hmm, self.db, self.backend, self.options)
+            return search_hmm(hmm, self.db, self.backend, self.options, ftz=self.ftz)
 
         with ThreadPoolExecutor(min(self.cpus, len(hmms))) as pool:
             for hmm, (hits, counts) in zip(hmms, pool.map(one, hmms)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -18,6 +19,7 @@ from numba import njit
 from . import cpu_filters
 from .constants import LOG2, MAX_TARGET_LENGTH, STATUS_RANGE
 from .errors import HmmgpuError
+from .fpenv import flush_to_zero
 from .profiles import ModelProfile, msv_score, null_table, tjb_table, viterbi_score, xw_move_table
 
 F32 = np.float32
@@ -215,11 +217,13 @@ def filter_cascade(prof: ModelProfile, db, backend, opts: SearchOptions, bg_freq
     return idx
 
 
-def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None):
+def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None, threads: int = 1, ftz: bool = False):
     """Search one protein model against ``db``: (pyhmmer ``TopHits``, :class:`StageCounts`).
 
     The hits, their order, scores, E-values and the pipeline counters stored in the
-    ``TopHits`` are those of a full pyhmmer/hmmsearch run over the whole database.
+    ``TopHits`` are those of a full serial pyhmmer/hmmsearch run over the whole database.
+    ``threads`` runs the pyhmmer stage in parallel parts; ``ftz`` computes it in the
+    hmmsearch program's float mode (:mod:`hmmgpu.fpenv`).
     """
     import pyhmmer.plan7 as p7
 
@@ -232,7 +236,8 @@ def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None):
     kwargs = opts.pyhmmer_kwargs()
     start = time.perf_counter()
     if backend.name == "hmmer":
-        hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(hmm, backend.block)
+        with flush_to_zero(ftz):
+            hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(hmm, backend.block)
         state = hits.__getstate__()["pipeline"]
         counts.n_past_msv, counts.n_past_bias, counts.n_past_vit = (
             state["n_past_msv"], state["n_past_bias"], state["n_past_vit"])
@@ -242,7 +247,7 @@ def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None):
         prof = ModelProfile.from_hmm(hmm)
         survivors = filter_cascade(prof, db, backend, opts, bg_freq, counts)
         clock = time.perf_counter()
-        hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(hmm, positional_block(db, survivors))
+        hits = forward_stage(hmm, db, survivors, kwargs, threads=threads, ftz=ftz)
         counts.seconds["forward"] = time.perf_counter() - clock
         hits = _with_counters(hits, counts)
     counts.n_past_fwd = hits.__getstate__()["pipeline"]["n_past_fwd"]
@@ -252,20 +257,69 @@ def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None):
     return hits, counts
 
 
-def positional_block(db, survivors):
-    """The survivors at their database positions, every other target an empty sequence.
+def positional_block(db, survivors, length: int):
+    """Targets ``0..length-1`` with the survivors in place and every other one an empty sequence.
 
-    pyhmmer then counts every target as hmmsearch does (running Z when it decides which
-    hits to keep, Z = all targets at the end), while only the survivors are computed: an
-    empty target is counted and skipped.
+    pyhmmer then counts targets as hmmsearch does (the running Z that decides which hits
+    are kept) while computing only the survivors: an empty target is counted and skipped.
     """
     from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock
 
     alphabet = Alphabet.amino()
-    seqs = [DigitalSequence(alphabet, name=b"", sequence=np.zeros(0, np.uint8))] * int(db.n)
+    seqs = [DigitalSequence(alphabet, name=b"", sequence=np.zeros(0, np.uint8))] * int(length)
     for t in survivors:
         seqs[int(t)] = db.digital_sequence(int(t))
     return DigitalSequenceBlock(alphabet, seqs)
+
+
+def forward_stage(hmm, db, survivors, kwargs: dict, threads: int = 1, ftz: bool = False):
+    """pyhmmer's Forward, Backward and domain definition of the survivors, as one serial run.
+
+    With ``threads > 1`` the survivors are split into contiguous ranges of equal residue
+    counts; each range runs behind empty placeholders for all targets before it (so the
+    running Z of each target is its database position, as in a serial run) and reports its
+    own range size as Z; pyhmmer's ``TopHits.merge`` then sums Z to the database size and
+    thresholds the union, which equals a single serial run.
+    """
+    import pyhmmer.plan7 as p7
+
+    survivors = np.sort(np.asarray(survivors, np.int64))
+    n = int(db.n)
+    parts = 1 if survivors.size < 2 else min(int(threads), int(survivors.size))
+    if parts > 1:
+        cum = np.cumsum(db.lengths[survivors])
+        cuts = np.unique(np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right"))
+        groups = [g for g in np.split(survivors, cuts) if g.size]
+    else:
+        groups = [survivors]
+    bounds = [0] + [int(g[0]) for g in groups[1:]] + [n]
+
+    def run(i):
+        lo, hi = bounds[i], bounds[i + 1]
+        with flush_to_zero(ftz):
+            hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(hmm, positional_block(db, groups[i], hi))
+        if len(groups) == 1:
+            return hits
+        state = hits.__getstate__()
+        state["pipeline"]["nseqs"] = hi - lo
+        if kwargs.get("Z") is None:
+            state["pipeline"]["Z"] = float(hi - lo)
+        return _rebuild(hits, state)
+
+    if len(groups) == 1:
+        return run(0)
+    with ThreadPoolExecutor(len(groups)) as pool:
+        done = list(pool.map(run, range(len(groups))))
+    with flush_to_zero(ftz):
+        return done[0].merge(*done[1:])
+
+
+def _rebuild(hits, state):
+    """A new ``TopHits`` of the same query from a (modified) ``__getstate__`` dictionary."""
+    cls, args = hits.__reduce__()[:2]
+    out = cls(*args)
+    out.__setstate__(state)
+    return out
 
 
 def _with_counters(hits, counts: StageCounts):
@@ -274,10 +328,7 @@ def _with_counters(hits, counts: StageCounts):
     pli = state["pipeline"]
     pli.update(nseqs=counts.nseqs, nres=counts.nres, n_past_msv=counts.n_past_msv,
                n_past_bias=counts.n_past_bias, n_past_vit=counts.n_past_vit)
-    cls, args = hits.__reduce__()[:2]
-    out = cls(*args)
-    out.__setstate__(state)
-    return out
+    return _rebuild(hits, state)
 
 
 def _text(v) -> str:

@@ -47,3 +47,12 @@ def test_kernels_exact_under_simulator(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "sim selftest OK" in p.stdout
+
+
+def test_cuda_available_survives_kernel_imports():
+    """Importing the kernel modules (which import ``hmmgpu.kernels._sim``) must not shadow helpers."""
+    import hmmgpu.kernels as kernels
+    from hmmgpu.kernels import warp  # noqa: F401  (imports the _sim submodule)
+
+    assert isinstance(kernels.cuda_available(), bool)
+    assert kernels.cuda_available() == kernels.cuda_available()

@@ -156,3 +156,15 @@ def test_flush_to_zero_mode_is_scoped():
     with flush_to_zero():
         assert tiny * np.float64(1e-10) == 0.0  # subnormal flushed, as in hmmsearch
     assert tiny * np.float64(1e-10) > 0.0  # and restored afterwards
+
+
+@pytest.mark.parametrize("cpus", [1, 3, 8])
+def test_parallel_forward_stage_equals_serial_run(references, cpus):
+    """Survivors split over threads, merged: the same hits, kept set, Z and domZ as one serial run."""
+    hmms, block, expected = references
+    for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="numba", cpus=cpus), expected):
+        assert len(ours) == len(ref)
+        assert _table(ours, "domains") == _table(ref, "domains")
+        po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
+        for key in ("nseqs", "Z", "domZ", "Z_setby", "domZ_setby", "n_past_vit", "n_past_fwd"):
+            assert po[key] == pr[key], key

@@ -10,7 +10,7 @@ import os
 __all__ = ["cuda_available", "device_description", "GpuMsvFilter"]
 
 
-def _sim() -> bool:
+def _simulator_on() -> bool:
     try:
         from numba import config
     except ImportError:
@@ -24,7 +24,7 @@ def cuda_available() -> bool:
         from numba import cuda
     except Exception:
         return False
-    if _sim():
+    if _simulator_on():
         return True
     try:
         if not cuda.is_available():
@@ -39,7 +39,7 @@ def device_description() -> str:
     """e.g. ``NVIDIA H100 80GB HBM3 (sm_90)``."""
     from numba import cuda
 
-    if _sim():
+    if _simulator_on():
         return "numba CUDA simulator"
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
