@@ -296,8 +296,9 @@ def forward_stage(hmm, db, survivors, kwargs: dict, threads: int = 1, ftz: bool 
 
     def run(i):
         lo, hi = bounds[i], bounds[i + 1]
+        query = hmm if len(groups) == 1 else hmm.copy()  # no shared model between threads
         with flush_to_zero(ftz):
-            hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(hmm, positional_block(db, groups[i], hi))
+            hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(query, positional_block(db, groups[i], hi))
         if len(groups) == 1:
             return hits
         state = hits.__getstate__()
