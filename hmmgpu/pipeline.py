@@ -2,7 +2,7 @@
 
 hmmgpu's own filters (a :mod:`hmmgpu.backends` backend) decide which targets survive
 MSV, the bias filter and the Viterbi filter; the survivors go to pyhmmer's pipeline at
-their database positions among empty placeholders (:func:`positional_block`), so pyhmmer
+their database positions among empty placeholders (:func:`write_positional_fasta`), so pyhmmer
 counts Z exactly as a full serial ``hmmsearch`` does while computing Forward, Backward and
 domain definition for the survivors only: the hits are those of a full run.
 """
@@ -257,19 +257,28 @@ def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None, threads: int
     return hits, counts
 
 
-def positional_block(db, survivors, length: int):
-    """Targets ``0..length-1`` with the survivors in place and every other one an empty sequence.
+#: Easel's amino symbols by digital code, with '.' for the gap (Easel reads '-' as invalid in FASTA).
+_LETTERS = np.frombuffer(b"ACDEFGHIKLMNPQRSTVWY.BJZOUX*~", dtype=np.uint8)
+_PLACEHOLDER = b">p\n"
 
-    pyhmmer then counts targets as hmmsearch does (the running Z that decides which hits
-    are kept) while computing only the survivors: an empty target is counted and skipped.
+
+def write_positional_fasta(path, db, survivors, length: int) -> None:
+    """FASTA of targets ``0..length-1``: the survivors in full, every other target an empty record.
+
+    pyhmmer reading it counts targets as hmmsearch does (the running Z that decides which
+    hits are kept) while computing only the survivors: an empty target is counted and
+    skipped. Placeholders cost a few bytes each and are parsed in C.
     """
-    from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock
-
-    alphabet = Alphabet.amino()
-    seqs = [DigitalSequence(alphabet, name=b"", sequence=np.zeros(0, np.uint8))] * int(length)
-    for t in survivors:
-        seqs[int(t)] = db.digital_sequence(int(t))
-    return DigitalSequenceBlock(alphabet, seqs)
+    with open(path, "wb") as out:
+        prev = 0
+        for t in survivors:
+            t = int(t)
+            out.write(_PLACEHOLDER * (t - prev))
+            desc = db.description(t)
+            out.write(b">" + db.name(t) + (b" " + desc if desc else b"") + b"\n")
+            out.write(_LETTERS[db.codes(t)].tobytes() + b"\n")
+            prev = t + 1
+        out.write(_PLACEHOLDER * (int(length) - prev))
 
 
 def forward_stage(hmm, db, survivors, kwargs: dict, threads: int = 1, ftz: bool = False):
@@ -281,7 +290,10 @@ def forward_stage(hmm, db, survivors, kwargs: dict, threads: int = 1, ftz: bool 
     own range size as Z; pyhmmer's ``TopHits.merge`` then sums Z to the database size and
     thresholds the union, which equals a single serial run.
     """
+    import tempfile
+
     import pyhmmer.plan7 as p7
+    from pyhmmer.easel import Alphabet, SequenceFile
 
     survivors = np.sort(np.asarray(survivors, np.int64))
     n = int(db.n)
@@ -294,23 +306,28 @@ def forward_stage(hmm, db, survivors, kwargs: dict, threads: int = 1, ftz: bool 
         groups = [survivors]
     bounds = [0] + [int(g[0]) for g in groups[1:]] + [n]
 
-    def run(i):
-        lo, hi = bounds[i], bounds[i + 1]
-        query = hmm if len(groups) == 1 else hmm.copy()  # no shared model between threads
-        with flush_to_zero(ftz):
-            hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(query, positional_block(db, groups[i], hi))
-        if len(groups) == 1:
-            return hits
-        state = hits.__getstate__()
-        state["pipeline"]["nseqs"] = hi - lo
-        if kwargs.get("Z") is None:
-            state["pipeline"]["Z"] = float(hi - lo)
-        return _rebuild(hits, state)
+    with tempfile.TemporaryDirectory(prefix="hmmgpu-") as tmp:
 
-    if len(groups) == 1:
-        return run(0)
-    with ThreadPoolExecutor(len(groups)) as pool:
-        done = list(pool.map(run, range(len(groups))))
+        def run(i):
+            lo, hi = bounds[i], bounds[i + 1]
+            path = f"{tmp}/part{i}.fa"
+            write_positional_fasta(path, db, groups[i], hi if len(groups) > 1 else n)
+            query = hmm if len(groups) == 1 else hmm.copy()  # no shared model between threads
+            with flush_to_zero(ftz), SequenceFile(path, format="fasta", digital=True,
+                                                  alphabet=Alphabet.amino()) as targets:
+                hits = p7.Pipeline(hmm.alphabet, **kwargs).search_hmm(query, targets)
+            if len(groups) == 1:
+                return hits
+            state = hits.__getstate__()
+            state["pipeline"]["nseqs"] = hi - lo
+            if kwargs.get("Z") is None:
+                state["pipeline"]["Z"] = float(hi - lo)
+            return _rebuild(hits, state)
+
+        if len(groups) == 1:
+            return run(0)
+        with ThreadPoolExecutor(len(groups)) as pool:
+            done = list(pool.map(run, range(len(groups))))
     with flush_to_zero(ftz):
         return done[0].merge(*done[1:])
 
