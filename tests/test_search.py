@@ -168,3 +168,30 @@ def test_parallel_forward_stage_equals_serial_run(references, cpus):
         po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
         for key in ("nseqs", "Z", "domZ", "Z_setby", "domZ_setby", "n_past_vit", "n_past_fwd"):
             assert po[key] == pr[key], key
+
+
+def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path):
+    """Homologs renamed with odd headers and sprinkled with B/Z/X/*/gaps: tables equal pyhmmer's."""
+    from pyhmmer.plan7 import HMMFile
+
+    with HMMFile(SAMPLES / "PF02826.hmm") as f:
+        hmm = f.read()
+    db = SequenceDB.from_fasta(PROTEOME)
+    hits = next(hmmgpu.hmmsearch([hmm], db, backend="numba"))
+    names = {h.name if isinstance(h.name, bytes) else h.name.encode() for h in hits.reported}
+    headers = [b"odd|name:1 two  spaces   and trailing   ", b"tab\tdesc", b"gt>in>name has > in desc",
+               b"x", b"unicode_\xc3\xa9 caf\xc3\xa9", b"brackets[1] (desc) {x}"]
+    records = []
+    for k, i in enumerate(i for i in range(db.n) if db.name(i) in names):
+        seq = bytearray(b"ACDEFGHIKLMNPQRSTVWY.BJZOUX*~"[c] for c in db.codes(i))
+        for j, ch in zip(range(5, len(seq), 37), b"BZX*.JU~"):
+            seq[j] = ch
+        records.append(b">" + headers[k % len(headers)] + b"_%d\n" % k + bytes(seq) + b"\n")
+    fasta = tmp_path / "odd.fa"
+    fasta.write_bytes(b"".join(records))
+    with SequenceFile(str(fasta), format="fasta", digital=True, alphabet=AMINO) as f:
+        expected = next(pyhmmer.hmmsearch([hmm], f.read_block(), cpus=1))
+    ours = next(hmmgpu.hmmsearch([hmm], str(fasta), backend="numba", cpus=3))
+    assert len(expected.reported) >= 10
+    assert len(ours) == len(expected)
+    assert _table(ours, "domains") == _table(expected, "domains")
