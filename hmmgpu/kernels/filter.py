@@ -182,11 +182,6 @@ class GpuMsvFilter:
         view.copy_to_device(host)
         return view
 
-    def prepare(self, Ms, processes=8):
-        """Compile (or load from the disk cache) the kernels for models of the given sizes, in
-        parallel processes: call once before a many-model search."""
-        codegen.warm([s for M in Ms for s in self.specs(int(M))[:2]], processes=processes)
-
     def kernels(self, M: int):
         return [codegen.load(s) for s in self.specs(M)]
 
