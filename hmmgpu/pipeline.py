@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from . import cpu_filters
-from .constants import LOG2, MAX_TARGET_LENGTH, STATUS_RANGE
+from .constants import AMINO_SYMBOLS, LOG2, MAX_TARGET_LENGTH, STATUS_RANGE
 from .errors import HmmgpuError
 from .fpenv import flush_to_zero
 from .profiles import ModelProfile, msv_score, null_table, tjb_table, viterbi_score, xw_move_table
@@ -258,7 +258,7 @@ def search_hmm(hmm, db, backend, opts: SearchOptions, bg_freq=None, threads: int
 
 
 #: Easel's amino symbols by digital code, with '.' for the gap (Easel reads '-' as invalid in FASTA).
-_LETTERS = np.frombuffer(b"ACDEFGHIKLMNPQRSTVWY.BJZOUX*~", dtype=np.uint8)
+_LETTERS = np.frombuffer(AMINO_SYMBOLS.replace("-", ".").encode(), dtype=np.uint8)
 _PLACEHOLDER = b">p\n"
 
 
@@ -311,7 +311,7 @@ def forward_stage(hmm, db, survivors, kwargs: dict, threads: int = 1, ftz: bool 
         def run(i):
             lo, hi = bounds[i], bounds[i + 1]
             path = f"{tmp}/part{i}.fa"
-            write_positional_fasta(path, db, groups[i], hi if len(groups) > 1 else n)
+            write_positional_fasta(path, db, groups[i], hi)
             query = hmm if len(groups) == 1 else hmm.copy()  # no shared model between threads
             with flush_to_zero(ftz), SequenceFile(path, format="fasta", digital=True,
                                                   alphabet=Alphabet.amino()) as targets:
