@@ -1,22 +1,28 @@
 """Lane arithmetic on 32-bit words: 2 x 16-bit signed lanes and 4 x 8-bit unsigned lanes.
 
-Every helper takes and returns uint32 words (lane 0 in the low bits). Three bindings exist:
+Every helper takes and returns uint32 words (lane 0 in the low bits). :func:`helpers` gives
+one of three bindings of the same names, chosen by the caller (a generated kernel module
+names the binding it was generated for; nothing is bound at import):
 
-* sm_90+ device code: the 16-bit add-max and 3-way max are single DPX instructions
-  (``add.s16x2`` + ``max.s16x2`` inline PTX, which ptxas fuses into VIADDMNMX / VIMNMX3);
-* other GPUs: a portable SWAR formulation in plain integer code;
-* the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): pure-Python twins, bound at import time.
+* ``"dpx"`` (sm_90 and newer): the 16-bit add-max and 3-way max are single DPX
+  instructions (``add.s16x2`` + ``max.s16x2`` inline PTX, which ptxas fuses into
+  VIADDMNMX / VIMNMX3);
+* ``"swar"`` (any GPU): a portable SWAR formulation in plain integer code;
+* ``"python"`` (numba's CUDA simulator): the pure-Python twins ``py_*``.
 
-The pure-Python twins (``py_*``) are always importable: tests check them against numpy, and
-the device versions against the twins.
+The twins are always importable: tests check them against numpy, and the device versions
+against the twins on a GPU.
 """
 from __future__ import annotations
 
-import numpy as np
-from numba import config
+import functools
+from types import SimpleNamespace
+from typing import Literal
 
-SIM = bool(config.ENABLE_CUDASIM)
+import numpy as np
+
 M32 = 0xFFFFFFFF
+Binding = Literal["python", "dpx", "swar"]
 
 # ---------------------------------------------------------------- pure-Python twins
 
@@ -134,6 +140,7 @@ TWINS = dict(
 # ---------------------------------------------------------------- device versions
 
 
+@functools.lru_cache(maxsize=None)
 def _build_device():
     from llvmlite import ir
     from numba import cuda, types
@@ -304,27 +311,12 @@ def _build_device():
     )
 
 
-def _bind():
-    g = globals()
-    if SIM:
-        for k, f in TWINS.items():
-            g[k] = f
-        g["IMPL16"] = "python"
-        return
+@functools.lru_cache(maxsize=None)
+def helpers(binding: Binding) -> SimpleNamespace:
+    """The lane helpers in one binding: ``python`` (simulator twins), ``dpx`` or ``swar`` (device)."""
+    if binding == "python":
+        return SimpleNamespace(**TWINS)
     dev = _build_device()
-    g.update(dev["common"])
-    g["SWAR16"] = dev["swar"]
-    g["DPX16"] = dev["dpx"]
-    # default 16-bit binding: DPX (the generated kernels pick explicitly per device)
-    g.update(dev["dpx"])
-    g["IMPL16"] = "dpx"
-
-
-def impl16(name: str, dpx: bool):
-    """The 16-bit helper ``name`` in its DPX or portable binding (device code only)."""
-    if SIM:
-        return TWINS[name]
-    return (DPX16 if dpx else SWAR16)[name]  # noqa: F821
-
-
-_bind()
+    if binding not in dev:
+        raise ValueError(f"unknown lane binding {binding!r}")
+    return SimpleNamespace(**dev["common"], **dev[binding])

@@ -1,6 +1,8 @@
-"""Exactness checks of the GPU SSV/MSV stage against HMMER (pyhmmer) and hmmgpu.cpu_filters.
+"""Exactness checks of the GPU kernels against HMMER (pyhmmer, libhmmer) and hmmgpu.cpu_filters.
 
-Used by the tests (on the simulator and on the GPU) and by the benchmark harness.
+Used by the tests on a GPU (``pytest -m gpu``) and, under numba's CUDA simulator, by
+``tests/test_kernels.py`` (which runs ``python tests/kernel_checks.py`` with
+``NUMBA_ENABLE_CUDASIM=1`` in a subprocess, since the simulator is chosen at numba import).
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ def sample_case(M: int, seed: int, nseq: int, max_len: int):
     import pyhmmer
     from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock, Randomness
 
-    from ..profiles import ModelProfile
-    from ..seqdb import SequenceDB
+    from hmmgpu.profiles import ModelProfile
+    from hmmgpu.seqdb import SequenceDB
 
     abc = Alphabet.amino()
     hmm = pyhmmer.plan7.HMM.sample(abc, M, Randomness(seed))
@@ -72,23 +74,35 @@ def hmmer_msv_scores(hmm, db, indices=None):
 
 
 def gpu_scores(idx, st, xj, db):
-    from ..profiles import msv_score, tjb_table
+    from hmmgpu.profiles import msv_score, tjb_table
 
     tjb = tjb_table(max(int(db.max_length), 1))
     sc = msv_score(xj, tjb[np.asarray(db.lengths)[idx]])
     return np.where(st == STATUS_RANGE, np.float32(np.inf), sc).astype(np.float32)
 
 
-def check_filter(f, hmm, prof, db, hmmer=True, cpu=True, force=True, thr_value=None):
-    """Run ``f`` (a GpuMsvFilter over ``db``) for ``prof``; compare every target. Returns a dict."""
-    from .. import cpu_filters
+def msv_stage(db, lanes="16x2", placement=None, max_bytes=None):
+    """An :class:`MsvStage` over ``db`` resident on device 0 (or the simulator)."""
+    from hmmgpu.kernels.device import GpuDevice
+    from hmmgpu.kernels.msv.launch import MsvStage
+    from hmmgpu.kernels.resident import ResidentDatabase
+
+    device = GpuDevice.open(0)
+    with device.activate():
+        resident = ResidentDatabase(db, device, max_bytes=max_bytes)
+    return MsvStage(resident, lanes=lanes, placement=placement)
+
+
+def check_msv(stage, hmm, prof, db, hmmer=True, cpu=True, force=True, thr_value=None):
+    """Run the MSV stage for ``prof``; compare every target with HMMER and the CPU reference."""
+    from hmmgpu import cpu_filters
 
     nz = np.nonzero(np.asarray(db.lengths) > 0)[0]
-    idx, st, xj = f.run(prof.byte)
+    idx, st, xj = stage.run(prof)
     if list(idx) != list(nz):
         raise AssertionError(f"returned targets differ: {len(idx)} vs {len(nz)}")
     report = dict(n=int(nz.size), statuses=np.bincount(st, minlength=20)[[0, 16]].tolist(),
-                  n_msv=f.last.get("n_msv"))
+                  noresult=stage.last.get("noresult"))
     if cpu:
         rst, rxj = cpu_filters.msv_filter(prof, db, indices=nz)
         bad = np.nonzero((rst != st) | (rxj != xj))[0]
@@ -104,7 +118,7 @@ def check_filter(f, hmm, prof, db, hmmer=True, cpu=True, force=True, thr_value=N
                                  f"gpu {mine[bad[0]]} hmmer {ref[bad[0]]}")
         report["hmmer_equal"] = int(nz.size)
     if force:
-        fidx, fst, fxj = f.run(prof.byte, force_msv=True)
+        fidx, fst, fxj = stage.run(prof, force_msv=True)
         rst, rxj = cpu_filters.msv_filter(prof, db, indices=nz, force_msv=True)
         if list(fidx) != list(nz) or (rst != fst).any() or (rxj != fxj).any():
             bad = np.nonzero((rst != fst) | (rxj != fxj))[0]
@@ -112,7 +126,7 @@ def check_filter(f, hmm, prof, db, hmmer=True, cpu=True, force=True, thr_value=N
         report["force_equal"] = int(nz.size)
     if thr_value is not None:
         thr = np.full(int(db.max_length) + 1, thr_value, np.int32)
-        tidx, tst, txj = f.run(prof.byte, thr=thr)
+        tidx, tst, txj = stage.run(prof, thr)
         keep = (st != 0) | (xj >= thr_value)
         if list(tidx) != list(idx[keep]) or (tst != st[keep]).any() or (txj != xj[keep]).any():
             raise AssertionError("thresholded survivors differ")
@@ -120,33 +134,22 @@ def check_filter(f, hmm, prof, db, hmmer=True, cpu=True, force=True, thr_value=N
     return report
 
 
-def sim_selftest(quick=False):
-    """What CI runs under NUMBA_ENABLE_CUDASIM=1 (a few seconds per case)."""
-    from .filter import GpuMsvFilter
-
-    cases = [(20, 7, 4, 30, ("16x2", "8x4")), (70, 3, 2, 20, ("16x2",))]
-    if quick:
-        cases = cases[:1]
+def simulator_msv_checks():
+    """The MSV kernels under the simulator: both lane modes, every table placement, chunking."""
     out = []
-    for M, seed, nseq, maxL, modes in cases:
+    for M, seed, nseq, maxL, modes in [(20, 7, 4, 30, ("16x2", "8x4")), (70, 3, 2, 20, ("16x2",))]:
         hmm, prof, db = sample_case(M, seed, nseq, maxL)
         for lanes in modes:
-            f = GpuMsvFilter(db, lanes=lanes)
-            rep = check_filter(f, hmm, prof, db, thr_value=180 if not out else None)
-            out.append((M, lanes, f.last["G"], f.last["Q"], rep))
-            f.close()
-    M, seed, nseq, maxL, _ = cases[0]
-    hmm, prof, db = sample_case(M, seed, nseq, maxL)
-    # the model table in dynamic shared memory and in global memory (used for big models)
-    for shared in ("dyn", "global"):
-        f = GpuMsvFilter(db, lanes="16x2", shared=shared)
-        rep = check_filter(f, hmm, prof, db, force=False, cpu=False)
-        out.append((M, f"16x2-{shared}", f.last["G"], f.last["Q"], rep))
-    # chunked database (forced by a tiny memory budget): identical results
-    f = GpuMsvFilter(db, lanes="16x2", max_device_bytes=300)
-    assert f.ddb.n_chunks > 1
-    rep = check_filter(f, hmm, prof, db, force=False)
-    out.append((M, "16x2-chunked", f.ddb.n_chunks, None, rep))
+            stage = msv_stage(db, lanes=lanes)
+            rep = check_msv(stage, hmm, prof, db, thr_value=180 if not out else None)
+            out.append((M, lanes, stage.last["spec"].name, rep))
+    hmm, prof, db = sample_case(20, 7, 4, 30)
+    for placement in ("dynamic", "global"):  # the placements of big models' tables
+        stage = msv_stage(db, placement=placement)
+        out.append((20, placement, stage.last.get("spec"), check_msv(stage, hmm, prof, db, force=False, cpu=False)))
+    stage = msv_stage(db, max_bytes=300)  # a tiny memory budget forces chunks: same results
+    assert stage.resident.n_chunks > 1
+    out.append((20, "chunked", stage.resident.n_chunks, check_msv(stage, hmm, prof, db, force=False)))
     return out
 
 
@@ -155,6 +158,7 @@ if __name__ == "__main__":
     import time
 
     t = time.time()
-    for row in sim_selftest(quick="--quick" in sys.argv):
-        print(*row)
-    print(f"sim selftest OK in {time.time() - t:.1f}s")
+    for name in sys.argv[1:]:
+        for row in globals()[name]():
+            print(*row, flush=True)
+    print(f"simulator checks OK in {time.time() - t:.1f}s")
