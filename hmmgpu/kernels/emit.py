@@ -53,6 +53,7 @@ def preamble(e: Emitter, doc: str, binding: str) -> None:
       f"_W = warp.helpers({simulator})",
       "addmax16 = _L.addmax16; max3_16 = _L.max3_16; max16 = _L.max16; add16 = _L.add16",
       "hmax16 = _L.hmax16; bcast16 = _L.bcast16; add32 = _L.add32; u32 = _L.u32; i32 = _L.i32",
+      "lo16 = _L.lo16; hi16 = _L.hi16; pack16 = _L.pack16",
       "subus8 = _L.subus8; maxu8 = _L.maxu8; hmaxu8 = _L.hmaxu8; bcast8 = _L.bcast8",
       "shift_up16 = _W.shift_up16; shift_up8 = _W.shift_up8; group_max = _W.group_max",
       "FULL = 0xFFFFFFFF")

@@ -72,6 +72,21 @@ def py_max3_16(a, b, c):
     return py_max16(py_max16(a, b), c)
 
 
+def py_lo16(a):
+    """The low 16-bit lane as a signed int."""
+    return _split16(a)[0]
+
+
+def py_hi16(a):
+    """The high 16-bit lane as a signed int."""
+    return _split16(a)[1]
+
+
+def py_pack16(lo, hi):
+    """Word with 16-bit lanes ``lo`` (low) and ``hi`` (high)."""
+    return _pack16(lo, hi)
+
+
 def py_hmax16(a):
     """Signed max of the two 16-bit lanes, as an int."""
     return max(_split16(a))
@@ -133,6 +148,7 @@ def py_i32(v):
 
 TWINS = dict(
     add16=py_add16, max16=py_max16, addmax16=py_addmax16, max3_16=py_max3_16, hmax16=py_hmax16,
+    lo16=py_lo16, hi16=py_hi16, pack16=py_pack16,
     bcast16=py_bcast16, shift16=py_shift16, add32=py_add32, addus8=py_addus8, subus8=py_subus8,
     maxu8=py_maxu8, hmaxu8=py_hmaxu8, bcast8=py_bcast8, shift8=py_shift8, u32=py_u32, i32=py_i32,
 )
@@ -235,6 +251,18 @@ def _build_device():
         return max(lo, hi)
 
     @cuda.jit(**dev)
+    def lo16(a):
+        return np.int32(np.int16(u32(a) & u32(0xFFFF)))
+
+    @cuda.jit(**dev)
+    def hi16(a):
+        return np.int32(np.int16(u32(a) >> u32(16)))
+
+    @cuda.jit(**dev)
+    def pack16(lo, hi):
+        return u32((u32(lo) & u32(0xFFFF)) | (u32(u32(hi) & u32(0xFFFF)) << u32(16)))
+
+    @cuda.jit(**dev)
     def bcast16(v):
         v = u32(u32(v) & u32(0xFFFF))
         return u32(v | u32(v << u32(16)))
@@ -305,7 +333,8 @@ def _build_device():
     return dict(
         swar=dict(add16=swar_add16, max16=swar_max16, addmax16=swar_addmax16, max3_16=swar_max3_16),
         dpx=dict(add16=dpx_add16, max16=dpx_max16, addmax16=dpx_addmax16, max3_16=dpx_max3_16),
-        common=dict(hmax16=hmax16, bcast16=bcast16, shift16=shift16, add32=add32, addus8=addus8,
+        common=dict(hmax16=hmax16, lo16=lo16, hi16=hi16, pack16=pack16, bcast16=bcast16, shift16=shift16,
+                    add32=add32, addus8=addus8,
                     subus8=subus8, maxu8=maxu8, hmaxu8=hmaxu8, bcast8=bcast8, shift8=shift8,
                     u32=as_u32, i32=as_i32),
     )

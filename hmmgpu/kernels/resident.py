@@ -103,6 +103,11 @@ class ResidentDatabase:
         self._chunks = [self._upload(lo, hi) for lo, hi in self._bounds] if self.resident else None
 
     @property
+    def largest_chunk(self) -> int:
+        """Positions in the largest chunk (at least 1)."""
+        return max([hi - lo for lo, hi in self._bounds] + [1])
+
+    @property
     def n_chunks(self) -> int:
         """How many chunks the database is processed in (1: fully resident)."""
         return len(self._bounds)
