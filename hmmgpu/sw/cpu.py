@@ -35,17 +35,35 @@ def opal_text(codes: np.ndarray) -> bytes:
     return np.ascontiguousarray(codes, dtype=np.uint8).tobytes().translate(_TABLE)
 
 
+def opal_aligner(matrix: Matrix, gap_open: int, gap_extend: int):
+    """A pyopal Aligner for the matrix (rows under OPAL_ALPHABET) and BLAST's gap costs."""
+    import pyopal
+    from scoring_matrices import ScoringMatrix
+
+    sm = ScoringMatrix(matrix.scores.tolist(), alphabet=OPAL_ALPHABET, name=matrix.name)
+    return pyopal.Aligner(sm, gap_open=int(gap_open) + int(gap_extend), gap_extend=int(gap_extend))
+
+
+def pair_scores(query_codes: np.ndarray, targets, matrix: Matrix, gap_open: int, gap_extend: int) -> np.ndarray:
+    """Exact scores of one query against a few targets (Easel codes each; int32)."""
+    import pyopal
+
+    aligner = opal_aligner(matrix, gap_open, gap_extend)
+    db = pyopal.Database([opal_text(t) for t in targets], alphabet=aligner.alphabet)
+    if not len(db):
+        return np.zeros(0, np.int32)
+    return np.array([r.score for r in aligner.align(opal_text(query_codes), db, mode="score")], np.int32)
+
+
 class CpuScanner:
     """pyopal over one database: ``scores(query_codes)`` gives every target's score."""
 
     def __init__(self, db, matrix: Matrix, gap_open: int, gap_extend: int, threads: int | None = None):
         import pyopal
-        from scoring_matrices import ScoringMatrix
 
         self.db = db
         self.threads = int(threads or os.cpu_count() or 1)
-        sm = ScoringMatrix(matrix.scores.tolist(), alphabet=OPAL_ALPHABET, name=matrix.name)
-        self.aligner = pyopal.Aligner(sm, gap_open=int(gap_open) + int(gap_extend), gap_extend=int(gap_extend))
+        self.aligner = opal_aligner(matrix, gap_open, gap_extend)
         self.nonempty = np.flatnonzero(np.asarray(db.lengths) > 0)
         text = opal_text(db.residues)
         offsets = np.asarray(db.offsets, dtype=np.int64)
