@@ -13,9 +13,9 @@ _API = ("search", "SwSearch", "QueryHits", "SwParams", "Alignment")
 
 def __getattr__(name):  # numba, pyopal and the kernels load only when used
     if name in _API:
-        from . import search as _search
+        from . import api as _api
 
-        return getattr(_search, name)
+        return getattr(_api, name)
     raise AttributeError(f"module 'hmmgpu.sw' has no attribute {name!r}")
 
 

@@ -41,7 +41,7 @@ def run(args) -> int:
     """Execute ``hmmgpu sw``; returns the exit status."""
     from .. import __version__
     from .output import format_report, write_tabular
-    from .search import SwSearch, _read_queries
+    from .api import SwSearch, _read_queries
 
     try:
         queries = _read_queries(args.queries)

@@ -47,7 +47,7 @@ def _text(v) -> str:
 
 
 def write_tabular(fh, hits) -> None:
-    """Append one query's hits (a :class:`~hmmgpu.sw.search.QueryHits`) as BLAST tabular rows."""
+    """Append one query's hits (a :class:`~hmmgpu.sw.api.QueryHits`) as BLAST tabular rows."""
     q = _text(hits.query_name)
     for r in range(len(hits)):
         fh.write("\t".join((
