@@ -87,6 +87,21 @@ def py_pack16(lo, hi):
     return _pack16(lo, hi)
 
 
+def py_max3relu16(a, b, c):
+    """3-way signed 16-bit max floored at 0 per lane (``__vimax3_s16x2_relu``)."""
+    return py_max16(py_max3_16(a, b, c), 0)
+
+
+def py_lo16s(a, b):
+    """Word of the low 16-bit lanes of ``a`` (low half) and ``b`` (high half) (``prmt 0x5410``)."""
+    return (int(a) & 0xFFFF) | ((int(b) & 0xFFFF) << 16)
+
+
+def py_hi16s(a, b):
+    """Word of the high 16-bit lanes of ``a`` (low half) and ``b`` (high half) (``prmt 0x7632``)."""
+    return ((int(a) & M32) >> 16) | (int(b) & 0xFFFF0000)
+
+
 def py_hmax16(a):
     """Signed max of the two 16-bit lanes, as an int."""
     return max(_split16(a))
@@ -149,6 +164,7 @@ def py_i32(v):
 TWINS = dict(
     add16=py_add16, max16=py_max16, addmax16=py_addmax16, max3_16=py_max3_16, hmax16=py_hmax16,
     lo16=py_lo16, hi16=py_hi16, pack16=py_pack16,
+    max3relu16=py_max3relu16, lo16s=py_lo16s, hi16s=py_hi16s,
     bcast16=py_bcast16, shift16=py_shift16, add32=py_add32, addus8=py_addus8, subus8=py_subus8,
     maxu8=py_maxu8, hmaxu8=py_hmaxu8, bcast8=py_bcast8, shift8=py_shift8, u32=py_u32, i32=py_i32,
 )
@@ -195,6 +211,9 @@ def _build_device():
     _dpx_addmax = asm3("{.reg .b32 t1; add.s16x2 t1, $1, $2; max.s16x2 $0, t1, $3;}")
     _dpx_max3 = asm3("{.reg .b32 t1; max.s16x2 t1, $1, $2; max.s16x2 $0, t1, $3;}")
     _dpx_max = asm2("max.s16x2 $0, $1, $2;")
+    _dpx_max3relu = asm3("{.reg .b32 t1; max.s16x2 t1, $1, $2; max.relu.s16x2 $0, t1, $3;}")
+    _prmt_lo = asm2("prmt.b32 $0, $1, $2, 0x5410;")
+    _prmt_hi = asm2("prmt.b32 $0, $1, $2, 0x7632;")
     _dpx_add = asm2("add.s16x2 $0, $1, $2;")
 
     dev = dict(device=True, forceinline=True)
@@ -226,6 +245,22 @@ def _build_device():
     @cuda.jit(**dev)
     def swar_max3_16(a, b, c):
         return swar_max16(swar_max16(a, b), c)
+
+    @cuda.jit(**dev)
+    def swar_max3relu16(a, b, c):
+        return swar_max16(swar_max16(swar_max16(a, b), c), u32(0))
+
+    @cuda.jit(**dev)
+    def dpx_max3relu16(a, b, c):
+        return _dpx_max3relu(u32(a), u32(b), u32(c))
+
+    @cuda.jit(**dev)
+    def lo16s(a, b):
+        return _prmt_lo(u32(a), u32(b))
+
+    @cuda.jit(**dev)
+    def hi16s(a, b):
+        return _prmt_hi(u32(a), u32(b))
 
     @cuda.jit(**dev)
     def dpx_addmax16(a, b, c):
@@ -331,12 +366,14 @@ def _build_device():
         return np.int32(v)
 
     return dict(
-        swar=dict(add16=swar_add16, max16=swar_max16, addmax16=swar_addmax16, max3_16=swar_max3_16),
-        dpx=dict(add16=dpx_add16, max16=dpx_max16, addmax16=dpx_addmax16, max3_16=dpx_max3_16),
+        swar=dict(add16=swar_add16, max16=swar_max16, addmax16=swar_addmax16, max3_16=swar_max3_16,
+                  max3relu16=swar_max3relu16),
+        dpx=dict(add16=dpx_add16, max16=dpx_max16, addmax16=dpx_addmax16, max3_16=dpx_max3_16,
+                 max3relu16=dpx_max3relu16),
         common=dict(hmax16=hmax16, lo16=lo16, hi16=hi16, pack16=pack16, bcast16=bcast16, shift16=shift16,
                     add32=add32, addus8=addus8,
                     subus8=subus8, maxu8=maxu8, hmaxu8=hmaxu8, bcast8=bcast8, shift8=shift8,
-                    u32=as_u32, i32=as_i32),
+                    u32=as_u32, i32=as_i32, lo16s=lo16s, hi16s=hi16s),
     )
 
 

@@ -88,3 +88,21 @@ def persistent_grid(kernel, device, shared_bytes: int, dynamic: bool) -> tuple:
     warps_per_block = max(1, min(32, warps // blocks_per_sm))
     block = max(32, min(warps_per_block * 32, max_threads // 32 * 32))
     return device.sm_count * blocks_per_sm, block
+
+#: (G, Q) rows of the Smith-Waterman scan (16-bit lanes, a target pair per lane group): tile
+#: widths G*Q of 48 to 704 query columns; Q/2 odd keeps the profile reads free of bank
+#: conflicts; the widest tile (42 KB of profile) stays in static shared memory.
+SW_SHAPES = ((8, 6), (8, 10), (8, 14), (16, 6), (16, 10), (16, 14), (32, 6), (32, 10), (32, 14), (32, 22))
+#: Tiled queries: the tile whose total columns plus this many per tile (the wavefront's
+#: fill and the boundary traffic, in column equivalents) is smallest, among the 32-thread rows.
+SW_TILE_COST_COLUMNS = 64
+
+
+def sw_shape(query_length: int) -> tuple:
+    """(G, Q) of the Smith-Waterman kernel for a query: the narrowest single tile that holds it,
+    else the 32-thread tile that minimises padded columns plus per-tile cost."""
+    for G, Q in sorted(SW_SHAPES, key=lambda s: (s[0] * s[1], s[0])):
+        if G * Q >= query_length:
+            return G, Q
+    wide = [s for s in SW_SHAPES if s[0] == 32]
+    return min(wide, key=lambda s: (-(-query_length // (s[0] * s[1]))) * (s[0] * s[1] + SW_TILE_COST_COLUMNS))
