@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("warmup", help="compile every GPU kernel shape ahead of time (once per device)")
     w.add_argument("--lanes", default="auto", choices=choices("lanes"))
     w.add_argument("--device", type=int, default=0)
+
+    from .sw.cli import add_parser as add_sw_parser
+
+    add_sw_parser(sub)
     return parser
 
 
@@ -204,6 +208,10 @@ def main(argv=None) -> int:
     """Entry point of the ``hmmgpu`` console script."""
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "sw":
+            from .sw.cli import run as run_sw
+
+            return run_sw(args)
         return {"search": cmd_search, "makedb": cmd_makedb, "audit": cmd_audit,
                 "warmup": cmd_warmup}[args.command](args)
     except HmmgpuError as e:

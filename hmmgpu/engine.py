@@ -218,7 +218,7 @@ class SearchEngine:
                 t2 = time.perf_counter()
                 query.n_tasks = len(tasks)
                 for task in tasks:
-                    query.states[task.part] = self.forward.run(task)
+                    query.states[task.part] = self.forward.run(task, alone=len(tasks) == 1)
                 result = self.finish(query)
                 t3 = time.perf_counter()
                 self.stats.prepare_seconds += t1 - t0
@@ -323,8 +323,8 @@ class SearchEngine:
                     continue
                 try:
                     t0 = time.perf_counter()
-                    state = self.forward.run(task)
                     query = task.query
+                    state = self.forward.run(task, alone=query.n_tasks == 1)
                     with self._lock:
                         query.states[task.part] = state
                         complete = len(query.states) == query.n_tasks
