@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backends import FilterBackend
-from .cascade import StageCounts
 from .errors import HmmgpuError
 from .forward_stage import ForwardStage
 
@@ -61,7 +60,7 @@ class SearchResult:
     index: int
     hmm: object
     hits: object
-    counts: StageCounts
+    counts: object  #: :class:`~hmmgpu.cascade.StageCounts`
 
 
 @dataclass
@@ -176,6 +175,8 @@ class SearchEngine:
 
     def finish(self, query: Query) -> SearchResult:
         """Merge the query's task states into one ``TopHits``."""
+        from .cascade import StageCounts
+
         states = [query.states[k] for k in range(query.n_tasks)]
         hits = self.forward.merge(query, states, query.counts)
         pli = hits.__getstate__()["pipeline"]
