@@ -41,6 +41,9 @@ class Backend(ABC):
     #: One line naming the backend, printed by the command line.
     description: str = ""
 
+    def prepare_for(self, lengths) -> None:
+        """Get ready for models of these lengths (the GPU compiles their kernels up front)."""
+
     def close(self) -> None:
         """Release what the backend holds (GPU memory)."""
 
@@ -94,6 +97,7 @@ class FilterBackend(Backend):
     def gpu_seconds(self) -> float:
         """Kernel time spent on the GPU so far."""
         return 0.0
+
 
 
 class _Finished:
@@ -185,6 +189,9 @@ class CudaBackend(FilterBackend):
 
     def gpu_seconds(self) -> float:
         return self.gpu.gpu_ms / 1e3
+
+    def prepare_for(self, lengths) -> None:
+        self.gpu.compile_for(lengths)
 
     def close(self) -> None:
         self.gpu.close()
