@@ -44,6 +44,10 @@ class Backend(ABC):
     def prepare_for(self, lengths) -> None:
         """Get ready for models of these lengths (the GPU compiles their kernels up front)."""
 
+    def details(self) -> dict:
+        """Where the backend's time went (for the end-of-run statistics)."""
+        return {}
+
     def close(self) -> None:
         """Release what the backend holds (GPU memory)."""
 
@@ -192,6 +196,9 @@ class CudaBackend(FilterBackend):
 
     def prepare_for(self, lengths) -> None:
         self.gpu.compile_for(lengths)
+
+    def details(self) -> dict:
+        return dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds))
 
     def close(self) -> None:
         self.gpu.close()

@@ -134,7 +134,8 @@ class GpuCascade:
         self.lanes = self.msv.lanes
         self.msv_stage = MsvStage(resident, lanes)
         self.vit_stage = VitStage(resident)
-        self.gpu_ms = 0.0
+        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0)  #: GPU time of each kernel, summed
+        self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0)  #: the host's side of the cascade
         self._bias_kernel = None
         max_len = max(resident.max_length, 1)
         self.max_length = max_len
@@ -171,6 +172,11 @@ class GpuCascade:
         staging = {k: (cuda.pinned_array(size, dtype), cuda.device_array(size, dtype))
                    for k, (size, dtype) in sizes.items()}
         return _Slot(**dev, host=host, zeros=zeros, staging=staging)
+
+    @property
+    def gpu_ms(self) -> float:
+        """GPU time of the cascade's kernels so far (milliseconds)."""
+        return sum(self.kernel_ms.values())
 
     def compile_for(self, lengths, notice=None) -> int:
         """Compile, in parallel processes, the kernels that models of these lengths need and
@@ -233,7 +239,11 @@ class GpuCascade:
                             threshold_by_length=slot.tables["threshold_by_length"], scalars=slot.tables["scalars"],
                             counters=slot.counters[:len(MsvCounter)], out_pos=slot.msv_pos,
                             out_status=slot.msv_status, out_xj=slot.msv_xj, fallback_pos=slot.fallback)
+            after_msv = cuda.event()
+            after_msv.record(s)
             self._launch_bias(chunk, slot, profile, options)
+            after_bias = cuda.event()
+            after_bias.record(s)
             if vt is not None:
                 self.vit.launch(vit_spec, chunk, s, items=slot.vit_pos, n_items_at=slot.counters,
                                 n_items_slot=_VIT_LIST, counters=slot.counters[_VIT_WORK:], tables=vt,
@@ -246,8 +256,9 @@ class GpuCascade:
                 getattr(slot, name).copy_to_host(slot.host[name], stream=s)
             slot.event = cuda.event()
             slot.event.record(s)
-        ticket = Ticket(self, profile, options, slot=slot, plan=dict(start=start, stop=stop, vit=vt is not None,
-                                                                     vit_reason=vit_reason))
+        ticket = Ticket(self, profile, options, slot=slot,
+                        plan=dict(events=(start, after_msv, after_bias, stop), vit=vt is not None, vit_reason=vit_reason))
+        self.host_seconds["submit"] += time.perf_counter() - ticket.submitted
         self._in_flight.append(ticket)
         return ticket
 
@@ -273,8 +284,10 @@ class GpuCascade:
         from numba import cuda
 
         slot = ticket.slot
+        t0 = time.perf_counter()
         slot.event.synchronize()
         self._in_flight.remove(ticket)
+        self.host_seconds["wait"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         plan = ticket.plan
         profile, options = ticket.profile, ticket.options
@@ -308,9 +321,15 @@ class GpuCascade:
             vsc = np.concatenate([vsc, np.full(k, np.nan, np.float32)])
         survivors, n_past_bias = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc,
                                          decision, vsc)
-        gpu_s = 0.0 if self.device.simulator else cuda.event_elapsed_time(plan["start"], plan["stop"]) / 1e3
+        gpu_s = 0.0
+        if not self.device.simulator:
+            ev = plan["events"]
+            for name, a, b in (("msv", ev[0], ev[1]), ("bias", ev[1], ev[2]), ("viterbi", ev[2], ev[3])):
+                ms = cuda.event_elapsed_time(a, b)
+                self.kernel_ms[name] += ms
+                gpu_s += ms / 1e3
         seconds = dict(gpu=gpu_s, host=time.perf_counter() - t0)
-        self.gpu_ms += gpu_s * 1e3
+        self.host_seconds["finish"] += seconds["host"]
         return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=n_past_bias,
                              n_past_vit=int(survivors.size), seconds=seconds)
 
