@@ -144,7 +144,7 @@ class SearchEngine:
         self.forward = ForwardStage(db, options, ftz=ftz)
         self.filtered = isinstance(backend, FilterBackend)
         self.stats = EngineStats(threads=max(1, self.threads))
-        self.gpu_window = 3  #: models submitted to the GPU ahead of the one being planned
+        self.gpu_window = 6  #: models submitted to the GPU ahead of the one being planned
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ the stages, per query

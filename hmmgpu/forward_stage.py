@@ -199,8 +199,7 @@ class ForwardStage:
         pli.clear()  # counters and random generator as in a new pipeline
         # a range of targets from the first one counts Z as a serial run does: nothing to fix
         from_start = not task.filtered and (not task.positions.size or task.positions[0] == 0)
-        if self.by_position and not from_start:
-            pli.Z = task.z_fixed
+        pli.Z = task.z_fixed if self.by_position and not from_start else self.options.Z
         if task.filtered:
             block = self.sequences.block(task.positions)
         else:

@@ -74,8 +74,9 @@ def passes_gumbel(scores, null, mu: float, lam: float, F: float) -> np.ndarray:
     return out
 
 
-def msv_thresholds(profile, max_length: int, F1: float) -> np.ndarray:
-    """Smallest integer ``xJ`` that passes F1, for every length 0..max_length (256: none).
+def msv_thresholds(profile, max_length: int, F1: float, lengths=None) -> np.ndarray:
+    """Smallest integer ``xJ`` that passes F1, for every length 0..max_length (256: none),
+    or only at ``lengths`` (the others then hold 256).
 
     Exactly HMMER's test ``gumbel_surv(bits(msv_score(xJ, L) - null(L))) <= F1``: the score
     rises with ``xJ``, so a bisection per length (all lengths at once) finds the threshold.
@@ -84,10 +85,12 @@ def msv_thresholds(profile, max_length: int, F1: float) -> np.ndarray:
 
     mu, lam = profile.evalue_parameters[0], profile.evalue_parameters[1]
     max_length = max(int(max_length), 1)
-    tjb = tjb_table(max_length)[1:]
-    null = null_table(max_length)[1:]
-    lo = np.zeros(max_length, np.int64)
-    hi = np.full(max_length, 256, np.int64)
+    at = np.arange(1, max_length + 1) if lengths is None else np.asarray(lengths, np.int64)
+    at = at[at > 0]
+    tjb = tjb_table(max_length)[at]
+    null = null_table(max_length)[at]
+    lo = np.zeros(at.size, np.int64)
+    hi = np.full(at.size, 256, np.int64)
     while True:
         open_ = lo < hi
         if not open_.any():
@@ -96,7 +99,9 @@ def msv_thresholds(profile, max_length: int, F1: float) -> np.ndarray:
         ok = passes_gumbel(msv_score(np.minimum(mid, 255), tjb), null, mu, lam, F1) & (mid < 256)
         hi = np.where(open_ & ok, mid, hi)
         lo = np.where(open_ & ~ok, mid + 1, lo)
-    return np.concatenate([[256], lo]).astype(np.int32)
+    out = np.full(max_length + 1, 256, np.int32)
+    out[at] = lo
+    return out
 
 
 #: Half-width, in float steps, of the band decided on the host (see the module header).

@@ -5,9 +5,10 @@ the SSV/MSV kernel over every position (:mod:`.msv`) writes the targets that pas
 bias kernel (:mod:`.bias`) scores those, decides what it can and compacts the ones that need
 the Viterbi filter into a work list; the Viterbi kernel (:mod:`.vit`) runs on that list.
 The results (counters, lists, scores) come back with asynchronous copies into pinned
-memory, and an event marks the end. :meth:`GpuCascade.submit` returns at once, so the
-launches of the next models queue behind it with no host synchronisation in between; a
-ring of :data:`SLOTS` buffer sets lets that many models be in flight. :meth:`Ticket.result`
+memory, and an event marks the end. :meth:`GpuCascade.submit` returns at once, with no
+host synchronisation between models; a ring of :data:`SLOTS` buffer sets, each with its
+own stream, lets that many models be in flight and their kernels run at the same time (so
+the few long targets that end each kernel do not leave the GPU idle). :meth:`Ticket.result`
 waits for the event and finishes on the host what the GPU left to it, with HMMER's own
 arithmetic: the decisions inside the P-value bands, the few targets whose bias score or
 Viterbi filter the kernels flagged, the fallback targets of the J-state MSV, and models
@@ -39,7 +40,7 @@ from .vit.source import NX as VIT_NX
 from .vit.source import STATUS_UNCERTAIN, TRANSITION_ROWS
 
 #: Models in flight on the GPU at once (buffer sets in the ring).
-SLOTS = 4
+SLOTS = 8
 #: Counter array of one slot: the MSV kernel's counters, then the Viterbi work-list count
 #: and the Viterbi kernel's work counter.
 _VIT_LIST = len(MsvCounter)
@@ -85,6 +86,7 @@ class _Slot:
     host: dict  #: pinned host mirrors of the results
     zeros: object  #: pinned zeros for resetting the counters
     staging: dict  #: per model table: (pinned host buffer, device buffer) of the largest size
+    stream: object  #: this slot's CUDA stream
     event: object = None
     tables: dict = None  #: device views of the current model's tables
 
@@ -139,9 +141,9 @@ class GpuCascade:
         self._bias_kernel = None
         max_len = max(resident.max_length, 1)
         self.max_length = max_len
+        self._distinct_lengths = np.unique(resident.lengths)  #: the lengths the kernels ever look up
         n = resident.largest_chunk
         with self.device.activate():
-            self.stream = cuda.stream()
             self._db_tables = {k: cuda.to_device(v) for k, v in length_tables(max_len).items()}
             self._db_tables["move_by_length"] = cuda.to_device(xw_move_table(max_len).astype(np.int32))
             self._db_tables["tjb32"] = cuda.to_device(tjb_table(max_len).astype(np.int32))
@@ -171,7 +173,7 @@ class GpuCascade:
                      overflow_at=(VIT_NX, np.int32))
         staging = {k: (cuda.pinned_array(size, dtype), cuda.device_array(size, dtype))
                    for k, (size, dtype) in sizes.items()}
-        return _Slot(**dev, host=host, zeros=zeros, staging=staging)
+        return _Slot(**dev, host=host, zeros=zeros, staging=staging, stream=cuda.stream())
 
     @property
     def gpu_ms(self) -> float:
@@ -220,7 +222,8 @@ class GpuCascade:
         bands = np.array([*stats.score_threshold(mu, lam, options.F1), *stats.score_threshold(mu, lam, options.F2)],
                          np.float32)
         host_tables = dict(zip(("ssv_table", "msv_table"), model_tables(byte, msv_spec)))
-        host_tables.update(threshold_by_length=stats.msv_thresholds(profile, self.max_length, options.F1),
+        host_tables.update(threshold_by_length=stats.msv_thresholds(profile, self.max_length, options.F1,
+                                                                    self._distinct_lengths),
                            scalars=scalars(byte), odds=profile.bias.emission_odds.reshape(-1), bands=bands)
         vt = None
         if vit_reason is None:
@@ -228,7 +231,7 @@ class GpuCascade:
             host_tables.update(emissions=vt.emissions, transitions=vt.transitions, dd_sums=vt.dd_sums,
                                overflow_at=vt.overflow_at)
         chunk = next(self.resident.chunks())
-        s = self.stream
+        s = slot.stream
         with self.device.activate():
             slot.tables = {k: slot.stage(k, np.ascontiguousarray(v), s) for k, v in host_tables.items()}
             slot.counters.copy_to_device(slot.zeros, stream=s)
@@ -277,7 +280,7 @@ class GpuCascade:
                          null_by_length=t["null_by_length"], tjb_by_length=t["tjb32"], bands=slot.tables["bands"],
                          filtersc=slot.filtersc, decision=slot.decision, vit_pos=slot.vit_pos,
                          vit_from=slot.vit_from, n_vit_at=slot.counters, n_vit_slot=_VIT_LIST)
-        self._bias_kernel[grid, block, self.stream, 0](*args)
+        self._bias_kernel[grid, block, slot.stream, 0](*args)
 
     def _finish(self, ticket: Ticket) -> CascadeResult:
         """Wait for a ticket's event and take the host's part of the cascade (module header)."""
