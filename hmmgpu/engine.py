@@ -6,8 +6,8 @@ Models arrive as a stream (a 20,000-model Pfam file is never held whole). Three 
 threads pass them along through bounded queues:
 
 1. **prepare** (one thread): checks each model (protein alphabet, calibration, cutoffs) and
-   builds what the later stages need: pyhmmer's optimized profile, configured as hmmsearch
-   configures it, and, on a filter backend, hmmgpu's quantized filter tables.
+   builds, on a filter backend, hmmgpu's quantized filter tables (pyhmmer's stage takes the
+   model itself: each worker configures it into its own pipeline's reused buffers).
 2. **filter** (one thread): runs the filter cascade of each model on the backend (on the
    GPU the launches of several models are queued ahead, with no host synchronisation
    between them: :mod:`hmmgpu.kernels.cascade`), then cuts the survivors into tasks of
@@ -45,7 +45,6 @@ class Query:
 
     index: int  #: position in the input (0-based)
     hmm: object  #: pyhmmer ``HMM``
-    optimized: object  #: pyhmmer ``OptimizedProfile`` configured as hmmsearch configures it
     profile: object = None  #: hmmgpu :class:`~hmmgpu.profiles.ModelProfile` (filter backends)
     counts: object = None  #: the cascade's counters (filter backends)
     states: dict = field(default_factory=dict)  #: finished task states by part number
@@ -156,13 +155,13 @@ class SearchEngine:
 
         hmm = getattr(item, "hmm", item)
         check_model(hmm, self.options)
-        gm = p7.Profile(hmm.M, hmm.alphabet)
-        gm.configure(hmm, self._background(), 100)
-        query = Query(index=index, hmm=hmm, optimized=gm.to_optimized())
+        query = Query(index=index, hmm=hmm)
         if self.filtered:
             from .profiles import ModelProfile
 
-            query.profile = ModelProfile.from_profile(hmm, gm, query.optimized, mmu=getattr(item, "mmu", None))
+            gm = p7.Profile(hmm.M, hmm.alphabet)
+            gm.configure(hmm, self._background(), 100)
+            query.profile = ModelProfile.from_profile(hmm, gm, mmu=getattr(item, "mmu", None))
         return query
 
     def _background(self):

@@ -58,7 +58,7 @@ _ZSETBY_NTARGETS = 0
 class Task:
     """One query's targets ``positions`` (sorted database indices) for one pyhmmer run."""
 
-    query: object  #: the engine's Query (index, hmm, optimized profile)
+    query: object  #: the engine's Query (index, hmm)
     positions: np.ndarray
     z_fixed: float  #: the Z the task runs with (its first position + 1)
     filtered: bool  #: hmmgpu's filters ran first (F1 = F2 = 1 in pyhmmer)
@@ -206,7 +206,9 @@ class ForwardStage:
             block = self.sequences.range_block(int(task.positions[0]), int(task.positions[-1]) + 1) \
                 if task.positions.size else self.sequences.block(task.positions)
         try:
-            hits = pli.search_hmm(task.query.optimized.copy(), block)
+            # the model itself: pyhmmer configures it into this pipeline's reused buffers (a copy
+            # of an optimized profile per task would map and unmap memory in every thread)
+            hits = pli.search_hmm(task.query.hmm, block)
         except Exception as error:  # an error HMMER itself raises (e.g. Forward underflow on a '*'-only target)
             from .checks import text
             from .errors import HmmgpuError

@@ -278,23 +278,24 @@ class ModelProfile:
     @classmethod
     def from_hmm(cls, hmm, mmu: float | None = None) -> "ModelProfile":
         """Build the filter tables of a protein ``pyhmmer.plan7.HMM``."""
-        gm = configured_profile(hmm)
-        return cls.from_profile(hmm, gm, gm.to_optimized(), mmu=mmu)
+        return cls.from_profile(hmm, configured_profile(hmm), mmu=mmu)
 
     @classmethod
-    def from_profile(cls, hmm, gm, om, mmu: float | None = None) -> "ModelProfile":
-        """The filter tables from ``hmm``, its profile ``gm`` configured as hmmsearch configures
-        it and the optimized profile ``om`` made from it. ``mmu``: the model's MSV location
-        parameter (``STATS LOCAL MSV``) when the caller read it from the file."""
+    def from_profile(cls, hmm, gm, mmu: float | None = None) -> "ModelProfile":
+        """The filter tables from ``hmm`` and its profile ``gm`` configured as hmmsearch
+        configures it. ``mmu``: the model's MSV location parameter (``STATS LOCAL MSV``) when
+        the caller read it from the file."""
         msc = match_scores(gm)
+        # om->compo as p7_pli_NewModel hands it to p7_bg_SetFilter: the model's COMPO line
+        # (which p7_oprofile_Convert copies), or the optimized profile's zeros without one
+        compo = hmm.composition if hmm.composition is not None else gm.to_optimized().compositions
         return cls(
             name=_text(hmm.name),
             M=hmm.M,
             byte=ByteProfile.from_scores(msc),
             word=WordProfile.from_scores(msc, transition_scores(hmm)),
             evalue_parameters=evalue_parameters(hmm, mmu),
-            # om->compo, as p7_pli_NewModel hands it to p7_bg_SetFilter (zeros without a COMPO line)
-            bias=BiasProfile.from_composition(hmm.M, np.asarray(om.compositions, dtype=F32)[:K]),
+            bias=BiasProfile.from_composition(hmm.M, np.asarray(compo, dtype=F32)[:K]),
             hmm=hmm,
         )
 
