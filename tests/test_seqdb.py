@@ -284,7 +284,7 @@ def test_damaged_databases(tmp_path):
     db.save(out)
     meta = (out / seqdb.META_FILE).read_text()
 
-    (out / seqdb.META_FILE).write_text(meta.replace('"version": 1', '"version": 99'))
+    (out / seqdb.META_FILE).write_text(meta.replace(f'"version": {seqdb.FORMAT_VERSION}', '"version": 99'))
     assert_error(lambda: SequenceDB.load(out), out, "version 99 is not supported")
     (out / seqdb.META_FILE).write_text("{not json")
     assert_error(lambda: open_database(out), out, "unreadable hmmgpu-db.json")
