@@ -164,13 +164,18 @@ class HitList:
 def read_tophits(tophits) -> HitList:
     """Decode a pyhmmer ``TopHits`` (sorted and thresholded, as a pipeline returns it)."""
     state = tophits.__getstate__()
-    unsorted = [_read_hit(memoryview(bytes(blob))) for blob in state["unsrt"]]
+    unsorted = [read_hit(blob) for blob in state["unsrt"]]
     pli = state["pipeline"]
     accounting = PipelineAccounting(
         mode="search" if pli["mode"] == 0 else "scan",
         **{name: pli[name] for name in PipelineAccounting.__slots__ if name != "mode"})
     return HitList(hits=tuple(unsorted[i] for i in state["hit"]), nreported=state["nreported"],
                    nincluded=state["nincluded"], accounting=accounting)
+
+
+def read_hit(blob) -> HitRecord:
+    """One hit of a ``TopHits`` state (a buffer holding ``p7_hit_Serialize()``'s bytes)."""
+    return _read_hit(memoryview(bytes(blob)))
 
 
 def _cstring(buf: memoryview, pos: int) -> tuple[bytes, int]:
@@ -246,5 +251,5 @@ def _check(ok: bool, what: str) -> None:
                           "HMMER 3.4's (hmmgpu needs pyhmmer 0.12)")
 
 
-__all__ = ["read_tophits", "HitList", "HitRecord", "DomainRecord", "AlignmentDisplay", "PipelineAccounting",
+__all__ = ["read_tophits", "read_hit", "HitList", "HitRecord", "DomainRecord", "AlignmentDisplay", "PipelineAccounting",
            "IS_INCLUDED", "IS_REPORTED", "IS_NEW", "IS_DROPPED", "IS_DUPLICATE", "ZSETBY_NTARGETS", "ZSETBY_OPTION"]
