@@ -118,7 +118,16 @@ def _text_records(chunks: Iterator[bytes], label: str) -> Iterator:
     """
     with ThreadPoolExecutor(PARSE_THREADS) as pool:
         pending: deque = deque()
-        for number, record in enumerate(_records(chunks, label), 1):
+        records = _records(chunks, label)
+        while True:
+            try:
+                number, record = next(records)
+            except StopIteration:
+                break
+            except HmmgpuError:   # models before a fault in the text still come first, in order
+                while pending:
+                    yield pending.popleft().result()
+                raise
             pending.append(pool.submit(_parse_record, record, label, number))
             if len(pending) > READ_AHEAD:
                 yield pending.popleft().result()
@@ -126,8 +135,8 @@ def _text_records(chunks: Iterator[bytes], label: str) -> Iterator:
             yield pending.popleft().result()
 
 
-def _records(chunks: Iterator[bytes], label: str) -> Iterator[bytes]:
-    """The text of each model, up to and including its ``//`` line."""
+def _records(chunks: Iterator[bytes], label: str) -> Iterator[tuple[int, bytes]]:
+    """Each model's number (from 1) and text, up to and including its ``//`` line."""
     buffer, number = b"", 0
     for chunk in _chain(b"", chunks, b"\n"):   # a last "//" may lack its newline
         buffer += chunk
@@ -136,7 +145,7 @@ def _records(chunks: Iterator[bytes], label: str) -> Iterator[bytes]:
             record, start = buffer[start:end], end
             if record.strip():
                 number += 1
-                yield record
+                yield number, record
         buffer = buffer[start:]
     if buffer.strip():
         raise HmmgpuError(f"{label}: model {number + 1}{_record_name(buffer)}: truncated "
