@@ -95,6 +95,21 @@ _HEADER_LINES = (
 )
 _LABEL_WIDTH = 33   # "# " + label padded to this width, then the value (HMMER's column 35)
 
+#: Default value strings of HMMER's option tables. Easel calls an option "used" (and the
+#: header shows it) only when the string given differs from the default's: ``-E 10.0`` adds
+#: no line, ``-E 10`` does. hmmsearch's --cpu default is the build's p7_NCPU (2 in the pip
+#: package 'hmmer'); hmmscan's is 0.
+HMMER_DEFAULTS = {"-E": "10.0", "--domE": "10.0", "--incE": "0.01", "--incdomE": "0.01", "--F1": "0.02",
+                  "--F2": "1e-3", "--F3": "1e-5", "--textw": "120", "--seed": "42"}
+_CPU_DEFAULT = {"search": "2", "scan": "0"}
+
+
+def header_settings(program: Program, given: Mapping[str, tuple[str, object]]) -> dict:
+    """The options that HMMER's header would show: ``given`` maps each option on the command
+    line to (the string given, its value); those given as their default string are dropped."""
+    defaults = dict(HMMER_DEFAULTS, **{"--cpu": _CPU_DEFAULT[program]})
+    return {flag: value for flag, (text, value) in given.items() if defaults.get(flag) != text}
+
 
 @dataclass(frozen=True, slots=True)
 class Query:
@@ -139,8 +154,9 @@ def program_header(program: Program, query_file: str, target_file: str,
                    settings: Mapping[str, object] = {}) -> bytes:
     """The banner and option lines that open the report (``output_header()``).
 
-    ``settings`` maps each option given on the command line (``"-E"``, ``"--cut_ga"``, ...) to
-    its value (``True`` for switches); options not in HMMER's header are ignored.
+    ``settings`` maps each option to show (``"-E"``, ``"--cut_ga"``, ...; see
+    :func:`header_settings`) to its value (``True`` for switches); options not in HMMER's
+    header are ignored.
     """
     hmmfile, seqfile = (query_file, target_file) if program == "search" else (target_file, query_file)
     out = [b"# hmmgpu %s :: %s\n" % (program.encode(), _PURPOSE[program]),
@@ -436,6 +452,6 @@ def alignment_note(nseq: int, path: str) -> bytes:
     return b"# Alignment of %d hits satisfying inclusion thresholds saved to: %s\n" % (nseq, os.fsencode(path))
 
 
-__all__ = ["Query", "Stopwatch", "program_header", "query_report", "targets_table", "domain_annotation",
+__all__ = ["Query", "Stopwatch", "program_header", "header_settings", "HMMER_DEFAULTS", "query_report", "targets_table", "domain_annotation",
            "alignment_block", "pipeline_statistics", "tabular_tail", "write_alignment", "alignment_note",
            "REPORT_END"]

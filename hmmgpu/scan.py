@@ -108,6 +108,19 @@ def scan_sequence(sequence, database: ProfileDatabase, options: SearchOptions = 
     them. ``filter_counts``: accounting counters (:data:`FILTER_COUNTERS`) to report
     instead of pyhmmer's on the subset.
     """
+    from pyhmmer.errors import MissingCutoffs
+
+    try:
+        return _scan(sequence, database, options, indices, filter_counts or {})
+    except MissingCutoffs as exc:   # hmmscan stops too, when such a model reaches the domain stage
+        raise HmmgpuError(f"{database.source}: model '{exc.model_name}' has no {_CUTOFF_LINE[exc.bit_cutoffs]} "
+                          f"line, needed by --cut_{_CUTOFF_LINE[exc.bit_cutoffs].lower()}") from None
+
+
+_CUTOFF_LINE = {"gathering": "GA", "trusted": "TC", "noise": "NC"}
+
+
+def _scan(sequence, database: ProfileDatabase, options: SearchOptions, indices, filter_counts: Mapping[str, int]):
     from pyhmmer.plan7 import OptimizedProfileBlock, Pipeline
 
     kwargs = options.pipeline_kwargs()
@@ -122,7 +135,7 @@ def scan_sequence(sequence, database: ProfileDatabase, options: SearchOptions = 
             block = OptimizedProfileBlock(_amino(), [database.profiles[i].copy() for i in group])
             hits = Pipeline(_amino(), **kwargs).scan_seq(sequence, block)
             parts.append((group, hits.__getstate__()))
-        return _combine(sequence, parts, database, options, filter_counts or {})
+        return _combine(sequence, parts, database, options, filter_counts)
 
 
 def _distinct_name_groups(positions: np.ndarray, names: list[bytes]) -> list[list[int]]:

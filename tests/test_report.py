@@ -17,8 +17,8 @@ from hmmgpu.fpenv import flush_to_zero
 from hmmgpu.hitlist import read_tophits
 from hmmgpu.hmmfile import read_models
 from hmmgpu.options import ReportOptions, SearchOptions
-from hmmgpu.report import (REPORT_END, Query, Stopwatch, alignment_note, program_header, query_report,
-                           tabular_tail, write_alignment)
+from hmmgpu.report import (REPORT_END, Query, Stopwatch, alignment_note, header_settings, program_header,
+                           query_report, tabular_tail, write_alignment)
 from tests.helpers import PROTEOME, SAMPLES
 
 HMMSEARCH = shutil.which("hmmsearch")
@@ -33,16 +33,18 @@ _SWITCHES = {"--nonull2": dict(null2=False), "--nobias": dict(bias_filter=False)
              "--cut_tc": dict(bit_cutoffs="trusted"), "--max": dict(F1=1.0, F2=1.0, F3=1.0, bias_filter=False)}
 
 
-def parse(args):
-    """(SearchOptions, ReportOptions, header settings) of an hmmsearch argument list."""
-    search, report, settings, i = {}, {}, {}, 0
+def parse(args, program="search"):
+    """(SearchOptions, ReportOptions, header settings) of an hmmsearch/hmmscan argument list."""
+    search, report, given, i = {}, {}, {}, 0
     while i < len(args):
         flag = args[i]
         if flag in _VALUED:
-            search[_VALUED[flag]] = settings[flag] = float(args[i + 1])
+            search[_VALUED[flag]] = float(args[i + 1])
+            given[flag] = (args[i + 1], float(args[i + 1]))
             i += 2
         elif flag == "--textw":
-            report["textw"] = settings[flag] = int(args[i + 1])
+            report["textw"] = int(args[i + 1])
+            given[flag] = (args[i + 1], int(args[i + 1]))
             i += 2
         elif flag in _SWITCHES or flag in ("--acc", "--noali", "--notextw"):
             search.update(_SWITCHES.get(flag, {}))
@@ -50,18 +52,19 @@ def parse(args):
                 report[flag[2:]] = True
             if flag == "--notextw":
                 report["textw"] = None
-            settings[flag] = True
+            given[flag] = ("", True)
             i += 1
         else:
             raise ValueError(flag)
-    return SearchOptions(**search), ReportOptions(**report), settings
+    given["--cpu"] = ("0", 0)
+    return SearchOptions(**search), ReportOptions(**report), header_settings(program, given)
 
 
 def hmmgpu_run(hmmfile, seqfile, args, alignment=None, output="ref.out"):
     """The report hmmgpu writes for a search of every model of hmmfile (pyhmmer's TopHits);
     the header names ``output`` as hmmsearch's ``-o`` file."""
     search, report, settings = parse(args)
-    settings.update({"-o": output, "--cpu": 0})
+    settings["-o"] = output
     if alignment:
         settings["-A"] = str(alignment)
     with SequenceFile(str(seqfile), digital=True, alphabet=AMINO) as fh:
