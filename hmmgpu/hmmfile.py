@@ -172,9 +172,36 @@ def _record_name(record: bytes) -> str:
     return ""
 
 
+#: Alphabet names that Easel's ``esl_abc_EncodeType()`` knows (case-insensitive).
+_ALPHABETS = (b"amino", b"dna", b"rna", b"coins", b"dice", b"custom")
+
+
+def _header_fault(record: bytes) -> str | None:
+    """What in a record's header would crash HMMER's reader, which trusts it: no ALPH line
+    (the body is then read with no alphabet) or a LENG that is not a positive number of
+    nodes that the record can hold (the body is allocated from it)."""
+    lines = record.split(b"\n")
+    body = next((i for i, line in enumerate(lines) if line.split()[:1] == [b"HMM"]), len(lines))
+    tags = {}
+    for line in lines[1:body]:
+        fields = line.split()
+        if fields:
+            tags[fields[0]] = fields[1:]
+    alphabet = tags.get(b"ALPH", [b""])[:1] or [b""]
+    if alphabet[0].lower() not in _ALPHABETS:
+        return "no valid ALPH line in the model header"
+    length = (tags.get(b"LENG") or [b""])[0]
+    if not length.isdigit() or not 0 < int(length) <= (len(lines) - body) // 3:
+        return f"invalid model length on the LENG line ({_shown(length) or 'none'})"
+    return None
+
+
 def _parse_record(record: bytes, label: str, number: int):
     from pyhmmer.plan7 import HMMFile
 
+    problem = _header_fault(record)
+    if problem:
+        raise HmmgpuError(f"{label}: model {number}{_record_name(record)}: {problem}")
     try:
         with HMMFile(io.BytesIO(record)) as f:
             models = list(f)
@@ -238,6 +265,12 @@ def check_model(hmm, where: str) -> float:
         kind = "DNA" if hmm.alphabet.is_dna() else "RNA" if hmm.alphabet.is_rna() else "non-protein"
         raise HmmgpuError(f"{where}: is a {kind} model; hmmgpu searches protein sequences with protein models "
                           "(use nhmmer for nucleotide searches)")
+    try:
+        consensus = hmm.consensus
+    except UnicodeDecodeError:
+        raise HmmgpuError(f"{where}: a consensus residue is not an ASCII character") from None
+    if consensus is None:   # "CONS no": p7_ProfileConfig() refuses such a model
+        raise HmmgpuError(f"{where}: has no consensus residues (CONS no), which HMMER needs to search with it")
     evparam = np.asarray(hmm.evalue_parameters.as_vector(), dtype=np.float32)
     if hmm.evalue_parameters.m_lambda is None:
         raise HmmgpuError(f"{where}: not calibrated (no STATS LOCAL lines); build it with hmmbuild")

@@ -394,7 +394,9 @@ class SequenceDB:
         for key, dtype in _ARRAYS.items():
             try:
                 array = np.load(os.path.join(path, key + ".npy"), mmap_mode="r")
-            except (OSError, ValueError) as exc:
+            except Exception as exc:   # numpy's header parser raises many kinds on damaged files
+                if isinstance(exc, MemoryError):
+                    raise
                 raise HmmgpuError(f"{path}: damaged database: cannot map {key}.npy ({_one_line(exc)})") from None
             if array.dtype != dtype or array.ndim != 1 or array.shape[0] != sizes.get(key, array.shape[0]):
                 raise HmmgpuError(f"{path}: damaged database: {key}.npy does not match {META_FILE}")

@@ -112,7 +112,11 @@ BAD_MODELS = {
     "header_only": (b"HMMER3/f [3.4 | Aug 2023]\nNAME  x\n", "model 1 (x): truncated"),
     "cut_in_body": (model_text()[:6000], "model 1 (2-Hacid_dh_C): truncated"),
     "cut_before_slashes": (model_text().rstrip()[:-2], "truncated (the file ends before its closing //)"),
-    "garbage_record": (model_text() + b"HMMER3/f\nNAME y\nLENG x\n//\n", "model 2 (y): not a valid HMMER profile"),
+    "garbage_record": (model_text() + b"HMMER3/f\nNAME y\nLENG x\n//\n", "model 2 (y): no valid ALPH line"),
+    "no_alph": (model_text().replace(b"ALPH  amino", b"ALP  amino"), "model 1 (2-Hacid_dh_C): no valid ALPH line"),
+    "huge_leng": (model_text().replace(b"LENG  178", b"LENG  1780000"), "invalid model length on the LENG line (1780000)"),
+    "negative_leng": (model_text().replace(b"LENG  178", b"LENG  -178"), "invalid model length"),
+    "no_consensus": (model_text().replace(b"CONS  yes", b"CONS  no"), "has no consensus residues"),
 }
 
 
