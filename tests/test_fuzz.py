@@ -154,3 +154,27 @@ def test_hmm_reader(tmp_path_factory, small_block, data, compress):
     assert reference is not None and len(reference) == len(models)
     for ours, theirs in zip(models, reference):
         assert table(Pipeline(AMINO).search_hmm(ours, small_block)) == table(Pipeline(AMINO).search_hmm(theirs, small_block))
+
+
+def binary_model() -> bytes:
+    buf = io.BytesIO()
+    next(read_models(SAMPLES / "PF02826.hmm")).hmm.write(buf, binary=True)
+    return buf.getvalue()
+
+
+BINARY = binary_model()
+
+
+@FUZZ
+@given(data=mutated(BINARY))
+def test_binary_hmm_reader(tmp_path_factory, small_block, data):
+    """HMMER's own binary reader crashes on damaged sizes; hmmgpu must not."""
+    path = tmp_path_factory.mktemp("h3m") / "model.h3m"
+    path.write_bytes(data)
+    models = one_line_error(lambda: [m.hmm for m in read_models(path)])
+    if models is None:
+        return
+    assert len(models) == 1
+    reference = pyhmmer_models(path)
+    assert table(Pipeline(AMINO).search_hmm(models[0], small_block)) == \
+        table(Pipeline(AMINO).search_hmm(reference[0], small_block))

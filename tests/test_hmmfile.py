@@ -1,6 +1,7 @@
 """The profile reader: every file kind, MMU as HMMER reads it, and one-line errors for every fault."""
 import gzip
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -178,3 +179,38 @@ def test_pfam_sample_mmu_and_speed(shared_data):
     assert len(models) == 600
     assert [m.mmu for m in models] == stats_mmu(gzip.decompress(path.read_bytes()))
     assert elapsed < 2.0, elapsed   # about 0.4 s on one core of a laptop; generous for CI
+
+
+def binary_models() -> bytes:
+    buf = io.BytesIO()
+    for model in read_models(SAMPLE):
+        model.hmm.write(buf, binary=True)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("offset,value,fragment", [
+    (8, b"\xff\xff\xff\x7f", "damaged binary model header (M=2147483647"),
+    (8, b"\x00\x00\x00\x00", "damaged binary model header (M=0"),
+    (12, b"\x09\x00\x00\x00", "alphabet type 9"),
+    (4, b"\xff\xff\xff\xff", "damaged binary model header"),
+    (0, b"\x00\x00", "not a valid HMMER profile file"),
+], ids=["huge_M", "zero_M", "alphabet", "flags", "magic"])
+def test_damaged_binary_models(tmp_path, offset, value, fragment):
+    """HMMER's binary reader trusts these fields (it crashes or exits); hmmgpu checks them first."""
+    data = bytearray(binary_models())
+    data[offset:offset + len(value)] = value
+    path = tmp_path / "models.h3m"
+    path.write_bytes(bytes(data))
+    with pytest.raises(HmmgpuError, match=re.escape(fragment)):
+        list(read_models(path))
+
+
+def test_binary_models_truncated_anywhere(tmp_path):
+    data = binary_models()
+    path = tmp_path / "models.h3m"
+    for cut in range(1, len(data), 997):
+        path.write_bytes(data[:cut])
+        with pytest.raises(HmmgpuError):
+            list(read_models(path))
+    path.write_bytes(data)
+    assert names(read_models(path)) == NAMES
