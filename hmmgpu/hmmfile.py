@@ -163,6 +163,32 @@ _INT = struct.Struct("<i")
 MAX_NODES = 100_000   #: the longest model a binary file may declare
 
 
+class _BinaryCursor:
+    """Reads one binary model's fields, checking each size against the end of the data."""
+
+    def __init__(self, data, label: str):
+        self.data, self.label, self.pos, self.number = data, label, 0, 0
+
+    def fail(self, what: str) -> HmmgpuError:
+        return HmmgpuError(f"{self.label}: model {self.number}: {what}")
+
+    def take(self, n: int) -> int:
+        """Skip n bytes; return where they start."""
+        if n < 0 or self.pos + n > len(self.data):
+            raise self.fail("truncated or damaged binary model")
+        self.pos += n
+        return self.pos - n
+
+    def integer(self) -> int:
+        return _INT.unpack_from(self.data, self.take(4))[0]
+
+    def string(self, required: bool) -> None:
+        """A length-prefixed C string (length 0: none)."""
+        n = self.integer()
+        if (n <= 0 and required) or (n > 0 and self.data[self.take(n) + n - 1] != 0):
+            raise self.fail("damaged string in binary model")
+
+
 def _binary_records(data, label: str) -> Iterator[tuple[int, bytes]]:
     """Each model of a binary (or pressed) file, its layout checked before HMMER reads it.
 
@@ -170,53 +196,35 @@ def _binary_records(data, label: str) -> Iterator[tuple[int, bytes]]:
     it or allocates gigabytes) and exits the process on an unknown alphabet, so every size
     is checked against the file here; the values themselves are checked after parsing.
     """
-    end, number = len(data), 0
-    pos = 0
-    while pos < end:
-        number += 1
-        start = pos
-        fail = lambda what: HmmgpuError(f"{label}: model {number}: {what}")   # noqa: E731
-
-        def take(n: int) -> int:
-            nonlocal pos
-            if n < 0 or pos + n > end:
-                raise fail("truncated or damaged binary model")
-            pos += n
-            return pos - n
-
-        def integer() -> int:
-            return _INT.unpack_from(data, take(4))[0]
-
-        def string(required: bool) -> None:
-            n = integer()
-            if n <= 0 and required or n > 0 and data[take(n) + n - 1] != 0:
-                raise fail("damaged string in binary model")
-
-        magic = struct.unpack_from("<I", data, take(4))[0]
-        version = _MAGIC.get(magic)
+    cursor = _BinaryCursor(data, label)
+    while cursor.pos < len(data):
+        cursor.number += 1
+        start = cursor.pos
+        version = _MAGIC.get(struct.unpack_from("<I", data, cursor.take(4))[0])
         if version is None:
-            if number == 1:
+            if cursor.number == 1:
                 raise HmmgpuError(f"{label}: not a valid HMMER profile file (neither HMMER text nor binary)")
-            raise fail("damaged binary model (no magic number)")
-        flags, M, alphabet = integer(), integer(), integer()
+            raise cursor.fail("damaged binary model (no magic number)")
+        flags, M, alphabet = cursor.integer(), cursor.integer(), cursor.integer()
         K = _ALPHABET_K.get(alphabet)
-        if K is None or not 0 < M <= MAX_NODES or flags >= 1 << 18 or flags < 0:
-            raise fail(f"damaged binary model header (M={M}, alphabet type {alphabet})")
-        take(4 * (M * K + (M + 1) * K + (M + 1) * 7))
-        string(required=True)                       # name
+        if K is None or not 0 < M <= MAX_NODES or not 0 <= flags < 1 << 18:
+            raise cursor.fail(f"damaged binary model header (M={M}, alphabet type {alphabet})")
+        cursor.take(4 * (M * K + (M + 1) * K + (M + 1) * 7))     # match, insert, transition probabilities
+        cursor.string(required=True)                              # name
         for flag in (_ACC, _DESC):
             if flags & flag:
-                string(required=True)
-        for flag in (_RF, _MMASK, _CONS, _CS, _CA):
-            if flags & flag and data[take(M + 2) + M + 1] != 0:
-                raise fail("damaged annotation line in binary model")
-        string(required=False)                      # command log
-        take(8 + (4 if version >= "3/c" else 0))    # nseq, eff_nseq, max_length
-        string(required=False)                      # creation time
+                cursor.string(required=True)
+        for flag in (_RF, _MMASK, _CONS, _CS, _CA):               # M + 2 characters, the last a NUL
+            if flags & flag and data[cursor.take(M + 2) + M + 1] != 0:
+                raise cursor.fail("damaged annotation line in binary model")
+        cursor.string(required=False)                             # command log
+        cursor.take(8 + (4 if version >= "3/c" else 0))           # nseq, eff_nseq, max_length
+        cursor.string(required=False)                             # creation time
         if flags & _MAP:
-            take(4 * (M + 1))
-        take(4 + 4 * (6 if version >= "3/b" else 3) + 4 * 6 + (4 * K if flags & _COMPO else 0))
-        yield number, bytes(data[start:pos])
+            cursor.take(4 * (M + 1))
+        # checksum, E-value parameters (3 before 3/b), cutoffs, composition
+        cursor.take(4 + 4 * (6 if version >= "3/b" else 3) + 4 * 6 + (4 * K if flags & _COMPO else 0))
+        yield cursor.number, bytes(data[start:cursor.pos])
 
 
 def _record_end(buffer: bytes, start: int) -> int | None:
