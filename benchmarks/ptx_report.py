@@ -1,53 +1,86 @@
-"""Compile generated kernels to PTX on a machine without a GPU (CUDA toolkit present) and run
-``ptxas -v`` for registers / spills. Usage: python benchmarks/ptx_report.py [M ...]"""
+"""Compile hmmgpu's kernels for sm_90 without a GPU and report registers, spills and shared memory.
+
+    python3 benchmarks/ptx_report.py [--family msv|vit|bias|all] [--q 1 8 16 ...]
+
+numba compiles each generated kernel to PTX (a fake device stands in for the GPU), then the
+CUDA toolkit's ``ptxas -arch=sm_90 -v`` reports what the GPU would run: registers per
+thread, spill stores/loads, shared memory. It checks the device typing of every kernel too.
+"""
+from __future__ import annotations
+
+import argparse
 import os
 import subprocess
 import sys
+import tempfile
 
-import numba.cuda.cuda_paths as cp
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-cp._get_nvrtc_path = lambda: cp._env_path_tuple("none", None)
-import numba.cuda.cudadrv.nvrtc as nv  # noqa: E402
-
-nv.get_supported_ccs = lambda: ((9, 0),)
-from numba import cuda  # noqa: E402
-import numba.cuda.dispatcher as _disp  # noqa: E402
+PTXAS = os.environ.get("PTXAS", "ptxas")
 
 
-class _FakeDev:
-    compute_capability = (9, 0)
+def _fake_device():
+    """Let numba compile for sm_90 on a machine without a GPU."""
+    import numba.cuda.cuda_paths as cp
+
+    cp._get_nvrtc_path = lambda: cp._env_path_tuple("none", None)
+    import numba.cuda.cudadrv.nvrtc as nv
+
+    nv.get_supported_ccs = lambda: ((9, 0),)
+    import numba.cuda.dispatcher as disp
+
+    class Device:
+        compute_capability = (9, 0)
+
+    disp.get_current_device = lambda: Device()
 
 
-if os.environ.get("HMMGPU_FAKE_DEVICE", "1") == "1":
-    _disp.get_current_device = lambda: _FakeDev()
+def report(spec, binding: str = "dpx") -> str:
+    """ptxas's resource line for one kernel spec."""
+    from numba import cuda
 
-from hmmgpu.kernels import codegen  # noqa: E402
-from hmmgpu.kernels.codegen import NX, Spec  # noqa: E402
-from hmmgpu.kernels.filter import choose_shape  # noqa: E402
+    source = spec.source(binding)
+    sig_line = next(line for line in source.splitlines() if line.startswith("@cuda.jit("))
+    signature = sig_line.split("(", 1)[1].rsplit(", cache=True)", 1)[0]
+    namespace = {}
+    exec(compile(source.replace(sig_line, "@cuda.jit"), spec.name, "exec"), namespace)
+    ptx, _ = cuda.compile_ptx(namespace["kernel"].py_func, eval(signature), cc=(9, 0))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        with open(path, "w") as fh:
+            fh.write(ptx)
+        out = subprocess.run([PTXAS, "-arch=sm_90", "-v", path, "-o", path + ".cubin"], capture_output=True,
+                             text=True)
+    lines = [line.split(":", 1)[-1].strip() for line in out.stderr.splitlines()
+             if "registers" in line or "spill" in line or "error" in line.lower()]
+    return " | ".join(lines) or out.stderr.strip()
 
-PTXAS = os.environ.get("PTXAS", "/usr/local/cuda/bin/ptxas")
 
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", default="all", choices=["msv", "vit", "bias", "all"])
+    ap.add_argument("--q", type=int, nargs="*", default=None, help="Viterbi filter Q values (default: all)")
+    args = ap.parse_args()
+    _fake_device()
+    from hmmgpu.kernels import tuning
+    from hmmgpu.kernels.bias import BiasSpec
+    from hmmgpu.kernels.msv.source import NX, MsvSpec, row_stride
+    from hmmgpu.kernels.vit.source import VitSpec
 
-def report(spec):
-    src = codegen.generate(spec, cache=False).replace("@cuda.jit('", "KSIG = ('").replace("', cache=False)", "')")
-    ns = {}
-    exec(compile(src, spec.name, "exec"), ns)
-    fn = ns["kernel"]
-    ptx, _ = cuda.compile_ptx(fn, ns["KSIG"], cc=(9, 0), lineinfo=False)
-    path = f"/tmp/{spec.name}.ptx"
-    open(path, "w").write(ptx)
-    out = subprocess.run([PTXAS, "-arch=sm_90", "-v", path, "-o", path + ".cubin"], capture_output=True, text=True)
-    lines = [l for l in out.stderr.splitlines() if "registers" in l or "spill" in l]
-    return " | ".join(l.split(":", 1)[-1].strip() for l in lines)
+    if args.family in ("msv", "all"):
+        for G, Q in tuning.MSV_16X2:
+            placement = "static" if NX * row_stride(G, Q) * 4 <= tuning.STATIC_SHARED_MAX_BYTES else "dynamic"
+            spec = MsvSpec("ssv", "16x2", G, Q, placement)
+            print(spec.name, report(spec), flush=True)
+    if args.family in ("vit", "all"):
+        for Q in args.q or tuning.VIT_Q:
+            transitions = "registers" if Q <= tuning.VIT_TRANSITIONS_IN_REGISTERS_MAX_Q else "shared"
+            words = VitSpec(Q, transitions).shared_words
+            spec = VitSpec(Q, transitions, "static" if words * 4 <= tuning.STATIC_SHARED_MAX_BYTES else "dynamic")
+            print(spec.name, report(spec), flush=True)
+    if args.family in ("bias", "all"):
+        print(BiasSpec().name, report(BiasSpec()), flush=True)
 
 
 if __name__ == "__main__":
-    Ms = [int(x) for x in sys.argv[1:]] or [40, 200, 400, 1000, 2400]
-    for M in Ms:
-        for mode in ("16x2", "8x4"):
-            G, Q = choose_shape(M, mode)
-            tab = NX * codegen.row_stride(G, Q) * 4
-            sh = "static" if tab <= 40 * 1024 else "dyn"
-            for kind in ("ssv", "msvw"):
-                s = Spec(kind, mode, G, Q, sh, True)
-                print(M, mode, kind, f"G={G} Q={Q} shared={sh}", report(s), flush=True)
+    main()

@@ -1,31 +1,41 @@
-"""Python API beside pyhmmer: ``hmmsearch`` yielding ``TopHits``, and a reusable ``Pipeline``."""
+"""Python API beside pyhmmer: ``hmmsearch`` yielding ``TopHits``, and a reusable ``Pipeline``.
+
+Options take pyhmmer's names and defaults (:class:`~hmmgpu.options.SearchOptions`), plus
+``backend``, ``lanes``, ``cpus`` and ``device``. Results are pyhmmer ``TopHits`` equal to a
+full ``pyhmmer.hmmsearch``/``hmmsearch`` run over the whole database.
+"""
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
+from typing import Iterable, Iterator
 
-from .backends import make_backend
 from .errors import HmmgpuError
-from .pipeline import SearchOptions, StageCounts, check_target_lengths, search_hmm
+from .options import SearchOptions
 
 
 def read_hmms(path) -> list:
     """All models of an HMMER profile file (text or binary, plain or gzip), with clear errors."""
+    return list(iter_hmms(path))
+
+
+def iter_hmms(path) -> Iterator:
+    """The models of an HMMER profile file, one at a time, with one-line errors."""
     import pyhmmer.plan7 as p7
 
     path = os.fspath(path)
     _check_readable(path, "HMM file")
+    count = 0
     try:
         with p7.HMMFile(path) as f:
-            hmms = list(f)
+            for hmm in f:
+                count += 1
+                yield hmm
     except EOFError:
         raise HmmgpuError(f"{path}: HMM file is empty") from None
     except (ValueError, RuntimeError) as e:
         raise HmmgpuError(f"{path}: not a valid HMMER profile file ({_one_line(e)})") from None
-    if not hmms:
+    if not count:
         raise HmmgpuError(f"{path}: contains no profile HMMs")
-    return hmms
 
 
 def open_sequences(sequences):
@@ -36,97 +46,91 @@ def open_sequences(sequences):
         return sequences
     if isinstance(sequences, (str, os.PathLike)):
         return open_database(sequences)
-    try:
-        from pyhmmer.easel import DigitalSequenceBlock
-    except ImportError:  # pragma: no cover - pyhmmer is a dependency
-        DigitalSequenceBlock = ()
+    from pyhmmer.easel import DigitalSequenceBlock
+
     if isinstance(sequences, DigitalSequenceBlock):
         if not sequences.alphabet.is_amino():
             raise HmmgpuError("sequences: hmmgpu searches protein sequences (the block is not amino)")
         return SequenceDB.from_block(sequences)
     raise HmmgpuError(
-        f"sequences must be a path, a SequenceDB or a pyhmmer DigitalSequenceBlock, not {type(sequences).__name__}"
-    )
+        f"sequences must be a path, a SequenceDB or a pyhmmer DigitalSequenceBlock, not {type(sequences).__name__}")
 
 
-def _queries(queries) -> list:
+def _queries(queries) -> Iterable:
     if isinstance(queries, (str, os.PathLike)):
-        return read_hmms(queries)
-    try:
-        from pyhmmer.plan7 import HMM
-    except ImportError:  # pragma: no cover
-        HMM = ()
+        return iter_hmms(queries)
+    from pyhmmer.plan7 import HMM
+
     if isinstance(queries, HMM):
         return [queries]
-    return list(queries)
+    return queries
 
 
 class Pipeline:
     """A search over one database, kept open (and resident on the GPU) across many models.
 
-    ``Pipeline(sequences, backend="auto", lanes="auto", cpus=None, **options)`` takes
-    pyhmmer's option names (E, T, domE, ..., F1, F2, F3, bias_filter, Z, domZ,
-    bit_cutoffs). ``search_hmm(hmm)`` returns a pyhmmer ``TopHits`` equal to a full
-    pyhmmer search; ``counts`` holds the last query's per-stage statistics.
-    ``ftz=True`` computes the Forward stage in the hmmsearch program's float mode
-    (subnormals flushed to zero), as ``hmmgpu search`` does; the default is pyhmmer's.
+    ``Pipeline(sequences, *, ftz=False, **options)`` takes :class:`SearchOptions`' names
+    (pyhmmer's E, T, domE, ..., F1, F2, F3, bias_filter, null2, Z, domZ, bit_cutoffs, seed,
+    and hmmgpu's backend, lanes, cpus, device). ``ftz=True`` computes pyhmmer's stage in the
+    hmmsearch program's float mode (subnormals flushed to zero), as ``hmmgpu search`` does.
     """
 
-    def __init__(self, sequences, *, backend: str = "auto", lanes: str = "auto", cpus: int | None = None,
-                 ftz: bool = False, **options):
+    def __init__(self, sequences, *, ftz: bool = False, cells: float | None = None, **options):
+        from .backends import select_backend
+        from .checks import check_target_lengths
+
         self.options = SearchOptions.from_kwargs(**options)
         self.ftz = ftz
-        self.cpus = cpus or os.cpu_count() or 1
         self.db = open_sequences(sequences)
         check_target_lengths(self.db)
-        set_threads(cpus)
-        self.backend, self.notice = make_backend(backend, self.db, lanes=lanes)
-        self.counts: StageCounts | None = None
+        self.backend = select_backend(self.options, self.db, cells=cells)
+        self.notice = self.backend.description
+        self._filters = None
+        self.stats = None
+        self.counts = None  #: the last query's :class:`~hmmgpu.cascade.StageCounts`
+
+    def _engine(self):
+        from .engine import SearchEngine
+
+        engine = SearchEngine(self.db, self.options, self.backend, ftz=self.ftz)
+        self.stats = engine.stats
+        return engine
 
     def search_hmm(self, hmm):
         """Search one protein model; returns pyhmmer ``TopHits``."""
-        hits, self.counts = search_hmm(hmm, self.db, self.backend, self.options, threads=self.cpus, ftz=self.ftz)
-        return hits
+        for _, hits in self.search_hmms([hmm]):
+            return hits
 
     def search_hmms(self, hmms) -> Iterator:
-        """Search several models; yield ``(hmm, TopHits)`` in order, setting ``counts`` for each.
-
-        On the hmmer backend the models run in ``cpus`` parallel threads (pyhmmer releases
-        the GIL); the other backends are parallel inside each stage.
-        """
-        hmms = list(hmms)
-        if self.backend.name != "hmmer" or self.cpus < 2 or len(hmms) < 2:
-            for hmm in hmms:
-                yield hmm, self.search_hmm(hmm)
-            return
-
-        def one(hmm):
-            return search_hmm(hmm, self.db, self.backend, self.options, ftz=self.ftz)
-
-        with ThreadPoolExecutor(min(self.cpus, len(hmms))) as pool:
-            for hmm, (hits, counts) in zip(hmms, pool.map(one, hmms)):
-                self.counts = counts
-                yield hmm, hits
+        """Search several models; yield ``(hmm, TopHits)`` in order (``counts`` set for each)."""
+        for result in self._engine().search(hmms):
+            self.counts = result.counts
+            yield result.hmm, result.hits
 
     def filter(self, hmm):
         """The targets that pass MSV, bias and Viterbi filters, as a ``DigitalSequenceBlock``.
 
-        Give it to ``pyhmmer.plan7.Pipeline(alphabet, Z=<database size>)`` to finish a
-        search inside a pyhmmer workflow with the results of a full run.
+        Give it to ``pyhmmer.plan7.Pipeline(alphabet, Z=<database size>)`` to finish a search
+        inside a pyhmmer workflow with the results of a full run. Runs hmmgpu's filters on the
+        GPU, or on the CPU where this pipeline's backend is pyhmmer's.
         """
-        import numpy as np
-        import pyhmmer.plan7 as p7
-
-        from .pipeline import check_protein_model, filter_cascade
+        from .backends import FilterBackend, NumbaBackend
+        from .checks import check_model
         from .profiles import ModelProfile
 
-        check_protein_model(hmm)
-        if self.backend.name == "hmmer":
-            raise HmmgpuError("Pipeline.filter needs the numba or cuda backend")
-        bg = np.asarray(p7.Background(hmm.alphabet).residue_frequencies, dtype=np.float32)
-        self.counts = StageCounts(query=str(hmm.name), M=hmm.M, nseqs=self.db.n, nres=self.db.total_residues)
-        idx = filter_cascade(ModelProfile.from_hmm(hmm), self.db, self.backend, self.options, bg, self.counts)
-        return self.db.block(idx)
+        check_model(hmm, self.options)
+        filters = self.backend
+        if not isinstance(filters, FilterBackend):
+            if self._filters is None:
+                self._filters = NumbaBackend(self.db, threads=self.options.cpus or None)
+            filters = self._filters
+        from .cascade import StageCounts
+
+        result = filters.cascade(ModelProfile.from_hmm(hmm), self.options)
+        self.counts = StageCounts(query=str(hmm.name), M=hmm.M, nseqs=self.db.n, nres=self.db.total_residues,
+                                  n_past_msv=result.n_past_msv, n_past_bias=result.n_past_bias,
+                                  n_past_vit=result.n_past_vit, seconds=result.seconds)
+        return self.db.block(result.survivors)
 
     def close(self):
         """Release the backend (GPU memory)."""
@@ -139,29 +143,23 @@ class Pipeline:
         self.close()
 
 
-def hmmsearch(queries, sequences, *, backend: str = "auto", lanes: str = "auto",
-              cpus: int | None = None, **options) -> Iterator:
+def hmmsearch(queries, sequences, **options) -> Iterator:
     """Search each query model against the sequences; yield one pyhmmer ``TopHits`` per query.
 
     ``queries``: a pyhmmer ``HMM``, an iterable of them, or an HMM file path.
-    ``sequences``: a FASTA path, a ``hmmgpu makedb`` database, a ``SequenceDB`` or a
-    pyhmmer ``DigitalSequenceBlock``. Options take pyhmmer's names and defaults.
+    ``sequences``: a FASTA path, a ``hmmgpu makedb`` database, a ``SequenceDB`` or a pyhmmer
+    ``DigitalSequenceBlock``. Options: :class:`SearchOptions`' names (pyhmmer's, plus
+    ``backend``, ``lanes``, ``cpus``, ``device``).
     """
     hmms = _queries(queries)
-    with Pipeline(sequences, backend=backend, lanes=lanes, cpus=cpus, **options) as pli:
+    cells = None
+    if isinstance(hmms, (list, tuple)):
+        db = open_sequences(sequences)
+        sequences = db
+        cells = float(sum(h.M for h in hmms)) * db.total_residues
+    with Pipeline(sequences, cells=cells, **options) as pli:
         for _, hits in pli.search_hmms(hmms):
             yield hits
-
-
-def set_threads(cpus: int | None) -> None:
-    """Use ``cpus`` threads in the numba filters (all cores by default)."""
-    if cpus is None:
-        return
-    import numba
-
-    if cpus < 1:
-        raise HmmgpuError(f"--cpu must be at least 1, got {cpus}")
-    numba.set_num_threads(min(int(cpus), numba.config.NUMBA_NUM_THREADS))
 
 
 def _check_readable(path: str, what: str) -> None:
@@ -177,4 +175,4 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-__all__ = ["hmmsearch", "Pipeline", "read_hmms", "open_sequences", "set_threads"]
+__all__ = ["hmmsearch", "Pipeline", "read_hmms", "iter_hmms", "open_sequences"]

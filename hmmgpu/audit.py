@@ -47,12 +47,15 @@ def _compare(name, db, idx, ours, ref, ours_status=None, ref_status=None, show=5
 
 
 def audit_filters(hmm, db, backend, show: int = 5) -> list:
-    """Compare null score, SSV, MSV, bias filter and Viterbi filter with HMMER for every target."""
-    import pyhmmer.plan7 as p7
+    """Compare null score, SSV, MSV, bias filter and Viterbi filter with HMMER for every target.
 
+    The MSV, bias and Viterbi filter stages run on ``backend`` (a
+    :class:`~hmmgpu.backends.FilterBackend`: numba or the GPU) through its stage methods;
+    the label of each row says where it ran.
+    """
     from . import cpu_filters
     from .hmmerlib import HmmerModel, libhmmer_available
-    from .profiles import ModelProfile, msv_score, null_table, tjb_table, viterbi_score, xw_move_table
+    from .profiles import ModelProfile, msv_score, null_table, tjb_table
 
     if not libhmmer_available():
         raise HmmgpuError("audit needs HMMER's C library from the pyhmmer wheel (pyhmmer.libs/liblibhmmer.so), not found")
@@ -60,6 +63,7 @@ def audit_filters(hmm, db, backend, show: int = 5) -> list:
     idx = np.flatnonzero(db.lengths > 0)
     L = db.lengths[idx]
     max_len = max(int(db.max_length), 1)
+    where = "cuda" if hasattr(backend, "device") else "numba"
     with HmmerModel(hmm) as ref_model:
         ref = ref_model.score_all(db.codes(int(t)) for t in idx)
 
@@ -69,45 +73,38 @@ def audit_filters(hmm, db, backend, show: int = 5) -> list:
     ssv = _scores_from_status(st, msv_score(xj, tjb_table(max_len)[L]))
     results.append(_compare("SSV (p7_SSVFilter) [numba]", db, idx, ssv, ref["ssv"], st, ref["ssv_status"], show))
 
-    if backend.name == "cuda":
-        gidx, st, xj = backend.gpu.run(prof.byte, None)
-        order = np.argsort(gidx)
-        gidx, st, xj = gidx[order], st[order], xj[order]
-        if not np.array_equal(gidx, idx):
-            raise HmmgpuError("the GPU returned a different set of targets than asked for")
-    else:
-        st, xj = cpu_filters.msv_filter(prof, db, idx)
-    msv = _scores_from_status(st, msv_score(xj, tjb_table(max_len)[L]))
-    results.append(_compare(f"MSV, SSV first (p7_MSVFilter) [{backend.name}]", db, idx, msv, ref["msv"],
-                            st, ref["msv_status"], show))
+    msv = backend.msv(prof)
+    if not np.array_equal(msv.indices, idx):
+        raise HmmgpuError(f"the {where} MSV stage returned a different set of targets than asked for")
+    results.append(_compare(f"MSV, SSV first (p7_MSVFilter) [{where}]", db, idx, msv.scores(db.lengths),
+                            ref["msv"], msv.status, ref["msv_status"], show))
 
-    bg = np.asarray(p7.Background(hmm.alphabet).residue_frequencies, dtype=F32)
-    bias = cpu_filters.bias_filter(prof, db, idx, bg)
-    results.append(_compare("bias filter (p7_bg_FilterScore) [numba]", db, idx, bias, ref["bias"], show=show))
+    bias = backend.bias(prof, idx)
+    results.append(_compare(f"bias filter (p7_bg_FilterScore) [{where}]", db, idx, bias, ref["bias"], show=show))
 
-    vst, xc = backend.viterbi(prof, idx)
-    vf = _scores_from_status(vst, viterbi_score(xc, xw_move_table(max_len)[L]))
-    results.append(_compare("Viterbi filter (p7_ViterbiFilter) [numba]", db, idx, vf, ref["vf"],
-                            vst, ref["vf_status"], show))
+    vit = backend.viterbi(prof, idx)
+    results.append(_compare(f"Viterbi filter (p7_ViterbiFilter) [{where}]", db, idx, vit.scores(db.lengths),
+                            ref["vf"], vit.status, ref["vf_status"], show))
     return results
 
 
-def audit_hits(hmm, db, backend, show: int = 5) -> StageAudit:
+def audit_hits(hmm, db, backend, options, show: int = 5) -> StageAudit:
     """Compare hmmgpu's final hits (tblout and domtblout rows, counters) with a full pyhmmer search."""
-    from .backends import HmmerBackend
-    from .pipeline import SearchOptions, search_hmm
+    import pyhmmer.plan7 as p7
 
-    opts = SearchOptions()
-    ours, c1 = search_hmm(hmm, db, backend, opts)
-    ref, c2 = search_hmm(hmm, db, HmmerBackend(db), opts)
+    from .engine import SearchEngine
+
+    ours = next(iter(SearchEngine(db, options, backend).search([hmm])))
+    ref = p7.Pipeline(hmm.alphabet, **options.pipeline_kwargs()).search_hmm(hmm, db.block())
     rows = []
     for fmt in ("targets", "domains"):
         a, b = io.BytesIO(), io.BytesIO()
-        ours.write(a, format=fmt, header=False)
+        ours.hits.write(a, format=fmt, header=False)
         ref.write(b, format=fmt, header=False)
         rows.append((a.getvalue().splitlines(), b.getvalue().splitlines()))
-    counters = ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")
-    res = StageAudit("final hits vs full pyhmmer search", compared=len(rows[0][1]) + len(rows[1][1]) + len(counters))
+    counters = ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd", "nseqs", "nres")
+    theirs = ref.__getstate__()["pipeline"]
+    res = StageAudit("final hits vs full pyhmmer search", compared=len(rows[0][1]) + len(rows[1][1]) + len(counters) + 1)
     agree = 0
     for ours_rows, ref_rows in rows:
         for k, ref_row in enumerate(ref_rows):
@@ -120,38 +117,41 @@ def audit_hits(hmm, db, backend, show: int = 5) -> StageAudit:
             res.compared += len(ours_rows) - len(ref_rows)
             if len(res.examples) < show:
                 res.examples.append(f"hmmgpu reports {len(ours_rows) - len(ref_rows)} extra rows")
+    mine = ours.hits.__getstate__()["pipeline"]
     for name in counters:
-        if getattr(c1, name) == getattr(c2, name):
+        if mine[name] == theirs[name]:
             agree += 1
         elif len(res.examples) < show:
-            res.examples.append(f"{name}: hmmgpu {getattr(c1, name)} vs pyhmmer {getattr(c2, name)}")
+            res.examples.append(f"{name}: hmmgpu {mine[name]} vs pyhmmer {theirs[name]}")
+    if len(ours.hits) == len(ref):
+        agree += 1
+    elif len(res.examples) < show:
+        res.examples.append(f"hits kept: hmmgpu {len(ours.hits)} vs pyhmmer {len(ref)}")
     res.agree = agree
     return res
 
 
-def run_audit(hmmfile, seqdb, backend="numba", lanes="auto", cpus=None, show=5, console=None) -> bool:
+def run_audit(hmmfile, seqdb, options, show=5, console=None) -> bool:
     """Audit every model of ``hmmfile`` against ``seqdb``, print a table per model; True if all agree."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from .api import read_hmms, open_sequences, set_threads
-    from .backends import make_backend
-    from .pipeline import check_protein_model, check_target_lengths
+    from .api import iter_hmms, open_sequences
+    from .backends import select_backend
+    from .checks import check_model, check_target_lengths
 
     console = console or Console()
-    hmms = read_hmms(hmmfile)
     db = open_sequences(seqdb)
     check_target_lengths(db)
-    set_threads(cpus)
-    be, notice = make_backend(backend, db, lanes=lanes)
+    backend = select_backend(options, db)
     ok = True
     try:
-        for hmm in hmms:
-            check_protein_model(hmm)
-            stages = audit_filters(hmm, db, be, show) + [audit_hits(hmm, db, be, show)]
+        for hmm in iter_hmms(hmmfile):
+            check_model(hmm, options)
+            stages = audit_filters(hmm, db, backend, show) + [audit_hits(hmm, db, backend, options, show)]
             name = hmm.name.decode() if isinstance(hmm.name, bytes) else hmm.name
-            table = Table(title=escape(f"audit of {name} (M={hmm.M}) on {db.n} targets: {notice}"))
+            table = Table(title=escape(f"audit of {name} (M={hmm.M}) on {db.n} targets: {backend.description}"))
             for col in ("stage", "compared", "agree", "disagree", "first disagreements"):
                 table.add_column(col, justify="right" if col in ("compared", "agree", "disagree") else "left")
             for s in stages:
@@ -161,6 +161,6 @@ def run_audit(hmmfile, seqdb, backend="numba", lanes="auto", cpus=None, show=5, 
                 ok &= s.disagree == 0
             console.print(table)
     finally:
-        be.close()
+        backend.close()
     console.print("[green]all stages agree with HMMER[/green]" if ok else "[red]DISAGREEMENTS FOUND[/red]")
     return ok

@@ -1,108 +1,217 @@
-"""Filter backends: where the MSV and Viterbi filter stages run.
+"""Where the filter stages run: a small typed protocol and its three implementations.
 
-``numba``: hmmgpu's exact CPU filters. ``cuda``: the GPU SSV/MSV kernels with the database
-resident on the GPU (the Viterbi filter runs on the CPU until its kernel lands).
-``hmmer``: no hmmgpu filters at all; pyhmmer's own pipeline end to end. ``auto`` picks
-``cuda`` where a CUDA GPU is found and ``hmmer`` elsewhere.
+* :class:`HmmerBackend`: no hmmgpu filters at all; pyhmmer's own pipeline runs every stage
+  (the exact CPU route, parallel over queries and target ranges by the engine).
+* :class:`FilterBackend` (abstract): hmmgpu runs MSV, the bias filter and the Viterbi filter
+  itself and hands the survivors to pyhmmer's Forward stage. Each stage method returns its
+  own result object (:mod:`hmmgpu.cascade`); :meth:`FilterBackend.cascade` runs the whole
+  cascade for one model.
+
+  - :class:`NumbaBackend`: hmmgpu's exact CPU filters (numba, parallel over targets).
+  - :class:`CudaBackend`: the GPU kernels over a database resident on one device; its
+    cascade runs on the GPU end to end (:mod:`hmmgpu.kernels.cascade`).
+
+The engine chooses what to do by type (``isinstance(backend, FilterBackend)``);
+:func:`select_backend` turns ``SearchOptions.backend`` into one of them, estimating for
+``auto`` whether the work is large enough to pay for starting the GPU.
 """
 from __future__ import annotations
 
+import os
+from abc import ABC, abstractmethod
+
 import numpy as np
 
-from . import cpu_filters
-from .constants import STATUS_OK
+from .cascade import CascadeResult, MsvResult, ViterbiResult, run_cascade
 from .errors import HmmgpuError
 
-BACKENDS = ("auto", "cuda", "numba", "hmmer")
+#: pyhmmer's whole pipeline on one core, in model cells (M x residues) per second: the
+#: CPU-time estimate of ``auto`` (measured on real proteins, benchmarks/NOTES.md).
+CPU_CELLS_PER_SECOND = 2.5e10
+#: What starting the GPU route costs (imports, CUDA context, kernel loads), in seconds.
+GPU_START_SECONDS = 2.0
 
 
-class NumbaBackend:
-    """Exact CPU filters, parallel over sequences (numba)."""
+class Backend(ABC):
+    """Where the filter stages of a search run."""
 
-    name = "numba"
+    #: One line naming the backend, printed by the command line.
+    description: str = ""
+
+    def close(self) -> None:
+        """Release what the backend holds (GPU memory)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class HmmerBackend(Backend):
+    """pyhmmer's pipeline end to end: every filter runs inside HMMER."""
+
+    def __init__(self, db):
+        self.db = db
+        self.description = "backend hmmer (pyhmmer on the CPU)"
+
+
+class FilterBackend(Backend):
+    """hmmgpu's own filter stages (MSV, bias, Viterbi filter) over one database."""
 
     def __init__(self, db):
         self.db = db
 
-    def msv(self, prof, thr):
-        """SSV-first MSV of every target; (indices, status, xJ) of those passing ``thr[L]``."""
-        status, xj = cpu_filters.msv_filter(prof, self.db)
-        L = self.db.lengths
-        passed = (L > 0) & ((status != STATUS_OK) | (xj >= thr[L]))
-        idx = np.flatnonzero(passed)
-        return idx, status[idx], xj[idx]
+    @abstractmethod
+    def msv(self, profile, thresholds=None) -> MsvResult:
+        """MSV of every target; only those with status RANGE or ``xJ >= thresholds[L]`` (all
+        non-empty targets when ``thresholds`` is None)."""
 
-    def viterbi(self, prof, idx):
-        """Viterbi filter of the targets ``idx``: (status, C)."""
-        return cpu_filters.viterbi_filter(prof, self.db, idx)
+    @abstractmethod
+    def bias(self, profile, indices) -> np.ndarray:
+        """Composition-bias filter scores (nats, float32) of the targets ``indices``."""
 
-    def close(self):
-        """Release resources (none on the CPU)."""
+    @abstractmethod
+    def viterbi(self, profile, indices) -> ViterbiResult:
+        """Viterbi filter of the targets ``indices``."""
+
+    def cascade(self, profile, options) -> CascadeResult:
+        """The filter cascade of one model over every target."""
+        return run_cascade(self, profile, options, self.db)
+
+    def submit(self, profile, options):
+        """Start the cascade of one model; the returned ticket's ``result()`` gives it.
+
+        Here it runs at once; the CUDA backend queues the model on the GPU and returns.
+        """
+        return _Finished(self.cascade(profile, options))
+
+    def gpu_seconds(self) -> float:
+        """Kernel time spent on the GPU so far."""
+        return 0.0
 
 
-class CudaBackend(NumbaBackend):
-    """GPU SSV/MSV kernels; the database is uploaded once and stays on the GPU."""
+class _Finished:
+    """A ticket whose result is already known."""
 
-    name = "cuda"
+    def __init__(self, result: CascadeResult):
+        self._result = result
 
-    def __init__(self, db, lanes="auto"):
+    def ready(self) -> bool:
+        return True
+
+    def result(self) -> CascadeResult:
+        return self._result
+
+
+class NumbaBackend(FilterBackend):
+    """hmmgpu's exact CPU filters, parallel over targets (numba)."""
+
+    def __init__(self, db, threads: int | None = None):
         super().__init__(db)
-        from .kernels import GpuMsvFilter
+        if threads:
+            import numba
 
-        self.gpu = GpuMsvFilter(db, lanes=lanes)
+            numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))
+        self.description = "backend numba (hmmgpu's exact CPU filters)"
 
-    def msv(self, prof, thr):
-        return self.gpu.run(prof.byte, thr)
+    def msv(self, profile, thresholds=None) -> MsvResult:
+        from . import cpu_filters
 
-    def close(self):
+        status, xj = cpu_filters.msv_filter(profile, self.db)
+        L = self.db.lengths
+        passed = L > 0
+        if thresholds is not None:
+            passed &= (status != 0) | (xj >= np.asarray(thresholds)[L])
+        idx = np.flatnonzero(passed)
+        return MsvResult(idx, status[idx], xj[idx])
+
+    def bias(self, profile, indices) -> np.ndarray:
+        from . import cpu_filters
+
+        return cpu_filters.bias_filter(profile, self.db, indices)
+
+    def viterbi(self, profile, indices) -> ViterbiResult:
+        from . import cpu_filters
+
+        idx = np.asarray(indices, np.int64)
+        status, xc = cpu_filters.viterbi_filter(profile, self.db, idx)
+        return ViterbiResult(idx, status, xc)
+
+
+class CudaBackend(FilterBackend):
+    """The GPU kernels over a database resident on one device (explicit id)."""
+
+    def __init__(self, db, lanes: str = "auto", device: int = 0, max_bytes: int | None = None):
+        super().__init__(db)
+        from .kernels.cascade import GpuCascade
+        from .kernels.device import GpuDevice
+        from .kernels.resident import ResidentDatabase
+
+        self.device = GpuDevice.open(device)
+        with self.device.activate():
+            self.resident = ResidentDatabase(db, self.device, max_bytes=max_bytes)
+        self.gpu = GpuCascade(self.resident, lanes=lanes)
+        self.lanes = self.gpu.lanes
+        self.description = f"backend cuda on {self.device.description} ({self.lanes} lanes)"
+
+    def msv(self, profile, thresholds=None) -> MsvResult:
+        return MsvResult(*self.gpu.msv_stage.run(profile, thresholds))
+
+    def bias(self, profile, indices) -> np.ndarray:
+        return self.gpu.bias_scores(profile, indices)
+
+    def viterbi(self, profile, indices) -> ViterbiResult:
+        idx = np.asarray(indices, np.int64)
+        status, xc = self.gpu.viterbi(profile, idx)
+        return ViterbiResult(idx, status, xc)
+
+    def cascade(self, profile, options) -> CascadeResult:
+        return self.gpu.run(profile, options)
+
+    def submit(self, profile, options):
+        return self.gpu.submit(profile, options)
+
+    def gpu_seconds(self) -> float:
+        return self.gpu.gpu_ms / 1e3
+
+    def close(self) -> None:
         self.gpu.close()
 
 
-class HmmerBackend:
-    """pyhmmer's own pipeline end to end (the filters run inside HMMER)."""
-
-    name = "hmmer"
-
-    def __init__(self, db):
-        self.db = db
-        self._block = None
-
-    @property
-    def block(self):
-        """The whole database as one pyhmmer ``DigitalSequenceBlock`` (built once)."""
-        if self._block is None:
-            self._block = self.db.block()
-        return self._block
-
-    def close(self):
-        """Nothing to release."""
-
-
-def cuda_available() -> bool:
-    """A usable CUDA GPU is present."""
+def cuda_available(device: int = 0) -> bool:
+    """A usable CUDA GPU with this id is present (imports numba's CUDA target)."""
     try:
         from .kernels import cuda_available as probe
     except ImportError:
         return False
-    return probe()
+    return probe(device)
 
 
-def make_backend(name: str, db, lanes: str = "auto"):
-    """The backend called ``name`` over ``db``, and a one-line notice of which ran."""
-    if name not in BACKENDS:
-        raise HmmgpuError(f"unknown backend {name!r} (choose from {', '.join(BACKENDS)})")
+def select_backend(options, db, cells: float | None = None) -> Backend:
+    """The backend ``options.backend`` names, over ``db``.
+
+    ``auto`` takes the GPU only when the estimated CPU time of the work (``cells`` = sum of
+    model lengths x residues, when known) is well above what starting the GPU costs, and a
+    GPU is present; otherwise pyhmmer's pipeline, which is the fastest exact CPU route.
+    Nothing of numba or CUDA is imported on a route that does not need it.
+    """
+    name = options.backend
     if name == "auto":
-        if cuda_available():
+        threads = options.threads
+        worth = cells is None or cells / (CPU_CELLS_PER_SECOND * threads) > 2 * GPU_START_SECONDS
+        if worth and os.environ.get("HMMGPU_NO_GPU") is None and cuda_available(options.device):
             name = "cuda"
         else:
-            return HmmerBackend(db), "no CUDA GPU found: using the hmmer backend (pyhmmer on the CPU)"
+            backend = HmmerBackend(db)
+            backend.description = ("backend hmmer (pyhmmer on the CPU): " +
+                                   ("no CUDA GPU found" if worth else "the work is too small to pay for the GPU"))
+            return backend
     if name == "cuda":
-        if not cuda_available():
-            raise HmmgpuError("--backend cuda: no usable CUDA GPU found (try --backend numba or hmmer)")
-        backend = CudaBackend(db, lanes=lanes)
-        from .kernels import device_description
-
-        return backend, f"backend cuda on {device_description()} ({backend.gpu.lanes} lanes)"
+        if not cuda_available(options.device):
+            raise HmmgpuError(f"--backend cuda: no usable CUDA GPU with id {options.device} "
+                              "(try --backend hmmer or numba)")
+        return CudaBackend(db, lanes=options.lanes, device=options.device)
     if name == "numba":
-        return NumbaBackend(db), "backend numba (hmmgpu's exact CPU filters)"
-    return HmmerBackend(db), "backend hmmer (pyhmmer on the CPU)"
+        return NumbaBackend(db, threads=options.cpus)
+    return HmmerBackend(db)

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from .constants import STATUS_NORESULT, STATUS_OK, STATUS_RANGE
-from .profiles import ModelProfile, logf, tjb_table, xw_move_table
+from .profiles import ModelProfile, bias_length_terms, tjb_table, xw_move_table
 
 _OK, _RANGE, _NORESULT = np.int8(STATUS_OK), np.int8(STATUS_RANGE), np.int8(STATUS_NORESULT)
 _LO = -32768
@@ -210,33 +210,6 @@ def viterbi_filter(prof: ModelProfile, db, indices=None):
 # ---------------------------------------------------------------- bias filter
 
 
-# Easel's amino degeneracies: codes 21..26 (B, J, Z, O, U, X) over canonical codes 0..19.
-_DEGEN = np.zeros((29, 20), np.bool_)
-_DEGEN[21, [2, 11]] = True  # B = D, N
-_DEGEN[22, [7, 9]] = True  # J = I, L
-_DEGEN[23, [3, 13]] = True  # Z = E, Q
-_DEGEN[24, 8] = True  # O = K
-_DEGEN[25, 1] = True  # U = C
-_DEGEN[26, :] = True  # X = any
-
-
-def bias_emission_odds(bg_freq: np.ndarray, compo: np.ndarray) -> np.ndarray:
-    """``eo[x][s]`` (29, 2) float32 of the bias filter's two-state HMM (``esl_hmm_Configure``)."""
-    f = np.asarray(bg_freq, dtype=_F32)[:20]
-    e = (f, np.asarray(compo, dtype=_F32)[:20])
-    eo = np.ones((29, 2), dtype=_F32)
-    for s in range(2):
-        eo[:20, s] = (e[s] / f).astype(_F32)
-        for x in range(21, 27):
-            num = _F32(0.0)
-            den = _F32(0.0)
-            for y in np.flatnonzero(_DEGEN[x]):
-                num = _F32(num + e[s][y])
-                den = _F32(den + f[y])
-            eo[x, s] = _F32(num / den) if den > 0 else _F32(0.0)
-    return eo
-
-
 @njit(cache=True, nogil=True)
 def _bias_one(eo, t10, t11, dsq):
     L = dsq.shape[0]
@@ -275,17 +248,12 @@ def _bias_stage(eo, t10, t11, residues, offsets, lengths, idx):
     return F
 
 
-def bias_filter(prof: ModelProfile, db, indices, bg_freq) -> np.ndarray:
+def bias_filter(prof: ModelProfile, db, indices) -> np.ndarray:
     """``p7_bg_FilterScore`` (nats, float32) of each target in ``indices`` (bias filter on)."""
     idx = np.asarray(indices, np.int64)
-    eo = bias_emission_odds(bg_freq, prof.compo)
-    L1 = _F32(_F32(prof.M) / 8.0)
-    t10 = _F32(_F32(1.0) / _F32(L1 + _F32(1.0)))
-    t11 = _F32(L1 / _F32(L1 + _F32(1.0)))
-    F = _bias_stage(eo, t10, t11, db.residues, db.offsets, db.lengths, idx)
-    # the length-model terms, with glibc logf as HMMER calls it: F + L*logf(p1) + logf(1 - p1)
-    out = np.empty(idx.shape[0], _F32)
-    for j, L in enumerate(db.lengths[idx]):
-        p1 = _F32(_F32(L) / _F32(L + 1))
-        out[j] = _F32(_F32(F[j] + _F32(_F32(L) * logf(p1))) + logf(_F32(1.0 - float(p1))))
-    return out
+    b = prof.bias
+    F = _bias_stage(b.emission_odds, b.t10, b.t11, db.residues, db.offsets, db.lengths, idx)
+    # the length-model terms (glibc logf, as HMMER calls it): F + L*logf(p1) + logf(1 - p1)
+    first, second = bias_length_terms(max(int(db.max_length), 1))
+    L = db.lengths[idx]
+    return ((F + first[L]).astype(_F32) + second[L]).astype(_F32)

@@ -3,68 +3,60 @@
 ``hmmsearch`` calls ``impl_Init()``, which sets the MXCSR flush-to-zero bit in every
 thread, so a subnormal result (an E-value below 2.2e-308, say) becomes 0. pyhmmer leaves
 the mode alone. :func:`flush_to_zero` sets the bit in the calling thread for the duration
-of a ``with`` block, so that pyhmmer's Forward, domain definition and table writing give
-hmmsearch's numbers. On processors without SSE it does nothing.
+of a ``with`` block, so that pyhmmer's Forward stage and the E-values written to the tables
+are hmmsearch's. It goes through glibc's ``fegetenv``/``fesetenv`` (whose x86-64 ``fenv_t``
+ends with the MXCSR word), so it needs no compiled code and imports nothing heavy. On
+other processors or C libraries it does nothing.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import platform
 
 _FTZ = 0x8000  # MXCSR bit 15
-_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+_MXCSR_OFFSET = 28  # glibc x86-64 fenv_t: 28 bytes of x87 environment, then the MXCSR word
 
-if _X86:
-    from llvmlite import ir
-    from numba import njit, types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
 
-    def _mxcsr_call(builder, name, ptr):
-        fnty = ir.FunctionType(ir.VoidType(), [ir.PointerType(ir.IntType(8))])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, name)
-        builder.call(fn, [builder.bitcast(ptr, ir.PointerType(ir.IntType(8)))])
+class _FenvT(ctypes.Structure):
+    _fields_ = [("x87", ctypes.c_uint8 * _MXCSR_OFFSET), ("mxcsr", ctypes.c_uint32)]
 
-    @intrinsic
-    def _stmxcsr(typingctx):
-        def codegen(context, builder, signature, args):
-            slot = cgutils.alloca_once(builder, ir.IntType(32))
-            _mxcsr_call(builder, "llvm.x86.sse.stmxcsr", slot)
-            return builder.load(slot)
 
-        return types.uint32(), codegen
+@functools.lru_cache(maxsize=None)
+def _libm():
+    """glibc's libm on x86-64, or None where the MXCSR cannot be reached this way."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or platform.libc_ver()[0] != "glibc":
+        return None
+    lib = ctypes.CDLL(ctypes.util.find_library("m"))
+    for name in ("fegetenv", "fesetenv"):
+        getattr(lib, name).argtypes = [ctypes.POINTER(_FenvT)]
+        getattr(lib, name).restype = ctypes.c_int
+    return lib
 
-    @intrinsic
-    def _ldmxcsr(typingctx, value):
-        def codegen(context, builder, signature, args):
-            slot = cgutils.alloca_once_value(builder, args[0])
-            _mxcsr_call(builder, "llvm.x86.sse.ldmxcsr", slot)
-            return context.get_dummy_value()
 
-        return types.void(types.uint32), codegen
-
-    @njit(cache=True)
-    def get_mxcsr():
-        """The calling thread's MXCSR register."""
-        return _stmxcsr()
-
-    @njit(cache=True)
-    def set_mxcsr(value):
-        """Load ``value`` into the calling thread's MXCSR register."""
-        _ldmxcsr(value)
+def set_flush_to_zero(enabled: bool) -> bool:
+    """Set or clear flush-to-zero in the calling thread; return the previous setting."""
+    lib = _libm()
+    if lib is None:
+        return False
+    env = _FenvT()
+    lib.fegetenv(ctypes.byref(env))
+    previous = bool(env.mxcsr & _FTZ)
+    env.mxcsr = (env.mxcsr | _FTZ) if enabled else (env.mxcsr & ~_FTZ)
+    lib.fesetenv(ctypes.byref(env))
+    return previous
 
 
 @contextlib.contextmanager
 def flush_to_zero(enabled: bool = True):
-    """Run the block with SSE flush-to-zero on, as hmmsearch does; restore the mode after."""
-    if not (enabled and _X86):
+    """Run the block with SSE flush-to-zero on (as hmmsearch does); restore the mode after."""
+    if not enabled:
         yield
         return
-    import numpy as np
-
-    saved = get_mxcsr()
-    set_mxcsr(np.uint32(saved | _FTZ))
+    previous = set_flush_to_zero(True)
     try:
         yield
     finally:
-        set_mxcsr(saved)
+        set_flush_to_zero(previous)

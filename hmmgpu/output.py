@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import io
 
-from .pipeline import SearchOptions, StageCounts
+from .cascade import StageCounts
+from .options import SearchOptions
 
 TABLE_FORMATS = {"tblout": "targets", "domtblout": "domains", "pfamtblout": "pfam"}
 

@@ -159,9 +159,6 @@ class ByteProfile:
         tec = int(unbiased_byteify(logf(0.5)))
         return cls(M=M, cost=cost, ssv_cost=ssv, bias_b=bias, tbm_b=tbm, tec_b=tec)
 
-    def ssv_precondition_fails(self, tjb: np.ndarray) -> np.ndarray:
-        """Per length: ``tjb + tbm + tec + bias >= 127`` makes SSV answer NORESULT (spec 4.2)."""
-        return tjb.astype(np.int64) + self.tbm_b + self.tec_b + self.bias_b >= 127
 
 
 @dataclass(frozen=True)
@@ -201,6 +198,55 @@ class WordProfile:
         return cls(M=M, rw=rw, tw=tw.astype(np.int16), ddbound=ddbound)
 
 
+#: Easel's amino degeneracies: the canonical residues each of codes 21..26 (B, J, Z, O, U, X) stands for.
+DEGENERATE_MEMBERS = {21: (2, 11), 22: (7, 9), 23: (3, 13), 24: (8,), 25: (1,), 26: tuple(range(K))}
+
+
+def bias_emission_odds(bg_freq: np.ndarray, compo: np.ndarray) -> np.ndarray:
+    """``eo[x][s]`` (29, 2) float32 of the bias filter's two-state HMM (``esl_hmm_Configure``)."""
+    f = np.asarray(bg_freq, dtype=F32)[:20]
+    e = (f, np.asarray(compo, dtype=F32)[:20])
+    eo = np.ones((29, 2), dtype=F32)
+    for s in range(2):
+        eo[:20, s] = (e[s] / f).astype(F32)
+        for x, members in DEGENERATE_MEMBERS.items():
+            num = F32(0.0)
+            den = F32(0.0)
+            for y in members:
+                num = F32(num + e[s][y])
+                den = F32(den + f[y])
+            eo[x, s] = F32(num / den) if den > 0 else F32(0.0)
+    return eo
+
+
+
+
+@dataclass(frozen=True)
+class BiasProfile:
+    """The bias filter's two-state HMM of one model (``p7_bg_SetFilter``, spec 7.2)."""
+
+    emission_odds: np.ndarray  #: float32 (29, 2): ``eo[x][state]`` as ``esl_hmm_Configure`` makes it
+    t10: np.float32  #: model state -> background state
+    t11: np.float32  #: model state -> model state
+
+    @classmethod
+    def from_composition(cls, M: int, compo: np.ndarray) -> "BiasProfile":
+        L1 = F32(F32(M) / 8.0)
+        return cls(emission_odds=bias_emission_odds(background_frequencies(), compo),
+                   t10=F32(F32(1.0) / F32(L1 + F32(1.0))), t11=F32(L1 / F32(L1 + F32(1.0))))
+
+
+@functools.lru_cache(maxsize=None)
+def background_frequencies() -> np.ndarray:
+    """HMMER's amino background frequencies (``p7_AminoFrequencies``), float32 (20,)."""
+    import pyhmmer.plan7 as p7
+    from pyhmmer.easel import Alphabet
+
+    f = np.asarray(p7.Background(Alphabet.amino()).residue_frequencies, dtype=F32)[:K].copy()
+    f.setflags(write=False)
+    return f
+
+
 @dataclass(frozen=True)
 class ModelProfile:
     """Everything hmmgpu's filters need for one query model."""
@@ -210,38 +256,45 @@ class ModelProfile:
     byte: ByteProfile
     word: WordProfile
     evalue_parameters: tuple  #: (MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA)
-    compo: np.ndarray  #: float32 (K,) model composition for the bias filter
+    bias: BiasProfile  #: the composition bias filter's HMM
 
     @classmethod
-    def from_hmm(cls, hmm) -> "ModelProfile":
+    def from_hmm(cls, hmm, mmu: float | None = None) -> "ModelProfile":
         """Build the filter tables of a protein ``pyhmmer.plan7.HMM``."""
         gm = configured_profile(hmm)
+        return cls.from_profile(hmm, gm, gm.to_optimized(), mmu=mmu)
+
+    @classmethod
+    def from_profile(cls, hmm, gm, om, mmu: float | None = None) -> "ModelProfile":
+        """The filter tables from ``hmm``, its profile ``gm`` configured as hmmsearch configures
+        it and the optimized profile ``om`` made from it. ``mmu``: the model's MSV location
+        parameter (``STATS LOCAL MSV``) when the caller read it from the file."""
         msc = match_scores(gm)
-        tsc = transition_scores(hmm)
         return cls(
             name=_text(hmm.name),
             M=hmm.M,
             byte=ByteProfile.from_scores(msc),
-            word=WordProfile.from_scores(msc, tsc),
-            evalue_parameters=evalue_parameters(hmm),
+            word=WordProfile.from_scores(msc, transition_scores(hmm)),
+            evalue_parameters=evalue_parameters(hmm, mmu),
             # om->compo, as p7_pli_NewModel hands it to p7_bg_SetFilter (zeros without a COMPO line)
-            compo=np.asarray(gm.to_optimized().compositions, dtype=F32)[:K].copy(),
+            bias=BiasProfile.from_composition(hmm.M, np.asarray(om.compositions, dtype=F32)[:K]),
         )
 
 
-def evalue_parameters(hmm) -> tuple:
+def evalue_parameters(hmm, mmu: float | None = None) -> tuple:
     """``(MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA)`` as float32 values widened to float.
 
-    All NaN for a model without STATS lines (never calibrated by hmmbuild).
+    All NaN for a model without STATS lines (never calibrated by hmmbuild). ``mmu``: MMU
+    when the caller has it (pyhmmer 0.12.3's ``EvalueParameters.m_mu`` raises).
     """
     ep = hmm.evalue_parameters
     if ep.m_lambda is None:
         return (math.nan,) * 6
-    # pyhmmer 0.12.3's EvalueParameters.m_mu raises AttributeError; read the raw array.
-    try:
-        mmu = ep.m_mu
-    except AttributeError:
-        mmu = _mmu_from_hmm_text(hmm)
+    if mmu is None:
+        try:
+            mmu = ep.m_mu
+        except AttributeError:
+            mmu = _mmu_from_hmm_text(hmm)
     vals = (mmu, ep.m_lambda, ep.v_mu, ep.v_lambda, ep.f_tau, ep.f_lambda)
     return tuple(float(F32(v)) for v in vals)
 
@@ -280,9 +333,12 @@ def _length_tables(max_len: int):
     for l in range(1, max_len + 1):
         p = float(p1[l])
         nullsc[l] = F32(l * _libm.log(p) + _libm.log(1.0 - p))
-    for a in (tjb, xw_move, nullsc):
+    with np.errstate(invalid="ignore"):  # L = 0 gives 0 * -inf: never used (empty targets are skipped)
+        first = np.array([F32(F32(l) * logf(p)) for l, p in zip(L, p1)], dtype=F32)
+    second = np.array([logf(F32(1.0 - float(p))) for p in p1], dtype=F32)
+    for a in (tjb, xw_move, nullsc, first, second):
         a.setflags(write=False)
-    return tjb, xw_move, nullsc
+    return tjb, xw_move, nullsc, first, second
 
 
 def _check_len(max_len: int) -> int:
@@ -301,6 +357,12 @@ def tjb_table(max_len: int) -> np.ndarray:
 def xw_move_table(max_len: int) -> np.ndarray:
     """Viterbi-filter N/C/J move word (int16) for every target length (spec 5.4)."""
     return _length_tables(_check_len(max_len))[1][: max_len + 1]
+
+
+def bias_length_terms(max_len: int) -> tuple:
+    """The bias filter's length-model terms for every length: ``f32(L * logf(p1))`` and
+    ``logf(f32(1 - double(p1)))`` with ``p1 = f32(L / (L + 1))`` (float32 arrays)."""
+    return _length_tables(_check_len(max_len))[3][: max_len + 1], _length_tables(_check_len(max_len))[4][: max_len + 1]
 
 
 def null_table(max_len: int) -> np.ndarray:

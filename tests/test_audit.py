@@ -4,6 +4,7 @@ import numpy as np
 from hmmgpu import cpu_filters
 from hmmgpu.audit import run_audit
 from hmmgpu.cli import main
+from hmmgpu.options import SearchOptions
 from tests.helpers import PROTEOME, SAMPLES
 
 
@@ -25,7 +26,7 @@ def test_audit_reports_a_broken_stage(monkeypatch, capsys):
         return out
 
     monkeypatch.setattr(cpu_filters, "bias_filter", off_by_one_ulp)
-    assert run_audit(str(SAMPLES / "PF02826.hmm"), str(PROTEOME), backend="numba") is False
+    assert run_audit(str(SAMPLES / "PF02826.hmm"), str(PROTEOME), SearchOptions(backend="numba")) is False
     out = capsys.readouterr().out
     assert "DISAGREEMENTS FOUND" in out
     assert "bias filter" in out

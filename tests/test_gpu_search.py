@@ -10,10 +10,19 @@ import pytest
 
 from hmmgpu.audit import run_audit
 from hmmgpu.cli import main
+from hmmgpu.options import SearchOptions
 from tests.helpers import PROTEOME, SAMPLES, SHARED
 
 pytestmark = pytest.mark.gpu
 HMMSEARCH = shutil.which("hmmsearch")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu():
+    from hmmgpu.kernels import cuda_available
+
+    if not cuda_available():
+        pytest.skip("no CUDA GPU")
 PROTEINS = SHARED / "seqs" / "public_proteins.fa.gz"
 
 
@@ -50,5 +59,5 @@ def test_cuda_tables_equal_hmmsearch_real_pfam(tmp_path, model, lanes):
 
 @pytest.mark.parametrize("lanes", ["8x4", "16x2"])
 def test_cuda_audit_zero_disagreements(lanes, capsys):
-    assert run_audit(str(SAMPLES / "samples.hmm"), str(PROTEOME), backend="cuda", lanes=lanes) is True
+    assert run_audit(str(SAMPLES / "samples.hmm"), str(PROTEOME), SearchOptions(backend="cuda", lanes=lanes)) is True
     assert "cuda" in capsys.readouterr().out

@@ -1,20 +1,24 @@
-"""GPU SSV/MSV kernels on the CPU: layout, import-lightness, and the kernels run under numba's
-CUDA simulator (in a subprocess, so real-GPU runs of the suite are unaffected) with exact
-equality against HMMER (pyhmmer) and hmmgpu.cpu_filters, in both lane modes."""
+"""GPU kernels on the CPU: layout and shape tables, import-lightness, and the kernels run under
+numba's CUDA simulator (in a subprocess, since the simulator is chosen when numba is imported)
+with exact equality against HMMER and hmmgpu.cpu_filters."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
-from hmmgpu.kernels.filter import choose_shape, stripe_words
+from hmmgpu.kernels import tuning
+from hmmgpu.kernels.msv.launch import stripe_words
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_import_light():
     import hmmgpu.kernels as k
 
     assert isinstance(k.cuda_available(), bool)
-    assert callable(k.device_description)
+    assert k.simulator_enabled() is False
 
 
 def test_stripe_layout_matches_spec():
@@ -32,27 +36,39 @@ def test_stripe_layout_matches_spec():
             np.testing.assert_array_equal(lane, st[:, :, h::P] & ((1 << bits) - 1))
 
 
-def test_choose_shape_covers_model():
-    for M in (1, 2, 23, 100, 400, 1633, 2405, 5000):
-        for mode, P in (("16x2", 2), ("8x4", 4)):
-            G, Q = choose_shape(M, mode)
-            assert G in (1, 2, 4, 8, 16, 32) and G * P * Q >= M
+def test_shape_tables_cover_models():
+    for M in (1, 2, 23, 100, 137, 400, 1633, 2405, 4096):
+        for lanes, P in (("16x2", 2), ("8x4", 4)):
+            shape = tuning.msv_shape(M, lanes)
+            if shape is None:
+                assert M > max(G * P * Q for G, Q in (tuning.MSV_16X2 if P == 2 else tuning.MSV_8X4))
+                continue
+            G, Q = shape
+            assert G in (4, 8, 16, 32) and G * P * Q >= M
+        assert tuning.vit_q(M) * 64 >= M
+    assert tuning.msv_shape(5000, "16x2") is None and tuning.vit_q(5000) is None
 
 
-def test_kernels_exact_under_simulator(tmp_path):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_KERNEL_CACHE=str(tmp_path))
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, "-m", "hmmgpu.kernels.selftest"], env=env, cwd=root,
-                       capture_output=True, text=True, timeout=600)
+def _simulate(checks: str, tmp_path) -> str:
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "kernel_checks.py"), checks], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "sim selftest OK" in p.stdout
+    assert "simulator checks OK" in p.stdout
+    return p.stdout
 
 
-def test_cuda_available_survives_kernel_imports():
-    """Importing the kernel modules (which import ``hmmgpu.kernels._sim``) must not shadow helpers."""
-    import hmmgpu.kernels as kernels
-    from hmmgpu.kernels import warp  # noqa: F401  (imports the _sim submodule)
+def test_msv_kernels_exact_under_simulator(tmp_path):
+    out = _simulate("simulator_msv_checks", tmp_path)
+    assert "hmmer_equal" in out and "chunked" in out
 
-    assert isinstance(kernels.cuda_available(), bool)
-    assert kernels.cuda_available() == kernels.cuda_available()
+
+def test_viterbi_kernel_exact_under_simulator(tmp_path):
+    out = _simulate("simulator_vit_checks", tmp_path)
+    assert out.count("hmmer_equal") == 3 and "'uncertain': 1" in out
+
+
+def test_gpu_cascade_equals_pyhmmer_under_simulator(tmp_path):
+    out = _simulate("simulator_cascade_checks", tmp_path)
+    assert out.count("gpu_bias_scores") == 5

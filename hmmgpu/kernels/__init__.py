@@ -1,16 +1,21 @@
-"""GPU SSV/MSV filter kernels (numba.cuda), with the database resident on the GPU.
+"""GPU kernels of hmmgpu (numba.cuda), one family per filter, over a resident database.
 
-Import-light: importing this package needs no GPU; the kernels are generated and compiled
-on first use (see :mod:`hmmgpu.kernels.codegen`).
+Shared parts: :mod:`.device` (a CUDA device by explicit id), :mod:`.resident` (the sequence
+database on that device), :mod:`.lanes` and :mod:`.warp` (lane arithmetic and warp helpers),
+:mod:`.kargs` (kernel arguments declared once), :mod:`.build` (generated kernels compiled
+once per device and cached on disk), :mod:`.tuning` (shapes and launch settings as data).
+Families: :mod:`.msv` (SSV and the J-state MSV), :mod:`.vit` (the Viterbi filter),
+:mod:`.bias` (the composition bias filter), chained by :mod:`.cascade`.
+
+Import-light: importing this package needs neither a GPU nor numba's CUDA target.
 """
 from __future__ import annotations
 
-import os
-
-__all__ = ["cuda_available", "device_description", "GpuMsvFilter"]
+__all__ = ["cuda_available", "simulator_enabled", "device_description"]
 
 
-def _simulator_on() -> bool:
+def simulator_enabled() -> bool:
+    """numba's CUDA simulator is on (``NUMBA_ENABLE_CUDASIM=1`` when numba was imported)."""
     try:
         from numba import config
     except ImportError:
@@ -18,38 +23,26 @@ def _simulator_on() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-def cuda_available() -> bool:
-    """A usable CUDA GPU (the simulator only when ``NUMBA_ENABLE_CUDASIM=1``)."""
+def cuda_available(device: int = 0) -> bool:
+    """A usable CUDA GPU with this id (always True under the simulator)."""
     try:
         from numba import cuda
-    except Exception:
+    except Exception:  # noqa: BLE001 - a broken CUDA installation means no GPU
         return False
-    if _simulator_on():
+    if simulator_enabled():
         return True
     try:
-        if not cuda.is_available():
+        if not cuda.is_available() or device >= len(cuda.gpus):
             return False
-        cuda.current_context()
+        with cuda.gpus[device]:
+            cuda.current_context()
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001
         return False
 
 
-def device_description() -> str:
-    """e.g. ``NVIDIA H100 80GB HBM3 (sm_90)``."""
-    from numba import cuda
+def device_description(device: int = 0) -> str:
+    """e.g. ``NVIDIA H200 (sm_90)``."""
+    from .device import GpuDevice
 
-    if _simulator_on():
-        return "numba CUDA simulator"
-    dev = cuda.get_current_device()
-    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-    cc = dev.compute_capability
-    return f"{name} (sm_{cc[0]}{cc[1]})"
-
-
-def __getattr__(name):
-    if name == "GpuMsvFilter":
-        from .filter import GpuMsvFilter
-
-        return GpuMsvFilter
-    raise AttributeError(name)
+    return GpuDevice.open(device).description

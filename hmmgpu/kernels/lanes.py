@@ -1,22 +1,28 @@
 """Lane arithmetic on 32-bit words: 2 x 16-bit signed lanes and 4 x 8-bit unsigned lanes.
 
-Every helper takes and returns uint32 words (lane 0 in the low bits). Three bindings exist:
+Every helper takes and returns uint32 words (lane 0 in the low bits). :func:`helpers` gives
+one of three bindings of the same names, chosen by the caller (a generated kernel module
+names the binding it was generated for; nothing is bound at import):
 
-* sm_90+ device code: the 16-bit add-max and 3-way max are single DPX instructions
-  (``add.s16x2`` + ``max.s16x2`` inline PTX, which ptxas fuses into VIADDMNMX / VIMNMX3);
-* other GPUs: a portable SWAR formulation in plain integer code;
-* the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): pure-Python twins, bound at import time.
+* ``"dpx"`` (sm_90 and newer): the 16-bit add-max and 3-way max are single DPX
+  instructions (``add.s16x2`` + ``max.s16x2`` inline PTX, which ptxas fuses into
+  VIADDMNMX / VIMNMX3);
+* ``"swar"`` (any GPU): a portable SWAR formulation in plain integer code;
+* ``"python"`` (numba's CUDA simulator): the pure-Python twins ``py_*``.
 
-The pure-Python twins (``py_*``) are always importable: tests check them against numpy, and
-the device versions against the twins.
+The twins are always importable: tests check them against numpy, and the device versions
+against the twins on a GPU.
 """
 from __future__ import annotations
 
-import numpy as np
-from numba import config
+import functools
+from types import SimpleNamespace
+from typing import Literal
 
-SIM = bool(config.ENABLE_CUDASIM)
+import numpy as np
+
 M32 = 0xFFFFFFFF
+Binding = Literal["python", "dpx", "swar"]
 
 # ---------------------------------------------------------------- pure-Python twins
 
@@ -64,6 +70,36 @@ def py_addmax16(a, b, c):
 def py_max3_16(a, b, c):
     """3-way signed 16-bit max (``__vimax3_s16x2``)."""
     return py_max16(py_max16(a, b), c)
+
+
+def py_lo16(a):
+    """The low 16-bit lane as a signed int."""
+    return _split16(a)[0]
+
+
+def py_hi16(a):
+    """The high 16-bit lane as a signed int."""
+    return _split16(a)[1]
+
+
+def py_pack16(lo, hi):
+    """Word with 16-bit lanes ``lo`` (low) and ``hi`` (high)."""
+    return _pack16(lo, hi)
+
+
+def py_max3relu16(a, b, c):
+    """3-way signed 16-bit max floored at 0 per lane (``__vimax3_s16x2_relu``)."""
+    return py_max16(py_max3_16(a, b, c), 0)
+
+
+def py_lo16s(a, b):
+    """Word of the low 16-bit lanes of ``a`` (low half) and ``b`` (high half) (``prmt 0x5410``)."""
+    return (int(a) & 0xFFFF) | ((int(b) & 0xFFFF) << 16)
+
+
+def py_hi16s(a, b):
+    """Word of the high 16-bit lanes of ``a`` (low half) and ``b`` (high half) (``prmt 0x7632``)."""
+    return ((int(a) & M32) >> 16) | (int(b) & 0xFFFF0000)
 
 
 def py_hmax16(a):
@@ -127,6 +163,8 @@ def py_i32(v):
 
 TWINS = dict(
     add16=py_add16, max16=py_max16, addmax16=py_addmax16, max3_16=py_max3_16, hmax16=py_hmax16,
+    lo16=py_lo16, hi16=py_hi16, pack16=py_pack16,
+    max3relu16=py_max3relu16, lo16s=py_lo16s, hi16s=py_hi16s,
     bcast16=py_bcast16, shift16=py_shift16, add32=py_add32, addus8=py_addus8, subus8=py_subus8,
     maxu8=py_maxu8, hmaxu8=py_hmaxu8, bcast8=py_bcast8, shift8=py_shift8, u32=py_u32, i32=py_i32,
 )
@@ -134,6 +172,7 @@ TWINS = dict(
 # ---------------------------------------------------------------- device versions
 
 
+@functools.lru_cache(maxsize=None)
 def _build_device():
     from llvmlite import ir
     from numba import cuda, types
@@ -172,6 +211,9 @@ def _build_device():
     _dpx_addmax = asm3("{.reg .b32 t1; add.s16x2 t1, $1, $2; max.s16x2 $0, t1, $3;}")
     _dpx_max3 = asm3("{.reg .b32 t1; max.s16x2 t1, $1, $2; max.s16x2 $0, t1, $3;}")
     _dpx_max = asm2("max.s16x2 $0, $1, $2;")
+    _dpx_max3relu = asm3("{.reg .b32 t1; max.s16x2 t1, $1, $2; max.relu.s16x2 $0, t1, $3;}")
+    _prmt_lo = asm2("prmt.b32 $0, $1, $2, 0x5410;")
+    _prmt_hi = asm2("prmt.b32 $0, $1, $2, 0x7632;")
     _dpx_add = asm2("add.s16x2 $0, $1, $2;")
 
     dev = dict(device=True, forceinline=True)
@@ -205,6 +247,22 @@ def _build_device():
         return swar_max16(swar_max16(a, b), c)
 
     @cuda.jit(**dev)
+    def swar_max3relu16(a, b, c):
+        return swar_max16(swar_max16(swar_max16(a, b), c), u32(0))
+
+    @cuda.jit(**dev)
+    def dpx_max3relu16(a, b, c):
+        return _dpx_max3relu(u32(a), u32(b), u32(c))
+
+    @cuda.jit(**dev)
+    def lo16s(a, b):
+        return _prmt_lo(u32(a), u32(b))
+
+    @cuda.jit(**dev)
+    def hi16s(a, b):
+        return _prmt_hi(u32(a), u32(b))
+
+    @cuda.jit(**dev)
     def dpx_addmax16(a, b, c):
         return _dpx_addmax(u32(a), u32(b), u32(c))
 
@@ -226,6 +284,18 @@ def _build_device():
         lo = np.int32(np.int16(a & u32(0xFFFF)))
         hi = np.int32(np.int16(a >> u32(16)))
         return max(lo, hi)
+
+    @cuda.jit(**dev)
+    def lo16(a):
+        return np.int32(np.int16(u32(a) & u32(0xFFFF)))
+
+    @cuda.jit(**dev)
+    def hi16(a):
+        return np.int32(np.int16(u32(a) >> u32(16)))
+
+    @cuda.jit(**dev)
+    def pack16(lo, hi):
+        return u32((u32(lo) & u32(0xFFFF)) | (u32(u32(hi) & u32(0xFFFF)) << u32(16)))
 
     @cuda.jit(**dev)
     def bcast16(v):
@@ -296,35 +366,23 @@ def _build_device():
         return np.int32(v)
 
     return dict(
-        swar=dict(add16=swar_add16, max16=swar_max16, addmax16=swar_addmax16, max3_16=swar_max3_16),
-        dpx=dict(add16=dpx_add16, max16=dpx_max16, addmax16=dpx_addmax16, max3_16=dpx_max3_16),
-        common=dict(hmax16=hmax16, bcast16=bcast16, shift16=shift16, add32=add32, addus8=addus8,
+        swar=dict(add16=swar_add16, max16=swar_max16, addmax16=swar_addmax16, max3_16=swar_max3_16,
+                  max3relu16=swar_max3relu16),
+        dpx=dict(add16=dpx_add16, max16=dpx_max16, addmax16=dpx_addmax16, max3_16=dpx_max3_16,
+                 max3relu16=dpx_max3relu16),
+        common=dict(hmax16=hmax16, lo16=lo16, hi16=hi16, pack16=pack16, bcast16=bcast16, shift16=shift16,
+                    add32=add32, addus8=addus8,
                     subus8=subus8, maxu8=maxu8, hmaxu8=hmaxu8, bcast8=bcast8, shift8=shift8,
-                    u32=as_u32, i32=as_i32),
+                    u32=as_u32, i32=as_i32, lo16s=lo16s, hi16s=hi16s),
     )
 
 
-def _bind():
-    g = globals()
-    if SIM:
-        for k, f in TWINS.items():
-            g[k] = f
-        g["IMPL16"] = "python"
-        return
+@functools.lru_cache(maxsize=None)
+def helpers(binding: Binding) -> SimpleNamespace:
+    """The lane helpers in one binding: ``python`` (simulator twins), ``dpx`` or ``swar`` (device)."""
+    if binding == "python":
+        return SimpleNamespace(**TWINS)
     dev = _build_device()
-    g.update(dev["common"])
-    g["SWAR16"] = dev["swar"]
-    g["DPX16"] = dev["dpx"]
-    # default 16-bit binding: DPX (the generated kernels pick explicitly per device)
-    g.update(dev["dpx"])
-    g["IMPL16"] = "dpx"
-
-
-def impl16(name: str, dpx: bool):
-    """The 16-bit helper ``name`` in its DPX or portable binding (device code only)."""
-    if SIM:
-        return TWINS[name]
-    return (DPX16 if dpx else SWAR16)[name]  # noqa: F821
-
-
-_bind()
+    if binding not in dev:
+        raise ValueError(f"unknown lane binding {binding!r}")
+    return SimpleNamespace(**dev["common"], **dev[binding])

@@ -9,15 +9,13 @@ warp intrinsics (the hmmgpu kernels launch one warp per block under the simulato
 """
 from __future__ import annotations
 
+import functools
 import threading
 
-_PATCHED = False
 
-
-def patch_simulator():
-    global _PATCHED
-    if _PATCHED:
-        return
+@functools.lru_cache(maxsize=None)
+def install() -> None:
+    """Add the missing warp intrinsics to the simulator's fake ``cuda`` module (once)."""
     from numba.cuda.simulator import kernelapi
 
     mod = kernelapi.FakeCUDAModule
@@ -35,21 +33,15 @@ def patch_simulator():
         t.syncthreads()
         return t, buf, tid
 
-    def _finish(t):
-        pass
-
     def shfl_sync(self, mask, value, src):
-        t, buf, tid = _exchange(self, value)
+        _, buf, tid = _exchange(self, value)
         w = tid - tid % 32
-        r = buf.get(w + int(src) % 32, value)
-        _finish(t)
-        return r
+        return buf.get(w + int(src) % 32, value)
 
     def shfl_up_sync(self, mask, value, delta):
         t, buf, tid = _exchange(self, value)
         lane = tid % 32
         r = buf[tid - delta] if lane >= delta else value
-        _finish(t)
         return r
 
     def shfl_down_sync(self, mask, value, delta):
@@ -57,7 +49,6 @@ def patch_simulator():
         lane = tid % 32
         src = tid + delta
         r = buf[src] if lane + delta < 32 and src in buf else value
-        _finish(t)
         return r
 
     def shfl_xor_sync(self, mask, value, lane_mask):
@@ -65,7 +56,6 @@ def patch_simulator():
         w = tid - tid % 32
         src = w + ((tid % 32) ^ int(lane_mask))
         r = buf.get(src, value)
-        _finish(t)
         return r
 
     def ballot_sync(self, mask, predicate):
@@ -75,7 +65,6 @@ def patch_simulator():
         for lane in range(32):
             if buf.get(w + lane, False):
                 bits |= 1 << lane
-        _finish(t)
         return bits
 
     def any_sync(self, mask, predicate):
@@ -85,7 +74,6 @@ def patch_simulator():
         t, buf, tid = _exchange(self, bool(predicate))
         w = tid - tid % 32
         ok = all(buf.get(w + lane, True) for lane in range(32))
-        _finish(t)
         return int(ok)
 
     def syncwarp(self, mask=0xFFFFFFFF):
@@ -99,4 +87,3 @@ def patch_simulator():
                          all_sync=all_sync, syncwarp=syncwarp, activemask=activemask).items():
         if not hasattr(mod, name):
             setattr(mod, name, fn)
-    _PATCHED = True

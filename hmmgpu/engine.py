@@ -1,0 +1,366 @@
+"""The search engine: many query models against one database, every stage busy at once.
+
+How a search flows
+------------------
+Models arrive as a stream (a 20,000-model Pfam file is never held whole). Three kinds of
+threads pass them along through bounded queues:
+
+1. **prepare** (one thread): checks each model (protein alphabet, calibration, cutoffs) and
+   builds what the later stages need: pyhmmer's optimized profile, configured as hmmsearch
+   configures it, and, on a filter backend, hmmgpu's quantized filter tables.
+2. **filter** (one thread): runs the filter cascade of each model on the backend (on the
+   GPU the launches of several models are queued ahead, with no host synchronisation
+   between them: :mod:`hmmgpu.kernels.cascade`), then cuts the survivors into tasks of
+   roughly equal work (:mod:`hmmgpu.forward_stage`). On the pyhmmer route there are no
+   hmmgpu filters: the tasks are ranges of all targets.
+3. **workers** (``--cpu`` threads): take tasks, earliest model first, and run pyhmmer's
+   Forward/Backward/domain stage on them (pyhmmer releases the GIL). Splitting by survivors
+   rather than by model keeps every thread busy to the end; the worker that finishes a
+   model's last task merges its parts into one serial run's ``TopHits``.
+
+The caller's iterator yields the results in query order. A semaphore bounds the number of
+models between the reader and the caller, so memory stays flat however long the model file
+is. With ``cpus=0`` (hmmsearch's ``--cpu 0``) everything runs in the calling thread.
+
+:class:`EngineStats` records where the time went: each stage's busy time, the GPU's busy
+time and fraction, the worker threads' busy fraction, and the targets through each stage.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .backends import FilterBackend
+from .cascade import StageCounts
+from .errors import HmmgpuError
+from .forward_stage import ForwardStage
+
+
+@dataclass
+class Query:
+    """A query model on its way through the engine."""
+
+    index: int  #: position in the input (0-based)
+    hmm: object  #: pyhmmer ``HMM``
+    optimized: object  #: pyhmmer ``OptimizedProfile`` configured as hmmsearch configures it
+    profile: object = None  #: hmmgpu :class:`~hmmgpu.profiles.ModelProfile` (filter backends)
+    counts: object = None  #: the cascade's counters (filter backends)
+    states: dict = field(default_factory=dict)  #: finished task states by part number
+    n_tasks: int = 0
+    seconds: dict = field(default_factory=dict)
+
+
+@dataclass
+class SearchResult:
+    """One query's result: its pyhmmer ``TopHits`` (equal to a serial hmmsearch's) and counters."""
+
+    index: int
+    hmm: object
+    hits: object
+    counts: StageCounts
+
+
+@dataclass
+class EngineStats:
+    """Where the time of a search went."""
+
+    wall_seconds: float = 0.0
+    queries: int = 0
+    threads: int = 0
+    prepare_seconds: float = 0.0  #: busy time of the prepare thread
+    filter_seconds: float = 0.0  #: busy time of the filter thread (host side of the filters)
+    gpu_seconds: float = 0.0  #: kernel time on the GPU (CUDA events)
+    forward_seconds: float = 0.0  #: busy time of the workers (pyhmmer's stage)
+    tasks: int = 0
+    targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, fwd=0, searched=0))
+
+    @property
+    def gpu_busy_fraction(self) -> float:
+        return self.gpu_seconds / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def forward_busy_fraction(self) -> float:
+        """Busy time of pyhmmer's stage over (threads x wall time)."""
+        return self.forward_seconds / (self.threads * self.wall_seconds) if self.wall_seconds and self.threads else 0.0
+
+    def lines(self) -> list:
+        """A few lines for the end of a run."""
+        t = self.targets
+        return [
+            f"queries {self.queries}, wall {self.wall_seconds:.2f} s, {self.threads} worker threads, {self.tasks} tasks",
+            f"busy: prepare {self.prepare_seconds:.2f} s, filters {self.filter_seconds:.2f} s "
+            f"(GPU kernels {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "
+            f"Forward/domain stage {self.forward_seconds:.2f} s ({100 * self.forward_busy_fraction:.0f}% of "
+            f"threads x wall)",
+            f"targets through each stage (all queries): searched {t['searched']}, past MSV {t['msv']}, "
+            f"bias {t['bias']}, Viterbi {t['vit']}, Forward {t['fwd']}",
+        ]
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items()}
+        d.update(gpu_busy_fraction=self.gpu_busy_fraction, forward_busy_fraction=self.forward_busy_fraction)
+        return d
+
+
+class _Failed:
+    """A query whose preparation failed: the error is raised when the caller reaches it."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+class SearchEngine:
+    """Searches a stream of models against one database on one backend.
+
+    ``SearchEngine(db, options, backend=..., ftz=False)``; :meth:`search` yields
+    :class:`SearchResult` in query order. ``ftz`` runs pyhmmer's stage in the hmmsearch
+    program's float mode (:mod:`hmmgpu.fpenv`).
+    """
+
+    def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None):
+        self.db = db
+        self.options = options
+        self.backend = backend
+        self.ftz = ftz
+        self.threads = 0 if options.cpus == 0 else options.threads
+        self.in_flight = in_flight or max(8, 4 * max(1, self.threads))
+        self.forward = ForwardStage(db, options, ftz=ftz)
+        self.filtered = isinstance(backend, FilterBackend)
+        self.stats = EngineStats(threads=max(1, self.threads))
+        self.gpu_window = 3  #: models submitted to the GPU ahead of the one being planned
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ the stages, per query
+    def prepare(self, index: int, item) -> Query:
+        """Check a model and build its profiles (pyhmmer's, and hmmgpu's on filter backends)."""
+        import pyhmmer.plan7 as p7
+
+        from .checks import check_model
+
+        hmm = getattr(item, "hmm", item)
+        check_model(hmm, self.options)
+        gm = p7.Profile(hmm.M, hmm.alphabet)
+        gm.configure(hmm, self._background(), 100)
+        query = Query(index=index, hmm=hmm, optimized=gm.to_optimized())
+        if self.filtered:
+            from .profiles import ModelProfile
+
+            query.profile = ModelProfile.from_profile(hmm, gm, query.optimized, mmu=getattr(item, "mmu", None))
+        return query
+
+    def _background(self):
+        bg = getattr(self, "_bg", None)
+        if bg is None:
+            import pyhmmer.plan7 as p7
+            from pyhmmer.easel import Alphabet
+
+            bg = self._bg = p7.Background(Alphabet.amino())
+        return bg
+
+    def submit(self, query: Query):
+        """Start ``query``'s filter cascade (filter backends); None on the pyhmmer route."""
+        return self.backend.submit(query.profile, self.options) if self.filtered else None
+
+    def plan(self, query: Query, ticket=None) -> list:
+        """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done."""
+        if ticket is None:
+            return self.forward.plan(query)
+        result = ticket.result()
+        query.counts = result
+        query.seconds.update(result.seconds)
+        return self.forward.plan(query, result.survivors)
+
+    def finish(self, query: Query) -> SearchResult:
+        """Merge the query's task states into one ``TopHits``."""
+        states = [query.states[k] for k in range(query.n_tasks)]
+        hits = self.forward.merge(query, states, query.counts)
+        pli = hits.__getstate__()["pipeline"]
+        counts = StageCounts(query=str(query.hmm.name), M=query.hmm.M, nseqs=pli["nseqs"], nres=pli["nres"],
+                             n_past_msv=pli["n_past_msv"], n_past_bias=pli["n_past_bias"],
+                             n_past_vit=pli["n_past_vit"], n_past_fwd=pli["n_past_fwd"],
+                             n_reported=len(hits.reported), n_included=len(hits.included), seconds=query.seconds)
+        with self._lock:
+            t = self.stats.targets
+            t["searched"] += counts.nseqs
+            t["msv"] += counts.n_past_msv
+            t["bias"] += counts.n_past_bias
+            t["vit"] += counts.n_past_vit
+            t["fwd"] += counts.n_past_fwd
+            self.stats.queries += 1
+        return SearchResult(index=query.index, hmm=query.hmm, hits=hits, counts=counts)
+
+    # ------------------------------------------------------------ drivers
+    def search(self, models):
+        """Search every model of the iterable ``models``; yield :class:`SearchResult` in order."""
+        start = time.perf_counter()
+        try:
+            if self.threads == 0:
+                yield from self._search_serial(models)
+            else:
+                yield from self._search_threaded(models)
+        finally:
+            self.stats.wall_seconds = time.perf_counter() - start
+            self.stats.gpu_seconds = getattr(self.backend, "gpu_seconds", lambda: 0.0)()
+
+    def _search_serial(self, models):
+        from .fpenv import flush_to_zero
+
+        with flush_to_zero(self.ftz):
+            for index, item in enumerate(models):
+                t0 = time.perf_counter()
+                query = self.prepare(index, item)
+                t1 = time.perf_counter()
+                tasks = self.plan(query, self.submit(query))
+                t2 = time.perf_counter()
+                query.n_tasks = len(tasks)
+                for task in tasks:
+                    query.states[task.part] = self.forward.run(task)
+                result = self.finish(query)
+                t3 = time.perf_counter()
+                self.stats.prepare_seconds += t1 - t0
+                self.stats.filter_seconds += t2 - t1
+                self.stats.forward_seconds += t3 - t2
+                self.stats.tasks += len(tasks)
+                yield result
+
+    def _search_threaded(self, models):
+        slots = threading.Semaphore(self.in_flight)
+        to_filter: queue.Queue = queue.Queue(maxsize=4)
+        work: queue.PriorityQueue = queue.PriorityQueue()
+        results: dict = {}
+        done = threading.Condition()
+        failure: list = []
+        stop = threading.Event()
+        n_models = [None]
+
+        def fail(error):
+            with done:
+                if not failure:
+                    failure.append(error)
+                stop.set()
+                done.notify_all()
+
+        def deliver(index, value):
+            with done:
+                results[index] = value
+                done.notify_all()
+
+        def prepare_loop():
+            count = 0
+            try:
+                for index, item in enumerate(models):
+                    while not slots.acquire(timeout=0.1):
+                        if stop.is_set():
+                            return
+                    t0 = time.perf_counter()
+                    try:
+                        query = self.prepare(index, item)
+                    except HmmgpuError as error:
+                        query = _Failed(error)
+                    self.stats.prepare_seconds += time.perf_counter() - t0
+                    to_filter.put((index, query))
+                    count += 1
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                fail(error)
+            finally:
+                n_models[0] = count
+                to_filter.put(None)
+
+        def planned(query, ticket):
+            t0 = time.perf_counter()
+            tasks = self.plan(query, ticket)
+            self.stats.filter_seconds += time.perf_counter() - t0
+            query.n_tasks = len(tasks)
+            self.stats.tasks += len(tasks)
+            for task in tasks:
+                work.put((query.index, task.part, task))
+
+        def filter_loop():
+            # models are submitted to the backend as they come and planned in order once their
+            # cascade is done, so several can be on the GPU at once
+            pending = []
+            try:
+                while not stop.is_set():
+                    try:
+                        entry = to_filter.get(timeout=0.0005 if pending else None)
+                    except queue.Empty:
+                        entry = ()
+                    while pending and (pending[0][1] is None or pending[0][1].ready() or entry is None
+                                       or len(pending) >= self.gpu_window):
+                        planned(*pending.pop(0))
+                    if entry is None:
+                        break
+                    if not entry:
+                        continue
+                    index, query = entry
+                    if isinstance(query, _Failed):
+                        while pending:
+                            planned(*pending.pop(0))
+                        deliver(index, query)
+                        continue
+                    t0 = time.perf_counter()
+                    pending.append((query, self.submit(query)))
+                    self.stats.filter_seconds += time.perf_counter() - t0
+                while pending and not stop.is_set():
+                    planned(*pending.pop(0))
+            except BaseException as error:  # noqa: BLE001
+                fail(error)
+
+        def worker():
+            from .fpenv import set_flush_to_zero
+
+            if self.ftz:
+                set_flush_to_zero(True)
+            while True:
+                _, _, task = work.get()
+                if task is None:
+                    return
+                if stop.is_set():
+                    continue
+                try:
+                    t0 = time.perf_counter()
+                    state = self.forward.run(task)
+                    query = task.query
+                    with self._lock:
+                        query.states[task.part] = state
+                        complete = len(query.states) == query.n_tasks
+                    result = self.finish(query) if complete else None
+                    with self._lock:
+                        self.stats.forward_seconds += time.perf_counter() - t0
+                    if result is not None:
+                        deliver(query.index, result)
+                except BaseException as error:  # noqa: BLE001
+                    fail(error)
+
+        threads = [threading.Thread(target=prepare_loop, name="hmmgpu-prepare", daemon=True),
+                   threading.Thread(target=filter_loop, name="hmmgpu-filter", daemon=True)]
+        threads += [threading.Thread(target=worker, name=f"hmmgpu-worker-{k}", daemon=True)
+                    for k in range(self.threads)]
+        for t in threads:
+            t.start()
+        try:
+            index = 0
+            while True:
+                with done:
+                    while index not in results and not failure and not (n_models[0] is not None and index >= n_models[0]):
+                        done.wait(0.1)
+                    if failure:
+                        raise failure[0]
+                    if index not in results:
+                        break  # every model delivered
+                    value = results.pop(index)
+                if isinstance(value, _Failed):
+                    raise value.error
+                yield value
+                slots.release()
+                index += 1
+        finally:
+            stop.set()
+            for _ in range(self.threads):
+                work.put((np.iinfo(np.int64).max, 0, None))
+            for t in threads[2:]:
+                t.join()

@@ -1,0 +1,260 @@
+"""The stage after the filters: pyhmmer's Forward, Backward and domain definition, as tasks.
+
+What is computed
+----------------
+For one query, the targets that passed the filters (or, on the pyhmmer route, every
+target) go through pyhmmer's own pipeline, which computes the Forward filter, Backward,
+domain definition, null2 and the scores. Work is split into *tasks* (a query and a range
+of its targets, about :data:`TASK_SECONDS` of work each) so that every thread stays busy to
+the end of a run, and the tasks' ``TopHits`` are merged into exactly the ``TopHits`` of one
+serial ``hmmsearch`` over the whole database: the same hits, order, scores, E-values,
+domZ, the same set of kept-but-unreported hits, and hmmsearch's pipeline counters.
+
+Why a split run equals a serial run
+------------------------------------
+Each target is scored independently (domain definition reseeds its random generator per
+region), so only two things depend on what else was searched:
+
+* **Z.** Without ``-Z``, hmmsearch's Z is the number of targets; the final list is
+  thresholded with it after all targets are done (``p7_tophits_Threshold``), and so is
+  domZ. The merge sets the parts' target counts so that they sum to the database size.
+* **Which hits are kept.** While it searches, HMMER keeps a hit only if
+  ``exp(lnP) * Z_running <= E``, where Z_running is the number of targets counted so far,
+  i.e. the target's database position + 1. Kept-but-unreported hits matter: they set
+  ``len(TopHits)`` and the name-column width of the tables. A task runs with ``Z`` fixed
+  to its first position + 1 (a lower bound for all its targets), so it keeps a superset,
+  and the hits whose ``pvalue * (position + 1) > E`` are then dropped: exactly the serial
+  run's set. This needs each hit's position, found from its name; targets whose name
+  occurs twice in one task are run as tasks of their own (with ``Z`` = their position + 1).
+  With ``-T``, bit cutoffs or ``-Z`` the rule does not depend on the position at all.
+
+When hmmgpu's filters ran first (a *filtered* task), they decided exactly which targets
+pass MSV, the bias filter and the Viterbi filter, so pyhmmer runs with ``F1 = F2 = 1``:
+it still computes the bias-corrected null score (``filtersc``) that the Forward P-value
+needs, and skips re-running the Viterbi filter, and its counters for those stages are
+replaced by hmmgpu's.
+"""
+from __future__ import annotations
+
+import math
+import struct
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Work per task, in seconds on one thread (estimated): small enough to balance the end of
+#: a run over every thread, large enough that the per-task cost (a profile copy, a block,
+#: the merge) stays near 1%.
+TASK_SECONDS = 0.03
+#: Estimated speed of pyhmmer's post-filter stage (Forward, Backward, domain definition) per
+#: thread, in model cells (M x L) per second, and of its whole pipeline on unfiltered targets.
+FORWARD_CELLS_PER_SECOND = 7.0e7
+PIPELINE_CELLS_PER_SECOND = 2.5e10
+_ZSETBY_NTARGETS = 0
+
+
+@dataclass
+class Task:
+    """One query's targets ``positions`` (sorted database indices) for one pyhmmer run."""
+
+    query: object  #: the engine's Query (index, hmm, optimized profile)
+    positions: np.ndarray
+    z_fixed: float  #: the Z the task runs with (its first position + 1)
+    filtered: bool  #: hmmgpu's filters ran first (F1 = F2 = 1 in pyhmmer)
+    part: int = 0  #: this task's number among its query's tasks
+    cost: float = 0.0  #: estimated seconds
+
+
+class SequenceCache:
+    """pyhmmer ``DigitalSequence`` objects of database targets, made once on first use."""
+
+    def __init__(self, db):
+        from pyhmmer.easel import Alphabet
+
+        self.db = db
+        self.alphabet = Alphabet.amino()
+        self._seqs: dict = {}
+
+    def block(self, positions):
+        """A ``DigitalSequenceBlock`` of the targets ``positions``, in that order."""
+        from pyhmmer.easel import DigitalSequenceBlock
+
+        seqs = self._seqs
+        out = []
+        for p in positions.tolist():
+            s = seqs.get(p)
+            if s is None:
+                s = seqs[p] = self.db.digital_sequence(p)
+            out.append(s)
+        return DigitalSequenceBlock(self.alphabet, out)
+
+
+class ForwardStage:
+    """Plans, runs and merges the pyhmmer tasks of each query over one database."""
+
+    def __init__(self, db, options, ftz: bool = False):
+        self.db = db
+        self.options = options
+        self.ftz = ftz
+        self.sequences = SequenceCache(db)
+        self.by_position = options.by_evalue and options.Z is None
+        self._local = threading.local()
+
+    # ------------------------------------------------------------ planning
+    def plan(self, query, positions=None) -> list:
+        """The tasks of ``query``: its survivors ``positions`` (filtered), or every target."""
+        M = query.hmm.M
+        lengths = self.db.lengths
+        if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
+            total = float(self.db.total_residues) * M / PIPELINE_CELLS_PER_SECOND
+            parts = int(min(max(1, total // TASK_SECONDS), max(1, self.db.n // 64)))
+            cuts = np.searchsorted(np.cumsum(lengths, dtype=np.int64),
+                                   self.db.total_residues * np.arange(1, parts) / parts)
+            bounds = np.unique(np.concatenate([[0], cuts, [self.db.n]]))
+            ranges = [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+            if not ranges:
+                ranges = [np.zeros(0, np.int64)]
+            return self._tasks(query, ranges, filtered=False, rate=PIPELINE_CELLS_PER_SECOND)
+        positions = np.asarray(positions, np.int64)
+        if positions.size == 0:
+            return self._tasks(query, [positions], filtered=True, rate=FORWARD_CELLS_PER_SECOND)
+        cost = lengths[positions].astype(np.float64) * M / FORWARD_CELLS_PER_SECOND
+        cum = np.cumsum(cost)
+        parts = max(1, int(cum[-1] // TASK_SECONDS))
+        cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
+        groups = [g for g in np.split(positions, np.unique(cuts)) if g.size]
+        return self._tasks(query, groups, filtered=True, rate=FORWARD_CELLS_PER_SECOND)
+
+    def _tasks(self, query, groups, filtered: bool, rate: float) -> list:
+        tasks = []
+        for g in groups:
+            if self.by_position and g.size > 1:
+                singles = _repeated_names(self.db, g)
+                if singles.size:
+                    for p in singles:
+                        tasks.append(self._task(query, np.array([p]), filtered, rate))
+                    g = np.setdiff1d(g, singles)
+                    if not g.size:
+                        continue
+            tasks.append(self._task(query, g, filtered, rate))
+        for k, t in enumerate(tasks):
+            t.part = k
+        return tasks
+
+    def _task(self, query, positions, filtered, rate) -> Task:
+        first = int(positions[0]) + 1 if positions.size else 1
+        cost = float(self.db.lengths[positions].sum()) * query.hmm.M / rate
+        return Task(query=query, positions=positions, z_fixed=float(first), filtered=filtered, cost=cost)
+
+    # ------------------------------------------------------------ running
+    def _pipeline(self, filtered: bool):
+        """This thread's pyhmmer pipeline (one per thread: it holds a background model)."""
+        cache = getattr(self._local, "pipelines", None)
+        if cache is None:
+            cache = self._local.pipelines = {}
+            if self.ftz:
+                from .fpenv import set_flush_to_zero
+
+                set_flush_to_zero(True)  # this worker thread computes in hmmsearch's float mode
+        pli = cache.get(filtered)
+        if pli is None:
+            import pyhmmer.plan7 as p7
+
+            kwargs = self.options.pipeline_kwargs()
+            if filtered:
+                kwargs.update(F1=1.0, F2=1.0)
+            pli = cache[filtered] = p7.Pipeline(self.sequences.alphabet, **kwargs)
+        return pli
+
+    def run(self, task: Task):
+        """Run one task; returns its state dictionary, ready to merge (see :meth:`merge`)."""
+        pli = self._pipeline(task.filtered)
+        pli.clear()  # counters and random generator as in a new pipeline
+        if self.by_position:
+            pli.Z = task.z_fixed
+        block = self.sequences.block(task.positions)
+        try:
+            hits = pli.search_hmm(task.query.optimized.copy(), block)
+        except Exception as error:  # an error HMMER itself raises (e.g. Forward underflow on a '*'-only target)
+            from .checks import text
+            from .errors import HmmgpuError
+
+            cause = error.__cause__ or error
+            raise HmmgpuError(f"HMMER failed on model '{text(task.query.hmm.name)}': "
+                              f"{' '.join(str(cause).split())}") from None
+        state = hits.__getstate__()
+        if self.by_position and len(hits):
+            _drop_unkept(state, self.db, task.positions, self.options.E)
+        return state
+
+    # ------------------------------------------------------------ merging
+    def merge(self, query, states: list, counts=None):
+        """One serial run's ``TopHits`` from the tasks' states (``counts``: hmmgpu's filter counters)."""
+        from pyhmmer.plan7 import TopHits
+
+        first = states[0]["pipeline"]
+        first["nseqs"] = self.db.n
+        first["nres"] = self.db.total_residues
+        if counts is not None:
+            first["n_past_msv"], first["n_past_bias"], first["n_past_vit"] = (
+                counts.n_past_msv, counts.n_past_bias, counts.n_past_vit)
+        for k, state in enumerate(states):
+            pli = state["pipeline"]
+            if k:
+                pli["nseqs"] = pli["nres"] = 0
+                if counts is not None:
+                    pli["n_past_msv"] = pli["n_past_bias"] = pli["n_past_vit"] = 0
+            if self.options.Z is None:
+                pli["Z_setby"] = _ZSETBY_NTARGETS
+                pli["Z"] = float(pli["nseqs"])
+        parts = []
+        for state in states:
+            part = TopHits(query.hmm)
+            part.__setstate__(state)
+            parts.append(part)
+        return parts[0].merge(*parts[1:])
+
+
+def _repeated_names(db, positions: np.ndarray) -> np.ndarray:
+    """The positions whose target name occurs more than once among ``positions``."""
+    names = [db.name(int(p)) for p in positions]
+    if len(set(names)) == len(names):
+        return np.zeros(0, np.int64)
+    seen: dict = {}
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+    return np.array([p for p, n in zip(positions.tolist(), names) if seen[n] > 1], np.int64)
+
+
+#: Byte offsets in HMMER's serialized ``P7_HIT`` (``p7_hit_Serialize``, network byte order):
+#: the hit's ln P-value, and its target name (a NUL-terminated string after the fixed fields).
+_LNP_OFFSET = 28
+_NAME_OFFSET = 109
+
+
+def _hit_fields(serialized) -> tuple:
+    """(lnP, target name as bytes) of one serialized hit of a ``TopHits`` state."""
+    raw = bytes(serialized)
+    lnp = struct.unpack_from(">d", raw, _LNP_OFFSET)[0]
+    return lnp, raw[_NAME_OFFSET:raw.index(0, _NAME_OFFSET)]
+
+
+def _drop_unkept(state: dict, db, positions: np.ndarray, E: float) -> None:
+    """Remove from ``state`` the hits a serial run would not have kept (running Z).
+
+    HMMER keeps a hit when ``exp(lnP) * Z <= E`` with Z the number of targets counted so
+    far (``p7_pli_TargetReportable``): the hit's database position + 1.
+    """
+    where = {db.name(int(p)): int(p) for p in positions}
+    keep = []
+    for i, entry in enumerate(state["unsrt"]):
+        lnp, name = _hit_fields(entry)
+        if math.exp(lnp) * float(where[name] + 1) <= E:
+            keep.append(i)
+    if len(keep) == len(state["unsrt"]):
+        return
+    new_index = {old: new for new, old in enumerate(keep)}
+    state["unsrt"] = [state["unsrt"][i] for i in keep]
+    state["hit"] = [new_index[o] for o in state["hit"] if o in new_index]
+    state["N"] = state["Nalloc"] = len(keep)

@@ -1,0 +1,1 @@
+"""SSV and J-state MSV filter kernels (:mod:`.source`) and their launches (:mod:`.launch`)."""

@@ -1,0 +1,140 @@
+"""The sequence database resident on one GPU, shared by every kernel family.
+
+Layout. Targets are stored in *positions* 0..n-1, ordered by length, longest first, without
+the zero-length targets (HMMER skips them; they still count in Z, which the host knows).
+Each target's digital residues (Easel codes, one byte each) start on a 32-bit word
+boundary and are padded to whole words with code 28 (``~``), so a kernel reads four
+residues per load: ``residues[word_offsets[p] + w]`` holds residues 4w..4w+3 of position p,
+lowest byte first. ``lengths[p]`` is the residue count (int32); ``indices[p]`` maps a
+position back to the database index on the host.
+
+Why longest first: kernels hand out targets in position order from an atomic counter, so
+the long targets start first and the short ones fill the end of the run (no long tail),
+and neighbouring lane groups of a warp get targets of similar length.
+
+The database is uploaded once. If it does not fit in the memory budget it is split into
+chunks of consecutive positions that are uploaded in turn for every pass (identical
+results, more transfer time); :meth:`ResidentDatabase.chunks` yields them.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Residue code of the padding ('~', missing data).
+PAD_CODE = 28
+#: Device bytes per target besides its residues: word offset, length, and room for the
+#: per-target outputs and work lists of the filter families (see ``cascade``).
+PER_TARGET_BYTES = 8 + 4 + 48
+
+
+def _pack(residues, starts, lengths, word_offsets, out):
+    for j in range(lengths.shape[0]):
+        s = starts[j]
+        d = word_offsets[j] * 4
+        for r in range(lengths[j]):
+            out[d + r] = residues[s + r]
+
+
+@functools.lru_cache(maxsize=None)
+def _packer():
+    from numba import njit
+
+    return njit(cache=True, nogil=True)(_pack)
+
+
+def pack_residues(residues, starts, lengths, word_offsets, total_words) -> np.ndarray:
+    """Residues of the given targets copied to word-aligned, '~'-padded slots (uint8)."""
+    out = np.full(max(int(total_words), 1) * 4, PAD_CODE, dtype=np.uint8)
+    if lengths.size:
+        _packer()(np.asarray(residues), starts, lengths, word_offsets, out)
+    return out
+
+
+@dataclass
+class Chunk:
+    """Consecutive positions ``lo..hi-1`` of the resident database, on the device."""
+
+    lo: int
+    hi: int
+    residues: object  #: uint32 device array, four residues per word
+    word_offsets: object  #: int64 device array
+    lengths: object  #: int32 device array
+    max_length: int
+
+    @property
+    def n(self) -> int:
+        return self.hi - self.lo
+
+
+class ResidentDatabase:
+    """A :class:`~hmmgpu.seqdb.SequenceDB` on a :class:`~hmmgpu.kernels.device.GpuDevice`.
+
+    ``max_bytes`` caps the device memory used (default: 60% of the free memory); above it
+    the database is chunked. Call inside ``device.activate()``.
+    """
+
+    def __init__(self, db, device, max_bytes: int | None = None):
+        order = np.asarray(db.order, dtype=np.int64)
+        lengths = np.asarray(db.lengths, dtype=np.int64)[order]
+        keep = lengths > 0
+        self.device = device
+        self.indices = order[keep]  #: database index of each position
+        self.lengths = lengths[keep]  #: host copy of the lengths, by position
+        self.n = int(self.indices.size)
+        self.max_length = int(self.lengths[0]) if self.n else 0
+        self.db = db  #: the host database
+        per_target = (self.lengths + 3) // 4 * 4 + PER_TARGET_BYTES
+        budget = int(device.free_memory() * 0.6) if max_bytes is None else int(max_bytes)
+        self.budget = budget
+        bounds = [0]
+        if int(per_target.sum()) > budget and self.n:
+            acc = 0
+            for i, b in enumerate(per_target.tolist()):
+                if acc + b > budget and i > bounds[-1]:
+                    bounds.append(i)
+                    acc = 0
+                acc += b
+        bounds.append(self.n)
+        self._bounds = list(zip(bounds[:-1], bounds[1:]))
+        self.resident = len(self._bounds) == 1
+        self._chunks = [self._upload(lo, hi) for lo, hi in self._bounds] if self.resident else None
+
+    @property
+    def largest_chunk(self) -> int:
+        """Positions in the largest chunk (at least 1)."""
+        return max([hi - lo for lo, hi in self._bounds] + [1])
+
+    @property
+    def n_chunks(self) -> int:
+        """How many chunks the database is processed in (1: fully resident)."""
+        return len(self._bounds)
+
+    def _upload(self, lo: int, hi: int) -> Chunk:
+        from numba import cuda
+
+        lens = self.lengths[lo:hi]
+        words = (lens + 3) // 4
+        woff = np.zeros(hi - lo, dtype=np.int64)
+        if hi > lo:
+            np.cumsum(words[:-1], out=woff[1:])
+        starts = np.asarray(self.db.offsets, dtype=np.int64)[self.indices[lo:hi]]
+        packed = pack_residues(self.db.residues, starts, lens, woff, words.sum() if hi > lo else 0)
+        return Chunk(lo=lo, hi=hi, residues=cuda.to_device(packed.view(np.uint32)),
+                     word_offsets=cuda.to_device(woff if hi > lo else np.zeros(1, np.int64)),
+                     lengths=cuda.to_device(lens.astype(np.int32) if hi > lo else np.zeros(1, np.int32)),
+                     max_length=int(lens[0]) if hi > lo else 0)
+
+    def chunks(self):
+        """Yield the chunks, uploading each in turn when the database is not resident."""
+        if self.resident:
+            yield from self._chunks
+            return
+        for lo, hi in self._bounds:
+            yield self._upload(lo, hi)
+
+    def close(self) -> None:
+        """Free the device copy."""
+        self._chunks = None

@@ -1,0 +1,132 @@
+"""Host side of the Smith-Waterman scan: query profiles, tiles, launches, saturated targets.
+
+:class:`GpuScanner` keeps a database resident on one device (one upload for any number of
+queries) and returns every target's exact score for each query: the 16-bit kernel of
+:mod:`.source` over every chunk, tile after tile, then the targets whose 16-bit maximum
+reached the saturation limit rescored exactly in 32-bit arithmetic on the CPU (pyopal).
+:func:`all_specs` lists the kernels ``hmmgpu warmup`` compiles.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import build, tuning
+from ..device import GpuDevice
+from ..kargs import arguments
+from ..resident import ResidentDatabase
+from .source import ARGS, N_COUNTERS, NROWS, PAD_ROW, PAD_SCORE, SwSpec, row_words
+
+
+def all_specs(device=None) -> list:
+    """Every Smith-Waterman kernel of the shape table (the same on every device)."""
+    return [SwSpec(G, Q) for G, Q in tuning.SW_SHAPES]
+
+
+def spec_for(query_length: int) -> SwSpec:
+    """The kernel specialisation a query of this length uses."""
+    return SwSpec(*tuning.sw_shape(query_length))
+
+
+def query_profile(q: np.ndarray, by_code: np.ndarray, spec: SwSpec) -> tuple:
+    """(profile words, tiles): row x, tile k, word w holds the 16-bit scores of query columns
+    ``k*C + 2w`` (low half) and ``k*C + 2w + 1`` against residue code x; rows are
+    ``tiles * row_words`` words long; padding columns and the padding row score PAD_SCORE."""
+    C = spec.C
+    tiles = max(1, -(-q.size // C))
+    cols = np.full((NROWS, tiles * C), PAD_SCORE, np.int64)
+    cols[:by_code.shape[0], :q.size] = np.asarray(by_code, np.int64)[:, q]  # S(x, q_j) == S(q_j, x)
+    cols[PAD_ROW] = PAD_SCORE
+    pairs = (cols[:, 0::2] & 0xFFFF) | ((cols[:, 1::2] & 0xFFFF) << 16)
+    PW = row_words(spec.G, spec.Q)
+    words = np.zeros((NROWS, tiles, PW), np.uint32)
+    words[:, :, :C // 2] = pairs.reshape(NROWS, tiles, C // 2).astype(np.uint32)
+    return np.ascontiguousarray(words.reshape(-1)), tiles
+
+
+class GpuScanner:
+    """Every target's Smith-Waterman score on one GPU (or numba's simulator), database resident."""
+
+    def __init__(self, db, matrix, gap_open: int, gap_extend: int, device: int = 0, max_bytes: int | None = None,
+                 shape: tuple | None = None, limit: int | None = None):
+        """``shape`` forces one (G, Q) for every query and ``limit`` a lower saturation limit
+        (both for tests: tiling and the rescoring path on small inputs)."""
+        self.device = GpuDevice.open(device)
+        self.db = db
+        self.matrix = matrix
+        self.gap_open, self.gap_extend = int(gap_open), int(gap_extend)
+        self.go, self.ge = self.gap_open + self.gap_extend, self.gap_extend
+        if not matrix.by_code.T.tolist() == matrix.by_code.tolist():
+            raise ValueError("the GPU profile assumes a symmetric matrix")
+        #: a 16-bit maximum at or above this may have saturated: rescored exactly
+        self.limit = 32767 - int(matrix.max_score) if limit is None else min(int(limit), 32767 - int(matrix.max_score))
+        self.shape = shape
+        with self.device.activate():
+            self.resident = ResidentDatabase(db, self.device, max_bytes=max_bytes)
+        self._grids = {}
+        self.last: dict = {}
+
+    @property
+    def description(self) -> str:
+        return self.device.description
+
+    def _launch(self, spec, chunk, stream, **args) -> None:
+        kernel = build.load(spec, self.device.lane_binding)
+        if spec not in self._grids:
+            self._grids[spec] = tuning.persistent_grid(kernel, self.device, spec.table_words * 4, False)
+        grid, block = self._grids[spec]
+        kernel[grid, block, stream](*arguments(ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets,
+                                                lengths=chunk.lengths, n_targets=chunk.n, **args))
+
+    def scores_many(self, queries) -> list:
+        """Every target's exact score (int32 by database index) for each query (Easel codes)."""
+        from numba import cuda
+
+        out = [np.zeros(self.db.n, np.int32) for _ in queries]
+        plans = []
+        for q in queries:
+            spec = SwSpec(*self.shape) if self.shape else spec_for(int(q.size))
+            prof, tiles = query_profile(np.asarray(q, np.int64), self.matrix.by_code, spec)
+            plans.append((spec, prof, tiles))
+        kernel_ms = 0.0
+        with self.device.activate():
+            stream = cuda.stream()
+            dprofs = [cuda.to_device(p, stream=stream) for _, p, _ in plans]
+            for chunk in self.resident.chunks():
+                n = max(chunk.n, 1)
+                need_bnd = any(t > 1 for _, _, t in plans)
+                words = int(((self.resident.lengths[chunk.lo:chunk.hi] + 3) // 4).sum())
+                bsize = 2 * 4 * max(words, 1) if need_bnd else 2
+                bnd = [cuda.device_array(bsize, np.uint32, stream=stream) for _ in range(2)]
+                for qi, (spec, _, tiles) in enumerate(plans):
+                    scores = cuda.to_device(np.zeros(n, np.int32), stream=stream)
+                    start, stop = cuda.event(), cuda.event()
+                    start.record(stream)
+                    for k in range(tiles):
+                        counters = cuda.to_device(np.zeros(N_COUNTERS, np.int32), stream=stream)
+                        self._launch(spec, chunk, stream, profile=dprofs[qi], prof_stride=tiles * row_words(spec.G, spec.Q),
+                                     tile=k, first=int(k == 0), last=int(k == tiles - 1), go=self.go, ge=self.ge,
+                                     bnd_in=bnd[k % 2], bnd_out=bnd[(k + 1) % 2], counters=counters, scores=scores)
+                    stop.record(stream)
+                    host = scores.copy_to_host(stream=stream)
+                    stream.synchronize()
+                    if not self.device.simulator:
+                        kernel_ms += cuda.event_elapsed_time(start, stop)
+                    out[qi][self.resident.indices[chunk.lo:chunk.hi]] = host[:chunk.n]
+        saturated = 0
+        for qi, q in enumerate(queries):
+            flagged = np.flatnonzero(out[qi] >= self.limit)
+            if flagged.size:
+                saturated += int(flagged.size)
+                out[qi][flagged] = self._rescore(np.asarray(q, np.uint8), flagged)
+        self.last = dict(kernel_ms=kernel_ms, saturated=saturated, specs=[p[0].name for p in plans])
+        return out
+
+    def _rescore(self, q: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """Exact 32-bit scores of the saturated targets (pyopal on the CPU)."""
+        from ...sw.cpu import pair_scores
+
+        return pair_scores(q, [self.db.codes(int(i)) for i in indices], self.matrix, self.gap_open, self.gap_extend)
+
+    def close(self) -> None:
+        """Free the device copy of the database."""
+        self.resident.close()

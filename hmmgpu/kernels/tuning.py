@@ -1,0 +1,108 @@
+"""Kernel shapes and launch settings, kept as data.
+
+Every kernel is specialised to a shape (threads per target ``G``, words per thread ``Q``),
+and a search only ever uses the shapes listed here, so a whole Pfam search needs a few
+dozen kernels, compiled once per device (:mod:`hmmgpu.kernels.build`). A model of ``M``
+nodes takes the first row whose capacity ``G * lanes_per_word * Q`` is at least ``M``.
+
+The MSV rows were chosen on an NVIDIA H200 (benchmarks/NOTES.md): at least ~9 words per
+thread where the model allows it (more independent words hide the per-row shuffle and
+residue decoding), and lane groups of at least 4 threads (narrower groups put more targets
+per warp in lockstep, with uncoalesced residue loads and shared-memory bank conflicts).
+The Viterbi filter uses a whole warp per target (its per-row reductions are warp-wide), so
+its rows differ only in ``Q``.
+"""
+from __future__ import annotations
+
+#: (G, Q) rows of the MSV kernels in 16-bit lanes (2 per word), by increasing capacity.
+MSV_16X2 = ((4, 3), (4, 5), (4, 8), (4, 12), (4, 16), (8, 10), (8, 12), (8, 16), (16, 10), (16, 12),
+            (16, 16), (32, 10), (32, 12), (32, 16), (32, 20), (32, 24), (32, 32), (32, 40), (32, 48), (32, 64))
+#: (G, Q) rows of the MSV kernels in 8-bit lanes (4 per word).
+MSV_8X4 = ((4, 3), (4, 5), (4, 8), (4, 12), (4, 16), (8, 10), (8, 12), (8, 16), (16, 10), (16, 12),
+           (16, 16), (32, 10), (32, 12), (32, 16), (32, 20), (32, 24), (32, 32))
+#: Q rows of the Viterbi filter kernel (G = 32, 2 lanes per word: capacity 64 * Q).
+VIT_Q = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
+#: Viterbi filter: transition words stay in registers up to this Q, above it they are read
+#: from shared memory (registers per thread would otherwise exceed what keeps a useful
+#: number of warps resident).
+VIT_TRANSITIONS_IN_REGISTERS_MAX_Q = 12
+
+#: Model tables up to this size go to static shared memory, larger ones to dynamic shared
+#: memory (opted in above 48 KB), and beyond the device's limit to global memory (L1).
+STATIC_SHARED_MAX_BYTES = 40 * 1024
+#: Resident warps per SM the launches aim for (more do not help these kernels).
+TARGET_WARPS_PER_SM = 48
+#: Bias filter kernel: threads per block (one thread per target).
+BIAS_BLOCK = 128
+
+
+def msv_shape(M: int, lanes: str) -> tuple | None:
+    """(G, Q) of the MSV kernels for a model of ``M`` nodes, or None when no row fits."""
+    rows, per_word = (MSV_16X2, 2) if lanes == "16x2" else (MSV_8X4, 4)
+    for G, Q in rows:
+        if G * per_word * Q >= M:
+            return G, Q
+    return None
+
+
+def vit_q(M: int) -> int | None:
+    """Q of the Viterbi filter kernel for a model of ``M`` nodes, or None when no row fits."""
+    for Q in VIT_Q:
+        if 64 * Q >= M:
+            return Q
+    return None
+
+
+def table_placement(table_bytes: int, device) -> str:
+    """Where a model table of ``table_bytes`` goes: "static", "dynamic" or "global"."""
+    if table_bytes <= STATIC_SHARED_MAX_BYTES:
+        return "static"
+    if table_bytes + 1024 <= device.smem_per_block_optin:
+        return "dynamic"
+    return "global"
+
+
+def persistent_grid(kernel, device, shared_bytes: int, dynamic: bool) -> tuple:
+    """(blocks, threads per block) of a persistent grid that fills every SM.
+
+    Reads the kernel's registers per thread; raises the dynamic shared-memory limit of the
+    kernel when ``dynamic`` (needed above 48 KB).
+    """
+    if device.simulator:
+        return 1, 32
+    fn = kernel.overloads[next(iter(kernel.overloads))]._codelibrary.get_cufunc()
+    regs = max(16, int(fn.attrs.regs))
+    max_threads = int(fn.attrs.maxthreads)
+    if dynamic:
+        from numba.cuda.cudadrv.driver import binding, driver
+
+        attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        driver.cuKernelSetAttribute(attr, shared_bytes, fn.handle, fn.device.id)
+    warps_by_regs = max(1, 65536 // (((regs + 7) // 8 * 8) * 32))
+    warps = min(TARGET_WARPS_PER_SM, warps_by_regs)
+    if shared_bytes:
+        blocks_per_sm = max(1, min(32, (device.smem_per_sm - 1024) // (shared_bytes + 1024)))
+    else:
+        blocks_per_sm = 8
+    blocks_per_sm = min(blocks_per_sm, warps)
+    warps_per_block = max(1, min(32, warps // blocks_per_sm))
+    block = max(32, min(warps_per_block * 32, max_threads // 32 * 32))
+    return device.sm_count * blocks_per_sm, block
+
+#: (G, Q) rows of the Smith-Waterman scan (16-bit lanes, a target pair per lane group): tile
+#: widths G*Q of 48 to 704 query columns; Q/2 odd keeps the profile reads free of bank
+#: conflicts; the widest tile (42 KB of profile) stays in static shared memory.
+SW_SHAPES = ((8, 6), (8, 10), (8, 14), (16, 6), (16, 10), (16, 14), (32, 6), (32, 10), (32, 14), (32, 22))
+#: Tiled queries: the tile whose total columns plus this many per tile (the wavefront's
+#: fill and the boundary traffic, in column equivalents) is smallest, among the 32-thread rows.
+SW_TILE_COST_COLUMNS = 64
+
+
+def sw_shape(query_length: int) -> tuple:
+    """(G, Q) of the Smith-Waterman kernel for a query: the narrowest single tile that holds it,
+    else the 32-thread tile that minimises padded columns plus per-tile cost."""
+    for G, Q in sorted(SW_SHAPES, key=lambda s: (s[0] * s[1], s[0])):
+        if G * Q >= query_length:
+            return G, Q
+    wide = [s for s in SW_SHAPES if s[0] == 32]
+    return min(wide, key=lambda s: (-(-query_length // (s[0] * s[1]))) * (s[0] * s[1] + SW_TILE_COST_COLUMNS))

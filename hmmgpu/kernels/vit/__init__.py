@@ -1,0 +1,1 @@
+"""The Viterbi filter kernel (:mod:`.source`) and its launches (:mod:`.launch`)."""

@@ -1,0 +1,80 @@
+"""``hmmgpu sw``: the Smith-Waterman search on the command line.
+
+``add_parser(subparsers)`` adds the command to hmmgpu's parser; ``run(args)`` executes it and
+returns the exit status (2 with one ``hmmgpu: error: ...`` line for bad input).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from ..errors import HmmgpuError
+from .matrices import MATRICES
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``sw`` to an argparse subparsers object; returns its parser."""
+    p = subparsers.add_parser("sw", help="Smith-Waterman search of protein queries against a protein database",
+                              description="Exact local alignment (affine gaps) of every query against every "
+                                          "target, with BLAST-style bit scores and E-values.")
+    p.add_argument("queries", help="query proteins (FASTA, plain or gzip)")
+    p.add_argument("db", help="target proteins: FASTA (plain or gzip) or a database made by `hmmgpu makedb`")
+    p.add_argument("--matrix", default="BLOSUM62", type=str.upper, metavar="NAME",
+                   help=f"substitution matrix: {', '.join(MATRICES)} (default BLOSUM62)")
+    p.add_argument("--gapopen", type=int, default=11, help="gap open cost (a gap of length k costs open + k*extend)")
+    p.add_argument("--gapextend", type=int, default=1, help="gap extension cost")
+    p.add_argument("--max-hits", type=int, default=500, dest="max_hits", help="hits reported per query (default 500)")
+    p.add_argument("-E", type=float, default=10.0, dest="evalue", help="report hits with E-value <= E (default 10)")
+    p.add_argument("--outfmt", type=int, choices=[0, 6], default=0,
+                   help="0: readable report with alignments (default); 6: BLAST tabular, 12 standard columns")
+    p.add_argument("--alignments", type=int, default=50, help="alignments shown per query in the report")
+    p.add_argument("-o", dest="output", default=None, help="write the output to this file (default stdout)")
+    p.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],
+                   help="where the scan runs (default: the GPU if one is found, else pyopal on the CPU)")
+    p.add_argument("--device", type=int, default=0, help="CUDA device id")
+    p.add_argument("--cpu", type=int, default=None, dest="threads", help="CPU threads of the CPU route")
+    return p
+
+
+def run(args) -> int:
+    """Execute ``hmmgpu sw``; returns the exit status."""
+    from .. import __version__
+    from .output import format_report, write_tabular
+    from .api import SwSearch, _read_queries
+
+    try:
+        queries = _read_queries(args.queries)
+        with SwSearch(args.db, matrix=args.matrix, gap_open=args.gapopen, gap_extend=args.gapextend,
+                      max_hits=args.max_hits, evalue=args.evalue, backend=args.backend, device=args.device,
+                      threads=args.threads, alignments=args.alignments) as s:
+            print(f"# hmmgpu {__version__}: {s.notice}", file=sys.stderr)
+            out = open(args.output, "w") if args.output else sys.stdout
+            try:
+                start = time.perf_counter()
+                for hits in s.iter_search(queries):
+                    if args.outfmt == 6:
+                        write_tabular(out, hits)
+                    else:
+                        out.write(format_report(hits, s.db, s.params, args.alignments))
+                    out.flush()
+                if args.outfmt != 6:
+                    out.write(f"[ok] {len(queries)} quer{'y' if len(queries) == 1 else 'ies'} in "
+                              f"{time.perf_counter() - start:.2f}s\n")
+            finally:
+                if out is not sys.stdout:
+                    out.close()
+    except HmmgpuError as e:
+        print(f"hmmgpu: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"hmmgpu: error: {e.filename or ''}: {e.strerror or e}".replace(": :", ":"), file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m hmmgpu.sw ...``: the command without the rest of hmmgpu's parser."""
+    parser = argparse.ArgumentParser(prog="hmmgpu")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return run(parser.parse_args(["sw", *(sys.argv[1:] if argv is None else argv)]))

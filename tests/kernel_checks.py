@@ -1,0 +1,328 @@
+"""Exactness checks of the GPU kernels against HMMER (pyhmmer, libhmmer) and hmmgpu.cpu_filters.
+
+Used by the tests on a GPU (``pytest -m gpu``) and, under numba's CUDA simulator, by
+``tests/test_kernels.py`` (which runs ``python tests/kernel_checks.py`` with
+``NUMBA_ENABLE_CUDASIM=1`` in a subprocess, since the simulator is chosen at numba import).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+STATUS_RANGE = 16
+
+
+def sample_case(M: int, seed: int, nseq: int, max_len: int):
+    """A sampled model, and short targets: random, planted homologous segments (J-state
+    use), degenerate codes, a planted overflow, a lone '*' and an empty sequence."""
+    import pyhmmer
+    from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock, Randomness
+
+    from hmmgpu.profiles import ModelProfile
+    from hmmgpu.seqdb import SequenceDB
+
+    abc = Alphabet.amino()
+    hmm = pyhmmer.plan7.HMM.sample(abc, M, Randomness(seed))
+    prof = ModelProfile.from_hmm(hmm)
+    r = np.random.default_rng(seed)
+    me = np.asarray(hmm.match_emissions)[1:, :20].astype(np.float64)
+    me /= me.sum(axis=1, keepdims=True)
+
+    def emit(a, b):
+        return np.array([r.choice(20, p=me[k]) for k in range(a, b)], np.uint8)
+
+    seqs = []
+    for i in range(nseq):
+        L = int(r.integers(1, max_len))
+        s = r.integers(0, 20, L).astype(np.uint8)
+        kind = i % 4
+        if kind == 1:
+            a = int(r.integers(0, M))
+            b = min(M, a + int(r.integers(1, M + 1)))
+            s = np.concatenate([s[: L // 2], emit(a, b), s[L // 2:]])
+        elif kind == 2:
+            s = np.concatenate([emit(0, max(1, M // 3)), s, emit(max(1, M // 3), M)])
+        elif kind == 3:
+            s[r.integers(0, L, 3)] = r.integers(20, 29, 3)
+        seqs.append(s)
+    # two full homologous copies: the J state is used (SSV answers NORESULT, J-state MSV runs)
+    seqs.append(np.concatenate([emit(0, M), r.integers(0, 20, 5).astype(np.uint8), emit(0, M)]))
+    best = np.argmin(prof.byte.cost[:20], axis=0).astype(np.uint8)
+    seqs.append(np.concatenate([best, best]))  # overflow
+    seqs.append(np.array([27], np.uint8))  # '*' alone: SSV floor vs J-state MSV
+    seqs.append(np.zeros(0, np.uint8))  # skipped
+    blk = DigitalSequenceBlock(abc, [DigitalSequence(abc, name=f"s{i}".encode(), sequence=s)
+                                     for i, s in enumerate(seqs)])
+    return hmm, prof, SequenceDB.from_block(blk)
+
+
+def hmmer_msv_scores(hmm, db, indices=None):
+    """pyhmmer's p7_MSVFilter (SSV first) per target, om.L set as hmmsearch does (float32)."""
+    import pyhmmer
+
+    abc = hmm.alphabet
+    gm = pyhmmer.plan7.Profile(hmm.M, abc)
+    gm.configure(hmm, pyhmmer.plan7.Background(abc), 100)
+    om = gm.to_optimized()
+    idx = np.arange(db.n) if indices is None else np.asarray(indices)
+    out = np.empty(idx.size, np.float32)
+    for j, i in enumerate(idx):
+        L = int(db.lengths[i])
+        om.L = L
+        seq = pyhmmer.easel.DigitalSequence(abc, sequence=db.codes(int(i)))
+        out[j] = om.msv_filter(seq)
+    return out
+
+
+def gpu_scores(idx, st, xj, db):
+    from hmmgpu.profiles import msv_score, tjb_table
+
+    tjb = tjb_table(max(int(db.max_length), 1))
+    sc = msv_score(xj, tjb[np.asarray(db.lengths)[idx]])
+    return np.where(st == STATUS_RANGE, np.float32(np.inf), sc).astype(np.float32)
+
+
+def msv_stage(db, lanes="16x2", placement=None, max_bytes=None):
+    """An :class:`MsvStage` over ``db`` resident on device 0 (or the simulator)."""
+    from hmmgpu.kernels.device import GpuDevice
+    from hmmgpu.kernels.msv.launch import MsvStage
+    from hmmgpu.kernels.resident import ResidentDatabase
+
+    device = GpuDevice.open(0)
+    with device.activate():
+        resident = ResidentDatabase(db, device, max_bytes=max_bytes)
+    return MsvStage(resident, lanes=lanes, placement=placement)
+
+
+def check_msv(stage, hmm, prof, db, hmmer=True, cpu=True, force=True, thr_value=None):
+    """Run the MSV stage for ``prof``; compare every target with HMMER and the CPU reference."""
+    from hmmgpu import cpu_filters
+
+    nz = np.nonzero(np.asarray(db.lengths) > 0)[0]
+    idx, st, xj = stage.run(prof)
+    if list(idx) != list(nz):
+        raise AssertionError(f"returned targets differ: {len(idx)} vs {len(nz)}")
+    report = dict(n=int(nz.size), statuses=np.bincount(st, minlength=20)[[0, 16]].tolist(),
+                  noresult=stage.last.get("noresult"))
+    if cpu:
+        rst, rxj = cpu_filters.msv_filter(prof, db, indices=nz)
+        bad = np.nonzero((rst != st) | (rxj != xj))[0]
+        if bad.size:
+            raise AssertionError(f"{bad.size} mismatches vs cpu_filters, e.g. target {nz[bad[0]]}: "
+                                 f"gpu {st[bad[0]]},{xj[bad[0]]} cpu {rst[bad[0]]},{rxj[bad[0]]}")
+    if hmmer:
+        ref = hmmer_msv_scores(hmm, db, nz)
+        mine = gpu_scores(idx, st, xj, db)
+        bad = np.nonzero(~((ref == mine) | (np.isinf(ref) & np.isinf(mine))))[0]
+        if bad.size:
+            raise AssertionError(f"{bad.size} mismatches vs HMMER, e.g. target {nz[bad[0]]}: "
+                                 f"gpu {mine[bad[0]]} hmmer {ref[bad[0]]}")
+        report["hmmer_equal"] = int(nz.size)
+    if force:
+        fidx, fst, fxj = stage.run(prof, force_msv=True)
+        rst, rxj = cpu_filters.msv_filter(prof, db, indices=nz, force_msv=True)
+        if list(fidx) != list(nz) or (rst != fst).any() or (rxj != fxj).any():
+            bad = np.nonzero((rst != fst) | (rxj != fxj))[0]
+            raise AssertionError(f"force_msv: {bad.size} mismatches vs cpu_filters")
+        report["force_equal"] = int(nz.size)
+    if thr_value is not None:
+        thr = np.full(int(db.max_length) + 1, thr_value, np.int32)
+        tidx, tst, txj = stage.run(prof, thr)
+        keep = (st != 0) | (xj >= thr_value)
+        if list(tidx) != list(idx[keep]) or (tst != st[keep]).any() or (txj != xj[keep]).any():
+            raise AssertionError("thresholded survivors differ")
+        report["thr_survivors"] = int(tidx.size)
+    return report
+
+
+def simulator_msv_checks():
+    """The MSV kernels under the simulator: both lane modes, every table placement, chunking."""
+    out = []
+    for M, seed, nseq, maxL, modes in [(20, 7, 4, 30, ("16x2", "8x4")), (70, 3, 2, 20, ("16x2",))]:
+        hmm, prof, db = sample_case(M, seed, nseq, maxL)
+        for lanes in modes:
+            stage = msv_stage(db, lanes=lanes)
+            rep = check_msv(stage, hmm, prof, db, thr_value=180 if not out else None)
+            out.append((M, lanes, stage.last["spec"].name, rep))
+    hmm, prof, db = sample_case(20, 7, 4, 30)
+    for placement in ("dynamic", "global"):  # the placements of big models' tables
+        stage = msv_stage(db, placement=placement)
+        out.append((20, placement, stage.last.get("spec"), check_msv(stage, hmm, prof, db, force=False, cpu=False)))
+    stage = msv_stage(db, max_bytes=300)  # a tiny memory budget forces chunks: same results
+    assert stage.resident.n_chunks > 1
+    out.append((20, "chunked", stage.resident.n_chunks, check_msv(stage, hmm, prof, db, force=False)))
+    return out
+
+
+def vit_stage(db, transitions=None):
+    """A :class:`VitStage` over ``db`` resident on device 0 (or the simulator); ``transitions``
+    forces where the kernel reads its transition rows from."""
+    from hmmgpu.kernels.device import GpuDevice
+    from hmmgpu.kernels.resident import ResidentDatabase
+    from hmmgpu.kernels.vit.launch import VitStage
+
+    device = GpuDevice.open(0)
+    with device.activate():
+        return VitStage(ResidentDatabase(db, device), transitions=transitions)
+
+
+def hmmer_vit_scores(hmm, db, indices):
+    """HMMER's own p7_ViterbiFilter (libhmmer through ctypes) per target: (status, score)."""
+    from hmmgpu.hmmerlib import HmmerModel
+
+    with HmmerModel(hmm) as ref:
+        out = ref.score_all(db.codes(int(t)) for t in indices)
+    return np.asarray(out["vf_status"]), np.asarray(out["vf"], np.float32)
+
+
+def check_vit(stage, hmm, prof, db, indices=None, cpu=True, hmmer=True):
+    """The Viterbi filter kernel against the CPU reference and HMMER, target by target."""
+    from hmmgpu import cpu_filters
+    from hmmgpu.cascade import ViterbiResult
+
+    idx = np.flatnonzero(np.asarray(db.lengths) > 0) if indices is None else np.asarray(indices)
+    st, xc = stage.run(prof, idx)
+    report = dict(n=int(idx.size), uncertain=stage.last.get("uncertain"), cpu_reason=stage.last.get("cpu_reason"))
+    if cpu:
+        rst, rxc = cpu_filters.viterbi_filter(prof, db, idx)
+        bad = np.flatnonzero((rst != st) | (rxc != xc))
+        if bad.size:
+            raise AssertionError(f"{bad.size} Viterbi mismatches vs cpu_filters, e.g. target {idx[bad[0]]}: "
+                                 f"gpu {st[bad[0]]},{xc[bad[0]]} cpu {rst[bad[0]]},{rxc[bad[0]]}")
+        report["cpu_equal"] = int(idx.size)
+    if hmmer:
+        ref_st, ref = hmmer_vit_scores(hmm, db, idx)
+        mine = ViterbiResult(idx, st, xc).scores(db.lengths)
+        bad = np.flatnonzero(~((ref == mine) | (np.isinf(ref) & np.isinf(mine) & (np.sign(ref) == np.sign(mine)))))
+        if bad.size:
+            raise AssertionError(f"{bad.size} Viterbi mismatches vs HMMER, e.g. target {idx[bad[0]]}: "
+                                 f"gpu {mine[bad[0]]} hmmer {ref[bad[0]]}")
+        report["hmmer_equal"] = int(idx.size)
+    return report
+
+
+def calibrated(hmm):
+    """``hmm`` read back from its text with STATS lines of a Pfam model's size added (a sampled
+    model has none; any consistent values serve to compare hmmgpu with HMMER)."""
+    import io
+
+    from pyhmmer.plan7 import HMMFile
+
+    buf = io.BytesIO()
+    hmm.write(buf)
+    stats = (b"STATS LOCAL MSV       -9.0000  0.71000\nSTATS LOCAL VITERBI   -9.5000  0.71000\n"
+             b"STATS LOCAL FORWARD   -3.5000  0.71000\n")
+    text = buf.getvalue().replace(b"\nHMM ", b"\n" + stats + b"HMM ", 1)
+    with HMMFile(io.BytesIO(text)) as f:
+        return f.read()
+
+
+def vit_case(M, seed, n_random, max_len, long_cases=True):
+    """A sampled model and short targets for the Viterbi filter: random ones, gap/stop/missing
+    codes inside, lone stops, degenerate codes and, with ``long_cases``, a homolog with a
+    deletion (D->D runs) and a repeated one that overflows (+inf)."""
+    import pyhmmer
+    from pyhmmer.easel import DigitalSequence, DigitalSequenceBlock
+
+    from hmmgpu.profiles import ModelProfile
+    from hmmgpu.seqdb import SequenceDB
+
+    abc = pyhmmer.easel.Alphabet.amino()
+    hmm = calibrated(pyhmmer.plan7.HMM.sample(abc, M, pyhmmer.easel.Randomness(seed)))
+    prof = ModelProfile.from_hmm(hmm)
+    r = np.random.default_rng(seed)
+    seqs = [r.integers(0, 20, int(r.integers(1, max_len))) for _ in range(n_random)]
+    seqs += [np.array([27]), np.array([20, 27, 28]), np.concatenate([r.integers(0, 20, 5), [27], r.integers(0, 20, 5)]),
+             np.full(6, 26), np.array([21, 22, 23, 24, 25])]
+    best = np.argmax(prof.word.rw[:20], axis=0)
+    if long_cases:
+        seqs.append(np.concatenate([best[: M // 3], best[2 * M // 3:]]))  # a deletion: D->D paths
+        seqs.append(np.tile(best, max(2, 160 // M)))  # overflow (+inf)
+    blk = DigitalSequenceBlock(abc, [DigitalSequence(abc, name=f"t{i}".encode(), sequence=np.asarray(s, np.uint8))
+                                     for i, s in enumerate(seqs)])
+    return hmm, prof, SequenceDB.from_block(blk)
+
+
+def simulator_vit_checks():
+    """The Viterbi filter kernel under the simulator: several shapes and both transition
+    placements, special rows, D->D runs, overflow."""
+    out = []
+    for M, seed, n_random, max_len, long_cases, transitions in ((12, 3, 3, 16, False, None),
+                                                               (70, 5, 1, 8, False, None),
+                                                               (20, 9, 1, 8, True, "shared")):
+        hmm, prof, db = vit_case(M, seed, n_random, max_len, long_cases)
+        stage = vit_stage(db, transitions=transitions)
+        out.append((M, stage.kernels.spec(M).name, check_vit(stage, hmm, prof, db)))
+    return out
+
+
+def check_cascade(hmm, db, lanes="auto", **options):
+    """The whole search on the cuda backend against a full pyhmmer search: tables, counters,
+    and every bias score the GPU decided with against the CPU reference."""
+    import io
+
+    import pyhmmer
+
+    from hmmgpu import cpu_filters
+    from hmmgpu.backends import CudaBackend
+    from hmmgpu.engine import SearchEngine
+    from hmmgpu.kernels.bias import Decision
+    from hmmgpu.kernels.msv.source import Counter
+    from hmmgpu.options import SearchOptions
+    from hmmgpu.profiles import ModelProfile
+
+    opts = SearchOptions(backend="cuda", cpus=1, lanes=lanes, **options)
+    backend = CudaBackend(db, lanes=lanes)
+    ours = next(iter(SearchEngine(db, opts, backend).search([hmm])))
+    ref = pyhmmer.plan7.Pipeline(hmm.alphabet, **opts.pipeline_kwargs()).search_hmm(hmm, db.block())
+    rows = []
+    for hits in (ours.hits, ref):
+        buf = io.BytesIO()
+        hits.write(buf, format="targets", header=False)
+        rows.append(buf.getvalue())
+    if rows[0] != rows[1]:
+        raise AssertionError(f"tables differ:\n{rows[0].decode()}\nvs\n{rows[1].decode()}")
+    mine, theirs = ours.hits.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
+    for name in ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd", "nseqs", "nres"):
+        if mine[name] != theirs[name]:
+            raise AssertionError(f"{name}: {mine[name]} vs pyhmmer {theirs[name]}")
+    # the GPU's bias scores, where it decided with them, equal the CPU reference's
+    prof = ModelProfile.from_hmm(hmm)
+    ticket = backend.gpu.submit(prof, opts)
+    ticket.result()
+    h = ticket.slot.host
+    n = int(h["counters"][Counter.OUT])
+    pos = backend.resident.indices[h["msv_pos"][:n]]
+    decided = h["decision"][:n] != Decision.HOST
+    if opts.bias_filter and decided.any():
+        ref_fsc = cpu_filters.bias_filter(prof, db, pos[decided])
+        if not np.array_equal(ref_fsc, h["filtersc"][:n][decided]):
+            raise AssertionError("GPU bias filter scores differ from the CPU reference")
+    backend.close()
+    return dict(hits=len(ref), n_past=[mine[k] for k in ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")],
+                gpu_bias_scores=int(decided.sum()))
+
+
+def simulator_cascade_checks():
+    """The whole GPU cascade (MSV, bias, Viterbi kernels and the host's part) under the simulator."""
+    out = []
+    hmm, prof, db = vit_case(24, 11, 3, 12, long_cases=True)
+    for options in (dict(), dict(E=1e-3), dict(F2=1.0)):
+        out.append((options, check_cascade(hmm, db, **options)))
+    # every target through MSV: without the all-stop targets, on which HMMER's Forward fails
+    keep = [i for i in range(db.n) if (db.codes(i) < 20).any()]
+    from hmmgpu.seqdb import SequenceDB
+
+    db = SequenceDB.from_block(db.block(keep))
+    for options in (dict(F1=1.0), dict(F1=1.0, bias_filter=False)):
+        out.append((options, check_cascade(hmm, db, **options)))
+    return out
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    t = time.time()
+    for name in sys.argv[1:]:
+        for row in globals()[name]():
+            print(*row, flush=True)
+    print(f"simulator checks OK in {time.time() - t:.1f}s")

@@ -1,0 +1,297 @@
+"""hmmgpu sw on the CPU: matrices and residue mapping, scores, traceback, statistics and
+tabular rows against the references (parasail, pyopal, NCBI BLAST+), the API, the command's
+errors, and the GPU kernels under numba's CUDA simulator (subprocess)."""
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hmmgpu.errors import HmmgpuError
+from hmmgpu.kernels import lanes
+
+from helpers import PROTEOME, ROOT
+from sw_kernel_checks import make_db, parasail_scores, text
+
+parasail = pytest.importorskip("parasail")
+
+MATRICES = ["BLOSUM45", "BLOSUM50", "BLOSUM62", "BLOSUM80", "PAM30", "PAM70", "PAM250"]
+
+
+@pytest.fixture(scope="module")
+def proteome():
+    from hmmgpu.seqdb import SequenceDB
+
+    return SequenceDB.from_fasta(PROTEOME)
+
+
+@pytest.mark.parametrize("name", MATRICES)
+def test_matrices_equal_parasail(name):
+    from hmmgpu.sw.matrices import ALPHABET, load
+
+    m = load(name)
+    ref = getattr(parasail, name.lower())
+    order = [ref.matrix.shape[0] and ALPHABET.index(c) for c in ALPHABET]
+    got = m.scores[np.ix_(order, order)]
+    pm = np.array(ref.matrix)[:24, :24]
+    assert np.array_equal(got, pm)
+
+
+def test_every_code_scores_as_the_references_read_its_letter():
+    """Targets holding every Easel code (J, O, U, '-', '~', '*' included): hmmgpu's mapping,
+    pyopal through it, and parasail on the raw letters agree."""
+    from hmmgpu.sw.cpu import CpuScanner
+    from hmmgpu.sw.matrices import load
+
+    rng = np.random.default_rng(5)
+    seqs = [np.arange(29, dtype=np.uint8), np.full(7, 27, np.uint8), np.array([22, 24, 25, 20, 28] * 3, np.uint8)]
+    seqs += [rng.integers(0, 29, 40).astype(np.uint8) for _ in range(30)]
+    db = make_db(seqs)
+    for q in (np.arange(29, dtype=np.uint8), rng.integers(0, 29, 50).astype(np.uint8), np.full(5, 27, np.uint8)):
+        for name, go, ge in (("BLOSUM62", 11, 1), ("PAM250", 14, 2), ("BLOSUM80", 10, 1)):
+            ref = parasail_scores(q, db, name, go, ge)
+            assert np.array_equal(CpuScanner(db, load(name), go, ge, threads=1).scores(q), ref)
+
+
+def test_cpu_route_every_proteome_score(proteome):
+    """Every score of the sample proteome (2,100 targets) for three queries, against parasail."""
+    from hmmgpu.sw.cpu import CpuScanner
+    from hmmgpu.sw.matrices import load
+
+    sc = CpuScanner(proteome, load("BLOSUM62"), 11, 1, threads=2)
+    for qi in (5, 17, 1500):
+        q = proteome.codes(qi)
+        assert np.array_equal(sc.scores(q), parasail_scores(q, proteome, "BLOSUM62", 11, 1))
+    sc.close()
+
+
+def test_traceback_matches_parasail():
+    from hmmgpu.sw.matrices import load
+    from hmmgpu.sw.traceback import align, rescore
+
+    m = load("BLOSUM62")
+    rng = np.random.default_rng(11)
+    for trial in range(150):
+        q = rng.integers(0, 20, int(rng.integers(1, 70))).astype(np.uint8)
+        if trial % 2:
+            t = np.concatenate([rng.integers(0, 20, 4), q[: q.size // 2], rng.integers(0, 20, 2), q[q.size // 2:]])
+        else:
+            t = rng.integers(0, 29, int(rng.integers(1, 70)))
+        t = t.astype(np.uint8)
+        go, ge = ((11, 1), (9, 2), (13, 3))[trial % 3]
+        a = align(q, t, m.by_code, go, ge)
+        r = parasail.sw_trace_scan_32(text(q), text(t), go + ge, ge, parasail.blosum62)
+        assert a.score == r.score
+        if a.score:
+            assert (a.q_end - 1, a.t_end - 1) == (r.end_query, r.end_ref)
+            assert rescore(a, q, t, m.by_code, go, ge) == a.score
+
+
+def test_traceback_long_pair_bounded_memory():
+    from hmmgpu.sw.matrices import load
+    from hmmgpu.sw.traceback import align
+
+    rng = np.random.default_rng(2)
+    q = rng.integers(0, 20, 4000).astype(np.uint8)
+    t = np.concatenate([rng.integers(0, 20, 100), q[:2000], q[2010:]]).astype(np.uint8)
+    a = align(q, t, load("BLOSUM62").by_code, 11, 1)
+    ref = parasail.sw_striped_32(text(q), text(t), 12, 1, parasail.blosum62).score
+    assert a.score == ref and a.q_start == 1 and a.t_start == 101 and a.q_end == 4000
+
+
+# NCBI BLAST+ 2.12.0 with OLD_FSC=1 (classic Karlin-Altschul E-values), blastp -comp_based_stats 0
+# -seg no -use_sw_tback -outfmt 6, queries = proteome sequences 5, 17, 300 against the proteome.
+BLAST_ROWS = """\
+q5	938293.PRJEB85.HG003688_6	100.000	375	0	0	1	375	1	375	0.0	745
+q5	938293.PRJEB85.HG003688_7	22.069	290	182	12	94	373	383	638	0.001	36.6
+q5	938293.PRJEB85.HG003686_609	24.113	141	99	5	37	171	15	153	0.002	36.2
+q17	938293.PRJEB85.HG003688_18	100.000	257	0	0	1	257	1	257	1.44e-150	524
+q17	938293.PRJEB85.HG003686_718	43.077	65	35	2	189	251	2	66	1.23e-08	52.8
+q17	938293.PRJEB85.HG003689_15	44.000	50	27	1	197	245	8	57	5.17e-07	47.4
+q17	938293.PRJEB85.HG003686_409	48.571	35	16	1	209	241	135	169	0.013	32.7
+q17	938293.PRJEB85.HG003685_105	22.785	158	103	5	32	185	113	255	0.017	32.3
+q300	938293.PRJEB85.HG003690_176	100.000	321	0	0	1	321	1	321	6.78e-180	622
+"""
+
+
+def test_tabular_rows_equal_blast(proteome):
+    """Rows BLAST and hmmgpu both report (one best alignment per target) are identical."""
+    import io
+
+    from hmmgpu.sw.output import write_tabular
+    from hmmgpu.sw.api import SwSearch
+
+    with SwSearch(proteome, backend="cpu", threads=2, max_hits=30) as s:
+        hits = s.search([(f"q{i}", proteome.codes(i)) for i in (5, 17, 300)])
+    buf = io.StringIO()
+    for h in hits:
+        write_tabular(buf, h)
+    mine = set(buf.getvalue().splitlines())
+    for row in BLAST_ROWS.splitlines():
+        assert row in mine, row
+    # BLAST's effective search spaces of these queries
+    assert [int(h.search_space) for h in hits[:2]] == [150670002, 93758940]
+
+
+def test_blast_live_if_installed(proteome, tmp_path):
+    """The same check against a live blastp run, when NCBI BLAST+ is installed."""
+    import shutil
+
+    if not shutil.which("blastp"):
+        pytest.skip("NCBI BLAST+ (blastp) not installed")
+    qf = tmp_path / "q.fa"
+    qf.write_text("".join(f">q{i}\n{text(proteome.codes(i))}\n" for i in (5, 17, 300)))
+    subprocess.run(["makeblastdb", "-in", str(PROTEOME), "-dbtype", "prot", "-out", str(tmp_path / "db")],
+                   check=True, capture_output=True)
+    p = subprocess.run(["blastp", "-query", str(qf), "-db", str(tmp_path / "db"), "-outfmt", "6",
+                        "-comp_based_stats", "0", "-seg", "no", "-use_sw_tback", "-max_target_seqs", "5"],
+                       check=True, capture_output=True, text=True, env=dict(os.environ, OLD_FSC="1"))
+    out = tmp_path / "mine.tsv"
+    assert _run_cli([str(qf), str(PROTEOME), "--outfmt", "6", "--backend", "cpu", "-o", str(out)])[0] == 0
+    mine = set(out.read_text().splitlines())
+    firsts = {}
+    for row in p.stdout.splitlines():  # BLAST's first (best) HSP of each target
+        firsts.setdefault(tuple(row.split("\t")[:2]), row)
+    shared = [r for r in firsts.values() if r in mine]
+    assert len(shared) >= 0.8 * len(firsts), (len(shared), len(firsts))
+
+
+def test_formats():
+    from hmmgpu.sw.output import format_bits, format_evalue
+
+    assert [format_evalue(e) for e in (0, 1e-181, 6.78e-180, 2.55e-9, 0.0012, 0.19, 7.52, 120.4)] == \
+        ["0.0", "0.0", "6.78e-180", "2.55e-09", "0.001", "0.19", "7.5", "120"]
+    assert [format_bits(b) for b in (745.9, 100.0, 99.9, 36.25, 123456.0)] == ["745", "100", "99.9", "36.2", "1.235e+05"]
+
+
+def test_stats_reject_unsupported_gaps():
+    from hmmgpu.sw.api import SwParams
+
+    with pytest.raises(HmmgpuError, match="not supported"):
+        SwParams.resolve("BLOSUM62", 5, 5)
+    with pytest.raises(HmmgpuError, match="unknown substitution matrix"):
+        SwParams.resolve("BLOSUM99", 11, 1)
+    assert SwParams.resolve("pam30", 9, 1).ka.lam == 0.294
+
+
+def test_api_search_and_frame(proteome):
+    import hmmgpu.sw as sw
+
+    hits = sw.search([("a", text(proteome.codes(17))), text(proteome.codes(5))], proteome, backend="cpu",
+                     max_hits=7, evalue=1.0, threads=1)
+    assert [h.query_name for h in hits] == ["a", "query2"]
+    h = hits[0]
+    assert 1 <= len(h) <= 7 and (h.evalue <= 1.0).all() and (np.diff(h.score) <= 0).all()
+    df = h.to_frame()
+    assert list(df.columns[:12]) == ["qseqid", "sseqid", "pident", "length", "mismatch", "gapopen", "qstart", "qend",
+                                     "sstart", "send", "evalue", "bitscore"]
+    assert df["score"].tolist() == h.score.tolist()
+
+
+def _run_cli(argv):
+    from hmmgpu.sw.cli import add_parser, run
+
+    parser = argparse.ArgumentParser(prog="hmmgpu")
+    add_parser(parser.add_subparsers(dest="command"))
+    return run(parser.parse_args(["sw", *argv])), None
+
+
+def _cli(tmp_path, *argv):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "hmmgpu.sw", *argv], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+
+
+def test_cli_report_and_tabular(tmp_path):
+    q = tmp_path / "q.fa"
+    q.write_text(">qq first query\nMKVLAAGIVGLLLAACSSEKKAEEAKPAAEQ\n")
+    p = _cli(tmp_path, str(q), str(PROTEOME), "--backend", "cpu", "--max-hits", "3")
+    assert p.returncode == 0, p.stderr
+    assert "Query= qq" in p.stdout and "Sequences producing significant alignments" in p.stdout
+    p = _cli(tmp_path, str(q), str(PROTEOME), "--backend", "cpu", "--outfmt", "6", "--matrix", "pam70",
+             "--gapopen", "10", "--gapextend", "1")
+    assert p.returncode == 0, p.stderr
+    assert all(len(r.split("\t")) == 12 for r in p.stdout.splitlines())
+
+
+@pytest.mark.parametrize("case,argv,fasta", [
+    ("non-protein", [], ">a\nMKV1LA\n"),
+    ("empty query", [], ">a\n\n>b\nMKV\n"),
+    ("unknown matrix", ["--matrix", "BLOSUM99"], ">a\nMKV\n"),
+    ("bad gaps", ["--gapopen", "4", "--gapextend", "4"], ">a\nMKV\n"),
+    ("negative gap", ["--gapopen", "-1"], ">a\nMKV\n"),
+    ("max hits", ["--max-hits", "0"], ">a\nMKV\n"),
+    ("evalue", ["-E", "0"], ">a\nMKV\n"),
+    ("missing db", ["--db-missing"], ">a\nMKV\n"),
+])
+def test_cli_bad_input_one_line(tmp_path, case, argv, fasta):
+    q = tmp_path / "q.fa"
+    q.write_text(fasta)
+    db = str(PROTEOME)
+    if argv == ["--db-missing"]:
+        argv, db = [], str(tmp_path / "nope.fa")
+    p = _cli(tmp_path, str(q), db, "--backend", "cpu", *argv)
+    assert p.returncode == 2, (case, p.stdout, p.stderr)
+    lines = [ln for ln in p.stderr.splitlines() if not ln.startswith("# hmmgpu")]
+    assert len(lines) == 1 and lines[0].startswith("hmmgpu: error: "), p.stderr
+    assert "Traceback" not in p.stderr
+
+
+NEW_TWINS = ["max3relu16", "lo16s", "hi16s"]
+
+
+def test_new_lane_twins_match_numpy():
+    rng = np.random.default_rng(0)
+    edge = np.array([0, 1, 0x7FFF, 0x8000, 0xFFFF, 0x7FFE, 0x8001], np.uint32)
+    words = np.concatenate([(edge[:, None] | (edge[None, :] << 16)).ravel(),
+                            rng.integers(0, 1 << 32, 500, dtype=np.uint64).astype(np.uint32)])
+    a, b, c = (words[rng.integers(0, words.size, 2000)] for _ in range(3))
+    s16 = lambda w: w.view(np.int16).reshape(-1, 2).astype(np.int64)  # noqa: E731
+    pack = lambda x: np.ascontiguousarray(x.astype(np.int16)).view(np.uint32).ravel()  # noqa: E731
+    got = np.array([lanes.py_max3relu16(x, y, z) for x, y, z in zip(a, b, c)], np.uint32)
+    np.testing.assert_array_equal(got, pack(np.maximum(np.maximum(np.maximum(s16(a), s16(b)), s16(c)), 0)))
+    lo = np.array([lanes.py_lo16s(x, y) for x, y in zip(a, b)], np.uint32)
+    hi = np.array([lanes.py_hi16s(x, y) for x, y in zip(a, b)], np.uint32)
+    np.testing.assert_array_equal(lo, (a & 0xFFFF) | ((b & 0xFFFF) << 16))
+    np.testing.assert_array_equal(hi, (a >> 16) | (b & 0xFFFF0000))
+
+
+def test_tile_shapes():
+    from hmmgpu.kernels import tuning
+    from hmmgpu.kernels.sw.launch import spec_for
+
+    for L in (1, 48, 49, 144, 705, 750, 5478, 35000):
+        s = spec_for(L)
+        assert (s.Q // 2) % 2 == 1 and s.table_words * 4 <= tuning.STATIC_SHARED_MAX_BYTES + 8 * 1024
+        if L <= 704:
+            assert s.C >= L
+
+
+def test_query_profile_layout():
+    from hmmgpu.kernels.sw.launch import query_profile
+    from hmmgpu.kernels.sw.source import NROWS, PAD_SCORE, SwSpec, row_words
+    from hmmgpu.sw.matrices import load
+
+    m = load("BLOSUM62")
+    q = np.random.default_rng(1).integers(0, 29, 100).astype(np.int64)
+    spec = SwSpec(8, 6)
+    words, tiles = query_profile(q, m.by_code, spec)
+    assert tiles == 3
+    w = words.reshape(NROWS, tiles, row_words(8, 6))
+    for x in (0, 5, 28, 29):
+        for j in (0, 1, 47, 48, 99, 100, 143):
+            k, c = divmod(j, spec.C)
+            v = int(w[x, k, c // 2]) >> (16 * (c % 2)) & 0xFFFF
+            v = v - 65536 if v >= 32768 else v
+            assert v == (m.by_code[q[j], x] if (j < 100 and x < 29) else PAD_SCORE)
+
+
+def test_kernels_exact_under_simulator(tmp_path):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "sw_kernel_checks.py"), "simulator_sw_checks"],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
