@@ -206,6 +206,8 @@ def _run_outputs(args, program: str, query_file: str, target_file: str, progress
     from .output import RunOutputs
     from .report import header_settings
 
+    if query_file == target_file == "-":
+        raise HmmgpuError("either input may be '-' (to read from standard input), but not both")
     paths = {"-o": args.output, "-A": getattr(args, "alignment", None), "tblout": args.tblout,
              "domtblout": args.domtblout, "pfamtblout": args.pfamtblout}
     return RunOutputs(program, query_file, target_file, paths={k: v for k, v in paths.items() if v},

@@ -174,6 +174,11 @@ BAD_OPTIONS = {
 }
 
 
+def test_both_inputs_from_standard_input(capsys):
+    one_line_error(capsys, ["search", "-", "-"], "not both")
+    one_line_error(capsys, ["scan", "-", "-"], "not both")
+
+
 @pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
 def test_bad_options(capsys, case):
     args, *fragments = BAD_OPTIONS[case]
