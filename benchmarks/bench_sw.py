@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gzip
 import json
-import os
 import re
 import subprocess
 import sys

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .cascade import CascadeResult, MsvResult, ViterbiResult, run_cascade
 from .errors import HmmgpuError
+
+if TYPE_CHECKING:
+    from .cascade import CascadeResult, MsvResult, ViterbiResult
 
 #: pyhmmer's whole pipeline on one core, in model cells (M x residues) per second: the
 #: CPU-time estimate of ``auto`` (measured on real proteins, benchmarks/NOTES.md).
@@ -63,7 +66,7 @@ class FilterBackend(Backend):
         self.db = db
 
     @abstractmethod
-    def msv(self, profile, thresholds=None) -> MsvResult:
+    def msv(self, profile, thresholds=None) -> "MsvResult":
         """MSV of every target; only those with status RANGE or ``xJ >= thresholds[L]`` (all
         non-empty targets when ``thresholds`` is None)."""
 
@@ -72,11 +75,13 @@ class FilterBackend(Backend):
         """Composition-bias filter scores (nats, float32) of the targets ``indices``."""
 
     @abstractmethod
-    def viterbi(self, profile, indices) -> ViterbiResult:
+    def viterbi(self, profile, indices) -> "ViterbiResult":
         """Viterbi filter of the targets ``indices``."""
 
-    def cascade(self, profile, options) -> CascadeResult:
+    def cascade(self, profile, options) -> "CascadeResult":
         """The filter cascade of one model over every target."""
+        from .cascade import run_cascade
+
         return run_cascade(self, profile, options, self.db)
 
     def submit(self, profile, options):
@@ -94,13 +99,13 @@ class FilterBackend(Backend):
 class _Finished:
     """A ticket whose result is already known."""
 
-    def __init__(self, result: CascadeResult):
+    def __init__(self, result):
         self._result = result
 
     def ready(self) -> bool:
         return True
 
-    def result(self) -> CascadeResult:
+    def result(self):
         return self._result
 
 
@@ -115,8 +120,9 @@ class NumbaBackend(FilterBackend):
             numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))
         self.description = "backend numba (hmmgpu's exact CPU filters)"
 
-    def msv(self, profile, thresholds=None) -> MsvResult:
+    def msv(self, profile, thresholds=None):
         from . import cpu_filters
+        from .cascade import MsvResult
 
         status, xj = cpu_filters.msv_filter(profile, self.db)
         L = self.db.lengths
@@ -131,8 +137,9 @@ class NumbaBackend(FilterBackend):
 
         return cpu_filters.bias_filter(profile, self.db, indices)
 
-    def viterbi(self, profile, indices) -> ViterbiResult:
+    def viterbi(self, profile, indices):
         from . import cpu_filters
+        from .cascade import ViterbiResult
 
         idx = np.asarray(indices, np.int64)
         status, xc = cpu_filters.viterbi_filter(profile, self.db, idx)
@@ -155,18 +162,22 @@ class CudaBackend(FilterBackend):
         self.lanes = self.gpu.lanes
         self.description = f"backend cuda on {self.device.description} ({self.lanes} lanes)"
 
-    def msv(self, profile, thresholds=None) -> MsvResult:
+    def msv(self, profile, thresholds=None):
+        from .cascade import MsvResult
+
         return MsvResult(*self.gpu.msv_stage.run(profile, thresholds))
 
     def bias(self, profile, indices) -> np.ndarray:
         return self.gpu.bias_scores(profile, indices)
 
-    def viterbi(self, profile, indices) -> ViterbiResult:
+    def viterbi(self, profile, indices):
+        from .cascade import ViterbiResult
+
         idx = np.asarray(indices, np.int64)
         status, xc = self.gpu.viterbi(profile, idx)
         return ViterbiResult(idx, status, xc)
 
-    def cascade(self, profile, options) -> CascadeResult:
+    def cascade(self, profile, options):
         return self.gpu.run(profile, options)
 
     def submit(self, profile, options):

@@ -188,6 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="compile every GPU kernel shape ahead of time (once per device)")
     w.add_argument("--lanes", default="auto", choices=choices("lanes"))
     w.add_argument("--device", type=int, default=0)
+
+    from .sw.cli import add_parser as add_sw_parser
+
+    add_sw_parser(sub)
     return parser
 
 
@@ -323,6 +327,10 @@ def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.command_line = shlex.join(["hmmgpu", *argv])
+        if args.command == "sw":
+            from .sw.cli import run as run_sw
+
+            return run_sw(args)
         return _COMMANDS[args.command](args)
     except HmmgpuError as e:
         print(f"hmmgpu: error: {e}", file=sys.stderr)

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .backends import FilterBackend
-from .cascade import StageCounts
 from .errors import HmmgpuError
 from .forward_stage import ForwardStage
 
@@ -61,7 +60,7 @@ class SearchResult:
     index: int
     hmm: object
     hits: object
-    counts: StageCounts
+    counts: object  #: :class:`~hmmgpu.cascade.StageCounts`
 
 
 @dataclass
@@ -176,6 +175,8 @@ class SearchEngine:
 
     def finish(self, query: Query) -> SearchResult:
         """Merge the query's task states into one ``TopHits``."""
+        from .cascade import StageCounts
+
         states = [query.states[k] for k in range(query.n_tasks)]
         hits = self.forward.merge(query, states, query.counts)
         pli = hits.__getstate__()["pipeline"]
@@ -218,7 +219,7 @@ class SearchEngine:
                 t2 = time.perf_counter()
                 query.n_tasks = len(tasks)
                 for task in tasks:
-                    query.states[task.part] = self.forward.run(task)
+                    query.states[task.part] = self.forward.run(task, alone=len(tasks) == 1)
                 result = self.finish(query)
                 t3 = time.perf_counter()
                 self.stats.prepare_seconds += t1 - t0
@@ -323,8 +324,8 @@ class SearchEngine:
                     continue
                 try:
                     t0 = time.perf_counter()
-                    state = self.forward.run(task)
                     query = task.query
+                    state = self.forward.run(task, alone=query.n_tasks == 1)
                     with self._lock:
                         query.states[task.part] = state
                         complete = len(query.states) == query.n_tasks

@@ -67,7 +67,8 @@ class Task:
 
 
 class SequenceCache:
-    """pyhmmer ``DigitalSequence`` objects of database targets, made once on first use."""
+    """pyhmmer ``DigitalSequence`` objects of database targets, made once on first use, and
+    the position of every target name (for :func:`_drop_unkept`)."""
 
     def __init__(self, db):
         from pyhmmer.easel import Alphabet
@@ -75,6 +76,9 @@ class SequenceCache:
         self.db = db
         self.alphabet = Alphabet.amino()
         self._seqs: dict = {}
+        self._whole = None
+        self._lock = threading.Lock()
+        self._names = None
 
     def block(self, positions):
         """A ``DigitalSequenceBlock`` of the targets ``positions``, in that order."""
@@ -88,6 +92,27 @@ class SequenceCache:
                 s = seqs[p] = self.db.digital_sequence(p)
             out.append(s)
         return DigitalSequenceBlock(self.alphabet, out)
+
+    def range_block(self, start: int, stop: int):
+        """A block of the consecutive targets ``start..stop-1`` (a view of the whole database)."""
+        with self._lock:
+            if self._whole is None:
+                self._whole = self.db.block()
+        return self._whole if (start, stop) == (0, self.db.n) else self._whole[start:stop]
+
+    def names(self) -> tuple:
+        """(position of each unique target name, bool array: the target's name occurs twice)."""
+        with self._lock:
+            if self._names is None:
+                where: dict = {}
+                repeated = np.zeros(self.db.n, bool)
+                for p in range(self.db.n):
+                    name = self.db.name(p)
+                    q = where.setdefault(name, p)
+                    if q != p:
+                        repeated[p] = repeated[q] = True
+                self._names = (where, repeated)
+        return self._names
 
 
 class ForwardStage:
@@ -129,8 +154,8 @@ class ForwardStage:
     def _tasks(self, query, groups, filtered: bool, rate: float) -> list:
         tasks = []
         for g in groups:
-            if self.by_position and g.size > 1:
-                singles = _repeated_names(self.db, g)
+            if self.by_position and g.size > 1 and (filtered or g[0] > 0):
+                singles = _repeated_names(self.sequences, g)
                 if singles.size:
                     for p in singles:
                         tasks.append(self._task(query, np.array([p]), filtered, rate))
@@ -167,13 +192,20 @@ class ForwardStage:
             pli = cache[filtered] = p7.Pipeline(self.sequences.alphabet, **kwargs)
         return pli
 
-    def run(self, task: Task):
-        """Run one task; returns its state dictionary, ready to merge (see :meth:`merge`)."""
+    def run(self, task: Task, alone: bool = False):
+        """Run one task; returns its state dictionary, ready to merge (see :meth:`merge`), or,
+        for a query's only task over the whole database (``alone``), its final ``TopHits``."""
         pli = self._pipeline(task.filtered)
         pli.clear()  # counters and random generator as in a new pipeline
-        if self.by_position:
+        # a range of targets from the first one counts Z as a serial run does: nothing to fix
+        from_start = not task.filtered and (not task.positions.size or task.positions[0] == 0)
+        if self.by_position and not from_start:
             pli.Z = task.z_fixed
-        block = self.sequences.block(task.positions)
+        if task.filtered:
+            block = self.sequences.block(task.positions)
+        else:
+            block = self.sequences.range_block(int(task.positions[0]), int(task.positions[-1]) + 1) \
+                if task.positions.size else self.sequences.block(task.positions)
         try:
             hits = pli.search_hmm(task.query.optimized.copy(), block)
         except Exception as error:  # an error HMMER itself raises (e.g. Forward underflow on a '*'-only target)
@@ -183,9 +215,11 @@ class ForwardStage:
             cause = error.__cause__ or error
             raise HmmgpuError(f"HMMER failed on model '{text(task.query.hmm.name)}': "
                               f"{' '.join(str(cause).split())}") from None
+        if alone and from_start:
+            return hits
         state = hits.__getstate__()
-        if self.by_position and len(hits):
-            _drop_unkept(state, self.db, task.positions, self.options.E)
+        if self.by_position and not from_start and len(hits):
+            _drop_unkept(state, self.sequences, task.positions, self.options.E)
         return state
 
     # ------------------------------------------------------------ merging
@@ -193,6 +227,8 @@ class ForwardStage:
         """One serial run's ``TopHits`` from the tasks' states (``counts``: hmmgpu's filter counters)."""
         from pyhmmer.plan7 import TopHits
 
+        if len(states) == 1 and isinstance(states[0], TopHits):
+            return states[0]  # a whole-database pyhmmer run: already a serial run's result
         first = states[0]["pipeline"]
         first["nseqs"] = self.db.n
         first["nres"] = self.db.total_residues
@@ -216,15 +252,17 @@ class ForwardStage:
         return parts[0].merge(*parts[1:])
 
 
-def _repeated_names(db, positions: np.ndarray) -> np.ndarray:
+def _repeated_names(sequences: SequenceCache, positions: np.ndarray) -> np.ndarray:
     """The positions whose target name occurs more than once among ``positions``."""
-    names = [db.name(int(p)) for p in positions]
-    if len(set(names)) == len(names):
+    _, repeated = sequences.names()
+    suspects = positions[repeated[positions]]
+    if suspects.size < 2:
         return np.zeros(0, np.int64)
+    names = [sequences.db.name(int(p)) for p in suspects]
     seen: dict = {}
     for n in names:
         seen[n] = seen.get(n, 0) + 1
-    return np.array([p for p, n in zip(positions.tolist(), names) if seen[n] > 1], np.int64)
+    return np.array([p for p, n in zip(suspects.tolist(), names) if seen[n] > 1], np.int64)
 
 
 #: Byte offsets in HMMER's serialized ``P7_HIT`` (``p7_hit_Serialize``, network byte order):
@@ -240,17 +278,19 @@ def _hit_fields(serialized) -> tuple:
     return lnp, raw[_NAME_OFFSET:raw.index(0, _NAME_OFFSET)]
 
 
-def _drop_unkept(state: dict, db, positions: np.ndarray, E: float) -> None:
+def _drop_unkept(state: dict, sequences: SequenceCache, positions: np.ndarray, E: float) -> None:
     """Remove from ``state`` the hits a serial run would not have kept (running Z).
 
     HMMER keeps a hit when ``exp(lnP) * Z <= E`` with Z the number of targets counted so
-    far (``p7_pli_TargetReportable``): the hit's database position + 1.
+    far (``p7_pli_TargetReportable``): the hit's database position + 1. A repeated name
+    only occurs in a task of one target (:meth:`ForwardStage._tasks`).
     """
-    where = {db.name(int(p)): int(p) for p in positions}
+    where, repeated = sequences.names()
     keep = []
     for i, entry in enumerate(state["unsrt"]):
         lnp, name = _hit_fields(entry)
-        if math.exp(lnp) * float(where[name] + 1) <= E:
+        p = int(positions[0]) if positions.size == 1 else where[name]
+        if math.exp(lnp) * float(p + 1) <= E:
             keep.append(i)
     if len(keep) == len(state["unsrt"]):
         return

@@ -9,6 +9,8 @@ queries.
 from __future__ import annotations
 
 _API = ("search", "SwSearch", "QueryHits", "SwParams", "Alignment")
+#: The substitution matrices (NCBI's), by name.
+MATRICES = ("BLOSUM45", "BLOSUM50", "BLOSUM62", "BLOSUM80", "PAM30", "PAM70", "PAM250")
 
 
 def __getattr__(name):  # numba, pyopal and the kernels load only when used
@@ -19,4 +21,4 @@ def __getattr__(name):  # numba, pyopal and the kernels load only when used
     raise AttributeError(f"module 'hmmgpu.sw' has no attribute {name!r}")
 
 
-__all__ = list(_API)
+__all__ = [*_API, "MATRICES"]

@@ -10,7 +10,7 @@ import sys
 import time
 
 from ..errors import HmmgpuError
-from .matrices import MATRICES
+from . import MATRICES
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ from ..errors import HmmgpuError
 
 MatrixName = Literal["BLOSUM45", "BLOSUM50", "BLOSUM62", "BLOSUM80", "PAM30", "PAM70", "PAM250"]
 #: The matrices hmmgpu sw accepts (those NCBI BLAST publishes gapped statistics for).
-MATRICES = ("BLOSUM45", "BLOSUM50", "BLOSUM62", "BLOSUM80", "PAM30", "PAM70", "PAM250")
+from . import MATRICES  # noqa: E402 - the names live in the package (light to import)
 #: Row letters of every matrix, in order.
 ALPHABET = "ARNDCQEGHILKMFPSTWYVBZX*"
 #: Number of Easel amino codes.

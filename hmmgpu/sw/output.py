@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
 
 from .matrices import letters
 

@@ -1,0 +1,263 @@
+"""Many-model search benchmark: hmmgpu against ``hmmsearch --cpu N`` and ``pyhmmer.hmmsearch``.
+
+    python3 benchmarks/bench_engine.py --data DIR --out OUT [--threads 16] [--workloads e,a,d,c,b,readme]
+
+Every tool runs as a fresh process and its wall time covers everything a user waits for:
+start-up, reading the model file and the sequences, the search, writing ``--tblout``.
+Workloads (issue 7):
+
+* ``e``: (a) on an empty kernel cache (run first: the first search on a fresh machine);
+* ``a``: the 600 Pfam-35 models against the 77,801 real proteins (29 M residues), hmmgpu
+  (``--backend cuda`` and the CPU route ``--backend hmmer``), ``hmmsearch --cpu N`` and
+  ``pyhmmer.hmmsearch(all queries, cpus=N)``;
+* ``b``: the 600 models against the real set replicated 4x (116 M residues; ``--b-models``
+  limits the models, for hmmsearch only with ``--b-hmmsearch-models``);
+* ``c``: one model at a time against 116 M residues, five model lengths;
+* ``d``: the 600 models against the 2,100-protein sample proteome (``--backend auto``);
+* ``readme``: the README's first command against ``hmmsearch`` with the same arguments.
+
+Tables: hmmgpu's ``--tblout`` must equal pyhmmer's byte for byte (both serial-run
+semantics) and hmmsearch's row for row after splitting on white space (threaded hmmsearch
+keeps a run-dependent set of unreported hits, which only changes the name-column width).
+Records peak host memory (``ru_maxrss`` of each process) and peak GPU memory (nvidia-smi,
+polled), and hmmgpu's end-of-run statistics. Writes ``engine_bench.json`` after every step.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYHMMER_SCRIPT = """
+import sys, time, pyhmmer
+hmmfile, seqfile, cpus, tblout = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+with pyhmmer.plan7.HMMFile(hmmfile) as f:
+    hmms = list(f)
+with pyhmmer.easel.SequenceFile(seqfile, digital=True) as f:
+    block = f.read_block()
+with open(tblout, "wb") as out:
+    for i, hits in enumerate(pyhmmer.hmmsearch(hmms, block, cpus=cpus)):
+        hits.write(out, format="targets", header=i == 0)
+"""
+
+
+class GpuMemory:
+    """Peak GPU memory in use while a block runs (nvidia-smi polled every 50 ms)."""
+
+    def __enter__(self):
+        self.peak = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        if shutil.which("nvidia-smi"):
+            self._thread.start()
+        return self
+
+    def _poll(self):
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=5).stdout.split()
+                used = int(out[0])
+                self.peak = used if self.peak is None else max(self.peak, used)
+            except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+                return
+            time.sleep(0.05)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+
+
+def run(cmd, env=None, timeout=3600) -> dict:
+    """Run one process: wall seconds, peak RSS of it (MB), stderr tail, GPU memory peak."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    with GpuMemory() as gpu:
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        wall = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    stats = [line[len("# hmmgpu: "):] for line in proc.stderr.splitlines() if line.startswith("# hmmgpu: ")]
+    return dict(seconds=wall, peak_rss_mb=max(rss, before) / 1024, peak_gpu_mb=gpu.peak, stats=stats,
+                command=" ".join(map(str, cmd)))
+
+
+def rows(path, split=False):
+    with open(path, "rb") as fh:
+        lines = [line for line in fh.read().splitlines() if not line.startswith(b"#")]
+    return [line.split() for line in lines] if split else lines
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.out = args.out
+        self.work = args.out / "work"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.result = dict(benchmark="many-model search", date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                           commit=os.environ.get("HMMGPU_COMMIT", ""), command=" ".join(sys.argv),
+                           host=platform.node(), threads=args.threads, versions=self.versions(), workloads={})
+
+    def versions(self):
+        import numba
+        import pyhmmer
+
+        from hmmgpu import __version__
+
+        out = subprocess.run(["hmmsearch", "-h"], capture_output=True, text=True).stdout
+        return dict(hmmgpu=__version__, pyhmmer=pyhmmer.__version__, numba=numba.__version__,
+                    python=platform.python_version(), hmmsearch=next((line for line in out.splitlines()
+                                                                      if line.startswith("# HMMER")), ""))
+
+    def save(self):
+        with open(self.out / "engine_bench.json", "w") as fh:
+            json.dump(self.result, fh, indent=1)
+
+    def hmmgpu(self, models, seqs, tag, extra=(), env=None):
+        tbl = self.work / f"{tag}.hmmgpu.tbl"
+        cmd = [sys.executable, "-m", "hmmgpu", "search", "--cpu", str(self.args.threads), "-o", os.devnull,
+               "--tblout", str(tbl), *extra, str(models), str(seqs)]
+        return run(cmd, env=env), tbl
+
+    def hmmsearch(self, models, seqs, tag, cpus=None):
+        tbl = self.work / f"{tag}.hmmsearch.tbl"
+        cmd = ["hmmsearch", "--cpu", str(cpus if cpus is not None else self.args.threads), "-o", os.devnull,
+               "--tblout", str(tbl), str(models), str(seqs)]
+        return run(cmd), tbl
+
+    def pyhmmer(self, models, seqs, tag):
+        tbl = self.work / f"{tag}.pyhmmer.tbl"
+        cmd = [sys.executable, "-c", PYHMMER_SCRIPT, str(models), str(seqs), str(self.args.threads), str(tbl)]
+        return run(cmd), tbl
+
+    def workload(self, name, models, seqs, hmmgpu_runs, with_hmmsearch=True, hmmsearch_models=None):
+        """hmmgpu runs (tag -> extra args/env), pyhmmer and hmmsearch on one workload."""
+        entry = self.result["workloads"].setdefault(name, {})
+        ref, ref_tbl = self.pyhmmer(models, seqs, name)
+        entry["pyhmmer"] = ref
+        self.save()
+        for tag, (extra, env) in hmmgpu_runs.items():
+            r, tbl = self.hmmgpu(models, seqs, f"{name}.{tag}", extra, env)
+            r["tblout_equal_pyhmmer"] = rows(tbl) == rows(ref_tbl)
+            r["speedup_vs_pyhmmer"] = ref["seconds"] / r["seconds"]
+            entry[f"hmmgpu_{tag}"] = r
+            self.save()
+            print(f"[{name}] hmmgpu {tag}: {r['seconds']:.2f}s (pyhmmer {ref['seconds']:.2f}s) "
+                  f"equal={r['tblout_equal_pyhmmer']}", flush=True)
+        if with_hmmsearch:
+            hm_models = hmmsearch_models or models
+            r, tbl = self.hmmsearch(hm_models, seqs, name)
+            if hmmsearch_models is None:
+                r["tblout_rows_equal_hmmgpu"] = {tag: rows(tbl, split=True) == rows(self.work / f"{name}.{tag}.hmmgpu.tbl",
+                                                                                  split=True)
+                                                 for tag in hmmgpu_runs}
+            else:
+                r["models_file"] = str(hmmsearch_models)
+            entry["hmmsearch"] = r
+            for tag in hmmgpu_runs:
+                if hmmsearch_models is None:
+                    entry[f"hmmgpu_{tag}"]["speedup_vs_hmmsearch"] = r["seconds"] / entry[f"hmmgpu_{tag}"]["seconds"]
+            self.save()
+            print(f"[{name}] hmmsearch --cpu {self.args.threads}: {r['seconds']:.2f}s", flush=True)
+        return entry
+
+
+def _write_models(src, dst, n=None):
+    """The first ``n`` models of a (gzip) HMM file as plain text."""
+    with gzip.open(src, "rb") as fh:
+        text = fh.read()
+    if n:
+        records = text.split(b"//\n")
+        text = b"//\n".join(records[:n]) + b"//\n"
+    dst.write_bytes(text)
+    return dst
+
+
+def _replicate(src, dst, copies):
+    """The FASTA ``src`` written ``copies`` times, names suffixed ``_r1``.. so they stay unique."""
+    with gzip.open(src, "rb") as fh:
+        text = fh.read()
+    with open(dst, "wb") as out:
+        for r in range(1, copies + 1):
+            lines = text.split(b"\n")
+            out.write(b"\n".join(line.split(b" ", 1)[0] + b"_r%d" % r + (b" " + line.split(b" ", 1)[1]
+                                                                         if b" " in line else b"")
+                                 if line.startswith(b">") else line for line in lines))
+            out.write(b"\n")
+    return dst
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--workloads", default="e,a,d,c,readme")
+    ap.add_argument("--b-models", type=int, default=0, help="models of (b) (0: all 600)")
+    ap.add_argument("--b-hmmsearch-models", type=int, default=-1,
+                    help="models hmmsearch runs in (b) (-1: as hmmgpu, 0: skip hmmsearch)")
+    ap.add_argument("--c-models", default="PF00005,PF07690,PF00067,PF00873,PF05088")
+    args = ap.parse_args()
+    bench = Bench(args)
+    work = bench.work
+    todo = args.workloads.split(",")
+    pfam600 = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / "pfam600.hmm")
+    proteins = args.data / "seqs" / "public_proteins.fa.gz"
+    env_cold = dict(os.environ, XDG_CACHE_HOME=str(work / "cold-cache"), HMMGPU_CACHE_DIR="")
+    env_cold.pop("HMMGPU_CACHE_DIR")
+    cuda = (["--backend", "cuda"], None)
+    if "e" in todo:
+        entry = bench.result["workloads"].setdefault("e", {})
+        r, tbl = bench.hmmgpu(pfam600, proteins, "e.cold", ["--backend", "cuda"], env_cold)
+        entry["hmmgpu_cuda_cold"] = r
+        r2, tbl2 = bench.hmmgpu(pfam600, proteins, "e.warm", ["--backend", "cuda"], env_cold)
+        entry["hmmgpu_cuda_warm_same_cache"] = r2
+        entry["cold_minus_warm_seconds"] = r["seconds"] - r2["seconds"]
+        entry["tables_equal"] = rows(tbl) == rows(tbl2)
+        bench.save()
+        print(f"[e] cold {r['seconds']:.2f}s, warm {r2['seconds']:.2f}s", flush=True)
+    if "a" in todo:
+        bench.workload("a", pfam600, proteins, {"cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)})
+    if "d" in todo:
+        bench.workload("d", pfam600, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
+                       {"auto": ([], None), "cuda": cuda})
+    if "readme" in todo:
+        entry = bench.result["workloads"].setdefault("readme", {})
+        samples, proteome = ROOT / "pfam_samples" / "samples.hmm", ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"
+        ours = run([sys.executable, "-m", "hmmgpu", "search", "--tblout", str(work / "readme.tbl"), str(samples),
+                    str(proteome)])
+        ref = run(["hmmsearch", "--tblout", str(work / "readme.ref.tbl"), "-o", os.devnull, str(samples),
+                   str(proteome)])
+        entry.update(hmmgpu=ours, hmmsearch=ref, ratio=ours["seconds"] / ref["seconds"],
+                     rows_equal=rows(work / "readme.tbl", True) == rows(work / "readme.ref.tbl", True))
+        bench.save()
+        print(f"[readme] hmmgpu {ours['seconds']:.2f}s, hmmsearch {ref['seconds']:.2f}s", flush=True)
+    if "c" in todo or "b" in todo:
+        x4 = _replicate(proteins, work / "proteins_x4.fa", 4)
+    if "c" in todo:
+        entry = bench.result["workloads"].setdefault("c", {})
+        for acc in args.c_models.split(","):
+            model = _write_models(args.data / "pfam" / f"{acc}.hmm.gz", work / f"{acc}.hmm")
+            entry[acc] = bench.workload(f"c.{acc}", model, x4, {"cuda": cuda})
+    if "b" in todo:
+        models = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / "pfam_b.hmm",
+                               args.b_models or None)
+        hm = args.b_hmmsearch_models
+        hm_models = None if hm < 0 else (_write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz",
+                                                       work / "pfam_b_hmmsearch.hmm", hm) if hm else None)
+        bench.workload("b", models, x4, {"cuda": cuda}, with_hmmsearch=hm != 0, hmmsearch_models=hm_models)
+    bench.save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: set up the Python environment there, then run the named phases.
+#
+#   bash benchmarks/gpu_session.sh PHASE [PHASE...]     (from the repository root; results go to $OUT)
+#
+# Needs, carried with the call: .whl/ (pyhmmer, hmmer, pyopal, scoring-matrices wheels for
+# cp312), .bench/data/ (the shared data: seqs/, pfam/, pfam_db/, cudampf/) and, for the sw
+# phase, .bench/cudasw4/. The machine's numpy is 2.5, whose removal of np.row_stack breaks
+# numba-cuda 0.30.4 at its first compile: a sitecustomize puts the alias back for this run
+# (hmmgpu itself pins numpy < 2.5).
+#
+# Phases: smoke, warmup, tests, vit, engine[:workloads], sw, swtests.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+mkdir -p /tmp/shim
+cat >/tmp/shim/sitecustomize.py <<'EOF'
+import numpy
+if not hasattr(numpy, "row_stack"):
+    numpy.row_stack = numpy.vstack
+EOF
+chmod +x /tmp/site/hmmer/data/bin/* 2>/dev/null
+export PYTHONPATH=/tmp/shim:/tmp/site:$PWD
+export PATH=/tmp/site/bin:/tmp/site/hmmer/data/bin:$PATH
+export HMMGPU_SHARED_DATA=$PWD/.bench/data
+export HMMGPU_COMMIT=$(cat .bench/commit 2>/dev/null || echo unknown)
+export NUMBA_CACHE_DIR=/tmp/numba-cache
+DATA=$PWD/.bench/data
+T=$(nproc)
+log() { echo "=== $(date +%T) $*"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+
+for phase in "$@"; do
+  case "$phase" in
+    smoke)
+      log smoke: warmup
+      ( time python3 -m hmmgpu warmup ) 2>&1 | tail -4
+      log smoke: 60 models x 29 M residues, hmmgpu cuda vs hmmsearch --cpu 0 on the same models
+      python3 - <<'EOF'
+import gzip
+t = gzip.open(".bench/data/pfam_db/pfam35_sample600.hmm.gz", "rb").read().split(b"//\n")
+open("/tmp/m60.hmm", "wb").write(b"//\n".join(t[:60]) + b"//\n")
+EOF
+      ( time python3 -m hmmgpu search --backend cuda --cpu "$T" -o /dev/null --tblout "$OUT/m60.tbl" /tmp/m60.hmm "$DATA/seqs/public_proteins.fa.gz" ) 2>&1 | tail -8
+      ( time hmmsearch --cpu "$T" -o /dev/null --tblout /tmp/m60.ref.tbl /tmp/m60.hmm "$DATA/seqs/public_proteins.fa.gz" ) 2>&1 | tail -3
+      python3 - "$OUT/m60.tbl" /tmp/m60.ref.tbl <<'EOF'
+import sys
+a, b = ([l.split() for l in open(p) if not l.startswith("#")] for p in sys.argv[1:])
+print("rows equal hmmsearch:", a == b, len(a), len(b))
+EOF
+      ;;
+    warmup)
+      log warmup; ( time python3 -m hmmgpu warmup ) 2>&1 | tail -4 ;;
+    tests)
+      log gpu tests
+      timeout 900 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gpu.py tests/test_gpu_search.py \
+          2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
+    swtests)
+      log sw gpu tests
+      timeout 600 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_sw_gpu.py 2>&1 | tee "$OUT/sw_gpu_tests.log" | tail -15 ;;
+    vit)
+      log Viterbi filter benchmark
+      python3 benchmarks/bench_vit.py --data "$DATA" --out "$OUT" --threads "$T" 2>&1 | tail -60 ;;
+    engine*)
+      w=${phase#engine}; w=${w#:}
+      log engine benchmark ${w:-default}
+      python3 benchmarks/bench_engine.py --data "$DATA" --out "$OUT" --threads "$T" ${w:+--workloads $w} \
+          ${BENCH_ENGINE_ARGS:-} 2>&1 | tail -40
+      rm -rf "$OUT/work" ;;
+    sw)
+      log Smith-Waterman benchmark
+      python3 benchmarks/bench_sw.py --cudasw .bench/cudasw4 --real "$DATA/seqs/public_proteins.fa.gz" \
+          --out "$OUT/sw" ${BENCH_SW_ARGS:-} 2>&1 | tail -40 ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done
+log done
