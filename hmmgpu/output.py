@@ -62,13 +62,14 @@ class RunOutputs:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.progress.__exit__(*exc)
-        if exc[0] is None:
-            try:
+        try:
+            if exc[0] is None:
                 self.finish()
-            except BaseException:
-                self._files.discard()
-                raise
+        except BaseException:
+            self._files.discard()
+            raise
+        finally:
+            self.progress.__exit__(*exc)
         self._files.__exit__(*exc)
 
     def _write_report(self, text: bytes) -> None:

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from tests.helpers import ROOT
+from tests.helpers import PROTEOME, ROOT, SAMPLES
 
 SCRIPT = r"""
 import sys, time
@@ -21,12 +21,13 @@ with ProgressBar(3, "searching", report=sys.stdout) as bar:
 """
 
 
-def run(stdout_tty: bool, stderr_tty: bool):
-    """(stdout bytes, stderr bytes) of the script; a tty stream is read from a pseudo-terminal."""
+def run(stdout_tty: bool, stderr_tty: bool, argv=None):
+    """(stdout bytes, stderr bytes) of the script (or of ``python argv``); a tty stream is read
+    from a pseudo-terminal."""
     master, slave = pty.openpty()
     out = slave if stdout_tty else subprocess.PIPE
     err = slave if stderr_tty else subprocess.PIPE
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=out, stderr=err, cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, *(argv or ["-c", SCRIPT])], stdout=out, stderr=err, cwd=ROOT,
                             env=dict(os.environ, COLUMNS="100", TERM="xterm"))
     os.close(slave)
     screen = b""
@@ -61,3 +62,15 @@ def test_bar_on_a_terminal_and_report_lines_whole():
     # not glued after the bar's last character
     for i in range(3):
         assert re.search(rb"(\x1b\[2K|\n)REPORT LINE %d OF THE QUERY\r\n" % i, screen), screen
+
+
+BAR = "\u2501".encode()   # the bar's line character
+
+
+def test_search_report_and_bar_on_one_terminal():
+    screen, _ = run(True, True, ["-m", "hmmgpu", "search", "--cpu", "1", str(SAMPLES / "samples.hmm"), str(PROTEOME)])
+    assert BAR in screen                                    # a bar was shown
+    assert screen.count(b"Query:       ") == 4
+    for start in [m.start() for m in re.finditer(rb"Query:       |\[ok\]", screen)]:
+        assert screen[:start].endswith((b"\n", b"\x1b[2K")), screen[start - 80:start + 20]
+    assert b"\x1b[2K" in screen[screen.rindex(BAR):]        # and erased at the end
