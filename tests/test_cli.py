@@ -116,7 +116,8 @@ def test_tformat_uniprot_equals_hmmsearch(tmp_path, capsys):
     args = ["--tformat", "uniprot", "--acc", str(SAMPLES / "samples.hmm"), "proteins.dat"]
     ref = run_hmmer(HMMSEARCH, tmp_path, args)
     assert b"Q00" in ref[1]["tblout"]   # the accession column is filled
-    assert_same_run(run_hmmgpu(tmp_path, ["search", "--backend", "hmmer", *args], capsys), ref)
+    for backend in ("hmmer", "numba"):
+        assert_same_run(run_hmmgpu(tmp_path, ["search", "--backend", backend, *args], capsys), ref)
 
 
 def test_description_bytes_that_are_not_utf8(tmp_path, capsys):
