@@ -322,8 +322,12 @@ def check_model(hmm, where: str) -> float:
 
     ``where`` starts the one-line error (file and model number); the model's name is added.
     """
-    name = _shown(hmm_strings(hmm)[0])
-    where = f"{where} ({name})"
+    raw_name = hmm_strings(hmm)[0]
+    where = f"{where} ({_shown(raw_name)})"
+    try:
+        raw_name.decode()
+    except UnicodeDecodeError:   # the search engine names models as text; descriptions may be any bytes
+        raise HmmgpuError(f"{where}: the model name is not UTF-8 text") from None
     if not hmm.alphabet.is_amino():
         kind = "DNA" if hmm.alphabet.is_dna() else "RNA" if hmm.alphabet.is_rna() else "non-protein"
         raise HmmgpuError(f"{where}: is a {kind} model; hmmgpu searches protein sequences with protein models "

@@ -165,9 +165,11 @@ def program_header(program: Program, query_file: str, target_file: str,
            b"# Freely distributed under the BSD open source license (HMMER) and the MIT license (hmmgpu).\n",
            RULE]
     if program == "search":
-        out += [_header_line("query HMM file:", b"%s", hmmfile), _header_line("target sequence database:", b"%s", seqfile)]
+        out += [_header_line("query HMM file:", b"%s", hmmfile),
+                _header_line("target sequence database:", b"%s", seqfile)]
     else:
-        out += [_header_line("query sequence file:", b"%s", seqfile), _header_line("target HMM database:", b"%s", hmmfile)]
+        out += [_header_line("query sequence file:", b"%s", seqfile),
+                _header_line("target HMM database:", b"%s", hmmfile)]
     for flag, label, fmt in _HEADER_LINES:
         if flag not in settings or (program == "scan" and flag in ("-A", "--tformat")) \
                 or (program == "search" and flag == "--qformat"):
@@ -271,7 +273,8 @@ def domain_annotation(hitlist: HitList, options: ReportOptions = ReportOptions()
         descw = max(32, textw - len(name) - 5)
         out.append(b">> %s  " % name + _cut(b"%s", hit.desc or b"", descw if textw else None) + b"\n")
         if hit.nreported == 0:
-            out.append(b"   [No individual domains that satisfy reporting thresholds (although complete target did)]\n\n")
+            out.append(b"   [No individual domains that satisfy reporting thresholds "
+                       b"(although complete target did)]\n\n")
             continue
         out.append(_DOMAIN_COLUMNS % (b"#", b"score", b"bias", b"c-Evalue", b"i-Evalue", b"hmmfrom", b"hmm to", b"  ",
                                       b"alifrom", b"ali to", b"  ", b"envfrom", b"env to", b"  ", b"acc"))
@@ -452,6 +455,6 @@ def alignment_note(nseq: int, path: str) -> bytes:
     return b"# Alignment of %d hits satisfying inclusion thresholds saved to: %s\n" % (nseq, os.fsencode(path))
 
 
-__all__ = ["Query", "Stopwatch", "program_header", "header_settings", "HMMER_DEFAULTS", "query_report", "targets_table", "domain_annotation",
-           "alignment_block", "pipeline_statistics", "tabular_tail", "write_alignment", "alignment_note",
-           "REPORT_END"]
+__all__ = ["Query", "Stopwatch", "program_header", "header_settings", "HMMER_DEFAULTS", "query_report",
+           "targets_table", "domain_annotation", "alignment_block", "pipeline_statistics", "tabular_tail",
+           "write_alignment", "alignment_note", "REPORT_END"]

@@ -5,7 +5,6 @@ Reports are compared line by line (less the banner and timing lines), tables byt
 and bad input must give one line on stderr and exit status 2.
 """
 import gzip
-import io
 import os
 import re
 import shutil

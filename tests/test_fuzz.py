@@ -23,7 +23,8 @@ from tests.helpers import PROTEOME, SAMPLES
 AMINO = Alphabet.amino()
 FASTA = b"\n>".join(PROTEOME.read_bytes().split(b"\n>")[:30]) + b"\n"
 MODEL_TEXT = (SAMPLES / "PF02826.hmm").read_bytes()
-FUZZ = settings(max_examples=int(os.environ.get("HMMGPU_FUZZ_EXAMPLES", 40)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=int(os.environ.get("HMMGPU_FUZZ_EXAMPLES", 40)), deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def mutated(data: bytes):
@@ -32,7 +33,8 @@ def mutated(data: bytes):
     return st.one_of(
         st.binary(max_size=400),
         st.integers(0, n).map(lambda k: data[:k]),
-        st.tuples(st.integers(0, n - 1), st.integers(0, 255)).map(lambda t: data[:t[0]] + bytes([t[1]]) + data[t[0] + 1:]),
+        st.tuples(st.integers(0, n - 1), st.integers(0, 255)).map(
+            lambda t: data[:t[0]] + bytes([t[1]]) + data[t[0] + 1:]),
         st.tuples(st.integers(0, n), st.integers(0, 255)).map(lambda t: data[:t[0]] + bytes([t[1]]) + data[t[0]:]),
         st.integers(0, n - 1).map(lambda k: data[:k] + data[k + 1:]),
     )
@@ -135,10 +137,20 @@ def pyhmmer_models(path):
         return None
 
 
+class Block(list):
+    """Digital sequences with a short repr (hypothesis prints the fixtures of a failing example)."""
+
+    def __repr__(self):
+        return f"Block({len(self)} sequences)"
+
+
 @pytest.fixture(scope="module")
 def small_block():
+    from pyhmmer.easel import DigitalSequenceBlock
+
     with SequenceFile(str(PROTEOME), digital=True, alphabet=AMINO) as fh:
-        return fh.read_block()[:300]
+        block = fh.read_block()[:300]
+    return Block([DigitalSequenceBlock(AMINO, block)])
 
 
 @FUZZ
@@ -153,7 +165,8 @@ def test_hmm_reader(tmp_path_factory, small_block, data, compress):
     reference = pyhmmer_models(path)
     assert reference is not None and len(reference) == len(models)
     for ours, theirs in zip(models, reference):
-        assert table(Pipeline(AMINO).search_hmm(ours, small_block)) == table(Pipeline(AMINO).search_hmm(theirs, small_block))
+        assert table(Pipeline(AMINO).search_hmm(ours, small_block[0])) == \
+            table(Pipeline(AMINO).search_hmm(theirs, small_block[0]))
 
 
 def binary_model() -> bytes:
@@ -176,5 +189,67 @@ def test_binary_hmm_reader(tmp_path_factory, small_block, data):
         return
     assert len(models) == 1
     reference = pyhmmer_models(path)
-    assert table(Pipeline(AMINO).search_hmm(models[0], small_block)) == \
-        table(Pipeline(AMINO).search_hmm(reference[0], small_block))
+    assert table(Pipeline(AMINO).search_hmm(models[0], small_block[0])) == \
+        table(Pipeline(AMINO).search_hmm(reference[0], small_block[0]))
+
+
+# ---------------------------------------------------------------- the same, through `hmmgpu search`
+
+
+def cli(argv, capfd) -> int:
+    """Run the command line; on failure, check the one-line error and exit status 2."""
+    from hmmgpu.cli import main
+
+    code = main(argv)
+    err = capfd.readouterr().err
+    if code != 0:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len([x for x in lines if x.startswith("hmmgpu: error: ")]) == 1, err
+        assert "Traceback" not in err
+    return code
+
+
+def tblout_rows(path) -> bytes:
+    data = path.read_bytes()
+    return data[:data.rindex(b"#\n# Program:")]
+
+
+@pytest.fixture(scope="module")
+def small_fasta(tmp_path_factory):
+    path = tmp_path_factory.mktemp("db") / "small.fa"
+    path.write_bytes(b"\n>".join(PROTEOME.read_bytes().split(b"\n>")[:300]) + b"\n")
+    return path
+
+
+CLI_FUZZ = settings(max_examples=int(os.environ.get("HMMGPU_FUZZ_EXAMPLES", 15)), deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@CLI_FUZZ
+@given(data=mutated(MODEL_TEXT))
+def test_search_command_with_damaged_models(tmp_path_factory, capfd, small_fasta, small_block, data):
+    tmp = tmp_path_factory.mktemp("cli")
+    (tmp / "m.hmm").write_bytes(data)
+    code = cli(["search", "--backend", "numba", "-o", str(tmp / "out"), "--tblout", str(tmp / "t"),
+                str(tmp / "m.hmm"), str(small_fasta)], capfd)
+    if code == 0:
+        models = pyhmmer_models(tmp / "m.hmm")
+        expected = b""
+        for k, hmm in enumerate(models):
+            buf = io.BytesIO()
+            Pipeline(AMINO).search_hmm(hmm, small_block[0]).write(buf, format="targets", header=(k == 0))
+            expected += buf.getvalue()
+        assert tblout_rows(tmp / "t") == expected
+
+
+@CLI_FUZZ
+@given(data=mutated(FASTA))
+def test_search_command_with_damaged_fasta(tmp_path_factory, capfd, model, data):
+    tmp = tmp_path_factory.mktemp("cli")
+    (tmp / "db.fa").write_bytes(data)
+    code = cli(["search", "--backend", "numba", "-o", str(tmp / "out"), "--tblout", str(tmp / "t"),
+                str(SAMPLES / "PF02826.hmm"), str(tmp / "db.fa")], capfd)
+    if code == 0:
+        buf = io.BytesIO()
+        Pipeline(AMINO).search_hmm(model, easel_block(tmp / "db.fa")).write(buf, format="targets")
+        assert tblout_rows(tmp / "t") == buf.getvalue()

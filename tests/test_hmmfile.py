@@ -115,7 +115,8 @@ BAD_MODELS = {
     "cut_before_slashes": (model_text().rstrip()[:-2], "truncated (the file ends before its closing //)"),
     "garbage_record": (model_text() + b"HMMER3/f\nNAME y\nLENG x\n//\n", "model 2 (y): no valid ALPH line"),
     "no_alph": (model_text().replace(b"ALPH  amino", b"ALP  amino"), "model 1 (2-Hacid_dh_C): no valid ALPH line"),
-    "huge_leng": (model_text().replace(b"LENG  178", b"LENG  1780000"), "invalid model length on the LENG line (1780000)"),
+    "huge_leng": (model_text().replace(b"LENG  178", b"LENG  1780000"),
+                  "invalid model length on the LENG line (1780000)"),
     "negative_leng": (model_text().replace(b"LENG  178", b"LENG  -178"), "invalid model length"),
     "no_consensus": (model_text().replace(b"CONS  yes", b"CONS  no"), "has no consensus residues"),
 }
@@ -154,14 +155,17 @@ def test_damaged_gzip(tmp_path):
         list(read_models(path))
 
 
-def test_names_that_are_not_utf8(tmp_path):
-    text = model_text().replace(b"DESC  D-isomer", b"DESC  \xe9-isomer").replace(b"NAME  2-Hacid", b"NAME  \xff2-Hacid")
+def test_descriptions_that_are_not_utf8(tmp_path):
+    text = model_text().replace(b"DESC  D-isomer", b"DESC  \xe9-isomer").replace(b"ACC   PF02826.20", b"ACC   PF\xff")
     path = tmp_path / "latin1.hmm"
     path.write_bytes(text)
     model = next(read_models(path))
     name, accession, description = hmm_strings(model.hmm)
-    assert name == b"\xff2-Hacid_dh_C" and accession == b"PF02826.20"
+    assert name == b"2-Hacid_dh_C" and accession == b"PF\xff"
     assert description.startswith(b"\xe9-isomer specific")
+    path.write_bytes(text.replace(b"NAME  2-Hacid", b"NAME  \xff2-Hacid"))
+    with pytest.raises(HmmgpuError, match=r"model 1 \(\\xff2-Hacid_dh_C\): the model name is not UTF-8 text"):
+        list(read_models(path))
 
 
 def test_check_model_names_the_model():

@@ -29,7 +29,8 @@ AMINO = Alphabet.amino()
 _VALUED = {"-E": "E", "-T": "T", "--domE": "domE", "--domT": "domT", "--incE": "incE", "--incT": "incT",
            "--incdomE": "incdomE", "--incdomT": "incdomT", "-Z": "Z", "--domZ": "domZ", "--F1": "F1", "--F2": "F2",
            "--F3": "F3"}
-_SWITCHES = {"--nonull2": dict(null2=False), "--nobias": dict(bias_filter=False), "--cut_ga": dict(bit_cutoffs="gathering"),
+_SWITCHES = {"--nonull2": dict(null2=False), "--nobias": dict(bias_filter=False),
+             "--cut_ga": dict(bit_cutoffs="gathering"),
              "--cut_tc": dict(bit_cutoffs="trusted"), "--max": dict(F1=1.0, F2=1.0, F3=1.0, bias_filter=False)}
 
 

@@ -12,7 +12,7 @@ import hmmgpu.scan as scan_module
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.fpenv import flush_to_zero
 from hmmgpu.hitlist import read_tophits
-from hmmgpu.options import ReportOptions, SearchOptions
+from hmmgpu.options import SearchOptions
 from hmmgpu.report import REPORT_END, Query, program_header, query_report
 from hmmgpu.scan import ProfileDatabase, scan, scan_sequence
 from hmmgpu.seqdb import SequenceDB
@@ -20,7 +20,8 @@ from tests.helpers import PROTEOME, SAMPLES
 from tests.test_report import assert_same_report, parse
 
 HMMSCAN, HMMPRESS = shutil.which("hmmscan"), shutil.which("hmmpress")
-pytestmark = pytest.mark.skipif(HMMSCAN is None or HMMPRESS is None, reason="hmmscan (pip package 'hmmer') not installed")
+pytestmark = pytest.mark.skipif(HMMSCAN is None or HMMPRESS is None,
+                                reason="hmmscan (pip package 'hmmer') not installed")
 TABLES = {"tblout": "targets", "domtblout": "domains", "pfamtblout": "pfam"}
 
 
