@@ -393,9 +393,9 @@ def test_standard_input(monkeypatch, proteome_block):
 
 def test_dev_stdin_pipe(tmp_path):
     script = "from hmmgpu.seqdb import open_database; print(open_database('/dev/stdin').n)"
-    with open(PROTEOME, "rb") as fh:
-        done = subprocess.run([sys.executable, "-c", script], stdin=fh, capture_output=True, text=True, cwd=ROOT)
-    assert done.stdout.strip() == "2100", done.stderr
+    for stdin in (dict(input=PROTEOME.read_bytes()), dict(stdin=open(PROTEOME, "rb"))):   # a pipe, a file
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=ROOT, **stdin)
+        assert done.stdout.strip() == b"2100", done.stderr
 
 
 def test_errors_on_standard_input_name_it(monkeypatch):
