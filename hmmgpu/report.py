@@ -44,6 +44,7 @@ import numpy as np
 
 from . import __version__
 from .hitlist import IS_DROPPED, IS_NEW, ZSETBY_OPTION, AlignmentDisplay, HitList, HitRecord, read_tophits
+from .hmmfile import hmm_strings
 from .options import ReportOptions
 
 Program = Literal["search", "scan"]
@@ -126,8 +127,6 @@ class Query:
     @classmethod
     def from_hmm(cls, hmm) -> "Query":
         """A query model (pyhmmer ``HMM``); names that are not UTF-8 are kept as bytes."""
-        from .hmmfile import hmm_strings
-
         name, accession, description = hmm_strings(hmm)
         return cls(name=name, accession=accession, description=description, length=hmm.M)
 
@@ -431,8 +430,6 @@ def write_alignment(stream, hits, hmm, textw: int | None = 120) -> int:
     Nothing is written (and 0 returned) when no domain is included, as in hmmsearch.
     ``textw=None`` (``--notextw``) writes the one-block Pfam format, as hmmsearch does.
     """
-    from .hmmfile import hmm_strings
-
     try:
         msa = hits.to_msa(hmm.alphabet, all_consensus_cols=True)
     except ValueError:   # "No included domains found": p7_tophits_Alignment() returned eslFAIL
