@@ -27,7 +27,8 @@ column's width in the report, so this matters for exact output. With bit-score c
 ``-T`` or ``-Z``, keeping does not depend on the position and nothing is dropped. The
 filter counters of the accounting are pyhmmer's on the subset, which equal the full run's
 when the subset holds every model that passes the MSV filter; otherwise the filter stage
-passes its own counts.
+passes its own counts. :func:`scan` takes the filter stage as a function giving, per
+sequence, its :class:`Survivors`.
 
 Threads and float mode
 ----------------------
@@ -41,6 +42,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -199,14 +201,25 @@ def _combine(sequence, parts, database: ProfileDatabase, options: SearchOptions,
     return TopHits(sequence).merge(hits)   # merging into an empty list thresholds with the new Z
 
 
+@dataclass(frozen=True)
+class Survivors:
+    """What a filter stage found for one sequence: the sorted positions of the models that may
+    hit it (every model that passes the MSV filter, for exact accounting) and, optionally,
+    its own filter counters (:data:`FILTER_COUNTERS`) to report instead of pyhmmer's."""
+
+    indices: Sequence[int]
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+
 def scan(sequences, database: ProfileDatabase, options: SearchOptions = SearchOptions(),
-         narrow: Callable[[int], Sequence[int] | None] | None = None) -> Iterator[tuple[int, object]]:
+         narrow: Callable[[int], Survivors | None] | None = None) -> Iterator[tuple[int, object]]:
     """Scan every sequence of a :class:`~hmmgpu.seqdb.SequenceDB`; yield ``(index, TopHits)``
-    in input order. ``narrow(i)`` may give the model positions to run for sequence ``i``.
-    Runs in ``options.threads`` threads; ``options.cpus == 0`` scans in this thread."""
+    in input order. ``narrow(i)`` may name the models to run for sequence ``i`` (``None``:
+    all). Runs in ``options.threads`` threads; ``options.cpus == 0`` scans in this thread."""
     def one(i: int):
-        return i, scan_sequence(sequences.digital_sequence(i), database, options,
-                                None if narrow is None else narrow(i))
+        survivors = None if narrow is None else narrow(i)
+        subset = () if survivors is None else (survivors.indices, survivors.counts)
+        return i, scan_sequence(sequences.digital_sequence(i), database, options, *subset)
 
     if options.cpus == 0:
         yield from map(one, range(sequences.n))
@@ -221,4 +234,4 @@ def scan(sequences, database: ProfileDatabase, options: SearchOptions = SearchOp
             yield pending.popleft().result()
 
 
-__all__ = ["ProfileDatabase", "scan_sequence", "scan", "FILTER_COUNTERS"]
+__all__ = ["ProfileDatabase", "Survivors", "scan_sequence", "scan", "FILTER_COUNTERS"]

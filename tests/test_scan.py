@@ -14,7 +14,7 @@ from hmmgpu.fpenv import flush_to_zero
 from hmmgpu.hitlist import read_tophits
 from hmmgpu.options import SearchOptions
 from hmmgpu.report import REPORT_END, Query, program_header, query_report
-from hmmgpu.scan import ProfileDatabase, scan, scan_sequence
+from hmmgpu.scan import ProfileDatabase, Survivors, scan, scan_sequence
 from hmmgpu.seqdb import SequenceDB
 from tests.helpers import PROTEOME, SAMPLES
 from tests.test_report import assert_same_report, parse
@@ -202,6 +202,11 @@ def test_threads_keep_input_order(tmp_path):
     serial = [(i, tables_of(h)) for i, h in scan(db, database, SearchOptions(cpus=0))]
     threaded = [(i, tables_of(h)) for i, h in scan(db, database, SearchOptions(cpus=2))]
     assert serial == threaded and [i for i, _ in serial] == list(range(60))
+    hitting = {i: [k for k, name in enumerate(database.names) if name in tables_of(h)] for i, h in enumerate(
+        scan_sequence(db.digital_sequence(i), database) for i in range(60))}
+    narrowed = [(i, tables_of(h)) for i, h in scan(db, database, SearchOptions(cpus=2),
+                                                   narrow=lambda i: Survivors(hitting[i]))]
+    assert narrowed == serial
 
 
 @pytest.fixture(scope="module")
