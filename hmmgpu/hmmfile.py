@@ -200,11 +200,12 @@ def _binary_records(data, label: str) -> Iterator[tuple[int, bytes]]:
     while cursor.pos < len(data):
         cursor.number += 1
         start = cursor.pos
-        version = _MAGIC.get(struct.unpack_from("<I", data, cursor.take(4))[0])
+        version = _MAGIC.get(struct.unpack_from("<I", data, start)[0]) if len(data) - start >= 4 else None
         if version is None:
             if cursor.number == 1:
                 raise HmmgpuError(f"{label}: not a valid HMMER profile file (neither HMMER text nor binary)")
             raise cursor.fail("damaged binary model (no magic number)")
+        cursor.take(4)
         flags, M, alphabet = cursor.integer(), cursor.integer(), cursor.integer()
         K = _ALPHABET_K.get(alphabet)
         if K is None or not 0 < M <= MAX_NODES or not 0 <= flags < 1 << 18:
@@ -250,19 +251,28 @@ def _record_name(record: bytes) -> str:
 #: Alphabet names that Easel's ``esl_abc_EncodeType()`` knows (case-insensitive).
 _ALPHABETS = (b"amino", b"dna", b"rna", b"coins", b"dice", b"custom")
 _BODY = re.compile(rb"^[ \t]*HMM[ \t\r\n]", re.M)   # the line that starts the model's body
+_CUTOFF_TAGS = (b"GA", b"TC", b"NC")
 
 
 def _header_fault(record: bytes) -> str | None:
-    """What in a record's header would crash HMMER's reader, which trusts it: no ALPH line
-    (the body is then read with no alphabet) or a LENG that is not a positive number of
-    nodes that the record can hold (the body is allocated from it)."""
+    """What in a record's header HMMER's reader trusts: an ALPH line (without one it reads
+    the body with no alphabet, and crashes), a LENG that is a positive number of nodes the
+    record can hold (the body is allocated from it), and numbers on the STATS, GA, TC and
+    NC lines (it reads them with ``atof()``, so a word silently becomes 0)."""
     body = _BODY.search(record)
     body = body.start() if body else len(record)
     tags = {}
     for line in record[:body].split(b"\n")[1:]:
         fields = line.split()
-        if fields:
-            tags[fields[0]] = fields[1:]
+        if not fields:
+            continue
+        tags[fields[0]] = fields[1:]
+        numbers = fields[3:5] if fields[0] == b"STATS" else fields[1:3] if fields[0] in _CUTOFF_TAGS else []
+        for value in numbers:
+            try:
+                float(value.rstrip(b";"))
+            except ValueError:
+                return f"invalid number {_shown(value)!r} on the {fields[0].decode()} line"
     alphabet = (tags.get(b"ALPH") or [b""])[0]
     if alphabet.lower() not in _ALPHABETS:
         return "no valid ALPH line in the model header"

@@ -119,6 +119,9 @@ BAD_MODELS = {
                   "invalid model length on the LENG line (1780000)"),
     "negative_leng": (model_text().replace(b"LENG  178", b"LENG  -178"), "invalid model length"),
     "no_consensus": (model_text().replace(b"CONS  yes", b"CONS  no"), "has no consensus residues"),
+    "stats_word": (model_text().replace(b"MSV      -10.2529", b"MSV      abc"), "invalid number 'abc' on the STATS line"),
+    "ga_word": (model_text("LuxC.hmm").replace(b"GA    ", b"GA    x", 1), "on the GA line"),
+    "only_slashes": (b"//\n", "not a valid HMMER profile file"),
 }
 
 
