@@ -185,8 +185,7 @@ def _write_models(src, dst, n=None):
 
 def _replicate(src, dst, copies):
     """The FASTA ``src`` written ``copies`` times, names suffixed ``_r1``.. so they stay unique."""
-    with gzip.open(src, "rb") as fh:
-        text = fh.read()
+    text = Path(src).read_bytes()
     with open(dst, "wb") as out:
         for r in range(1, copies + 1):
             lines = text.split(b"\n")
@@ -212,7 +211,8 @@ def main() -> None:
     work = bench.work
     todo = args.workloads.split(",")
     pfam600 = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / "pfam600.hmm")
-    proteins = args.data / "seqs" / "public_proteins.fa.gz"
+    proteins = work / "proteins.fa"  # plain FASTA: every tool reads the same file
+    proteins.write_bytes(gzip.decompress((args.data / "seqs" / "public_proteins.fa.gz").read_bytes()))
     env_cold = dict(os.environ, XDG_CACHE_HOME=str(work / "cold-cache"), HMMGPU_CACHE_DIR="")
     env_cold.pop("HMMGPU_CACHE_DIR")
     cuda = (["--backend", "cuda"], None)

@@ -147,6 +147,8 @@ def hmmsearch(queries, sequences, **options) -> Iterator:
         sequences = db
         cells = float(sum(h.M for h in hmms)) * db.total_residues
     with Pipeline(sequences, cells=cells, **options) as pli:
+        if isinstance(hmms, (list, tuple)):
+            pli.backend.prepare_for([h.M for h in hmms])
         for _, hits in pli.search_hmms(hmms):
             yield hits
 

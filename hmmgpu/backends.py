@@ -41,6 +41,13 @@ class Backend(ABC):
     #: One line naming the backend, printed by the command line.
     description: str = ""
 
+    def prepare_for(self, lengths) -> None:
+        """Get ready for models of these lengths (the GPU compiles their kernels up front)."""
+
+    def details(self) -> dict:
+        """Where the backend's time went (for the end-of-run statistics)."""
+        return {}
+
     def close(self) -> None:
         """Release what the backend holds (GPU memory)."""
 
@@ -94,6 +101,7 @@ class FilterBackend(Backend):
     def gpu_seconds(self) -> float:
         """Kernel time spent on the GPU so far."""
         return 0.0
+
 
 
 class _Finished:
@@ -185,6 +193,12 @@ class CudaBackend(FilterBackend):
 
     def gpu_seconds(self) -> float:
         return self.gpu.gpu_ms / 1e3
+
+    def prepare_for(self, lengths) -> None:
+        self.gpu.compile_for(lengths)
+
+    def details(self) -> dict:
+        return dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds))
 
     def close(self) -> None:
         self.gpu.close()

@@ -195,15 +195,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _estimated_nodes(path: str) -> float:
-    """Sum of model lengths of an HMM file, estimated from its size (text: ~400 bytes a node)."""
+def _model_lengths(path: str) -> list | None:
+    """The ``LENG`` of every model of a text HMM file (plain or gzip), read without parsing
+    the models; None when the file is not HMMER3 text (a pressed file, say) or is standard input."""
+    import gzip
+    import re
+
     try:
-        size = os.path.getsize(path)
         with open(path, "rb") as fh:
-            gz = fh.read(2) == b"\x1f\x8b"
-    except OSError:
-        return 0.0
-    return size / (100.0 if gz else 400.0)
+            data = fh.read()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return None
+    if not data.startswith(b"HMMER3"):
+        return None
+    return [int(m) for m in re.findall(rb"^LENG\s+(\d+)", data, re.MULTILINE)]
 
 
 def _run_outputs(args, program: str, query_file: str, target_file: str, progress: str, options: SearchOptions):
@@ -233,8 +240,12 @@ def cmd_search(args) -> int:
     with _run_outputs(args, "search", args.hmmfile, args.seqdb, "searching", options) as outputs:
         db = open_database(args.seqdb, args.seqformat)
         check_target_lengths(db)
-        backend = select_backend(options, db, cells=_estimated_nodes(args.hmmfile) * db.total_residues)
+        lengths = None if args.hmmfile == "-" else _model_lengths(args.hmmfile)
+        cells = None if lengths is None else float(sum(lengths)) * db.total_residues
+        backend = select_backend(options, db, cells=cells)
         try:
+            if lengths:
+                backend.prepare_for(lengths)
             print(f"# hmmgpu {__version__}: {backend.description}", file=sys.stderr)
             if db.looks_like_nucleotide():
                 print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "

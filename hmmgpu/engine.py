@@ -60,7 +60,20 @@ class SearchResult:
     index: int
     hmm: object
     hits: object
-    counts: object  #: :class:`~hmmgpu.cascade.StageCounts`
+    pipeline: dict = None  #: hmmsearch's counters (nseqs, nres, n_past_*)
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def counts(self):
+        """The query's :class:`~hmmgpu.cascade.StageCounts`."""
+        from .cascade import StageCounts
+
+        pli = self.pipeline
+        return StageCounts(query=str(self.hmm.name), M=self.hmm.M, nseqs=pli["nseqs"], nres=pli["nres"],
+                           n_past_msv=pli["n_past_msv"], n_past_bias=pli["n_past_bias"],
+                           n_past_vit=pli["n_past_vit"], n_past_fwd=pli["n_past_fwd"],
+                           n_reported=len(self.hits.reported), n_included=len(self.hits.included),
+                           seconds=self.seconds)
 
 
 @dataclass
@@ -76,6 +89,7 @@ class EngineStats:
     forward_seconds: float = 0.0  #: busy time of the workers (pyhmmer's stage)
     tasks: int = 0
     targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, fwd=0, searched=0))
+    backend: dict = field(default_factory=dict)  #: the backend's own breakdown (GPU kernels, host side)
 
     @property
     def gpu_busy_fraction(self) -> float:
@@ -97,7 +111,7 @@ class EngineStats:
             f"threads x wall)",
             f"targets through each stage (all queries): searched {t['searched']}, past MSV {t['msv']}, "
             f"bias {t['bias']}, Viterbi {t['vit']}, Forward {t['fwd']}",
-        ]
+        ] + ([f"backend: {self.backend}"] if self.backend else [])
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}
@@ -175,24 +189,17 @@ class SearchEngine:
 
     def finish(self, query: Query) -> SearchResult:
         """Merge the query's task states into one ``TopHits``."""
-        from .cascade import StageCounts
-
         states = [query.states[k] for k in range(query.n_tasks)]
-        hits = self.forward.merge(query, states, query.counts)
-        pli = hits.__getstate__()["pipeline"]
-        counts = StageCounts(query=str(query.hmm.name), M=query.hmm.M, nseqs=pli["nseqs"], nres=pli["nres"],
-                             n_past_msv=pli["n_past_msv"], n_past_bias=pli["n_past_bias"],
-                             n_past_vit=pli["n_past_vit"], n_past_fwd=pli["n_past_fwd"],
-                             n_reported=len(hits.reported), n_included=len(hits.included), seconds=query.seconds)
+        hits, pipeline = self.forward.merge(query, states, query.counts)
+        if pipeline is None:  # a whole-database pyhmmer run keeps its counters in the hits
+            pipeline = hits.__getstate__()["pipeline"]
         with self._lock:
-            t = self.stats.targets
-            t["searched"] += counts.nseqs
-            t["msv"] += counts.n_past_msv
-            t["bias"] += counts.n_past_bias
-            t["vit"] += counts.n_past_vit
-            t["fwd"] += counts.n_past_fwd
             self.stats.queries += 1
-        return SearchResult(index=query.index, hmm=query.hmm, hits=hits, counts=counts)
+            t = self.stats.targets
+            for key, name in (("nseqs", "searched"), ("n_past_msv", "msv"), ("n_past_bias", "bias"),
+                              ("n_past_vit", "vit"), ("n_past_fwd", "fwd")):
+                t[name] += pipeline[key]
+        return SearchResult(index=query.index, hmm=query.hmm, hits=hits, pipeline=pipeline, seconds=query.seconds)
 
     # ------------------------------------------------------------ drivers
     def search(self, models):
@@ -206,6 +213,7 @@ class SearchEngine:
         finally:
             self.stats.wall_seconds = time.perf_counter() - start
             self.stats.gpu_seconds = getattr(self.backend, "gpu_seconds", lambda: 0.0)()
+            self.stats.backend = self.backend.details()
 
     def _search_serial(self, models):
         from .fpenv import flush_to_zero

@@ -223,12 +223,14 @@ class ForwardStage:
         return state
 
     # ------------------------------------------------------------ merging
-    def merge(self, query, states: list, counts=None):
-        """One serial run's ``TopHits`` from the tasks' states (``counts``: hmmgpu's filter counters)."""
+    def merge(self, query, states: list, counts=None) -> tuple:
+        """One serial run's ``TopHits`` from the tasks' states (``counts``: hmmgpu's filter
+        counters), and its pipeline counters (None for a whole-database pyhmmer run, whose
+        ``TopHits`` hold them)."""
         from pyhmmer.plan7 import TopHits
 
         if len(states) == 1 and isinstance(states[0], TopHits):
-            return states[0]  # a whole-database pyhmmer run: already a serial run's result
+            return states[0], None  # a whole-database pyhmmer run: already a serial run's result
         first = states[0]["pipeline"]
         first["nseqs"] = self.db.n
         first["nres"] = self.db.total_residues
@@ -244,12 +246,14 @@ class ForwardStage:
             if self.options.Z is None:
                 pli["Z_setby"] = _ZSETBY_NTARGETS
                 pli["Z"] = float(pli["nseqs"])
+        counters = {key: sum(state["pipeline"][key] for state in states)
+                    for key in ("nseqs", "nres", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")}
         parts = []
         for state in states:
             part = TopHits(query.hmm)
             part.__setstate__(state)
             parts.append(part)
-        return parts[0].merge(*parts[1:])
+        return parts[0].merge(*parts[1:]), counters
 
 
 def _repeated_names(sequences: SequenceCache, positions: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ import ctypes
 import ctypes.util
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,6 +45,24 @@ def clog(x) -> np.float32:
     """C ``(float) log((double) x)``: double-precision libm log stored as float."""
     x = float(x)
     return NEG_INF if x == 0.0 else F32(_libm.log(x))
+
+
+def clog_array(x) -> np.ndarray:
+    """:func:`clog` of an array: numpy's double log, and glibc's where rounding could differ.
+
+    numpy's and glibc's double ``log`` agree to a few units in the last place; the float
+    rounding of the result can only differ where the double lies that close to a float
+    rounding boundary, which the margin (2^-44 relative, thousands of units) detects.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.log(x)
+        margin = np.abs(r) * 2.0 ** -44
+        unsure = (r - margin).astype(F32) != (r + margin).astype(F32)
+    out = r.astype(F32)
+    for i in np.flatnonzero(unsure):
+        out.flat[i] = clog(x.flat[i])
+    return out
 
 
 def roundf(v: np.ndarray) -> np.ndarray:
@@ -112,11 +130,9 @@ def transition_scores(hmm) -> np.ndarray:
     Z = F32(0.0)
     for k in range(1, M + 1):
         Z = F32(Z + occ[k] * F32(M - k + 1))
-    for k in range(1, M + 1):
-        tsc[k - 1, 3] = clog(occ[k] / Z)
-    for k in range(1, M):
-        for col, h in ((0, _H_MM), (1, _H_IM), (2, _H_DM), (4, _H_MD), (5, _H_DD), (6, _H_MI), (7, _H_II)):
-            tsc[k, col] = clog(t[k, h])
+    tsc[:M, 3] = clog_array((occ[1:] / Z).astype(F32))
+    for col, h in ((0, _H_MM), (1, _H_IM), (2, _H_DM), (4, _H_MD), (5, _H_DD), (6, _H_MI), (7, _H_II)):
+        tsc[1:M, col] = clog_array(t[1:M, h])
     return tsc
 
 
@@ -257,6 +273,7 @@ class ModelProfile:
     word: WordProfile
     evalue_parameters: tuple  #: (MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA)
     bias: BiasProfile  #: the composition bias filter's HMM
+    hmm: object = field(default=None, repr=False, compare=False)  #: the pyhmmer HMM it was built from
 
     @classmethod
     def from_hmm(cls, hmm, mmu: float | None = None) -> "ModelProfile":
@@ -278,6 +295,7 @@ class ModelProfile:
             evalue_parameters=evalue_parameters(hmm, mmu),
             # om->compo, as p7_pli_NewModel hands it to p7_bg_SetFilter (zeros without a COMPO line)
             bias=BiasProfile.from_composition(hmm.M, np.asarray(om.compositions, dtype=F32)[:K]),
+            hmm=hmm,
         )
 
 

@@ -317,6 +317,24 @@ def simulator_cascade_checks():
         out.append((options, check_cascade(hmm, db, **options)))
     return out
 
+
+def simulator_cascade_host_checks():
+    """The host's part of the GPU cascade: every bias score flagged uncertain and every
+    Viterbi filter row flagged as a possible overflow, so HMMER's own functions finish every
+    target; the search must still equal pyhmmer's."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from hmmgpu.kernels import bias
+    from hmmgpu.kernels.vit import launch
+
+    real = bias.float_helpers("python")
+    bias.float_helpers = lambda binding: SimpleNamespace(**{**vars(real), "certain": lambda r: False})
+    tables = launch.tables
+    launch.tables = lambda *a: dataclasses.replace(tables(*a), overflow_at=np.full(29, -32768, np.int32))
+    hmm, prof, db = vit_case(24, 11, 3, 12, long_cases=True)
+    return [(options, check_cascade(hmm, db, **options)) for options in (dict(), dict(F2=1.0))]
+
 if __name__ == "__main__":
     import sys
     import time

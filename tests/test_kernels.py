@@ -72,3 +72,9 @@ def test_viterbi_kernel_exact_under_simulator(tmp_path):
 def test_gpu_cascade_equals_pyhmmer_under_simulator(tmp_path):
     out = _simulate("simulator_cascade_checks", tmp_path)
     assert out.count("gpu_bias_scores") == 5
+
+
+def test_gpu_cascade_host_part_under_simulator(tmp_path):
+    """Every bias score and Viterbi filter left to the host (HMMER's own functions): same search."""
+    out = _simulate("simulator_cascade_host_checks", tmp_path)
+    assert out.count("'gpu_bias_scores': 0") == 2

@@ -20,8 +20,9 @@ math is used. The one function that is not correctly rounded on the GPU is the d
 ``log``: the GPU's and glibc's agree to a couple of units in the last place of a double,
 so after rounding to float they differ only when the double result lies within such a
 distance of a float rounding boundary. The kernel checks each ``log`` for that (rounding
-``r(1 - 2^-40)`` and ``r(1 + 2^-40)`` to float must agree) and hands any target where it
-fails to the host, which recomputes it with the CPU reference. The decisions compare ``s``
+``r(1 - 2^-50)`` and ``r(1 + 2^-50)`` to float must agree: a margin of at least 4 units in
+the last place of ``r``, twice the largest possible disagreement) and hands any target where
+it fails (about one in 10^5 targets) to the host, which recomputes it with HMMER's own code. The decisions compare ``s``
 with host-computed bands (:func:`hmmgpu.stats.score_threshold`): outside a band the P-value
 test's answer is certain; inside one the host decides with HMMER's double arithmetic.
 """
@@ -132,14 +133,14 @@ _BODY = '''
 @functools.lru_cache(maxsize=None)
 def float_helpers(binding: str) -> SimpleNamespace:
     """``fmul``, ``fadd``, ``fsub``, ``fdiv`` (float32, round to nearest, never fused) and
-    ``certain(r)`` (does the double ``r`` round to the same float however its last ~12 bits go)."""
+    ``certain(r)`` (does the double ``r`` round to the same float however its last 2 bits go)."""
     from numba import cuda
 
     if binding == "python":
         f = np.float32
         return SimpleNamespace(fmul=lambda a, b: f(f(a) * f(b)), fadd=lambda a, b: f(f(a) + f(b)),
                                fsub=lambda a, b: f(f(a) - f(b)), fdiv=lambda a, b: f(f(a) / f(b)),
-                               certain=lambda r: f(r - abs(r) * 2.0 ** -40) == f(r + abs(r) * 2.0 ** -40))
+                               certain=lambda r: f(r - abs(r) * 2.0 ** -50) == f(r + abs(r) * 2.0 ** -50))
     from numba.cuda import libdevice
 
     dev = dict(device=True, forceinline=True)
@@ -162,7 +163,7 @@ def float_helpers(binding: str) -> SimpleNamespace:
 
     @cuda.jit(**dev)
     def certain(r):
-        margin = abs(r) * 9.094947017729282e-13  # 2**-40
+        margin = abs(r) * 8.881784197001252e-16  # 2**-50
         return np.float32(r - margin) == np.float32(r + margin)
 
     return SimpleNamespace(fmul=fmul, fadd=fadd, fsub=fsub, fdiv=fdiv, certain=certain)

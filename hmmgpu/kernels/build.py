@@ -19,7 +19,12 @@ import functools
 import importlib.util
 import os
 import sys
+import threading
 from pathlib import Path
+
+#: One import (and compile) of a kernel module at a time, so that every thread gets the same
+#: kernel object (its launch attributes, such as the dynamic shared-memory limit, are set once).
+_LOAD_LOCK = threading.Lock()
 
 
 def cache_root() -> Path:
@@ -49,9 +54,14 @@ def _write_source(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-@functools.lru_cache(maxsize=None)
 def load(spec, binding: str):
     """The compiled kernel of ``spec`` in lane binding ``binding`` (``python``: simulator)."""
+    with _LOAD_LOCK:
+        return _load(spec, binding)
+
+
+@functools.lru_cache(maxsize=None)
+def _load(spec, binding: str):
     simulator = binding == "python"
     name = f"{spec.name}_{binding}"
     path = kernel_dir(simulator) / f"{name}.py"

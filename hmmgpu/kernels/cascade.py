@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import cpu_filters, stats
-from ..cascade import CascadeResult, ViterbiResult, run_cascade
+from ..cascade import CascadeResult, MsvResult, ViterbiResult, run_cascade
 from ..profiles import null_table, tjb_table, xw_move_table
 from . import build
 from .bias import BiasSpec, Decision, length_tables
@@ -57,6 +57,14 @@ def compile_all(device_id: int = 0, lanes: str = "auto", notice=None) -> int:
     device = GpuDevice.open(device_id)
     specs = MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec()]
     return build.compile_ahead(specs, device, notice=notice)
+
+
+def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
+    """The kernel specialisations models of these lengths use (the bias kernel included)."""
+    specs = [BiasSpec()]
+    for M in sorted(set(int(m) for m in lengths)):
+        specs += [s for s in (msv.spec(M), vit.spec(M)) if s is not None]
+    return list(dict.fromkeys(specs))
 
 
 @dataclass
@@ -126,7 +134,8 @@ class GpuCascade:
         self.lanes = self.msv.lanes
         self.msv_stage = MsvStage(resident, lanes)
         self.vit_stage = VitStage(resident)
-        self.gpu_ms = 0.0
+        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0)  #: GPU time of each kernel, summed
+        self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0)  #: the host's side of the cascade
         self._bias_kernel = None
         max_len = max(resident.max_length, 1)
         self.max_length = max_len
@@ -163,6 +172,17 @@ class GpuCascade:
         staging = {k: (cuda.pinned_array(size, dtype), cuda.device_array(size, dtype))
                    for k, (size, dtype) in sizes.items()}
         return _Slot(**dev, host=host, zeros=zeros, staging=staging)
+
+    @property
+    def gpu_ms(self) -> float:
+        """GPU time of the cascade's kernels so far (milliseconds)."""
+        return sum(self.kernel_ms.values())
+
+    def compile_for(self, lengths, notice=None) -> int:
+        """Compile, in parallel processes, the kernels that models of these lengths need and
+        the device lacks (one line on stderr while it does); returns how many."""
+        specs = needed_specs(self.msv, self.vit, lengths)
+        return build.compile_ahead(specs, self.device, processes=len(specs), notice=notice)
 
     # ------------------------------------------------------------ stage methods (audit, tests)
     def bias_scores(self, profile, indices) -> np.ndarray:
@@ -219,7 +239,11 @@ class GpuCascade:
                             threshold_by_length=slot.tables["threshold_by_length"], scalars=slot.tables["scalars"],
                             counters=slot.counters[:len(MsvCounter)], out_pos=slot.msv_pos,
                             out_status=slot.msv_status, out_xj=slot.msv_xj, fallback_pos=slot.fallback)
+            after_msv = cuda.event()
+            after_msv.record(s)
             self._launch_bias(chunk, slot, profile, options)
+            after_bias = cuda.event()
+            after_bias.record(s)
             if vt is not None:
                 self.vit.launch(vit_spec, chunk, s, items=slot.vit_pos, n_items_at=slot.counters,
                                 n_items_slot=_VIT_LIST, counters=slot.counters[_VIT_WORK:], tables=vt,
@@ -232,8 +256,9 @@ class GpuCascade:
                 getattr(slot, name).copy_to_host(slot.host[name], stream=s)
             slot.event = cuda.event()
             slot.event.record(s)
-        ticket = Ticket(self, profile, options, slot=slot, plan=dict(start=start, stop=stop, vit=vt is not None,
-                                                                     vit_reason=vit_reason))
+        ticket = Ticket(self, profile, options, slot=slot,
+                        plan=dict(events=(start, after_msv, after_bias, stop), vit=vt is not None, vit_reason=vit_reason))
+        self.host_seconds["submit"] += time.perf_counter() - ticket.submitted
         self._in_flight.append(ticket)
         return ticket
 
@@ -259,8 +284,10 @@ class GpuCascade:
         from numba import cuda
 
         slot = ticket.slot
+        t0 = time.perf_counter()
         slot.event.synchronize()
         self._in_flight.remove(ticket)
+        self.host_seconds["wait"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         plan = ticket.plan
         profile, options = ticket.profile, ticket.options
@@ -270,37 +297,39 @@ class GpuCascade:
         n_vit = int(h["counters"][_VIT_LIST])
         indices = self.resident.indices
         db = self.resident.db
+        reference = _Reference(profile, db)
         pos = indices[h["msv_pos"][:n_out]]
-        status = h["msv_status"][:n_out].copy()
-        xj = h["msv_xj"][:n_out].copy()
+        usc = MsvResult(pos, h["msv_status"][:n_out], h["msv_xj"][:n_out]).scores(db.lengths)
         filtersc = h["filtersc"][:n_out].copy()
         decision = h["decision"][:n_out].copy()
-        vit_status = np.zeros(n_out, np.int8)
-        vit_xc = np.zeros(n_out, np.int32)
-        has_vit = np.zeros(n_out, bool)
+        vsc = np.full(n_out, np.nan, np.float32)  # NaN: the GPU did not run (or finish) the Viterbi filter
         if plan["vit"] and n_vit:
             src = h["vit_from"][:n_vit]
-            vit_status[src] = h["vit_status"][:n_vit]
-            vit_xc[src] = h["vit_xc"][:n_vit]
-            has_vit[src] = True
-        if n_fallback:  # the J-state MSV the GPU's max(S, B) form cannot finish
+            st = h["vit_status"][:n_vit]
+            ok = st != STATUS_UNCERTAIN
+            vsc[src[ok]] = ViterbiResult(pos[src[ok]], st[ok], h["vit_xc"][:n_vit][ok]).scores(db.lengths)
+        if n_fallback:  # the J-state MSV the GPU's max(S, B) form cannot finish: HMMER's own
             fb = indices[h["fallback"][:n_fallback]]
-            fst, fxj = cpu_filters.msv_filter(profile, db, fb, force_msv=True)
-            thr = stats.msv_thresholds(profile, self.max_length, options.F1)
-            keep = (fst != 0) | (fxj >= thr[db.lengths[fb]])
+            fsc = reference.msv(fb)
+            keep = stats.passes_gumbel(fsc, null_table(self.max_length)[db.lengths[fb]], *profile.evalue_parameters[:2],
+                                       options.F1)
+            k = int(keep.sum())
             pos = np.concatenate([pos, fb[keep]])
-            status = np.concatenate([status, fst[keep]])
-            xj = np.concatenate([xj, fxj[keep]])
-            filtersc = np.concatenate([filtersc, np.zeros(int(keep.sum()), np.float32)])
-            decision = np.concatenate([decision, np.full(int(keep.sum()), Decision.HOST, np.int8)])
-            vit_status = np.concatenate([vit_status, np.zeros(int(keep.sum()), np.int8)])
-            vit_xc = np.concatenate([vit_xc, np.zeros(int(keep.sum()), np.int32)])
-            has_vit = np.concatenate([has_vit, np.zeros(int(keep.sum()), bool)])
-        survivors, n_past_bias = _decide(profile, options, db, self.max_length, pos, status, xj, filtersc, decision,
-                                         vit_status, vit_xc, has_vit)
-        gpu_s = 0.0 if self.device.simulator else cuda.event_elapsed_time(plan["start"], plan["stop"]) / 1e3
+            usc = np.concatenate([usc, fsc[keep]])
+            filtersc = np.concatenate([filtersc, np.zeros(k, np.float32)])
+            decision = np.concatenate([decision, np.full(k, Decision.HOST, np.int8)])
+            vsc = np.concatenate([vsc, np.full(k, np.nan, np.float32)])
+        survivors, n_past_bias = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc,
+                                         decision, vsc)
+        gpu_s = 0.0
+        if not self.device.simulator:
+            ev = plan["events"]
+            for name, a, b in (("msv", ev[0], ev[1]), ("bias", ev[1], ev[2]), ("viterbi", ev[2], ev[3])):
+                ms = cuda.event_elapsed_time(a, b)
+                self.kernel_ms[name] += ms
+                gpu_s += ms / 1e3
         seconds = dict(gpu=gpu_s, host=time.perf_counter() - t0)
-        self.gpu_ms += gpu_s * 1e3
+        self.host_seconds["finish"] += seconds["host"]
         return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=n_past_bias,
                              n_past_vit=int(survivors.size), seconds=seconds)
 
@@ -312,35 +341,68 @@ class GpuCascade:
         self.resident.close()
 
 
-def _decide(profile, options, db, max_length, pos, status, xj, filtersc, decision, vit_status, vit_xc, has_vit):
-    """The host's part of the cascade for the targets that passed MSV: (survivors, n_past_bias)."""
-    from ..cascade import MsvResult
+def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, decision, vsc):
+    """The host's part of the cascade for the targets that passed MSV: (survivors, n_past_bias).
 
+    ``usc``: MSV scores (nats); ``filtersc``: the GPU's bias scores (decided targets);
+    ``decision``: the bias kernel's :class:`Decision`; ``vsc``: the GPU's Viterbi filter
+    scores, NaN where the host must run it (HMMER's own function, through ``reference``).
+    """
     mu, lam, vmu, vlam = profile.evalue_parameters[:4]
-    usc = MsvResult(pos, status, xj).scores(db.lengths)
     host = decision == Decision.HOST
-    if host.any():  # recompute the bias score on the CPU and decide F1 exactly
+    if host.any():  # the bias score again with HMMER's own code, and the F1 test
         hp = pos[host]
-        filtersc[host] = cpu_filters.bias_filter(profile, db, hp) if options.bias_filter else \
-            null_table(max_length)[db.lengths[hp]]
+        filtersc[host] = reference.bias(hp) if options.bias_filter else null_table(max_length)[db.lengths[hp]]
         passed = stats.passes_gumbel(usc[host], filtersc[host], mu, lam, options.F1)
         decision[host] = np.where(passed, Decision.VITERBI_OR_SKIP, Decision.FAIL)
-        has_vit[host] = False
+        vsc[host] = np.nan
     alive = decision != Decision.FAIL
-    n_past_bias = int(alive.sum())
     survive = decision == Decision.SURVIVE
     maybe_skip = decision == Decision.VITERBI_OR_SKIP
     if maybe_skip.any():  # P <= F2 decides whether the Viterbi filter is skipped
         skip = stats.passes_gumbel(usc[maybe_skip], filtersc[maybe_skip], mu, lam, options.F2)
         survive[np.flatnonzero(maybe_skip)[skip]] = True
     need = alive & ~survive
-    redo = need & (~has_vit | (vit_status == STATUS_UNCERTAIN))
-    if redo.any():  # the Viterbi filter on the CPU: flagged targets, host-decided ones, or no kernel
-        vit_status[redo], vit_xc[redo] = cpu_filters.viterbi_filter(profile, db, pos[redo])
+    redo = need & np.isnan(vsc)
+    if redo.any():
+        vsc[redo] = reference.viterbi(pos[redo])
     if need.any():
-        vsc = ViterbiResult(pos[need], vit_status[need], vit_xc[need]).scores(db.lengths)
-        survive[np.flatnonzero(need)[stats.passes_gumbel(vsc, filtersc[need], vmu, vlam, options.F2)]] = True
-    return pos[survive], n_past_bias
+        survive[np.flatnonzero(need)[stats.passes_gumbel(vsc[need], filtersc[need], vmu, vlam, options.F2)]] = True
+    return pos[survive], int(alive.sum())
+
+
+class _Reference:
+    """HMMER's own filter functions (libhmmer) for the few targets the kernels leave to the host.
+
+    Made on first use: most models never need it.
+    """
+
+    def __init__(self, profile, db):
+        self.profile = profile
+        self.db = db
+        self._model = None
+
+    def _hmmer(self):
+        if self._model is None:
+            from ..hmmerlib import HmmerModel
+
+            self._model = HmmerModel(self.profile.hmm)
+        return self._model
+
+    def _scores(self, fn, positions) -> np.ndarray:
+        return np.array([fn(self.db.codes(int(p))) for p in positions], np.float32)
+
+    def msv(self, positions) -> np.ndarray:
+        """``p7_MSVFilter`` scores (nats, +inf on overflow)."""
+        return self._scores(lambda c: self._hmmer().msv(c)[1], positions)
+
+    def bias(self, positions) -> np.ndarray:
+        """``p7_bg_FilterScore`` scores (nats)."""
+        return self._scores(self._hmmer().bias_filter_score, positions)
+
+    def viterbi(self, positions) -> np.ndarray:
+        """``p7_ViterbiFilter`` scores (nats, +inf on overflow)."""
+        return self._scores(lambda c: self._hmmer().viterbi_filter(c)[1], positions)
 
 
 class _StageBackend:

@@ -18,7 +18,6 @@ results, more transfer time); :meth:`ResidentDatabase.chunks` yields them.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,26 +29,12 @@ PAD_CODE = 28
 PER_TARGET_BYTES = 8 + 4 + 48
 
 
-def _pack(residues, starts, lengths, word_offsets, out):
-    for j in range(lengths.shape[0]):
-        s = starts[j]
-        d = word_offsets[j] * 4
-        for r in range(lengths[j]):
-            out[d + r] = residues[s + r]
-
-
-@functools.lru_cache(maxsize=None)
-def _packer():
-    from numba import njit
-
-    return njit(cache=True, nogil=True)(_pack)
-
-
 def pack_residues(residues, starts, lengths, word_offsets, total_words) -> np.ndarray:
     """Residues of the given targets copied to word-aligned, '~'-padded slots (uint8)."""
     out = np.full(max(int(total_words), 1) * 4, PAD_CODE, dtype=np.uint8)
-    if lengths.size:
-        _packer()(np.asarray(residues), starts, lengths, word_offsets, out)
+    residues = np.asarray(residues)
+    for s, L, d in zip(starts.tolist(), lengths.tolist(), (word_offsets * 4).tolist()):
+        out[d:d + L] = residues[s:s + L]
     return out
 
 

@@ -44,7 +44,8 @@ word computes two cells; the MSV table holds ``bias - cost``.
 
 Why the code looks as it does
 -----------------------------
-The row loop is unrolled over the ``Q`` words so that every word is a register; a kernel is
+The row loop is unrolled over the ``Q`` words so that every word is a register (the four rows
+of a residue word are a loop, which keeps the source, and numba's compile time, small); a kernel is
 therefore specialised per (kind, lanes, G, Q, table placement), and the shapes come from a
 fixed table (:mod:`hmmgpu.kernels.tuning`), so a whole Pfam search needs a few dozen
 kernels, compiled once per device. Residues arrive four per load. The J/B update needs the
@@ -117,7 +118,7 @@ class MsvSpec:
 
     @property
     def name(self) -> str:
-        return f"msv_{self.kind}_{self.lanes}_g{self.G}_q{self.Q}_{self.placement}_v10"
+        return f"msv_{self.kind}_{self.lanes}_g{self.G}_q{self.Q}_{self.placement}_v11"
 
     def source(self, binding: str) -> str:
         """The kernel module's text for lane binding ``binding``."""
@@ -175,30 +176,29 @@ def _dp(e: Emitter, spec: MsvSpec, kind: str, table: str, words: str) -> None:
         e("rw = PAD")
         with e.block("if iw < nwk:"):
             e("rw = residues[wb + iw]")
-        for r in range(4):
-            e(f"x = (rw >> {8 * r}) & 255" if r else "x = rw & 255", "tb = x * GQ + g",
-              f"sh = {shift}({v}{Q - 1}, first, {fill})")
+        with e.block("for r in range(4):"):  # the word's four residues, one row each
+            e("x = (rw >> u32(8 * r)) & u32(255)", "tb = x * GQ + g", f"sh = {shift}({v}{Q - 1}, first, {fill})")
             for q in range(Q - 1, 0, -1):
                 e(f"{v}{q} = {_cell(spec, kind, f'{v}{q - 1}', f'{table}[tb + {q * G}]')}")
             e(f"{v}0 = {_cell(spec, kind, 'sh', f'{table}[tb]')}")
             if ssv:
                 _fold(spec, e, "R", [f"u_{q}" for q in range(Q)])
-                continue
-            # J-state MSV: the row maximum decides the J and B update (spec section 3)
-            e(f"rm = {v}0")
-            _fold(spec, e, "rm", [f"w_{q}" for q in range(1, Q)])
-            e(f"Rall = {vmax}(Rall, rm)", f"t = {hmax}(rm)", "bal = cuda.ballot_sync(FULL, (t >= T) and not done)")
-            with e.block("if bal != 0:"):
-                e("E = group_max(t, G)")
-                with e.block("if ((bal >> gshift) & GMASK) != 0:"):
-                    with e.block("if E >= top:"):
-                        e("rng = True", "done = True")
-                    with e.block("else:"):
-                        e("J = E - tec", "B = J - tjbm")
-                        with e.block("if B < 0:"):
-                            e("B = 0")
-                        e(f"Bv = {bcast}(B)", "T = min(top, J + tec + 1)")
-                        e(*[f"w_{q} = {vmax}(w_{q}, Bv)" for q in range(Q)])
+            else:  # J-state MSV: the row maximum decides the J and B update (spec section 3)
+                e(f"rm = {v}0")
+                _fold(spec, e, "rm", [f"w_{q}" for q in range(1, Q)])
+                e(f"Rall = {vmax}(Rall, rm)", f"t = {hmax}(rm)",
+                  "bal = cuda.ballot_sync(FULL, (t >= T) and not done)")
+                with e.block("if bal != 0:"):
+                    e("E = group_max(t, G)")
+                    with e.block("if ((bal >> gshift) & GMASK) != 0:"):
+                        with e.block("if E >= top:"):
+                            e("rng = True", "done = True")
+                        with e.block("else:"):
+                            e("J = E - tec", "B = J - tjbm")
+                            with e.block("if B < 0:"):
+                                e("B = 0")
+                            e(f"Bv = {bcast}(B)", "T = min(top, J + tec + 1)")
+                            e(*[f"w_{q} = {vmax}(w_{q}, Bv)" for q in range(Q)])
         e("iw += 1")
         with e.block("if (iw & 15) == 0:"):
             if ssv:

@@ -63,6 +63,7 @@ def slot_values(word, Q: int, lowest: int) -> tuple:
         trans[_ROW[row], S - 1] = FLOOR
     emis = np.full((NX, S), FLOOR, dtype=np.int64)
     emis[:, pad:] = np.asarray(word.rw, dtype=np.int64)
+    emis[list(SPECIAL_CODES)] = FLOOR  # -inf: -16384 here and again in the kernel's second step
     return emis, trans
 
 

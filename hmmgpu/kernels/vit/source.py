@@ -53,8 +53,9 @@ smallest value, at the database's longest length), so a term carried from a clam
 E, C, J and B; the clamped maximum of D equals HMMER's whenever HMMER's is >= FLOOR, and
 otherwise both lazy-F tests fail (the host checks ``FLOOR + ddbound <= Bmin``). Three cases
 keep HMMER's own arithmetic: residues with no emission score (gap, ``*``, ``~``: every
-``rw = -32768``) take ``M = max(m - 32768, -32768)`` through a wrap-free branch, with E from
-the row maximum of ``m`` in 32-bit integers; node M's ``M -> D`` value (``M(M) - 32768``,
+``rw = -32768``) take ``max(m - 32768, -32768)`` as two wrap-free steps of -16384 (their
+emission row holds -16384 and a second step adds it again; for every other residue the
+second step adds 0), with E from the row maximum of ``m`` in 32-bit integers; node M's ``M -> D`` value (``M(M) - 32768``,
 which HMMER's maximum of D includes) is computed wrap-free through a guard word; and a row
 where some ``m + rw`` could reach 32767 (HMMER's overflow, +inf) stops the target, which is
 marked *uncertain* and finished by the CPU reference (:func:`hmmgpu.cpu_filters.viterbi_filter`).
@@ -128,7 +129,7 @@ class VitSpec:
 
     @property
     def name(self) -> str:
-        return f"vit_q{self.Q}_{self.transitions}_{self.shared}_v1"
+        return f"vit_q{self.Q}_{self.transitions}_{self.shared}_v2"
 
     def source(self, binding: str) -> str:
         """The kernel module's text for lane binding ``binding``."""
@@ -143,7 +144,7 @@ def _t(row: str, q: int, spec: VitSpec) -> str:
     return f"smem[TRO + {(r * spec.Q + q) * 32} + t]"
 
 
-def _row_update(e: Emitter, spec: VitSpec, special: bool) -> None:
+def _row_update(e: Emitter, spec: VitSpec) -> None:
     """One row of the recurrence over the thread's Q words (descending q, in place)."""
     Q = spec.Q
     for q in range(Q - 1, -1, -1):
@@ -152,12 +153,11 @@ def _row_update(e: Emitter, spec: VitSpec, special: bool) -> None:
           f"mm = addmax16({mp}, {_t('MM', q, spec)}, x1)",
           f"mm = addmax16({ip}, {_t('IM', q, spec)}, mm)",
           f"mm = addmax16({dp}, {_t('DM', q, spec)}, mm)",
-          "mmx = max16(mmx, mm)")
-        if special:  # no emission score: M = max(m - 32768, -32768), wrap-free, then the floor
-            e("nm = max16(add16(max16(mm, ZERO), NEGINF), FLOORV)")
-        else:
-            e(f"nm = addmax16(mm, smem[eo + {q * 32}], FLOORV)", "ev = max16(ev, nm)")
-        e(f"i{q} = addmax16(i{q}, {_t('II', q, spec)}, addmax16(m{q}, {_t('MI', q, spec)}, FLOORV))")
+          "mmx = max16(mmx, mm)",
+          # the emission; a residue without one adds -16384 twice: M = max(m - 32768, FLOOR), wrap-free
+          f"nm = addmax16(addmax16(mm, smem[eo + {q * 32}], FLOORV), second, FLOORV)",
+          "ev = max16(ev, nm)",
+          f"i{q} = addmax16(i{q}, {_t('II', q, spec)}, addmax16(m{q}, {_t('MI', q, spec)}, FLOORV))")
         if q == Q - 1:  # node M's M->D is -inf in HMMER: guard word makes it max(M, 0) - 32768
             e(f"dlast = addmax16(max16(nm, MDGUARD), {_t('MD', q, spec)}, FLOORV)", "dmx = max16(dmx, dlast)")
         else:
@@ -197,6 +197,7 @@ def generate(spec: VitSpec, binding: str) -> str:
     e(f"Q = {Q}; QW = {32 * Q}; EW = {spec.emission_words}; SW = {spec.shared_words}; TRO = {spec.emission_words}",
       f"FLOOR = {FLOOR}; OK = {STATUS_OK}; UNCERTAIN = {STATUS_UNCERTAIN}",
       "FLOORV = np.uint32(0xC000C000); NEGINF = np.uint32(0x80008000); ZERO = np.uint32(0)",
+      "MINUSFLOOR = FLOORV",
       "", "")
     e(jit_decorator(signature(ARGS), binding))
     with e.block(f"def kernel({parameter_list(ARGS)}):"):
@@ -231,13 +232,11 @@ def generate(spec: VitSpec, binding: str) -> str:
                   "sm = shift_up16(m{0}, t == 0, FLOORV)".format(Q - 1),
                   "si = shift_up16(i{0}, t == 0, FLOORV)".format(Q - 1),
                   "sd = shift_up16(d{0}, t == 0, FLOORV)".format(Q - 1),
-                  "mmx = NEGINF", "ev = NEGINF", "dmx = NEGINF", "eo = x * QW + t")
-                with e.block("if x == 20 or x >= 27:"):
-                    _row_update(e, spec, special=True)
-                    e("mt = hmax16(mmx)", "et = max(mt - 32768, -32768)", "over = False")
-                with e.block("else:"):
-                    _row_update(e, spec, special=False)
-                    e("et = hmax16(ev)", "over = hmax16(mmx) >= overflow_at[x]")
+                  "mmx = NEGINF", "ev = NEGINF", "dmx = NEGINF", "eo = x * QW + t",
+                  "special = x == 20 or x >= 27", "second = MINUSFLOOR if special else ZERO")
+                _row_update(e, spec)
+                e("mt = hmax16(mmx)", "et = max(mt - 32768, -32768) if special else hmax16(ev)",
+                  "over = mt >= overflow_at[x]")
                 e("d0 = shift_up16(dlast, t == 0, FLOORV)")
                 with e.block("if cuda.ballot_sync(FULL, over) != 0:"):
                     e("status = UNCERTAIN", "break")
