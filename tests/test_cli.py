@@ -20,7 +20,7 @@ import hmmgpu
 from hmmgpu.cli import main
 from hmmgpu.seqdb import SequenceDB
 from tests.helpers import PROTEOME, ROOT, SAMPLES
-from tests.test_report import assert_same_report
+from tests.test_report import assert_same_report, real_inputs  # noqa: F401 (a fixture)
 from tests.test_scan import first_sequences, pressed, without_tail
 from tests.test_seqdb import uniprot_record
 
@@ -262,3 +262,12 @@ def test_pipeline_filter_without_gpu(monkeypatch):
     full = PyhmmerPipeline(amino).search_hmm(hmm, everything)
     assert [(h.name, h.score, h.evalue) for h in finished if h.reported] == \
         [(h.name, h.score, h.evalue) for h in full if h.reported]
+
+
+@pytest.mark.parametrize("backend", ["numba", "hmmer"])
+def test_real_pfam_search_equals_hmmsearch(tmp_path, capsys, real_inputs, backend):
+    """Real Pfam models (one with an RF line) and 3,000 public proteins, through the engine."""
+    models, proteins = real_inputs
+    args = ["-A", "ali.sto", str(models), str(proteins)]
+    ref = run_hmmer(HMMSEARCH, tmp_path, args)
+    assert_same_run(run_hmmgpu(tmp_path, ["search", "--backend", backend, *args], capsys), ref)
