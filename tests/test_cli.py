@@ -20,7 +20,7 @@ import hmmgpu
 from hmmgpu.cli import main
 from hmmgpu.seqdb import SequenceDB
 from tests.helpers import PROTEOME, ROOT, SAMPLES
-from tests.test_report import assert_same_report, real_inputs  # noqa: F401 (a fixture)
+from tests.test_report import assert_same_report, real_pfam_inputs
 from tests.test_scan import first_sequences, pressed, without_tail
 from tests.test_seqdb import uniprot_record
 
@@ -262,6 +262,11 @@ def test_pipeline_filter_without_gpu(monkeypatch):
     full = PyhmmerPipeline(amino).search_hmm(hmm, everything)
     assert [(h.name, h.score, h.evalue) for h in finished if h.reported] == \
         [(h.name, h.score, h.evalue) for h in full if h.reported]
+
+
+@pytest.fixture(scope="module")
+def real_inputs(shared_data, tmp_path_factory):
+    return real_pfam_inputs(shared_data, tmp_path_factory.mktemp("real"))
 
 
 @pytest.mark.parametrize("backend", ["numba", "hmmer"])

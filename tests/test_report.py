@@ -198,10 +198,8 @@ def test_hitlist_reads_every_field():
 REAL_MODELS = ["PF00001", "PF00005", "PF00096", "PF00400"]
 
 
-@pytest.fixture(scope="module")
-def real_inputs(shared_data, tmp_path_factory):
+def real_pfam_inputs(shared_data, tmp):
     """A few real Pfam models (PF00001 has an RF line) and the first 3,000 public proteins."""
-    tmp = tmp_path_factory.mktemp("real")
     models = tmp / "models.hmm"
     models.write_bytes(b"".join(gzip.decompress((shared_data / "pfam" / f"{m}.hmm.gz").read_bytes())
                                 for m in REAL_MODELS))
@@ -210,6 +208,11 @@ def real_inputs(shared_data, tmp_path_factory):
     proteins = tmp / "proteins.fa"
     proteins.write_bytes(data[:data.rindex(b"\n>") + 1])
     return models, proteins
+
+
+@pytest.fixture(scope="module")
+def real_inputs(shared_data, tmp_path_factory):
+    return real_pfam_inputs(shared_data, tmp_path_factory.mktemp("real"))
 
 
 @pytest.mark.parametrize("args", [[], ["--acc", "--notextw", "--cut_ga"]], ids=["default", "acc_notextw_cut_ga"])
