@@ -1,4 +1,4 @@
-"""``python -m hmmgpu``: the command line."""
+"""``python -m hmmgpu``: the ``hmmgpu`` command line."""
 import sys
 
 from .cli import main

@@ -19,23 +19,12 @@ def read_hmms(path) -> list:
 
 
 def iter_hmms(path) -> Iterator:
-    """The models of an HMMER profile file, one at a time, with one-line errors."""
-    import pyhmmer.plan7 as p7
+    """The models of an HMMER profile file (plain, gzip, binary, pressed or ``-``), one at a
+    time, each checked as :func:`hmmgpu.hmmfile.read_models` checks it (one-line errors)."""
+    from .hmmfile import read_models
 
-    path = os.fspath(path)
-    _check_readable(path, "HMM file")
-    count = 0
-    try:
-        with p7.HMMFile(path) as f:
-            for hmm in f:
-                count += 1
-                yield hmm
-    except EOFError:
-        raise HmmgpuError(f"{path}: HMM file is empty") from None
-    except (ValueError, RuntimeError) as e:
-        raise HmmgpuError(f"{path}: not a valid HMMER profile file ({_one_line(e)})") from None
-    if not count:
-        raise HmmgpuError(f"{path}: contains no profile HMMs")
+    for model in read_models(path):
+        yield model.hmm
 
 
 def open_sequences(sequences):
@@ -162,19 +151,6 @@ def hmmsearch(queries, sequences, **options) -> Iterator:
             pli.backend.prepare_for([h.M for h in hmms])
         for _, hits in pli.search_hmms(hmms):
             yield hits
-
-
-def _check_readable(path: str, what: str) -> None:
-    if not os.path.exists(path):
-        raise HmmgpuError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise HmmgpuError(f"{path}: is a directory, expected a {what}")
-    if not os.access(path, os.R_OK):
-        raise HmmgpuError(f"{path}: permission denied")
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
 
 
 __all__ = ["hmmsearch", "Pipeline", "read_hmms", "iter_hmms", "open_sequences"]

@@ -1,20 +1,28 @@
-"""Command line: ``hmmgpu search``, ``makedb``, ``audit`` and ``warmup``.
+"""Command line: ``hmmgpu search``, ``scan``, ``makedb``, ``audit`` and ``warmup``.
 
-The search options, their defaults, choices and help come from
-:class:`hmmgpu.options.SearchOptions` (written once there); this module only spells them
-as hmmsearch does (``--cut_ga``, ``--nobias``, ``--max``, ``--cpu``) and checks hmmsearch's
-option incompatibilities.
+``search`` is hmmsearch and ``scan`` is hmmscan: the same options, spelled as HMMER spells
+them, with the same ranges and incompatibilities, and the same outputs. The search
+options, their defaults, choices and help come from :class:`hmmgpu.options.SearchOptions`
+(written once there); the output options map onto :class:`~hmmgpu.options.ReportOptions`.
+
+Every option records the string it was given as well as its value: HMMER's report header
+lists an option only when that string differs from the default's (Easel's
+``esl_opt_IsUsed()``), and the header is reproduced exactly. Every error, from a mistyped
+option to a damaged input file, is one line ``hmmgpu: error: ...`` on standard error and
+exit status 2.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 import time
 from dataclasses import MISSING, fields
 
 from . import __version__
 from .errors import HmmgpuError
-from .options import GROUPS, SearchOptions, choices
+from .options import GROUPS, ReportOptions, SearchOptions, choices
 
 #: Options that ``SearchOptions`` holds but the command line spells otherwise.
 _SPECIAL = {"bit_cutoffs", "bias_filter", "null2"}
@@ -23,12 +31,46 @@ _THRESHOLDS = ("E", "T", "domE", "domT", "incE", "incT", "incdomE", "incdomT")
 _INCOMPATIBLE = [("E", "T"), ("domE", "domT"), ("incE", "incT"), ("incdomE", "incdomT")] + \
     [(cut, t) for cut in ("cut_ga", "cut_tc", "cut_nc") for t in _THRESHOLDS] + \
     [("cut_ga", "cut_tc"), ("cut_ga", "cut_nc"), ("cut_tc", "cut_nc")] + \
-    [("max", f) for f in ("F1", "F2", "F3", "nobias")]
+    [("max", f) for f in ("F1", "F2", "F3", "nobias")] + [("textw", "notextw")]
 _SPELLING = {"E": "-E", "T": "-T", "Z": "-Z", "cpus": "--cpu"}
+_TYPES = {"float": float, "float | None": float, "int": int, "int | None": int}
 
 
 def _spelled(dest: str) -> str:
     return _SPELLING.get(dest, f"--{dest}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with each error raised as one line rather than printed after the usage."""
+
+    def error(self, message):
+        raise HmmgpuError(message)
+
+
+class _Given(argparse.Action):
+    """Store an option's value and record the string given for it (``given[flag]``)."""
+
+    def __init__(self, option_strings, dest, convert=str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.convert = convert
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if self.nargs == 0:
+            text, value = "", True
+        else:
+            text = values
+            try:
+                value = self.convert(values)
+            except ValueError:
+                raise argparse.ArgumentError(self, f"invalid {self.convert.__name__} value: {values!r}") from None
+        setattr(namespace, self.dest, value)
+        given = dict(getattr(namespace, "given", None) or {})
+        given[self.option_strings[0]] = (text, value)
+        namespace.given = given
+
+
+def _switch(group, flag: str, help: str, dest: str | None = None) -> None:
+    group.add_argument(flag, dest=dest or flag.lstrip("-"), action=_Given, nargs=0, default=False, help=help)
 
 
 def add_search_options(parser: argparse.ArgumentParser) -> None:
@@ -38,27 +80,48 @@ def add_search_options(parser: argparse.ArgumentParser) -> None:
         if f.name in _SPECIAL:
             continue
         meta = f.metadata
-        group = groups[meta["group"]]
-        kind = {"float": float, "float | None": float, "int": int, "int | None": int}.get(f.type, str)
-        opt = choices(f.name)
         default = f.default if f.default is not MISSING else None
         help_text = meta["help"] + (f" (default: {default})" if default not in (None, "") else "")
-        group.add_argument(meta["flag"] or f"--{f.name}", dest=f.name, type=kind if not opt else str,
-                           choices=opt or None, default=None, metavar=meta.get("metavar"), help=help_text)
-    report = groups["report"]
+        groups[meta["group"]].add_argument(
+            meta["flag"] or f"--{f.name}", dest=f.name, action=_Given, convert=_TYPES.get(f.type, str),
+            choices=choices(f.name) or None, default=None, metavar=meta.get("metavar"), help=help_text)
     for tag, what in (("ga", "gathering"), ("tc", "trusted"), ("nc", "noise")):
-        report.add_argument(f"--cut_{tag}", action="store_true", help=f"use the models' {what} (--cut_{tag}) cutoffs "
-                            "for every threshold")
-    groups["filters"].add_argument("--nobias", action="store_true", help="turn off the composition bias filter")
-    groups["filters"].add_argument("--max", action="store_true",
-                                   help="turn off every filter (F1 = F2 = F3 = 1, no bias filter)")
-    groups["other"].add_argument("--nonull2", action="store_true", help="turn off the null2 score correction")
+        _switch(groups["report"], f"--cut_{tag}", f"use the models' {what} (--cut_{tag}) cutoffs for every threshold")
+    _switch(groups["filters"], "--nobias", "turn off the composition bias filter")
+    _switch(groups["filters"], "--max", "turn off every filter (F1 = F2 = F3 = 1, no bias filter)")
+    _switch(groups["other"], "--nonull2", "turn off the null2 score correction")
+
+
+def add_output_options(parser: argparse.ArgumentParser, program: str) -> None:
+    """hmmsearch's (``program="search"``) or hmmscan's output options."""
+    out = parser.add_argument_group(GROUPS["output"])
+    out.add_argument("-o", dest="output", action=_Given, default=None, metavar="FILE",
+                     help="write the readable report to FILE, not standard output")
+    if program == "search":
+        out.add_argument("-A", dest="alignment", action=_Given, default=None, metavar="FILE",
+                         help="save the multiple alignment of the included hits to FILE (Stockholm)")
+    for kind, what in (("tblout", "per-sequence" if program == "search" else "per-model"),
+                       ("domtblout", "per-domain"), ("pfamtblout", "Pfam-style")):
+        out.add_argument(f"--{kind}", dest=kind, action=_Given, default=None, metavar="FILE",
+                         help=f"save a table of {what} hits to FILE")
+    for f in fields(ReportOptions):
+        if f.name != "textw":
+            _switch(out, f"--{f.name}", f.metadata["help"])
+    out.add_argument("--textw", dest="textw", action=_Given, convert=int, default=None, metavar="N",
+                     help="maximum width of report lines (default: 120)")
+    _switch(out, "--notextw", "unlimited width of report lines")
+    fmt = "--tformat" if program == "search" else "--qformat"
+    out.add_argument(fmt, dest="seqformat", action=_Given, default=None, metavar="FORMAT",
+                     help=f"{'target' if program == 'search' else 'query'} sequence file format, as Easel names it "
+                          "(fasta, embl, genbank, uniprot, stockholm, ...): no autodetection")
 
 
 def search_options(args) -> SearchOptions:
     """The :class:`SearchOptions` of parsed arguments (hmmsearch's incompatibilities checked)."""
     given = {f.name for f in fields(SearchOptions) if getattr(args, f.name, None) is not None}
-    flags = given | {k for k in ("cut_ga", "cut_tc", "cut_nc", "nobias", "max") if getattr(args, k, False)}
+    flags = given | {k for k in ("cut_ga", "cut_tc", "cut_nc", "nobias", "max", "notextw") if getattr(args, k, False)}
+    if getattr(args, "textw", None) is not None:
+        flags.add("textw")
     for a, b in _INCOMPATIBLE:
         if a in flags and b in flags:
             raise HmmgpuError(f"option {_spelled(a)} is incompatible with {_spelled(b)}")
@@ -75,27 +138,44 @@ def search_options(args) -> SearchOptions:
     return SearchOptions(**values)
 
 
+def report_options(args) -> ReportOptions:
+    """The :class:`ReportOptions` of parsed arguments."""
+    textw = None if args.notextw else (args.textw if args.textw is not None else ReportOptions().textw)
+    return ReportOptions(acc=args.acc, noali=args.noali, textw=textw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hmmgpu`` argument parser."""
-    parser = argparse.ArgumentParser(prog="hmmgpu", description="HMMER3 protein search with exact answers, "
-                                     "GPU-accelerated.")
+    parser = _Parser(prog="hmmgpu", description="HMMER3 protein search with exact answers, GPU-accelerated.",
+                     allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"hmmgpu {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    s = sub.add_parser("search", help="search profile HMM(s) against a protein database, like hmmsearch")
-    s.add_argument("hmmfile", help="profile HMM file (one or more models)")
-    s.add_argument("seqdb", help="protein FASTA (plain or gzip) or a database made by `hmmgpu makedb`")
-    s.add_argument("-o", dest="output", default=None, help="write the readable report to this file")
-    s.add_argument("--tblout", default=None, help="per-sequence hits table (hmmsearch format)")
-    s.add_argument("--domtblout", default=None, help="per-domain hits table (hmmsearch format)")
-    s.add_argument("--pfamtblout", default=None, help="Pfam-style hits table (hmmsearch format)")
+    s = sub.add_parser("search", allow_abbrev=False,
+                       help="search profile HMM(s) against a protein database, like hmmsearch")
+    s.add_argument("hmmfile", help="profile HMM file (one or more models; plain, gzip, binary; - for stdin)")
+    s.add_argument("seqdb", help="protein sequences: FASTA (plain or gzip; - for stdin) or a database made "
+                                 "by `hmmgpu makedb`")
+    add_output_options(s, "search")
     add_search_options(s)
 
-    m = sub.add_parser("makedb", help="digitize a protein FASTA into a memory-mapped database")
-    m.add_argument("fasta")
-    m.add_argument("out", help="output directory")
+    c = sub.add_parser("scan", allow_abbrev=False,
+                       help="search protein sequences against a profile database, like hmmscan")
+    c.add_argument("seqfile", help="query protein sequences (FASTA, plain or gzip; - for stdin)")
+    c.add_argument("hmmdb", help="profile HMM database: plain, gzip or hmmpress-ed")
+    add_output_options(c, "scan")
+    add_search_options(c)
 
-    a = sub.add_parser("audit", help="check every filter stage against HMMER's own code, target by target")
+    m = sub.add_parser("makedb", allow_abbrev=False,
+                       help="digitize a protein FASTA into a memory-mapped database, or check one")
+    m.add_argument("fasta", nargs="?", help="protein sequence file (FASTA, plain or gzip; - for stdin)")
+    m.add_argument("out", nargs="?", help="output directory")
+    m.add_argument("--tformat", default=None, metavar="FORMAT", help="sequence file format (default: fasta)")
+    m.add_argument("--check", default=None, metavar="DIR",
+                   help="verify every checksum of the made database DIR (residues included)")
+
+    a = sub.add_parser("audit", allow_abbrev=False,
+                       help="check every filter stage against HMMER's own code, target by target")
     a.add_argument("hmmfile")
     a.add_argument("seqdb")
     a.add_argument("--backend", default="numba", choices=["numba", "cuda"])
@@ -104,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--device", type=int, default=0)
     a.add_argument("--show", type=int, default=5, help="disagreements to list per stage")
 
-    w = sub.add_parser("warmup", help="compile every GPU kernel shape ahead of time (once per device)")
+    w = sub.add_parser("warmup", allow_abbrev=False,
+                       help="compile every GPU kernel shape ahead of time (once per device)")
     w.add_argument("--lanes", default="auto", choices=choices("lanes"))
     w.add_argument("--device", type=int, default=0)
 
@@ -116,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _model_lengths(path: str) -> list | None:
     """The ``LENG`` of every model of a text HMM file (plain or gzip), read without parsing
-    the models; None when the file is not HMMER3 text (a pressed file, say)."""
+    the models; None when the file is not HMMER3 text (a pressed file, say) or is standard input."""
     import gzip
     import re
 
@@ -132,59 +213,94 @@ def _model_lengths(path: str) -> list | None:
     return [int(m) for m in re.findall(rb"^LENG\s+(\d+)", data, re.MULTILINE)]
 
 
+def _run_outputs(args, program: str, query_file: str, target_file: str, progress: str, options: SearchOptions):
+    from .output import RunOutputs
+    from .report import header_settings
+
+    if query_file == target_file == "-":
+        raise HmmgpuError("either input may be '-' (to read from standard input), but not both")
+    paths = {"-o": args.output, "-A": getattr(args, "alignment", None), "tblout": args.tblout,
+             "domtblout": args.domtblout, "pfamtblout": args.pfamtblout}
+    return RunOutputs(program, query_file, target_file, paths={k: v for k, v in paths.items() if v},
+                      settings=header_settings(program, getattr(args, "given", None) or {}),
+                      report_options=report_options(args), command_line=args.command_line, progress=progress,
+                      filter_thresholds=(options.F1, options.F2, options.F3))
+
+
 def cmd_search(args) -> int:
     """Run ``hmmgpu search``."""
-    from .api import iter_hmms, open_sequences
     from .backends import select_backend
     from .checks import check_target_lengths
     from .engine import SearchEngine
-    from .fpenv import flush_to_zero
-    from .output import format_report, write_table
+    from .hmmfile import read_models
+    from .report import Query, Stopwatch
+    from .seqdb import open_database
 
     options = search_options(args)
-    db = open_sequences(args.seqdb)
-    check_target_lengths(db)
-    lengths = _model_lengths(args.hmmfile)
-    backend = select_backend(options, db, cells=None if lengths is None else float(sum(lengths)) * db.total_residues)
-    if lengths:
-        backend.prepare_for(lengths)
-    print(f"# hmmgpu {__version__}: {backend.description}", file=sys.stderr)
-    if db.looks_like_nucleotide():
-        print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
-              "(as hmmsearch would)", file=sys.stderr)
-    out = open(args.output, "w") if args.output else sys.stdout
-    tables = {k: open(getattr(args, k), "wb") for k in ("tblout", "domtblout", "pfamtblout") if getattr(args, k)}
-    try:
-        engine = SearchEngine(db, options, backend, ftz=True)
-        out.write(f"# query HMM file:                  {args.hmmfile}\n"
-                  f"# target sequence database:        {args.seqdb}\n"
-                  f"# backend:                         {backend.description}\n\n")
-        start = time.perf_counter()
-        n = 0
-        for result in engine.search(iter_hmms(args.hmmfile)):
-            with flush_to_zero():  # E-values are computed as they are written, as in hmmsearch
-                out.write(format_report(result.hmm, result.hits, result.counts, options))
-                for kind, fh in tables.items():
-                    write_table(fh, result.hits, kind, first=(n == 0))
-            n += 1
-        out.write(f"[ok] {n} quer{'y' if n == 1 else 'ies'} in {time.perf_counter() - start:.2f}s\n")
-        for line in engine.stats.lines():
-            print(f"# hmmgpu: {line}", file=sys.stderr)
-    finally:
-        backend.close()
-        for fh in tables.values():
-            fh.close()
-        if out is not sys.stdout:
-            out.close()
+    with _run_outputs(args, "search", args.hmmfile, args.seqdb, "searching", options) as outputs:
+        db = open_database(args.seqdb, args.seqformat)
+        check_target_lengths(db)
+        lengths = None if args.hmmfile == "-" else _model_lengths(args.hmmfile)
+        cells = None if lengths is None else float(sum(lengths)) * db.total_residues
+        backend = select_backend(options, db, cells=cells)
+        try:
+            if lengths:
+                backend.prepare_for(lengths)
+            print(f"# hmmgpu {__version__}: {backend.description}", file=sys.stderr)
+            if db.looks_like_nucleotide():
+                print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
+                      "(as hmmsearch would)", file=sys.stderr)
+            engine = SearchEngine(db, options, backend, ftz=True)
+            watch = Stopwatch().start()
+            for result in engine.search(read_models(args.hmmfile)):
+                outputs.query(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm)
+                watch = Stopwatch().start()
+        finally:
+            backend.close()
+    for line in engine.stats.lines():
+        print(f"# hmmgpu: {line}", file=sys.stderr)
+    return 0
+
+
+def cmd_scan(args) -> int:
+    """Run ``hmmgpu scan``: each query sequence against every model (hmmscan)."""
+    from .checks import check_target_lengths
+    from .report import Query, Stopwatch
+    from .scan import ProfileDatabase, scan
+    from .seqdb import open_database
+
+    options = search_options(args)
+    with _run_outputs(args, "scan", args.seqfile, args.hmmdb, "scanning", options) as outputs:
+        database = ProfileDatabase.read(args.hmmdb)
+        db = open_database(args.seqfile, args.seqformat)
+        check_target_lengths(db)
+        threads = "no worker threads" if options.cpus == 0 else f"{options.threads} threads"
+        print(f"# hmmgpu {__version__}: scan of {len(database)} models by pyhmmer's hmmscan pipeline on the CPU "
+              f"({threads})", file=sys.stderr)
+        watch = Stopwatch().start()
+        for i, hits in scan(db, database, options):
+            query = Query(name=db.name(i), accession=db.accession(i) or None, description=db.description(i) or None,
+                          length=int(db.lengths[i]))
+            outputs.query(query, hits, watch.stop())
+            watch = Stopwatch().start()
     return 0
 
 
 def cmd_makedb(args) -> int:
-    """Run ``hmmgpu makedb``."""
-    from .seqdb import SequenceDB
+    """Run ``hmmgpu makedb``: make a database, or check one (``--check DIR``)."""
+    from .seqdb import SequenceDB, check_database
 
     start = time.perf_counter()
-    db = SequenceDB.from_fasta(args.fasta)
+    if args.check:
+        if args.fasta or args.out or args.tformat:
+            raise HmmgpuError("makedb --check DIR takes no other argument")
+        db = check_database(args.check)
+        print(f"{args.check}: {db.n} sequences, {db.total_residues} residues: sizes, offsets, lengths and every "
+              f"checksum verified ({time.perf_counter() - start:.2f}s)")
+        return 0
+    if not (args.fasta and args.out):
+        raise HmmgpuError("makedb needs a sequence file and an output directory (or --check DIR)")
+    db = SequenceDB.from_file(args.fasta, args.tformat or "fasta")
     db.save(args.out)
     print(f"{args.out}: {db.n} sequences, {db.total_residues} residues ({time.perf_counter() - start:.2f}s)")
     return 0
@@ -212,19 +328,27 @@ def cmd_warmup(args) -> int:
     return 0
 
 
+_COMMANDS = {"search": cmd_search, "scan": cmd_scan, "makedb": cmd_makedb, "audit": cmd_audit,
+             "warmup": cmd_warmup}
+
+
 def main(argv=None) -> int:
     """Entry point of the ``hmmgpu`` console script."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        args = build_parser().parse_args(argv)
+        args.command_line = shlex.join(["hmmgpu", *argv])
         if args.command == "sw":
             from .sw.cli import run as run_sw
 
             return run_sw(args)
-        return {"search": cmd_search, "makedb": cmd_makedb, "audit": cmd_audit,
-                "warmup": cmd_warmup}[args.command](args)
+        return _COMMANDS[args.command](args)
     except HmmgpuError as e:
         print(f"hmmgpu: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:   # the reader of the report went away (| head): stop quietly, as HMMER does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as e:
         print(f"hmmgpu: error: {e.filename or ''}: {e.strerror or e}".replace(": :", ":"), file=sys.stderr)
         return 2

@@ -1,85 +1,107 @@
-"""Writers: hmmsearch's tabular files (via HMMER's own formatter) and a readable report."""
+"""Every output of one ``hmmgpu search`` or ``hmmgpu scan`` run, written in hmmsearch's order.
+
+A run writes, as hmmsearch and hmmscan do: the report (``-o`` or standard output) that
+opens with the program header once the first query is done, one block per query and
+``[ok]``; the tables (``--tblout``, ``--domtblout``, ``--pfamtblout``), one block of rows
+per query (written by HMMER's own formatter through pyhmmer) and the ``#`` tail; and, for
+a search, the ``-A`` alignments of each query's included domains.
+
+Files are opened at the start through :class:`~hmmgpu.outfiles.OutputFiles`, so they
+appear only if the whole run succeeds. Each query's E-values are formatted in hmmsearch's
+float mode (flush-to-zero), as HMMER formats them. A progress bar on standard error (shown
+only on a terminal) is cleared around every write of a report that goes to a terminal.
+"""
 from __future__ import annotations
 
 import io
+import sys
+from dataclasses import replace
+from typing import Literal, Mapping
 
-from .cascade import StageCounts
-from .options import SearchOptions
+from .fpenv import flush_to_zero
+from .hitlist import read_tophits
+from .options import ReportOptions
+from .outfiles import OutputFiles
+from .progress import ProgressBar
+from .report import (REPORT_END, Program, Query, Stopwatch, alignment_note, program_header, query_report,
+                     tabular_tail, write_alignment)
 
+#: pyhmmer's ``TopHits.write`` format of each table option.
 TABLE_FORMATS = {"tblout": "targets", "domtblout": "domains", "pfamtblout": "pfam"}
+TableKind = Literal["tblout", "domtblout", "pfamtblout"]
 
 
-def write_table(stream, hits, kind: str, first: bool) -> None:
-    """Append one query's ``--tblout``/``--domtblout``/``--pfamtblout`` rows, header with the first."""
-    buf = io.BytesIO()
-    hits.write(buf, format=TABLE_FORMATS[kind], header=first)
-    stream.write(buf.getvalue())
+class RunOutputs:
+    """The outputs of one run; use as a context manager (files are kept only on success).
+
+    ``paths`` maps ``"-o"``, ``"-A"`` and the table kinds to the paths given (absent: not
+    written; no ``-o``: the report goes to standard output). ``settings`` are the options
+    the header shows (see :func:`hmmgpu.report.header_settings`); ``command_line`` goes to
+    the tables' tail. ``filter_thresholds``: the F1, F2, F3 the statistics show, for hits
+    that did not come out of one pyhmmer pipeline run with them (hmmgpu's filter backends
+    run pyhmmer's stage with its own filters off).
+    """
+
+    def __init__(self, program: Program, query_file: str, target_file: str, *, paths: Mapping[str, str],
+                 settings: Mapping[str, object], report_options: ReportOptions, command_line: str,
+                 progress: str, filter_thresholds: tuple[float, float, float] | None = None):
+        self.program, self.query_file, self.target_file = program, query_file, target_file
+        self.paths, self.settings, self.options = dict(paths), dict(settings), report_options
+        self.command_line = command_line
+        self.filter_thresholds = filter_thresholds
+        self._files = OutputFiles()
+        self.report = self._files.open(paths["-o"], "-o") if paths.get("-o") else sys.stdout.buffer
+        self.alignment = self._files.open(paths["-A"], "-A") if paths.get("-A") else None
+        self.tables = {kind: self._files.open(paths[kind], f"--{kind}") for kind in TABLE_FORMATS if paths.get(kind)}
+        self.progress = ProgressBar(None, progress, report=self.report)
+        self.queries = 0
+
+    def __enter__(self) -> "RunOutputs":
+        self._files.__enter__()
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if exc[0] is None:
+                self.finish()
+        except BaseException:
+            self._files.discard()
+            raise
+        finally:
+            self.progress.__exit__(*exc)
+        self._files.__exit__(*exc)
+
+    def _write_report(self, text: bytes) -> None:
+        with self.progress.clear():
+            self.report.write(text)
+            self.report.flush()
+
+    def query(self, query: Query, hits, stopwatch: Stopwatch | None = None, hmm=None) -> None:
+        """One query's report block, table rows and (search, with ``-A``) alignment."""
+        out = io.BytesIO()
+        if self.queries == 0:   # as hmmsearch: the header once the first query is under way
+            out.write(program_header(self.program, self.query_file, self.target_file, self.settings))
+        hitlist = read_tophits(hits)
+        if self.filter_thresholds is not None:
+            F1, F2, F3 = (min(1.0, F) for F in self.filter_thresholds)   # as p7_pipeline_Create() caps them
+            hitlist = replace(hitlist, accounting=replace(hitlist.accounting, F1=F1, F2=F2, F3=F3))
+        with flush_to_zero():
+            out.write(query_report(query, hitlist, self.options, stopwatch))
+            if self.alignment is not None:
+                nseq = write_alignment(self.alignment, hits, hmm, self.options.textw)
+                out.write(alignment_note(nseq, self.paths["-A"]))
+            for kind, stream in self.tables.items():
+                hits.write(stream, format=TABLE_FORMATS[kind], header=(self.queries == 0))
+        self._write_report(out.getvalue())
+        self.queries += 1
+        self.progress.advance(query.name.decode("utf-8", "replace"))
+
+    def finish(self) -> None:
+        """``[ok]`` after the last query, and each table's ``#`` tail."""
+        for kind, stream in self.tables.items():
+            stream.write(tabular_tail(self.program, self.query_file, self.target_file, self.command_line, kind))
+        self._write_report(REPORT_END)
 
 
-def _text(v) -> str:
-    if v is None:
-        return ""
-    return v.decode(errors="replace") if isinstance(v, (bytes, bytearray)) else str(v)
-
-
-def format_report(hmm, hits, counts: StageCounts, opts: SearchOptions) -> str:
-    """hmmsearch-style per-query report: hit table, then the pipeline statistics."""
-    lines = [
-        f"Query:       {_text(hmm.name)}  [M={hmm.M}]",
-    ]
-    if hmm.accession:
-        lines.append(f"Accession:   {_text(hmm.accession)}")
-    if hmm.description:
-        lines.append(f"Description: {_text(hmm.description)}")
-    lines += [
-        "Scores for complete sequences (score includes all domains):",
-        "   --- full sequence ---   --- best 1 domain ---   -#dom-",
-        "    E-value  score  bias    E-value  score  bias      N  Sequence                 Description",
-        "    ------- ------ -----    ------- ------ -----   ----  --------                 -----------",
-    ]
-    shown_threshold = False
-    reported = [h for h in hits if h.reported]
-    for h in reported:
-        if not h.included and not shown_threshold:
-            lines.append("  ------ inclusion threshold ------")
-            shown_threshold = True
-        d = h.best_domain
-        mark = " " if h.included else "?"
-        lines.append(
-            f"{mark} {h.evalue:9.2g} {h.score:6.1f} {h.bias:5.1f}  {d.i_evalue:9.2g} {d.score:6.1f} {d.bias:5.1f}"
-            f"   {len(h.domains):4d}  {_text(h.name):<24} {_text(h.description)}"
-        )
-    if not reported:
-        lines.append("\n   [No hits detected that satisfy reporting thresholds]")
-    lines += ["", *pipeline_statistics(counts, opts, hits), "//"]
-    return "\n".join(lines) + "\n"
-
-
-def pipeline_statistics(counts: StageCounts, opts: SearchOptions, hits) -> list:
-    """hmmsearch's 'Internal pipeline statistics summary' lines for one query."""
-    n = max(counts.nseqs, 1)
-
-    def row(label, value, F):
-        return f"{label:<31}{value:>10}  ({value / n:.4g}); expected {counts.nseqs * F:.1f} ({F:g})"
-
-    F1 = opts.F1
-    F2 = opts.F2
-    total = counts.seconds.get("total", 0.0)
-    mcs = counts.M * counts.nres / total / 1e6 if total > 0 else float("inf")
-    z_note = "[as set by --Z on cmdline]" if opts.Z is not None else "[actual number of targets]"
-    domz_note = "[as set by --domZ on cmdline]" if opts.domZ is not None else "[number of targets reported over threshold]"
-    stages = ", ".join(f"{k} {v:.3f}s" for k, v in counts.seconds.items() if k != "total")
-    return [
-        "Internal pipeline statistics summary:",
-        "-------------------------------------",
-        f"{'Query model(s):':<31}{1:>10}  ({counts.M} nodes)",
-        f"{'Target sequences:':<31}{counts.nseqs:>10}  ({counts.nres} residues searched)",
-        row("Passed MSV filter:", counts.n_past_msv, F1),
-        row("Passed bias filter:", counts.n_past_bias, F1 if opts.bias_filter else 1.0),
-        row("Passed Vit filter:", counts.n_past_vit, F2),
-        row("Passed Fwd filter:", counts.n_past_fwd, opts.F3),
-        f"{'Initial search space (Z):':<31}{hits.Z:>10.0f}  {z_note}",
-        f"{'Domain search space  (domZ):':<31}{hits.domZ:>10.0f}  {domz_note}",
-        f"# wall time: {total:.2f}s" + (f"  ({stages})" if stages else ""),
-        f"# Mc/sec: {mcs:.2f}",
-    ]
+__all__ = ["RunOutputs", "TABLE_FORMATS"]

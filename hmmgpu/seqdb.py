@@ -1,6 +1,19 @@
 """The protein sequence database: FASTA (plain or gzip) digitized like Easel, or a made, memory-mapped DB.
 
-Parsing is vectorized with numpy (no per-residue Python). It reproduces Easel's FASTA reader as
+Sources: a FASTA file, plain or gzip (by its magic bytes), ``-`` or ``/dev/stdin`` (all of
+standard input is read), any other format Easel reads (``--tformat``, through pyhmmer), or
+a directory made by ``hmmgpu makedb``. Names, accessions and descriptions are kept as
+bytes end to end, as Easel keeps them: a description with a byte that is not UTF-8 is
+searched and printed as hmmsearch prints it.
+
+A made database is one ``.npy`` file per array and ``hmmgpu-db.json``, which records each
+file's size, modification time and SHA-256. Opening one checks that the arrays have the
+recorded sizes, that offsets, lengths, length order and string offsets agree, and the
+checksums of all arrays but the residues; the residues' checksum (a full read) is checked
+when their file's size or modification time changed, and always by ``hmmgpu makedb
+--check``. An edited database is an error, never a search with changed hits.
+
+FASTA parsing is vectorized with numpy (no per-residue Python). It reproduces Easel's FASTA reader as
 pyhmmer 0.12.3 runs it, rules worked out byte by byte against ``pyhmmer.easel.SequenceFile``:
 
 * before the first ``>`` only whitespace (``\\t \\n \\v \\f \\r`` and space) may appear;
@@ -14,23 +27,28 @@ pyhmmer 0.12.3 runs it, rules worked out byte by byte against ``pyhmmer.easel.Se
   skipped; every other byte, ``-`` and digits included, is an error.
 """
 import hashlib
+import io
 import json
-import mmap
 import os
 import re
-import zlib
+from typing import Literal
 
 import numpy as np
 import pyhmmer
 
 from hmmgpu.constants import AMINO_SYMBOLS
 from hmmgpu.errors import HmmgpuError
+from hmmgpu.inputs import label_of, read_bytes
 
 FORMAT_NAME = "hmmgpu-seqdb"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 META_FILE = "hmmgpu-db.json"
 _ARRAYS = dict(residues=np.uint8, offsets=np.int64, lengths=np.int64, order=np.int64, names=np.uint8,
-               name_offsets=np.int64, descriptions=np.uint8, description_offsets=np.int64)
+               name_offsets=np.int64, descriptions=np.uint8, description_offsets=np.int64,
+               accessions=np.uint8, accession_offsets=np.int64)
+#: ``--tformat`` values: the sequence and alignment formats Easel reads (hmmsearch's list).
+SEQUENCE_FORMATS = ("fasta", "embl", "genbank", "ddbj", "uniprot", "daemon", "hmmpgmd", "stockholm", "pfam",
+                    "a2m", "psiblast", "selex", "afa", "clustal", "clustallike", "phylip", "phylips")
 
 _AMINO = pyhmmer.easel.Alphabet.amino()
 _SKIP = 254     # lookup value: byte ignored inside sequence lines
@@ -178,55 +196,24 @@ def _digitize(data, buf: np.ndarray, lo: int, hi: int, label: str) -> dict:
                 descriptions=descriptions, description_lengths=description_lengths)
 
 
-def _gunzip(raw: bytes, label: str) -> bytes:
-    """Decompress a (possibly multi-member) gzip file, with a one-line error if it is damaged."""
-    parts = []
-    try:
-        while raw:
-            member = zlib.decompressobj(wbits=31)
-            parts.append(member.decompress(raw))
-            if not member.eof:
-                raise HmmgpuError(f"{label}: truncated gzip file (compressed data ends early)")
-            raw = member.unused_data
-            if not raw.startswith(b"\x1f\x8b"):
-                if raw.strip(b"\0"):
-                    raise HmmgpuError(f"{label}: corrupt gzip file (unexpected data after the compressed stream)")
-                break
-    except zlib.error as exc:
-        raise HmmgpuError(f"{label}: corrupt gzip file ({_one_line(exc)})") from None
-    return b"".join(parts)
-
-
-def _read_fasta_bytes(path: str):
-    """The uncompressed bytes of a FASTA file: an mmap for plain files, bytes for gzip."""
-    try:
-        with open(path, "rb") as fh:
-            magic = fh.read(2)
-            if magic == b"\x1f\x8b":
-                fh.seek(0)
-                return _gunzip(fh.read(), path)
-            if not magic:
-                return b""
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except FileNotFoundError:
-        raise HmmgpuError(f"{path}: no such file or directory") from None
-    except IsADirectoryError:
-        raise HmmgpuError(f"{path}: is a directory, not a sequence file") from None
-    except OSError as exc:
-        raise HmmgpuError(f"{path}: cannot read: {exc.strerror or _one_line(exc)}") from None
-
-
 def _offsets(lengths: np.ndarray) -> np.ndarray:
     out = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
     return out
 
 
+def _blob(items: list[bytes]):
+    """Concatenated strings and their offsets (n + 1 of them)."""
+    data = np.frombuffer(b"".join(items), dtype=np.uint8).copy()
+    return data, _offsets(np.array([len(x) for x in items], dtype=np.int64))
+
+
 class SequenceDB:
-    """Digitized protein sequences: one uint8 residue array with offsets, lengths, names, descriptions."""
+    """Digitized protein sequences: one uint8 residue array with offsets and lengths, and the
+    names, accessions and descriptions as byte strings (concatenated, with offsets)."""
 
     def __init__(self, residues, lengths, names, name_offsets, descriptions, description_offsets,
-                 source: str, offsets=None, order=None):
+                 source: str, offsets=None, order=None, accessions=None, accession_offsets=None):
         self.residues = residues
         self.lengths = lengths
         self.offsets = _offsets(lengths)[:-1] if offsets is None else offsets
@@ -235,6 +222,9 @@ class SequenceDB:
         self.name_offsets = name_offsets
         self.descriptions_blob = descriptions
         self.description_offsets = description_offsets
+        self.accessions_blob = np.zeros(0, dtype=np.uint8) if accessions is None else accessions
+        self.accession_offsets = (np.zeros(lengths.size + 1, dtype=np.int64) if accession_offsets is None
+                                  else accession_offsets)
         self.source = source
 
     @property
@@ -256,6 +246,10 @@ class SequenceDB:
         """Name of sequence i: the header up to the first whitespace."""
         return self.names_blob[self.name_offsets[i]:self.name_offsets[i + 1]].tobytes()
 
+    def accession(self, i: int) -> bytes:
+        """Accession of sequence i (empty for FASTA, which has none)."""
+        return self.accessions_blob[self.accession_offsets[i]:self.accession_offsets[i + 1]].tobytes()
+
     def description(self, i: int) -> bytes:
         """Description of sequence i: the rest of the header line."""
         return self.descriptions_blob[self.description_offsets[i]:self.description_offsets[i + 1]].tobytes()
@@ -266,9 +260,11 @@ class SequenceDB:
         return self.residues[start:start + self.lengths[i]]
 
     def digital_sequence(self, i: int) -> pyhmmer.easel.DigitalSequence:
-        """Sequence i as the pyhmmer object that reading the FASTA would give."""
+        """Sequence i as the pyhmmer object that reading the file would give."""
+        accession = self.accession(i)
+        extra = {"accession": accession} if accession else {}
         return pyhmmer.easel.DigitalSequence(_AMINO, name=self.name(i), description=self.description(i),
-                                             sequence=self.codes(i))
+                                             sequence=self.codes(i), **extra)
 
     def block(self, indices=None) -> pyhmmer.easel.DigitalSequenceBlock:
         """A pyhmmer block of the given sequences (all if None), in the given order."""
@@ -282,27 +278,55 @@ class SequenceDB:
 
     @classmethod
     def from_fasta(cls, path) -> "SequenceDB":
-        """Read and digitize a FASTA file, plain or gzip (detected by its magic bytes)."""
-        path = os.fspath(path)
-        data = _read_fasta_bytes(path)
+        """Read and digitize a FASTA file, plain or gzip (detected by its magic bytes); ``-`` is stdin."""
+        label = label_of(path)
+        data = read_bytes(path, "a sequence file")
         buf = np.frombuffer(data, dtype=np.uint8)
         first = _LEADING_SPACE.match(data).end()
         if first == len(data):
-            raise HmmgpuError(f"{path}: contains no sequences")
+            raise HmmgpuError(f"{label}: contains no sequences")
         if data[first:first + 1] != b">":
             text = data[first:first + 20].splitlines()[0]
-            raise HmmgpuError(f"{path}: not a FASTA file: line {_line_number(buf, first)} starts with "
+            raise HmmgpuError(f"{label}: not a FASTA file: line {_line_number(buf, first)} starts with "
                               f"{_quote(text)}, expected '>'")
         chunks, lo = [], first
         while lo < len(data):
             hi = _next_record_start(data, lo + _CHUNK) if lo + _CHUNK < len(data) else len(data)
-            chunks.append(_digitize(data, buf, lo, hi, path))
+            chunks.append(_digitize(data, buf, lo, hi, label))
             lo = hi
         parts = {key: np.concatenate([c[key] for c in chunks]) for key in chunks[0]}
         return cls(residues=parts["residues"], lengths=parts["lengths"],
                    names=parts["names"], name_offsets=_offsets(parts["name_lengths"]),
                    descriptions=parts["descriptions"], description_offsets=_offsets(parts["description_lengths"]),
-                   source=path)
+                   source=os.fspath(path))
+
+    @classmethod
+    def from_file(cls, path, format: str = "fasta") -> "SequenceDB":
+        """Read a sequence file in any format Easel reads (``--tformat``); FASTA by the fast reader."""
+        format = format.lower()
+        if format == "fasta":
+            return cls.from_fasta(path)
+        if format not in SEQUENCE_FORMATS:
+            raise HmmgpuError(f"{format} is not a recognized sequence database file format "
+                              f"(choose from {', '.join(SEQUENCE_FORMATS)})")
+        label = label_of(path)
+        data = read_bytes(path, "a sequence file")
+        try:
+            with pyhmmer.easel.SequenceFile(io.BytesIO(data), format=format, digital=True, alphabet=_AMINO) as fh:
+                block = fh.read_block()
+        except EOFError:
+            block = pyhmmer.easel.DigitalSequenceBlock(_AMINO)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise HmmgpuError(f"{label}: not a valid {format} file ({_one_line(exc)})") from None
+        if len(block) == 0:
+            raise HmmgpuError(f"{label}: contains no sequences")
+        try:
+            db = cls.from_block(block)
+        except UnicodeDecodeError:
+            raise HmmgpuError(f"{label}: a name or description is not UTF-8 text (only FASTA keeps such bytes; "
+                              "convert the file to FASTA)") from None
+        db.source = os.fspath(path)
+        return db
 
     @classmethod
     def from_block(cls, block: pyhmmer.easel.DigitalSequenceBlock) -> "SequenceDB":
@@ -310,77 +334,149 @@ class SequenceDB:
         if not block.alphabet.is_amino():
             raise HmmgpuError("sequence block is not in the amino alphabet")
         seqs = [np.asarray(s.sequence, dtype=np.uint8) for s in block]
-        names = [s.name.encode() for s in block]
-        descs = [s.description.encode() for s in block]
-
-        def blob(items):
-            return np.frombuffer(b"".join(items), dtype=np.uint8).copy(), _offsets(
-                np.array([len(x) for x in items], dtype=np.int64))
-
-        name_blob, name_offsets = blob(names)
-        desc_blob, desc_offsets = blob(descs)
+        names, name_offsets = _blob([s.name.encode() for s in block])
+        descriptions, description_offsets = _blob([s.description.encode() for s in block])
+        accessions, accession_offsets = _blob([s.accession.encode() for s in block])
         return cls(residues=np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.uint8),
                    lengths=np.array([s.size for s in seqs], dtype=np.int64),
-                   names=name_blob, name_offsets=name_offsets,
-                   descriptions=desc_blob, description_offsets=desc_offsets,
-                   source="<DigitalSequenceBlock>")
+                   names=names, name_offsets=name_offsets, descriptions=descriptions,
+                   description_offsets=description_offsets, accessions=accessions,
+                   accession_offsets=accession_offsets, source="<DigitalSequenceBlock>")
+
+    def _arrays(self) -> dict:
+        return dict(residues=self.residues, offsets=self.offsets, lengths=self.lengths, order=self.order,
+                    names=self.names_blob, name_offsets=self.name_offsets,
+                    descriptions=self.descriptions_blob, description_offsets=self.description_offsets,
+                    accessions=self.accessions_blob, accession_offsets=self.accession_offsets)
 
     def save(self, outdir) -> None:
-        """Write the `hmmgpu makedb` format: one .npy file per array, then hmmgpu-db.json."""
+        """Write the `hmmgpu makedb` format: one .npy file per array, then hmmgpu-db.json.
+
+        The metadata records, for each array file, its size, modification time and the SHA-256
+        of its data, which :meth:`load` checks.
+        """
         outdir = os.fspath(outdir)
         if is_database_dir(outdir) and os.path.isdir(self.source) and os.path.samefile(outdir, self.source):
             raise HmmgpuError(f"{outdir}: cannot save a database over itself")
-        arrays = dict(residues=self.residues, offsets=self.offsets, lengths=self.lengths, order=self.order,
-                      names=self.names_blob, name_offsets=self.name_offsets,
-                      descriptions=self.descriptions_blob, description_offsets=self.description_offsets)
-        meta = dict(format=FORMAT_NAME, version=FORMAT_VERSION, n=self.n, total_residues=self.total_residues,
-                    max_length=self.max_length, source=os.path.basename(self.source),
-                    residues_sha256=hashlib.sha256(np.ascontiguousarray(self.residues)).hexdigest())
         meta_path = os.path.join(outdir, META_FILE)
+        files = {}
         try:
             os.makedirs(outdir, exist_ok=True)
             if os.path.exists(meta_path):   # an interrupted save must not look like a database
                 os.remove(meta_path)
             for key, dtype in _ARRAYS.items():
-                np.save(os.path.join(outdir, key + ".npy"), np.ascontiguousarray(arrays[key], dtype=dtype))
+                array = np.ascontiguousarray(self._arrays()[key], dtype=dtype)
+                path = os.path.join(outdir, key + ".npy")
+                np.save(path, array)
+                files[key] = dict(_stamp(path), sha256=_sha256(array))
+            meta = dict(format=FORMAT_NAME, version=FORMAT_VERSION, n=self.n, total_residues=self.total_residues,
+                        max_length=self.max_length, source=os.path.basename(self.source), files=files)
             with open(meta_path, "w") as fh:
                 json.dump(meta, fh, indent=1)
         except OSError as exc:
             raise HmmgpuError(f"{outdir}: cannot write database: {exc.strerror or _one_line(exc)}") from None
 
     @classmethod
-    def load(cls, path) -> "SequenceDB":
-        """Open a made database directory; arrays are memory-mapped, nothing is parsed."""
+    def load(cls, path, *, check: Literal["quick", "full"] = "quick") -> "SequenceDB":
+        """Open a made database directory; arrays are memory-mapped, nothing is parsed.
+
+        Every open checks the array sizes, that offsets, lengths and string offsets agree,
+        and the SHA-256 of every array but the residues; the residues' checksum is checked
+        too when their file's size or modification time changed since ``makedb`` (an edit),
+        and always with ``check="full"`` (``hmmgpu makedb --check``).
+        """
         path = os.fspath(path)
-        if not is_database_dir(path):
-            raise HmmgpuError(f"{path}: not a hmmgpu database (no {META_FILE}; make one with `hmmgpu makedb`)")
-        try:
-            with open(os.path.join(path, META_FILE)) as fh:
-                meta = json.load(fh)
-        except (OSError, ValueError) as exc:
-            raise HmmgpuError(f"{path}: unreadable {META_FILE} ({_one_line(exc)})") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-            raise HmmgpuError(f"{path}: {META_FILE} does not describe a hmmgpu sequence database")
-        if meta.get("version") != FORMAT_VERSION:
-            raise HmmgpuError(f"{path}: database format version {meta.get('version')!r} is not supported "
-                              f"(this hmmgpu reads version {FORMAT_VERSION}); remake it with `hmmgpu makedb`")
-        n, total = meta.get("n"), meta.get("total_residues")
-        if not isinstance(n, int) or not isinstance(total, int):
-            raise HmmgpuError(f"{path}: damaged database: {META_FILE} lacks n or total_residues")
-        sizes = dict(residues=total, offsets=n, lengths=n, order=n, name_offsets=n + 1, description_offsets=n + 1)
+        meta = _read_meta(path)
+        n, total = meta["n"], meta["total_residues"]
+        sizes = dict(residues=total, offsets=n, lengths=n, order=n, name_offsets=n + 1, description_offsets=n + 1,
+                     accession_offsets=n + 1)
         arrays = {}
         for key, dtype in _ARRAYS.items():
             try:
                 array = np.load(os.path.join(path, key + ".npy"), mmap_mode="r")
-            except (OSError, ValueError) as exc:
+            except Exception as exc:   # numpy's header parser raises many kinds on damaged files
+                if isinstance(exc, MemoryError):
+                    raise
                 raise HmmgpuError(f"{path}: damaged database: cannot map {key}.npy ({_one_line(exc)})") from None
             if array.dtype != dtype or array.ndim != 1 or array.shape[0] != sizes.get(key, array.shape[0]):
                 raise HmmgpuError(f"{path}: damaged database: {key}.npy does not match {META_FILE}")
             arrays[key] = array
+        _check_structure(path, arrays, meta)
+        for key, array in arrays.items():
+            recorded = meta["files"][key]
+            if key == "residues" and check == "quick" and _stamp(os.path.join(path, key + ".npy")) == {
+                    k: recorded[k] for k in ("size", "mtime_ns")}:
+                continue
+            if _sha256(array) != recorded["sha256"]:
+                raise HmmgpuError(f"{path}: damaged database: {key}.npy was changed after `hmmgpu makedb` "
+                                  "(checksum differs); remake the database")
         return cls(residues=arrays["residues"], lengths=arrays["lengths"], names=arrays["names"],
                    name_offsets=arrays["name_offsets"], descriptions=arrays["descriptions"],
                    description_offsets=arrays["description_offsets"], source=path,
-                   offsets=arrays["offsets"], order=arrays["order"])
+                   offsets=arrays["offsets"], order=arrays["order"], accessions=arrays["accessions"],
+                   accession_offsets=arrays["accession_offsets"])
+
+
+def _sha256(array: np.ndarray) -> str:
+    return hashlib.sha256(memoryview(np.ascontiguousarray(array)).cast("B")).hexdigest()
+
+
+def _stamp(path: str) -> dict:
+    info = os.stat(path)
+    return dict(size=info.st_size, mtime_ns=info.st_mtime_ns)
+
+
+def _read_meta(path: str) -> dict:
+    if not is_database_dir(path):
+        raise HmmgpuError(f"{path}: not a hmmgpu database (no {META_FILE}; make one with `hmmgpu makedb`)")
+    try:
+        with open(os.path.join(path, META_FILE)) as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise HmmgpuError(f"{path}: unreadable {META_FILE} ({_one_line(exc)})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        raise HmmgpuError(f"{path}: {META_FILE} does not describe a hmmgpu sequence database")
+    if meta.get("version") != FORMAT_VERSION:
+        raise HmmgpuError(f"{path}: database format version {meta.get('version')!r} is not supported "
+                          f"(this hmmgpu reads version {FORMAT_VERSION}); remake it with `hmmgpu makedb`")
+    files = meta.get("files")
+    valid = (isinstance(meta.get("n"), int) and isinstance(meta.get("total_residues"), int)
+             and isinstance(meta.get("max_length"), int) and isinstance(files, dict)
+             and all(isinstance(files.get(k), dict) and isinstance(files[k].get("sha256"), str)
+                     and isinstance(files[k].get("size"), int) and isinstance(files[k].get("mtime_ns"), int)
+                     for k in _ARRAYS))
+    if not valid or meta["n"] < 0 or meta["total_residues"] < 0:
+        raise HmmgpuError(f"{path}: damaged database: {META_FILE} lacks sizes or checksums")
+    return meta
+
+
+def _check_structure(path: str, a: dict, meta: dict) -> None:
+    """Offsets, lengths, order and string offsets describe one consistent database."""
+    lengths = a["lengths"]
+
+    def fail(what):
+        raise HmmgpuError(f"{path}: damaged database: {what}; remake it with `hmmgpu makedb`")
+
+    if lengths.size and (lengths.min() < 0 or not np.array_equal(a["offsets"], _offsets(lengths)[:-1])):
+        fail("offsets.npy and lengths.npy disagree")
+    if int(lengths.sum()) != meta["total_residues"]:
+        fail("the lengths do not add up to the number of residues")
+    order = a["order"]
+    if order.size and (order.min() < 0 or order.max() >= order.size
+                       or np.bincount(order, minlength=order.size).max() != 1
+                       or np.any(np.diff(lengths[order]) > 0)):
+        fail("order.npy is not the sequences sorted by length")
+    if (int(lengths[order[0]]) if order.size else 0) != meta["max_length"]:
+        fail(f"the longest sequence is not {meta['max_length']} residues long")
+    for strings in ("names", "descriptions", "accessions"):
+        off = a[strings[:-1] + "_offsets"]
+        if off[0] != 0 or off[-1] != a[strings].size or np.any(np.diff(off) < 0):
+            fail(f"{strings[:-1]}_offsets.npy does not index {strings}.npy")
+
+
+def check_database(path) -> SequenceDB:
+    """``hmmgpu makedb --check``: every checksum of a made database, the residues' included."""
+    return SequenceDB.load(path, check="full")
 
 
 def is_database_dir(path) -> bool:
@@ -388,11 +484,12 @@ def is_database_dir(path) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, META_FILE))
 
 
-def open_database(path) -> SequenceDB:
-    """Open a made database directory, or read a FASTA / gzip FASTA file."""
+def open_database(path, format: str | None = None) -> SequenceDB:
+    """Open a made database directory, or read a sequence file (FASTA, plain or gzip, or
+    ``format``, as ``--tformat``); ``-`` reads standard input."""
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise HmmgpuError(f"{path}: no such file or directory")
-    if os.path.isdir(path):
+    if path != "-" and os.path.isdir(path):
+        if format is not None:
+            raise HmmgpuError(f"{path}: --tformat applies to sequence files, not to a made database")
         return SequenceDB.load(path)
-    return SequenceDB.from_fasta(path)
+    return SequenceDB.from_file(path, format or "fasta")

@@ -82,9 +82,11 @@ def test_made_database_gives_same_tables(tmp_path):
 def test_report_has_pipeline_statistics(tmp_path):
     _hmmgpu(tmp_path, SAMPLES / "PF02826.hmm", [])
     text = (tmp_path / "ours.txt").read_text()
-    for line in ("Passed MSV filter:                    130", "Passed bias filter:                   130",
-                 "Passed Vit filter:                     48", "Passed Fwd filter:                     22",
-                 "Target sequences:                    2100  (682583 residues searched)"):
+    for line in ("Passed MSV filter:                       130  (0.0619048); expected 42.0 (0.02)",
+                 "Passed bias filter:                      130  (0.0619048); expected 42.0 (0.02)",
+                 "Passed Vit filter:                        48  (0.0228571); expected 2.1 (0.001)",
+                 "Passed Fwd filter:                        22  (0.0104762); expected 0.0 (1e-05)",
+                 "Target sequences:                       2100  (682583 residues searched)"):
         assert line in text
 
 

@@ -1,6 +1,10 @@
 """The sequence database digitizes like pyhmmer/Easel, round-trips through the makedb format, fails clearly."""
 import gzip
+import io
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -284,7 +288,7 @@ def test_damaged_databases(tmp_path):
     db.save(out)
     meta = (out / seqdb.META_FILE).read_text()
 
-    (out / seqdb.META_FILE).write_text(meta.replace('"version": 1', '"version": 99'))
+    (out / seqdb.META_FILE).write_text(meta.replace(f'"version": {seqdb.FORMAT_VERSION}', '"version": 99'))
     assert_error(lambda: SequenceDB.load(out), out, "version 99 is not supported")
     (out / seqdb.META_FILE).write_text("{not json")
     assert_error(lambda: open_database(out), out, "unreadable hmmgpu-db.json")
@@ -304,3 +308,138 @@ def test_save_refuses_to_overwrite_its_own_files(tmp_path):
     assert_error(lambda: loaded.save(out), out, "over itself")
     loaded.save(tmp_path / "copy")
     assert SequenceDB.load(tmp_path / "copy").n == loaded.n
+
+
+# ---------------------------------------------------------------- made databases are checked at open
+
+
+@pytest.fixture()
+def made(tmp_path, proteome_db):
+    out = tmp_path / "made"
+    proteome_db.save(out)
+    return out
+
+
+def _rewrite(path, edit):
+    """Apply edit() to the array in a .npy file and write it back (a new modification time)."""
+    array = np.load(path).copy()
+    edit(array)
+    np.save(path, array)
+
+
+def test_edited_lengths_are_refused(made):
+    def swap_two(lengths):   # same size and same sum: only the checksum sees it
+        lengths[[0, 1]] = lengths[[1, 0]]
+    _rewrite(made / "lengths.npy", swap_two)
+    assert_error(lambda: open_database(made), made, "damaged database")
+
+
+def test_edited_residues_are_refused_by_default(made):
+    _rewrite(made / "residues.npy", lambda residues: residues.__setitem__(1000, (residues[1000] + 1) % 20))
+    assert_error(lambda: open_database(made), made, "residues.npy was changed", "remake")
+
+
+def test_edited_residues_with_old_times_need_the_full_check(made):
+    path = made / "residues.npy"
+    info = os.stat(path)
+    with open(path, "r+b") as fh:   # an edit in place that restores the modification time
+        fh.seek(info.st_size - 10)
+        byte = fh.read(1)
+        fh.seek(info.st_size - 10)
+        fh.write(bytes([(byte[0] + 1) % 20]))
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert SequenceDB.load(made).n == 2100
+    assert_error(lambda: seqdb.check_database(made), made, "residues.npy was changed")
+
+
+@pytest.mark.parametrize("key,edit,fragment", [
+    ("offsets", lambda a: a.__setitem__(5, a[5] + 1), "offsets.npy and lengths.npy disagree"),
+    ("order", lambda a: a.__setitem__(0, a[1]), "order.npy"),
+    ("names", lambda a: a.__setitem__(3, ord("Z")), "names.npy was changed"),
+    ("description_offsets", lambda a: a.__setitem__(-1, a[-1] + 1), "description_offsets.npy"),
+], ids=["offsets", "order", "names", "description_offsets"])
+def test_edited_small_arrays_are_refused(made, key, edit, fragment):
+    _rewrite(made / f"{key}.npy", edit)
+    assert_error(lambda: open_database(made), made, fragment)
+
+
+def test_copied_database_passes_the_full_check(made, tmp_path, proteome_block):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for item in made.iterdir():
+        (copy / item.name).write_bytes(item.read_bytes())   # new modification times, same content
+    assert_same_as_easel(seqdb.check_database(copy), proteome_block)
+    assert_same_as_easel(open_database(copy), proteome_block)
+
+
+def test_metadata_without_checksums_is_refused(made):
+    meta = json.loads((made / seqdb.META_FILE).read_text())
+    del meta["files"]["residues"]["sha256"]
+    (made / seqdb.META_FILE).write_text(json.dumps(meta))
+    assert_error(lambda: open_database(made), made, "lacks sizes or checksums")
+
+
+# ---------------------------------------------------------------- standard input, --tformat, bytes
+
+
+def test_standard_input(monkeypatch, proteome_block):
+    class Stdin:
+        buffer = io.BytesIO(gzip.compress(PROTEOME.read_bytes()))
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    db = open_database("-")
+    assert db.source == "-"
+    assert_same_as_easel(db, proteome_block)
+
+
+def test_dev_stdin_pipe(tmp_path):
+    script = "from hmmgpu.seqdb import open_database; print(open_database('/dev/stdin').n)"
+    for stdin in (dict(input=PROTEOME.read_bytes()), dict(stdin=open(PROTEOME, "rb"))):   # a pipe, a file
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=ROOT, **stdin)
+        assert done.stdout.strip() == b"2100", done.stderr
+
+
+def test_errors_on_standard_input_name_it(monkeypatch):
+    class Stdin:
+        buffer = io.BytesIO(b">a\nMK1V\n")
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    with pytest.raises(HmmgpuError, match=r"^standard input: line 2: invalid character '1'"):
+        open_database("-")
+
+
+def uniprot_record(name, accession, description, sequence: bytes) -> bytes:
+    lines = [b"ID   %s   Reviewed;   %d AA." % (name, len(sequence)), b"AC   %s;" % accession,
+             b"DE   %s" % description, b"SQ   SEQUENCE   %d AA;" % len(sequence)]
+    lines += [b"     " + b" ".join(sequence[i + j:i + j + 10] for j in range(0, 60, 10) if sequence[i + j:i + j + 10])
+              for i in range(0, len(sequence), 60)]
+    return b"\n".join(lines) + b"\n//\n"
+
+
+def test_tformat_uniprot_keeps_accessions(tmp_path, proteome_db):
+    path = tmp_path / "proteins.dat"
+    path.write_bytes(b"".join(
+        uniprot_record(b"P%d_HUMAN" % i, b"Q%05d" % i, b"protein %d" % i, proteome_db.block([i])[0].textize().sequence.encode())
+        for i in range(20)))
+    db = open_database(path, format="UniProt")
+    with pyhmmer.easel.SequenceFile(str(path), format="uniprot", digital=True, alphabet=AMINO) as fh:
+        block = fh.read_block()
+    assert_same_as_easel(db, block)
+    assert db.accession(3) == b"Q00003" and db.name(3) == b"P3_HUMAN"
+    assert db.digital_sequence(3).accession == "Q00003"
+    for i in range(20):
+        np.testing.assert_array_equal(db.codes(i), proteome_db.codes(i))
+    out = tmp_path / "made"
+    db.save(out)
+    assert SequenceDB.load(out).accession(19) == b"Q00019"
+
+
+def test_tformat_errors(tmp_path):
+    path = write(tmp_path, b">a\nMKV\n")
+    assert_error(lambda: open_database(path, format="fastq"), "fastq", "not a recognized sequence database file format")
+    assert_error(lambda: open_database(path, format="embl"), path, "not a valid embl file")
+    assert open_database(path, format="FASTA").n == 1
+
+
+def test_description_bytes_are_kept(tmp_path):
+    db = open_database(write(tmp_path, b">s1 caf\xe9 \xff\xfe\nMKV\n"))
+    assert db.description(0) == b"caf\xe9 \xff\xfe"
+    assert db.block()[0].sequence is not None
