@@ -240,6 +240,7 @@ class ForwardStage:
                 counts.n_past_msv, counts.n_past_bias, counts.n_past_vit)
         for k, state in enumerate(states):
             pli = state["pipeline"]
+            pli["F1"], pli["F2"] = self.options.F1, self.options.F2  # the user's, not the filtered tasks' 1.0
             if k:
                 pli["nseqs"] = pli["nres"] = 0
                 if counts is not None:
