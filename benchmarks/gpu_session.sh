@@ -9,7 +9,7 @@
 # numba-cuda 0.30.4 at its first compile: a sitecustomize puts the alias back for this run
 # (hmmgpu itself pins numpy < 2.5).
 #
-# Phases: smoke, warmup, tests, vit, engine[:workloads], sw, swtests.
+# Phases: smoke, probe, warmup, tests, vit, engine[:workloads], sw, swtests.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -51,6 +51,18 @@ import sys
 a, b = ([l.split() for l in open(p) if not l.startswith("#")] for p in sys.argv[1:])
 print("rows equal hmmsearch:", a == b, len(a), len(b))
 EOF
+      ;;
+    probe)
+      log engine probe: 600 models x 29 M residues, engine settings in one process
+      python3 - <<'EOF'
+import gzip
+open("/tmp/pfam600.hmm", "wb").write(gzip.open(".bench/data/pfam_db/pfam35_sample600.hmm.gz", "rb").read())
+open("/tmp/proteins.fa", "wb").write(gzip.open(".bench/data/seqs/public_proteins.fa.gz", "rb").read())
+EOF
+      timeout 300 python3 benchmarks/engine_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --cpu "$T" --backend cuda \
+          ${PROBE_CUDA:---config task=0.03 --config task=0.03 --config task=0.1 --config task=0.1,switch=0.0005 --config task=0.03,switch=0.0005} 2>&1 | grep -v "^# hmmgpu 0"
+      timeout 200 python3 benchmarks/engine_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --cpu "$T" --backend hmmer \
+          ${PROBE_HMMER:---config pipeline_task=0.25 --config pipeline_task=0.25,switch=0.0005} 2>&1 | grep -v "^# hmmgpu 0"
       ;;
     warmup)
       log warmup; ( time python3 -m hmmgpu warmup ) 2>&1 | tail -4 ;;

@@ -86,6 +86,8 @@ class EngineStats:
     filter_seconds: float = 0.0  #: busy time of the filter thread (host side of the filters)
     gpu_seconds: float = 0.0  #: kernel time on the GPU (CUDA events)
     forward_seconds: float = 0.0  #: busy time of the workers (pyhmmer's stage)
+    #: CPU time of each stage's threads (busy time less the waits for the GIL and the GPU)
+    cpu_seconds: dict = field(default_factory=lambda: dict(prepare=0.0, filter=0.0, forward=0.0))
     tasks: int = 0
     targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, fwd=0, searched=0))
     backend: dict = field(default_factory=dict)  #: the backend's own breakdown (GPU kernels, host side)
@@ -108,6 +110,7 @@ class EngineStats:
             f"(GPU kernels {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "
             f"Forward/domain stage {self.forward_seconds:.2f} s ({100 * self.forward_busy_fraction:.0f}% of "
             f"threads x wall)",
+            "CPU time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.cpu_seconds.items()),
             f"targets through each stage (all queries): searched {t['searched']}, past MSV {t['msv']}, "
             f"bias {t['bias']}, Viterbi {t['vit']}, Forward {t['fwd']}",
         ] + ([f"backend: {self.backend}"] if self.backend else [])
@@ -219,19 +222,21 @@ class SearchEngine:
 
         with flush_to_zero(self.ftz):
             for index, item in enumerate(models):
-                t0 = time.perf_counter()
+                t = [(time.perf_counter(), time.thread_time())]
                 query = self.prepare(index, item)
-                t1 = time.perf_counter()
+                t.append((time.perf_counter(), time.thread_time()))
                 tasks = self.plan(query, self.submit(query))
-                t2 = time.perf_counter()
+                t.append((time.perf_counter(), time.thread_time()))
                 query.n_tasks = len(tasks)
                 for task in tasks:
                     query.states[task.part] = self.forward.run(task, alone=len(tasks) == 1)
                 result = self.finish(query)
-                t3 = time.perf_counter()
-                self.stats.prepare_seconds += t1 - t0
-                self.stats.filter_seconds += t2 - t1
-                self.stats.forward_seconds += t3 - t2
+                t.append((time.perf_counter(), time.thread_time()))
+                self.stats.prepare_seconds += t[1][0] - t[0][0]
+                self.stats.filter_seconds += t[2][0] - t[1][0]
+                self.stats.forward_seconds += t[3][0] - t[2][0]
+                for k, stage in enumerate(("prepare", "filter", "forward")):
+                    self.stats.cpu_seconds[stage] += t[k + 1][1] - t[k][1]
                 self.stats.tasks += len(tasks)
                 yield result
 
@@ -264,12 +269,13 @@ class SearchEngine:
                     while not slots.acquire(timeout=0.1):
                         if stop.is_set():
                             return
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     try:
                         query = self.prepare(index, item)
                     except HmmgpuError as error:
                         query = _Failed(error)
                     self.stats.prepare_seconds += time.perf_counter() - t0
+                    self.stats.cpu_seconds["prepare"] += time.thread_time() - c0
                     to_filter.put((index, query))
                     count += 1
             except BaseException as error:  # noqa: BLE001 - handed to the caller
@@ -279,9 +285,10 @@ class SearchEngine:
                 to_filter.put(None)
 
         def planned(query, ticket):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             tasks = self.plan(query, ticket)
             self.stats.filter_seconds += time.perf_counter() - t0
+            self.stats.cpu_seconds["filter"] += time.thread_time() - c0
             query.n_tasks = len(tasks)
             self.stats.tasks += len(tasks)
             for task in tasks:
@@ -310,9 +317,10 @@ class SearchEngine:
                             planned(*pending.pop(0))
                         deliver(index, query)
                         continue
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     pending.append((query, self.submit(query)))
                     self.stats.filter_seconds += time.perf_counter() - t0
+                    self.stats.cpu_seconds["filter"] += time.thread_time() - c0
                 while pending and not stop.is_set():
                     planned(*pending.pop(0))
             except BaseException as error:  # noqa: BLE001
@@ -330,7 +338,7 @@ class SearchEngine:
                 if stop.is_set():
                     continue
                 try:
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.thread_time()
                     query = task.query
                     state = self.forward.run(task, alone=query.n_tasks == 1)
                     with self._lock:
@@ -339,6 +347,7 @@ class SearchEngine:
                     result = self.finish(query) if complete else None
                     with self._lock:
                         self.stats.forward_seconds += time.perf_counter() - t0
+                        self.stats.cpu_seconds["forward"] += time.thread_time() - c0
                     if result is not None:
                         deliver(query.index, result)
                 except BaseException as error:  # noqa: BLE001

@@ -47,6 +47,10 @@ import numpy as np
 #: a run over every thread, large enough that the per-task cost (a profile copy, a block,
 #: the merge) stays near 1%.
 TASK_SECONDS = 0.03
+#: The same on pyhmmer's route (its whole pipeline over ranges of all targets): the work of
+#: a query is large and even, so tasks can be larger (fewer block slices, merges and GIL
+#: hand-offs) and still balance the end of a run.
+PIPELINE_TASK_SECONDS = 0.25
 #: Estimated speed of pyhmmer's post-filter stage (Forward, Backward, domain definition) per
 #: thread, in model cells (M x L) per second, and of its whole pipeline on unfiltered targets.
 FORWARD_CELLS_PER_SECOND = 7.0e7
@@ -95,13 +99,18 @@ class SequenceCache:
 
     def range_block(self, start: int, stop: int):
         """A block of the consecutive targets ``start..stop-1`` (a view of the whole database)."""
-        with self._lock:
-            if self._whole is None:
-                self._whole = self.db.block()
-        return self._whole if (start, stop) == (0, self.db.n) else self._whole[start:stop]
+        whole = self._whole
+        if whole is None:
+            with self._lock:
+                if self._whole is None:
+                    self._whole = self.db.block()
+                whole = self._whole
+        return whole if (start, stop) == (0, self.db.n) else whole[start:stop]
 
     def names(self) -> tuple:
         """(position of each unique target name, bool array: the target's name occurs twice)."""
+        if self._names is not None:
+            return self._names
         with self._lock:
             if self._names is None:
                 where: dict = {}
@@ -133,7 +142,7 @@ class ForwardStage:
         lengths = self.db.lengths
         if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
             total = float(self.db.total_residues) * M / PIPELINE_CELLS_PER_SECOND
-            parts = int(min(max(1, total // TASK_SECONDS), max(1, self.db.n // 64)))
+            parts = int(min(max(1, total // PIPELINE_TASK_SECONDS), max(1, self.db.n // 64)))
             cuts = np.searchsorted(np.cumsum(lengths, dtype=np.int64),
                                    self.db.total_residues * np.arange(1, parts) / parts)
             bounds = np.unique(np.concatenate([[0], cuts, [self.db.n]]))

@@ -12,8 +12,8 @@ Opening happens at the start of a run, so a path that cannot be written (a missi
 directory, no permission, a directory in the way) is reported before any search time is
 spent. A renamed file gets the permissions ``fopen`` would have given it: the old file's,
 or 0666 less the umask. Targets that are not regular files (``/dev/stdout``, a FIFO) are
-written in place, since they cannot be replaced. Two options naming the same file are an
-error: the later would silently overwrite the earlier.
+written in place, since they cannot be replaced. Two options naming the same regular file
+are an error: the later would silently overwrite the earlier.
 """
 from __future__ import annotations
 
@@ -42,15 +42,16 @@ class OutputFiles:
     def open(self, path, option: str) -> BinaryIO:
         """A file for the output ``path`` given with ``option`` (named in errors)."""
         target = os.path.abspath(os.fspath(path))
-        if target in self._options:
-            raise HmmgpuError(f"{self._options[target]} and {option} name the same file {os.fspath(path)}")
-        self._options[target] = option
         try:
             info = os.stat(target)
         except FileNotFoundError:
             info = None
         except OSError as exc:
             raise HmmgpuError(f"{option} {os.fspath(path)}: cannot open for writing: {exc.strerror}") from None
+        if info is None or stat.S_ISREG(info.st_mode):  # /dev/null may take every output
+            if target in self._options:
+                raise HmmgpuError(f"{self._options[target]} and {option} name the same file {os.fspath(path)}")
+            self._options[target] = option
         if info is not None and stat.S_ISDIR(info.st_mode):
             raise HmmgpuError(f"{option} {os.fspath(path)}: is a directory")
         try:

@@ -61,6 +61,8 @@ def test_unwritable_targets_fail_at_open(tmp_path):
     outputs.open(tmp_path / "same", "-o")
     with pytest.raises(HmmgpuError, match="^-o and --domtblout name the same file"):
         outputs.open(tmp_path / "same", "--domtblout")
+    outputs.open("/dev/null", "--tblout")  # as hmmsearch: /dev/null takes any number of outputs
+    outputs.open("/dev/null", "--pfamtblout")
     outputs.discard()
     assert list(tmp_path.iterdir()) == []
 

@@ -64,6 +64,7 @@ def test_tables_equal_hmmsearch(tmp_path, monkeypatch, label, hmmfile, args, bac
     from hmmgpu import forward_stage
 
     monkeypatch.setattr(forward_stage, "TASK_SECONDS", 1e-4)
+    monkeypatch.setattr(forward_stage, "PIPELINE_TASK_SECONDS", 1e-4)
     ref = _hmmsearch(tmp_path, SAMPLES / hmmfile, args)
     ours = _hmmgpu(tmp_path, SAMPLES / hmmfile, args, backend=backend)
     for kind in ref:
