@@ -12,7 +12,9 @@ the engine's statistics (busy and CPU time of each stage). The first run pays th
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import sys
 import time
 
@@ -25,8 +27,12 @@ def main() -> None:
     ap.add_argument("--backend", default="cuda")
     ap.add_argument("--config", action="append", default=[])
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile the CPU time of the prepare, submit, finish and output stages (last run)")
     opts = ap.parse_args()
     from hmmgpu import cli, forward_stage
+
+    profiles = _install_profiles() if opts.profile else {}
 
     rows = []
     for config in opts.config or [""]:
@@ -42,9 +48,34 @@ def main() -> None:
         wall = time.perf_counter() - t0
         print(f"== {config or 'defaults'}: rc {rc}, wall {wall:.2f} s", flush=True)
         rows.append(dict(config=config, wall=wall, rc=rc))
+    for name, prof in profiles.items():
+        print(f"== CPU profile of {name} (cProfile, thread CPU time, all runs)")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(22)
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def _install_profiles() -> dict:
+    """One cProfile (timed by thread CPU time, so waits for the GIL do not count) per stage,
+    switched on around the stage's entry point in whichever thread runs it."""
+    from hmmgpu import engine, output
+
+    profiles = {}
+    for name, owner, attr in (("prepare", engine.SearchEngine, "prepare"), ("submit", engine.SearchEngine, "submit"),
+                              ("finish (cascade end, planning)", engine.SearchEngine, "plan"),
+                              ("output", output.RunOutputs, "query")):
+        profiles[name] = prof = cProfile.Profile(timer=time.thread_time)
+
+        def wrapped(*args, _fn=getattr(owner, attr), _prof=prof, **kwargs):
+            _prof.enable()
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                _prof.disable()
+
+        setattr(owner, attr, wrapped)
+    return profiles
 
 
 if __name__ == "__main__":

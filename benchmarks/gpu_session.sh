@@ -59,10 +59,22 @@ import gzip
 open("/tmp/pfam600.hmm", "wb").write(gzip.open(".bench/data/pfam_db/pfam35_sample600.hmm.gz", "rb").read())
 open("/tmp/proteins.fa", "wb").write(gzip.open(".bench/data/seqs/public_proteins.fa.gz", "rb").read())
 EOF
-      timeout 300 python3 benchmarks/engine_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --cpu "$T" --backend cuda \
-          ${PROBE_CUDA:---config task=0.03 --config task=0.03 --config task=0.1 --config task=0.1,switch=0.0005 --config task=0.03,switch=0.0005} 2>&1 | grep -v "^# hmmgpu 0"
-      timeout 200 python3 benchmarks/engine_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --cpu "$T" --backend hmmer \
-          ${PROBE_HMMER:---config pipeline_task=0.25 --config pipeline_task=0.25,switch=0.0005} 2>&1 | grep -v "^# hmmgpu 0"
+      P="python3 benchmarks/engine_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --cpu $T"
+      timeout 300 $P --backend cuda ${PROBE_CUDA:---config task=0.03 --config task=0.03 --config task=0.1} 2>&1 | grep -v "^# hmmgpu 0"
+      timeout 200 $P --backend hmmer ${PROBE_HMMER:---config pipeline_task=0.25} 2>&1 | grep -v "^# hmmgpu 0"
+      log profiled run
+      timeout 200 $P --backend cuda --profile --config task=0.03 2>&1 | grep -v "^# hmmgpu 0" | cut -c1-160
+      log pyhmmer baseline
+      python3 - /tmp/pfam600.hmm /tmp/proteins.fa "$T" <<'EOF'
+import sys, time, pyhmmer
+t = time.perf_counter()
+with pyhmmer.plan7.HMMFile(sys.argv[1]) as f:
+    hmms = list(f)
+with pyhmmer.easel.SequenceFile(sys.argv[2], digital=True) as f:
+    block = f.read_block()
+n = sum(len(h) for h in pyhmmer.hmmsearch(hmms, block, cpus=int(sys.argv[3])))
+print(f"pyhmmer.hmmsearch(600 queries, cpus={sys.argv[3]}): {time.perf_counter() - t:.2f} s, {n} hits")
+EOF
       ;;
     warmup)
       log warmup; ( time python3 -m hmmgpu warmup ) 2>&1 | tail -4 ;;

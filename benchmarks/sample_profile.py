@@ -26,9 +26,8 @@ def main() -> None:
     opts = ap.parse_args()
     counts: collections.Counter = collections.Counter()
     stop = threading.Event()
-    me = threading.get_ident()
-
     def sample():
+        me = threading.get_ident()  # the sampler itself
         names = {}
         while not stop.is_set():
             for t in threading.enumerate():

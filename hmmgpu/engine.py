@@ -8,11 +8,12 @@ threads pass them along through bounded queues:
 1. **prepare** (one thread): checks each model (protein alphabet, calibration, cutoffs) and
    builds, on a filter backend, hmmgpu's quantized filter tables (pyhmmer's stage takes the
    model itself: each worker configures it into its own pipeline's reused buffers).
-2. **filter** (one thread): runs the filter cascade of each model on the backend (on the
-   GPU the launches of several models are queued ahead, with no host synchronisation
-   between them: :mod:`hmmgpu.kernels.cascade`), then cuts the survivors into tasks of
-   roughly equal work (:mod:`hmmgpu.forward_stage`). On the pyhmmer route there are no
-   hmmgpu filters: the tasks are ranges of all targets.
+2. **filter** (two threads): one submits each model's filter cascade to the backend (on
+   the GPU the launches of several models are queued ahead, with no host synchronisation
+   between them: :mod:`hmmgpu.kernels.cascade`); the other waits for each cascade in turn
+   (a blocking wait that leaves the GIL to the others, rather than polling), finishes it
+   and cuts the survivors into tasks of roughly equal work (:mod:`hmmgpu.forward_stage`).
+   On the pyhmmer route there are no hmmgpu filters: the tasks are ranges of all targets.
 3. **workers** (``--cpu`` threads): take tasks, earliest model first, and run pyhmmer's
    Forward/Backward/domain stage on them (pyhmmer releases the GIL). Splitting by survivors
    rather than by model keeps every thread busy to the end; the worker that finishes a
@@ -37,6 +38,14 @@ import numpy as np
 from .backends import FilterBackend
 from .errors import HmmgpuError
 from .forward_stage import ForwardStage
+
+
+#: Models between the reader and the caller at most (a bound on memory): per worker thread,
+#: and at least. Results leave in query order, so one slow model holds back every later
+#: one; the window must cover the models the other threads finish meanwhile (a model with
+#: many hits can take ten times an average one), or they run out of work.
+MODELS_IN_FLIGHT_PER_THREAD = 16
+MODELS_IN_FLIGHT_MIN = 64
 
 
 @dataclass
@@ -124,7 +133,8 @@ class EngineStats:
 class _Failed:
     """A query whose preparation failed: the error is raised when the caller reaches it."""
 
-    def __init__(self, error):
+    def __init__(self, index: int, error):
+        self.index = index
         self.error = error
 
 
@@ -142,11 +152,10 @@ class SearchEngine:
         self.backend = backend
         self.ftz = ftz
         self.threads = 0 if options.cpus == 0 else options.threads
-        self.in_flight = in_flight or max(8, 4 * max(1, self.threads))
+        self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
         self.forward = ForwardStage(db, options, ftz=ftz)
         self.filtered = isinstance(backend, FilterBackend)
         self.stats = EngineStats(threads=max(1, self.threads))
-        self.gpu_window = 6  #: models submitted to the GPU ahead of the one being planned
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ the stages, per query
@@ -243,6 +252,7 @@ class SearchEngine:
     def _search_threaded(self, models):
         slots = threading.Semaphore(self.in_flight)
         to_filter: queue.Queue = queue.Queue(maxsize=4)
+        to_finish: queue.Queue = queue.Queue()  # bounded by the backend's ring (GPU) or by to_filter
         work: queue.PriorityQueue = queue.PriorityQueue()
         results: dict = {}
         done = threading.Condition()
@@ -273,7 +283,7 @@ class SearchEngine:
                     try:
                         query = self.prepare(index, item)
                     except HmmgpuError as error:
-                        query = _Failed(error)
+                        query = _Failed(index, error)
                     self.stats.prepare_seconds += time.perf_counter() - t0
                     self.stats.cpu_seconds["prepare"] += time.thread_time() - c0
                     to_filter.put((index, query))
@@ -284,45 +294,49 @@ class SearchEngine:
                 n_models[0] = count
                 to_filter.put(None)
 
-        def planned(query, ticket):
+        def timed(stage_seconds: str, cpu_stage: str, fn, *args):
             t0, c0 = time.perf_counter(), time.thread_time()
-            tasks = self.plan(query, ticket)
-            self.stats.filter_seconds += time.perf_counter() - t0
-            self.stats.cpu_seconds["filter"] += time.thread_time() - c0
-            query.n_tasks = len(tasks)
-            self.stats.tasks += len(tasks)
-            for task in tasks:
-                work.put((query.index, task.part, task))
+            value = fn(*args)
+            with self._lock:
+                setattr(self.stats, stage_seconds, getattr(self.stats, stage_seconds) + time.perf_counter() - t0)
+                self.stats.cpu_seconds[cpu_stage] += time.thread_time() - c0
+            return value
 
-        def filter_loop():
-            # models are submitted to the backend as they come and planned in order once their
-            # cascade is done, so several can be on the GPU at once
-            pending = []
+        def submit_loop():
+            # models go to the backend as they come (on the GPU several are in flight; the
+            # backend blocks when its ring is full) and on to the finishing thread, in order
             try:
-                while not stop.is_set():
-                    try:
-                        entry = to_filter.get(timeout=0.0005 if pending else None)
-                    except queue.Empty:
-                        entry = ()
-                    while pending and (pending[0][1] is None or pending[0][1].ready() or entry is None
-                                       or len(pending) >= self.gpu_window):
-                        planned(*pending.pop(0))
-                    if entry is None:
+                while True:
+                    entry = to_filter.get()
+                    if entry is None or stop.is_set():
                         break
-                    if not entry:
-                        continue
                     index, query = entry
+                    ticket = None if isinstance(query, _Failed) else timed("filter_seconds", "filter", self.submit,
+                                                                            query)
+                    to_finish.put((query, ticket))
+            except BaseException as error:  # noqa: BLE001
+                fail(error)
+            finally:
+                to_finish.put(None)
+
+        def finish_loop():
+            # waits for each model's cascade (without the GIL), finishes it on the host and cuts
+            # its remaining work into tasks for the workers
+            try:
+                while True:
+                    entry = to_finish.get()
+                    if entry is None or stop.is_set():
+                        break
+                    query, ticket = entry
                     if isinstance(query, _Failed):
-                        while pending:
-                            planned(*pending.pop(0))
-                        deliver(index, query)
+                        deliver(query.index, query)
                         continue
-                    t0, c0 = time.perf_counter(), time.thread_time()
-                    pending.append((query, self.submit(query)))
-                    self.stats.filter_seconds += time.perf_counter() - t0
-                    self.stats.cpu_seconds["filter"] += time.thread_time() - c0
-                while pending and not stop.is_set():
-                    planned(*pending.pop(0))
+                    tasks = timed("filter_seconds", "filter", self.plan, query, ticket)
+                    query.n_tasks = len(tasks)
+                    with self._lock:
+                        self.stats.tasks += len(tasks)
+                    for task in tasks:
+                        work.put((query.index, task.part, task))
             except BaseException as error:  # noqa: BLE001
                 fail(error)
 
@@ -354,7 +368,8 @@ class SearchEngine:
                     fail(error)
 
         threads = [threading.Thread(target=prepare_loop, name="hmmgpu-prepare", daemon=True),
-                   threading.Thread(target=filter_loop, name="hmmgpu-filter", daemon=True)]
+                   threading.Thread(target=submit_loop, name="hmmgpu-submit", daemon=True),
+                   threading.Thread(target=finish_loop, name="hmmgpu-finish", daemon=True)]
         threads += [threading.Thread(target=worker, name=f"hmmgpu-worker-{k}", daemon=True)
                     for k in range(self.threads)]
         for t in threads:
@@ -379,5 +394,5 @@ class SearchEngine:
             stop.set()
             for _ in range(self.threads):
                 work.put((np.iinfo(np.int64).max, 0, None))
-            for t in threads[2:]:
+            for t in threads[3:]:
                 t.join()

@@ -14,6 +14,7 @@ only on a terminal) is cleared around every write of a report that goes to a ter
 from __future__ import annotations
 
 import io
+import os
 import sys
 from dataclasses import replace
 from typing import Literal, Mapping
@@ -55,6 +56,8 @@ class RunOutputs:
         self.tables = {kind: self._files.open(paths[kind], f"--{kind}") for kind in TABLE_FORMATS if paths.get(kind)}
         self.progress = ProgressBar(None, progress, report=self.report)
         self.queries = 0
+        #: ``-o /dev/null`` (how scripts keep only the tables): the report is not formatted at all
+        self.report_discarded = _is_null_device(paths.get("-o"))
 
     def __enter__(self) -> "RunOutputs":
         self._files.__enter__()
@@ -80,20 +83,22 @@ class RunOutputs:
     def query(self, query: Query, hits, stopwatch: Stopwatch | None = None, hmm=None) -> None:
         """One query's report block, table rows and (search, with ``-A``) alignment."""
         out = io.BytesIO()
-        if self.queries == 0:   # as hmmsearch: the header once the first query is under way
-            out.write(program_header(self.program, self.query_file, self.target_file, self.settings))
-        hitlist = read_tophits(hits)
-        if self.filter_thresholds is not None:
-            F1, F2, F3 = (min(1.0, F) for F in self.filter_thresholds)   # as p7_pipeline_Create() caps them
-            hitlist = replace(hitlist, accounting=replace(hitlist.accounting, F1=F1, F2=F2, F3=F3))
         with flush_to_zero():
-            out.write(query_report(query, hitlist, self.options, stopwatch))
+            if not self.report_discarded:
+                if self.queries == 0:   # as hmmsearch: the header once the first query is under way
+                    out.write(program_header(self.program, self.query_file, self.target_file, self.settings))
+                hitlist = read_tophits(hits)
+                if self.filter_thresholds is not None:
+                    F1, F2, F3 = (min(1.0, F) for F in self.filter_thresholds)   # as p7_pipeline_Create() caps them
+                    hitlist = replace(hitlist, accounting=replace(hitlist.accounting, F1=F1, F2=F2, F3=F3))
+                out.write(query_report(query, hitlist, self.options, stopwatch))
             if self.alignment is not None:
                 nseq = write_alignment(self.alignment, hits, hmm, self.options.textw)
                 out.write(alignment_note(nseq, self.paths["-A"]))
             for kind, stream in self.tables.items():
                 hits.write(stream, format=TABLE_FORMATS[kind], header=(self.queries == 0))
-        self._write_report(out.getvalue())
+        if not self.report_discarded:
+            self._write_report(out.getvalue())
         self.queries += 1
         self.progress.advance(query.name.decode("utf-8", "replace"))
 
@@ -101,7 +106,16 @@ class RunOutputs:
         """``[ok]`` after the last query, and each table's ``#`` tail."""
         for kind, stream in self.tables.items():
             stream.write(tabular_tail(self.program, self.query_file, self.target_file, self.command_line, kind))
-        self._write_report(REPORT_END)
+        if not self.report_discarded:
+            self._write_report(REPORT_END)
+
+
+def _is_null_device(path) -> bool:
+    """``path`` is the null device (``/dev/null`` or a link to it)."""
+    try:
+        return path is not None and os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
 
 
 __all__ = ["RunOutputs", "TABLE_FORMATS"]

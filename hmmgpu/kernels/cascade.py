@@ -4,12 +4,15 @@ For each model the host uploads its tables and launches three kernels on one str
 the SSV/MSV kernel over every position (:mod:`.msv`) writes the targets that pass F1; the
 bias kernel (:mod:`.bias`) scores those, decides what it can and compacts the ones that need
 the Viterbi filter into a work list; the Viterbi kernel (:mod:`.vit`) runs on that list.
-The results (counters, lists, scores) come back with asynchronous copies into pinned
-memory, and an event marks the end. :meth:`GpuCascade.submit` returns at once, with no
-host synchronisation between models; a ring of :data:`SLOTS` buffer sets, each with its
-own stream, lets that many models be in flight and their kernels run at the same time (so
-the few long targets that end each kernel do not leave the GPU idle). :meth:`Ticket.result`
-waits for the event and finishes on the host what the GPU left to it, with HMMER's own
+A model's tables travel in one asynchronous copy (one pinned buffer, laid out once per
+slot) and its results (counters, lists, scores) come back in one, and an event marks the
+end: a handful of driver calls per model, since each one releases and retakes the
+interpreter's lock that the other stages' threads share. :meth:`GpuCascade.submit` returns
+at once, with no host synchronisation between models; a ring of :data:`SLOTS` buffer sets,
+each with its own stream, lets that many models be in flight and their kernels run at the
+same time (so the few long targets that end each kernel do not leave the GPU idle).
+:meth:`Ticket.result` (from any thread; the engine calls it from its own thread while
+another submits) waits for the event and finishes on the host what the GPU left to it, with HMMER's own
 arithmetic: the decisions inside the P-value bands, the few targets whose bias score or
 Viterbi filter the kernels flagged, the fallback targets of the J-state MSV, and models
 whose shape or scores the kernels do not take (run on the CPU reference entirely).
@@ -19,6 +22,7 @@ synchronously (correct, slower).
 """
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -68,36 +72,56 @@ def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
     return list(dict.fromkeys(specs))
 
 
+#: The model tables of one slot, in the order they lie in its upload buffer: (name, dtype).
+_TABLES = (("ssv_table", np.uint32), ("msv_table", np.uint32), ("threshold_by_length", np.int32),
+           ("scalars", np.int32), ("odds", np.float32), ("bands", np.float32), ("emissions", np.uint32),
+           ("transitions", np.uint32), ("dd_sums", np.int32), ("overflow_at", np.int32))
+#: The per-target outputs of one slot, in the order they lie in its result buffer; the
+#: Viterbi work list (``vit_pos``) comes last and is not copied back.
+_OUTPUTS = (("msv_pos", np.int32), ("msv_xj", np.int32), ("fallback", np.int32), ("filtersc", np.float32),
+            ("vit_from", np.int32), ("vit_xc", np.int32), ("msv_status", np.int8), ("decision", np.int8),
+            ("vit_status", np.int8), ("vit_pos", np.int32))
+
+
+def _carve(buffer, layout) -> dict:
+    """Typed views of consecutive regions of a flat byte buffer (host or device):
+    ``layout`` is ``(name, dtype, count)``, each region starting on a 4-byte boundary."""
+    views, at = {}, 0
+    for name, dtype, count in layout:
+        size = np.dtype(dtype).itemsize * count
+        views[name] = buffer[at:at + size].view(dtype)
+        at += -(-size // 4) * 4
+    return views
+
+
+def _layout_size(layout) -> int:
+    return sum(-(-np.dtype(d).itemsize * c // 4) * 4 for _, d, c in layout)
+
+
 @dataclass
 class _Slot:
     """Device and pinned host buffers of one model in flight."""
 
-    counters: object
-    msv_pos: object
-    msv_status: object
-    msv_xj: object
-    fallback: object
-    filtersc: object
-    decision: object
-    vit_pos: object
-    vit_from: object
-    vit_status: object
-    vit_xc: object
-    host: dict  #: pinned host mirrors of the results
+    tables_host: object  #: pinned bytes: this slot's model tables (one upload)
+    tables_device: object
+    tables: dict  #: typed device views of the tables (kernel arguments)
+    tables_staging: dict  #: typed host views of the same regions
+    results_device: object  #: device bytes: counters, then the per-target outputs
+    results_host: object  #: pinned mirror of the part that comes back
+    results_bytes: int
+    counters: object  #: device view: the kernels' counters
+    outputs: dict  #: device views of the per-target outputs
+    host: dict  #: host views of the counters and outputs
     zeros: object  #: pinned zeros for resetting the counters
-    staging: dict  #: per model table: (pinned host buffer, device buffer) of the largest size
     stream: object  #: this slot's CUDA stream
-    event: object = None
-    tables: dict = None  #: device views of the current model's tables
+    events: tuple  #: start, after MSV, after bias, after Viterbi, results copied
 
-    def stage(self, name: str, array: np.ndarray, stream):
-        """Copy a model table into this slot's device buffer, asynchronously; its device view."""
-        pinned, device = self.staging[name]
-        n = array.size
-        pinned[:n] = array.reshape(-1)
-        view = device[:n]
-        view.copy_to_device(pinned[:n], stream=stream)
-        return view
+    def upload(self, host_tables: dict, stream) -> None:
+        """Copy a model's tables into this slot's device buffer (one asynchronous copy)."""
+        for name, array in host_tables.items():
+            flat = np.asarray(array).reshape(-1)
+            self.tables_staging[name][:flat.size] = flat
+        self.tables_device.copy_to_device(self.tables_host, stream=stream)
 
 
 class Ticket:
@@ -110,16 +134,15 @@ class Ticket:
         self.slot = slot
         self.plan = plan
         self._done = done
+        self._lock = threading.Lock()
         self.submitted = time.perf_counter()
 
-    def ready(self) -> bool:
-        """The GPU has finished this model (never blocks)."""
-        return self._done is not None or self._cascade.device.simulator or self.slot.event.query()
-
     def result(self) -> CascadeResult:
-        """Wait for the GPU, finish on the host, and return the cascade's result."""
-        if self._done is None:
-            self._done = self._cascade._finish(self)
+        """Wait for the GPU, finish on the host, and return the cascade's result (once, in
+        whichever thread asks first)."""
+        with self._lock:
+            if self._done is None:
+                self._done = self._cascade._finish(self)
         return self._done
 
 
@@ -150,30 +173,33 @@ class GpuCascade:
             self._slots = [self._new_slot(n) for _ in range(SLOTS)] if resident.resident else []
         self._next = 0
         self._in_flight: list = []
+        self._lock = threading.Lock()  #: guards the ring and the time counters (two threads use them)
 
     def _new_slot(self, n: int) -> _Slot:
         from numba import cuda
 
-        dev = dict(counters=cuda.device_array(_N_COUNTERS, np.int32), msv_pos=cuda.device_array(n, np.int32),
-                   msv_status=cuda.device_array(n, np.int8), msv_xj=cuda.device_array(n, np.int32),
-                   fallback=cuda.device_array(n, np.int32), filtersc=cuda.device_array(n, np.float32),
-                   decision=cuda.device_array(n, np.int8), vit_pos=cuda.device_array(n, np.int32),
-                   vit_from=cuda.device_array(n, np.int32), vit_status=cuda.device_array(n, np.int8),
-                   vit_xc=cuda.device_array(n, np.int32))
-        host = {k: cuda.pinned_array(v.shape, v.dtype) for k, v in dev.items()}
+        q_max = 64  # the largest Q of the shape tables
+        capacity = dict(ssv_table=MSV_NX * row_stride(32, q_max), msv_table=MSV_NX * row_stride(32, q_max),
+                        threshold_by_length=self.max_length + 1, scalars=8, odds=2 * VIT_NX, bands=4,
+                        emissions=VIT_NX * 32 * q_max, transitions=len(TRANSITION_ROWS) * 32 * q_max,
+                        dd_sums=64, overflow_at=VIT_NX)
+        table_layout = [(name, dtype, capacity[name]) for name, dtype in _TABLES]
+        tables_host = cuda.pinned_array(_layout_size(table_layout), np.uint8)
+        tables_device = cuda.device_array(tables_host.size, np.uint8)
+        n = -(-max(n, 1) // 4) * 4
+        result_layout = [("counters", np.int32, _N_COUNTERS)] + [(name, dtype, n) for name, dtype in _OUTPUTS]
+        results_device = cuda.device_array(_layout_size(result_layout), np.uint8)
+        results_bytes = _layout_size(result_layout[:-1])  # all but the Viterbi work list
+        results_host = cuda.pinned_array(results_bytes, np.uint8)
+        outputs = _carve(results_device, result_layout)
         zeros = cuda.pinned_array(_N_COUNTERS, np.int32)
         zeros[:] = 0
-        q_max = 64  # the largest Q of the shape tables
-        sizes = dict(ssv_table=(MSV_NX * row_stride(32, q_max), np.uint32),
-                     msv_table=(MSV_NX * row_stride(32, q_max), np.uint32),
-                     threshold_by_length=(self.max_length + 1, np.int32), scalars=(8, np.int32),
-                     odds=(2 * VIT_NX, np.float32), bands=(4, np.float32),
-                     emissions=(VIT_NX * 32 * q_max, np.uint32),
-                     transitions=(len(TRANSITION_ROWS) * 32 * q_max, np.uint32), dd_sums=(64, np.int32),
-                     overflow_at=(VIT_NX, np.int32))
-        staging = {k: (cuda.pinned_array(size, dtype), cuda.device_array(size, dtype))
-                   for k, (size, dtype) in sizes.items()}
-        return _Slot(**dev, host=host, zeros=zeros, staging=staging, stream=cuda.stream())
+        return _Slot(tables_host=tables_host, tables_device=tables_device,
+                     tables=_carve(tables_device, table_layout), tables_staging=_carve(tables_host, table_layout),
+                     results_device=results_device, results_host=results_host, results_bytes=results_bytes,
+                     counters=outputs.pop("counters"), outputs=outputs,
+                     host=_carve(results_host, result_layout[:-1]), zeros=zeros, stream=cuda.stream(),
+                     events=tuple(cuda.event() for _ in range(5)))
 
     @property
     def gpu_ms(self) -> float:
@@ -210,8 +236,12 @@ class GpuCascade:
             return Ticket(self, profile, options, done=run_cascade(backend, profile, options, self.resident.db))
         from numba import cuda
 
-        while len(self._in_flight) >= SLOTS:  # the ring is full: the oldest must be finished first
-            self._in_flight[0].result()
+        while True:  # the ring is full: the oldest must be finished first (here, or by another thread)
+            with self._lock:
+                if len(self._in_flight) < SLOTS:
+                    break
+                oldest = self._in_flight[0]
+            oldest.result()
         slot = self._slots[self._next]
         self._next = (self._next + 1) % SLOTS
         vit_spec = self.vit.spec(profile.M)
@@ -232,37 +262,32 @@ class GpuCascade:
                                overflow_at=vt.overflow_at)
         chunk = next(self.resident.chunks())
         s = slot.stream
+        out = slot.outputs
+        start, after_msv, after_bias, stop, copied = slot.events
         with self.device.activate():
-            slot.tables = {k: slot.stage(k, np.ascontiguousarray(v), s) for k, v in host_tables.items()}
+            slot.upload(host_tables, s)
             slot.counters.copy_to_device(slot.zeros, stream=s)
-            start = cuda.event()
             start.record(s)
             self.msv.launch(msv_spec, chunk, s, ssv_table=slot.tables["ssv_table"],
                             msv_table=slot.tables["msv_table"], tjb_by_length=self._db_tables["tjb32"],
                             threshold_by_length=slot.tables["threshold_by_length"], scalars=slot.tables["scalars"],
-                            counters=slot.counters[:len(MsvCounter)], out_pos=slot.msv_pos,
-                            out_status=slot.msv_status, out_xj=slot.msv_xj, fallback_pos=slot.fallback)
-            after_msv = cuda.event()
+                            counters=slot.counters[:len(MsvCounter)], out_pos=out["msv_pos"],
+                            out_status=out["msv_status"], out_xj=out["msv_xj"], fallback_pos=out["fallback"])
             after_msv.record(s)
             self._launch_bias(chunk, slot, profile, options)
-            after_bias = cuda.event()
             after_bias.record(s)
             if vt is not None:
-                self.vit.launch(vit_spec, chunk, s, items=slot.vit_pos, n_items_at=slot.counters,
+                self.vit.launch(vit_spec, chunk, s, items=out["vit_pos"], n_items_at=slot.counters,
                                 n_items_slot=_VIT_LIST, counters=slot.counters[_VIT_WORK:], tables=vt,
                                 device_tables=slot.tables, move_by_length=self._db_tables["move_by_length"],
-                                out_status=slot.vit_status, out_xc=slot.vit_xc)
-            stop = cuda.event()
+                                out_status=out["vit_status"], out_xc=out["vit_xc"])
             stop.record(s)
-            for name in ("counters", "msv_pos", "msv_status", "msv_xj", "fallback", "filtersc", "decision",
-                         "vit_from", "vit_status", "vit_xc"):
-                getattr(slot, name).copy_to_host(slot.host[name], stream=s)
-            slot.event = cuda.event()
-            slot.event.record(s)
-        ticket = Ticket(self, profile, options, slot=slot,
-                        plan=dict(events=(start, after_msv, after_bias, stop), vit=vt is not None, vit_reason=vit_reason))
-        self.host_seconds["submit"] += time.perf_counter() - ticket.submitted
-        self._in_flight.append(ticket)
+            slot.results_device[:slot.results_bytes].copy_to_host(slot.results_host, stream=s)
+            copied.record(s)
+        ticket = Ticket(self, profile, options, slot=slot, plan=dict(vit=vt is not None, vit_reason=vit_reason))
+        with self._lock:
+            self.host_seconds["submit"] += time.perf_counter() - ticket.submitted
+            self._in_flight.append(ticket)
         return ticket
 
     def _launch_bias(self, chunk, slot, profile, options) -> None:
@@ -272,14 +297,16 @@ class GpuCascade:
         block = 32 if self.device.simulator else _BIAS_BLOCK
         t = self._db_tables
         args = arguments(BIAS_ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
-                         msv_pos=slot.msv_pos, msv_status=slot.msv_status, msv_xj=slot.msv_xj,
+                         msv_pos=slot.outputs["msv_pos"], msv_status=slot.outputs["msv_status"],
+                         msv_xj=slot.outputs["msv_xj"],
                          n_msv_at=slot.counters, n_msv_slot=int(MsvCounter.OUT), odds=slot.tables["odds"],
                          t10=profile.bias.t10, t11=profile.bias.t11, bias_on=int(options.bias_filter),
                          p1_by_length=t["p1_by_length"], q1_by_length=t["q1_by_length"],
                          first_by_length=t["first_by_length"], second_by_length=t["second_by_length"],
                          null_by_length=t["null_by_length"], tjb_by_length=t["tjb32"], bands=slot.tables["bands"],
-                         filtersc=slot.filtersc, decision=slot.decision, vit_pos=slot.vit_pos,
-                         vit_from=slot.vit_from, n_vit_at=slot.counters, n_vit_slot=_VIT_LIST)
+                         filtersc=slot.outputs["filtersc"], decision=slot.outputs["decision"],
+                         vit_pos=slot.outputs["vit_pos"], vit_from=slot.outputs["vit_from"], n_vit_at=slot.counters,
+                         n_vit_slot=_VIT_LIST)
         self._bias_kernel[grid, block, slot.stream, 0](*args)
 
     def _finish(self, ticket: Ticket) -> CascadeResult:
@@ -288,13 +315,13 @@ class GpuCascade:
 
         slot = ticket.slot
         t0 = time.perf_counter()
-        slot.event.synchronize()
-        self._in_flight.remove(ticket)
-        self.host_seconds["wait"] += time.perf_counter() - t0
+        slot.events[-1].synchronize()
+        waited = time.perf_counter() - t0
         t0 = time.perf_counter()
         plan = ticket.plan
         profile, options = ticket.profile, ticket.options
-        h = slot.host
+        h = dict(slot.host)
+        h["counters"] = h["counters"].copy()
         n_out = int(h["counters"][MsvCounter.OUT])
         n_fallback = int(h["counters"][MsvCounter.FALLBACK])
         n_vit = int(h["counters"][_VIT_LIST])
@@ -325,14 +352,19 @@ class GpuCascade:
         survivors, n_past_bias = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc,
                                          decision, vsc)
         gpu_s = 0.0
+        kernel_ms = {}
         if not self.device.simulator:
-            ev = plan["events"]
+            ev = slot.events
             for name, a, b in (("msv", ev[0], ev[1]), ("bias", ev[1], ev[2]), ("viterbi", ev[2], ev[3])):
-                ms = cuda.event_elapsed_time(a, b)
-                self.kernel_ms[name] += ms
-                gpu_s += ms / 1e3
+                kernel_ms[name] = cuda.event_elapsed_time(a, b)
+                gpu_s += kernel_ms[name] / 1e3
         seconds = dict(gpu=gpu_s, host=time.perf_counter() - t0)
-        self.host_seconds["finish"] += seconds["host"]
+        with self._lock:  # the slot may be reused from here on
+            self._in_flight.remove(ticket)
+            for name, ms in kernel_ms.items():
+                self.kernel_ms[name] += ms
+            self.host_seconds["wait"] += waited
+            self.host_seconds["finish"] += seconds["host"]
         return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=n_past_bias,
                              n_past_vit=int(survivors.size), seconds=seconds)
 
