@@ -9,7 +9,7 @@
 # numba-cuda 0.30.4 at its first compile: a sitecustomize puts the alias back for this run
 # (hmmgpu itself pins numpy < 2.5).
 #
-# Phases: smoke, probe, warmup, tests, vit, engine[:workloads], sw, swtests.
+# Phases: smoke, probe, hostprofile, warmup, tests, vit, engine[:workloads], sw, swtests.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -76,6 +76,11 @@ n = sum(len(h) for h in pyhmmer.hmmsearch(hmms, block, cpus=int(sys.argv[3])))
 print(f"pyhmmer.hmmsearch(600 queries, cpus={sys.argv[3]}): {time.perf_counter() - t:.2f} s, {n} hits")
 EOF
       ;;
+    hostprofile)
+      log host CPU per model, each stage alone
+      python3 -c "import gzip; open('/tmp/pfam600.hmm', 'wb').write(gzip.open('.bench/data/pfam_db/pfam35_sample600.hmm.gz', 'rb').read())"
+      timeout 400 python3 benchmarks/host_profile.py /tmp/pfam600.hmm "$DATA/seqs/public_proteins.fa.gz" \
+          --forward-models ${HOSTPROFILE_FORWARD:-100} 2>&1 | cut -c1-150 ;;
     warmup)
       log warmup; ( time python3 -m hmmgpu warmup ) 2>&1 | tail -4 ;;
     tests)
