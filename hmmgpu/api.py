@@ -72,6 +72,7 @@ class Pipeline:
         self.ftz = ftz
         self.db = open_sequences(sequences)
         check_target_lengths(self.db)
+        self.cells = cells
         self.backend = select_backend(self.options, self.db, cells=cells)
         self.notice = self.backend.description
         self._filters = None
@@ -81,7 +82,7 @@ class Pipeline:
     def _engine(self):
         from .engine import SearchEngine
 
-        engine = SearchEngine(self.db, self.options, self.backend, ftz=self.ftz)
+        engine = SearchEngine(self.db, self.options, self.backend, ftz=self.ftz, cells=self.cells)
         self.stats = engine.stats
         return engine
 

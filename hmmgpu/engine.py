@@ -32,14 +32,20 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
 from .backends import FilterBackend
 from .errors import HmmgpuError
-from .forward_stage import ForwardStage
+from .forward_stage import PIPELINE_CELLS_PER_SECOND, ForwardStage
 
 
+#: Where pyhmmer's stage runs (:class:`SearchEngine`).
+WorkerKind = Literal["auto", "threads", "processes"]
+#: ``workers="auto"`` takes processes when the search's estimated single-thread time is at
+#: least this many seconds per worker (starting a process costs about half a second).
+PROCESSES_MIN_SECONDS = 1.0
 #: Models between the reader and the caller at most (a bound on memory): per worker thread,
 #: and at least. Results leave in query order, so one slow model holds back every later
 #: one; the window must cover the models the other threads finish meanwhile (a model with
@@ -56,7 +62,7 @@ class Query:
     hmm: object  #: pyhmmer ``HMM``
     profile: object = None  #: hmmgpu :class:`~hmmgpu.profiles.ModelProfile` (filter backends)
     counts: object = None  #: the cascade's counters (filter backends)
-    states: dict = field(default_factory=dict)  #: finished task states by part number
+    results: dict = field(default_factory=dict)  #: finished tasks' results by part number
     n_tasks: int = 0
     seconds: dict = field(default_factory=dict)
 
@@ -141,17 +147,25 @@ class _Failed:
 class SearchEngine:
     """Searches a stream of models against one database on one backend.
 
-    ``SearchEngine(db, options, backend=..., ftz=False)``; :meth:`search` yields
-    :class:`SearchResult` in query order. ``ftz`` runs pyhmmer's stage in the hmmsearch
-    program's float mode (:mod:`hmmgpu.fpenv`).
+    ``SearchEngine(db, options, backend=..., ftz=False, cells=None, workers="auto")``;
+    :meth:`search` yields :class:`SearchResult` in query order. ``ftz`` runs pyhmmer's stage
+    in the hmmsearch program's float mode (:mod:`hmmgpu.fpenv`). ``workers``: where pyhmmer's
+    stage runs, in the worker threads themselves or in one process per thread
+    (:mod:`hmmgpu.forward_pool`); ``auto`` takes processes for a search whose estimated
+    work (``cells`` = sum of model lengths x residues) is worth their start-up.
     """
 
-    def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None):
+    def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None,
+                 cells: float | None = None, workers: WorkerKind = "auto"):
         self.db = db
         self.options = options
         self.backend = backend
         self.ftz = ftz
         self.threads = 0 if options.cpus == 0 else options.threads
+        if workers == "auto":
+            big = cells is not None and cells / PIPELINE_CELLS_PER_SECOND >= PROCESSES_MIN_SECONDS * self.threads
+            workers = "processes" if big and self.threads >= 2 else "threads"
+        self.workers = workers
         self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
         self.forward = ForwardStage(db, options, ftz=ftz)
         self.filtered = isinstance(backend, FilterBackend)
@@ -199,9 +213,9 @@ class SearchEngine:
         return self.forward.plan(query, result.survivors)
 
     def finish(self, query: Query) -> SearchResult:
-        """Merge the query's task states into one ``TopHits``."""
-        states = [query.states[k] for k in range(query.n_tasks)]
-        hits, pipeline = self.forward.merge(query, states, query.counts)
+        """Merge the query's task results into one ``TopHits``."""
+        results = [query.results[k] for k in range(query.n_tasks)]
+        hits, pipeline = self.forward.merge(query, results, query.counts)
         if pipeline is None:  # a whole-database pyhmmer run keeps its counters in the hits
             pipeline = hits.__getstate__()["pipeline"]
         with self._lock:
@@ -238,7 +252,7 @@ class SearchEngine:
                 t.append((time.perf_counter(), time.thread_time()))
                 query.n_tasks = len(tasks)
                 for task in tasks:
-                    query.states[task.part] = self.forward.run(task, alone=len(tasks) == 1)
+                    query.results[task.part] = self.forward.run(task, alone=len(tasks) == 1)
                 result = self.finish(query)
                 t.append((time.perf_counter(), time.thread_time()))
                 self.stats.prepare_seconds += t[1][0] - t[0][0]
@@ -340,7 +354,7 @@ class SearchEngine:
             except BaseException as error:  # noqa: BLE001
                 fail(error)
 
-        def worker():
+        def worker(stage):
             from .fpenv import set_flush_to_zero
 
             if self.ftz:
@@ -352,16 +366,16 @@ class SearchEngine:
                 if stop.is_set():
                     continue
                 try:
-                    t0, c0 = time.perf_counter(), time.thread_time()
+                    t0 = time.perf_counter()
                     query = task.query
-                    state = self.forward.run(task, alone=query.n_tasks == 1)
+                    outcome = stage.run(task, alone=query.n_tasks == 1)
                     with self._lock:
-                        query.states[task.part] = state
-                        complete = len(query.states) == query.n_tasks
+                        query.results[task.part] = outcome
+                        complete = len(query.results) == query.n_tasks
                     result = self.finish(query) if complete else None
                     with self._lock:
                         self.stats.forward_seconds += time.perf_counter() - t0
-                        self.stats.cpu_seconds["forward"] += time.thread_time() - c0
+                        self.stats.cpu_seconds["forward"] += outcome.cpu_seconds
                     if result is not None:
                         deliver(query.index, result)
                 except BaseException as error:  # noqa: BLE001
@@ -370,10 +384,17 @@ class SearchEngine:
         threads = [threading.Thread(target=prepare_loop, name="hmmgpu-prepare", daemon=True),
                    threading.Thread(target=submit_loop, name="hmmgpu-submit", daemon=True),
                    threading.Thread(target=finish_loop, name="hmmgpu-finish", daemon=True)]
-        threads += [threading.Thread(target=worker, name=f"hmmgpu-worker-{k}", daemon=True)
-                    for k in range(self.threads)]
+        pool = None
+        if self.workers == "processes":
+            from .forward_pool import ForwardProcesses
+
+            pool = ForwardProcesses(self.db, self.options, self.threads, ftz=self.ftz)
+        stages = pool.stages if pool is not None else [self.forward] * self.threads
+        threads += [threading.Thread(target=worker, args=(stage,), name=f"hmmgpu-worker-{k}", daemon=True)
+                    for k, stage in enumerate(stages)]
         for t in threads:
             t.start()
+        completed = False
         try:
             index = 0
             while True:
@@ -383,7 +404,8 @@ class SearchEngine:
                     if failure:
                         raise failure[0]
                     if index not in results:
-                        break  # every model delivered
+                        completed = True  # every model delivered
+                        break
                     value = results.pop(index)
                 if isinstance(value, _Failed):
                     raise value.error
@@ -392,7 +414,11 @@ class SearchEngine:
                 index += 1
         finally:
             stop.set()
+            if pool is not None and not completed:  # stop the processes mid-task: their threads return
+                pool.close(abort=True)
             for _ in range(self.threads):
                 work.put((np.iinfo(np.int64).max, 0, None))
             for t in threads[3:]:
                 t.join()
+            if pool is not None:
+                pool.close()

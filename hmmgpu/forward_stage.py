@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import struct
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +69,17 @@ class Task:
     filtered: bool  #: hmmgpu's filters ran first (F1 = F2 = 1 in pyhmmer)
     part: int = 0  #: this task's number among its query's tasks
     cost: float = 0.0  #: estimated seconds
+
+
+@dataclass
+class TaskResult:
+    """What a task gives back: its hits as ``TopHits.__getstate__()`` (plain data, so that it
+    can come back from another process), and whether they are already one serial run's
+    whole result (a query's only task, over every target from the first)."""
+
+    state: dict
+    whole: bool = False
+    cpu_seconds: float = 0.0  #: CPU time the task took (in whichever thread or process ran it)
 
 
 class SequenceCache:
@@ -201,9 +213,9 @@ class ForwardStage:
             pli = cache[filtered] = p7.Pipeline(self.sequences.alphabet, **kwargs)
         return pli
 
-    def run(self, task: Task, alone: bool = False):
-        """Run one task; returns its state dictionary, ready to merge (see :meth:`merge`), or,
-        for a query's only task over the whole database (``alone``), its final ``TopHits``."""
+    def run(self, task: Task, alone: bool = False) -> TaskResult:
+        """Run one task (``alone``: the query's only one); its result, ready to merge."""
+        start = time.thread_time()
         pli = self._pipeline(task.filtered)
         pli.clear()  # counters and random generator as in a new pipeline
         # a range of targets from the first one counts Z as a serial run does: nothing to fix
@@ -225,22 +237,25 @@ class ForwardStage:
             cause = error.__cause__ or error
             raise HmmgpuError(f"HMMER failed on model '{text(task.query.hmm.name)}': "
                               f"{' '.join(str(cause).split())}") from None
-        if alone and from_start:
-            return hits
         state = hits.__getstate__()
+        if alone and from_start:
+            return TaskResult(state, whole=True, cpu_seconds=time.thread_time() - start)
         if self.by_position and not from_start and len(hits):
             _drop_unkept(state, self.sequences, task.positions, self.options.E)
-        return state
+        return TaskResult(state, cpu_seconds=time.thread_time() - start)
 
     # ------------------------------------------------------------ merging
-    def merge(self, query, states: list, counts=None) -> tuple:
-        """One serial run's ``TopHits`` from the tasks' states (``counts``: hmmgpu's filter
+    def merge(self, query, results: list, counts=None) -> tuple:
+        """One serial run's ``TopHits`` from the tasks' results (``counts``: hmmgpu's filter
         counters), and its pipeline counters (None for a whole-database pyhmmer run, whose
         ``TopHits`` hold them)."""
         from pyhmmer.plan7 import TopHits
 
-        if len(states) == 1 and isinstance(states[0], TopHits):
-            return states[0], None  # a whole-database pyhmmer run: already a serial run's result
+        if len(results) == 1 and results[0].whole:  # already a serial run's result
+            hits = TopHits(query.hmm)
+            hits.__setstate__(results[0].state)
+            return hits, None
+        states = [r.state for r in results]
         first = states[0]["pipeline"]
         first["nseqs"] = self.db.n
         first["nres"] = self.db.total_residues
