@@ -1,11 +1,11 @@
 """Runs ``hmmgpu search`` several times in one process with different engine settings.
 
     python3 benchmarks/engine_probe.py HMMFILE SEQS [--cpu 16] [--backend cuda]
-        --config task=0.03,pipeline_task=0.25,workers=processes --config ...
+        --config task=0.1,pipeline_task=0.25 --config ...
 
 Each ``--config`` sets, for one run, the forward stage's task sizes (seconds of estimated
-work per task on the survivors route and on pyhmmer's route), where pyhmmer's stage runs
-(``workers=threads`` or ``processes``) and the interpreter's thread switch interval, then runs the command line in this process and prints the wall time and
+work per task on the survivors route and on pyhmmer's route) and the interpreter's thread
+switch interval, then runs the command line in this process and prints the wall time and
 the engine's statistics (busy and CPU time of each stage). The first run pays the start-up
 (GPU context, kernels from the cache); later runs reuse them. Used to choose the defaults.
 """
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="profile the CPU time of the prepare, submit, finish and output stages (last run)")
     opts = ap.parse_args()
-    from hmmgpu import cli, engine, forward_stage
+    from hmmgpu import cli, forward_stage
 
     profiles = _install_profiles() if opts.profile else {}
 
@@ -42,8 +42,6 @@ def main() -> None:
         if "pipeline_task" in settings and hasattr(forward_stage, "PIPELINE_TASK_SECONDS"):
             forward_stage.PIPELINE_TASK_SECONDS = float(settings["pipeline_task"])
         sys.setswitchinterval(float(settings.get("switch", 0.005)))
-        if "workers" in settings:  # threads: never processes; processes: always
-            engine.PROCESSES_MIN_SECONDS = {"threads": float("inf"), "processes": 0.0}[settings["workers"]]
         t0 = time.perf_counter()
         rc = cli.main(["search", "--cpu", opts.cpu, "--backend", opts.backend, "-o", "/dev/null",
                        "--tblout", "/dev/null", opts.hmmfile, opts.seqs])

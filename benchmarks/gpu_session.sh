@@ -60,8 +60,8 @@ open("/tmp/pfam600.hmm", "wb").write(gzip.open(".bench/data/pfam_db/pfam35_sampl
 open("/tmp/proteins.fa", "wb").write(gzip.open(".bench/data/seqs/public_proteins.fa.gz", "rb").read())
 EOF
       P="python3 benchmarks/engine_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --cpu $T"
-      timeout 300 $P --backend cuda ${PROBE_CUDA:---config task=0.03 --config task=0.03,workers=processes --config task=0.03,workers=threads --config task=0.1,workers=processes} 2>&1 | grep -v "^# hmmgpu 0"
-      timeout 200 $P --backend hmmer ${PROBE_HMMER:---config pipeline_task=0.25,workers=processes --config pipeline_task=0.25,workers=threads} 2>&1 | grep -v "^# hmmgpu 0"
+      timeout 300 $P --backend cuda ${PROBE_CUDA:---config task=0.1 --config task=0.1 --config task=0.2} 2>&1 | grep -v "^# hmmgpu 0"
+      timeout 200 $P --backend hmmer ${PROBE_HMMER:---config pipeline_task=0.25 --config pipeline_task=0.5} 2>&1 | grep -v "^# hmmgpu 0"
       log pyhmmer baseline
       python3 - /tmp/pfam600.hmm /tmp/proteins.fa "$T" <<'EOF'
 import sys, time, pyhmmer

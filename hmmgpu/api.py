@@ -72,7 +72,6 @@ class Pipeline:
         self.ftz = ftz
         self.db = open_sequences(sequences)
         check_target_lengths(self.db)
-        self.cells = cells
         self.backend = select_backend(self.options, self.db, cells=cells)
         self.notice = self.backend.description
         self._filters = None
@@ -82,7 +81,7 @@ class Pipeline:
     def _engine(self):
         from .engine import SearchEngine
 
-        engine = SearchEngine(self.db, self.options, self.backend, ftz=self.ftz, cells=self.cells)
+        engine = SearchEngine(self.db, self.options, self.backend, ftz=self.ftz)
         self.stats = engine.stats
         return engine
 
@@ -104,19 +103,17 @@ class Pipeline:
         inside a pyhmmer workflow with the results of a full run. Runs hmmgpu's filters on the
         GPU, or on the CPU where this pipeline's backend is pyhmmer's.
         """
-        from .backends import FilterBackend, NumbaBackend
+        from .backends import CascadeBackend, NumbaBackend
+        from .cascade import StageCounts
         from .checks import check_model
-        from .profiles import ModelProfile
 
         check_model(hmm, self.options)
         filters = self.backend
-        if not isinstance(filters, FilterBackend):
+        if not isinstance(filters, CascadeBackend):
             if self._filters is None:
                 self._filters = NumbaBackend(self.db, threads=self.options.cpus or None)
             filters = self._filters
-        from .cascade import StageCounts
-
-        result = filters.cascade(ModelProfile.from_hmm(hmm), self.options)
+        result = filters.submit(filters.prepare(hmm), self.options).result()
         self.counts = StageCounts(query=str(hmm.name), M=hmm.M, nseqs=self.db.n, nres=self.db.total_residues,
                                   n_past_msv=result.n_past_msv, n_past_bias=result.n_past_bias,
                                   n_past_vit=result.n_past_vit, seconds=result.seconds)

@@ -144,7 +144,7 @@ def run_audit(hmmfile, seqdb, options, show=5, console=None) -> bool:
     console = console or Console()
     db = open_sequences(seqdb)
     check_target_lengths(db)
-    backend = select_backend(options, db)
+    backend = select_backend(options, db, gpu_process=False)
     ok = True
     try:
         for hmm in iter_hmms(hmmfile):

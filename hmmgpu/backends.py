@@ -2,16 +2,23 @@
 
 * :class:`HmmerBackend`: no hmmgpu filters at all; pyhmmer's own pipeline runs every stage
   (the exact CPU route, parallel over queries and target ranges by the engine).
-* :class:`FilterBackend` (abstract): hmmgpu runs MSV, the bias filter and the Viterbi filter
-  itself and hands the survivors to pyhmmer's Forward stage. Each stage method returns its
-  own result object (:mod:`hmmgpu.cascade`); :meth:`FilterBackend.cascade` runs the whole
-  cascade for one model.
+* :class:`CascadeBackend` (abstract): hmmgpu runs MSV, the bias filter and the Viterbi filter
+  itself and hands the survivors to pyhmmer's Forward stage. The engine gives it each model
+  (:meth:`~CascadeBackend.prepare`, then :meth:`~CascadeBackend.submit`) and later takes
+  the result from the returned ticket.
 
-  - :class:`NumbaBackend`: hmmgpu's exact CPU filters (numba, parallel over targets).
-  - :class:`CudaBackend`: the GPU kernels over a database resident on one device; its
-    cascade runs on the GPU end to end (:mod:`hmmgpu.kernels.cascade`).
+  - :class:`FilterBackend` (abstract): the cascade in this process, with a method per stage
+    that returns the stage's own result object (:mod:`hmmgpu.cascade`; the audit and the
+    tests use them).
 
-The engine chooses what to do by type (``isinstance(backend, FilterBackend)``);
+    * :class:`NumbaBackend`: hmmgpu's exact CPU filters (numba, parallel over targets).
+    * :class:`CudaBackend`: the GPU kernels over a database resident on one device; its
+      cascade runs on the GPU end to end (:mod:`hmmgpu.kernels.cascade`).
+
+  - :class:`~hmmgpu.gpu_process.CudaProcessBackend`: a :class:`CudaBackend` in a child
+    process, what searches use (its interpreter work then has a GIL of its own).
+
+The engine chooses what to do by type (``isinstance(backend, CascadeBackend)``);
 :func:`select_backend` turns ``SearchOptions.backend`` into one of them, estimating for
 ``auto`` whether the work is large enough to pay for starting the GPU.
 """
@@ -66,11 +73,35 @@ class HmmerBackend(Backend):
         self.description = "backend hmmer (pyhmmer on the CPU)"
 
 
-class FilterBackend(Backend):
-    """hmmgpu's own filter stages (MSV, bias, Viterbi filter) over one database."""
+class CascadeBackend(Backend):
+    """hmmgpu's own filter cascade over one database, model after model."""
 
     def __init__(self, db):
         self.db = db
+
+    @abstractmethod
+    def prepare(self, hmm, mmu: float | None = None):
+        """What :meth:`submit` takes for this model (``mmu``: its MSV location parameter, when
+        the caller read it from the file)."""
+
+    @abstractmethod
+    def submit(self, model, options):
+        """Start the cascade of one model; the returned ticket's ``result()`` gives its
+        :class:`~hmmgpu.cascade.CascadeResult`."""
+
+    def gpu_seconds(self) -> float:
+        """Kernel time spent on the GPU so far."""
+        return 0.0
+
+
+class FilterBackend(CascadeBackend):
+    """hmmgpu's own filter stages (MSV, bias, Viterbi filter) in this process."""
+
+    def prepare(self, hmm, mmu: float | None = None):
+        """The model's quantized filter tables (:class:`~hmmgpu.profiles.ModelProfile`)."""
+        from .profiles import ModelProfile
+
+        return ModelProfile.from_hmm(hmm, mmu=mmu)
 
     @abstractmethod
     def msv(self, profile, thresholds=None) -> "MsvResult":
@@ -92,16 +123,9 @@ class FilterBackend(Backend):
         return run_cascade(self, profile, options, self.db)
 
     def submit(self, profile, options):
-        """Start the cascade of one model; the returned ticket's ``result()`` gives it.
-
-        Here it runs at once; the CUDA backend queues the model on the GPU and returns.
-        """
+        """Start the cascade of one model (here it runs at once; the CUDA backend queues it
+        on the GPU and returns)."""
         return _Finished(self.cascade(profile, options))
-
-    def gpu_seconds(self) -> float:
-        """Kernel time spent on the GPU so far."""
-        return 0.0
-
 
 
 class _Finished:
@@ -109,9 +133,6 @@ class _Finished:
 
     def __init__(self, result):
         self._result = result
-
-    def ready(self) -> bool:
-        return True
 
     def result(self):
         return self._result
@@ -213,30 +234,44 @@ def cuda_available(device: int = 0) -> bool:
     return probe(device)
 
 
-def select_backend(options, db, cells: float | None = None) -> Backend:
+def select_backend(options, db, cells: float | None = None, gpu_process: bool = True) -> Backend:
     """The backend ``options.backend`` names, over ``db``.
 
     ``auto`` takes the GPU only when the estimated CPU time of the work (``cells`` = sum of
     model lengths x residues, when known) is well above what starting the GPU costs, and a
     GPU is present; otherwise pyhmmer's pipeline, which is the fastest exact CPU route.
-    Nothing of numba or CUDA is imported on a route that does not need it.
+    Nothing of numba or CUDA is imported on a route that does not need it. The GPU runs in
+    a child process (:mod:`hmmgpu.gpu_process`) unless ``gpu_process`` is False (the audit,
+    which calls the stages one by one).
     """
     name = options.backend
     if name == "auto":
         threads = options.threads
         worth = cells is None or cells / (CPU_CELLS_PER_SECOND * threads) > 2 * GPU_START_SECONDS
+        reason = "the work is too small to pay for the GPU"
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and cuda_available(options.device):
-            name = "cuda"
-        else:
-            backend = HmmerBackend(db)
-            backend.description = ("backend hmmer (pyhmmer on the CPU): " +
-                                   ("no CUDA GPU found" if worth else "the work is too small to pay for the GPU"))
-            return backend
+            try:
+                return _cuda(options, db, gpu_process)
+            except HmmgpuError as error:  # present but unusable (busy, out of memory, ...)
+                reason = f"the GPU could not be used: {error}"
+        elif worth:
+            reason = "no CUDA GPU found"
+        backend = HmmerBackend(db)
+        backend.description = f"backend hmmer (pyhmmer on the CPU): {reason}"
+        return backend
     if name == "cuda":
         if not cuda_available(options.device):
             raise HmmgpuError(f"--backend cuda: no usable CUDA GPU with id {options.device} "
                               "(try --backend hmmer or numba)")
-        return CudaBackend(db, lanes=options.lanes, device=options.device)
+        return _cuda(options, db, gpu_process)
     if name == "numba":
         return NumbaBackend(db, threads=options.cpus)
     return HmmerBackend(db)
+
+
+def _cuda(options, db, gpu_process: bool) -> CascadeBackend:
+    if gpu_process:
+        from .gpu_process import CudaProcessBackend
+
+        return CudaProcessBackend(db, lanes=options.lanes, device=options.device)
+    return CudaBackend(db, lanes=options.lanes, device=options.device)

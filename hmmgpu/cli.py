@@ -250,7 +250,7 @@ def cmd_search(args) -> int:
             if db.looks_like_nucleotide():
                 print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
                       "(as hmmsearch would)", file=sys.stderr)
-            engine = SearchEngine(db, options, backend, ftz=True, cells=cells)
+            engine = SearchEngine(db, options, backend, ftz=True)
             watch = Stopwatch().start()
             for result in engine.search(read_models(args.hmmfile)):
                 outputs.query(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm)

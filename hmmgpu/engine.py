@@ -32,20 +32,14 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
-from .backends import FilterBackend
+from .backends import CascadeBackend
 from .errors import HmmgpuError
-from .forward_stage import PIPELINE_CELLS_PER_SECOND, ForwardStage
+from .forward_stage import ForwardStage
 
 
-#: Where pyhmmer's stage runs (:class:`SearchEngine`).
-WorkerKind = Literal["auto", "threads", "processes"]
-#: ``workers="auto"`` takes processes when the search's estimated single-thread time is at
-#: least this many seconds per worker (starting a process costs about half a second).
-PROCESSES_MIN_SECONDS = 1.0
 #: Models between the reader and the caller at most (a bound on memory): per worker thread,
 #: and at least. Results leave in query order, so one slow model holds back every later
 #: one; the window must cover the models the other threads finish meanwhile (a model with
@@ -60,7 +54,7 @@ class Query:
 
     index: int  #: position in the input (0-based)
     hmm: object  #: pyhmmer ``HMM``
-    profile: object = None  #: hmmgpu :class:`~hmmgpu.profiles.ModelProfile` (filter backends)
+    profile: object = None  #: what the cascade backend takes (``backend.prepare``), if any
     counts: object = None  #: the cascade's counters (filter backends)
     results: dict = field(default_factory=dict)  #: finished tasks' results by part number
     n_tasks: int = 0
@@ -147,57 +141,34 @@ class _Failed:
 class SearchEngine:
     """Searches a stream of models against one database on one backend.
 
-    ``SearchEngine(db, options, backend=..., ftz=False, cells=None, workers="auto")``;
-    :meth:`search` yields :class:`SearchResult` in query order. ``ftz`` runs pyhmmer's stage
-    in the hmmsearch program's float mode (:mod:`hmmgpu.fpenv`). ``workers``: where pyhmmer's
-    stage runs, in the worker threads themselves or in one process per thread
-    (:mod:`hmmgpu.forward_pool`); ``auto`` takes processes for a search whose estimated
-    work (``cells`` = sum of model lengths x residues) is worth their start-up.
+    ``SearchEngine(db, options, backend=..., ftz=False)``; :meth:`search` yields
+    :class:`SearchResult` in query order. ``ftz`` runs pyhmmer's stage in the hmmsearch
+    program's float mode (:mod:`hmmgpu.fpenv`).
     """
 
-    def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None,
-                 cells: float | None = None, workers: WorkerKind = "auto"):
+    def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None):
         self.db = db
         self.options = options
         self.backend = backend
         self.ftz = ftz
         self.threads = 0 if options.cpus == 0 else options.threads
-        if workers == "auto":
-            big = cells is not None and cells / PIPELINE_CELLS_PER_SECOND >= PROCESSES_MIN_SECONDS * self.threads
-            workers = "processes" if big and self.threads >= 2 else "threads"
-        self.workers = workers
         self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
         self.forward = ForwardStage(db, options, ftz=ftz)
-        self.filtered = isinstance(backend, FilterBackend)
+        self.filtered = isinstance(backend, CascadeBackend)
         self.stats = EngineStats(threads=max(1, self.threads))
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ the stages, per query
     def prepare(self, index: int, item) -> Query:
-        """Check a model and build its profiles (pyhmmer's, and hmmgpu's on filter backends)."""
-        import pyhmmer.plan7 as p7
-
+        """Check a model and, on a cascade backend, prepare it for the backend (hmmgpu's tables)."""
         from .checks import check_model
 
         hmm = getattr(item, "hmm", item)
         check_model(hmm, self.options)
         query = Query(index=index, hmm=hmm)
         if self.filtered:
-            from .profiles import ModelProfile
-
-            gm = p7.Profile(hmm.M, hmm.alphabet)
-            gm.configure(hmm, self._background(), 100)
-            query.profile = ModelProfile.from_profile(hmm, gm, mmu=getattr(item, "mmu", None))
+            query.profile = self.backend.prepare(hmm, getattr(item, "mmu", None))
         return query
-
-    def _background(self):
-        bg = getattr(self, "_bg", None)
-        if bg is None:
-            import pyhmmer.plan7 as p7
-            from pyhmmer.easel import Alphabet
-
-            bg = self._bg = p7.Background(Alphabet.amino())
-        return bg
 
     def submit(self, query: Query):
         """Start ``query``'s filter cascade (filter backends); None on the pyhmmer route."""
@@ -354,7 +325,7 @@ class SearchEngine:
             except BaseException as error:  # noqa: BLE001
                 fail(error)
 
-        def worker(stage):
+        def worker():
             from .fpenv import set_flush_to_zero
 
             if self.ftz:
@@ -368,7 +339,7 @@ class SearchEngine:
                 try:
                     t0 = time.perf_counter()
                     query = task.query
-                    outcome = stage.run(task, alone=query.n_tasks == 1)
+                    outcome = self.forward.run(task, alone=query.n_tasks == 1)
                     with self._lock:
                         query.results[task.part] = outcome
                         complete = len(query.results) == query.n_tasks
@@ -384,17 +355,10 @@ class SearchEngine:
         threads = [threading.Thread(target=prepare_loop, name="hmmgpu-prepare", daemon=True),
                    threading.Thread(target=submit_loop, name="hmmgpu-submit", daemon=True),
                    threading.Thread(target=finish_loop, name="hmmgpu-finish", daemon=True)]
-        pool = None
-        if self.workers == "processes":
-            from .forward_pool import ForwardProcesses
-
-            pool = ForwardProcesses(self.db, self.options, self.threads, ftz=self.ftz)
-        stages = pool.stages if pool is not None else [self.forward] * self.threads
-        threads += [threading.Thread(target=worker, args=(stage,), name=f"hmmgpu-worker-{k}", daemon=True)
-                    for k, stage in enumerate(stages)]
+        threads += [threading.Thread(target=worker, name=f"hmmgpu-worker-{k}", daemon=True)
+                    for k in range(self.threads)]
         for t in threads:
             t.start()
-        completed = False
         try:
             index = 0
             while True:
@@ -404,8 +368,7 @@ class SearchEngine:
                     if failure:
                         raise failure[0]
                     if index not in results:
-                        completed = True  # every model delivered
-                        break
+                        break  # every model delivered
                     value = results.pop(index)
                 if isinstance(value, _Failed):
                     raise value.error
@@ -414,11 +377,7 @@ class SearchEngine:
                 index += 1
         finally:
             stop.set()
-            if pool is not None and not completed:  # stop the processes mid-task: their threads return
-                pool.close(abort=True)
             for _ in range(self.threads):
                 work.put((np.iinfo(np.int64).max, 0, None))
             for t in threads[3:]:
                 t.join()
-            if pool is not None:
-                pool.close()

@@ -335,6 +335,61 @@ def simulator_cascade_host_checks():
     hmm, prof, db = vit_case(24, 11, 3, 12, long_cases=True)
     return [(options, check_cascade(hmm, db, **options)) for options in (dict(), dict(F2=1.0))]
 
+def simulator_gpu_process_checks():
+    """The search engine's CUDA backend: the cascade in a child process (under the simulator
+    too, inherited through the environment), several models in flight, results in order;
+    tables and counters equal pyhmmer's."""
+    import io
+
+    import pyhmmer
+
+    from hmmgpu.engine import SearchEngine
+    from hmmgpu.errors import HmmgpuError
+    from hmmgpu.gpu_process import CudaProcessBackend
+    from hmmgpu.options import SearchOptions
+
+    cases = [vit_case(M, seed, 3, 12, long_cases=False) for M, seed in ((24, 11), (40, 3), (17, 5))]
+    hmms = [c[0] for c in cases]
+    db = cases[0][2]
+    opts = SearchOptions(backend="cuda", cpus=2, E=100.0)
+    backend = CudaProcessBackend(db)
+    try:
+        backend.prepare_for([h.M for h in hmms])
+        results = list(SearchEngine(db, opts, backend).search(hmms * 3))
+        details = backend.details()
+    finally:
+        backend.close()
+    if not details.get("kernel_ms"):
+        raise AssertionError(f"no statistics from the GPU process: {details}")
+    out = []
+    for result, hmm in zip(results, hmms * 3):
+        ref = pyhmmer.plan7.Pipeline(hmm.alphabet, **opts.pipeline_kwargs()).search_hmm(hmm, db.block())
+        rows = []
+        for hits in (result.hits, ref):
+            buf = io.BytesIO()
+            hits.write(buf, format="targets", header=False)
+            rows.append(buf.getvalue())
+        if rows[0] != rows[1] or result.hmm is not hmm:
+            raise AssertionError(f"model {result.index}: tables differ")
+        mine, theirs = result.hits.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
+        for name in ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd"):
+            if mine[name] != theirs[name]:
+                raise AssertionError(f"{name}: {mine[name]} vs pyhmmer {theirs[name]}")
+        out.append((result.index, str(hmm.name), len(ref)))
+    # a child that dies is reported as one line, not a hang
+    backend = CudaProcessBackend(db)
+    backend._process.kill()
+    try:
+        backend.submit(backend.prepare(hmms[0]), opts).result()
+        raise AssertionError("a dead GPU process went unnoticed")
+    except HmmgpuError as error:
+        if "the GPU process stopped" not in str(error):
+            raise
+    finally:
+        backend.close()
+    return out
+
+
 if __name__ == "__main__":
     import sys
     import time

@@ -74,6 +74,12 @@ def test_gpu_cascade_equals_pyhmmer_under_simulator(tmp_path):
     assert out.count("gpu_bias_scores") == 5
 
 
+def test_gpu_process_backend_under_simulator(tmp_path):
+    """The engine's CUDA backend in its child process: nine models in flight, tables equal."""
+    out = _simulate("simulator_gpu_process_checks", tmp_path)
+    assert len([line for line in out.splitlines() if line[:1].isdigit()]) == 9
+
+
 def test_gpu_cascade_host_part_under_simulator(tmp_path):
     """Every bias score and Viterbi filter left to the host (HMMER's own functions): same search."""
     out = _simulate("simulator_cascade_host_checks", tmp_path)

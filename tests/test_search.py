@@ -72,57 +72,6 @@ def test_tables_equal_hmmsearch(tmp_path, monkeypatch, label, hmmfile, args, bac
     assert len(_rows(ref["tblout"])) > 0 or label == "cut_ga"
 
 
-@pytest.mark.skipif(HMMSEARCH is None, reason="hmmsearch (pip package 'hmmer', in the test extra) not installed")
-@pytest.mark.parametrize("backend", ["numba", "hmmer"])
-@pytest.mark.parametrize("label,hmmfile,args", [OPTION_SETS[i] for i in (0, 2, 5)], ids=["defaults", "strict_E", "fixed_Z"])
-def test_worker_processes_give_hmmsearch_tables(tmp_path, monkeypatch, label, hmmfile, args, backend):
-    """pyhmmer's stage in worker processes (what a large search uses), in many small tasks."""
-    from hmmgpu import engine, forward_stage
-
-    monkeypatch.setattr(forward_stage, "TASK_SECONDS", 1e-4)
-    monkeypatch.setattr(forward_stage, "PIPELINE_TASK_SECONDS", 1e-4)
-    monkeypatch.setattr(engine, "PROCESSES_MIN_SECONDS", 0.0)
-    chosen = []
-    real_init = engine.SearchEngine.__init__
-
-    def spy(self, *a, **k):
-        real_init(self, *a, **k)
-        chosen.append(self.workers)
-
-    monkeypatch.setattr(engine.SearchEngine, "__init__", spy)
-    ref = _hmmsearch(tmp_path, SAMPLES / hmmfile, args)
-    ours = _hmmgpu(tmp_path, SAMPLES / hmmfile, args + ["--cpu", "2"], backend=backend)
-    assert chosen == ["processes"]
-    for kind in ref:
-        assert _rows(ours[kind]) == _rows(ref[kind]), kind
-    assert len(_rows(ref["tblout"])) > 0
-
-
-def test_worker_process_errors_are_one_line():
-    """A failure inside a worker process, or its death, comes back as a one-line error."""
-    from hmmgpu.errors import HmmgpuError
-    from hmmgpu.forward_pool import ForwardProcesses
-    from hmmgpu.forward_stage import ForwardStage
-    from hmmgpu.options import SearchOptions
-
-    db = SequenceDB.from_fasta(PROTEOME)
-    with HMMFile(SAMPLES / "PF02826.hmm") as f:
-        hmm = f.read()
-    options = SearchOptions(backend="hmmer", cpus=1)
-    query = type("Query", (), {"hmm": hmm})()
-    task = ForwardStage(db, options).plan(query)[0]
-    with ForwardProcesses(db, options, 1) as pool:
-        stage = pool.stages[0]
-        assert len(stage.run(task, alone=True).state["unsrt"]) > 0  # it works
-        task.positions, task.filtered = np.array([db.n + 5], np.int64), True  # a target that does not exist
-        with pytest.raises(HmmgpuError, match=r"^IndexError: [^\n]*$"):
-            stage.run(task)
-        stage.process.kill()
-        stage.process.wait()
-        with pytest.raises(HmmgpuError, match="^a worker process of the Forward stage stopped"):
-            stage.run(task)
-
-
 def test_made_database_gives_same_tables(tmp_path):
     assert main(["makedb", str(PROTEOME), str(tmp_path / "db")]) == 0
     a = _hmmgpu(tmp_path, SAMPLES / "PF02826.hmm", [], db=tmp_path / "db")

@@ -11,6 +11,9 @@ Import-light: importing this package needs neither a GPU nor numba's CUDA target
 """
 from __future__ import annotations
 
+import ctypes
+import os
+
 __all__ = ["cuda_available", "simulator_enabled", "device_description"]
 
 
@@ -24,20 +27,19 @@ def simulator_enabled() -> bool:
 
 
 def cuda_available(device: int = 0) -> bool:
-    """A usable CUDA GPU with this id (always True under the simulator)."""
-    try:
-        from numba import cuda
-    except Exception:  # noqa: BLE001 - a broken CUDA installation means no GPU
-        return False
-    if simulator_enabled():
+    """A CUDA GPU with this id is present (always True under the simulator).
+
+    Asks the driver directly (``cuInit``, ``cuDeviceGetCount``): no numba import and no CUDA
+    context in this process, which may never use the GPU itself (searches run it in a child
+    process, :mod:`hmmgpu.gpu_process`).
+    """
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         return True
     try:
-        if not cuda.is_available() or device >= len(cuda.gpus):
-            return False
-        with cuda.gpus[device]:
-            cuda.current_context()
-        return True
-    except Exception:  # noqa: BLE001
+        driver = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        return driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0 and 0 <= device < count.value
+    except (OSError, AttributeError):
         return False
 
 

@@ -1,0 +1,310 @@
+"""The GPU filter cascade in a process of its own: the search engine's CUDA backend.
+
+Why a process
+-------------
+Per model, the host's side of the GPU cascade is interpreter work: building the quantized
+tables from the model, staging them, launching three kernels and finishing their results
+(about 5 ms of CPU per Pfam model). In the engine's process that work shares one GIL
+with the sixteen threads that hand tasks to pyhmmer's Forward stage, and each side keeps
+the other waiting: measured on the 16-core GPU machine with 600 Pfam models, the filter
+threads were busy three times as long as their CPU time, and the GPU side, not the CPU
+or the GPU, set the pace of the search. Here it runs in a child process with its own GIL;
+the engine's process sends each model (about 30 KB pickled) and receives its survivors.
+One process per GPU is also how several GPUs will share a search: each child owns one
+device id.
+
+Protocol
+--------
+The child is a fresh interpreter (``python -m hmmgpu.gpu_process FD``) on one end of a
+socket pair; it inherits standard error (compile notices). The parent sends, in order:
+``("init", database path, lanes, device, max_bytes)``, then any number of
+``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and
+finally ``None``. The child answers ``("ready", description, lanes)`` or ``("error",
+message)`` to the first, and in the order of the requests: ``("done", CascadeResult)`` or
+``("error", message)`` for each model, ``("compiled", n)`` and ``("stats", details, GPU
+seconds)``. Models are queued on the GPU as they arrive, up to the cascade's ring of
+:data:`~hmmgpu.kernels.cascade.SLOTS`; a result goes back as soon as it is finished.
+
+The database is shared by mapping, never pickled: a database made by ``hmmgpu makedb`` is
+mapped as it is; any other input is saved once in that format to a temporary directory (in
+``/dev/shm`` where it exists), removed when the backend closes.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from multiprocessing.connection import Connection
+
+from .backends import CascadeBackend
+from .errors import HmmgpuError
+
+
+def _serve(conn: Connection) -> None:
+    """The child: set up the GPU backend, then run models until None or EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes the socket
+    try:
+        _, path, lanes, device, max_bytes = conn.recv()
+    except (EOFError, OSError):
+        return
+    try:
+        import pyhmmer.plan7 as p7
+        from pyhmmer.easel import Alphabet
+
+        from .backends import CudaBackend
+        from .kernels.cascade import SLOTS
+        from .profiles import ModelProfile
+        from .seqdb import SequenceDB
+
+        backend = CudaBackend(SequenceDB.load(path), lanes=lanes, device=device, max_bytes=max_bytes)
+        background = p7.Background(Alphabet.amino())
+    except HmmgpuError as error:
+        conn.send(("error", str(error)))
+        return
+    except Exception as error:  # noqa: BLE001 - one line in the parent
+        conn.send(("error", _one_line(error)))
+        return
+    conn.send(("ready", backend.description, backend.lanes))
+    pending: collections.deque = collections.deque()  # ("model", ticket) or ("error", message)
+    try:
+        while True:
+            # take requests while the GPU has room (or must, with nothing in flight) ...
+            while not pending or (len(pending) < SLOTS and conn.poll(0)):
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    return
+                if message is None:
+                    _drain(conn, pending)
+                    return
+                kind = message[0]
+                if kind == "model":
+                    _, hmm, mmu, options = message
+                    try:
+                        gm = p7.Profile(hmm.M, hmm.alphabet)
+                        gm.configure(hmm, background, 100)
+                        pending.append(("model", backend.submit(ModelProfile.from_profile(hmm, gm, mmu), options)))
+                    except Exception as error:  # noqa: BLE001
+                        pending.append(("error", _one_line(error)))
+                elif kind == "compile":
+                    _drain(conn, pending)
+                    conn.send(("compiled", backend.prepare_for(message[1])))
+                elif kind == "stats":
+                    _drain(conn, pending)
+                    conn.send(("stats", backend.details(), backend.gpu_seconds()))
+            # ... then finish the oldest model and send its result
+            _send_oldest(conn, pending)
+    finally:
+        backend.close()
+
+
+def _send_oldest(conn: Connection, pending: collections.deque) -> None:
+    kind, value = pending.popleft()
+    if kind == "error":
+        conn.send(("error", value))
+        return
+    try:
+        conn.send(("done", value.result()))
+    except Exception as error:  # noqa: BLE001
+        conn.send(("error", _one_line(error)))
+
+
+def _drain(conn: Connection, pending: collections.deque) -> None:
+    while pending:
+        _send_oldest(conn, pending)
+
+
+def _one_line(error: BaseException) -> str:
+    return str(error) if isinstance(error, HmmgpuError) else f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+class _Model:
+    """A model on its way to the child: the pyhmmer HMM and its MSV location parameter."""
+
+    def __init__(self, hmm, mmu):
+        self.hmm = hmm
+        self.mmu = mmu
+
+
+class _Ticket:
+    """One model sent to the child; :meth:`result` waits for its answer (results arrive in order)."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._done = False
+        self._value = None
+
+    def result(self):
+        self._backend._wait_for(self)
+        if isinstance(self._value, HmmgpuError):
+            raise self._value
+        return self._value
+
+
+class CudaProcessBackend(CascadeBackend):
+    """The GPU cascade (:class:`~hmmgpu.backends.CudaBackend`) in a child process, on one
+    device (explicit id). Use from one submitting and one waiting thread at most."""
+
+    def __init__(self, db, *, lanes: str = "auto", device: int = 0, max_bytes: int | None = None):
+        super().__init__(db)
+        self._tmpdir = None
+        self._process = None
+        self._conn = None
+        self._unanswered: collections.deque = collections.deque()
+        self._receive_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._stats = ({}, 0.0)
+        self._answers: dict = {}  # answers to requests, received while waiting for a model
+        try:
+            path = self._shared_path(db)
+            ours, theirs = socket.socketpair()
+            package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+            self._process = subprocess.Popen([sys.executable, "-m", "hmmgpu.gpu_process", str(theirs.fileno())],
+                                             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
+            theirs.close()
+            self._conn = Connection(ours.detach())
+            self._conn.send(("init", path, lanes, device, max_bytes))
+            reply = self._receive()
+            if reply[0] == "error":
+                raise HmmgpuError(reply[1])
+            _, self.description, self.lanes = reply
+        except OSError as error:
+            self.close()
+            raise HmmgpuError(f"cannot start the GPU process: {error.strerror or error}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _new_tmpdir() -> str:
+        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        return tempfile.mkdtemp(prefix="hmmgpu-db-", dir=base)
+
+    def _shared_path(self, db) -> str:
+        """A database directory the child can map: ``db``'s own, or a temporary copy."""
+        from .seqdb import is_database_dir
+
+        if is_database_dir(db.source):
+            return db.source
+        self._tmpdir = self._new_tmpdir()
+        path = os.path.join(self._tmpdir, "db")
+        db.save(path)
+        return path
+
+    # ------------------------------------------------------------ the protocol
+    def _send(self, message) -> None:
+        try:
+            with self._send_lock:
+                self._conn.send(message)
+        except OSError:
+            raise self._stopped() from None
+
+    def _receive(self):
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            raise self._stopped() from None
+
+    def _stopped(self) -> HmmgpuError:
+        code = self._process.poll() if self._process is not None else None
+        return HmmgpuError(f"the GPU process stopped (exit code {code})")
+
+    def _answer_next(self, reply) -> None:
+        """Give ``reply`` to the oldest unanswered model."""
+        ticket = self._unanswered.popleft()
+        ticket._value = reply[1] if reply[0] == "done" else HmmgpuError(reply[1])
+        ticket._done = True
+
+    def _wait_for(self, ticket: _Ticket) -> None:
+        with self._receive_lock:
+            while not ticket._done:
+                try:
+                    reply = self._receive()
+                except HmmgpuError as error:
+                    while self._unanswered:
+                        self._answer_next(("error", str(error)))
+                    raise
+                if reply[0] in ("compiled", "stats"):
+                    self._answers[reply[0]] = reply
+                else:
+                    self._answer_next(reply)
+
+    def _call(self, message, answer: str):
+        """Send a request and wait for its answer (answering the models sent before it)."""
+        self._send(message)
+        with self._receive_lock:
+            while True:
+                reply = self._answers.pop(answer, None) or self._receive()
+                if reply[0] == answer:
+                    return reply
+                if reply[0] == "error" and not self._unanswered:
+                    raise HmmgpuError(reply[1])
+                self._answer_next(reply)
+
+    # ------------------------------------------------------------ the backend
+    def prepare(self, hmm, mmu=None) -> _Model:
+        return _Model(hmm, mmu)
+
+    def prepare_for(self, lengths) -> None:
+        self._call(("compile", [int(m) for m in lengths]), "compiled")
+
+    def submit(self, model: _Model, options) -> _Ticket:
+        ticket = _Ticket(self)
+        with self._send_lock:
+            self._unanswered.append(ticket)
+            try:
+                self._conn.send(("model", model.hmm, model.mmu, options))
+            except OSError:
+                raise self._stopped() from None
+        return ticket
+
+    def _refresh_stats(self) -> None:
+        if self._conn is not None and self._process.poll() is None:
+            try:
+                _, details, gpu = self._call(("stats",), "stats")
+                self._stats = (details, gpu)
+            except HmmgpuError:
+                pass
+
+    def gpu_seconds(self) -> float:
+        self._refresh_stats()
+        return self._stats[1]
+
+    def details(self) -> dict:
+        self._refresh_stats()
+        return dict(self._stats[0])
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+
+__all__ = ["CudaProcessBackend"]
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))
