@@ -25,6 +25,7 @@ The engine chooses what to do by type (``isinstance(backend, CascadeBackend)``);
 from __future__ import annotations
 
 import os
+import stat
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
@@ -234,7 +235,60 @@ def cuda_available(device: int = 0) -> bool:
     return probe(device)
 
 
-def select_backend(options, db, cells: float | None = None, gpu_process: bool = True) -> Backend:
+def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> CascadeBackend | None:
+    """The GPU process started before the database is read (it reads the file itself, so
+    both start-ups overlap), when ``select_backend`` will surely take the GPU: ``--backend
+    cuda``, or ``auto`` on a GPU machine with work well above the threshold by an estimate
+    of the residues from the file (a made database records them; a FASTA file has about
+    one per byte, a gzip file at least two). None otherwise; the caller passes the result to
+    :func:`select_backend` as ``started``."""
+    if source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not _rereadable(source):
+        return None
+    if options.backend == "auto":
+        residues = _residues_estimate(source)
+        if (os.environ.get("HMMGPU_NO_GPU") is not None or residues is None or
+                float(sum(model_lengths)) * residues / (CPU_CELLS_PER_SECOND * options.threads)
+                <= 2 * GPU_START_SECONDS * EARLY_START_MARGIN):
+            return None
+    if not cuda_available(options.device):
+        return None
+    from .gpu_process import CudaProcessBackend
+
+    return CudaProcessBackend(source=(source, fmt), lanes=options.lanes, device=options.device)
+
+
+#: ``auto`` starts the GPU early only when the estimated work is this many times its threshold.
+EARLY_START_MARGIN = 4.0
+
+
+def _rereadable(source: str) -> bool:
+    """A made database or a regular file (not a pipe, a terminal or /dev/stdin): a second
+    reader gets the same bytes."""
+    try:
+        return os.path.isdir(source) or stat.S_ISREG(os.stat(source).st_mode)
+    except OSError:
+        return False
+
+
+def _residues_estimate(source: str) -> float | None:
+    import json
+
+    from .seqdb import META_FILE, is_database_dir
+
+    try:
+        if is_database_dir(source):
+            with open(os.path.join(source, META_FILE)) as fh:
+                return float(json.load(fh)["total_residues"])
+        size = os.path.getsize(source)
+        with open(source, "rb") as fh:
+            gzipped = fh.read(2) == b"\x1f\x8b"
+        return 2.0 * size if gzipped else 0.5 * size
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def select_backend(options, db, cells: float | None = None, gpu_process: bool = True,
+                   started: CascadeBackend | None = None) -> Backend:
     """The backend ``options.backend`` names, over ``db``.
 
     ``auto`` takes the GPU only when the estimated CPU time of the work (``cells`` = sum of
@@ -242,8 +296,21 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     GPU is present; otherwise pyhmmer's pipeline, which is the fastest exact CPU route.
     Nothing of numba or CUDA is imported on a route that does not need it. The GPU runs in
     a child process (:mod:`hmmgpu.gpu_process`) unless ``gpu_process`` is False (the audit,
-    which calls the stages one by one).
+    which calls the stages one by one); ``started``: one already started by
+    :func:`start_gpu_early`, used if the GPU is chosen and closed otherwise.
     """
+    try:
+        backend = _select(options, db, cells, gpu_process, started)
+    except BaseException:
+        if started is not None:
+            started.close()
+        raise
+    if started is not None and backend is not started:
+        started.close()
+    return backend
+
+
+def _select(options, db, cells, gpu_process, started) -> Backend:
     name = options.backend
     if name == "auto":
         threads = options.threads
@@ -251,7 +318,7 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
         reason = "the work is too small to pay for the GPU"
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and cuda_available(options.device):
             try:
-                return _cuda(options, db, gpu_process)
+                return _cuda(options, db, gpu_process, started)
             except HmmgpuError as error:  # present but unusable (busy, out of memory, ...)
                 reason = f"the GPU could not be used: {error}"
         elif worth:
@@ -263,15 +330,19 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
         if not cuda_available(options.device):
             raise HmmgpuError(f"--backend cuda: no usable CUDA GPU with id {options.device} "
                               "(try --backend hmmer or numba)")
-        return _cuda(options, db, gpu_process)
+        return _cuda(options, db, gpu_process, started)
     if name == "numba":
         return NumbaBackend(db, threads=options.cpus)
     return HmmerBackend(db)
 
 
-def _cuda(options, db, gpu_process: bool) -> CascadeBackend:
+def _cuda(options, db, gpu_process: bool, started) -> CascadeBackend:
+    """The CUDA backend, ready (a child that cannot start raises its one-line error here)."""
     if gpu_process:
         from .gpu_process import CudaProcessBackend
 
-        return CudaProcessBackend(db, lanes=options.lanes, device=options.device)
+        backend = started if started is not None else CudaProcessBackend(db, lanes=options.lanes,
+                                                                          device=options.device)
+        backend.description  # noqa: B018 - waits for the child's set-up
+        return backend
     return CudaBackend(db, lanes=options.lanes, device=options.device)

@@ -229,7 +229,7 @@ def _run_outputs(args, program: str, query_file: str, target_file: str, progress
 
 def cmd_search(args) -> int:
     """Run ``hmmgpu search``."""
-    from .backends import select_backend
+    from .backends import select_backend, start_gpu_early
     from .checks import check_target_lengths
     from .engine import SearchEngine
     from .hmmfile import read_models
@@ -238,11 +238,17 @@ def cmd_search(args) -> int:
 
     options = search_options(args)
     with _run_outputs(args, "search", args.hmmfile, args.seqdb, "searching", options) as outputs:
-        db = open_database(args.seqdb, args.seqformat)
-        check_target_lengths(db)
         lengths = None if args.hmmfile == "-" else _model_lengths(args.hmmfile)
+        early = start_gpu_early(options, args.seqdb, args.seqformat, lengths)
+        try:
+            db = open_database(args.seqdb, args.seqformat)
+            check_target_lengths(db)
+        except BaseException:
+            if early is not None:
+                early.close()
+            raise
         cells = None if lengths is None else float(sum(lengths)) * db.total_residues
-        backend = select_backend(options, db, cells=cells)
+        backend = select_backend(options, db, cells=cells, started=early)
         try:
             if lengths:
                 backend.prepare_for(lengths)

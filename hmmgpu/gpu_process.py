@@ -17,7 +17,7 @@ Protocol
 --------
 The child is a fresh interpreter (``python -m hmmgpu.gpu_process FD``) on one end of a
 socket pair; it inherits standard error (compile notices). The parent sends, in order:
-``("init", database path, lanes, device, max_bytes)``, then any number of
+``("init", database path, format, lanes, device, max_bytes)``, then any number of
 ``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and
 finally ``None``. The child answers ``("ready", description, lanes)`` or ``("error",
 message)`` to the first, and in the order of the requests: ``("done", CascadeResult)`` or
@@ -25,9 +25,12 @@ message)`` to the first, and in the order of the requests: ``("done", CascadeRes
 seconds)``. Models are queued on the GPU as they arrive, up to the cascade's ring of
 :data:`~hmmgpu.kernels.cascade.SLOTS`; a result goes back as soon as it is finished.
 
-The database is shared by mapping, never pickled: a database made by ``hmmgpu makedb`` is
-mapped as it is; any other input is saved once in that format to a temporary directory (in
-``/dev/shm`` where it exists), removed when the backend closes.
+The database is never pickled: the child opens the same file itself (a database made by
+``hmmgpu makedb`` is mapped, a sequence file is read while the parent reads it too, so the
+GPU starts up at the same time), and input that cannot be read twice (standard input) is
+saved once in ``makedb``'s format to a temporary directory (in ``/dev/shm`` where it
+exists), removed when the backend closes. The constructor returns at once; the first call
+that needs the child (``description``, ``prepare_for``, a result) waits for it to be ready.
 """
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ def _serve(conn: Connection) -> None:
     """The child: set up the GPU backend, then run models until None or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes the socket
     try:
-        _, path, lanes, device, max_bytes = conn.recv()
+        _, path, fmt, lanes, device, max_bytes = conn.recv()
     except (EOFError, OSError):
         return
     try:
@@ -60,9 +63,9 @@ def _serve(conn: Connection) -> None:
         from .backends import CudaBackend
         from .kernels.cascade import SLOTS
         from .profiles import ModelProfile
-        from .seqdb import SequenceDB
+        from .seqdb import open_database
 
-        backend = CudaBackend(SequenceDB.load(path), lanes=lanes, device=device, max_bytes=max_bytes)
+        backend = CudaBackend(open_database(path, fmt), lanes=lanes, device=device, max_bytes=max_bytes)
         background = p7.Background(Alphabet.amino())
     except HmmgpuError as error:
         conn.send(("error", str(error)))
@@ -149,20 +152,23 @@ class _Ticket:
 
 class CudaProcessBackend(CascadeBackend):
     """The GPU cascade (:class:`~hmmgpu.backends.CudaBackend`) in a child process, on one
-    device (explicit id). Use from one submitting and one waiting thread at most."""
+    device (explicit id), over ``db`` or over the sequence file ``source = (path, format)``
+    that the caller reads as well. Use from one submitting and one waiting thread at most."""
 
-    def __init__(self, db, *, lanes: str = "auto", device: int = 0, max_bytes: int | None = None):
+    def __init__(self, db=None, *, source: tuple | None = None, lanes: str = "auto", device: int = 0,
+                 max_bytes: int | None = None):
         super().__init__(db)
         self._tmpdir = None
         self._process = None
         self._conn = None
+        self._ready_reply = None
         self._unanswered: collections.deque = collections.deque()
         self._receive_lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._stats = ({}, 0.0)
         self._answers: dict = {}  # answers to requests, received while waiting for a model
         try:
-            path = self._shared_path(db)
+            path, fmt = source if source is not None else (self._shared_path(db), None)
             ours, theirs = socket.socketpair()
             package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -171,17 +177,31 @@ class CudaProcessBackend(CascadeBackend):
                                              pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
             theirs.close()
             self._conn = Connection(ours.detach())
-            self._conn.send(("init", path, lanes, device, max_bytes))
-            reply = self._receive()
-            if reply[0] == "error":
-                raise HmmgpuError(reply[1])
-            _, self.description, self.lanes = reply
+            self._conn.send(("init", os.path.abspath(path), fmt, lanes, device, max_bytes))
         except OSError as error:
             self.close()
             raise HmmgpuError(f"cannot start the GPU process: {error.strerror or error}") from None
         except BaseException:
             self.close()
             raise
+
+    def _ready(self) -> tuple:
+        """Wait for the child's set-up (once): (description, lanes)."""
+        with self._receive_lock:
+            if self._ready_reply is None:
+                reply = self._receive()
+                if reply[0] == "error":
+                    raise HmmgpuError(reply[1])
+                self._ready_reply = reply[1:]
+        return self._ready_reply
+
+    @property
+    def description(self) -> str:
+        return self._ready()[0]
+
+    @property
+    def lanes(self) -> str:
+        return self._ready()[1]
 
     @staticmethod
     def _new_tmpdir() -> str:
@@ -224,6 +244,7 @@ class CudaProcessBackend(CascadeBackend):
         ticket._done = True
 
     def _wait_for(self, ticket: _Ticket) -> None:
+        self._ready()
         with self._receive_lock:
             while not ticket._done:
                 try:
@@ -239,6 +260,7 @@ class CudaProcessBackend(CascadeBackend):
 
     def _call(self, message, answer: str):
         """Send a request and wait for its answer (answering the models sent before it)."""
+        self._ready()
         self._send(message)
         with self._receive_lock:
             while True:

@@ -6,6 +6,8 @@ Used by the tests on a GPU (``pytest -m gpu``) and, under numba's CUDA simulator
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 STATUS_RANGE = 16
@@ -376,6 +378,32 @@ def simulator_gpu_process_checks():
             if mine[name] != theirs[name]:
                 raise AssertionError(f"{name}: {mine[name]} vs pyhmmer {theirs[name]}")
         out.append((result.index, str(hmm.name), len(ref)))
+    # the command line: the child started before the database is read, reading the file itself
+    import contextlib
+    import tempfile
+
+    from hmmgpu.cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fasta, hmmfile, table = (os.path.join(tmp, name) for name in ("db.fa", "m.hmm", "m.tbl"))
+        plain = db.block([i for i in range(db.n) if (db.codes(i) < 27).all()])  # FASTA takes no gaps
+        with open(fasta, "wb") as fh:
+            for seq in plain:
+                seq.textize().write(fh)
+        with open(hmmfile, "wb") as fh:
+            for hmm in hmms:
+                hmm.write(fh)
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            code = main(["search", "--backend", "cuda", "--cpu", "2", "-E", "100", "-o", os.devnull,
+                         "--tblout", table, hmmfile, fasta])
+        if code != 0 or "backend cuda" not in err.getvalue():
+            raise AssertionError(f"command line: exit {code}: {err.getvalue()}")
+        with open(table, "rb") as fh:
+            rows = [line for line in fh if not line.startswith(b"#")]
+        expected = sum(len(pyhmmer.plan7.Pipeline(h.alphabet, **opts.pipeline_kwargs()).search_hmm(h, plain))
+                       for h in hmms)
+        if len(rows) != expected or not expected:
+            raise AssertionError(f"command line: {len(rows)} rows, pyhmmer {expected}")
     # a child that dies is reported as one line, not a hang
     backend = CudaProcessBackend(db)
     backend._process.kill()

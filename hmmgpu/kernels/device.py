@@ -3,10 +3,15 @@
 Nothing here uses numba's implicit "current device": every launch and allocation happens
 inside :meth:`GpuDevice.activate`, so several devices (one engine each, for example from
 Dask workers) can live in one process.
+
+A device is opened with blocking synchronisation (``CU_CTX_SCHED_BLOCKING_SYNC`` on its
+primary context): a host thread that waits for the GPU sleeps instead of spinning, since
+the CPU it would burn belongs to pyhmmer's stage, which runs on every core meanwhile.
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 from dataclasses import dataclass
 
 from . import simulator_enabled
@@ -32,6 +37,7 @@ class GpuDevice:
         if simulator_enabled():
             return cls(id=device_id, name="numba CUDA simulator", cc=(9, 0), sm_count=1,
                        smem_per_block_optin=1 << 20, smem_per_sm=1 << 20, simulator=True)
+        _blocking_sync(device_id)
         dev = cuda.gpus[device_id]
         with dev:
             d = cuda.get_current_device()
@@ -74,3 +80,19 @@ class GpuDevice:
         from numba import cuda
 
         return int(cuda.current_context().get_memory_info()[0])
+
+
+#: ``CU_CTX_SCHED_BLOCKING_SYNC``: waits on events and streams block the thread.
+_CU_CTX_SCHED_BLOCKING_SYNC = 0x4
+
+
+def _blocking_sync(device_id: int) -> None:
+    """Ask for blocking synchronisation on the device's primary context (before numba makes
+    it current; a driver that refuses leaves the default, which is only slower)."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+        dev = ctypes.c_int(0)
+        if driver.cuInit(0) == 0 and driver.cuDeviceGet(ctypes.byref(dev), int(device_id)) == 0:
+            driver.cuDevicePrimaryCtxSetFlags_v2(dev, _CU_CTX_SCHED_BLOCKING_SYNC)
+    except (OSError, AttributeError):
+        pass
