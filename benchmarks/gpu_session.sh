@@ -9,7 +9,7 @@
 # numba-cuda 0.30.4 at its first compile: a sitecustomize puts the alias back for this run
 # (hmmgpu itself pins numpy < 2.5).
 #
-# Phases: smoke, probe, hostprofile, warmup, tests, vit, engine[:workloads], sw, swtests.
+# Phases: check (stops the session on failure), smoke, probe, hostprofile, warmup, tests, vit, engine[:workloads], sw, swtests.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -35,6 +35,16 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 
 for phase in "$@"; do
   case "$phase" in
+    check)
+      log check: the sample search on the GPU, tables against hmmsearch
+      python3 -m hmmgpu search --backend cuda --tblout /tmp/check.tbl -o /dev/null pfam_samples/samples.hmm \
+          pfam_samples/938293.PRJEB85.HG003687.faa || { echo "check failed"; exit 1; }
+      hmmsearch --tblout /tmp/check.ref.tbl -o /dev/null pfam_samples/samples.hmm pfam_samples/938293.PRJEB85.HG003687.faa
+      python3 -c "
+import sys
+a, b = ([l.split() for l in open(p) if not l.startswith('#')] for p in ('/tmp/check.tbl', '/tmp/check.ref.tbl'))
+print('check: rows equal hmmsearch:', a == b, len(a))
+sys.exit(0 if a == b and a else 1)" || exit 1 ;;
     smoke)
       log smoke: 60 models x 29 M residues, cold then warm, and hmmsearch on the same models
       python3 - <<'EOF'

@@ -75,9 +75,11 @@ def test_gpu_cascade_equals_pyhmmer_under_simulator(tmp_path):
 
 
 def test_gpu_process_backend_under_simulator(tmp_path):
-    """The engine's CUDA backend in its child process: nine models in flight, tables equal."""
+    """The engine's CUDA backend in its child process: nine models in flight, tables equal;
+    and through the command line, the child reading the database file itself."""
     out = _simulate("simulator_gpu_process_checks", tmp_path)
     assert len([line for line in out.splitlines() if line[:1].isdigit()]) == 9
+    assert "command line 4" in out
 
 
 def test_gpu_cascade_host_part_under_simulator(tmp_path):
