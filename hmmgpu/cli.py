@@ -237,9 +237,11 @@ def cmd_search(args) -> int:
     from .seqdb import open_database
 
     options = search_options(args)
+    timeline = _Timeline(args.started)
     with _run_outputs(args, "search", args.hmmfile, args.seqdb, "searching", options) as outputs:
         lengths = None if args.hmmfile == "-" else _model_lengths(args.hmmfile)
         early = start_gpu_early(options, args.seqdb, args.seqformat, lengths)
+        timeline.mark("model lengths")
         try:
             db = open_database(args.seqdb, args.seqformat)
             check_target_lengths(db)
@@ -247,11 +249,14 @@ def cmd_search(args) -> int:
             if early is not None:
                 early.close()
             raise
+        timeline.mark("database read")
         cells = None if lengths is None else float(sum(lengths)) * db.total_residues
         backend = select_backend(options, db, cells=cells, started=early)
+        timeline.mark("backend ready")
         try:
             if lengths:
                 backend.prepare_for(lengths)
+                timeline.mark("kernels ready")
             print(f"# hmmgpu {__version__}: {backend.description}", file=sys.stderr)
             if db.looks_like_nucleotide():
                 print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
@@ -261,11 +266,29 @@ def cmd_search(args) -> int:
             for result in engine.search(read_models(args.hmmfile)):
                 outputs.query(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm)
                 watch = Stopwatch().start()
+            timeline.mark("search")
         finally:
             backend.close()
-    for line in engine.stats.lines():
+    timeline.mark("outputs closed")
+    for line in engine.stats.lines() + [timeline.line()]:
         print(f"# hmmgpu: {line}", file=sys.stderr)
     return 0
+
+
+class _Timeline:
+    """Seconds spent in each step of a run (the first from ``start``, when the command began)."""
+
+    def __init__(self, start: float):
+        self._last = start
+        self._steps: list = []
+
+    def mark(self, step: str) -> None:
+        now = time.perf_counter()
+        self._steps.append((step, now - self._last))
+        self._last = now
+
+    def line(self) -> str:
+        return "timeline: " + ", ".join(f"{step} {seconds:.2f} s" for step, seconds in self._steps)
 
 
 def cmd_scan(args) -> int:
@@ -340,10 +363,12 @@ _COMMANDS = {"search": cmd_search, "scan": cmd_scan, "makedb": cmd_makedb, "audi
 
 def main(argv=None) -> int:
     """Entry point of the ``hmmgpu`` console script."""
+    started = time.perf_counter()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
         args.command_line = shlex.join(["hmmgpu", *argv])
+        args.started = started
         if args.command == "sw":
             from .sw.cli import run as run_sw
 

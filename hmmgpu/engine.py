@@ -93,7 +93,7 @@ class EngineStats:
     threads: int = 0
     prepare_seconds: float = 0.0  #: busy time of the prepare thread
     filter_seconds: float = 0.0  #: busy time of the filter thread (host side of the filters)
-    gpu_seconds: float = 0.0  #: kernel time on the GPU (CUDA events)
+    gpu_seconds: float = 0.0  #: time the GPU was busy with the filter kernels (CUDA events)
     forward_seconds: float = 0.0  #: busy time of the workers (pyhmmer's stage)
     #: CPU time of each stage's threads (busy time less the waits for the GIL and the GPU)
     cpu_seconds: dict = field(default_factory=lambda: dict(prepare=0.0, filter=0.0, forward=0.0))
@@ -116,7 +116,7 @@ class EngineStats:
         return [
             f"queries {self.queries}, wall {self.wall_seconds:.2f} s, {self.threads} worker threads, {self.tasks} tasks",
             f"busy: prepare {self.prepare_seconds:.2f} s, filters {self.filter_seconds:.2f} s "
-            f"(GPU kernels {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "
+            f"(GPU busy {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "
             f"Forward/domain stage {self.forward_seconds:.2f} s ({100 * self.forward_busy_fraction:.0f}% of "
             f"threads x wall)",
             "CPU time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.cpu_seconds.items()),

@@ -74,13 +74,13 @@ class Task:
 
 @dataclass
 class TaskResult:
-    """What a task gives back: its hits as ``TopHits.__getstate__()`` (plain data, so that it
-    can come back from another process), and whether they are already one serial run's
-    whole result (a query's only task, over every target from the first)."""
+    """What a task gives back: its hits, as ``TopHits.__getstate__()`` ready to merge, or, for
+    a query's only task over every target from the first, the ``TopHits`` themselves (already
+    one serial run's whole result)."""
 
-    state: dict
-    whole: bool = False
-    cpu_seconds: float = 0.0  #: CPU time the task took (in whichever thread or process ran it)
+    state: dict = None
+    hits: object = None  #: the whole result (``TopHits``), when there is nothing to merge
+    cpu_seconds: float = 0.0  #: CPU time the task took
 
 
 class SequenceCache:
@@ -238,9 +238,9 @@ class ForwardStage:
             cause = error.__cause__ or error
             raise HmmgpuError(f"HMMER failed on model '{text(task.query.hmm.name)}': "
                               f"{' '.join(str(cause).split())}") from None
-        state = hits.__getstate__()
         if alone and from_start:
-            return TaskResult(state, whole=True, cpu_seconds=time.thread_time() - start)
+            return TaskResult(hits=hits, cpu_seconds=time.thread_time() - start)
+        state = hits.__getstate__()
         if self.by_position and not from_start and len(hits):
             _drop_unkept(state, self.sequences, task.positions, self.options.E)
         return TaskResult(state, cpu_seconds=time.thread_time() - start)
@@ -252,10 +252,8 @@ class ForwardStage:
         ``TopHits`` hold them)."""
         from pyhmmer.plan7 import TopHits
 
-        if len(results) == 1 and results[0].whole:  # already a serial run's result
-            hits = TopHits(query.hmm)
-            hits.__setstate__(results[0].state)
-            return hits, None
+        if len(results) == 1 and results[0].hits is not None:  # already a serial run's result
+            return results[0].hits, None
         states = [r.state for r in results]
         first = states[0]["pipeline"]
         first["nseqs"] = self.db.n

@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from multiprocessing.connection import Connection
 
 from .backends import CascadeBackend
@@ -57,6 +58,8 @@ def _serve(conn: Connection) -> None:
     except (EOFError, OSError):
         return
     try:
+        startup = {}
+        clock = time.perf_counter()
         import pyhmmer.plan7 as p7
         from pyhmmer.easel import Alphabet
 
@@ -65,7 +68,11 @@ def _serve(conn: Connection) -> None:
         from .profiles import ModelProfile
         from .seqdb import open_database
 
-        backend = CudaBackend(open_database(path, fmt), lanes=lanes, device=device, max_bytes=max_bytes)
+        startup["imports"], clock = time.perf_counter() - clock, time.perf_counter()
+        db = open_database(path, fmt)
+        startup["database"], clock = time.perf_counter() - clock, time.perf_counter()
+        backend = CudaBackend(db, lanes=lanes, device=device, max_bytes=max_bytes)
+        startup["device"] = time.perf_counter() - clock
         background = p7.Background(Alphabet.amino())
     except HmmgpuError as error:
         conn.send(("error", str(error)))
@@ -97,10 +104,13 @@ def _serve(conn: Connection) -> None:
                         pending.append(("error", _one_line(error)))
                 elif kind == "compile":
                     _drain(conn, pending)
+                    clock = time.perf_counter()
                     conn.send(("compiled", backend.prepare_for(message[1])))
+                    startup["kernels"] = time.perf_counter() - clock
                 elif kind == "stats":
                     _drain(conn, pending)
-                    conn.send(("stats", backend.details(), backend.gpu_seconds()))
+                    details = dict(backend.details(), startup={k: round(v, 3) for k, v in startup.items()})
+                    conn.send(("stats", details, backend.gpu_seconds()))
             # ... then finish the oldest model and send its result
             _send_oldest(conn, pending)
     finally:

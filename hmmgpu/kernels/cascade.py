@@ -159,7 +159,10 @@ class GpuCascade:
         self.lanes = self.msv.lanes
         self.msv_stage = MsvStage(resident, lanes)
         self.vit_stage = VitStage(resident)
-        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0)  #: GPU time of each kernel, summed
+        #: time of each kernel, summed over models (kernels of models in flight together
+        #: overlap, so this is more than the GPU's busy time, :attr:`gpu_ms`)
+        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0)
+        self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0)  #: the host's side of the cascade
         self._bias_kernel = None
         max_len = max(resident.max_length, 1)
@@ -171,6 +174,11 @@ class GpuCascade:
             self._db_tables["move_by_length"] = cuda.to_device(xw_move_table(max_len).astype(np.int32))
             self._db_tables["tjb32"] = cuda.to_device(tjb_table(max_len).astype(np.int32))
             self._slots = [self._new_slot(n) for _ in range(SLOTS)] if resident.resident else []
+            self._epoch = None
+            if not self.device.simulator:
+                self._epoch = cuda.event()
+                self._epoch.record()
+                self._epoch.synchronize()
         self._next = 0
         self._in_flight: list = []
         self._lock = threading.Lock()  #: guards the ring and the time counters (two threads use them)
@@ -203,14 +211,27 @@ class GpuCascade:
 
     @property
     def gpu_ms(self) -> float:
-        """GPU time of the cascade's kernels so far (milliseconds)."""
-        return sum(self.kernel_ms.values())
+        """Time the GPU was running the cascade's kernels so far (milliseconds): the union of
+        every model's interval from its first kernel's start to its last kernel's end."""
+        with self._lock:
+            spans = sorted(self._busy)
+        total, end = 0.0, float("-inf")
+        for a, b in spans:
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        return total
 
     def compile_for(self, lengths, notice=None) -> int:
         """Compile, in parallel processes, the kernels that models of these lengths need and
-        the device lacks (one line on stderr while it does); returns how many."""
+        the device lacks (one line on stderr while it does), and load them all; returns how
+        many were compiled."""
         specs = needed_specs(self.msv, self.vit, lengths)
-        return build.compile_ahead(specs, self.device, processes=len(specs), notice=notice)
+        compiled = build.compile_ahead(specs, self.device, processes=len(specs), notice=notice)
+        with self.device.activate():
+            for spec in specs:
+                build.load(spec, self.device.lane_binding)
+        return compiled
 
     # ------------------------------------------------------------ stage methods (audit, tests)
     def bias_scores(self, profile, indices) -> np.ndarray:
@@ -358,9 +379,12 @@ class GpuCascade:
             for name, a, b in (("msv", ev[0], ev[1]), ("bias", ev[1], ev[2]), ("viterbi", ev[2], ev[3])):
                 kernel_ms[name] = cuda.event_elapsed_time(a, b)
                 gpu_s += kernel_ms[name] / 1e3
+            span = (cuda.event_elapsed_time(self._epoch, ev[0]), cuda.event_elapsed_time(self._epoch, ev[3]))
         seconds = dict(gpu=gpu_s, host=time.perf_counter() - t0)
         with self._lock:  # the slot may be reused from here on
             self._in_flight.remove(ticket)
+            if kernel_ms:
+                self._busy.append(span)
             for name, ms in kernel_ms.items():
                 self.kernel_ms[name] += ms
             self.host_seconds["wait"] += waited
