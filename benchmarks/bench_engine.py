@@ -215,6 +215,7 @@ def main() -> None:
                     help="models hmmsearch runs in (b) (-1: as hmmgpu, 0: skip hmmsearch)")
     ap.add_argument("--c-models", default="PF00005,PF07690,PF00067,PF00873,PF05088")
     ap.add_argument("--cpu-models", type=int, default=60, help="models of the cpu workload")
+    ap.add_argument("--no-hmmsearch", action="store_true", help="(a) without hmmsearch (a re-check of hmmgpu)")
     args = ap.parse_args()
     bench = Bench(args)
     work = bench.work
@@ -239,7 +240,8 @@ def main() -> None:
         bench.save()
         print(f"[e] cold {r['seconds']:.2f}s, warm {r2['seconds']:.2f}s", flush=True)
     if "a" in todo:
-        bench.workload("a", pfam600, proteins, {"cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)})
+        bench.workload("a", pfam600, proteins, {"cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)},
+                       with_hmmsearch=not args.no_hmmsearch)
     if "d" in todo:
         bench.workload("d", pfam600, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
                        {"auto": ([], None), "cuda": cuda})

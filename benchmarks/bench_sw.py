@@ -5,7 +5,7 @@ a random database; GCUPS per query and overall; exactness checks; JSON, plot and
 Usage (GPU machine)::
 
     python benchmarks/bench_sw.py --cudasw shared/tools/cudasw4 --real shared/data/seqs/public_proteins.fa.gz \
-        --out bench-sw [--random-n 100000 --random-len 1024 --queries 20 --pyopal-targets 3000] [--smoke]
+        --out bench-sw [--random-n 1000000 --random-len 1024 --queries 20 --pyopal-targets 3000] [--smoke]
     python benchmarks/bench_sw.py --table bench-sw/bench_sw.json     # the README table from a result
 
 ``--cudasw`` is a folder with CUDASW4-*.tar.gz and build.sh (shared/tools/cudasw4). Results are
@@ -32,6 +32,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+#: The gap costs of every tool here, with BLAST's meaning (a gap of length k costs open + k x extend).
+GAP_OPEN, GAP_EXTEND = 11, 1
 
 
 def _save(res, out):
@@ -77,7 +79,10 @@ def run_cudasw(bin_dir: Path, fasta: Path, queries: Path, work: Path) -> dict:
     if p.returncode:
         raise RuntimeError(f"CUDASW++4 makedb failed: {p.stderr[-1500:]}")
     tsv = work / ("cudasw_" + fasta.stem + ".tsv")
+    # CUDASW++4 scores a gap of length k as gop + (k - 1) * gex (its kernels: E = max(E + gex, H + gop)),
+    # so BLAST's open 11 / extend 1 (11 + k) is its --gop -12 --gex -1; its own default, -11/-1, is BLAST's 10/1
     p = subprocess.run([str(bin_dir / "align"), "--query", str(queries), "--db", str(dbdir / "db"), "--dpx", "--top", "10",
+                        "--gop", str(-(GAP_OPEN + GAP_EXTEND)), "--gex", str(-GAP_EXTEND),
                         "--verbose", "--tsv", "--of", str(tsv)], capture_output=True, text=True)
     if p.returncode:
         raise RuntimeError(f"CUDASW++4 align failed: {p.stdout[-1500:]} {p.stderr[-1500:]}")
@@ -97,7 +102,7 @@ def run_hmmgpu(db, queries, device: int) -> tuple:
     from hmmgpu.sw.matrices import load
 
     t = time.perf_counter()
-    sc = GpuScanner(db, load("BLOSUM62"), 11, 1, device=device)
+    sc = GpuScanner(db, load("BLOSUM62"), GAP_OPEN, GAP_EXTEND, device=device)
     upload = time.perf_counter() - t
     t = time.perf_counter()
     sc.scores_many([q[:1] for q in queries] + [q for q in queries])  # warm-up: compiles every shape used
@@ -126,7 +131,7 @@ def run_pyopal(db, queries, n_targets: int, threads: int, seed: int = 7) -> tupl
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.choice(db.n, size=min(n_targets, db.n), replace=False))
     sub = _subset(db, idx)
-    sc = CpuScanner(sub, load("BLOSUM62"), 11, 1, threads=threads)
+    sc = CpuScanner(sub, load("BLOSUM62"), GAP_OPEN, GAP_EXTEND, threads=threads)
     per, scores = [], []
     for i, q in enumerate(queries):
         t = time.perf_counter()
@@ -239,7 +244,7 @@ def main(argv=None) -> int:
     ap.add_argument("--real", type=Path, help="real proteins FASTA (plain or gzip)")
     ap.add_argument("--out", type=Path, default=Path("bench-sw"))
     ap.add_argument("--queries", type=int, default=20, help="first N of the 20 classic queries")
-    ap.add_argument("--random-n", type=int, default=100_000, help="random database: sequences")
+    ap.add_argument("--random-n", type=int, default=1_000_000, help="random database: sequences (0: none)")
     ap.add_argument("--random-len", type=int, default=1024, help="random database: length of each")
     ap.add_argument("--pyopal-targets", type=int, default=3000, help="targets of pyopal's subsample")
     ap.add_argument("--threads", type=int, default=16)
@@ -283,9 +288,10 @@ def main(argv=None) -> int:
         _save(res, out)
         if args.real:
             bench_database("real", args.real, queries, args, res, out, cudasw_bin, work)
-        rnd = work / f"random_{args.random_n}x{args.random_len}.fasta"
-        random_fasta(rnd, args.random_n, args.random_len)
-        bench_database(f"random {args.random_n}x{args.random_len}", rnd, queries, args, res, out, cudasw_bin, work)
+        if args.random_n:
+            rnd = work / f"random_{args.random_n}x{args.random_len}.fasta"
+            random_fasta(rnd, args.random_n, args.random_len)
+            bench_database(f"random {args.random_n}x{args.random_len}", rnd, queries, args, res, out, cudasw_bin, work)
     res["wall_seconds"] = time.perf_counter() - start
     _save(res, out)
     try:

@@ -86,13 +86,17 @@ class StageCounts:
 
 @dataclass
 class CascadeResult:
-    """What passed the filters of one model: sorted database indices and the counts."""
+    """What passed the filters of one model: sorted database indices and the counts, and
+    which targets passed MSV and the bias filter (database indices, any order: a scan
+    counts them per sequence)."""
 
     survivors: np.ndarray
     n_past_msv: int
     n_past_bias: int
     n_past_vit: int
     seconds: dict = field(default_factory=dict)
+    past_msv: np.ndarray = None
+    past_bias: np.ndarray = None
 
 
 def run_cascade(backend, profile, options, db) -> CascadeResult:
@@ -106,6 +110,7 @@ def run_cascade(backend, profile, options, db) -> CascadeResult:
     usc = msv.scores(lengths)
     null = null_table(max_len)[lengths[msv.indices]]
     n_past_msv = int(msv.indices.size)
+    past_msv = msv.indices
     seconds["msv"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -117,6 +122,7 @@ def run_cascade(backend, profile, options, db) -> CascadeResult:
     else:
         filtersc = null
     n_past_bias = int(idx.size)
+    past_bias = idx
     seconds["bias"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -129,4 +135,4 @@ def run_cascade(backend, profile, options, db) -> CascadeResult:
         idx = idx[passed]
     seconds["viterbi"] = time.perf_counter() - clock
     return CascadeResult(survivors=idx, n_past_msv=n_past_msv, n_past_bias=n_past_bias, n_past_vit=int(idx.size),
-                         seconds=seconds)
+                         seconds=seconds, past_msv=past_msv, past_bias=past_bias)

@@ -293,21 +293,33 @@ class _Timeline:
 
 def cmd_scan(args) -> int:
     """Run ``hmmgpu scan``: each query sequence against every model (hmmscan)."""
+    from .backends import CascadeBackend, select_backend
     from .checks import check_target_lengths
     from .report import Query, Stopwatch
-    from .scan import ProfileDatabase, scan
+    from .scan import CascadeNarrowing, ProfileDatabase, scan
     from .seqdb import open_database
 
     options = search_options(args)
     with _run_outputs(args, "scan", args.seqfile, args.hmmdb, "scanning", options) as outputs:
-        database = ProfileDatabase.read(args.hmmdb)
         db = open_database(args.seqfile, args.seqformat)
         check_target_lengths(db)
+        lengths = None if args.hmmdb == "-" else _model_lengths(args.hmmdb)
+        cells = None if lengths is None else float(sum(lengths)) * db.total_residues
+        backend = select_backend(options, db, cells=cells)
+        try:
+            narrowing = CascadeNarrowing(db, backend, options) if isinstance(backend, CascadeBackend) else None
+            if narrowing is not None and lengths:
+                backend.prepare_for(lengths)
+            database = ProfileDatabase.read(args.hmmdb, each=narrowing.add if narrowing else None)
+            survivors = narrowing.survivors() if narrowing else None
+        finally:
+            backend.close()
         threads = "no worker threads" if options.cpus == 0 else f"{options.threads} threads"
-        print(f"# hmmgpu {__version__}: scan of {len(database)} models by pyhmmer's hmmscan pipeline on the CPU "
-              f"({threads})", file=sys.stderr)
+        filters = f"hmmgpu's filters on {backend.description[len('backend '):]}, then " if narrowing else ""
+        print(f"# hmmgpu {__version__}: scan of {len(database)} models: {filters}pyhmmer's hmmscan pipeline on the "
+              f"CPU ({threads})", file=sys.stderr)
         watch = Stopwatch().start()
-        for i, hits in scan(db, database, options):
+        for i, hits in scan(db, database, options, narrow=survivors.__getitem__ if survivors else None):
             query = Query(name=db.name(i), accession=db.accession(i) or None, description=db.description(i) or None,
                           length=int(db.lengths[i]))
             outputs.query(query, hits, watch.stop())

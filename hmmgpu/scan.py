@@ -87,8 +87,9 @@ class ProfileDatabase:
         return len(self.profiles)
 
     @classmethod
-    def read(cls, source) -> "ProfileDatabase":
-        """Every model of a profile file, configured as ``hmmpress`` configures it."""
+    def read(cls, source, each: Callable | None = None) -> "ProfileDatabase":
+        """Every model of a profile file, configured as ``hmmpress`` configures it; ``each``
+        is called with every model (a :class:`~hmmgpu.hmmfile.Model`) as it is read."""
         from pyhmmer.plan7 import Background, Profile
 
         background = Background(_amino())
@@ -98,6 +99,8 @@ class ProfileDatabase:
             profile.configure(model.hmm, background)
             profiles.append(profile.to_optimized())
             names.append(hmm_strings(model.hmm)[0])
+            if each is not None:
+                each(model)
         return cls(profiles, names, str(source))
 
 
@@ -211,6 +214,59 @@ class Survivors:
     counts: Mapping[str, int] = field(default_factory=dict)
 
 
+class CascadeNarrowing:
+    """hmmgpu's filter cascade (MSV, bias, Viterbi filter) of every model over the query
+    sequences, on a cascade backend (the GPU: several models in flight), turned around into
+    :class:`Survivors` per sequence: the models that pass all three filters, and the
+    sequence's filter counters (how many models it passed each filter with).
+
+    The cascade decides exactly as HMMER's pipeline does for each (model, sequence) pair,
+    whichever program runs it: hmmsearch and hmmscan configure the model and the null model
+    to the target's length the same way, so the survivors are hmmscan's. Feed it each model
+    in file order (:meth:`add`), then take the survivors (:meth:`survivors`).
+    """
+
+    def __init__(self, sequences, backend, options: SearchOptions, window: int = 8):
+        self.sequences = sequences
+        self.backend = backend
+        self.options = options
+        self.window = window
+        self._pending: deque = deque()
+        self._models, self._targets = [], []
+        self._counts = {name: np.zeros(sequences.n, np.int64) for name in FILTER_COUNTERS[:3]}
+        self._added = 0
+
+    def add(self, model) -> None:
+        """Queue the cascade of the next model (a :class:`~hmmgpu.hmmfile.Model`)."""
+        ticket = self.backend.submit(self.backend.prepare(model.hmm, model.mmu), self.options)
+        self._pending.append((self._added, ticket))
+        self._added += 1
+        if len(self._pending) > self.window:
+            self._collect(*self._pending.popleft())
+
+    def _collect(self, position: int, ticket) -> None:
+        result = ticket.result()
+        n = self.sequences.n
+        for name, passed in (("n_past_msv", result.past_msv), ("n_past_bias", result.past_bias),
+                             ("n_past_vit", result.survivors)):
+            self._counts[name] += np.bincount(np.asarray(passed, np.int64), minlength=n)
+        self._models.append(np.full(result.survivors.size, position, np.int64))
+        self._targets.append(np.asarray(result.survivors, np.int64))
+
+    def survivors(self) -> list:
+        """Every sequence's :class:`Survivors` (after the last model)."""
+        while self._pending:
+            self._collect(*self._pending.popleft())
+        models = np.concatenate(self._models) if self._models else np.zeros(0, np.int64)
+        targets = np.concatenate(self._targets) if self._targets else np.zeros(0, np.int64)
+        order = np.lexsort((models, targets))
+        bounds = np.searchsorted(targets[order], np.arange(self.sequences.n + 1))
+        models = models[order]
+        return [Survivors(indices=models[bounds[i]:bounds[i + 1]],
+                          counts={name: int(c[i]) for name, c in self._counts.items()})
+                for i in range(self.sequences.n)]
+
+
 def scan(sequences, database: ProfileDatabase, options: SearchOptions = SearchOptions(),
          narrow: Callable[[int], Survivors | None] | None = None) -> Iterator[tuple[int, object]]:
     """Scan every sequence of a :class:`~hmmgpu.seqdb.SequenceDB`; yield ``(index, TopHits)``
@@ -234,4 +290,4 @@ def scan(sequences, database: ProfileDatabase, options: SearchOptions = SearchOp
             yield pending.popleft().result()
 
 
-__all__ = ["ProfileDatabase", "Survivors", "scan_sequence", "scan", "FILTER_COUNTERS"]
+__all__ = ["ProfileDatabase", "Survivors", "CascadeNarrowing", "scan_sequence", "scan", "FILTER_COUNTERS"]

@@ -14,7 +14,9 @@ from hmmgpu.fpenv import flush_to_zero
 from hmmgpu.hitlist import read_tophits
 from hmmgpu.options import SearchOptions
 from hmmgpu.report import REPORT_END, Query, program_header, query_report
-from hmmgpu.scan import ProfileDatabase, Survivors, scan, scan_sequence
+from hmmgpu.backends import NumbaBackend
+from hmmgpu.cli import main
+from hmmgpu.scan import CascadeNarrowing, ProfileDatabase, Survivors, scan, scan_sequence
 from hmmgpu.seqdb import SequenceDB
 from tests.helpers import PROTEOME, SAMPLES
 from tests.test_report import assert_same_report, parse
@@ -37,16 +39,20 @@ def query_of(db, i):
                  length=int(db.lengths[i]))
 
 
-def hmmgpu_scan(models, seqfile, args, cpus=None):
-    """hmmgpu's scan report and tables (bytes, without the tables' '#' tail)."""
+def hmmgpu_scan(models, seqfile, args, cpus=None, filters=False):
+    """hmmgpu's scan report and tables (bytes, without the tables' '#' tail); ``filters``:
+    narrowed by hmmgpu's filter cascade (numba backend), as the GPU narrows it."""
     search, report, settings = parse(args, "scan")
     search = search.replace(cpus=cpus)
-    db, database = SequenceDB.from_fasta(seqfile), ProfileDatabase.read(models)
+    db = SequenceDB.from_fasta(seqfile)
+    narrowing = CascadeNarrowing(db, NumbaBackend(db), search) if filters else None
+    database = ProfileDatabase.read(models, each=narrowing.add if filters else None)
+    narrow = narrowing.survivors().__getitem__ if filters else None
     settings.update({"-o": "ref.out", **{f"--{kind}": f"ref.{kind}" for kind in TABLES}})
     out = io.BytesIO(program_header("scan", str(seqfile), str(models), settings))
     out.seek(0, 2)
     tables = {kind: io.BytesIO() for kind in TABLES}
-    for i, hits in scan(db, database, search):
+    for i, hits in scan(db, database, search, narrow=narrow):
         with flush_to_zero():
             out.write(query_report(query_of(db, i), hits, report))
             for kind, buf in tables.items():
@@ -94,11 +100,27 @@ SCAN_OPTIONS = [
 ]
 
 
+@pytest.mark.parametrize("filters", [False, True], ids=["pyhmmer", "hmmgpu-filters"])
 @pytest.mark.parametrize("label,args", SCAN_OPTIONS, ids=[o[0] for o in SCAN_OPTIONS])
-def test_scan_equals_hmmscan(tmp_path, label, args):
+def test_scan_equals_hmmscan(tmp_path, label, args, filters):
+    """pyhmmer's hmmscan pipeline over every model, or over the models that pass hmmgpu's
+    filter cascade for each sequence (with the cascade's counters): hmmscan's output."""
     models = pressed(tmp_path, (SAMPLES / "samples.hmm").read_bytes())
     seqs = first_sequences(tmp_path, 700)
-    assert_same_scan(hmmgpu_scan(models, seqs, args), hmmscan_run(tmp_path, models, seqs, args))
+    assert_same_scan(hmmgpu_scan(models, seqs, args, filters=filters), hmmscan_run(tmp_path, models, seqs, args))
+
+
+def test_scan_command_with_filter_cascade(tmp_path):
+    """`hmmgpu scan --backend numba` narrows each sequence's models by the filter cascade."""
+    models = pressed(tmp_path, (SAMPLES / "samples.hmm").read_bytes())
+    seqs = first_sequences(tmp_path, 300)
+    _, ref_tables = hmmscan_run(tmp_path, models, seqs, [])
+    argv = ["scan", "--backend", "numba", "-o", str(tmp_path / "ours.out")]
+    for kind in TABLES:
+        argv += [f"--{kind}", str(tmp_path / f"ours.{kind}")]
+    assert main(argv + [str(seqs), str(models)]) == 0
+    for kind in TABLES:
+        assert without_tail((tmp_path / f"ours.{kind}").read_bytes()) == ref_tables[kind], kind
 
 
 @pytest.mark.parametrize("kind", ["plain", "gzip"])

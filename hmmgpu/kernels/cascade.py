@@ -370,8 +370,8 @@ class GpuCascade:
             filtersc = np.concatenate([filtersc, np.zeros(k, np.float32)])
             decision = np.concatenate([decision, np.full(k, Decision.HOST, np.int8)])
             vsc = np.concatenate([vsc, np.full(k, np.nan, np.float32)])
-        survivors, n_past_bias = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc,
-                                         decision, vsc)
+        survivors, past_bias = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc,
+                                       decision, vsc)
         gpu_s = 0.0
         kernel_ms = {}
         if not self.device.simulator:
@@ -389,8 +389,8 @@ class GpuCascade:
                 self.kernel_ms[name] += ms
             self.host_seconds["wait"] += waited
             self.host_seconds["finish"] += seconds["host"]
-        return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=n_past_bias,
-                             n_past_vit=int(survivors.size), seconds=seconds)
+        return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=int(past_bias.size),
+                             n_past_vit=int(survivors.size), seconds=seconds, past_msv=pos, past_bias=past_bias)
 
     def close(self) -> None:
         for ticket in list(self._in_flight):
@@ -401,7 +401,8 @@ class GpuCascade:
 
 
 def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, decision, vsc):
-    """The host's part of the cascade for the targets that passed MSV: (survivors, n_past_bias).
+    """The host's part of the cascade for the targets that passed MSV: (survivors, the
+    targets that passed the bias filter).
 
     ``usc``: MSV scores (nats); ``filtersc``: the GPU's bias scores (decided targets);
     ``decision``: the bias kernel's :class:`Decision`; ``vsc``: the GPU's Viterbi filter
@@ -427,7 +428,7 @@ def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, dec
         vsc[redo] = reference.viterbi(pos[redo])
     if need.any():
         survive[np.flatnonzero(need)[stats.passes_gumbel(vsc[need], filtersc[need], vmu, vlam, options.F2)]] = True
-    return pos[survive], int(alive.sum())
+    return pos[survive], pos[alive]
 
 
 class _Reference:

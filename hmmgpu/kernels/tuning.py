@@ -93,16 +93,23 @@ def persistent_grid(kernel, device, shared_bytes: int, dynamic: bool) -> tuple:
 #: widths G*Q of 48 to 704 query columns; Q/2 odd keeps the profile reads free of bank
 #: conflicts; the widest tile (42 KB of profile) stays in static shared memory.
 SW_SHAPES = ((8, 6), (8, 10), (8, 14), (16, 6), (16, 10), (16, 14), (32, 6), (32, 10), (32, 14), (32, 22))
-#: Tiled queries: the tile whose total columns plus this many per tile (the wavefront's
-#: fill and the boundary traffic, in column equivalents) is smallest, among the 32-thread rows.
-SW_TILE_COST_COLUMNS = 64
+#: Speed of each shape on an H200 (GCUPS over its padded columns, a query in one tile), and
+#: what each further tile of a longer query costs (the wavefront's fill and the boundary
+#: columns), in seconds per 10^9 target residues: fitted to the 20 classic queries against
+#: 10^9 random residues (benchmarks/results/sw_bench_h200_2026-11-24.json, whose shape
+#: choice undercounted the per-tile cost). Unmeasured shapes get the default.
+SW_SHAPE_GCUPS = {(32, 22): 3200.0, (32, 14): 3020.0, (32, 10): 2700.0, (32, 6): 2230.0,
+                  (16, 14): 2830.0, (16, 10): 2700.0}
+SW_SHAPE_GCUPS_DEFAULT = 2200.0
+SW_TILE_SECONDS_PER_GRESIDUE = 0.028
 
 
 def sw_shape(query_length: int) -> tuple:
-    """(G, Q) of the Smith-Waterman kernel for a query: the narrowest single tile that holds it,
-    else the 32-thread tile that minimises padded columns plus per-tile cost."""
-    for G, Q in sorted(SW_SHAPES, key=lambda s: (s[0] * s[1], s[0])):
-        if G * Q >= query_length:
-            return G, Q
-    wide = [s for s in SW_SHAPES if s[0] == 32]
-    return min(wide, key=lambda s: (-(-query_length // (s[0] * s[1]))) * (s[0] * s[1] + SW_TILE_COST_COLUMNS))
+    """(G, Q) of the Smith-Waterman kernel for a query: the shape with the least predicted time,
+    tiles x (columns per tile / GCUPS + the per-tile cost)."""
+    def seconds(shape):
+        columns = shape[0] * shape[1]
+        tiles = -(-max(int(query_length), 1) // columns)
+        return tiles * (columns / SW_SHAPE_GCUPS.get(shape, SW_SHAPE_GCUPS_DEFAULT) + SW_TILE_SECONDS_PER_GRESIDUE)
+
+    return min(SW_SHAPES, key=lambda s: (seconds(s), s[0] * s[1]))
