@@ -10,9 +10,12 @@ Workloads (issue 7):
 * ``a``: the 600 Pfam-35 models against the 77,801 real proteins (29 M residues), hmmgpu
   (``--backend cuda`` and the CPU route ``--backend hmmer``), ``hmmsearch --cpu N`` and
   ``pyhmmer.hmmsearch(all queries, cpus=N)``;
-* ``b``: the 600 models against the real set replicated 4x (116 M residues; ``--b-models``
-  limits the models, for hmmsearch only with ``--b-hmmsearch-models``);
-* ``c``: one model at a time against 116 M residues, five model lengths;
+* ``b``: the 600 models against the real set replicated 4x (116 M residues); ``--b-models
+  START:STOP`` takes a slice of them and ``--b-tools`` some of the tools, so that the
+  workload can be split over calls shorter than hmmsearch's whole run (the wall times of
+  the slices add up: every tool searches each query on its own);
+* ``c``: one model at a time against 116 M residues, five model lengths (hmmgpu with
+  ``--backend cuda`` on the FASTA file and on a made database, and the default ``auto``);
 * ``d``: the 600 models against the 2,100-protein sample proteome (``--backend auto``);
 * ``readme``: the README's first command against ``hmmsearch`` with the same arguments;
 * ``cpu``: the first ``--cpu-models`` models against the real set with the default backend
@@ -148,45 +151,44 @@ class Bench:
         cmd = [sys.executable, "-c", PYHMMER_SCRIPT, str(models), str(seqs), str(self.args.threads), str(tbl)]
         return run(cmd), tbl
 
-    def workload(self, name, models, seqs, hmmgpu_runs, with_hmmsearch=True, hmmsearch_models=None):
+    def workload(self, name, models, seqs, hmmgpu_runs, with_pyhmmer=True, with_hmmsearch=True):
         """hmmgpu runs (tag -> extra args/env), pyhmmer and hmmsearch on one workload."""
         entry = self.result["workloads"].setdefault(name, {})
-        ref, ref_tbl = self.pyhmmer(models, seqs, name)
-        entry["pyhmmer"] = ref
-        self.save()
+        ref = None
+        if with_pyhmmer:
+            ref, ref_tbl = self.pyhmmer(models, seqs, name)
+            entry["pyhmmer"] = ref
+            self.save()
         for tag, (extra, env) in hmmgpu_runs.items():
             r, tbl = self.hmmgpu(models, seqs, f"{name}.{tag}", extra, env)
-            r["tblout_equal_pyhmmer"] = rows(tbl) == rows(ref_tbl)
-            r["speedup_vs_pyhmmer"] = ref["seconds"] / r["seconds"]
+            if ref is not None:
+                r["tblout_equal_pyhmmer"] = rows(tbl) == rows(ref_tbl)
+                r["speedup_vs_pyhmmer"] = ref["seconds"] / r["seconds"]
             entry[f"hmmgpu_{tag}"] = r
             self.save()
-            print(f"[{name}] hmmgpu {tag}: {r['seconds']:.2f}s (pyhmmer {ref['seconds']:.2f}s) "
-                  f"equal={r['tblout_equal_pyhmmer']}", flush=True)
+            print(f"[{name}] hmmgpu {tag}: {r['seconds']:.2f}s" + (f" (pyhmmer {ref['seconds']:.2f}s) equal="
+                                                                  f"{r['tblout_equal_pyhmmer']}" if ref else ""), flush=True)
         if with_hmmsearch:
-            hm_models = hmmsearch_models or models
-            r, tbl = self.hmmsearch(hm_models, seqs, name)
-            if hmmsearch_models is None:
-                r["tblout_rows_equal_hmmgpu"] = {tag: rows(tbl, split=True) == rows(self.work / f"{name}.{tag}.hmmgpu.tbl",
-                                                                                  split=True)
-                                                 for tag in hmmgpu_runs}
-            else:
-                r["models_file"] = str(hmmsearch_models)
+            r, tbl = self.hmmsearch(models, seqs, name)
+            r["tblout_rows_equal_hmmgpu"] = {tag: rows(tbl, split=True) == rows(self.work / f"{name}.{tag}.hmmgpu.tbl",
+                                                                              split=True)
+                                             for tag in hmmgpu_runs}
             entry["hmmsearch"] = r
             for tag in hmmgpu_runs:
-                if hmmsearch_models is None:
-                    entry[f"hmmgpu_{tag}"]["speedup_vs_hmmsearch"] = r["seconds"] / entry[f"hmmgpu_{tag}"]["seconds"]
+                entry[f"hmmgpu_{tag}"]["speedup_vs_hmmsearch"] = r["seconds"] / entry[f"hmmgpu_{tag}"]["seconds"]
             self.save()
             print(f"[{name}] hmmsearch --cpu {self.args.threads}: {r['seconds']:.2f}s", flush=True)
         return entry
 
 
-def _write_models(src, dst, n=None):
-    """The first ``n`` models of a (gzip) HMM file as plain text."""
+def _write_models(src, dst, n=None, first=0):
+    """Models ``first`` to ``first + n`` (all from ``first`` when ``n`` is None) of a (gzip) HMM
+    file, as plain text."""
     with gzip.open(src, "rb") as fh:
         text = fh.read()
-    if n:
-        records = text.split(b"//\n")
-        text = b"//\n".join(records[:n]) + b"//\n"
+    if n or first:
+        records = [r for r in text.split(b"//\n") if r.strip()]
+        text = b"//\n".join(records[first:first + n if n else None]) + b"//\n"
     dst.write_bytes(text)
     return dst
 
@@ -210,9 +212,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--workloads", default="e,a,d,c,readme")
-    ap.add_argument("--b-models", type=int, default=0, help="models of (b) (0: all 600)")
-    ap.add_argument("--b-hmmsearch-models", type=int, default=-1,
-                    help="models hmmsearch runs in (b) (-1: as hmmgpu, 0: skip hmmsearch)")
+    ap.add_argument("--b-models", default="0:600", help="the slice START:STOP of the 600 models that (b) searches")
+    ap.add_argument("--b-tools", default="hmmgpu,pyhmmer,hmmsearch", help="the tools (b) runs")
     ap.add_argument("--c-models", default="PF00005,PF07690,PF00067,PF00873,PF05088")
     ap.add_argument("--cpu-models", type=int, default=60, help="models of the cpu workload")
     ap.add_argument("--no-hmmsearch", action="store_true", help="(a) without hmmsearch (a re-check of hmmgpu)")
@@ -268,19 +269,20 @@ def main() -> None:
         bench.result["c_makedb"] = run([sys.executable, "-m", "hmmgpu", "makedb", str(x4), str(made)])
         for acc in args.c_models.split(","):
             model = _write_models(args.data / "pfam" / f"{acc}.hmm.gz", work / f"{acc}.hmm")
-            entry[acc] = bench.workload(f"c.{acc}", model, x4, {"cuda": cuda})
+            entry[acc] = bench.workload(f"c.{acc}", model, x4, {"cuda": cuda, "auto": ([], None)})
             r, _ = bench.hmmgpu(model, made, f"c.{acc}.made", ["--backend", "cuda"])
             r["speedup_vs_hmmsearch"] = entry[acc]["hmmsearch"]["seconds"] / r["seconds"]
             entry[acc]["hmmgpu_cuda_made_database"] = r
             bench.save()
             print(f"[c.{acc}] hmmgpu cuda on a made database: {r['seconds']:.2f}s", flush=True)
     if "b" in todo:
+        start, stop = (int(x) for x in args.b_models.split(":"))
         models = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / "pfam_b.hmm",
-                               args.b_models or None)
-        hm = args.b_hmmsearch_models
-        hm_models = None if hm < 0 else (_write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz",
-                                                       work / "pfam_b_hmmsearch.hmm", hm) if hm else None)
-        bench.workload("b", models, x4, {"cuda": cuda}, with_hmmsearch=hm != 0, hmmsearch_models=hm_models)
+                               stop - start, start)
+        tools = args.b_tools.split(",")
+        bench.result["b_models"] = args.b_models
+        bench.workload("b", models, x4, {"cuda": cuda} if "hmmgpu" in tools else {},
+                       with_pyhmmer="pyhmmer" in tools, with_hmmsearch="hmmsearch" in tools)
     bench.save()
 
 
