@@ -56,8 +56,10 @@ class Backend(ABC):
         """Where the backend's time went (for the end-of-run statistics)."""
         return {}
 
-    def close(self) -> None:
-        """Release what the backend holds (GPU memory)."""
+    def close(self, wait: bool = True) -> None:
+        """Release what the backend holds (GPU memory). ``wait=False``: a helper process is told
+        to stop and left to finish on its own (a command about to end need not wait for its
+        CUDA context to be torn down)."""
 
     def __enter__(self):
         return self
@@ -222,7 +224,7 @@ class CudaBackend(FilterBackend):
     def details(self) -> dict:
         return dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds))
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         self.gpu.close()
 
 

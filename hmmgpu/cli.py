@@ -261,14 +261,14 @@ def cmd_search(args) -> int:
             if db.looks_like_nucleotide():
                 print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
                       "(as hmmsearch would)", file=sys.stderr)
-            engine = SearchEngine(db, options, backend, ftz=True)
+            engine = SearchEngine(db, options, backend, ftz=True, queries=len(lengths) if lengths else None)
             watch = Stopwatch().start()
             for result in engine.search(read_models(args.hmmfile)):
                 outputs.query(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm)
                 watch = Stopwatch().start()
             timeline.mark("search")
         finally:
-            backend.close()
+            backend.close(wait=False)
     timeline.mark("outputs closed")
     for line in engine.stats.lines() + [timeline.line()]:
         print(f"# hmmgpu: {line}", file=sys.stderr)
@@ -313,7 +313,7 @@ def cmd_scan(args) -> int:
             database = ProfileDatabase.read(args.hmmdb, each=narrowing.add if narrowing else None)
             survivors = narrowing.survivors() if narrowing else None
         finally:
-            backend.close()
+            backend.close(wait=False)
         threads = "no worker threads" if options.cpus == 0 else f"{options.threads} threads"
         filters = f"hmmgpu's filters on {backend.description[len('backend '):]}, then " if narrowing else ""
         print(f"# hmmgpu {__version__}: scan of {len(database)} models: {filters}pyhmmer's hmmscan pipeline on the "

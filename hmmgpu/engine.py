@@ -143,17 +143,19 @@ class SearchEngine:
 
     ``SearchEngine(db, options, backend=..., ftz=False)``; :meth:`search` yields
     :class:`SearchResult` in query order. ``ftz`` runs pyhmmer's stage in the hmmsearch
-    program's float mode (:mod:`hmmgpu.fpenv`).
+    program's float mode (:mod:`hmmgpu.fpenv`); ``queries``, the number of models when it
+    is known, lets fewer models than threads each be cut into more tasks.
     """
 
-    def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None):
+    def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None,
+                 queries: int | None = None):
         self.db = db
         self.options = options
         self.backend = backend
         self.ftz = ftz
         self.threads = 0 if options.cpus == 0 else options.threads
         self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
-        self.forward = ForwardStage(db, options, ftz=ftz)
+        self.forward = ForwardStage(db, options, ftz=ftz, queries=queries)
         self.filtered = isinstance(backend, CascadeBackend)
         self.stats = EngineStats(threads=max(1, self.threads))
         self._lock = threading.Lock()

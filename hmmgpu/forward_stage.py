@@ -57,6 +57,11 @@ PIPELINE_TASK_SECONDS = 0.25
 #: thread, in model cells (M x L) per second, and of its whole pipeline on unfiltered targets.
 FORWARD_CELLS_PER_SECOND = 7.0e7
 PIPELINE_CELLS_PER_SECOND = 2.5e10
+#: Smallest task of a query that is split to keep every thread busy (fewer queries than
+#: threads), in model cells: a hit-rich model's whole pipeline runs ten times slower per
+#: cell than :data:`PIPELINE_CELLS_PER_SECOND`, so one query alone (a single-model search of a
+#: large database) cannot rely on the estimate to cut it into enough tasks.
+SPLIT_MIN_CELLS = 1.0e8
 _ZSETBY_NTARGETS = 0
 
 
@@ -140,10 +145,14 @@ class SequenceCache:
 class ForwardStage:
     """Plans, runs and merges the pyhmmer tasks of each query over one database."""
 
-    def __init__(self, db, options, ftz: bool = False):
+    def __init__(self, db, options, ftz: bool = False, queries: int | None = None):
         self.db = db
         self.options = options
         self.ftz = ftz
+        threads = 0 if options.cpus == 0 else options.threads
+        #: tasks each query is cut into at least (when the work allows): every thread busy
+        #: when there are fewer queries (``queries``, when known) than threads
+        self.min_parts = -(-threads // queries) if queries and threads > queries else 1
         self.sequences = SequenceCache(db)
         self.by_position = options.by_evalue and options.Z is None
         self._local = threading.local()
@@ -154,8 +163,10 @@ class ForwardStage:
         M = query.hmm.M
         lengths = self.db.lengths
         if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
-            total = float(self.db.total_residues) * M / PIPELINE_CELLS_PER_SECOND
-            parts = int(min(max(1, total // PIPELINE_TASK_SECONDS), max(1, self.db.n // 64)))
+            cells = float(self.db.total_residues) * M
+            parts = max(cells / PIPELINE_CELLS_PER_SECOND // PIPELINE_TASK_SECONDS,
+                        min(self.min_parts, cells // SPLIT_MIN_CELLS))
+            parts = int(min(max(1, parts), max(1, self.db.n // 64)))
             cuts = np.searchsorted(np.cumsum(lengths, dtype=np.int64),
                                    self.db.total_residues * np.arange(1, parts) / parts)
             bounds = np.unique(np.concatenate([[0], cuts, [self.db.n]]))
@@ -168,7 +179,8 @@ class ForwardStage:
             return self._tasks(query, [positions], filtered=True, rate=FORWARD_CELLS_PER_SECOND)
         cost = lengths[positions].astype(np.float64) * M / FORWARD_CELLS_PER_SECOND
         cum = np.cumsum(cost)
-        parts = max(1, int(cum[-1] // TASK_SECONDS))
+        cells = float(cum[-1]) * FORWARD_CELLS_PER_SECOND
+        parts = max(1, int(cum[-1] // TASK_SECONDS), int(min(self.min_parts, cells // SPLIT_MIN_CELLS, positions.size)))
         cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
         groups = [g for g in np.split(positions, np.unique(cuts)) if g.size]
         return self._tasks(query, groups, filtered=True, rate=FORWARD_CELLS_PER_SECOND)

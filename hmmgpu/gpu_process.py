@@ -314,12 +314,14 @@ class CudaProcessBackend(CascadeBackend):
         self._refresh_stats()
         return dict(self._stats[0])
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         if self._conn is not None:
             try:
                 self._conn.send(None)
             except OSError:
                 pass
+        if self._process is not None and not wait and self._process.poll() is None:
+            self._process = None  # it exits when it reads the stop message (or the closed socket)
         if self._process is not None:
             try:
                 self._process.wait(timeout=10)

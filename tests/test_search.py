@@ -181,6 +181,25 @@ def test_parallel_forward_stage_equals_serial_run(references, cpus):
             assert po[key] == pr[key], key
 
 
+@pytest.mark.parametrize("backend", ["hmmer", "numba"])
+def test_single_query_is_split_over_every_thread(references, backend, monkeypatch):
+    """One model alone is cut into a task per thread (not one per estimated 0.1 s of work), and
+    the merged hits, kept set, Z and domZ are still those of one serial run."""
+    from hmmgpu import forward_stage
+
+    monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
+    hmms, block, expected = references
+    for hmm, ref in zip(hmms, expected):
+        with hmmgpu.Pipeline(block, backend=backend, cpus=8) as pli:
+            ours = pli.search_hmm(hmm)
+            # the pyhmmer route splits every target; the filtered route its few survivors, by cost
+            assert pli.stats.tasks >= (8 if backend == "hmmer" else 2)
+        assert _table(ours, "domains") == _table(ref, "domains")
+        po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
+        for key in ("nseqs", "Z", "domZ", "n_past_vit", "n_past_fwd"):
+            assert po[key] == pr[key], key
+
+
 def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path):
     """Homologs renamed with odd headers and sprinkled with B/Z/X/*/gaps: tables equal pyhmmer's."""
     from pyhmmer.plan7 import HMMFile
