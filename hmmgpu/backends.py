@@ -39,8 +39,18 @@ if TYPE_CHECKING:
 #: pyhmmer's whole pipeline on one core, in model cells (M x residues) per second: the
 #: CPU-time estimate of ``auto`` (measured on real proteins, benchmarks/NOTES.md).
 CPU_CELLS_PER_SECOND = 2.5e10
+#: pyhmmer's route per database residue, whatever the number of models, in seconds: every
+#: target made into a pyhmmer sequence (under the GIL) and the per-target work of a search.
+#: Measured on the 16-core GPU machine: one Pfam model against 116 M residues spent 5-8 s
+#: there, where the cell estimate alone predicts 0.1 s (and the GPU route took 4-7 s).
+CPU_SECONDS_PER_RESIDUE = 4.0e-8
 #: What starting the GPU route costs (imports, CUDA context, kernel loads), in seconds.
 GPU_START_SECONDS = 2.0
+
+
+def cpu_route_seconds(cells: float, residues: float, threads: int) -> float:
+    """Estimated wall time of pyhmmer's route (``auto``'s comparison with the GPU's start-up)."""
+    return cells / (CPU_CELLS_PER_SECOND * max(1, threads)) + residues * CPU_SECONDS_PER_RESIDUE
 
 
 class Backend(ABC):
@@ -249,7 +259,7 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
     if options.backend == "auto":
         residues = _residues_estimate(source)
         if (os.environ.get("HMMGPU_NO_GPU") is not None or residues is None or
-                float(sum(model_lengths)) * residues / (CPU_CELLS_PER_SECOND * options.threads)
+                cpu_route_seconds(float(sum(model_lengths)) * residues, residues, options.threads)
                 <= 2 * GPU_START_SECONDS * EARLY_START_MARGIN):
             return None
     if not cuda_available(options.device):
@@ -259,8 +269,9 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
     return CudaProcessBackend(source=(source, fmt), lanes=options.lanes, device=options.device)
 
 
-#: ``auto`` starts the GPU early only when the estimated work is this many times its threshold.
-EARLY_START_MARGIN = 4.0
+#: ``auto`` starts the GPU early only when the estimated work is this many times its threshold
+#: (the residues of a FASTA file are estimated from its size, which its headers inflate).
+EARLY_START_MARGIN = 1.2
 
 
 def _rereadable(source: str) -> bool:
@@ -316,7 +327,7 @@ def _select(options, db, cells, gpu_process, started) -> Backend:
     name = options.backend
     if name == "auto":
         threads = options.threads
-        worth = cells is None or cells / (CPU_CELLS_PER_SECOND * threads) > 2 * GPU_START_SECONDS
+        worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > 2 * GPU_START_SECONDS
         reason = "the work is too small to pay for the GPU"
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and cuda_available(options.device):
             try:

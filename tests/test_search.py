@@ -200,6 +200,27 @@ def test_single_query_is_split_over_every_thread(references, backend, monkeypatc
             assert po[key] == pr[key], key
 
 
+@pytest.mark.parametrize("models,residues,route", [
+    ([250] * 600, 29e6, "gpu"),   # (a) Pfam-scale work
+    ([200], 116e6, "gpu"),        # one model against a large database (the CPU route pays per residue)
+    ([250] * 600, 0.8e6, "cpu"),  # many models, a small proteome
+    ([200] * 4, 0.8e6, "cpu"),    # the README's search
+    ([200], 29e6, "cpu"),         # one model, a mid-sized database: the GPU's start-up dominates
+])
+def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models, residues, route):
+    from types import SimpleNamespace
+
+    from hmmgpu import backends
+
+    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
+    monkeypatch.setattr(backends, "cuda_available", lambda device: True)
+    monkeypatch.setattr(backends, "_cuda", lambda *args: "gpu")
+    options = SimpleNamespace(backend="auto", threads=16, device=0)
+    db = SimpleNamespace(total_residues=residues)
+    chosen = backends._select(options, db, float(sum(models)) * residues, True, None)
+    assert (chosen if chosen == "gpu" else "cpu") == route
+
+
 def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path):
     """Homologs renamed with odd headers and sprinkled with B/Z/X/*/gaps: tables equal pyhmmer's."""
     from pyhmmer.plan7 import HMMFile
