@@ -249,11 +249,11 @@ def cuda_available(device: int = 0) -> bool:
 
 def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> CascadeBackend | None:
     """The GPU process started before the database is read (it reads the file itself, so
-    both start-ups overlap), when ``select_backend`` will surely take the GPU: ``--backend
-    cuda``, or ``auto`` on a GPU machine with work well above the threshold by an estimate
-    of the residues from the file (a made database records them; a FASTA file has about
-    one per byte, a gzip file at least two). None otherwise; the caller passes the result to
-    :func:`select_backend` as ``started``."""
+    both start-ups overlap), when ``select_backend`` may take the GPU: ``--backend cuda``, or
+    ``auto`` on a GPU machine with work above the threshold by an estimate of the residues
+    from the file (a made database records them; a FASTA file has at most one per byte, a
+    gzip file about two). None otherwise; the caller passes the result to
+    :func:`select_backend` as ``started``, which stops it if the exact count says the CPU."""
     if source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not _rereadable(source):
         return None
     if options.backend == "auto":
@@ -269,9 +269,10 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
     return CudaProcessBackend(source=(source, fmt), lanes=options.lanes, device=options.device)
 
 
-#: ``auto`` starts the GPU early only when the estimated work is this many times its threshold
-#: (the residues of a FASTA file are estimated from its size, which its headers inflate).
-EARLY_START_MARGIN = 1.2
+#: ``auto`` starts the GPU early when the estimated work is this many times its threshold. The
+#: residues of a plain FASTA file are estimated from its size, an upper bound: a GPU process
+#: started for work that then proves too small is told to stop and not waited for.
+EARLY_START_MARGIN = 1.0
 
 
 def _rereadable(source: str) -> bool:
@@ -295,7 +296,7 @@ def _residues_estimate(source: str) -> float | None:
         size = os.path.getsize(source)
         with open(source, "rb") as fh:
             gzipped = fh.read(2) == b"\x1f\x8b"
-        return 2.0 * size if gzipped else 0.5 * size
+        return 2.0 * size if gzipped else 1.0 * size
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -319,7 +320,7 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
             started.close()
         raise
     if started is not None and backend is not started:
-        started.close()
+        started.close(wait=False)
     return backend
 
 
