@@ -59,3 +59,15 @@ def adversarial_block(hmm, seed: int = 7) -> DigitalSequenceBlock:
         DigitalSequence(AMINO, name=name.encode(), sequence=np.asarray(codes, dtype=np.uint8))
         for name, codes in seqs.items()
     ])
+
+
+def run_named_checks(namespace: dict, names) -> None:
+    """The entry point of a simulator check script (run in a subprocess with the CUDA
+    simulator on): each named check function's rows printed, then the line the tests expect."""
+    import time
+
+    t = time.time()
+    for name in names:
+        for row in namespace[name]():
+            print(*row, flush=True)
+    print(f"simulator checks OK in {time.time() - t:.1f}s")

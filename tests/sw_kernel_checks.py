@@ -96,10 +96,7 @@ def simulator_sw_checks():
 
 if __name__ == "__main__":
     import sys
-    import time
 
-    t = time.time()
-    for name in sys.argv[1:]:
-        for row in globals()[name]():
-            print(*row, flush=True)
-    print(f"simulator checks OK in {time.time() - t:.1f}s")
+    from tests.helpers import run_named_checks
+
+    run_named_checks(globals(), sys.argv[1:])

@@ -32,27 +32,37 @@ NEG = -(1 << 30)
 ALIGNED, QUERY_GAP_IN_TARGET, TARGET_GAP_IN_QUERY = 0, 1, 2
 
 
+def _row(row, q, H, F, go, ge):
+    """One row of the recurrence in place over H and F (the previous row in, this row out);
+    its best score and the first column that reaches it."""
+    diag = 0
+    E = NEG
+    left = 0
+    best, bj = 0, 0
+    for j in range(1, q.shape[0] + 1):
+        up = H[j]
+        E = max(E - ge, left - go)
+        f = max(F[j] - ge, up - go)
+        F[j] = f
+        h = max(0, diag + row[q[j - 1]], E, f)
+        diag = up
+        H[j] = h
+        left = h
+        if h > best:
+            best, bj = h, j
+    return best, bj
+
+
 def _end_cell(q, t, S, go, ge):
+    """The optimal score and its end cell: the first (row, then column) to reach it."""
     m, n = q.shape[0], t.shape[0]
     H = np.zeros(m + 1, np.int64)
     F = np.full(m + 1, NEG, np.int64)
     best, bi, bj = 0, 0, 0
     for i in range(1, n + 1):
-        row = S[t[i - 1]]
-        diag = 0
-        E = NEG
-        left = 0
-        for j in range(1, m + 1):
-            up = H[j]
-            E = max(E - ge, left - go)
-            f = max(F[j] - ge, up - go)
-            F[j] = f
-            h = max(0, diag + row[q[j - 1]], E, f)
-            diag = up
-            H[j] = h
-            left = h
-            if h > best:
-                best, bi, bj = h, i, j
+        h, j = _row(S[t[i - 1]], q, H, F, go, ge)
+        if h > best:
+            best, bi, bj = h, i, j
     return best, bi, bj
 
 
@@ -108,19 +118,7 @@ def _checkpoints(q, t, S, go, ge, n, m, k, HC, FC):
     HC[0] = H
     FC[0] = F
     for i in range(1, n + 1):
-        row = S[t[i - 1]]
-        diag = 0
-        E = NEG
-        left = 0
-        for j in range(1, m + 1):
-            up = H[j]
-            E = max(E - ge, left - go)
-            f = max(F[j] - ge, up - go)
-            F[j] = f
-            h = max(0, diag + row[q[j - 1]], E, f)
-            diag = up
-            H[j] = h
-            left = h
+        _row(S[t[i - 1]], q[:m], H, F, go, ge)
         if i % k == 0:
             HC[i // k] = H
             FC[i // k] = F
@@ -171,10 +169,12 @@ def _compiled():
     from numba import njit
 
     jit = njit(cache=True, nogil=True)
-    block = jit(_block)
-    walk_globals = dict(_walk.__globals__, _block=block)
-    walk = type(_walk)(_walk.__code__, walk_globals, "_walk")
-    return jit(_end_cell), jit(_checkpoints), njit(nogil=True)(walk)
+    jitted = dict(_block=jit(_block), _row=jit(_row))
+
+    def bind(fn):  # the pure-Python pass calling the jitted helpers
+        return type(fn)(fn.__code__, dict(fn.__globals__, **jitted), fn.__name__)
+
+    return jit(bind(_end_cell)), jit(bind(_checkpoints)), njit(nogil=True)(bind(_walk))
 
 
 @dataclass(frozen=True)
