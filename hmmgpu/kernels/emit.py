@@ -59,6 +59,19 @@ def preamble(e: Emitter, doc: str, binding: str) -> None:
       "FULL = 0xFFFFFFFF")
 
 
+def claim_work(e: Emitter, var: str, leader: str, step: str, slot: int, limit: str) -> None:
+    """The head of a kernel's work loop (inside ``while True:``): the warp's ``leader`` lane takes
+    the next ``step`` items from the atomic work counter ``counters[slot]``, broadcasts the first
+    one to the warp as ``var``, and the warp leaves the loop once ``var`` reaches ``limit``.
+    Warps take work as they free up, so long and short targets balance over the whole launch."""
+    e(f"{var} = int32(0)")
+    with e.block(f"if {leader}:"):
+        e(f"{var} = cuda.atomic.add(counters, {slot}, {step})")
+    e(f"{var} = cuda.shfl_sync(FULL, {var}, 0)")
+    with e.block(f"if {var} >= {limit}:"):
+        e("break")
+
+
 def jit_decorator(signature: str, binding: str) -> str:
     """``@cuda.jit(...)``: typed and cached on a device, untyped under the simulator."""
     if binding == "python":

@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from ...constants import STATUS_NORESULT, STATUS_OK, STATUS_RANGE
-from ..emit import Emitter, jit_decorator, preamble
+from ..emit import Emitter, claim_work, jit_decorator, preamble
 from ..kargs import Arg, parameter_list, signature
 
 #: Residue codes in a model table (Easel's amino codes 0..28).
@@ -286,12 +286,7 @@ def generate(spec: MsvSpec, binding: str) -> str:
           "ZERO = u32(0)", "BIASV = bcast8(bias)", "top = 255 - bias", "lim = 127 - bias")
         with e.block("while True:"):
             # one warp takes WPG consecutive positions, one per lane group
-            e("b0 = int32(0)")
-            with e.block("if lane == 0:"):
-                e(f"b0 = cuda.atomic.add(counters, {Counter.WORK.value}, WPG)")
-            e("b0 = cuda.shfl_sync(FULL, b0, 0)")
-            with e.block("if b0 >= n_targets:"):
-                e("break")
+            claim_work(e, "b0", "lane == 0", "WPG", Counter.WORK.value, "n_targets")
             e("p = b0 + gi", "valid = p < n_targets", "L = 0", "wb = 0")
             with e.block("if valid:"):
                 e("L = lengths[p]", "wb = word_offsets[p]")

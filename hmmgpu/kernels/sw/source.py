@@ -61,7 +61,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..emit import Emitter, jit_decorator, preamble
+from ..emit import Emitter, claim_work, jit_decorator, preamble
 from ..kargs import Arg, parameter_list, signature
 
 #: Profile rows: the 29 Easel codes and the padding row.
@@ -162,12 +162,7 @@ def generate(spec: SwSpec, binding: str) -> str:
         e("lane = cuda.threadIdx.x & 31", "g = lane & (G - 1)", "gi = lane // G", "gq = g * QW",
           "NGO = bcast16(-go)", "NGE = bcast16(-ge)", "NEGW = bcast16(NEG)", "ZERO = u32(0)")
         with e.block("while True:"):
-            e("b0 = int32(0)")
-            with e.block("if lane == 0:"):
-                e(f"b0 = cuda.atomic.add(counters, {Counter.WORK.value}, 2 * WPG)")
-            e("b0 = cuda.shfl_sync(FULL, b0, 0)")
-            with e.block("if b0 >= n_targets:"):
-                e("break")
+            claim_work(e, "b0", "lane == 0", "2 * WPG", Counter.WORK.value, "n_targets")
             e("pa = b0 + 2 * gi", "pb = pa + 1", "La = 0", "Lb = 0", "wa = 0", "wb = 0")
             with e.block("if pa < n_targets:"):
                 e("La = lengths[pa]", "wa = word_offsets[pa]")

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from ...constants import STATUS_OK
-from ..emit import Emitter, jit_decorator, preamble
+from ..emit import Emitter, claim_work, jit_decorator, preamble
 from ..kargs import Arg, parameter_list, signature
 
 #: The floor that replaces -32768 in the kernel (see the module header).
@@ -215,12 +215,7 @@ def generate(spec: VitSpec, binding: str) -> str:
           "MDGUARD = np.uint32(0x0000C000) if t == 31 else FLOORV",  # node M: high half of thread 31
           "n_items = n_items_at[n_items_slot]")
         with e.block("while True:"):
-            e("k = int32(0)")
-            with e.block("if t == 0:"):
-                e(f"k = cuda.atomic.add(counters, {Counter.WORK.value}, 1)")
-            e("k = cuda.shfl_sync(FULL, k, 0)")
-            with e.block("if k >= n_items:"):
-                e("break")
+            claim_work(e, "k", "t == 0", "1", Counter.WORK.value, "n_items")
             e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]", "move = move_by_length[L]",
               *[f"m{q} = FLOORV; i{q} = FLOORV; d{q} = FLOORV" for q in range(Q)],
               "B = 12000 + move", "Bv = bcast16(B)", "grow_at = int32(12500)",
