@@ -155,7 +155,7 @@ class SearchEngine:
         self.ftz = ftz
         self.threads = 0 if options.cpus == 0 else options.threads
         self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
-        self.forward = ForwardStage(db, options, ftz=ftz, queries=queries)
+        self.forward = ForwardStage(db, options, ftz=ftz, threads=self.threads, queries=queries)
         self.filtered = isinstance(backend, CascadeBackend)
         self.stats = EngineStats(threads=max(1, self.threads))
         self._lock = threading.Lock()

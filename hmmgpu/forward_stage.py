@@ -145,13 +145,12 @@ class SequenceCache:
 class ForwardStage:
     """Plans, runs and merges the pyhmmer tasks of each query over one database."""
 
-    def __init__(self, db, options, ftz: bool = False, queries: int | None = None):
+    def __init__(self, db, options, ftz: bool = False, threads: int = 0, queries: int | None = None):
         self.db = db
         self.options = options
         self.ftz = ftz
-        threads = 0 if options.cpus == 0 else options.threads
-        #: tasks each query is cut into at least (when the work allows): every thread busy
-        #: when there are fewer queries (``queries``, when known) than threads
+        #: tasks each query is cut into at least (when the work allows): every one of the
+        #: engine's ``threads`` busy when there are fewer queries (``queries``, when known)
         self.min_parts = -(-threads // queries) if queries and threads > queries else 1
         self.sequences = SequenceCache(db)
         self.by_position = options.by_evalue and options.Z is None
