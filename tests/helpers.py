@@ -61,6 +61,14 @@ def adversarial_block(hmm, seed: int = 7) -> DigitalSequenceBlock:
     ])
 
 
+def hits_table(hits, fmt: str = "targets") -> bytes:
+    """A pyhmmer ``TopHits`` written as one of HMMER's tables (``targets``, ``domains``,
+    ``pfam``), without its header: the bytes to compare with a reference's."""
+    buf = io.BytesIO()
+    hits.write(buf, format=fmt, header=False)
+    return buf.getvalue()
+
+
 def run_named_checks(namespace: dict, names) -> None:
     """The entry point of a simulator check script (run in a subprocess with the CUDA
     simulator on): each named check function's rows printed, then the line the tests expect."""

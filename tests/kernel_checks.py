@@ -10,6 +10,8 @@ import os
 
 import numpy as np
 
+from tests.helpers import hits_table
+
 STATUS_RANGE = 16
 
 
@@ -260,8 +262,6 @@ def simulator_vit_checks():
 def check_cascade(hmm, db, lanes="auto", **options):
     """The whole search on the cuda backend against a full pyhmmer search: tables, counters,
     and every bias score the GPU decided with against the CPU reference."""
-    import io
-
     import pyhmmer
 
     from hmmgpu import cpu_filters
@@ -276,11 +276,7 @@ def check_cascade(hmm, db, lanes="auto", **options):
     backend = CudaBackend(db, lanes=lanes)
     ours = next(iter(SearchEngine(db, opts, backend).search([hmm])))
     ref = pyhmmer.plan7.Pipeline(hmm.alphabet, **opts.pipeline_kwargs()).search_hmm(hmm, db.block())
-    rows = []
-    for hits in (ours.hits, ref):
-        buf = io.BytesIO()
-        hits.write(buf, format="targets", header=False)
-        rows.append(buf.getvalue())
+    rows = [hits_table(hits) for hits in (ours.hits, ref)]
     if rows[0] != rows[1]:
         raise AssertionError(f"tables differ:\n{rows[0].decode()}\nvs\n{rows[1].decode()}")
     mine, theirs = ours.hits.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
@@ -366,11 +362,7 @@ def simulator_gpu_process_checks():
     out = []
     for result, hmm in zip(results, hmms * 3):
         ref = pyhmmer.plan7.Pipeline(hmm.alphabet, **opts.pipeline_kwargs()).search_hmm(hmm, db.block())
-        rows = []
-        for hits in (result.hits, ref):
-            buf = io.BytesIO()
-            hits.write(buf, format="targets", header=False)
-            rows.append(buf.getvalue())
+        rows = [hits_table(hits) for hits in (result.hits, ref)]
         if rows[0] != rows[1] or result.hmm is not hmm:
             raise AssertionError(f"model {result.index}: tables differ")
         mine, theirs = result.hits.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
@@ -408,9 +400,7 @@ def simulator_gpu_process_checks():
             rows = [line.split() for line in fh if not line.startswith(b"#")]
         block = pyhmmer.easel.DigitalSequenceBlock(proteome.alphabet, chosen)
         ref = pyhmmer.plan7.Pipeline(model.alphabet).search_hmm(model, block)
-        buf = io.BytesIO()
-        ref.write(buf, format="targets", header=False)
-        if rows != [line.split() for line in buf.getvalue().splitlines()] or not rows:
+        if rows != [line.split() for line in hits_table(ref).splitlines()] or not rows:
             raise AssertionError(f"command line: {len(rows)} rows differ from pyhmmer's {len(ref)}")
         out.append(("command line", len(rows)))
     # a child that dies is reported as one line, not a hang

@@ -1,5 +1,4 @@
 """End to end: `hmmgpu search` tables equal HMMER 3.4's hmmsearch; the Python API equals pyhmmer."""
-import io
 import shutil
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pyhmmer.plan7 import HMMFile, Pipeline as PyhmmerPipeline
 import hmmgpu
 from hmmgpu.cli import main
 from hmmgpu.seqdb import SequenceDB
-from tests.helpers import AMINO, PROTEOME, SAMPLES
+from tests.helpers import AMINO, PROTEOME, SAMPLES, hits_table
 
 HMMSEARCH = shutil.which("hmmsearch")
 
@@ -91,12 +90,6 @@ def test_report_has_pipeline_statistics(tmp_path):
         assert line in text
 
 
-def _table(hits, fmt="targets"):
-    buf = io.BytesIO()
-    hits.write(buf, format=fmt, header=False)
-    return buf.getvalue()
-
-
 @pytest.fixture(scope="module")
 def references():
     with HMMFile(SAMPLES / "samples.hmm") as f:
@@ -116,8 +109,8 @@ def test_api_hmmsearch_equals_pyhmmer(kind, references, tmp_path):
     results = list(hmmgpu.hmmsearch(hmms, sequences, backend="numba"))
     assert len(results) == len(expected)
     for ours, ref in zip(results, expected):
-        assert _table(ours) == _table(ref)
-        assert _table(ours, "domains") == _table(ref, "domains")
+        assert hits_table(ours) == hits_table(ref)
+        assert hits_table(ours, "domains") == hits_table(ref, "domains")
         assert (len(ours), ours.Z, ours.domZ, ours.searched_sequences, ours.searched_residues) == (
             len(ref), ref.Z, ref.domZ, ref.searched_sequences, ref.searched_residues)
         po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
@@ -128,14 +121,14 @@ def test_api_hmmsearch_equals_pyhmmer(kind, references, tmp_path):
 def test_api_hmmer_backend_equals_pyhmmer(references):
     hmms, block, expected = references
     for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="hmmer"), expected):
-        assert _table(ours) == _table(ref)
+        assert hits_table(ours) == hits_table(ref)
 
 
 def test_api_options_use_pyhmmer_names(references):
     hmms, block, _ = references
     expected = list(pyhmmer.hmmsearch(hmms, block, cpus=1, E=1e-3, bias_filter=False, Z=5000))
     for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="numba", E=1e-3, bias_filter=False, Z=5000), expected):
-        assert _table(ours, "domains") == _table(ref, "domains")
+        assert hits_table(ours, "domains") == hits_table(ref, "domains")
 
 
 def test_pipeline_filter_stage_inside_pyhmmer(references):
@@ -145,7 +138,7 @@ def test_pipeline_filter_stage_inside_pyhmmer(references):
         survivors = pli.filter(hmms[0])
         assert len(survivors) == pli.counts.n_past_vit == 48
     hits = PyhmmerPipeline(AMINO, Z=len(block)).search_hmm(hmms[0], survivors)
-    assert _table(hits) == _table(expected[0])
+    assert hits_table(hits) == hits_table(expected[0])
 
 
 def test_cli_runs_as_console_script(tmp_path):
@@ -175,7 +168,7 @@ def test_parallel_forward_stage_equals_serial_run(references, cpus):
     hmms, block, expected = references
     for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="numba", cpus=cpus), expected):
         assert len(ours) == len(ref)
-        assert _table(ours, "domains") == _table(ref, "domains")
+        assert hits_table(ours, "domains") == hits_table(ref, "domains")
         po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
         for key in ("nseqs", "Z", "domZ", "Z_setby", "domZ_setby", "n_past_vit", "n_past_fwd"):
             assert po[key] == pr[key], key
@@ -194,7 +187,7 @@ def test_single_query_is_split_over_every_thread(references, backend, monkeypatc
             ours = pli.search_hmm(hmm)
             # the pyhmmer route splits every target; the filtered route its few survivors, by cost
             assert pli.stats.tasks >= (8 if backend == "hmmer" else 2)
-        assert _table(ours, "domains") == _table(ref, "domains")
+        assert hits_table(ours, "domains") == hits_table(ref, "domains")
         po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
         for key in ("nseqs", "Z", "domZ", "n_past_vit", "n_past_fwd"):
             assert po[key] == pr[key], key
@@ -245,4 +238,4 @@ def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path)
     ours = next(hmmgpu.hmmsearch([hmm], str(fasta), backend="numba", cpus=3))
     assert len(expected.reported) >= 10
     assert len(ours) == len(expected)
-    assert _table(ours, "domains") == _table(expected, "domains")
+    assert hits_table(ours, "domains") == hits_table(expected, "domains")
