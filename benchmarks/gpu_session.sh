@@ -9,7 +9,7 @@
 # numba-cuda 0.30.4 at its first compile: a sitecustomize puts the alias back for this run
 # (hmmgpu itself pins numpy < 2.5).
 #
-# Phases: check (stops the session on failure), smoke, probe, hostprofile, warmup, tests, vit, engine[:workloads], sw, swtests.
+# Phases: check (stops the session on failure), smoke, probe, hostprofile, warmup, tests, audit, vit, engine[:workloads], sw, swtests.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -95,6 +95,13 @@ EOF
       log gpu tests
       timeout 900 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_kernels_gpu.py tests/test_gpu_search.py \
           2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
+    audit)
+      log audit: PF00005 against the real proteins on the GPU, both lane modes, against HMMER target by target
+      python3 -c "import gzip; open('/tmp/PF00005.hmm', 'wb').write(gzip.open('$DATA/pfam/PF00005.hmm.gz', 'rb').read())"
+      for lanes in 16x2 8x4; do
+        timeout 250 python3 -m hmmgpu audit --backend cuda --lanes "$lanes" /tmp/PF00005.hmm \
+            "$DATA/seqs/public_proteins.fa.gz" 2>&1 | tee "$OUT/audit_$lanes.txt" | tail -16
+      done ;;
     swtests)
       log sw gpu tests
       timeout 600 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_sw_gpu.py 2>&1 | tee "$OUT/sw_gpu_tests.log" | tail -15 ;;
