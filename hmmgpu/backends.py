@@ -262,11 +262,27 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
                 cpu_route_seconds(float(sum(model_lengths)) * residues, residues, options.threads)
                 <= 2 * GPU_START_SECONDS * EARLY_START_MARGIN):
             return None
-    if not cuda_available(options.device):
+    if not _driver_present():
         return None
     from .gpu_process import CudaProcessBackend
 
-    return CudaProcessBackend(source=(source, fmt), lanes=options.lanes, device=options.device)
+    return CudaProcessBackend(source=(source, fmt), lanes=options.lanes, device=options.device,
+                              lengths=model_lengths)
+
+
+def _driver_present() -> bool:
+    """The CUDA driver library loads (or the simulator is on): a GPU may be there. Asking the
+    driver (``cuInit``, 0.1-0.2 s) is left to the GPU process, which reports a missing device
+    as its one-line error, so that this process does not wait for it."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        return True
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
 
 
 #: ``auto`` starts the GPU early when the estimated work is this many times its threshold. The
@@ -330,7 +346,8 @@ def _select(options, db, cells, gpu_process, started) -> Backend:
         threads = options.threads
         worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > 2 * GPU_START_SECONDS
         reason = "the work is too small to pay for the GPU"
-        if worth and os.environ.get("HMMGPU_NO_GPU") is None and cuda_available(options.device):
+        if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or
+                                                                   cuda_available(options.device)):
             try:
                 return _cuda(options, db, gpu_process, started)
             except HmmgpuError as error:  # present but unusable (busy, out of memory, ...)
@@ -341,13 +358,26 @@ def _select(options, db, cells, gpu_process, started) -> Backend:
         backend.description = f"backend hmmer (pyhmmer on the CPU): {reason}"
         return backend
     if name == "cuda":
-        if not cuda_available(options.device):
+        if (started is None and not cuda_available(options.device)) or _unusable(started):
             raise HmmgpuError(f"--backend cuda: no usable CUDA GPU with id {options.device} "
                               "(try --backend hmmer or numba)")
         return _cuda(options, db, gpu_process, started)
     if name == "numba":
         return NumbaBackend(db, threads=options.cpus)
     return HmmerBackend(db)
+
+
+def _unusable(started) -> bool:
+    """The GPU process ``started`` early found no usable device (other errors are raised)."""
+    if started is None:
+        return False
+    try:
+        started.description  # noqa: B018 - waits for the child's set-up
+    except HmmgpuError as error:
+        if str(error).startswith("no usable CUDA GPU"):
+            return True
+        raise
+    return False
 
 
 def _cuda(options, db, gpu_process: bool, started) -> CascadeBackend:

@@ -17,7 +17,7 @@ Protocol
 --------
 The child is a fresh interpreter (``python -m hmmgpu.gpu_process FD``) on one end of a
 socket pair; it inherits standard error (compile notices). The parent sends, in order:
-``("init", database path, format, lanes, device, max_bytes)``, then any number of
+``("init", database path, format, lanes, device, max_bytes, model lengths or None)``, then any number of
 ``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and
 finally ``None``. The child answers ``("ready", description, lanes)`` or ``("error",
 message)`` to the first, and in the order of the requests: ``("done", CascadeResult)`` or
@@ -31,6 +31,10 @@ GPU starts up at the same time), and input that cannot be read twice (standard i
 saved once in ``makedb``'s format to a temporary directory (in ``/dev/shm`` where it
 exists), removed when the backend closes. The constructor returns at once; the first call
 that needs the child (``description``, ``prepare_for``, a result) waits for it to be ready.
+
+The child's own start-up runs in two threads: one opens the device (the CUDA context) and
+loads the kernels for the model lengths of the ``init`` message, while the other reads the
+database; the database then goes onto the device.
 """
 from __future__ import annotations
 
@@ -54,10 +58,14 @@ def _serve(conn: Connection) -> None:
     """The child: set up the GPU backend, then run models until None or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes the socket
     try:
-        _, path, fmt, lanes, device, max_bytes = conn.recv()
+        _, path, fmt, lanes, device, max_bytes, lengths = conn.recv()
     except (EOFError, OSError):
         return
     try:
+        from .kernels import cuda_available
+
+        if not cuda_available(device):
+            raise HmmgpuError(f"no usable CUDA GPU with id {device}")
         startup = {}
         clock = time.perf_counter()
         import pyhmmer.plan7 as p7
@@ -69,10 +77,13 @@ def _serve(conn: Connection) -> None:
         from .seqdb import open_database
 
         startup["imports"], clock = time.perf_counter() - clock, time.perf_counter()
+        gpu = _DeviceStart(device, lanes, lengths)  # the CUDA context and kernels, while the file is read
         db = open_database(path, fmt)
-        startup["database"], clock = time.perf_counter() - clock, time.perf_counter()
+        startup["database"] = time.perf_counter() - clock
+        startup["device_and_kernels"] = gpu.wait()
+        clock = time.perf_counter()
         backend = CudaBackend(db, lanes=lanes, device=device, max_bytes=max_bytes)
-        startup["device"] = time.perf_counter() - clock
+        startup["resident"] = time.perf_counter() - clock
         background = p7.Background(Alphabet.amino())
     except HmmgpuError as error:
         conn.send(("error", str(error)))
@@ -115,6 +126,38 @@ def _serve(conn: Connection) -> None:
             _send_oldest(conn, pending)
     finally:
         backend.close()
+
+
+class _DeviceStart:
+    """Opens the device (its CUDA context) and loads the kernels that models of ``lengths``
+    need, in a thread: the database is read meanwhile (the driver's calls and Easel's reader
+    leave the GIL). :meth:`wait` returns its seconds or raises its error."""
+
+    def __init__(self, device: int, lanes: str, lengths):
+        self._error = None
+        self._seconds = 0.0
+        self._thread = threading.Thread(target=self._run, args=(device, lanes, lengths), name="hmmgpu-device",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, device, lanes, lengths):
+        clock = time.perf_counter()
+        try:
+            from .kernels.cascade import load_kernels
+            from .kernels.device import GpuDevice
+
+            opened = GpuDevice.open(device)
+            if lengths:
+                load_kernels(opened, lanes, lengths)
+        except BaseException as error:  # noqa: BLE001 - raised again by wait()
+            self._error = error
+        self._seconds = time.perf_counter() - clock
+
+    def wait(self) -> float:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._seconds
 
 
 def _send_oldest(conn: Connection, pending: collections.deque) -> None:
@@ -166,7 +209,7 @@ class CudaProcessBackend(CascadeBackend):
     that the caller reads as well. Use from one submitting and one waiting thread at most."""
 
     def __init__(self, db=None, *, source: tuple | None = None, lanes: str = "auto", device: int = 0,
-                 max_bytes: int | None = None):
+                 max_bytes: int | None = None, lengths=None):
         super().__init__(db)
         self._tmpdir = None
         self._process = None
@@ -187,7 +230,8 @@ class CudaProcessBackend(CascadeBackend):
                                              pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
             theirs.close()
             self._conn = Connection(ours.detach())
-            self._conn.send(("init", os.path.abspath(path), fmt, lanes, device, max_bytes))
+            self._conn.send(("init", os.path.abspath(path), fmt, lanes, device, max_bytes,
+                             None if lengths is None else [int(m) for m in lengths]))
         except OSError as error:
             self.close()
             raise HmmgpuError(f"cannot start the GPU process: {error.strerror or error}") from None
@@ -200,9 +244,9 @@ class CudaProcessBackend(CascadeBackend):
         with self._receive_lock:
             if self._ready_reply is None:
                 reply = self._receive()
-                if reply[0] == "error":
-                    raise HmmgpuError(reply[1])
-                self._ready_reply = reply[1:]
+                self._ready_reply = reply[1:] if reply[0] != "error" else HmmgpuError(reply[1])
+        if isinstance(self._ready_reply, HmmgpuError):
+            raise self._ready_reply
         return self._ready_reply
 
     @property

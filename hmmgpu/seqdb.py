@@ -29,6 +29,7 @@ pyhmmer 0.12.3 runs it, rules worked out byte by byte against ``pyhmmer.easel.Se
 import hashlib
 import io
 import json
+import mmap
 import os
 import re
 from typing import Literal
@@ -273,14 +274,30 @@ class SequenceDB:
 
     def looks_like_nucleotide(self) -> bool:
         """True if >= 90% of the first 10,000 residues are A, C, G, T, U or N."""
-        head = self.residues[:10_000]
+        return self.head_looks_like_nucleotide(self.residues[:10_000])
+
+    @staticmethod
+    def head_looks_like_nucleotide(head: np.ndarray) -> bool:
+        """The test of :meth:`looks_like_nucleotide` on the first residues ``head``."""
         return bool(head.size) and bool(np.isin(head, _NUCLEOTIDE_CODES).mean() >= 0.9)
 
     @classmethod
     def from_fasta(cls, path) -> "SequenceDB":
-        """Read and digitize a FASTA file, plain or gzip (detected by its magic bytes); ``-`` is stdin."""
-        label = label_of(path)
+        """Read and digitize a FASTA file, plain or gzip (detected by its magic bytes); ``-`` is stdin.
+
+        ASCII text is read by Easel itself (:class:`EaselSequenceDB`); other bytes, and text
+        Easel refuses (for the one-line error naming line and culprit), by the numpy reader."""
         data = read_bytes(path, "a sequence file")
+        if _is_ascii(data):
+            db = EaselSequenceDB.read(data, path)
+            if db is not None:
+                return db
+        return cls.digitize_fasta(data, path)
+
+    @classmethod
+    def digitize_fasta(cls, data, path) -> "SequenceDB":
+        """The numpy reader: FASTA ``data`` (the bytes of ``path``) digitized by the rules above."""
+        label = label_of(path)
         buf = np.frombuffer(data, dtype=np.uint8)
         first = _LEADING_SPACE.match(data).end()
         if first == len(data):
@@ -415,6 +432,88 @@ class SequenceDB:
                    description_offsets=arrays["description_offsets"], source=path,
                    offsets=arrays["offsets"], order=arrays["order"], accessions=arrays["accessions"],
                    accession_offsets=arrays["accession_offsets"])
+
+
+class EaselSequenceDB(SequenceDB):
+    """A FASTA database as Easel (pyhmmer's C reader) reads it, for ASCII text.
+
+    The sequences stay the pyhmmer objects that pyhmmer's stages take as they are (no copy
+    per target, which cost 2.8 us a target), and the reading is three times as fast as the
+    numpy reader (0.14 s against 0.48 s for 29 M residues); the two give the same database
+    (tests/test_seqdb.py). The arrays of :class:`SequenceDB` (the GPU's upload, hmmgpu's CPU
+    filters, ``makedb``) are made from the block on first use.
+    """
+
+    #: The arrays made from the block when first used.
+    _ARRAYS_ON_USE = ("residues", "offsets", "names_blob", "name_offsets", "descriptions_blob",
+                      "description_offsets", "accessions_blob", "accession_offsets")
+
+    def __init__(self, block: pyhmmer.easel.DigitalSequenceBlock, source: str):  # noqa: D107 - no super(): lazy arrays
+        self._block = block
+        self.lengths = np.fromiter((len(s) for s in block), dtype=np.int64, count=len(block))
+        self.order = np.argsort(-self.lengths, kind="stable")
+        self._total = int(self.lengths.sum())
+        self.source = source
+
+    @classmethod
+    def read(cls, data, path) -> "EaselSequenceDB | None":
+        """The database of FASTA ``data`` (the bytes of ``path``), or None if Easel refuses it or
+        finds no sequence (the numpy reader then says why, in one line)."""
+        source = os.fspath(path)
+        handle = source if isinstance(data, mmap.mmap) else io.BytesIO(data)  # a plain file: Easel opens it
+        try:
+            with pyhmmer.easel.SequenceFile(handle, format="fasta", digital=True, alphabet=_AMINO) as fh:
+                block = fh.read_block()
+        except (ValueError, RuntimeError, OSError, EOFError):
+            return None
+        return cls(block, source) if len(block) else None
+
+    def __getattr__(self, key):  # only reached for attributes not set yet
+        if key not in EaselSequenceDB._ARRAYS_ON_USE:
+            raise AttributeError(key)
+        made = SequenceDB.from_block(self._block)
+        for name in EaselSequenceDB._ARRAYS_ON_USE:
+            self.__dict__.setdefault(name, getattr(made, name))
+        return self.__dict__[key]
+
+    @property
+    def total_residues(self) -> int:
+        return self._total
+
+    def name(self, i: int) -> bytes:
+        return self._block[i].name.encode()
+
+    def accession(self, i: int) -> bytes:
+        return self._block[i].accession.encode()
+
+    def description(self, i: int) -> bytes:
+        return self._block[i].description.encode()
+
+    def codes(self, i: int) -> np.ndarray:
+        return np.asarray(self._block[i].sequence, dtype=np.uint8)
+
+    def digital_sequence(self, i: int) -> pyhmmer.easel.DigitalSequence:
+        return self._block[i]
+
+    def block(self, indices=None) -> pyhmmer.easel.DigitalSequenceBlock:
+        if indices is None:
+            return self._block
+        return pyhmmer.easel.DigitalSequenceBlock(_AMINO, [self._block[int(i)] for i in indices])
+
+    def looks_like_nucleotide(self) -> bool:
+        head, count = [], 0
+        for seq in self._block:
+            if count >= 10_000:
+                break
+            head.append(np.asarray(seq.sequence, dtype=np.uint8))
+            count += head[-1].size
+        return SequenceDB.head_looks_like_nucleotide(np.concatenate(head)[:10_000] if head else np.zeros(0, np.uint8))
+
+
+def _is_ascii(data) -> bool:
+    """No byte of ``data`` (bytes or a memory map) is above 127."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    return not buf.size or int(buf.max()) < 128
 
 
 def _sha256(array: np.ndarray) -> str:

@@ -11,6 +11,7 @@ from pyhmmer.plan7 import HMMFile, Pipeline as PyhmmerPipeline
 
 import hmmgpu
 from hmmgpu.cli import main
+from hmmgpu.errors import HmmgpuError
 from hmmgpu.seqdb import SequenceDB
 from tests.helpers import AMINO, PROTEOME, SAMPLES, hits_table
 
@@ -212,6 +213,50 @@ def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models,
     db = SimpleNamespace(total_residues=residues)
     chosen = backends._select(options, db, float(sum(models)) * residues, True, None)
     assert (chosen if chosen == "gpu" else "cpu") == route
+
+
+class _ChildWithoutGpu:
+    """A GPU process started early that found no device (what the child answers then)."""
+
+    closed = False
+
+    @property
+    def description(self):
+        raise HmmgpuError("no usable CUDA GPU with id 0")
+
+    def close(self, wait=True):
+        self.closed = True
+
+
+def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_path):
+    """The early GPU process gets the model lengths and is started without cuInit in this
+    process; a child that finds no GPU gives --backend cuda's one-line error, and auto the CPU."""
+    from types import SimpleNamespace
+
+    from hmmgpu import backends, gpu_process
+
+    def no_cuinit(device=0):
+        raise AssertionError("cuInit in the searching process")
+
+    started = []
+    monkeypatch.setattr(backends, "cuda_available", no_cuinit)
+    monkeypatch.setattr(backends, "_driver_present", lambda: True)
+    monkeypatch.setattr(gpu_process, "CudaProcessBackend", lambda **kw: started.append(kw) or "child")
+    fasta = tmp_path / "db.fa"
+    fasta.write_bytes(b">s\nACDEF\n")
+    options = SimpleNamespace(backend="cuda", threads=16, device=0, lanes="auto")
+    assert backends.start_gpu_early(options, str(fasta), None, [120, 300]) == "child"
+    assert started[0]["lengths"] == [120, 300] and started[0]["source"] == (str(fasta), None)
+    db = SimpleNamespace(total_residues=5)
+    child = _ChildWithoutGpu()
+    with pytest.raises(HmmgpuError, match=r"^--backend cuda: no usable CUDA GPU with id 0 \(try"):
+        backends.select_backend(options, db, 1.0, started=child)
+    assert child.closed
+    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
+    child = _ChildWithoutGpu()
+    chosen = backends.select_backend(SimpleNamespace(**{**vars(options), "backend": "auto"}), db, 1e15, started=child)
+    assert isinstance(chosen, backends.HmmerBackend) and "no usable CUDA GPU" in chosen.description
+    assert child.closed
 
 
 def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path):

@@ -13,7 +13,8 @@ import pytest
 
 from hmmgpu import seqdb
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.seqdb import SequenceDB, is_database_dir, open_database
+from hmmgpu.inputs import read_bytes
+from hmmgpu.seqdb import EaselSequenceDB, SequenceDB, is_database_dir, open_database
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTEOME = ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"
@@ -54,6 +55,24 @@ def write(tmp_path, data: bytes, name="db.fa"):
     return path
 
 
+def numpy_reader(path):
+    """hmmgpu's own FASTA reader (what ``from_fasta`` uses for non-ASCII text and for errors)."""
+    return SequenceDB.digitize_fasta(read_bytes(path, "a sequence file"), path)
+
+
+#: Both readers behind ``SequenceDB.from_fasta``: Easel's for ASCII text, and the numpy one.
+READERS = pytest.mark.parametrize("reader", [SequenceDB.from_fasta, numpy_reader], ids=["from_fasta", "numpy"])
+
+ARRAY_KEYS = ("residues", "offsets", "lengths", "order", "names_blob", "name_offsets", "descriptions_blob",
+              "description_offsets", "accessions_blob", "accession_offsets")
+
+
+def assert_same_arrays(a, b):
+    for key in ARRAY_KEYS:
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
+    assert a.total_residues == b.total_residues and a.n == b.n
+
+
 @pytest.fixture(scope="module")
 def proteome_block():
     return easel_read(PROTEOME)
@@ -64,34 +83,54 @@ def proteome_db():
     return SequenceDB.from_fasta(PROTEOME)
 
 
-def test_proteome_matches_easel(proteome_db, proteome_block):
-    assert proteome_db.n == 2100
-    assert proteome_db.source == str(PROTEOME)
-    assert_same_as_easel(proteome_db, proteome_block)
+@READERS
+def test_proteome_matches_easel(reader, proteome_block):
+    db = reader(PROTEOME)
+    assert db.n == 2100
+    assert db.source == str(PROTEOME)
+    assert_same_as_easel(db, proteome_block)
 
 
-def test_gzip_detected_by_magic_not_extension(tmp_path, proteome_block):
+def test_easel_read_database_equals_the_numpy_reader(proteome_db):
+    """ASCII FASTA is read by Easel; its arrays, made on first use, equal the numpy reader's."""
+    assert isinstance(proteome_db, EaselSequenceDB)
+    numpy_db = numpy_reader(PROTEOME)
+    assert type(numpy_db) is SequenceDB
+    assert_same_arrays(proteome_db, numpy_db)
+    assert [proteome_db.name(i) for i in range(5)] == [numpy_db.name(i) for i in range(5)]
+    assert proteome_db.looks_like_nucleotide() is numpy_db.looks_like_nucleotide() is False
+    assert proteome_db.block() is proteome_db.block()  # the block Easel read, not a copy
+    assert proteome_db.digital_sequence(7) is proteome_db.block()[7]
+
+
+def test_non_ascii_text_is_read_by_the_numpy_reader(tmp_path):
+    path = write(tmp_path, b">s1 caf\xe9\nACD\n>s2\nKL\n")
+    db = SequenceDB.from_fasta(path)
+    assert type(db) is SequenceDB and db.description(0) == b"caf\xe9" and db.n == 2
+
+
+@READERS
+def test_gzip_detected_by_magic_not_extension(reader, tmp_path, proteome_block):
     path = write(tmp_path, gzip.compress(PROTEOME.read_bytes()), name="proteome.dat")
-    assert_same_as_easel(SequenceDB.from_fasta(path), proteome_block)
+    assert_same_as_easel(reader(path), proteome_block)
 
 
-def test_multimember_gzip(tmp_path, proteome_block):
+@READERS
+def test_multimember_gzip(reader, tmp_path, proteome_block):
     data = PROTEOME.read_bytes()
     cut = data.index(b"\n>", len(data) // 2) + 1
     path = write(tmp_path, gzip.compress(data[:cut]) + gzip.compress(data[cut:]), name="bgzip.fa.gz")
-    assert_same_as_easel(SequenceDB.from_fasta(path), proteome_block)
+    assert_same_as_easel(reader(path), proteome_block)
 
 
 def test_small_chunks_give_the_same_database(monkeypatch, proteome_db):
     monkeypatch.setattr(seqdb, "_CHUNK", 3000)
-    chunked = SequenceDB.from_fasta(PROTEOME)
-    for key in ("residues", "offsets", "lengths", "order", "names_blob", "name_offsets",
-                "descriptions_blob", "description_offsets"):
-        np.testing.assert_array_equal(getattr(chunked, key), getattr(proteome_db, key))
+    assert_same_arrays(numpy_reader(PROTEOME), proteome_db)
 
 
-def test_quirks_file_matches_easel():
-    db = SequenceDB.from_fasta(QUIRKS)
+@READERS
+def test_quirks_file_matches_easel(reader):
+    db = reader(QUIRKS)
     assert_same_as_easel(db, easel_read(QUIRKS))
     assert db.name(0) == b"seq1" and db.description(0) == b"first description  with  spaces   "
     assert [db.name(i) for i in (3, 4)] == [b"leading_blanks", b"mid_line_record"]
@@ -121,7 +160,10 @@ ACCEPTED = {
 @pytest.mark.parametrize("data", ACCEPTED.values(), ids=ACCEPTED.keys())
 def test_accepted_like_easel(tmp_path, data):
     path = write(tmp_path, data)
-    assert_same_as_easel(SequenceDB.from_fasta(path), easel_read(path))
+    db, numpy_db = SequenceDB.from_fasta(path), numpy_reader(path)
+    assert_same_as_easel(db, easel_read(path))
+    assert_same_as_easel(numpy_db, easel_read(path))
+    assert_same_arrays(db, numpy_db)
 
 
 # Inputs Easel rejects; each must raise HmmgpuError with file, line and culprit.

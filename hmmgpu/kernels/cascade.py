@@ -72,6 +72,19 @@ def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
     return list(dict.fromkeys(specs))
 
 
+def load_kernels(device, lanes: str, lengths, notice=None) -> int:
+    """Compile, in parallel processes, the kernels that models of these lengths need and the
+    device lacks (one line on stderr while it does), and load them all; returns how many
+    were compiled. Needs the device only, not the database: the GPU process runs it while
+    the database is read (:mod:`hmmgpu.gpu_process`)."""
+    specs = needed_specs(MsvKernels(device, lanes), VitKernels(device), lengths)
+    compiled = build.compile_ahead(specs, device, processes=len(specs), notice=notice)
+    with device.activate():
+        for spec in specs:
+            build.load(spec, device.lane_binding)
+    return compiled
+
+
 #: The model tables of one slot, in the order they lie in its upload buffer: (name, dtype).
 _TABLES = (("ssv_table", np.uint32), ("msv_table", np.uint32), ("threshold_by_length", np.int32),
            ("scalars", np.int32), ("odds", np.float32), ("bands", np.float32), ("emissions", np.uint32),
@@ -223,15 +236,8 @@ class GpuCascade:
         return total
 
     def compile_for(self, lengths, notice=None) -> int:
-        """Compile, in parallel processes, the kernels that models of these lengths need and
-        the device lacks (one line on stderr while it does), and load them all; returns how
-        many were compiled."""
-        specs = needed_specs(self.msv, self.vit, lengths)
-        compiled = build.compile_ahead(specs, self.device, processes=len(specs), notice=notice)
-        with self.device.activate():
-            for spec in specs:
-                build.load(spec, self.device.lane_binding)
-        return compiled
+        """:func:`load_kernels` for this cascade's device and lanes."""
+        return load_kernels(self.device, self.lanes, lengths, notice=notice)
 
     # ------------------------------------------------------------ stage methods (audit, tests)
     def bias_scores(self, profile, indices) -> np.ndarray:
