@@ -75,6 +75,16 @@ def opclass(op: str) -> str:
     return "alu"
 
 
+def on_int_pipe(op: str) -> bool:
+    """Whether an opcode counts on the integer ALU pipe of the bound (an assumption: DPX, PRMT,
+    ISETP and the other integer ops; not IMAD/MOV (FMA pipe), uniform-datapath ``U*`` ops,
+    branches, LDS, SHFL or memory)."""
+    base = op.split(".")[0]
+    return (opclass(op) in (*DPX, "PRMT") or opclass(op) in ("alu", "control")
+            and base not in ("BRA", "BSSY", "BSYNC", "WARPSYNC", "YIELD", "EXIT", "BAR", "NOP")
+            and not op.startswith(("IMAD", "MOV", "U", "CS2R", "S2R", "S2UR")))
+
+
 def parse_sass(text: str):
     """Instructions (index order) as (line, predicate, opcode) and the index each label names."""
     instrs, labels = [], {}
@@ -121,9 +131,7 @@ def loop_profile(sass: str, spec: SwSpec, rows: int) -> dict:
     pairs = rows * spec.Q
     n = len(body)
     dpx = sum(classes[k] for k in DPX)
-    int_pipe = dpx + classes["PRMT"] + sum(n_ for op, n_ in ops.items() if opclass(op) in ("alu", "control")
-                                           and op.split(".")[0] not in ("BRA", "BSSY", "BSYNC", "WARPSYNC", "YIELD")
-                                           and not op.startswith(("IMAD", "MOV", "U", "CS2R", "S2R", "S2UR")))
+    int_pipe = sum(c for op, c in ops.items() if on_int_pipe(op))
     return dict(instructions=n, cell_pairs=pairs, rows=rows, rows_from_sass=relu / spec.Q,
                 per_cell_pair=round(n / pairs, 3), dpx=dpx, int_pipe=int_pipe,
                 classes={k: classes[k] for k in (*DPX, "PRMT", "LDS", "SHFL", "alu", "control", "memory")},
@@ -198,6 +206,8 @@ def line(r: dict) -> str:
         for k, lp in r["loop"].items():
             if lp:
                 c, b = lp["classes"], r["bounds_gcups"][k]
+                if lp["rows_from_sass"] != lp["rows"]:
+                    s += f"\n    WARNING: {lp['rows_from_sass']} rows in the SASS, {lp['rows']} in the source"
                 s += (f"\n    loop {k:11s} {lp['instructions']:4d} instr / {lp['cell_pairs']:3d} cell pairs"
                       f" = {lp['per_cell_pair']:5.2f}/pair ({' '.join(f'{n}={c[n]}' for n in c)})"
                       f"\n    {'':16s} bounds GCUPS issue={b['issue']:.0f} dpx={b['dpx']:.0f}"

@@ -387,6 +387,6 @@ def _cuda(options, db, gpu_process: bool, started) -> CascadeBackend:
 
         backend = started if started is not None else CudaProcessBackend(db, lanes=options.lanes,
                                                                           device=options.device)
-        backend.description  # noqa: B018 - waits for the child's set-up
+        backend.check_same_database(db)  # waits for the child's set-up
         return backend
     return CudaBackend(db, lanes=options.lanes, device=options.device)

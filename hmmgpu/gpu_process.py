@@ -19,8 +19,8 @@ The child is a fresh interpreter (``python -m hmmgpu.gpu_process FD``) on one en
 socket pair; it inherits standard error (compile notices). The parent sends, in order:
 ``("init", database path, format, lanes, device, max_bytes, model lengths or None)``, then any number of
 ``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and
-finally ``None``. The child answers ``("ready", description, lanes)`` or ``("error",
-message)`` to the first, and in the order of the requests: ``("done", CascadeResult)`` or
+finally ``None``. The child answers ``("ready", description, lanes, (targets, residues))``
+or ``("error", message)`` to the first, and in the order of the requests: ``("done", CascadeResult)`` or
 ``("error", message)`` for each model, ``("compiled", n)`` and ``("stats", details, GPU
 seconds)``. Models are queued on the GPU as they arrive, up to the cascade's ring of
 :data:`~hmmgpu.kernels.cascade.SLOTS`; a result goes back as soon as it is finished.
@@ -78,7 +78,7 @@ def _serve(conn: Connection) -> None:
 
         startup["imports"], clock = time.perf_counter() - clock, time.perf_counter()
         gpu = _DeviceStart(device, lanes, lengths)  # the CUDA context and kernels, while the file is read
-        db = open_database(path, fmt)
+        db = open_database(path, fmt, arrays=True)  # the numpy reader: arrays, and it leaves the GIL more
         startup["database"] = time.perf_counter() - clock
         startup["device_and_kernels"] = gpu.wait()
         clock = time.perf_counter()
@@ -91,7 +91,7 @@ def _serve(conn: Connection) -> None:
     except Exception as error:  # noqa: BLE001 - one line in the parent
         conn.send(("error", _one_line(error)))
         return
-    conn.send(("ready", backend.description, backend.lanes))
+    conn.send(("ready", backend.description, backend.lanes, (db.n, db.total_residues)))
     pending: collections.deque = collections.deque()  # ("model", ticket) or ("error", message)
     try:
         while True:
@@ -256,6 +256,13 @@ class CudaProcessBackend(CascadeBackend):
     @property
     def lanes(self) -> str:
         return self._ready()[1]
+
+    def check_same_database(self, db) -> None:
+        """The child read the database ``db`` is (the same number of targets and residues)."""
+        n, residues = self._ready()[2]
+        if (n, residues) != (db.n, db.total_residues):
+            raise HmmgpuError(f"the GPU process read {n} sequences ({residues} residues) where this process "
+                              f"read {db.n} ({db.total_residues}); was the file changed during the search?")
 
     @staticmethod
     def _new_tmpdir() -> str:

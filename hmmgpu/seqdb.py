@@ -282,13 +282,14 @@ class SequenceDB:
         return bool(head.size) and bool(np.isin(head, _NUCLEOTIDE_CODES).mean() >= 0.9)
 
     @classmethod
-    def from_fasta(cls, path) -> "SequenceDB":
+    def from_fasta(cls, path, *, arrays: bool = False) -> "SequenceDB":
         """Read and digitize a FASTA file, plain or gzip (detected by its magic bytes); ``-`` is stdin.
 
-        ASCII text is read by Easel itself (:class:`EaselSequenceDB`); other bytes, and text
-        Easel refuses (for the one-line error naming line and culprit), by the numpy reader."""
+        ASCII text is read by Easel itself (:class:`EaselSequenceDB`) unless ``arrays`` (the
+        caller wants the arrays, not pyhmmer's sequences: the GPU process); other bytes, and
+        text Easel refuses (for the one-line error naming line and culprit), by the numpy reader."""
         data = read_bytes(path, "a sequence file")
-        if _is_ascii(data):
+        if not arrays and _is_ascii(data):
             db = EaselSequenceDB.read(data, path)
             if db is not None:
                 return db
@@ -318,11 +319,11 @@ class SequenceDB:
                    source=os.fspath(path))
 
     @classmethod
-    def from_file(cls, path, format: str = "fasta") -> "SequenceDB":
-        """Read a sequence file in any format Easel reads (``--tformat``); FASTA by the fast reader."""
+    def from_file(cls, path, format: str = "fasta", *, arrays: bool = False) -> "SequenceDB":
+        """Read a sequence file in any format Easel reads (``--tformat``); FASTA by :meth:`from_fasta`."""
         format = format.lower()
         if format == "fasta":
-            return cls.from_fasta(path)
+            return cls.from_fasta(path, arrays=arrays)
         if format not in SEQUENCE_FORMATS:
             raise HmmgpuError(f"{format} is not a recognized sequence database file format "
                               f"(choose from {', '.join(SEQUENCE_FORMATS)})")
@@ -583,12 +584,13 @@ def is_database_dir(path) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, META_FILE))
 
 
-def open_database(path, format: str | None = None) -> SequenceDB:
+def open_database(path, format: str | None = None, *, arrays: bool = False) -> SequenceDB:
     """Open a made database directory, or read a sequence file (FASTA, plain or gzip, or
-    ``format``, as ``--tformat``); ``-`` reads standard input."""
+    ``format``, as ``--tformat``); ``-`` reads standard input. ``arrays``: read FASTA
+    straight into the arrays (for a GPU upload; see :meth:`SequenceDB.from_fasta`)."""
     path = os.fspath(path)
     if path != "-" and os.path.isdir(path):
         if format is not None:
             raise HmmgpuError(f"{path}: --tformat applies to sequence files, not to a made database")
         return SequenceDB.load(path)
-    return SequenceDB.from_file(path, format or "fasta")
+    return SequenceDB.from_file(path, format or "fasta", arrays=arrays)

@@ -224,8 +224,24 @@ class _ChildWithoutGpu:
     def description(self):
         raise HmmgpuError("no usable CUDA GPU with id 0")
 
+    def check_same_database(self, db):
+        return self.description
+
     def close(self, wait=True):
         self.closed = True
+
+
+def test_a_gpu_process_that_read_another_database_is_an_error():
+    import threading
+    from types import SimpleNamespace
+
+    from hmmgpu.gpu_process import CudaProcessBackend
+
+    child = object.__new__(CudaProcessBackend)  # its answer to "init" as received
+    child._receive_lock, child._ready_reply = threading.Lock(), ("cuda", "16x2", (3, 10))
+    child.check_same_database(SimpleNamespace(n=3, total_residues=10))
+    with pytest.raises(HmmgpuError, match="the GPU process read 3 sequences \\(10 residues\\) where this process read 3 \\(11\\)"):
+        child.check_same_database(SimpleNamespace(n=3, total_residues=11))
 
 
 def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_path):

@@ -101,6 +101,7 @@ def test_easel_read_database_equals_the_numpy_reader(proteome_db):
     assert proteome_db.looks_like_nucleotide() is numpy_db.looks_like_nucleotide() is False
     assert proteome_db.block() is proteome_db.block()  # the block Easel read, not a copy
     assert proteome_db.digital_sequence(7) is proteome_db.block()[7]
+    assert type(SequenceDB.from_fasta(PROTEOME, arrays=True)) is SequenceDB  # the GPU process's read
 
 
 def test_non_ascii_text_is_read_by_the_numpy_reader(tmp_path):
