@@ -262,27 +262,14 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
                 cpu_route_seconds(float(sum(model_lengths)) * residues, residues, options.threads)
                 <= 2 * GPU_START_SECONDS * EARLY_START_MARGIN):
             return None
-    if not _driver_present():
+    from .kernels import cuda_driver_present
+
+    if not cuda_driver_present():
         return None
     from .gpu_process import CudaProcessBackend
 
     return CudaProcessBackend(source=(source, fmt), lanes=options.lanes, device=options.device,
                               lengths=model_lengths)
-
-
-def _driver_present() -> bool:
-    """The CUDA driver library loads (or the simulator is on): a GPU may be there. Asking the
-    driver (``cuInit``, 0.1-0.2 s) is left to the GPU process, which reports a missing device
-    as its one-line error, so that this process does not wait for it."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
-        return True
-    import ctypes
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
 
 
 #: ``auto`` starts the GPU early when the estimated work is this many times its threshold. The
@@ -371,10 +358,12 @@ def _unusable(started) -> bool:
     """The GPU process ``started`` early found no usable device (other errors are raised)."""
     if started is None:
         return False
+    from .gpu_process import NO_DEVICE
+
     try:
         started.description  # noqa: B018 - waits for the child's set-up
     except HmmgpuError as error:
-        if str(error).startswith("no usable CUDA GPU"):
+        if str(error).startswith(NO_DEVICE):
             return True
         raise
     return False

@@ -55,6 +55,10 @@ from .backends import CascadeBackend
 from .errors import HmmgpuError
 
 
+#: How the child's answer to ``init`` starts when there is no usable device (then its id).
+NO_DEVICE = "no usable CUDA GPU with id"
+
+
 def _serve(conn: Connection) -> None:
     """The child: set up the GPU backend, then run models until None or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes the socket
@@ -66,7 +70,7 @@ def _serve(conn: Connection) -> None:
         from .kernels import cuda_available
 
         if not cuda_available(device):
-            raise HmmgpuError(f"no usable CUDA GPU with id {device}")
+            raise HmmgpuError(f"{NO_DEVICE} {device}")
         startup = {}
         clock = time.perf_counter()
         import pyhmmer.plan7 as p7
@@ -191,6 +195,8 @@ class CudaProcessBackend(CascadeBackend):
         self._send_lock = threading.Lock()
         self._stats = ({}, 0.0)
         self._answers: dict = {}  # answers to requests, received while waiting for a model
+        #: the model lengths whose kernels the child loads at its set-up (``init``)
+        self._loaded = None if lengths is None else sorted({int(m) for m in lengths})
         try:
             path, fmt = source if source is not None else (self._shared_path(db), None)
             ours, theirs = socket.socketpair()
@@ -308,7 +314,8 @@ class CudaProcessBackend(CascadeBackend):
         return _Model(hmm, mmu)
 
     def prepare_for(self, lengths) -> None:
-        self._call(("compile", [int(m) for m in lengths]), "compiled")
+        if sorted({int(m) for m in lengths}) != self._loaded:  # not those of the ``init`` message
+            self._call(("compile", [int(m) for m in lengths]), "compiled")
 
     def submit(self, model: _Model, options) -> _Ticket:
         ticket = _Ticket(self)

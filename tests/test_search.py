@@ -249,14 +249,14 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
     process; a child that finds no GPU gives --backend cuda's one-line error, and auto the CPU."""
     from types import SimpleNamespace
 
-    from hmmgpu import backends, gpu_process
+    from hmmgpu import backends, gpu_process, kernels
 
     def no_cuinit(device=0):
         raise AssertionError("cuInit in the searching process")
 
     started = []
     monkeypatch.setattr(backends, "cuda_available", no_cuinit)
-    monkeypatch.setattr(backends, "_driver_present", lambda: True)
+    monkeypatch.setattr(kernels, "cuda_driver_present", lambda: True)
     monkeypatch.setattr(gpu_process, "CudaProcessBackend", lambda **kw: started.append(kw) or "child")
     fasta = tmp_path / "db.fa"
     fasta.write_bytes(b">s\nACDEF\n")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-__all__ = ["cuda_available", "simulator_enabled", "device_description"]
+__all__ = ["cuda_available", "cuda_driver_present", "simulator_enabled", "device_description"]
 
 
 def simulator_enabled() -> bool:
@@ -26,6 +26,24 @@ def simulator_enabled() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+def _simulator_requested() -> bool:
+    """``NUMBA_ENABLE_CUDASIM`` asks for numba's CUDA simulator (read without importing numba)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def cuda_driver_present() -> bool:
+    """The CUDA driver library loads (or the simulator is on): a GPU may be there. Cheaper than
+    :func:`cuda_available` by the driver's ``cuInit`` (0.1-0.2 s), left to a process that will
+    use the GPU (:mod:`hmmgpu.gpu_process` reports a missing device as its one-line error)."""
+    if _simulator_requested():
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def cuda_available(device: int = 0) -> bool:
     """A CUDA GPU with this id is present (always True under the simulator).
 
@@ -33,7 +51,7 @@ def cuda_available(device: int = 0) -> bool:
     context in this process, which may never use the GPU itself (searches run it in a child
     process, :mod:`hmmgpu.gpu_process`).
     """
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+    if _simulator_requested():
         return True
     try:
         driver = ctypes.CDLL("libcuda.so.1")
