@@ -81,7 +81,7 @@ def _kernel_profile(stage, spec):
 
     kernel = build.load(spec, stage.device.lane_binding)
     sig = next(iter(kernel.overloads))
-    fn = kernel.overloads[sig]._codelibrary.get_cufunc()
+    fn = build.cufunc(kernel)
     prof = dict(registers=int(fn.attrs.regs), local_bytes=int(fn.attrs.local), shared_static=int(fn.attrs.shared))
     try:
         sass = kernel.inspect_sass(sig)

@@ -23,7 +23,8 @@ import threading
 from pathlib import Path
 
 #: One import (and compile) of a kernel module at a time, so that every thread gets the same
-#: kernel object (its launch attributes, such as the dynamic shared-memory limit, are set once).
+#: kernel object (its launch attributes, such as the dynamic shared-memory limit, are set
+#: once), and one first load of a kernel's module into a context (:func:`cufunc`).
 _LOAD_LOCK = threading.Lock()
 
 
@@ -58,6 +59,16 @@ def load(spec, binding: str):
     """The compiled kernel of ``spec`` in lane binding ``binding`` (``python``: simulator)."""
     with _LOAD_LOCK:
         return _load(spec, binding)
+
+
+def cufunc(kernel):
+    """The driver function of a loaded kernel (its registers, limits and handle), its module
+    loaded into the current context on first use. numba-cuda 0.30 loads a module into a
+    context without a lock: two threads asking first for the same kernel both load it and
+    the second fails ("key already in dictionary"), so the first load is taken under
+    :data:`_LOAD_LOCK`."""
+    with _LOAD_LOCK:
+        return kernel.overloads[next(iter(kernel.overloads))]._codelibrary.get_cufunc()
 
 
 @functools.lru_cache(maxsize=None)

@@ -70,7 +70,9 @@ def persistent_grid(kernel, device, shared_bytes: int, dynamic: bool) -> tuple:
     """
     if device.simulator:
         return 1, 32
-    fn = kernel.overloads[next(iter(kernel.overloads))]._codelibrary.get_cufunc()
+    from . import build
+
+    fn = build.cufunc(kernel)
     regs = max(16, int(fn.attrs.regs))
     max_threads = int(fn.attrs.maxthreads)
     if dynamic:
