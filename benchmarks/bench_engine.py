@@ -100,7 +100,27 @@ def run(cmd, env=None) -> dict:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}): {stderr[-2000:]}")
     stats = [line[len("# hmmgpu: "):] for line in stderr.splitlines() if line.startswith("# hmmgpu: ")]
     return dict(seconds=wall, peak_rss_mb=usage.ru_maxrss / 1024, peak_gpu_mb=gpu.peak, stats=stats,
-                command=" ".join(map(str, cmd)))
+                balance=balance(stats, wall), command=" ".join(map(str, cmd)))
+
+
+def balance(stats: list, wall: float) -> dict | None:
+    """The command's wall time over its workers' busy time per thread (the issue's balance
+    target), from hmmgpu's statistics lines: over all their work, and over the Forward/domain
+    stage after the filters alone (the models run on pyhmmer's whole pipeline while the GPU
+    process started are then left out)."""
+    import re
+
+    text = " ".join(stats)
+    threads = re.search(r"(\d+) worker threads", text)
+    workers = re.search(r"workers ([\d.]+) s", text)
+    forward = re.search(r"Forward/domain stage ([\d.]+) s", text)
+    if not (threads and workers and forward):
+        return None
+    n = int(threads.group(1))
+    busy, fwd = float(workers.group(1)), float(forward.group(1))
+    return dict(threads=n, workers_busy_s=busy, forward_busy_s=fwd,
+                wall_over_workers_busy_per_thread=wall / (busy / n) if busy else None,
+                wall_over_forward_busy_per_thread=wall / (fwd / n) if fwd else None)
 
 
 def rows(path, split=False):

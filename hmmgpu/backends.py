@@ -102,6 +102,12 @@ class CascadeBackend(Backend):
         """Start the cascade of one model; the returned ticket's ``result()`` gives its
         :class:`~hmmgpu.cascade.CascadeResult`."""
 
+    def ready(self, timeout: float | None = None) -> bool:
+        """Whether models can be submitted now: a backend that starts in the background (the
+        GPU process) is waited for up to ``timeout`` seconds (None: until it is), and raises
+        its one-line error if it could not start."""
+        return True
+
     def gpu_seconds(self) -> float:
         """Kernel time spent on the GPU so far."""
         return 0.0
@@ -304,6 +310,21 @@ def _residues_estimate(source: str) -> float | None:
         return None
 
 
+def unusable_gpu(options, error: HmmgpuError) -> HmmgpuError | None:
+    """What a GPU backend that could not start (``error``, found once the search began) means:
+    the error to stop with for ``--backend cuda``; None for ``auto``, whose search goes on with
+    pyhmmer's route."""
+    if options.backend == "auto":
+        return None
+    from .gpu_process import NO_DEVICE
+
+    return _no_gpu(options) if str(error).startswith(NO_DEVICE) else error
+
+
+def _no_gpu(options) -> HmmgpuError:
+    return HmmgpuError(f"--backend cuda: no usable CUDA GPU with id {options.device} (try --backend hmmer or numba)")
+
+
 def select_backend(options, db, cells: float | None = None, gpu_process: bool = True,
                    started: CascadeBackend | None = None) -> Backend:
     """The backend ``options.backend`` names, over ``db``.
@@ -314,7 +335,9 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     Nothing of numba or CUDA is imported on a route that does not need it. The GPU runs in
     a child process (:mod:`hmmgpu.gpu_process`) unless ``gpu_process`` is False (the audit,
     which calls the stages one by one); ``started``: one already started by
-    :func:`start_gpu_early`, used if the GPU is chosen and closed otherwise.
+    :func:`start_gpu_early`, used if the GPU is chosen and closed otherwise. A child is not
+    waited for here: the engine sends models to pyhmmer's route until it is ready, and
+    :func:`unusable_gpu` says what its failure to start means.
     """
     try:
         backend = _select(options, db, cells, gpu_process, started)
@@ -345,37 +368,21 @@ def _select(options, db, cells, gpu_process, started) -> Backend:
         backend.description = f"backend hmmer (pyhmmer on the CPU): {reason}"
         return backend
     if name == "cuda":
-        if (started is None and not cuda_available(options.device)) or _unusable(started):
-            raise HmmgpuError(f"--backend cuda: no usable CUDA GPU with id {options.device} "
-                              "(try --backend hmmer or numba)")
+        if started is None and not cuda_available(options.device):
+            raise _no_gpu(options)
         return _cuda(options, db, gpu_process, started)
     if name == "numba":
         return NumbaBackend(db, threads=options.cpus)
     return HmmerBackend(db)
 
 
-def _unusable(started) -> bool:
-    """The GPU process ``started`` early found no usable device (other errors are raised)."""
-    if started is None:
-        return False
-    from .gpu_process import NO_DEVICE
-
-    try:
-        started.description  # noqa: B018 - waits for the child's set-up
-    except HmmgpuError as error:
-        if str(error).startswith(NO_DEVICE):
-            return True
-        raise
-    return False
-
-
 def _cuda(options, db, gpu_process: bool, started) -> CascadeBackend:
-    """The CUDA backend, ready (a child that cannot start raises its one-line error here)."""
+    """The CUDA backend: in this process, ready; or the GPU process, perhaps still starting."""
     if gpu_process:
         from .gpu_process import CudaProcessBackend
 
-        backend = started if started is not None else CudaProcessBackend(db, lanes=options.lanes,
-                                                                          device=options.device)
-        backend.check_same_database(db)  # waits for the child's set-up
-        return backend
+        if started is None:
+            return CudaProcessBackend(db, lanes=options.lanes, device=options.device)
+        started.attach(db)
+        return started
     return CudaBackend(db, lanes=options.lanes, device=options.device)

@@ -19,6 +19,15 @@ threads pass them along through bounded queues:
    rather than by model keeps every thread busy to the end; the worker that finishes a
    model's last task merges its parts into one serial run's ``TopHits``.
 
+While the backend is still starting (the GPU process opens its device, loads its kernels
+and reads the database: 1-3 s), a model waits for it only as long as the workers have work;
+when fewer tasks are queued than there are workers, the model goes to pyhmmer's whole
+pipeline instead (its tasks are ranges of all targets, as on the pyhmmer route), so no
+thread idles during the start-up and a search that is over before the GPU is ready never
+waits for it. A backend that cannot start at all raises its error with ``--backend cuda``;
+with ``auto`` the search goes on with pyhmmer's route. The results do not depend on the
+route: both give one serial hmmsearch's ``TopHits``.
+
 The caller's iterator yields the results in query order. A semaphore bounds the number of
 models between the reader and the caller, so memory stays flat however long the model file
 is. With ``cpus=0`` (hmmsearch's ``--cpu 0``) everything runs in the calling thread.
@@ -35,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import CascadeBackend
+from .backends import CascadeBackend, unusable_gpu
 from .errors import HmmgpuError
 from .forward_stage import ForwardStage
 
@@ -46,6 +55,9 @@ from .forward_stage import ForwardStage
 #: many hits can take ten times an average one), or they run out of work.
 MODELS_IN_FLIGHT_PER_THREAD = 16
 MODELS_IN_FLIGHT_MIN = 64
+#: While the backend starts and every worker is busy, how long the submitting thread waits for
+#: either to change before it looks again (seconds).
+START_POLL_SECONDS = 0.005
 
 
 @dataclass
@@ -94,10 +106,16 @@ class EngineStats:
     prepare_seconds: float = 0.0  #: busy time of the prepare thread
     filter_seconds: float = 0.0  #: busy time of the filter thread (host side of the filters)
     gpu_seconds: float = 0.0  #: time the GPU was busy with the filter kernels (CUDA events)
-    forward_seconds: float = 0.0  #: busy time of the workers (pyhmmer's stage)
+    forward_seconds: float = 0.0  #: busy time of the workers in pyhmmer's stage after hmmgpu's filters
+    pipeline_seconds: float = 0.0  #: busy time of the workers in pyhmmer's whole pipeline (unfiltered)
     #: CPU time of each stage's threads (busy time less the waits for the GIL and the GPU)
-    cpu_seconds: dict = field(default_factory=lambda: dict(prepare=0.0, filter=0.0, forward=0.0))
+    cpu_seconds: dict = field(default_factory=lambda: dict(prepare=0.0, filter=0.0, workers=0.0))
     tasks: int = 0
+    filtered_queries: int = 0  #: models through the backend's filters
+    pipeline_queries: int = 0  #: models on pyhmmer's whole pipeline (on a cascade backend: while it started)
+    ready_seconds: float | None = None  #: when the cascade backend could take models (from the start)
+    fallback: str = ""  #: why ``auto`` went on without the GPU, when it did
+    description: str = ""  #: the backend's description at the end of the search
     targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, fwd=0, searched=0))
     backend: dict = field(default_factory=dict)  #: the backend's own breakdown (GPU kernels, host side)
 
@@ -106,19 +124,27 @@ class EngineStats:
         return self.gpu_seconds / self.wall_seconds if self.wall_seconds else 0.0
 
     @property
-    def forward_busy_fraction(self) -> float:
-        """Busy time of pyhmmer's stage over (threads x wall time)."""
-        return self.forward_seconds / (self.threads * self.wall_seconds) if self.wall_seconds and self.threads else 0.0
+    def worker_seconds(self) -> float:
+        """Busy time of the workers (pyhmmer's stage after the filters and its whole pipeline)."""
+        return self.forward_seconds + self.pipeline_seconds
+
+    @property
+    def worker_busy_fraction(self) -> float:
+        """The workers' busy time over (threads x wall time)."""
+        return self.worker_seconds / (self.threads * self.wall_seconds) if self.wall_seconds and self.threads else 0.0
 
     def lines(self) -> list:
         """A few lines for the end of a run."""
         t = self.targets
-        return [
+        return [self.description] * bool(self.description) + [
             f"queries {self.queries}, wall {self.wall_seconds:.2f} s, {self.threads} worker threads, {self.tasks} tasks",
             f"busy: prepare {self.prepare_seconds:.2f} s, filters {self.filter_seconds:.2f} s "
             f"(GPU busy {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "
-            f"Forward/domain stage {self.forward_seconds:.2f} s ({100 * self.forward_busy_fraction:.0f}% of "
-            f"threads x wall)",
+            f"workers {self.worker_seconds:.2f} s ({100 * self.worker_busy_fraction:.0f}% of threads x wall): "
+            f"Forward/domain stage {self.forward_seconds:.2f} s, whole pipeline {self.pipeline_seconds:.2f} s",
+            f"models: {self.filtered_queries} through the filters, {self.pipeline_queries} on pyhmmer's whole "
+            "pipeline" + ("" if self.ready_seconds is None else f"; filters ready after {self.ready_seconds:.2f} s")
+            + (f"; {self.fallback}" if self.fallback else ""),
             "CPU time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.cpu_seconds.items()),
             f"targets through each stage (all queries): searched {t['searched']}, past MSV {t['msv']}, "
             f"bias {t['bias']}, Viterbi {t['vit']}, Forward {t['fwd']}",
@@ -126,7 +152,8 @@ class EngineStats:
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}
-        d.update(gpu_busy_fraction=self.gpu_busy_fraction, forward_busy_fraction=self.forward_busy_fraction)
+        d.update(gpu_busy_fraction=self.gpu_busy_fraction, worker_seconds=self.worker_seconds,
+                 worker_busy_fraction=self.worker_busy_fraction)
         return d
 
 
@@ -159,6 +186,7 @@ class SearchEngine:
         self.filtered = isinstance(backend, CascadeBackend)
         self.stats = EngineStats(threads=max(1, self.threads))
         self._lock = threading.Lock()
+        self._start = time.perf_counter()
 
     # ------------------------------------------------------------ the stages, per query
     def prepare(self, index: int, item) -> Query:
@@ -172,9 +200,31 @@ class SearchEngine:
             query.profile = self.backend.prepare(hmm, getattr(item, "mmu", None))
         return query
 
-    def submit(self, query: Query):
-        """Start ``query``'s filter cascade (filter backends); None on the pyhmmer route."""
-        return self.backend.submit(query.profile, self.options) if self.filtered else None
+    def submit(self, query: Query, idle=lambda: True):
+        """Start ``query``'s filter cascade; None when it takes pyhmmer's whole pipeline (the
+        pyhmmer route, or a backend still starting while the workers are ``idle()``)."""
+        return self.backend.submit(query.profile, self.options) if self._filters_take(idle) else None
+
+    def _filters_take(self, idle) -> bool:
+        """Whether the next model goes through the backend's filters: at once if the backend is
+        ready; while it starts, as soon as it is ready, unless ``idle()`` (fewer tasks queued
+        than workers) first, which sends the model to pyhmmer's whole pipeline."""
+        while self.filtered:
+            try:
+                if self.backend.ready(timeout=0.0 if idle() else START_POLL_SECONDS):
+                    if self.stats.ready_seconds is None:
+                        self.stats.ready_seconds = time.perf_counter() - self._start
+                    return True
+            except HmmgpuError as error:
+                fatal = unusable_gpu(self.options, error)
+                if fatal is not None:
+                    raise fatal from None
+                self.filtered = False
+                self.stats.fallback = f"the GPU could not be used: {error}"
+                return False
+            if idle():
+                return False
+        return False
 
     def plan(self, query: Query, ticket=None) -> list:
         """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done."""
@@ -193,6 +243,10 @@ class SearchEngine:
             pipeline = hits.__getstate__()["pipeline"]
         with self._lock:
             self.stats.queries += 1
+            if query.counts is None:
+                self.stats.pipeline_queries += 1
+            else:
+                self.stats.filtered_queries += 1
             t = self.stats.targets
             for key, name in (("nseqs", "searched"), ("n_past_msv", "msv"), ("n_past_bias", "bias"),
                               ("n_past_vit", "vit"), ("n_past_fwd", "fwd")):
@@ -202,7 +256,7 @@ class SearchEngine:
     # ------------------------------------------------------------ drivers
     def search(self, models):
         """Search every model of the iterable ``models``; yield :class:`SearchResult` in order."""
-        start = time.perf_counter()
+        start = self._start = time.perf_counter()
         try:
             if self.threads == 0:
                 yield from self._search_serial(models)
@@ -212,6 +266,7 @@ class SearchEngine:
             self.stats.wall_seconds = time.perf_counter() - start
             self.stats.gpu_seconds = getattr(self.backend, "gpu_seconds", lambda: 0.0)()
             self.stats.backend = self.backend.details()
+            self.stats.description = self.backend.description
 
     def _search_serial(self, models):
         from .fpenv import flush_to_zero
@@ -230,8 +285,11 @@ class SearchEngine:
                 t.append((time.perf_counter(), time.thread_time()))
                 self.stats.prepare_seconds += t[1][0] - t[0][0]
                 self.stats.filter_seconds += t[2][0] - t[1][0]
-                self.stats.forward_seconds += t[3][0] - t[2][0]
-                for k, stage in enumerate(("prepare", "filter", "forward")):
+                if query.counts is None:
+                    self.stats.pipeline_seconds += t[3][0] - t[2][0]
+                else:
+                    self.stats.forward_seconds += t[3][0] - t[2][0]
+                for k, stage in enumerate(("prepare", "filter", "workers")):
                     self.stats.cpu_seconds[stage] += t[k + 1][1] - t[k][1]
                 self.stats.tasks += len(tasks)
                 yield result
@@ -289,17 +347,22 @@ class SearchEngine:
                 self.stats.cpu_seconds[cpu_stage] += time.thread_time() - c0
             return value
 
+        def idle() -> bool:  # fewer tasks queued than workers (or the search is stopping)
+            return stop.is_set() or work.qsize() < self.threads
+
         def submit_loop():
             # models go to the backend as they come (on the GPU several are in flight; the
-            # backend blocks when its ring is full) and on to the finishing thread, in order
+            # backend blocks when its ring is full), or to pyhmmer's whole pipeline while the
+            # backend starts and the workers run short of work; then on to the finishing thread
             try:
                 while True:
                     entry = to_filter.get()
                     if entry is None or stop.is_set():
                         break
                     index, query = entry
-                    ticket = None if isinstance(query, _Failed) else timed("filter_seconds", "filter", self.submit,
-                                                                            query)
+                    ticket = None
+                    if not isinstance(query, _Failed) and self._filters_take(idle):
+                        ticket = timed("filter_seconds", "filter", self.backend.submit, query.profile, self.options)
                     to_finish.put((query, ticket))
             except BaseException as error:  # noqa: BLE001
                 fail(error)
@@ -347,8 +410,9 @@ class SearchEngine:
                         complete = len(query.results) == query.n_tasks
                     result = self.finish(query) if complete else None
                     with self._lock:
-                        self.stats.forward_seconds += time.perf_counter() - t0
-                        self.stats.cpu_seconds["forward"] += outcome.cpu_seconds
+                        stage = "forward_seconds" if task.filtered else "pipeline_seconds"
+                        setattr(self.stats, stage, getattr(self.stats, stage) + time.perf_counter() - t0)
+                        self.stats.cpu_seconds["workers"] += outcome.cpu_seconds
                     if result is not None:
                         deliver(query.index, result)
                 except BaseException as error:  # noqa: BLE001

@@ -29,8 +29,9 @@ The database is never pickled: the child opens the same file itself (a database 
 ``hmmgpu makedb`` is mapped, a sequence file is read while the parent reads it too, so the
 GPU starts up at the same time), and input that cannot be read twice (standard input) is
 saved once in ``makedb``'s format to a temporary directory (in ``/dev/shm`` where it
-exists), removed when the backend closes. The constructor returns at once; the first call
-that needs the child (``description``, ``prepare_for``, a result) waits for it to be ready.
+exists), removed when the backend closes. The constructor returns at once; ``ready(0)``
+says whether the child has answered (the engine sends models to pyhmmer's route until it
+has), and the first call that needs the child (``prepare_for``, a result) waits for it.
 
 The child opens the device (its CUDA context) and loads the kernels for the model lengths
 of the ``init`` message, then reads the database and puts it on the device: one after the
@@ -197,6 +198,7 @@ class CudaProcessBackend(CascadeBackend):
         self._answers: dict = {}  # answers to requests, received while waiting for a model
         #: the model lengths whose kernels the child loads at its set-up (``init``)
         self._loaded = None if lengths is None else sorted({int(m) for m in lengths})
+        self._device = device
         try:
             path, fmt = source if source is not None else (self._shared_path(db), None)
             ours, theirs = socket.socketpair()
@@ -216,30 +218,42 @@ class CudaProcessBackend(CascadeBackend):
             self.close()
             raise
 
+    def attach(self, db) -> None:
+        """Search ``db``, this process's reading of the file the child reads as well: the
+        child's count of targets and residues is checked against it when the child is ready."""
+        self.db = db
+
     def _ready(self) -> tuple:
-        """Wait for the child's set-up (once): (description, lanes)."""
+        """Wait for the child's set-up (once): (description, lanes, (targets, residues))."""
         with self._receive_lock:
             if self._ready_reply is None:
                 reply = self._receive()
                 self._ready_reply = reply[1:] if reply[0] != "error" else HmmgpuError(reply[1])
+                if self.db is not None and not isinstance(self._ready_reply, HmmgpuError):
+                    n, residues = self._ready_reply[2]
+                    if (n, residues) != (self.db.n, self.db.total_residues):
+                        self._ready_reply = HmmgpuError(
+                            f"the GPU process read {n} sequences ({residues} residues) where this process read "
+                            f"{self.db.n} ({self.db.total_residues}); was the file changed during the search?")
         if isinstance(self._ready_reply, HmmgpuError):
             raise self._ready_reply
         return self._ready_reply
 
+    def ready(self, timeout: float | None = None) -> bool:
+        if self._ready_reply is None and timeout is not None:
+            with self._receive_lock:
+                if self._ready_reply is None and not self._conn.poll(timeout):
+                    return False
+        self._ready()
+        return True
+
     @property
     def description(self) -> str:
-        return self._ready()[0]
-
-    @property
-    def lanes(self) -> str:
-        return self._ready()[1]
-
-    def check_same_database(self, db) -> None:
-        """The child read the database ``db`` is (the same number of targets and residues)."""
-        n, residues = self._ready()[2]
-        if (n, residues) != (db.n, db.total_residues):
-            raise HmmgpuError(f"the GPU process read {n} sequences ({residues} residues) where this process "
-                              f"read {db.n} ({db.total_residues}); was the file changed during the search?")
+        """The device and lanes once the child is ready (this does not wait for it)."""
+        reply = self._ready_reply
+        if reply is None:
+            return f"backend cuda, device {self._device}: the GPU process is starting"
+        return f"backend cuda, device {self._device}: {reply}" if isinstance(reply, HmmgpuError) else reply[0]
 
     @staticmethod
     def _new_tmpdir() -> str:
@@ -328,7 +342,8 @@ class CudaProcessBackend(CascadeBackend):
         return ticket
 
     def _refresh_stats(self) -> None:
-        if self._conn is not None and self._process.poll() is None:
+        ready = self._ready_reply is not None and not isinstance(self._ready_reply, HmmgpuError)
+        if ready and self._conn is not None and self._process.poll() is None:
             try:
                 _, details, gpu = self._call(("stats",), "stats")
                 self._stats = (details, gpu)
@@ -350,7 +365,9 @@ class CudaProcessBackend(CascadeBackend):
             except OSError:
                 pass
         if self._process is not None and not wait and self._process.poll() is None:
-            self._process = None  # it exits when it reads the stop message (or the closed socket)
+            if self._ready_reply is None:  # still starting: nothing of it is needed any more
+                self._process.kill()
+            self._process = None  # else it exits when it reads the stop message (or the closed socket)
         if self._process is not None:
             try:
                 self._process.wait(timeout=10)

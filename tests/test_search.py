@@ -215,20 +215,32 @@ def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models,
     assert (chosen if chosen == "gpu" else "cpu") == route
 
 
-class _ChildWithoutGpu:
-    """A GPU process started early that found no device (what the child answers then)."""
+class _StartingBackend:
+    """A cascade backend that starts in the background, as the GPU process does: numba's
+    filters once ``ready`` has been asked ``answers_before_ready`` times, or, with ``error``,
+    a start that fails (the child's answer when it finds no GPU)."""
 
-    closed = False
+    def __init__(self, db, answers_before_ready: int = 0, error: str | None = None):
+        from hmmgpu.backends import CascadeBackend, NumbaBackend
 
-    @property
-    def description(self):
-        raise HmmgpuError("no usable CUDA GPU with id 0")
+        class Starting(NumbaBackend):
+            asked = 0
+            closed = False
 
-    def check_same_database(self, db):
-        return self.description
+            def ready(self, timeout=None):
+                if error is not None:
+                    raise HmmgpuError(error)
+                self.asked += 1
+                return self.asked > answers_before_ready
 
-    def close(self, wait=True):
-        self.closed = True
+            def attach(self, db):
+                self.attached = db
+
+            def close(self, wait=True):
+                self.closed = True
+
+        assert issubclass(Starting, CascadeBackend)
+        self.backend = Starting(db)
 
 
 def test_a_gpu_process_that_read_another_database_is_an_error():
@@ -237,19 +249,29 @@ def test_a_gpu_process_that_read_another_database_is_an_error():
 
     from hmmgpu.gpu_process import CudaProcessBackend
 
-    child = object.__new__(CudaProcessBackend)  # its answer to "init" as received
-    child._receive_lock, child._ready_reply = threading.Lock(), ("cuda", "16x2", (3, 10))
-    child.check_same_database(SimpleNamespace(n=3, total_residues=10))
-    with pytest.raises(HmmgpuError, match="the GPU process read 3 sequences \\(10 residues\\) where this process read 3 \\(11\\)"):
-        child.check_same_database(SimpleNamespace(n=3, total_residues=11))
+    for residues, error in ((10, None), (11, "the GPU process read 3 sequences \\(10 residues\\) where this process read 3 \\(11\\)")):
+        child = object.__new__(CudaProcessBackend)  # its answer to "init" as received
+        child._receive_lock, child._ready_reply, child._device = threading.Lock(), None, 0
+        child._receive = lambda: ("ready", "backend cuda on a GPU", "16x2", (3, 10))
+        child._conn = SimpleNamespace(poll=lambda timeout: True)  # the answer has arrived
+        child.attach(SimpleNamespace(n=3, total_residues=residues))
+        if error is None:
+            assert child.ready() and child.description == "backend cuda on a GPU"
+        else:
+            with pytest.raises(HmmgpuError, match=error):
+                child.ready(timeout=0)
+            assert child.description.startswith("backend cuda, device 0: the GPU process read")
 
 
-def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_path):
+def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_path, references):
     """The early GPU process gets the model lengths and is started without cuInit in this
-    process; a child that finds no GPU gives --backend cuda's one-line error, and auto the CPU."""
+    process, and nothing waits for it; a child that finds no GPU stops the search with
+    --backend cuda's one-line error, and auto goes on with pyhmmer's route (the same hits)."""
     from types import SimpleNamespace
 
     from hmmgpu import backends, gpu_process, kernels
+    from hmmgpu.engine import SearchEngine
+    from hmmgpu.options import SearchOptions
 
     def no_cuinit(device=0):
         raise AssertionError("cuInit in the searching process")
@@ -263,16 +285,43 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
     options = SimpleNamespace(backend="cuda", threads=16, device=0, lanes="auto")
     assert backends.start_gpu_early(options, str(fasta), None, [120, 300]) == "child"
     assert started[0]["lengths"] == [120, 300] and started[0]["source"] == (str(fasta), None)
-    db = SimpleNamespace(total_residues=5)
-    child = _ChildWithoutGpu()
-    with pytest.raises(HmmgpuError, match=r"^--backend cuda: no usable CUDA GPU with id 0 \(try"):
-        backends.select_backend(options, db, 1.0, started=child)
-    assert child.closed
-    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
-    child = _ChildWithoutGpu()
-    chosen = backends.select_backend(SimpleNamespace(**{**vars(options), "backend": "auto"}), db, 1e15, started=child)
-    assert isinstance(chosen, backends.HmmerBackend) and "no usable CUDA GPU" in chosen.description
-    assert child.closed
+
+    hmms, block, expected = references
+    db = SequenceDB.from_block(block)
+    for mode in ("cuda", "auto"):
+        child = _StartingBackend(db, error=f"{gpu_process.NO_DEVICE} 0").backend
+        options = SearchOptions(backend=mode, cpus=3)
+        assert backends.select_backend(options, db, 1e15, started=child) is child and child.attached is db
+        engine = SearchEngine(db, options, child)
+        if mode == "cuda":
+            with pytest.raises(HmmgpuError, match=r"^--backend cuda: no usable CUDA GPU with id 0 \(try"):
+                list(engine.search(hmms))
+        else:
+            for ours, ref in zip(engine.search(hmms), expected):
+                assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
+            assert engine.stats.pipeline_queries == len(hmms) and "no usable CUDA GPU" in engine.stats.fallback
+
+
+@pytest.mark.parametrize("cpus", [0, 2])
+def test_models_go_to_pyhmmer_while_the_backend_starts(references, cpus):
+    """While the backend is not ready, models take pyhmmer's whole pipeline; once it is, its
+    filters: every result equals the serial run's whichever route its model took."""
+    from hmmgpu.engine import SearchEngine
+    from hmmgpu.options import SearchOptions
+
+    hmms, block, expected = references
+    db = SequenceDB.from_block(block)
+    backend = _StartingBackend(db, answers_before_ready=2).backend
+    engine = SearchEngine(db, SearchOptions(backend="cuda", cpus=cpus), backend)
+    for ours, ref in zip(engine.search(hmms), expected):
+        assert len(ours.hits) == len(ref)
+        assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
+        po, pr = ours.pipeline, ref.__getstate__()["pipeline"]
+        for key in ("nseqs", "nres", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd"):
+            assert po[key] == pr[key], key
+    stats = engine.stats
+    assert stats.pipeline_queries == 2 and stats.filtered_queries == len(hmms) - 2
+    assert stats.pipeline_seconds > 0 and stats.forward_seconds > 0 and stats.ready_seconds is not None
 
 
 def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path):
