@@ -160,8 +160,8 @@ def compile_cubin(spec: SwSpec, workdir: str, single_tile: bool) -> tuple:
     src = spec.source("dpx").replace(f"@cuda.jit({signature(ARGS)!r}, cache=True)", "")
     name = spec.name + ("_single_tile" if single_tile else "")
     if single_tile:
-        assert src.count("if first != 0:") and src.count("if g == G - 1 and last == 0:")
-        src = src.replace("if first != 0:", "if True:").replace("if g == G - 1 and last == 0:", "if False:")
+        assert src.count("first != 0") and src.count("last == 0")
+        src = src.replace("first != 0", "True").replace("last == 0", "False")
     ns = {}
     exec(compile(src, name, "exec"), ns)
     ptx, _ = cuda.compile_ptx(ns["kernel"], signature(ARGS), cc=(9, 0))

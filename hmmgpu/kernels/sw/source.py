@@ -42,6 +42,20 @@ Per cell pair the inner step is one permute, an add and a 3-way max with a floor
 max for the running maximum: DPX instructions on sm_90. The column loop is unrolled (every
 ``h_q``, ``e_q`` a register) and the row loop four times (one residue word per four rows),
 so a kernel is specialised per (G, Q) from the table in :mod:`hmmgpu.kernels.tuning`.
+The rest of the row step is kept out of the integer pipe that the DPX instructions share
+(benchmarks/sw_ptx_report.py counts it in the SASS; benchmarks/NOTES.md has the figures):
+
+* every thread computes a row at every step, with no branch around the cells: the steps of
+  the wavefront's fill (``s < g``) and drain (rows past the pair's end) compute padding rows
+  (below). A branch made the compiler merge every ``h_q`` and ``e_q`` where it ends, two
+  register moves per cell pair;
+* the profile index is unsigned 32-bit and a row's ``Q/2`` words are that index plus a
+  constant, so every shared-memory load takes an immediate offset from one address per
+  target and row. numba checks a signed index for a negative value (Python's wrap-around):
+  with ``int64`` indices that cost two compares, a select and an address per load;
+* row and step counters are ``int32`` (numba's default integers are 64-bit: two-word
+  compares and adds), and the residue pair travels as one ``int32`` (an ``int64`` is two
+  shuffles); global indices are ``uint64`` (no wrap-around check).
 
 Why the result is exact
 -----------------------
@@ -54,7 +68,14 @@ LIMIT is itself computed exactly and enters the running maximum, which only grow
 reported maximum at or above LIMIT means "saturated" and the host rescores that target
 exactly in 32-bit arithmetic; below LIMIT it is the exact score. Padding (rows past a
 target's end, code 29; columns past the query's end) scores -1000: such cells lie after every
-real cell in both directions, feed none of them, and never exceed the real maximum.
+real cell in both directions, feed none of them, and never exceed the real maximum. In the
+drain, thread 0 takes H = 0 and F = NEG from the left, as in the first tile.
+
+The fill steps before thread ``g``'s first row (``g`` of them) see the padding pair (every
+thread starts with it), H = 0 from the left (thread ``g-1``'s fill, or its initial value)
+and F at most ``-go``: each leaves every H at 0 and sets E to ``-go``. That equals the
+initial state: an initial E or F of at most ``ge - go`` never changes a result, because it
+lies below H's floor 0 and its next value ``max(E - ge, H - go)`` is ``H - go``.
 """
 from __future__ import annotations
 
@@ -121,7 +142,7 @@ class SwSpec:
 
     @property
     def name(self) -> str:
-        return f"sw_s16_g{self.G}_q{self.Q}_v1"
+        return f"sw_s16_g{self.G}_q{self.Q}_v2"
 
     def source(self, binding: str) -> str:
         """The kernel module's text for lane binding ``binding``."""
@@ -131,9 +152,9 @@ class SwSpec:
 def _cells(e: Emitter, spec: SwSpec) -> None:
     """One row of the thread's Q columns (``d`` holds the first column's diagonal, ``f`` F)."""
     QW = spec.Q // 2
-    e("ba = xa * PW + gq", "bb = xb * PW + gq")
+    e("ba = u32(xa * PW + gq)", "bb = u32(xb * PW + gq)")
     for k in range(QW):
-        e(f"A = sprof[ba + {k}]", f"B = sprof[bb + {k}]")
+        e(f"A = sprof[ba + u32({k})]", f"B = sprof[bb + u32({k})]")
         for half in (0, 1):
             q = 2 * k + half
             e(f"p = {'lo16s' if half == 0 else 'hi16s'}(A, B)",
@@ -150,54 +171,55 @@ def generate(spec: SwSpec, binding: str) -> str:
     G, Q = spec.G, spec.Q
     e = Emitter()
     preamble(e, f"Smith-Waterman kernel {spec.name}.", binding)
-    e("max3relu16 = _L.max3relu16; lo16s = _L.lo16s; hi16s = _L.hi16s",
+    e("from numba import uint64",
+      "max3relu16 = _L.max3relu16; lo16s = _L.lo16s; hi16s = _L.hi16s",
       f"G = {G}; Q = {Q}; QW = {Q // 2}; WPG = {32 // G}; PW = {row_words(G, Q)}; TABW = {spec.table_words}",
-      f"PAD_ROW = {PAD_ROW}; NEG = {NEG}", "")
+      f"PAD_ROW = {PAD_ROW}; PAD_PAIR = {PAD_ROW | PAD_ROW << 8}; NEG = {NEG}", "")
     e(jit_decorator(signature(ARGS), binding))
     with e.block(f"def kernel({parameter_list(ARGS)}):"):
         e("sprof = cuda.shared.array(TABW, uint32)", "t0 = tile * PW")
         with e.block("for j in range(cuda.threadIdx.x, TABW, cuda.blockDim.x):"):
             e("x = j // PW", "sprof[j] = profile[x * prof_stride + t0 + (j - x * PW)]")
         e("cuda.syncthreads()")
-        e("lane = cuda.threadIdx.x & 31", "g = lane & (G - 1)", "gi = lane // G", "gq = g * QW",
-          "NGO = bcast16(-go)", "NGE = bcast16(-ge)", "NEGW = bcast16(NEG)", "ZERO = u32(0)")
+        e("lane = int32(cuda.threadIdx.x & 31)", "g = int32(lane & (G - 1))", "gi = int32(lane // G)",
+          "gq = int32(g * QW)", "NGO = bcast16(-go)", "NGE = bcast16(-ge)", "NEGW = bcast16(NEG)", "ZERO = u32(0)")
         with e.block("while True:"):
             claim_work(e, "b0", "lane == 0", "2 * WPG", Counter.WORK.value, "n_targets")
-            e("pa = b0 + 2 * gi", "pb = pa + 1", "La = 0", "Lb = 0", "wa = 0", "wb = 0")
+            e("pa = int32(b0 + 2 * gi)", "pb = int32(pa + 1)", "La = int32(0)", "Lb = int32(0)",
+              "wa = uint64(0)", "wb = uint64(0)")
             with e.block("if pa < n_targets:"):
-                e("La = lengths[pa]", "wa = word_offsets[pa]")
+                e("La = lengths[pa]", "wa = uint64(word_offsets[pa])")
             with e.block("if pb < n_targets:"):
-                e("Lb = lengths[pb]", "wb = word_offsets[pb]")
-            e("rows = max(La, Lb)", "bbase = wa * 4", "nsteps = group_max(rows + G - 1, 32)")
+                e("Lb = lengths[pb]", "wb = uint64(word_offsets[pb])")
+            e("rows = max(La, Lb)", "bb2 = wa * uint64(8)", "nsteps = group_max(int32(rows + (G - 1)), 32)")
             e(*[f"h_{q} = ZERO" for q in range(Q)], *[f"e_{q} = NEGW" for q in range(Q)])
-            e("m = ZERO", "hprev = ZERO", "hlast = ZERO", "fout = NEGW", "xw = int32(0)", "s = 0")
+            e("m = ZERO", "hprev = ZERO", "hlast = ZERO", "fout = NEGW", "xw = int32(PAD_PAIR)", "s = int32(0)")
             with e.block("while s < nsteps:"):
-                e("ra = u32(0)", "rb = u32(0)")
+                e("ra = u32(0)", "rb = u32(0)", "sw = uint64(s >> 2)")
                 with e.block("if g == 0:"):
                     with e.block("if s < La:"):
-                        e("ra = residues[wa + (s >> 2)]")
+                        e("ra = residues[wa + sw]")
                     with e.block("if s < Lb:"):
-                        e("rb = residues[wb + (s >> 2)]")
+                        e("rb = residues[wb + sw]")
                 for u in range(4):
-                    e(f"r = s + {u} - g",
+                    e(f"r = int32(s + ({u} - g))",
                       "hl = u32(cuda.shfl_up_sync(FULL, i32(hlast), 1))",
                       "fl = u32(cuda.shfl_up_sync(FULL, i32(fout), 1))",
                       "xw = cuda.shfl_up_sync(FULL, xw, 1)")
                     with e.block("if g == 0:"):
-                        e(f"xa = int32((ra >> {8 * u}) & 255) if s + {u} < La else PAD_ROW",
-                          f"xb = int32((rb >> {8 * u}) & 255) if s + {u} < Lb else PAD_ROW",
-                          "xw = xa | (xb << 8)")
-                        with e.block("if first != 0:"):
+                        e(f"xa = int32((ra >> u32({8 * u})) & u32(255)) if r < La else int32(PAD_ROW)",
+                          f"xb = int32((rb >> u32({8 * u})) & u32(255)) if r < Lb else int32(PAD_ROW)",
+                          "xw = int32(xa | (xb << 8))")
+                        with e.block("if first != 0 or r >= rows:"):
                             e("hl = ZERO", "fl = NEGW")
-                        with e.block("elif r < rows:"):
-                            e("hl = bnd_in[2 * (bbase + r)]", "fl = bnd_in[2 * (bbase + r) + 1]")
-                    with e.block("if r >= 0 and r < rows:"):
-                        e("xa = xw & 255", "xb = xw >> 8", "d = hprev", "hprev = hl", "f = fl")
-                        _cells(e, spec)
-                        e(f"hlast = h_{Q - 1}", "fout = f")
-                        with e.block("if g == G - 1 and last == 0:"):
-                            e("bnd_out[2 * (bbase + r)] = hlast", "bnd_out[2 * (bbase + r) + 1] = fout")
-                e("s += 4")
+                        with e.block("else:"):
+                            e("hl = bnd_in[bb2 + uint64(2 * r)]", "fl = bnd_in[bb2 + uint64(2 * r + 1)]")
+                    e("xa = int32(xw & 255)", "xb = int32(xw >> 8)", "d = hprev", "hprev = hl", "f = fl")
+                    _cells(e, spec)
+                    e(f"hlast = h_{Q - 1}", "fout = f")
+                    with e.block("if g == G - 1 and last == 0 and r >= 0 and r < rows:"):
+                        e("bnd_out[bb2 + uint64(2 * r)] = hlast", "bnd_out[bb2 + uint64(2 * r + 1)] = fout")
+                e("s = int32(s + 4)")
             # the pair's maxima over the group, lane by lane
             e("off = G >> 1")
             with e.block("while off > 0:"):
