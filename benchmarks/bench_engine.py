@@ -8,9 +8,11 @@ Workloads (issue 7):
 
 * ``e``: (a) on an empty kernel cache (run first: the first search on a fresh machine);
 * ``a``: the 600 Pfam-35 models against the 77,801 real proteins (29 M residues), hmmgpu
-  (``--backend cuda`` and the CPU route ``--backend hmmer``), ``hmmsearch --cpu N`` and
+  (the default ``auto``, ``--backend cuda`` and the CPU route ``--backend hmmer``),
+  ``hmmsearch --cpu N`` and
   ``pyhmmer.hmmsearch(all queries, cpus=N)``;
-* ``b``: the 600 models against the real set replicated 4x (116 M residues); ``--b-models
+* ``b``: the 600 models against the real set replicated 4x (116 M residues), hmmgpu with
+  the default ``auto``; ``--b-models
   START:STOP`` takes a slice of them and ``--b-tools`` some of the tools, so that the
   workload can be split over calls shorter than hmmsearch's whole run (the wall times of
   the slices add up: every tool searches each query on its own);
@@ -261,7 +263,8 @@ def main() -> None:
         bench.save()
         print(f"[e] cold {r['seconds']:.2f}s, warm {r2['seconds']:.2f}s", flush=True)
     if "a" in todo:
-        bench.workload("a", pfam600, proteins, {"cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)},
+        bench.workload("a", pfam600, proteins, {"auto": ([], None), "cuda": cuda,
+                                                "cpu_route": (["--backend", "hmmer"], None)},
                        with_hmmsearch=not args.no_hmmsearch)
     if "d" in todo:
         bench.workload("d", pfam600, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
@@ -301,7 +304,7 @@ def main() -> None:
                                stop - start, start)
         tools = args.b_tools.split(",")
         bench.result["b_models"] = args.b_models
-        bench.workload("b", models, x4, {"cuda": cuda} if "hmmgpu" in tools else {},
+        bench.workload("b", models, x4, {"auto": ([], None)} if "hmmgpu" in tools else {},
                        with_pyhmmer="pyhmmer" in tools, with_hmmsearch="hmmsearch" in tools)
     bench.save()
 

@@ -207,11 +207,13 @@ class SearchEngine:
 
     def _filters_take(self, idle) -> bool:
         """Whether the next model goes through the backend's filters: at once if the backend is
-        ready; while it starts, as soon as it is ready, unless ``idle()`` (fewer tasks queued
-        than workers) first, which sends the model to pyhmmer's whole pipeline."""
+        ready; while it starts, as soon as it is ready, unless with ``auto`` ``idle()`` (fewer
+        tasks queued or running than workers) comes first, which sends the model to pyhmmer's
+        whole pipeline. A backend named explicitly (``--backend cuda``) filters every model."""
+        reroute = self.options.backend == "auto"
         while self.filtered:
             try:
-                if self.backend.ready(timeout=0.0 if idle() else START_POLL_SECONDS):
+                if self.backend.ready(timeout=(0.0 if idle() else START_POLL_SECONDS) if reroute else None):
                     if self.stats.ready_seconds is None:
                         self.stats.ready_seconds = time.perf_counter() - self._start
                     return True
@@ -222,7 +224,7 @@ class SearchEngine:
                 self.filtered = False
                 self.stats.fallback = f"the GPU could not be used: {error}"
                 return False
-            if idle():
+            if reroute and idle():
                 return False
         return False
 
@@ -347,8 +349,10 @@ class SearchEngine:
                 self.stats.cpu_seconds[cpu_stage] += time.thread_time() - c0
             return value
 
-        def idle() -> bool:  # fewer tasks queued than workers (or the search is stopping)
-            return stop.is_set() or work.qsize() < self.threads
+        running = [0]  # tasks the workers are running
+
+        def idle() -> bool:  # fewer tasks queued or running than workers (or the search is stopping)
+            return stop.is_set() or work.qsize() + running[0] < self.threads
 
         def submit_loop():
             # models go to the backend as they come (on the GPU several are in flight; the
@@ -401,6 +405,8 @@ class SearchEngine:
                     return
                 if stop.is_set():
                     continue
+                with self._lock:
+                    running[0] += 1
                 try:
                     t0 = time.perf_counter()
                     query = task.query
@@ -417,6 +423,9 @@ class SearchEngine:
                         deliver(query.index, result)
                 except BaseException as error:  # noqa: BLE001
                     fail(error)
+                finally:
+                    with self._lock:
+                        running[0] -= 1
 
         threads = [threading.Thread(target=prepare_loop, name="hmmgpu-prepare", daemon=True),
                    threading.Thread(target=submit_loop, name="hmmgpu-submit", daemon=True),

@@ -224,7 +224,16 @@ class CudaProcessBackend(CascadeBackend):
         self.db = db
 
     def _ready(self) -> tuple:
-        """Wait for the child's set-up (once): (description, lanes, (targets, residues))."""
+        """Wait for the child's set-up (once): (description, lanes, (targets, residues)). Once
+        it has answered, no lock is taken: the waiting thread holds the receive lock while it
+        waits for a result, and the submitting thread asks this before every model."""
+        if self._ready_reply is None:
+            self._receive_ready()
+        if isinstance(self._ready_reply, HmmgpuError):
+            raise self._ready_reply
+        return self._ready_reply
+
+    def _receive_ready(self) -> None:
         with self._receive_lock:
             if self._ready_reply is None:
                 reply = self._receive()
@@ -235,9 +244,6 @@ class CudaProcessBackend(CascadeBackend):
                         self._ready_reply = HmmgpuError(
                             f"the GPU process read {n} sequences ({residues} residues) where this process read "
                             f"{self.db.n} ({self.db.total_residues}); was the file changed during the search?")
-        if isinstance(self._ready_reply, HmmgpuError):
-            raise self._ready_reply
-        return self._ready_reply
 
     def ready(self, timeout: float | None = None) -> bool:
         if self._ready_reply is None and timeout is not None:

@@ -231,7 +231,7 @@ class _StartingBackend:
                 if error is not None:
                     raise HmmgpuError(error)
                 self.asked += 1
-                return self.asked > answers_before_ready
+                return timeout is None or self.asked > answers_before_ready  # None: waits until ready
 
             def attach(self, db):
                 self.attached = db
@@ -304,15 +304,16 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
 
 @pytest.mark.parametrize("cpus", [0, 2])
 def test_models_go_to_pyhmmer_while_the_backend_starts(references, cpus):
-    """While the backend is not ready, models take pyhmmer's whole pipeline; once it is, its
-    filters: every result equals the serial run's whichever route its model took."""
+    """With auto, while the backend is not ready, models take pyhmmer's whole pipeline; once it
+    is, its filters: every result equals the serial run's whichever route its model took. A
+    backend named explicitly filters every model (the search waits for it)."""
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
     backend = _StartingBackend(db, answers_before_ready=2).backend
-    engine = SearchEngine(db, SearchOptions(backend="cuda", cpus=cpus), backend)
+    engine = SearchEngine(db, SearchOptions(backend="auto", cpus=cpus), backend)
     for ours, ref in zip(engine.search(hmms), expected):
         assert len(ours.hits) == len(ref)
         assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
@@ -322,6 +323,11 @@ def test_models_go_to_pyhmmer_while_the_backend_starts(references, cpus):
     stats = engine.stats
     assert stats.pipeline_queries == 2 and stats.filtered_queries == len(hmms) - 2
     assert stats.pipeline_seconds > 0 and stats.forward_seconds > 0 and stats.ready_seconds is not None
+    backend = _StartingBackend(db, answers_before_ready=2).backend
+    engine = SearchEngine(db, SearchOptions(backend="cuda", cpus=cpus), backend)
+    for ours, ref in zip(engine.search(hmms), expected):
+        assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
+    assert engine.stats.filtered_queries == len(hmms) and engine.stats.pipeline_queries == 0
 
 
 def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path):
