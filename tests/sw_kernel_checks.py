@@ -91,7 +91,27 @@ def simulator_sw_checks():
     sc = GpuScanner(db, load("BLOSUM62"), 11, 1, max_bytes=200)
     assert sc.resident.n_chunks > 1
     out.append(("chunked", check(sc, [q], db)))
+    out.append(("chunked, tiled", check(GpuScanner(db2, load("BLOSUM62"), 11, 1, max_bytes=300, shape=(8, 6)),
+                                        [q2], db2)))
+    out.append(("buffers reused", reused_buffers(db2, q2)))
     return out
+
+
+def reused_buffers(db, q):
+    """One scanner, query after query (tiled and not): the same scores every time and the
+    work counters back at zero after every call; the positions (the claim order) longest first."""
+    from hmmgpu.kernels.sw.launch import GpuScanner
+    from hmmgpu.sw.matrices import load
+
+    sc = GpuScanner(db, load("BLOSUM62"), 11, 1, shape=(8, 6))
+    assert (np.diff(sc.resident.lengths) <= 0).all(), "positions (the claim order) are not longest first"
+    rep = check(sc, [q, q[:9]], db)
+    want = dict(zip((q.size, 9), sc.scores_many([q, q[:9]])))
+    for batch in ([q[:9]], [q], [q[:9], q, q]):
+        for b, got in zip(batch, sc.scores_many(batch)):
+            assert np.array_equal(got, want[b.size]), "a repeated query scored differently"
+        assert not sc.counters.copy_to_host().any(), "work counters not back at zero"
+    return rep
 
 
 if __name__ == "__main__":

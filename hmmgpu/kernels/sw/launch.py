@@ -8,6 +8,8 @@ reached the saturation limit rescored exactly in 32-bit arithmetic on the CPU (p
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .. import build, tuning
@@ -44,12 +46,19 @@ def query_profile(q: np.ndarray, by_code: np.ndarray, spec: SwSpec) -> tuple:
 
 
 class GpuScanner:
-    """Every target's Smith-Waterman score on one GPU (or numba's simulator), database resident."""
+    """Every target's Smith-Waterman score on one GPU (or numba's simulator), database resident.
+
+    A query costs its launches and one copy of the scores back: the work counters, the
+    scores and the tiles' boundary columns live on the device with the scanner (the kernel
+    leaves its counters at zero and its first tile writes every score), and the scores come
+    back through a pinned buffer. One query runs at a time (a lock)."""
 
     def __init__(self, db, matrix, gap_open: int, gap_extend: int, device: int = 0, max_bytes: int | None = None,
                  shape: tuple | None = None, limit: int | None = None):
         """``shape`` forces one (G, Q) for every query and ``limit`` a lower saturation limit
         (both for tests: tiling and the rescoring path on small inputs)."""
+        from numba import cuda
+
         self.device = GpuDevice.open(device)
         self.db = db
         self.matrix = matrix
@@ -62,20 +71,39 @@ class GpuScanner:
         self.shape = shape
         with self.device.activate():
             self.resident = ResidentDatabase(db, self.device, max_bytes=max_bytes)
+            n = self.resident.largest_chunk
+            self.stream = cuda.stream()
+            self.counters = cuda.to_device(np.zeros(N_COUNTERS, np.int32))  # the kernel leaves them at zero
+            self.scores = cuda.device_array(n, np.int32)
+            self.host_scores = cuda.pinned_array(n, np.int32)
+            self.events = cuda.event(), cuda.event()
+            self.boundary = [cuda.device_array(2, np.uint32) for _ in range(2)]  # grown for tiled queries
         self._grids = {}
+        self._lock = threading.Lock()
         self.last: dict = {}
 
     @property
     def description(self) -> str:
         return self.device.description
 
-    def _launch(self, spec, chunk, stream, **args) -> None:
+    def _launch(self, spec, chunk, scores, **args) -> None:
         kernel = build.load(spec, self.device.lane_binding)
         if spec not in self._grids:
             self._grids[spec] = tuning.persistent_grid(kernel, self.device, spec.table_words * 4, False)
         grid, block = self._grids[spec]
-        kernel[grid, block, stream](*arguments(ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets,
-                                                lengths=chunk.lengths, n_targets=chunk.n, **args))
+        kernel[grid, block, self.stream](*arguments(
+            ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths, n_targets=chunk.n,
+            go=self.go, ge=self.ge, counters=self.counters, scores=scores, **args))
+
+    def _boundary(self, chunk) -> list:
+        """The two boundary-column arrays (one tile writes, the next reads), large enough for
+        ``chunk``: H and F of every row of every target pair, two words per residue slot."""
+        from numba import cuda
+
+        need = 8 * chunk.residues.size
+        if self.boundary[0].size < need:
+            self.boundary = [cuda.device_array(need, np.uint32) for _ in range(2)]
+        return self.boundary
 
     def scores_many(self, queries) -> list:
         """Every target's exact score (int32 by database index) for each query (Easel codes)."""
@@ -88,30 +116,26 @@ class GpuScanner:
             prof, tiles = query_profile(np.asarray(q, np.int64), self.matrix.by_code, spec)
             plans.append((spec, prof, tiles))
         kernel_ms = 0.0
-        with self.device.activate():
-            stream = cuda.stream()
+        start, stop = self.events
+        with self._lock, self.device.activate():
+            stream = self.stream
             dprofs = [cuda.to_device(p, stream=stream) for _, p, _ in plans]
             for chunk in self.resident.chunks():
-                n = max(chunk.n, 1)
-                need_bnd = any(t > 1 for _, _, t in plans)
-                words = int(((self.resident.lengths[chunk.lo:chunk.hi] + 3) // 4).sum())
-                bsize = 2 * 4 * max(words, 1) if need_bnd else 2
-                bnd = [cuda.device_array(bsize, np.uint32, stream=stream) for _ in range(2)]
+                n = chunk.n
+                scores, host = self.scores[:max(n, 1)], self.host_scores[:max(n, 1)]
+                bnd = self._boundary(chunk) if any(t > 1 for _, _, t in plans) else self.boundary
                 for qi, (spec, _, tiles) in enumerate(plans):
-                    scores = cuda.to_device(np.zeros(n, np.int32), stream=stream)
-                    start, stop = cuda.event(), cuda.event()
                     start.record(stream)
                     for k in range(tiles):
-                        counters = cuda.to_device(np.zeros(N_COUNTERS, np.int32), stream=stream)
-                        self._launch(spec, chunk, stream, profile=dprofs[qi], prof_stride=tiles * row_words(spec.G, spec.Q),
-                                     tile=k, first=int(k == 0), last=int(k == tiles - 1), go=self.go, ge=self.ge,
-                                     bnd_in=bnd[k % 2], bnd_out=bnd[(k + 1) % 2], counters=counters, scores=scores)
+                        self._launch(spec, chunk, scores, profile=dprofs[qi], tile=k,
+                                     prof_stride=tiles * row_words(spec.G, spec.Q), first=int(k == 0),
+                                     last=int(k == tiles - 1), bnd_in=bnd[k % 2], bnd_out=bnd[(k + 1) % 2])
                     stop.record(stream)
-                    host = scores.copy_to_host(stream=stream)
+                    scores.copy_to_host(host, stream=stream)
                     stream.synchronize()
                     if not self.device.simulator:
                         kernel_ms += cuda.event_elapsed_time(start, stop)
-                    out[qi][self.resident.indices[chunk.lo:chunk.hi]] = host[:chunk.n]
+                    out[qi][self.resident.indices[chunk.lo:chunk.hi]] = host[:n]
         saturated = 0
         for qi, q in enumerate(queries):
             flagged = np.flatnonzero(out[qi] >= self.limit)
@@ -128,5 +152,6 @@ class GpuScanner:
         return pair_scores(q, [self.db.codes(int(i)) for i in indices], self.matrix, self.gap_open, self.gap_extend)
 
     def close(self) -> None:
-        """Free the device copy of the database."""
+        """Free the device copy of the database and the scanner's buffers."""
         self.resident.close()
+        self.scores = self.counters = self.boundary = None

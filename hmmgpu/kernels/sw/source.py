@@ -35,6 +35,22 @@ A query longer than one tile is cut into tiles launched in turn: the last thread
 writes its H and F of every row (the tile's right boundary column) to global memory, and
 the first thread of the next tile's launch reads them as its left boundary.
 
+Launches and load balance
+-------------------------
+A launch is a persistent grid: each warp's lane 0 takes the next ``2 * 32/G`` positions from
+an atomic counter until none is left (:func:`hmmgpu.kernels.emit.claim_work`). Positions are
+ordered longest first (:mod:`hmmgpu.kernels.resident`), so the longest targets are claimed
+first, by the warps of the first wave, and the short ones fill the end of the launch
+(longest-processing-time-first order); claiming the other way round would leave the longest
+pairs to a few warps at the end. What this order cannot shorten is one long pair's serial
+rows: on the real proteins (longest 8,081 residues) the longest pairs of a G16 launch still
+run after every other warp is done (benchmarks/NOTES.md has a model of that tail).
+
+A query costs its launches only: the first tile writes every score (later tiles keep the
+maximum), so the scores need no zeroing, and the last warp to leave the work loop (the
+``DONE`` counter, after a fence) sets the counters back to zero for the next launch on the
+stream.
+
 Why the code looks as it does
 -----------------------------
 Per cell pair the inner step is one permute, an add and a 3-way max with a floor at 0
@@ -101,6 +117,7 @@ class Counter(IntEnum):
     """Slots of the int32 counter array of a launch."""
 
     WORK = 0  #: next position to hand out (atomic work counter)
+    DONE = 1  #: warps that have left the work loop
 
 
 N_COUNTERS = len(Counter)
@@ -230,8 +247,14 @@ def generate(spec: SwSpec, binding: str) -> str:
                     e("lo -= 65536")
                 with e.block("if hi >= 32768:"):
                     e("hi -= 65536")
-                with e.block("if pa < n_targets and lo > scores[pa]:"):
+                with e.block("if pa < n_targets and (first != 0 or lo > scores[pa]):"):
                     e("scores[pa] = lo")
-                with e.block("if pb < n_targets and hi > scores[pb]:"):
+                with e.block("if pb < n_targets and (first != 0 or hi > scores[pb]):"):
                     e("scores[pb] = hi")
+        # the last warp out leaves the counters at zero for the next launch
+        with e.block("if lane == 0:"):
+            e("cuda.threadfence()")
+            with e.block(f"if cuda.atomic.add(counters, {Counter.DONE.value}, 1) == "
+                         "cuda.gridDim.x * ((cuda.blockDim.x + 31) // 32) - 1:"):
+                e(f"counters[{Counter.WORK.value}] = 0", f"counters[{Counter.DONE.value}] = 0")
     return e.text()
