@@ -230,8 +230,8 @@ class SearchEngine:
 
     def plan(self, query: Query, ticket=None) -> list:
         """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done."""
-        if ticket is None:
-            return self.forward.plan(query)
+        if ticket is None:  # pyhmmer's whole pipeline: on a cascade backend, while it starts
+            return self.forward.plan(query, spread=isinstance(self.backend, CascadeBackend))
         result = ticket.result()
         query.counts = result
         query.seconds.update(result.seconds)

@@ -303,7 +303,7 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
 
 
 @pytest.mark.parametrize("cpus", [0, 2])
-def test_models_go_to_pyhmmer_while_the_backend_starts(references, cpus):
+def test_models_go_to_pyhmmer_while_the_backend_starts(references, cpus, monkeypatch):
     """With auto, while the backend is not ready, models take pyhmmer's whole pipeline; once it
     is, its filters: every result equals the serial run's whichever route its model took. A
     backend named explicitly filters every model (the search waits for it)."""
@@ -323,6 +323,14 @@ def test_models_go_to_pyhmmer_while_the_backend_starts(references, cpus):
     stats = engine.stats
     assert stats.pipeline_queries == 2 and stats.filtered_queries == len(hmms) - 2
     assert stats.pipeline_seconds > 0 and stats.forward_seconds > 0 and stats.ready_seconds is not None
+    if cpus:  # a model rerouted is spread over every thread (one hit-rich model must not hold back the rest)
+        from hmmgpu import forward_stage
+        from hmmgpu.engine import Query
+
+        monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
+
+        assert len(engine.plan(Query(0, hmms[2]))) == cpus == len(engine.forward.plan(Query(0, hmms[2]), spread=True))
+        assert len(engine.forward.plan(Query(0, hmms[2]))) == 1
     backend = _StartingBackend(db, answers_before_ready=2).backend
     engine = SearchEngine(db, SearchOptions(backend="cuda", cpus=cpus), backend)
     for ours, ref in zip(engine.search(hmms), expected):
