@@ -73,7 +73,8 @@ def check(scanner, queries, db, matrix="BLOSUM62", gap_open=11, gap_extend=1):
 
 def simulator_sw_checks():
     """The scan under the simulator: one tile, tiles (forced narrow shape), odd pair counts,
-    BLOSUM45 / PAM30 with other gap costs, the rescoring path, chunked database."""
+    BLOSUM45 / PAM30 with other gap costs, the rescoring path, chunked database (also tiled),
+    one scanner query after query, tiles with one thread per group and with a whole warp."""
     from hmmgpu.kernels.sw.launch import GpuScanner
     from hmmgpu.sw.matrices import load
 
@@ -94,6 +95,9 @@ def simulator_sw_checks():
     out.append(("chunked, tiled", check(GpuScanner(db2, load("BLOSUM62"), 11, 1, max_bytes=300, shape=(8, 6)),
                                         [q2], db2)))
     out.append(("buffers reused", reused_buffers(db2, q2)))
+    # tiles with one thread per group (thread 0 also writes the boundary) and with a whole warp
+    out.append(("tiles g1 q2", check(GpuScanner(db2, load("BLOSUM62"), 11, 1, shape=(1, 2)), [q2[:7]], db2)))
+    out.append(("tiles g32 q2", check(GpuScanner(db2, load("BLOSUM62"), 11, 1, shape=(32, 2)), [q2], db2)))
     return out
 
 

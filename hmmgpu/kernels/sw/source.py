@@ -71,7 +71,11 @@ The rest of the row step is kept out of the integer pipe that the DPX instructio
   with ``int64`` indices that cost two compares, a select and an address per load;
 * row and step counters are ``int32`` (numba's default integers are 64-bit: two-word
   compares and adds), and the residue pair travels as one ``int32`` (an ``int64`` is two
-  shuffles); global indices are ``uint64`` (no wrap-around check).
+  shuffles); global indices are ``uint64`` (no wrap-around check);
+* the arrays are declared C-contiguous (``[::1]``: an index is scaled by the item size, not
+  by the array's stride), so the boundary column of a tiled query is read (thread 0) and
+  written (thread ``G-1``) at constant offsets from one address per four rows: in the
+  middle tiles of a long query the boundary costs a load or store and a predicate per word.
 
 Why the result is exact
 -----------------------
@@ -124,10 +128,11 @@ N_COUNTERS = len(Counter)
 
 #: Kernel parameters, in order.
 ARGS = (
-    Arg("residues", "uint32[:]"), Arg("word_offsets", "int64[:]"), Arg("lengths", "int32[:]"),
-    Arg("n_targets", "int32"), Arg("profile", "uint32[:]"), Arg("prof_stride", "int32"), Arg("tile", "int32"),
+    Arg("residues", "uint32[::1]"), Arg("word_offsets", "int64[::1]"), Arg("lengths", "int32[::1]"),
+    Arg("n_targets", "int32"), Arg("profile", "uint32[::1]"), Arg("prof_stride", "int32"), Arg("tile", "int32"),
     Arg("first", "int32"), Arg("last", "int32"), Arg("go", "int32"), Arg("ge", "int32"),
-    Arg("bnd_in", "uint32[:]"), Arg("bnd_out", "uint32[:]"), Arg("counters", "int32[:]"), Arg("scores", "int32[:]"),
+    Arg("bnd_in", "uint32[::1]"), Arg("bnd_out", "uint32[::1]"), Arg("counters", "int32[::1]"),
+    Arg("scores", "int32[::1]"),
 )
 
 
@@ -212,7 +217,8 @@ def generate(spec: SwSpec, binding: str) -> str:
             e(*[f"h_{q} = ZERO" for q in range(Q)], *[f"e_{q} = NEGW" for q in range(Q)])
             e("m = ZERO", "hprev = ZERO", "hlast = ZERO", "fout = NEGW", "xw = int32(PAD_PAIR)", "s = int32(0)")
             with e.block("while s < nsteps:"):
-                e("ra = u32(0)", "rb = u32(0)", "sw = uint64(s >> 2)")
+                e("ra = u32(0)", "rb = u32(0)", "sw = uint64(s >> 2)",
+                  "bi = bb2 + uint64(2 * s)")
                 with e.block("if g == 0:"):
                     with e.block("if s < La:"):
                         e("ra = residues[wa + sw]")
@@ -230,12 +236,14 @@ def generate(spec: SwSpec, binding: str) -> str:
                         with e.block("if first != 0 or r >= rows:"):
                             e("hl = ZERO", "fl = NEGW")
                         with e.block("else:"):
-                            e("hl = bnd_in[bb2 + uint64(2 * r)]", "fl = bnd_in[bb2 + uint64(2 * r + 1)]")
+                            e(f"hl = bnd_in[bi + uint64({2 * u})]", f"fl = bnd_in[bi + uint64({2 * u + 1})]")
                     e("xa = int32(xw & 255)", "xb = int32(xw >> 8)", "d = hprev", "hprev = hl", "f = fl")
                     _cells(e, spec)
                     e(f"hlast = h_{Q - 1}", "fout = f")
                     with e.block("if g == G - 1 and last == 0 and r >= 0 and r < rows:"):
-                        e("bnd_out[bb2 + uint64(2 * r)] = hlast", "bnd_out[bb2 + uint64(2 * r + 1)] = fout")
+                        at = [2 * (u - (G - 1)) + k for k in (0, 1)]  # thread G-1's row s + u - (G-1), from bi
+                        e(*[f"bnd_out[bi {'+' if a >= 0 else '-'} uint64({abs(a)})] = {v}"
+                            for a, v in zip(at, ("hlast", "fout"))])
                 e("s = int32(s + 4)")
             # the pair's maxima over the group, lane by lane
             e("off = G >> 1")
