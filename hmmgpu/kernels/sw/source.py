@@ -58,8 +58,9 @@ Per cell pair the inner step is one permute, an add and a 3-way max with a floor
 max for the running maximum: DPX instructions on sm_90. The column loop is unrolled (every
 ``h_q``, ``e_q`` a register) and the row loop four times (one residue word per four rows),
 so a kernel is specialised per (G, Q) from the table in :mod:`hmmgpu.kernels.tuning`.
-The rest of the row step is kept out of the integer pipe that the DPX instructions share
-(benchmarks/sw_ptx_report.py counts it in the SASS; benchmarks/NOTES.md has the figures):
+The rest of the row step is kept to a few instructions per cell pair, since most of it
+would share the integer pipe with the DPX instructions (benchmarks/sw_ptx_report.py counts
+the loop's SASS; benchmarks/NOTES.md has the figures):
 
 * every thread computes a row at every step, with no branch around the cells: the steps of
   the wavefront's fill (``s < g``) and drain (rows past the pair's end) compute padding rows
