@@ -49,9 +49,9 @@ class GpuScanner:
     """Every target's Smith-Waterman score on one GPU (or numba's simulator), database resident.
 
     A query costs its launches and one copy of the scores back: the work counters, the
-    scores and the tiles' boundary columns live on the device with the scanner (the kernel
-    leaves its counters at zero and its first tile writes every score), and the scores come
-    back through a pinned buffer. One query runs at a time (a lock)."""
+    scores, the query profiles and the tiles' boundary columns live on the device with the
+    scanner (the kernel leaves its counters at zero and its first tile writes every score),
+    and the scores come back through a pinned buffer. One call runs at a time (a lock)."""
 
     def __init__(self, db, matrix, gap_open: int, gap_extend: int, device: int = 0, max_bytes: int | None = None,
                  shape: tuple | None = None, limit: int | None = None):
@@ -78,6 +78,7 @@ class GpuScanner:
             self.host_scores = cuda.pinned_array(n, np.int32)
             self.events = cuda.event(), cuda.event()
             self.boundary = [cuda.device_array(2, np.uint32) for _ in range(2)]  # grown for tiled queries
+            self.profiles = cuda.device_array(1, np.uint32)  # grown for the queries of a call
         self._grids = {}
         self._lock = threading.Lock()
         self.last: dict = {}
@@ -105,6 +106,18 @@ class GpuScanner:
             self.boundary = [cuda.device_array(need, np.uint32) for _ in range(2)]
         return self.boundary
 
+    def _profiles(self, profiles) -> list:
+        """The queries' profiles on the device: one copy into the scanner's buffer, a view each."""
+        from numba import cuda
+
+        if not profiles:
+            return []
+        ends = np.cumsum([p.size for p in profiles])
+        if self.profiles.size < ends[-1]:
+            self.profiles = cuda.device_array(int(ends[-1]), np.uint32)
+        self.profiles[:ends[-1]].copy_to_device(np.concatenate(profiles), stream=self.stream)
+        return [self.profiles[e - p.size:e] for p, e in zip(profiles, ends.tolist())]
+
     def scores_many(self, queries) -> list:
         """Every target's exact score (int32 by database index) for each query (Easel codes)."""
         from numba import cuda
@@ -119,7 +132,7 @@ class GpuScanner:
         start, stop = self.events
         with self._lock, self.device.activate():
             stream = self.stream
-            dprofs = [cuda.to_device(p, stream=stream) for _, p, _ in plans]
+            dprofs = self._profiles([p for _, p, _ in plans])
             for chunk in self.resident.chunks():
                 n = chunk.n
                 scores, host = self.scores[:max(n, 1)], self.host_scores[:max(n, 1)]
@@ -154,4 +167,4 @@ class GpuScanner:
     def close(self) -> None:
         """Free the device copy of the database and the scanner's buffers."""
         self.resident.close()
-        self.scores = self.counters = self.boundary = None
+        self.scores = self.counters = self.boundary = self.profiles = None
