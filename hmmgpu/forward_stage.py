@@ -152,23 +152,19 @@ class ForwardStage:
         #: tasks each query is cut into at least (when the work allows): every one of the
         #: engine's ``threads`` busy when there are fewer queries (``queries``, when known)
         self.min_parts = -(-threads // queries) if queries and threads > queries else 1
-        self.threads = threads
         self.sequences = SequenceCache(db)
         self.by_position = options.by_evalue and options.Z is None
         self._local = threading.local()
 
     # ------------------------------------------------------------ planning
-    def plan(self, query, positions=None, spread: bool = False) -> list:
-        """The tasks of ``query``: its survivors ``positions`` (filtered), or every target
-        (``spread``: in at least a task per thread, for a model sent to pyhmmer's whole
-        pipeline while the GPU starts: the models after it go fast, and one hit-rich model on
-        one thread would hold back their results, delivered in order)."""
+    def plan(self, query, positions=None) -> list:
+        """The tasks of ``query``: its survivors ``positions`` (filtered), or every target."""
         M = query.hmm.M
         lengths = self.db.lengths
         if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
             cells = float(self.db.total_residues) * M
             parts = max(cells / PIPELINE_CELLS_PER_SECOND // PIPELINE_TASK_SECONDS,
-                        min(max(self.threads, 1) if spread else self.min_parts, cells // SPLIT_MIN_CELLS))
+                        min(self.min_parts, cells // SPLIT_MIN_CELLS))
             parts = int(min(max(1, parts), max(1, self.db.n // 64)))
             cuts = np.searchsorted(np.cumsum(lengths, dtype=np.int64),
                                    self.db.total_residues * np.arange(1, parts) / parts)

@@ -302,40 +302,29 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
             assert engine.stats.pipeline_queries == len(hmms) and "no usable CUDA GPU" in engine.stats.fallback
 
 
-@pytest.mark.parametrize("cpus", [0, 2])
-def test_models_go_to_pyhmmer_while_the_backend_starts(references, cpus, monkeypatch):
-    """With auto, while the backend is not ready, models take pyhmmer's whole pipeline; once it
-    is, its filters: every result equals the serial run's whichever route its model took. A
-    backend named explicitly filters every model (the search waits for it)."""
+def test_few_models_go_to_pyhmmer_while_the_backend_starts(references):
+    """With auto and fewer models than threads, while the backend is not ready, models take
+    pyhmmer's whole pipeline; once it is, its filters: every result equals the serial run's
+    whichever route its model took. With as many models as threads, or a backend named
+    explicitly, every model goes through the filters (the search waits for the backend)."""
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
-    backend = _StartingBackend(db, answers_before_ready=2).backend
-    engine = SearchEngine(db, SearchOptions(backend="auto", cpus=cpus), backend)
-    for ours, ref in zip(engine.search(hmms), expected):
-        assert len(ours.hits) == len(ref)
-        assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
-        po, pr = ours.pipeline, ref.__getstate__()["pipeline"]
-        for key in ("nseqs", "nres", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd"):
-            assert po[key] == pr[key], key
-    stats = engine.stats
-    assert stats.pipeline_queries == 2 and stats.filtered_queries == len(hmms) - 2
-    assert stats.pipeline_seconds > 0 and stats.forward_seconds > 0 and stats.ready_seconds is not None
-    if cpus:  # a model rerouted is spread over every thread (one hit-rich model must not hold back the rest)
-        from hmmgpu import forward_stage
-        from hmmgpu.engine import Query
-
-        monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
-
-        assert len(engine.plan(Query(0, hmms[2]))) == cpus == len(engine.forward.plan(Query(0, hmms[2]), spread=True))
-        assert len(engine.forward.plan(Query(0, hmms[2]))) == 1
-    backend = _StartingBackend(db, answers_before_ready=2).backend
-    engine = SearchEngine(db, SearchOptions(backend="cuda", cpus=cpus), backend)
-    for ours, ref in zip(engine.search(hmms), expected):
-        assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
-    assert engine.stats.filtered_queries == len(hmms) and engine.stats.pipeline_queries == 0
+    for backend_name, cpus, rerouted in (("auto", 8, 2), ("auto", 4, 0), ("auto", 0, 0), ("cuda", 8, 0)):
+        backend = _StartingBackend(db, answers_before_ready=2).backend
+        engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=cpus), backend, queries=len(hmms))
+        for ours, ref in zip(engine.search(hmms), expected):
+            assert len(ours.hits) == len(ref)
+            assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
+            po, pr = ours.pipeline, ref.__getstate__()["pipeline"]
+            for key in ("nseqs", "nres", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd"):
+                assert po[key] == pr[key], key
+        stats = engine.stats
+        assert (stats.pipeline_queries, stats.filtered_queries) == (rerouted, len(hmms) - rerouted), (backend_name, cpus)
+        assert stats.forward_seconds > 0 and stats.ready_seconds is not None
+        assert (stats.pipeline_seconds > 0) == bool(rerouted)
 
 
 def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path):
