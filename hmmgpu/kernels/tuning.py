@@ -93,17 +93,20 @@ def persistent_grid(kernel, device, shared_bytes: int, dynamic: bool) -> tuple:
 
 #: (G, Q) rows of the Smith-Waterman scan (16-bit lanes, a target pair per lane group): tile
 #: widths G*Q of 48 to 704 query columns; Q/2 odd keeps the profile reads free of bank
-#: conflicts; the widest tile (42 KB of profile) stays in static shared memory.
-SW_SHAPES = ((8, 6), (8, 10), (8, 14), (16, 6), (16, 10), (16, 14), (32, 6), (32, 10), (32, 14), (32, 22))
+#: conflicts; every tile's profile (30 rows of G*Q/2 words rounded up to 32) stays within the
+#: 48 KB of static shared memory (G32 Q26 and Q30 would not).
+SW_SHAPES = ((8, 6), (8, 10), (8, 14), (16, 6), (16, 10), (16, 14), (16, 18), (16, 22), (16, 26), (16, 30),
+             (32, 6), (32, 10), (32, 14), (32, 18), (32, 22))
 #: Speed of each shape on an H200 (GCUPS over its padded columns, a query in one tile), and
 #: what each further tile of a longer query costs (the wavefront's fill and the boundary
-#: columns), in seconds per 10^9 target residues: fitted to the 20 classic queries against
-#: 10^9 random residues (benchmarks/results/sw_bench_h200_2026-11-24.json, whose shape
-#: choice undercounted the per-tile cost). Unmeasured shapes get the default.
-SW_SHAPE_GCUPS = {(32, 22): 3200.0, (32, 14): 3020.0, (32, 10): 2700.0, (32, 6): 2230.0,
-                  (16, 14): 2830.0, (16, 10): 2700.0}
+#: columns), in seconds per 10^9 target residues: measured with the kernel of 2026-11-24
+#: (32-bit profile index) on 2 x 10^8 random residues, one tile against three
+#: (benchmarks/results/sw_shape_sweep_h200_2026-11-24d.json). Unmeasured shapes get the default.
+SW_SHAPE_GCUPS = {(32, 22): 4357.0, (32, 18): 4334.0, (32, 14): 4083.0, (32, 10): 3783.0,
+                  (16, 30): 4130.0, (16, 26): 4408.0, (16, 22): 4323.0, (16, 18): 4332.0, (16, 14): 4085.0,
+                  (16, 10): 3709.0}
 SW_SHAPE_GCUPS_DEFAULT = 2200.0
-SW_TILE_SECONDS_PER_GRESIDUE = 0.028
+SW_TILE_SECONDS_PER_GRESIDUE = 0.002
 
 
 def sw_shape(query_length: int) -> tuple:
