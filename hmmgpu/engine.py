@@ -205,10 +205,10 @@ class SearchEngine:
             query.profile = self.backend.prepare(hmm, getattr(item, "mmu", None))
         return query
 
-    def submit(self, query: Query, idle=lambda: True):
-        """Start ``query``'s filter cascade; None when it takes pyhmmer's whole pipeline (the
-        pyhmmer route, or a backend still starting while the workers are ``idle()``)."""
-        return self.backend.submit(query.profile, self.options) if self._filters_take(idle) else None
+    def submit(self, query: Query):
+        """Start ``query``'s filter cascade (waiting for a backend that is starting); None on
+        the pyhmmer route (the serial search: its one thread has nothing else to do meanwhile)."""
+        return self.backend.submit(query.profile, self.options) if self._filters_take(lambda: False) else None
 
     def _filters_take(self, idle) -> bool:
         """Whether the next model goes through the backend's filters: at once if the backend is

@@ -101,7 +101,8 @@ SW_SHAPES = ((8, 6), (8, 10), (8, 14), (16, 6), (16, 10), (16, 14), (16, 18), (1
 #: what each further tile of a longer query costs (the wavefront's fill and the boundary
 #: columns), in seconds per 10^9 target residues: measured with the kernel of 2026-11-24
 #: (32-bit profile index) on 2 x 10^8 random residues, one tile against three
-#: (benchmarks/results/sw_shape_sweep_h200_2026-11-24d.json). Unmeasured shapes get the default.
+#: (benchmarks/sw_shape_sweep.py; results/sw_shape_sweep_h200_2026-11-24d.json). Unmeasured
+#: shapes get the default.
 SW_SHAPE_GCUPS = {(32, 22): 4357.0, (32, 18): 4334.0, (32, 14): 4083.0, (32, 10): 3783.0,
                   (16, 30): 4130.0, (16, 26): 4408.0, (16, 22): 4323.0, (16, 18): 4332.0, (16, 14): 4085.0,
                   (16, 10): 3709.0}
