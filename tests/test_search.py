@@ -10,6 +10,7 @@ from pyhmmer.easel import SequenceFile
 from pyhmmer.plan7 import HMMFile, Pipeline as PyhmmerPipeline
 
 import hmmgpu
+from hmmgpu.backends import CascadeBackend, NumbaBackend
 from hmmgpu.cli import main
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.seqdb import SequenceDB
@@ -215,32 +216,27 @@ def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models,
     assert (chosen if chosen == "gpu" else "cpu") == route
 
 
-class _StartingBackend:
+class _StartingBackend(NumbaBackend):
     """A cascade backend that starts in the background, as the GPU process does: numba's
     filters once ``ready`` has been asked ``answers_before_ready`` times, or, with ``error``,
     a start that fails (the child's answer when it finds no GPU)."""
 
     def __init__(self, db, answers_before_ready: int = 0, error: str | None = None):
-        from hmmgpu.backends import CascadeBackend, NumbaBackend
+        super().__init__(db)
+        self.answers_before_ready, self.error = answers_before_ready, error
+        self.asked, self.closed = 0, False
 
-        class Starting(NumbaBackend):
-            asked = 0
-            closed = False
+    def ready(self, timeout=None):
+        if self.error is not None:
+            raise HmmgpuError(self.error)
+        self.asked += 1
+        return timeout is None or self.asked > self.answers_before_ready  # None: waits until ready
 
-            def ready(self, timeout=None):
-                if error is not None:
-                    raise HmmgpuError(error)
-                self.asked += 1
-                return timeout is None or self.asked > answers_before_ready  # None: waits until ready
+    def attach(self, db):
+        self.attached = db
 
-            def attach(self, db):
-                self.attached = db
-
-            def close(self, wait=True):
-                self.closed = True
-
-        assert issubclass(Starting, CascadeBackend)
-        self.backend = Starting(db)
+    def close(self, wait=True):
+        self.closed = True
 
 
 def test_a_gpu_process_that_read_another_database_is_an_error():
@@ -289,7 +285,8 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
     for mode in ("cuda", "auto"):
-        child = _StartingBackend(db, error=f"{gpu_process.NO_DEVICE} 0").backend
+        child = _StartingBackend(db, error=f"{gpu_process.NO_DEVICE} 0")
+        assert isinstance(child, CascadeBackend)
         options = SearchOptions(backend=mode, cpus=3)
         assert backends.select_backend(options, db, 1e15, started=child) is child and child.attached is db
         engine = SearchEngine(db, options, child)
@@ -313,7 +310,7 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(references):
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
     for backend_name, cpus, rerouted in (("auto", 8, 2), ("auto", 4, 0), ("auto", 0, 0), ("cuda", 8, 0)):
-        backend = _StartingBackend(db, answers_before_ready=2).backend
+        backend = _StartingBackend(db, answers_before_ready=2)
         engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=cpus), backend, queries=len(hmms))
         for ours, ref in zip(engine.search(hmms), expected):
             assert len(ours.hits) == len(ref)
