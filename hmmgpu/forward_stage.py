@@ -126,7 +126,8 @@ class SequenceCache:
         return whole if (start, stop) == (0, self.db.n) else whole[start:stop]
 
     def names(self) -> tuple:
-        """(position of each unique target name, bool array: the target's name occurs twice)."""
+        """(the position of each target name: an int, or for a name that occurs more than once
+        the ascending array of its positions; bool array: the target's name occurs twice)."""
         if self._names is not None:
             return self._names
         with self._lock:
@@ -138,7 +139,8 @@ class SequenceCache:
                     q = where.setdefault(name, p)
                     if q != p:
                         repeated[p] = repeated[q] = True
-                self._names = (where, repeated)
+                        where[name] = (q if isinstance(q, list) else [q]) + [p]
+                self._names = ({k: np.array(v) if isinstance(v, list) else v for k, v in where.items()}, repeated)
         return self._names
 
 
@@ -325,18 +327,29 @@ def _hit_fields(serialized) -> tuple:
     return lnp, raw[_NAME_OFFSET:raw.index(0, _NAME_OFFSET)]
 
 
+def _position_in(where, positions: np.ndarray) -> int:
+    """The database position of a hit's target among a task's ``positions`` (ascending), from
+    its name's entry in :meth:`SequenceCache.names`: the position itself, or for a name that
+    occurs more than once (in other tasks: never twice in one) the one of its positions here."""
+    if not isinstance(where, np.ndarray):
+        return where
+    inside = positions[np.minimum(np.searchsorted(positions, where), positions.size - 1)] == where
+    return int(where[inside][0])
+
+
 def _drop_unkept(state: dict, sequences: SequenceCache, positions: np.ndarray, E: float) -> None:
     """Remove from ``state`` the hits a serial run would not have kept (running Z).
 
     HMMER keeps a hit when ``exp(lnP) * Z <= E`` with Z the number of targets counted so
-    far (``p7_pli_TargetReportable``): the hit's database position + 1. A repeated name
-    only occurs in a task of one target (:meth:`ForwardStage._tasks`).
+    far (``p7_pli_TargetReportable``): the hit's database position + 1. A name that occurs
+    twice in one task's targets only occurs in tasks of one target (:meth:`ForwardStage._tasks`);
+    one that occurs in several tasks has its position in this one (:func:`_position_in`).
     """
-    where, repeated = sequences.names()
+    where, _ = sequences.names()
     keep = []
     for i, entry in enumerate(state["unsrt"]):
         lnp, name = _hit_fields(entry)
-        p = int(positions[0]) if positions.size == 1 else where[name]
+        p = int(positions[0]) if positions.size == 1 else _position_in(where[name], positions)
         if math.exp(lnp) * float(p + 1) <= E:
             keep.append(i)
     if len(keep) == len(state["unsrt"]):

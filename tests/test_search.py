@@ -349,3 +349,32 @@ def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path)
     assert len(expected.reported) >= 10
     assert len(ours) == len(expected)
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
+
+
+@pytest.mark.parametrize("backend", ["hmmer", "numba"])
+def test_a_name_repeated_in_another_task_is_kept_by_its_own_position(references, backend, monkeypatch):
+    """HMMER keeps a hit while it searches if P x (its position + 1) <= E. A late target named
+    like the first one is judged at its own position, not at the first's: the kept set (the
+    number of hits, the tables' name width) equals one serial run's."""
+    from pyhmmer.easel import DigitalSequenceBlock
+
+    from hmmgpu import forward_stage
+
+    monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
+    hmms, block, _ = references
+    position = {s.name: p for p, s in enumerate(block)}
+    # a hit in the last quarter, and E just under what keeping it there needs: its task starts
+    # before the middle (two tasks), so its own P x (task start + 1) is within E
+    hmm, late = next((hmm, h) for hmm in hmms for h in PyhmmerPipeline(AMINO, Z=1, E=1e9).search_hmm(hmm, block)
+                     if position[h.name] > 3 * len(block) // 4 and h.pvalue < 1e-4)
+    E = 0.9 * late.pvalue * (position[late.name] + 1)
+    first = block[0].copy()
+    first.name = late.name
+    renamed = DigitalSequenceBlock(AMINO, [first] + list(block)[1:])
+    expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, renamed)
+    with hmmgpu.Pipeline(renamed, backend=backend, cpus=2, E=E) as pli:
+        ours = pli.search_hmm(hmm)
+        assert pli.stats.tasks >= 2
+    assert late.name not in {h.name for h in expected}
+    assert len(ours) == len(expected)
+    assert hits_table(ours, "domains") == hits_table(expected, "domains")
