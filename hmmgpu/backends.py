@@ -260,10 +260,11 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
     from the file (a made database records them; a FASTA file has at most one per byte, a
     gzip file about two). None otherwise; the caller passes the result to
     :func:`select_backend` as ``started``, which stops it if the exact count says the CPU."""
-    if source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not _rereadable(source):
+    if (source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not _rereadable(source)
+            or pyhmmer_route(options, len(model_lengths))):
         return None
     if options.backend == "auto":
-        residues = _residues_estimate(source)
+        residues = residues_estimate(source)
         if (os.environ.get("HMMGPU_NO_GPU") is not None or residues is None or
                 cpu_route_seconds(float(sum(model_lengths)) * residues, residues, options.threads)
                 <= 2 * GPU_START_SECONDS * EARLY_START_MARGIN):
@@ -293,7 +294,9 @@ def _rereadable(source: str) -> bool:
         return False
 
 
-def _residues_estimate(source: str) -> float | None:
+def residues_estimate(source: str) -> float | None:
+    """The residues of a sequence file or made database, from its size (an upper bound for a
+    plain FASTA file), before reading it; None if that cannot be told."""
     import json
 
     from .seqdb import META_FILE, is_database_dir
@@ -308,6 +311,14 @@ def _residues_estimate(source: str) -> float | None:
         return 2.0 * size if gzipped else 1.0 * size
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def pyhmmer_route(options, queries: int | None) -> bool:
+    """Whether the search takes pyhmmer's route whatever the database: ``--backend hmmer``, or
+    ``auto`` with one query. One model alone would not wait for the GPU process anyway: while
+    it starts (2-4 s on the H200 machine) its work goes to pyhmmer's whole pipeline over
+    every thread (:mod:`hmmgpu.engine`), so starting it would only take CPU from that run."""
+    return options.backend == "hmmer" or (options.backend == "auto" and queries == 1)
 
 
 def unusable_gpu(options, error: HmmgpuError) -> HmmgpuError | None:
@@ -326,12 +337,13 @@ def _no_gpu(options) -> HmmgpuError:
 
 
 def select_backend(options, db, cells: float | None = None, gpu_process: bool = True,
-                   started: CascadeBackend | None = None) -> Backend:
+                   started: CascadeBackend | None = None, queries: int | None = None) -> Backend:
     """The backend ``options.backend`` names, over ``db``.
 
     ``auto`` takes the GPU only when the estimated CPU time of the work (``cells`` = sum of
     model lengths x residues, when known) is well above what starting the GPU costs, and a
-    GPU is present; otherwise pyhmmer's pipeline, which is the fastest exact CPU route.
+    GPU is present, and there is more than one query (``queries``, when known:
+    :func:`pyhmmer_route`); otherwise pyhmmer's pipeline, the fastest exact CPU route.
     Nothing of numba or CUDA is imported on a route that does not need it. The GPU runs in
     a child process (:mod:`hmmgpu.gpu_process`) unless ``gpu_process`` is False (the audit,
     which calls the stages one by one); ``started``: one already started by
@@ -340,7 +352,7 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     :func:`unusable_gpu` says what its failure to start means.
     """
     try:
-        backend = _select(options, db, cells, gpu_process, started)
+        backend = _select(options, db, cells, gpu_process, started, queries)
     except BaseException:
         if started is not None:
             started.close()
@@ -350,12 +362,15 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     return backend
 
 
-def _select(options, db, cells, gpu_process, started) -> Backend:
+def _select(options, db, cells, gpu_process, started, queries) -> Backend:
     name = options.backend
     if name == "auto":
         threads = options.threads
-        worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > 2 * GPU_START_SECONDS
-        reason = "the work is too small to pay for the GPU"
+        if pyhmmer_route(options, queries):
+            worth, reason = False, "one query runs on every thread before the GPU could start"
+        else:
+            worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > 2 * GPU_START_SECONDS
+            reason = "the work is too small to pay for the GPU"
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or
                                                                    cuda_available(options.device)):
             try:

@@ -242,16 +242,19 @@ def cmd_search(args) -> int:
         lengths = None if args.hmmfile == "-" else _model_lengths(args.hmmfile)
         early = start_gpu_early(options, args.seqdb, args.seqformat, lengths)
         timeline.mark("model lengths")
+        queries = len(lengths) if lengths else None
+        db = _streamed_database(args, options, lengths)
         try:
-            db = open_database(args.seqdb, args.seqformat)
-            check_target_lengths(db)
+            if db is None:
+                db = open_database(args.seqdb, args.seqformat)
+                check_target_lengths(db)
         except BaseException:
             if early is not None:
                 early.close()
             raise
-        timeline.mark("database read")
-        cells = None if lengths is None else float(sum(lengths)) * db.total_residues
-        backend = select_backend(options, db, cells=cells, started=early)
+        timeline.mark("database read" if db.finished() else "database opened")
+        cells = None if lengths is None or not db.finished() else float(sum(lengths)) * db.total_residues
+        backend = select_backend(options, db, cells=cells, started=early, queries=queries)
         timeline.mark("backend ready")
         try:
             if lengths:
@@ -261,7 +264,7 @@ def cmd_search(args) -> int:
             if db.looks_like_nucleotide():
                 print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
                       "(as hmmsearch would)", file=sys.stderr)
-            engine = SearchEngine(db, options, backend, ftz=True, queries=len(lengths) if lengths else None)
+            engine = SearchEngine(db, options, backend, ftz=True, queries=queries)
             watch = Stopwatch().start()
             for result in engine.search(read_models(args.hmmfile)):
                 outputs.query(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm)
@@ -273,6 +276,24 @@ def cmd_search(args) -> int:
     for line in engine.stats.lines() + [timeline.line()]:
         print(f"# hmmgpu: {line}", file=sys.stderr)
     return 0
+
+
+def _streamed_database(args, options, lengths):
+    """The database read in blocks while it is searched (:class:`~hmmgpu.seqdb.StreamedSequenceDB`),
+    when the search is of fewer models than threads on pyhmmer's route (so its tasks are
+    ranges of targets, which can start before the file is read) and the file is ASCII FASTA;
+    None otherwise (the database is then read first)."""
+    from .backends import pyhmmer_route, residues_estimate
+    from .forward_stage import stream_block_residues
+    from .seqdb import StreamedSequenceDB
+
+    if (not lengths or options.cpus == 0 or len(lengths) >= options.threads
+            or (args.seqformat or "fasta").lower() != "fasta" or not pyhmmer_route(options, len(lengths))):
+        return None
+    residues = residues_estimate(args.seqdb) if args.seqdb != "-" else None
+    if residues is None:
+        return None
+    return StreamedSequenceDB.open(args.seqdb, stream_block_residues(residues, max(lengths), options.threads))
 
 
 class _Timeline:

@@ -21,15 +21,21 @@ threads pass them along through bounded queues:
 
 While the backend is still starting (the GPU process opens its device, loads its kernels
 and reads the database: 1-3 s), a search of fewer models than worker threads with ``auto``
-(one query against a large database, say) does not wait for it while the workers are short
-of work: the model goes to pyhmmer's whole pipeline instead, spread over every thread (its
-tasks are ranges of all targets, as on the pyhmmer route). Measured on the 16-core H200
-machine, that made single-model searches of 116 M residues 0.1-1.2 s faster; with 600
-models it made the search 4 s slower (the whole pipeline costs about three times the
-Forward stage left after the GPU's filters, and its threads slow the GPU process's own
-start), so a many-model search waits. A backend that cannot start at all raises its error
-with ``--backend cuda``; with ``auto`` the search goes on with pyhmmer's route. The results
-do not depend on the route: both give one serial hmmsearch's ``TopHits``.
+does not wait for it while the workers are short of work: the model goes to pyhmmer's whole
+pipeline instead, spread over every thread (its tasks are ranges of all targets, as on the
+pyhmmer route). With 600 models that made the search 4 s slower on the 16-core H200
+machine (the whole pipeline costs about three times the Forward stage left after the GPU's
+filters, and its threads slow the GPU process's own start), so a many-model search waits.
+A single model would always be rerouted, so ``auto`` does not start the GPU for one
+(:func:`~hmmgpu.backends.pyhmmer_route`). A backend that cannot start at all raises its
+error with ``--backend cuda``; with ``auto`` the search goes on with pyhmmer's route. The
+results do not depend on the route: both give one serial hmmsearch's ``TopHits``.
+
+On pyhmmer's route a database can be searched while it is read
+(:class:`~hmmgpu.seqdb.StreamedSequenceDB`, for fewer models than threads): the first
+model's tasks are the file's blocks as they come, numbered here; the number of its tasks is
+known when the read ends, and whichever of the finishing thread and the workers then sees
+its last result merges it.
 
 The caller's iterator yields the results in query order. A semaphore bounds the number of
 models between the reader and the caller, so memory stays flat however long the model file
@@ -233,8 +239,10 @@ class SearchEngine:
                 return False
         return False
 
-    def plan(self, query: Query, ticket=None) -> list:
-        """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done."""
+    def plan(self, query: Query, ticket=None):
+        """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done: a
+        list, or an iterator of tasks over a database still being read
+        (:meth:`ForwardStage.plan`)."""
         if ticket is None:
             return self.forward.plan(query)
         result = ticket.result()
@@ -283,7 +291,9 @@ class SearchEngine:
                 t = [(time.perf_counter(), time.thread_time())]
                 query = self.prepare(index, item)
                 t.append((time.perf_counter(), time.thread_time()))
-                tasks = self.plan(query, self.submit(query))
+                tasks = list(self.plan(query, self.submit(query)))
+                for part, task in enumerate(tasks):
+                    task.part = part
                 t.append((time.perf_counter(), time.thread_time()))
                 query.n_tasks = len(tasks)
                 for task in tasks:
@@ -391,13 +401,34 @@ class SearchEngine:
                         deliver(query.index, query)
                         continue
                     tasks = timed("filter_seconds", "filter", self.plan, query, ticket)
-                    query.n_tasks = len(tasks)
-                    with self._lock:
-                        self.stats.tasks += len(tasks)
-                    for task in tasks:
-                        work.put((query.index, task.part, task))
+                    if isinstance(tasks, list):
+                        query.n_tasks = len(tasks)
+                        with self._lock:
+                            self.stats.tasks += len(tasks)
+                        for task in tasks:
+                            work.put((query.index, task.part, task))
+                    else:
+                        streamed(query, tasks)
             except BaseException as error:  # noqa: BLE001
                 fail(error)
+
+        def streamed(query, tasks):
+            # tasks made as the database is read: the number of the query's tasks is known at
+            # the end of the read; whichever of this thread and the workers sees the last result
+            # with that number known finishes the query
+            query.n_tasks = None
+            part = 0
+            for task in tasks:
+                task.part = part
+                part += 1
+                with self._lock:
+                    self.stats.tasks += 1
+                work.put((query.index, task.part, task))
+            with self._lock:
+                query.n_tasks = part
+                complete = len(query.results) == part
+            if complete:
+                deliver(query.index, self.finish(query))
 
         def worker():
             from .fpenv import set_flush_to_zero

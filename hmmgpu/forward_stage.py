@@ -62,7 +62,20 @@ PIPELINE_CELLS_PER_SECOND = 2.5e10
 #: cell than :data:`PIPELINE_CELLS_PER_SECOND`, so one query alone (a single-model search of a
 #: large database) cannot rely on the estimate to cut it into enough tasks.
 SPLIT_MIN_CELLS = 1.0e8
+#: A database read while it is searched (:class:`~hmmgpu.seqdb.StreamedSequenceDB`) comes in
+#: blocks of about this many per thread, and of at most :data:`STREAM_BLOCK_RESIDUES_MAX`
+#: residues: enough tasks that the last block read does not leave the other threads idle.
+STREAM_BLOCKS_PER_THREAD = 8
+STREAM_BLOCK_RESIDUES_MAX = 4_000_000
 _ZSETBY_NTARGETS = 0
+
+
+def stream_block_residues(residues: float, model_length: int, threads: int) -> int:
+    """The residues per block of a database of about ``residues`` read while one model of
+    ``model_length`` is searched on ``threads`` threads (a block is a task: at least
+    :data:`SPLIT_MIN_CELLS` cells)."""
+    per_thread = residues / (max(1, threads) * STREAM_BLOCKS_PER_THREAD)
+    return int(max(min(per_thread, STREAM_BLOCK_RESIDUES_MAX), SPLIT_MIN_CELLS / max(1, model_length)))
 
 
 @dataclass
@@ -75,6 +88,8 @@ class Task:
     filtered: bool  #: hmmgpu's filters ran first (F1 = F2 = 1 in pyhmmer)
     part: int = 0  #: this task's number among its query's tasks
     cost: float = 0.0  #: estimated seconds
+    block: object = None  #: its targets' pyhmmer block, when it brings its own (a database being read)
+    where: dict = None  #: then also the position of each of its target names (for :func:`_drop_unkept`)
 
 
 @dataclass
@@ -159,8 +174,12 @@ class ForwardStage:
         self._local = threading.local()
 
     # ------------------------------------------------------------ planning
-    def plan(self, query, positions=None) -> list:
-        """The tasks of ``query``: its survivors ``positions`` (filtered), or every target."""
+    def plan(self, query, positions=None):
+        """The tasks of ``query``: its survivors ``positions`` (filtered), or every target. A
+        list; or, on pyhmmer's route over a database still being read, an iterator of the
+        tasks of each block as it is read (the engine numbers them)."""
+        if positions is None and not self.db.finished():
+            return self._streamed_tasks(query)
         M = query.hmm.M
         lengths = self.db.lengths
         if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
@@ -202,6 +221,42 @@ class ForwardStage:
             t.part = k
         return tasks
 
+    def _streamed_tasks(self, query):
+        """pyhmmer's whole pipeline over each block of a database as it is read (one task per
+        block: its positions are known, so each keeps what a serial run would). Names that
+        occur twice in a block are run as tasks of their own, as :meth:`_tasks` does."""
+        from pyhmmer.easel import DigitalSequenceBlock
+
+        alphabet = self.sequences.alphabet
+        for start, block in self.db.chunks():
+            positions = np.arange(start, start + len(block), dtype=np.int64)
+            if not self.by_position or start == 0:  # from the first target: a serial run's prefix
+                yield Task(query=query, positions=positions, z_fixed=float(start + 1), filtered=False, block=block)
+                continue
+            where: dict = {}
+            twice = set()
+            for p, seq in zip(positions.tolist(), block):
+                name = seq.name.encode()
+                if where.setdefault(name, p) != p:
+                    twice.add(name)
+            if not twice:
+                yield Task(query=query, positions=positions, z_fixed=float(start + 1), filtered=False,
+                           block=block, where=where)
+                continue
+            rest = []
+            for p, seq in zip(positions.tolist(), block):
+                name = seq.name.encode()
+                if name in twice:
+                    yield Task(query=query, positions=np.array([p]), z_fixed=float(p + 1), filtered=False,
+                               block=DigitalSequenceBlock(alphabet, [seq]))
+                else:
+                    rest.append((p, seq))
+            if rest:
+                kept = np.array([p for p, _ in rest], dtype=np.int64)
+                yield Task(query=query, positions=kept, z_fixed=float(kept[0] + 1), filtered=False,
+                           block=DigitalSequenceBlock(alphabet, [seq for _, seq in rest]),
+                           where={name: p for name, p in where.items() if name not in twice})
+
     def _task(self, query, positions, filtered, rate) -> Task:
         first = int(positions[0]) + 1 if positions.size else 1
         cost = float(self.db.lengths[positions].sum()) * query.hmm.M / rate
@@ -235,7 +290,9 @@ class ForwardStage:
         # a range of targets from the first one counts Z as a serial run does: nothing to fix
         from_start = not task.filtered and (not task.positions.size or task.positions[0] == 0)
         pli.Z = task.z_fixed if self.by_position and not from_start else self.options.Z
-        if task.filtered:
+        if task.block is not None:
+            block = task.block
+        elif task.filtered:
             block = self.sequences.block(task.positions)
         else:
             block = self.sequences.range_block(int(task.positions[0]), int(task.positions[-1]) + 1) \
@@ -255,7 +312,8 @@ class ForwardStage:
             return TaskResult(hits=hits, cpu_seconds=time.thread_time() - start)
         state = hits.__getstate__()
         if self.by_position and not from_start and len(hits):
-            _drop_unkept(state, self.sequences, task.positions, self.options.E)
+            where = task.where if task.where is not None else self.sequences.names()[0]
+            _drop_unkept(state, where, task.positions, self.options.E)
         return TaskResult(state, cpu_seconds=time.thread_time() - start)
 
     # ------------------------------------------------------------ merging
@@ -337,15 +395,15 @@ def _position_in(where, positions: np.ndarray) -> int:
     return int(where[inside][0])
 
 
-def _drop_unkept(state: dict, sequences: SequenceCache, positions: np.ndarray, E: float) -> None:
+def _drop_unkept(state: dict, where: dict, positions: np.ndarray, E: float) -> None:
     """Remove from ``state`` the hits a serial run would not have kept (running Z).
 
     HMMER keeps a hit when ``exp(lnP) * Z <= E`` with Z the number of targets counted so
     far (``p7_pli_TargetReportable``): the hit's database position + 1. A name that occurs
     twice in one task's targets only occurs in tasks of one target (:meth:`ForwardStage._tasks`);
     one that occurs in several tasks has its position in this one (:func:`_position_in`).
+    ``where``: the position of each target name (:meth:`SequenceCache.names`, or a task's own).
     """
-    where, _ = sequences.names()
     keep = []
     for i, entry in enumerate(state["unsrt"]):
         lnp, name = _hit_fields(entry)

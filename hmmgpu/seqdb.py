@@ -32,6 +32,7 @@ import json
 import mmap
 import os
 import re
+import threading
 from typing import Literal
 
 import numpy as np
@@ -272,6 +273,10 @@ class SequenceDB:
         indices = range(self.n) if indices is None else indices
         return pyhmmer.easel.DigitalSequenceBlock(_AMINO, [self.digital_sequence(int(i)) for i in indices])
 
+    def finished(self) -> bool:
+        """Whether the whole database has been read (always, but for :class:`StreamedSequenceDB`)."""
+        return True
+
     def looks_like_nucleotide(self) -> bool:
         """True if >= 90% of the first 10,000 residues are A, C, G, T, U or N."""
         return self.head_looks_like_nucleotide(self.residues[:10_000])
@@ -509,6 +514,141 @@ class EaselSequenceDB(SequenceDB):
             head.append(np.asarray(seq.sequence, dtype=np.uint8))
             count += head[-1].size
         return SequenceDB.head_looks_like_nucleotide(np.concatenate(head)[:10_000] if head else np.zeros(0, np.uint8))
+
+
+class StreamedSequenceDB:
+    """An ASCII FASTA file read by Easel in blocks on a thread of its own, while it is searched.
+
+    A search of one model on pyhmmer's route costs about as much as reading the database
+    (116 M residues: 0.5-1.5 s each), so waiting for the whole file before the first target is
+    searched costs a third of the run; hmmsearch's reader thread hands out blocks as it reads
+    them, and so does this: :meth:`chunks` yields ``(first position, block)`` in file order as
+    they come, and the search starts on the first. The reader checks each block's target
+    lengths as hmmsearch does. Everything else a search asks of a database (``n``,
+    ``total_residues``, ``lengths``) waits for the end of the read; :meth:`whole` is the
+    :class:`EaselSequenceDB` of the file. A file Easel refuses gives the numpy reader's
+    one-line error (line and culprit), raised where the search next asks for a block.
+    """
+
+    def __init__(self, data, path, residues_per_block: int):
+        self.source = os.fspath(path)
+        self._data = data
+        self._residues = int(residues_per_block)
+        self._blocks: list = []  # (first position, block, lengths) in file order
+        self._error = None
+        self._done = False
+        self._whole = None
+        self._changed = threading.Condition()
+        threading.Thread(target=self._read, name="hmmgpu-read", daemon=True).start()
+
+    def _read(self) -> None:
+        from .checks import check_lengths
+
+        handle = self.source if isinstance(self._data, mmap.mmap) else io.BytesIO(self._data)
+        start = 0
+        try:
+            with pyhmmer.easel.SequenceFile(handle, format="fasta", digital=True, alphabet=_AMINO) as fh:
+                while True:
+                    block = fh.read_block(residues=self._residues)
+                    if not len(block):
+                        break
+                    lengths = np.fromiter((len(s) for s in block), dtype=np.int64, count=len(block))
+                    check_lengths(lengths, lambda i, block=block: block[i].name.encode())
+                    with self._changed:
+                        self._blocks.append((start, block, lengths))
+                        self._changed.notify_all()
+                    start += len(block)
+            if not start:
+                raise ValueError("no sequences")
+        except HmmgpuError as error:
+            self._error = error
+        except (ValueError, RuntimeError, OSError, EOFError) as error:  # Easel refused it: say where, in one line
+            self._error = self._refusal(error)
+        finally:
+            self._data = None
+            with self._changed:
+                self._done = True
+                self._changed.notify_all()
+
+    def _refusal(self, error) -> HmmgpuError:
+        try:
+            SequenceDB.digitize_fasta(self._data, self.source)
+        except HmmgpuError as reason:
+            return reason
+        return HmmgpuError(f"{label_of(self.source)}: not a valid FASTA file ({_one_line(error)})")
+
+    def finished(self) -> bool:
+        """The whole file has been read (or refused)."""
+        return self._done
+
+    def chunks(self):
+        """``(first position, block)`` of each block of targets in file order, as they are read."""
+        k = 0
+        while True:
+            with self._changed:
+                while k == len(self._blocks) and not self._done:
+                    self._changed.wait()
+                if k == len(self._blocks):
+                    if self._error is not None:
+                        raise self._error
+                    return
+                start, block, _ = self._blocks[k]
+            yield start, block
+            k += 1
+
+    def _complete(self) -> list:
+        with self._changed:
+            while not self._done:
+                self._changed.wait()
+        if self._error is not None:
+            raise self._error
+        return self._blocks
+
+    @property
+    def n(self) -> int:
+        start, block, _ = self._complete()[-1]
+        return start + len(block)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.concatenate([lengths for _, _, lengths in self._complete()])
+
+    @property
+    def total_residues(self) -> int:
+        return int(sum(int(lengths.sum()) for _, _, lengths in self._complete()))
+
+    def looks_like_nucleotide(self) -> bool:
+        """The head of the file (its first block) looks like DNA or RNA."""
+        for _, block in self.chunks():
+            return EaselSequenceDB(block, self.source).looks_like_nucleotide()
+        return False
+
+    def whole(self) -> EaselSequenceDB:
+        """The database of the whole file, once read."""
+        if self._whole is None:
+            blocks = self._complete()
+            whole = pyhmmer.easel.DigitalSequenceBlock(_AMINO)
+            for _, block, _ in blocks:
+                whole.extend(block)
+            self._whole = EaselSequenceDB(whole, self.source)
+        return self._whole
+
+    def __getattr__(self, key):  # whatever else a database has, of the whole file
+        if key.startswith("_"):
+            raise AttributeError(key)
+        return getattr(self.whole(), key)
+
+    @classmethod
+    def open(cls, path, residues_per_block: int) -> "StreamedSequenceDB | None":
+        """The stream of an ASCII FASTA file (plain or gzip); None for anything else (standard
+        input, a made database, other bytes: :func:`open_database` reads those whole)."""
+        path = os.fspath(path)
+        if path == "-" or os.path.isdir(path):
+            return None
+        data = read_bytes(path, "a sequence file")
+        if not _is_ascii(data):
+            return None
+        return cls(data, path, residues_per_block)
 
 
 def _is_ascii(data) -> bool:

@@ -197,7 +197,8 @@ def test_single_query_is_split_over_every_thread(references, backend, monkeypatc
 
 @pytest.mark.parametrize("models,residues,route", [
     ([250] * 600, 29e6, "gpu"),   # (a) Pfam-scale work
-    ([200], 116e6, "gpu"),        # one model against a large database (the CPU route pays per residue)
+    ([200], 116e6, "cpu"),        # one model: every thread runs it before the GPU process could start
+    ([200] * 4, 116e6, "gpu"),    # a few models against a large database (the CPU route pays per residue)
     ([250] * 600, 0.8e6, "cpu"),  # many models, a small proteome
     ([200] * 4, 0.8e6, "cpu"),    # the README's search
     ([200], 29e6, "cpu"),         # one model, a mid-sized database: the GPU's start-up dominates
@@ -212,7 +213,7 @@ def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models,
     monkeypatch.setattr(backends, "_cuda", lambda *args: "gpu")
     options = SimpleNamespace(backend="auto", threads=16, device=0)
     db = SimpleNamespace(total_residues=residues)
-    chosen = backends._select(options, db, float(sum(models)) * residues, True, None)
+    chosen = backends._select(options, db, float(sum(models)) * residues, True, None, len(models))
     assert (chosen if chosen == "gpu" else "cpu") == route
 
 
@@ -378,3 +379,70 @@ def test_a_name_repeated_in_another_task_is_kept_by_its_own_position(references,
     assert late.name not in {h.name for h in expected}
     assert len(ours) == len(expected)
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
+
+
+def _renamed_fasta(tmp_path, block, renames: dict):
+    """``block`` as a FASTA file, the targets at the positions of ``renames`` given those names."""
+    lines = []
+    for p, seq in enumerate(block):
+        text = seq.textize()
+        name = renames.get(p, text.name)
+        lines.append(f">{name} {text.description}\n{text.sequence}\n")
+    path = tmp_path / "renamed.fa"
+    path.write_text("".join(lines))
+    return path
+
+
+@pytest.mark.parametrize("cpus", [0, 3])
+def test_a_database_searched_while_it_is_read_gives_a_serial_run(references, tmp_path, cpus):
+    """One model on pyhmmer's route over a file read in blocks while it is searched (blocks of
+    ~20,000 residues here): hits, the kept set, Z, domZ and counters of one serial run, with
+    names repeated inside one block and across blocks, and an E at which the keep rule (P x
+    position <= E) drops hits."""
+    from hmmgpu.backends import HmmerBackend
+    from hmmgpu.engine import SearchEngine
+    from hmmgpu.options import SearchOptions
+    from hmmgpu.seqdb import StreamedSequenceDB
+
+    hmms, block, _ = references
+    position = {s.name: p for p, s in enumerate(block)}
+    hmm, late = next((hmm, h) for hmm in hmms for h in PyhmmerPipeline(AMINO, Z=1, E=1e9).search_hmm(hmm, block)
+                     if position[h.name] > 3 * len(block) // 4 and h.pvalue < 1e-4)
+    n = len(block)
+    renames = {0: late.name, 1: block[n // 2].name, n // 2 + 1: block[n // 2].name, n - 1: block[n - 2].name}
+    path = _renamed_fasta(tmp_path, block, renames)
+    with SequenceFile(str(path), digital=True, alphabet=AMINO) as f:
+        renamed = f.read_block()
+    E = 0.9 * late.pvalue * (position[late.name] + 1)
+    expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, renamed)
+    db = StreamedSequenceDB.open(path, 20_000)
+    options = SearchOptions(backend="hmmer", cpus=cpus, E=E)
+    engine = SearchEngine(db, options, HmmerBackend(db), queries=1)
+    ours = next(engine.search([hmm])).hits
+    assert engine.stats.tasks > 10
+    assert len(ours) == len(expected)
+    assert hits_table(ours, "domains") == hits_table(expected, "domains")
+    po, pr = ours.__getstate__()["pipeline"], expected.__getstate__()["pipeline"]
+    for key in ("nseqs", "nres", "Z", "domZ", "Z_setby", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd"):
+        assert po[key] == pr[key], key
+
+
+def test_a_bad_record_late_in_a_streamed_file_is_a_one_line_error(tmp_path, capsys):
+    """A file read while it is searched: a bad byte in its last record, or a target over
+    HMMER's length limit there, stops the search with the reader's one-line error and leaves
+    an existing output file as it was."""
+    text = PROTEOME.read_text()
+    cases = {"bad.fa": (text + ">late\nACDE-FG\n", "line"),
+             "long.fa": (text + ">late_long\n" + "A" * 100_001 + "\n", "late_long")}
+    for name, (content, said) in cases.items():
+        path = tmp_path / name
+        path.write_text(content)
+        table = tmp_path / "kept.tbl"
+        table.write_text("an older table\n")
+        code = main(["search", "--backend", "hmmer", "--cpu", "3", "--tblout", str(table), "-o", "/dev/null",
+                     str(SAMPLES / "Thioesterase.hmm"), str(path)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code != 0
+        assert err[-1].startswith("hmmgpu: error:") and said in err[-1], err
+        assert "Traceback" not in "\n".join(err)
+        assert table.read_text() == "an older table\n"
