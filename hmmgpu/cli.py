@@ -243,8 +243,8 @@ def cmd_search(args) -> int:
         early = start_gpu_early(options, args.seqdb, args.seqformat, lengths)
         timeline.mark("model lengths")
         queries = len(lengths) if lengths else None
-        db = _streamed_database(args, options, lengths)
         try:
+            db = _file_pieces(args, options, lengths)
             if db is None:
                 db = open_database(args.seqdb, args.seqformat)
                 check_target_lengths(db)
@@ -252,8 +252,8 @@ def cmd_search(args) -> int:
             if early is not None:
                 early.close()
             raise
-        timeline.mark("database read" if db.finished() else "database opened")
-        cells = None if lengths is None or not db.finished() else float(sum(lengths)) * db.total_residues
+        timeline.mark("database read" if db.pieces is None else "database cut into pieces")
+        cells = None if lengths is None or db.pieces is not None else float(sum(lengths)) * db.total_residues
         backend = select_backend(options, db, cells=cells, started=early, queries=queries)
         timeline.mark("backend ready")
         try:
@@ -278,22 +278,22 @@ def cmd_search(args) -> int:
     return 0
 
 
-def _streamed_database(args, options, lengths):
-    """The database read in blocks while it is searched (:class:`~hmmgpu.seqdb.StreamedSequenceDB`),
-    when the search is of fewer models than threads on pyhmmer's route (so its tasks are
-    ranges of targets, which can start before the file is read) and the file is ASCII FASTA;
-    None otherwise (the database is then read first)."""
+def _file_pieces(args, options, lengths):
+    """The database as pieces of its file that pyhmmer reads and searches itself, in every
+    thread (:class:`~hmmgpu.seqdb.FastaPieces`), when the search is of fewer models than
+    threads on pyhmmer's route and the file is ASCII FASTA; None otherwise (it is then read
+    here first)."""
     from .backends import pyhmmer_route, residues_estimate
-    from .forward_stage import stream_block_residues
-    from .seqdb import StreamedSequenceDB
+    from .forward_stage import piece_bytes
+    from .seqdb import FastaPieces
 
-    if (not lengths or options.cpus == 0 or len(lengths) >= options.threads
+    if (not lengths or options.cpus == 0 or len(lengths) >= options.threads or args.seqdb == "-"
             or (args.seqformat or "fasta").lower() != "fasta" or not pyhmmer_route(options, len(lengths))):
         return None
-    residues = residues_estimate(args.seqdb) if args.seqdb != "-" else None
-    if residues is None:
+    size = residues_estimate(args.seqdb)
+    if size is None:
         return None
-    return StreamedSequenceDB.open(args.seqdb, stream_block_residues(residues, max(lengths), options.threads))
+    return FastaPieces.open(args.seqdb, piece_bytes(size, max(lengths), options.threads))
 
 
 class _Timeline:

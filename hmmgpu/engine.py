@@ -31,11 +31,9 @@ A single model would always be rerouted, so ``auto`` does not start the GPU for 
 error with ``--backend cuda``; with ``auto`` the search goes on with pyhmmer's route. The
 results do not depend on the route: both give one serial hmmsearch's ``TopHits``.
 
-On pyhmmer's route a database can be searched while it is read
-(:class:`~hmmgpu.seqdb.StreamedSequenceDB`, for fewer models than threads): the first
-model's tasks are the file's blocks as they come, numbered here; the number of its tasks is
-known when the read ends, and whichever of the finishing thread and the workers then sees
-its last result merges it.
+On pyhmmer's route, with fewer models than threads, an ASCII FASTA file is not read here at
+all: its tasks are pieces of the file that pyhmmer reads and searches itself, in every
+thread (:class:`~hmmgpu.seqdb.FastaPieces`).
 
 The caller's iterator yields the results in query order. A semaphore bounds the number of
 models between the reader and the caller, so memory stays flat however long the model file
@@ -239,10 +237,8 @@ class SearchEngine:
                 return False
         return False
 
-    def plan(self, query: Query, ticket=None):
-        """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done: a
-        list, or an iterator of tasks over a database still being read
-        (:meth:`ForwardStage.plan`)."""
+    def plan(self, query: Query, ticket=None) -> list:
+        """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done."""
         if ticket is None:
             return self.forward.plan(query)
         result = ticket.result()
@@ -291,9 +287,7 @@ class SearchEngine:
                 t = [(time.perf_counter(), time.thread_time())]
                 query = self.prepare(index, item)
                 t.append((time.perf_counter(), time.thread_time()))
-                tasks = list(self.plan(query, self.submit(query)))
-                for part, task in enumerate(tasks):
-                    task.part = part
+                tasks = self.plan(query, self.submit(query))
                 t.append((time.perf_counter(), time.thread_time()))
                 query.n_tasks = len(tasks)
                 for task in tasks:
@@ -401,34 +395,13 @@ class SearchEngine:
                         deliver(query.index, query)
                         continue
                     tasks = timed("filter_seconds", "filter", self.plan, query, ticket)
-                    if isinstance(tasks, list):
-                        query.n_tasks = len(tasks)
-                        with self._lock:
-                            self.stats.tasks += len(tasks)
-                        for task in tasks:
-                            work.put((query.index, task.part, task))
-                    else:
-                        streamed(query, tasks)
+                    query.n_tasks = len(tasks)
+                    with self._lock:
+                        self.stats.tasks += len(tasks)
+                    for task in tasks:
+                        work.put((query.index, task.part, task))
             except BaseException as error:  # noqa: BLE001
                 fail(error)
-
-        def streamed(query, tasks):
-            # tasks made as the database is read: the number of the query's tasks is known at
-            # the end of the read; whichever of this thread and the workers sees the last result
-            # with that number known finishes the query
-            query.n_tasks = None
-            part = 0
-            for task in tasks:
-                task.part = part
-                part += 1
-                with self._lock:
-                    self.stats.tasks += 1
-                work.put((query.index, task.part, task))
-            with self._lock:
-                query.n_tasks = part
-                complete = len(query.results) == part
-            if complete:
-                deliver(query.index, self.finish(query))
 
         def worker():
             from .fpenv import set_flush_to_zero

@@ -62,20 +62,20 @@ PIPELINE_CELLS_PER_SECOND = 2.5e10
 #: cell than :data:`PIPELINE_CELLS_PER_SECOND`, so one query alone (a single-model search of a
 #: large database) cannot rely on the estimate to cut it into enough tasks.
 SPLIT_MIN_CELLS = 1.0e8
-#: A database read while it is searched (:class:`~hmmgpu.seqdb.StreamedSequenceDB`) comes in
-#: blocks of about this many per thread, and of at most :data:`STREAM_BLOCK_RESIDUES_MAX`
-#: residues: enough tasks that the last block read does not leave the other threads idle.
-STREAM_BLOCKS_PER_THREAD = 8
-STREAM_BLOCK_RESIDUES_MAX = 4_000_000
+#: A FASTA file searched piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`) is cut into about
+#: this many pieces per thread, of at most :data:`PIECE_BYTES_MAX` bytes: enough tasks that the
+#: last one does not leave the other threads idle.
+PIECES_PER_THREAD = 8
+PIECE_BYTES_MAX = 4 << 20
 _ZSETBY_NTARGETS = 0
 
 
-def stream_block_residues(residues: float, model_length: int, threads: int) -> int:
-    """The residues per block of a database of about ``residues`` read while one model of
-    ``model_length`` is searched on ``threads`` threads (a block is a task: at least
-    :data:`SPLIT_MIN_CELLS` cells)."""
-    per_thread = residues / (max(1, threads) * STREAM_BLOCKS_PER_THREAD)
-    return int(max(min(per_thread, STREAM_BLOCK_RESIDUES_MAX), SPLIT_MIN_CELLS / max(1, model_length)))
+def piece_bytes(file_bytes: float, model_length: int, threads: int) -> int:
+    """The bytes per piece of a FASTA file of ``file_bytes`` searched with one model of
+    ``model_length`` on ``threads`` threads (a piece is a task: at least :data:`SPLIT_MIN_CELLS`
+    cells, a residue being at most a byte)."""
+    per_thread = file_bytes / (max(1, threads) * PIECES_PER_THREAD)
+    return int(max(min(per_thread, PIECE_BYTES_MAX), SPLIT_MIN_CELLS / max(1, model_length)))
 
 
 @dataclass
@@ -88,8 +88,7 @@ class Task:
     filtered: bool  #: hmmgpu's filters ran first (F1 = F2 = 1 in pyhmmer)
     part: int = 0  #: this task's number among its query's tasks
     cost: float = 0.0  #: estimated seconds
-    block: object = None  #: its targets' pyhmmer block, when it brings its own (a database being read)
-    where: dict = None  #: then also the position of each of its target names (for :func:`_drop_unkept`)
+    piece: int | None = None  #: the piece of a file searched piece by piece (then ``positions`` is empty)
 
 
 @dataclass
@@ -101,6 +100,9 @@ class TaskResult:
     state: dict = None
     hits: object = None  #: the whole result (``TopHits``), when there is nothing to merge
     cpu_seconds: float = 0.0  #: CPU time the task took
+    #: a piece's result: (state, index in the piece of each hit's target that HMMER's keep rule
+    #: may drop, by name) for each pyhmmer run over it (one, but for names repeated in it)
+    piece_parts: list = None
 
 
 class SequenceCache:
@@ -174,12 +176,12 @@ class ForwardStage:
         self._local = threading.local()
 
     # ------------------------------------------------------------ planning
-    def plan(self, query, positions=None):
+    def plan(self, query, positions=None) -> list:
         """The tasks of ``query``: its survivors ``positions`` (filtered), or every target. A
-        list; or, on pyhmmer's route over a database still being read, an iterator of the
-        tasks of each block as it is read (the engine numbers them)."""
-        if positions is None and not self.db.finished():
-            return self._streamed_tasks(query)
+        list: on pyhmmer's route over a file searched piece by piece, a task per piece."""
+        if positions is None and self.db.pieces is not None:
+            return [Task(query=query, positions=np.zeros(0, np.int64), z_fixed=1.0, filtered=False, part=k, piece=k)
+                    for k in range(len(self.db.pieces))]
         M = query.hmm.M
         lengths = self.db.lengths
         if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
@@ -221,42 +223,6 @@ class ForwardStage:
             t.part = k
         return tasks
 
-    def _streamed_tasks(self, query):
-        """pyhmmer's whole pipeline over each block of a database as it is read (one task per
-        block: its positions are known, so each keeps what a serial run would). Names that
-        occur twice in a block are run as tasks of their own, as :meth:`_tasks` does."""
-        from pyhmmer.easel import DigitalSequenceBlock
-
-        alphabet = self.sequences.alphabet
-        for start, block in self.db.chunks():
-            positions = np.arange(start, start + len(block), dtype=np.int64)
-            if not self.by_position or start == 0:  # from the first target: a serial run's prefix
-                yield Task(query=query, positions=positions, z_fixed=float(start + 1), filtered=False, block=block)
-                continue
-            where: dict = {}
-            twice = set()
-            for p, seq in zip(positions.tolist(), block):
-                name = seq.name.encode()
-                if where.setdefault(name, p) != p:
-                    twice.add(name)
-            if not twice:
-                yield Task(query=query, positions=positions, z_fixed=float(start + 1), filtered=False,
-                           block=block, where=where)
-                continue
-            rest = []
-            for p, seq in zip(positions.tolist(), block):
-                name = seq.name.encode()
-                if name in twice:
-                    yield Task(query=query, positions=np.array([p]), z_fixed=float(p + 1), filtered=False,
-                               block=DigitalSequenceBlock(alphabet, [seq]))
-                else:
-                    rest.append((p, seq))
-            if rest:
-                kept = np.array([p for p, _ in rest], dtype=np.int64)
-                yield Task(query=query, positions=kept, z_fixed=float(kept[0] + 1), filtered=False,
-                           block=DigitalSequenceBlock(alphabet, [seq for _, seq in rest]),
-                           where={name: p for name, p in where.items() if name not in twice})
-
     def _task(self, query, positions, filtered, rate) -> Task:
         first = int(positions[0]) + 1 if positions.size else 1
         cost = float(self.db.lengths[positions].sum()) * query.hmm.M / rate
@@ -287,34 +253,85 @@ class ForwardStage:
         start = time.thread_time()
         pli = self._pipeline(task.filtered)
         pli.clear()  # counters and random generator as in a new pipeline
+        if task.piece is not None:
+            return TaskResult(piece_parts=self._run_piece(pli, task), cpu_seconds=time.thread_time() - start)
         # a range of targets from the first one counts Z as a serial run does: nothing to fix
         from_start = not task.filtered and (not task.positions.size or task.positions[0] == 0)
         pli.Z = task.z_fixed if self.by_position and not from_start else self.options.Z
-        if task.block is not None:
-            block = task.block
-        elif task.filtered:
+        if task.filtered:
             block = self.sequences.block(task.positions)
         else:
             block = self.sequences.range_block(int(task.positions[0]), int(task.positions[-1]) + 1) \
                 if task.positions.size else self.sequences.block(task.positions)
-        try:
-            # the model itself: pyhmmer configures it into this pipeline's reused buffers (a copy
-            # of an optimized profile per task would map and unmap memory in every thread)
-            hits = pli.search_hmm(task.query.hmm, block)
-        except Exception as error:  # an error HMMER itself raises (e.g. Forward underflow on a '*'-only target)
-            from .checks import text
-            from .errors import HmmgpuError
-
-            cause = error.__cause__ or error
-            raise HmmgpuError(f"HMMER failed on model '{text(task.query.hmm.name)}': "
-                              f"{' '.join(str(cause).split())}") from None
+        # the model itself: pyhmmer configures it into this pipeline's reused buffers (a copy
+        # of an optimized profile per task would map and unmap memory in every thread)
+        hits = _searched(pli.search_hmm, task.query.hmm, block)
         if alone and from_start:
             return TaskResult(hits=hits, cpu_seconds=time.thread_time() - start)
         state = hits.__getstate__()
         if self.by_position and not from_start and len(hits):
-            where = task.where if task.where is not None else self.sequences.names()[0]
-            _drop_unkept(state, where, task.positions, self.options.E)
+            where, positions = self.sequences.names()[0], task.positions
+            # a name that occurs twice in one task's targets only occurs in tasks of one target
+            # (:meth:`_tasks`); one that occurs in several tasks has its position in this one
+            _drop_unkept(state, lambda name: int(positions[0]) if positions.size == 1
+                         else _position_in(where[name], positions), self.options.E)
         return TaskResult(state, cpu_seconds=time.thread_time() - start)
+
+    def _run_piece(self, pli, task: Task) -> list:
+        """pyhmmer's whole pipeline over one piece of a file (:class:`~hmmgpu.seqdb.FastaPieces`).
+
+        Its first target's position is not known until the pieces before it are searched, so
+        a piece after the first runs with ``Z = 1`` (it keeps every hit any position would)
+        and finds, for each hit that a later position could drop, its target's index in the
+        piece; :meth:`merge` then applies the rule. A hit whose target name occurs twice in
+        the piece cannot be placed by name: the piece is then run again as pyhmmer's sequences,
+        those targets one by one."""
+        pieces, k, hmm = self.db, task.piece, task.query.hmm
+        first = k == 0 or not self.by_position
+        pli.Z = self.options.Z if first else 1.0
+        hits = _searched(pieces.search, k, pli, hmm)
+        state = hits.__getstate__()
+        if first or not len(hits):
+            return [(state, {})]
+        targets = state["pipeline"]["nseqs"]
+        bound = float(pieces.records_at_most())  # no target's position + 1 is larger
+        placed, unplaced = {}, []
+        for entry in state["unsrt"]:
+            lnp, name = _hit_fields(entry)
+            if math.exp(lnp) * bound > self.options.E:  # a later position may drop it
+                index = pieces.record_index(k, targets, name)
+                if index is None:
+                    unplaced.append(name)
+                else:
+                    placed[name] = index
+        if not unplaced:
+            return [(state, placed)]
+        block = pieces.block(k)
+        names = [seq.name.encode() for seq in block]
+        where: dict = {}
+        twice = set()
+        for i, name in enumerate(names):
+            if where.setdefault(name, i) != i:
+                twice.add(name)
+        if not twice.intersection(unplaced):
+            placed.update((name, where[name]) for name in unplaced)
+            return [(state, placed)]
+        from pyhmmer.easel import DigitalSequenceBlock
+
+        parts = []
+        for i, name in enumerate(names):  # each target of a repeated name alone
+            if name in twice:
+                pli.clear()
+                pli.Z = 1.0
+                alone = _searched(pli.search_hmm, hmm, DigitalSequenceBlock(block.alphabet, [block[i]]))
+                parts.append((alone.__getstate__(), {name: i}))
+        rest = [i for i, name in enumerate(names) if name not in twice]
+        if rest:
+            pli.clear()
+            pli.Z = 1.0
+            others = _searched(pli.search_hmm, hmm, DigitalSequenceBlock(block.alphabet, [block[i] for i in rest]))
+            parts.append((others.__getstate__(), {names[i]: i for i in rest}))
+        return parts
 
     # ------------------------------------------------------------ merging
     def merge(self, query, results: list, counts=None) -> tuple:
@@ -325,10 +342,13 @@ class ForwardStage:
 
         if len(results) == 1 and results[0].hits is not None:  # already a serial run's result
             return results[0].hits, None
-        states = [r.state for r in results]
+        if results[0].piece_parts is None:
+            states, n, residues = [r.state for r in results], self.db.n, self.db.total_residues
+        else:
+            states, n, residues = _placed_pieces(results, self.options.E)
         first = states[0]["pipeline"]
-        first["nseqs"] = self.db.n
-        first["nres"] = self.db.total_residues
+        first["nseqs"] = n
+        first["nres"] = residues
         if counts is not None:
             first["n_past_msv"], first["n_past_bias"], first["n_past_vit"] = (
                 counts.n_past_msv, counts.n_past_bias, counts.n_past_vit)
@@ -350,6 +370,38 @@ class ForwardStage:
             part.__setstate__(state)
             parts.append(part)
         return parts[0].merge(*parts[1:]), counters
+
+
+def _placed_pieces(results: list, E: float) -> tuple:
+    """The states of a file's pieces (:meth:`ForwardStage._run_piece`), each hit that HMMER
+    would not have kept at its target's position dropped, and the file's targets and residues."""
+    states, start, residues = [], 0, 0
+    for result in results:
+        for state, placed in result.piece_parts:
+            if placed:
+                _drop_unkept(state, lambda name, placed=placed, start=start: start + placed[name]
+                             if name in placed else None, E)
+            states.append(state)
+        start += sum(state["pipeline"]["nseqs"] for state, _ in result.piece_parts)
+        residues += sum(state["pipeline"]["nres"] for state, _ in result.piece_parts)
+    return states, start, residues
+
+
+def _searched(search, *args):
+    """``search(*args)`` (a pyhmmer search), an error HMMER itself raises (e.g. Forward
+    underflow on a '*'-only target) made one line naming the model."""
+    from .errors import HmmgpuError
+
+    try:
+        return search(*args)
+    except HmmgpuError:
+        raise
+    except Exception as error:
+        from .checks import text
+
+        hmm = next(a for a in args if hasattr(a, "M"))
+        cause = error.__cause__ or error
+        raise HmmgpuError(f"HMMER failed on model '{text(hmm.name)}': {' '.join(str(cause).split())}") from None
 
 
 def _distinct(ascending: np.ndarray) -> np.ndarray:
@@ -395,20 +447,18 @@ def _position_in(where, positions: np.ndarray) -> int:
     return int(where[inside][0])
 
 
-def _drop_unkept(state: dict, where: dict, positions: np.ndarray, E: float) -> None:
+def _drop_unkept(state: dict, position_of, E: float) -> None:
     """Remove from ``state`` the hits a serial run would not have kept (running Z).
 
     HMMER keeps a hit when ``exp(lnP) * Z <= E`` with Z the number of targets counted so
-    far (``p7_pli_TargetReportable``): the hit's database position + 1. A name that occurs
-    twice in one task's targets only occurs in tasks of one target (:meth:`ForwardStage._tasks`);
-    one that occurs in several tasks has its position in this one (:func:`_position_in`).
-    ``where``: the position of each target name (:meth:`SequenceCache.names`, or a task's own).
+    far (``p7_pli_TargetReportable``): the hit's database position + 1. ``position_of(name)``:
+    the position of a hit's target (None: keep it).
     """
     keep = []
     for i, entry in enumerate(state["unsrt"]):
         lnp, name = _hit_fields(entry)
-        p = int(positions[0]) if positions.size == 1 else _position_in(where[name], positions)
-        if math.exp(lnp) * float(p + 1) <= E:
+        p = position_of(name)
+        if p is None or math.exp(lnp) * float(p + 1) <= E:
             keep.append(i)
     if len(keep) == len(state["unsrt"]):
         return

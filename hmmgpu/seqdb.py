@@ -38,7 +38,7 @@ from typing import Literal
 import numpy as np
 import pyhmmer
 
-from hmmgpu.constants import AMINO_SYMBOLS
+from hmmgpu.constants import AMINO_SYMBOLS, MAX_TARGET_LENGTH
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.inputs import label_of, read_bytes
 
@@ -273,9 +273,8 @@ class SequenceDB:
         indices = range(self.n) if indices is None else indices
         return pyhmmer.easel.DigitalSequenceBlock(_AMINO, [self.digital_sequence(int(i)) for i in indices])
 
-    def finished(self) -> bool:
-        """Whether the whole database has been read (always, but for :class:`StreamedSequenceDB`)."""
-        return True
+    #: The byte ranges of a file searched piece by piece (:class:`FastaPieces`); None: read whole.
+    pieces = None
 
     def looks_like_nucleotide(self) -> bool:
         """True if >= 90% of the first 10,000 residues are A, C, G, T, U or N."""
@@ -516,139 +515,138 @@ class EaselSequenceDB(SequenceDB):
         return SequenceDB.head_looks_like_nucleotide(np.concatenate(head)[:10_000] if head else np.zeros(0, np.uint8))
 
 
-class StreamedSequenceDB:
-    """An ASCII FASTA file read by Easel in blocks on a thread of its own, while it is searched.
+class FastaPieces:
+    """An ASCII FASTA file cut at record starts into pieces that pyhmmer reads and searches itself.
 
     A search of one model on pyhmmer's route costs about as much as reading the database
-    (116 M residues: 0.5-1.5 s each), so waiting for the whole file before the first target is
-    searched costs a third of the run; hmmsearch's reader thread hands out blocks as it reads
-    them, and so does this: :meth:`chunks` yields ``(first position, block)`` in file order as
-    they come, and the search starts on the first. The reader checks each block's target
-    lengths as hmmsearch does. Everything else a search asks of a database (``n``,
-    ``total_residues``, ``lengths``) waits for the end of the read; :meth:`whole` is the
-    :class:`EaselSequenceDB` of the file. A file Easel refuses gives the numpy reader's
-    one-line error (line and culprit), raised where the search next asks for a block.
+    (116 M residues: 0.5-1.5 s each on one core), and reading it into pyhmmer's sequence
+    objects takes the GIL for every target, so one reading thread cannot feed sixteen
+    searching ones. pyhmmer's pipeline also searches a sequence *file* itself, reading each
+    target in C without the GIL; so the file is cut into pieces at record starts (a ``>`` at
+    the start of a line always starts one), each worker writes its piece to a temporary file
+    (unlinked as soon as Easel has opened it) and searches it, and the reading is spread over
+    every thread as hmmsearch's search is. Nothing is parsed here: the number of targets and
+    residues of a piece are the search's own counters, and a hit's position in its piece,
+    which HMMER's keep rule needs, is found from its name (:meth:`record_index`).
     """
 
-    def __init__(self, data, path, residues_per_block: int):
+    def __init__(self, data, path, piece_bytes: int):
         self.source = os.fspath(path)
         self._data = data
-        self._residues = int(residues_per_block)
-        self._blocks: list = []  # (first position, block, lengths) in file order
-        self._error = None
-        self._done = False
-        self._whole = None
-        self._changed = threading.Condition()
-        threading.Thread(target=self._read, name="hmmgpu-read", daemon=True).start()
-
-    def _read(self) -> None:
-        from .checks import check_lengths
-
-        handle = self.source if isinstance(self._data, mmap.mmap) else io.BytesIO(self._data)
-        start = 0
-        try:
-            with pyhmmer.easel.SequenceFile(handle, format="fasta", digital=True, alphabet=_AMINO) as fh:
-                while True:
-                    block = fh.read_block(residues=self._residues)
-                    if not len(block):
-                        break
-                    lengths = np.fromiter((len(s) for s in block), dtype=np.int64, count=len(block))
-                    check_lengths(lengths, lambda i, block=block: block[i].name.encode())
-                    with self._changed:
-                        self._blocks.append((start, block, lengths))
-                        self._changed.notify_all()
-                    start += len(block)
-            if not start:
-                raise ValueError("no sequences")
-        except HmmgpuError as error:
-            self._error = error
-        except (ValueError, RuntimeError, OSError, EOFError) as error:  # Easel refused it: say where, in one line
-            self._error = self._refusal(error)
-        finally:
-            self._data = None
-            with self._changed:
-                self._done = True
-                self._changed.notify_all()
-
-    def _refusal(self, error) -> HmmgpuError:
-        try:
-            SequenceDB.digitize_fasta(self._data, self.source)
-        except HmmgpuError as reason:
-            return reason
-        return HmmgpuError(f"{label_of(self.source)}: not a valid FASTA file ({_one_line(error)})")
-
-    def finished(self) -> bool:
-        """The whole file has been read (or refused)."""
-        return self._done
-
-    def chunks(self):
-        """``(first position, block)`` of each block of targets in file order, as they are read."""
-        k = 0
-        while True:
-            with self._changed:
-                while k == len(self._blocks) and not self._done:
-                    self._changed.wait()
-                if k == len(self._blocks):
-                    if self._error is not None:
-                        raise self._error
-                    return
-                start, block, _ = self._blocks[k]
-            yield start, block
-            k += 1
-
-    def _complete(self) -> list:
-        with self._changed:
-            while not self._done:
-                self._changed.wait()
-        if self._error is not None:
-            raise self._error
-        return self._blocks
-
-    @property
-    def n(self) -> int:
-        start, block, _ = self._complete()[-1]
-        return start + len(block)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.concatenate([lengths for _, _, lengths in self._complete()])
-
-    @property
-    def total_residues(self) -> int:
-        return int(sum(int(lengths.sum()) for _, _, lengths in self._complete()))
-
-    def looks_like_nucleotide(self) -> bool:
-        """The head of the file (its first block) looks like DNA or RNA."""
-        for _, block in self.chunks():
-            return EaselSequenceDB(block, self.source).looks_like_nucleotide()
-        return False
-
-    def whole(self) -> EaselSequenceDB:
-        """The database of the whole file, once read."""
-        if self._whole is None:
-            blocks = self._complete()
-            whole = pyhmmer.easel.DigitalSequenceBlock(_AMINO)
-            for _, block, _ in blocks:
-                whole.extend(block)
-            self._whole = EaselSequenceDB(whole, self.source)
-        return self._whole
-
-    def __getattr__(self, key):  # whatever else a database has, of the whole file
-        if key.startswith("_"):
-            raise AttributeError(key)
-        return getattr(self.whole(), key)
+        size = len(data)
+        cuts = [0]
+        while cuts[-1] + piece_bytes < size:
+            cut = data.find(b"\n>", cuts[-1] + piece_bytes)
+            if cut < 0:
+                break
+            cuts.append(cut + 1)
+        cuts.append(size)
+        #: (first byte, end byte) of each piece
+        self.pieces = list(zip(cuts[:-1], cuts[1:]))
+        self._records_at_most = None
+        self._tmpdir = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
     @classmethod
-    def open(cls, path, residues_per_block: int) -> "StreamedSequenceDB | None":
-        """The stream of an ASCII FASTA file (plain or gzip); None for anything else (standard
+    def open(cls, path, piece_bytes: int) -> "FastaPieces | None":
+        """The pieces of an ASCII FASTA file (plain or gzip); None for anything else (standard
         input, a made database, other bytes: :func:`open_database` reads those whole)."""
         path = os.fspath(path)
         if path == "-" or os.path.isdir(path):
             return None
         data = read_bytes(path, "a sequence file")
-        if not _is_ascii(data):
+        if not _is_ascii(data) or not _LEADING_SPACE.match(data).end() < len(data):
             return None
-        return cls(data, path, residues_per_block)
+        return cls(data, path, piece_bytes)
+
+    def records_at_most(self) -> int:
+        """An upper bound on the file's targets: its ``>`` bytes."""
+        if self._records_at_most is None:
+            self._records_at_most = int(np.count_nonzero(np.frombuffer(self._data, dtype=np.uint8) == ord(">")))
+        return self._records_at_most
+
+    def piece(self, k: int) -> bytes:
+        a, b = self.pieces[k]
+        return self._data[a:b]
+
+    def search(self, k: int, pipeline, hmm):
+        """pyhmmer's ``pipeline`` over piece ``k`` (read by Easel from a temporary file), after
+        hmmsearch's check of the target lengths; a file Easel refuses is the numpy reader's
+        one-line error (line and culprit)."""
+        import tempfile
+
+        from .checks import check_lengths
+
+        piece = self.piece(k)
+        starts = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == ord(">"))
+        spans = np.diff(np.append(starts, len(piece)))
+        if spans.size and int(spans.max()) > MAX_TARGET_LENGTH:  # a record that long may hold a target over the limit
+            block = self._block(piece)
+            lengths = np.fromiter((len(s) for s in block), dtype=np.int64, count=len(block))
+            check_lengths(lengths, lambda i: block[i].name.encode())
+        fd, name = tempfile.mkstemp(suffix=".fa", dir=self._tmpdir)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(piece)
+            with pyhmmer.easel.SequenceFile(name, format="fasta", digital=True, alphabet=_AMINO) as fh:
+                os.unlink(name)
+                name = None
+                try:
+                    return pipeline.search_hmm(hmm, fh)
+                except Exception as error:  # Easel's refusal of the file, or HMMER's own failure
+                    refusal = self._refusal(None)
+                    if refusal is not None:
+                        raise refusal from None
+                    raise error
+        finally:
+            if name is not None:
+                os.unlink(name)
+
+    def _block(self, piece):
+        try:
+            with pyhmmer.easel.SequenceFile(io.BytesIO(piece), format="fasta", digital=True, alphabet=_AMINO) as fh:
+                return fh.read_block()
+        except (ValueError, RuntimeError, OSError, EOFError) as error:
+            raise self._refusal(error) from None
+
+    def _refusal(self, error) -> HmmgpuError | None:
+        """The numpy reader's one-line error for the whole file (line and culprit); for an
+        ``error`` of Easel's that the numpy reader does not find, that error in one line."""
+        try:
+            SequenceDB.digitize_fasta(self._data, self.source)
+        except HmmgpuError as reason:
+            return reason
+        if error is None:
+            return None
+        return HmmgpuError(f"{label_of(self.source)}: not a valid FASTA file ({_one_line(error)})")
+
+    def record_index(self, k: int, targets: int, name: bytes) -> int | None:
+        """The index in piece ``k`` (of ``targets`` targets, as Easel counted them) of the target
+        named ``name``; None when that cannot be told from the bytes alone: a ``>`` that does
+        not start a record (in a description, say), a name written after blanks, or twice."""
+        piece = self.piece(k)
+        if piece.count(b">") != targets:
+            return None
+        found = []
+        at = piece.find(b">" + name)
+        while at >= 0 and len(found) < 2:
+            end = at + 1 + len(name)
+            if end == len(piece) or piece[end:end + 1] in _NAME_ENDS:
+                found.append(at)
+            at = piece.find(b">" + name, at + 1)
+        return piece.count(b">", 0, found[0]) if len(found) == 1 else None
+
+    def block(self, k: int):
+        """Piece ``k`` as pyhmmer's sequences (for what :meth:`record_index` cannot tell)."""
+        return self._block(self.piece(k))
+
+    def looks_like_nucleotide(self) -> bool:
+        """The head of the file (up to its first 10,000 residues) looks like DNA or RNA."""
+        head = self._block(self.piece(0)[:1 << 16].rsplit(b"\n>", 1)[0] if len(self.pieces[0]) else b"")
+        return EaselSequenceDB(head, self.source).looks_like_nucleotide() if len(head) else False
+
+
+#: The bytes that end a target name in a FASTA header (and the end of the line).
+_NAME_ENDS = {b" ", b"\t", b"\v", b"\f", b"\n", b"\r", b"\x00"}
 
 
 def _is_ascii(data) -> bool:

@@ -381,45 +381,53 @@ def test_a_name_repeated_in_another_task_is_kept_by_its_own_position(references,
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
 
 
-def _renamed_fasta(tmp_path, block, renames: dict):
-    """``block`` as a FASTA file, the targets at the positions of ``renames`` given those names."""
+def _renamed_fasta(tmp_path, block, renames: dict, descriptions: dict):
+    """``block`` as a FASTA file, the targets at the positions of ``renames`` given those names
+    (written after blanks where the name starts with one), those of ``descriptions`` those."""
     lines = []
     for p, seq in enumerate(block):
         text = seq.textize()
         name = renames.get(p, text.name)
-        lines.append(f">{name} {text.description}\n{text.sequence}\n")
+        lines.append(f">{name} {descriptions.get(p, text.description)}\n{text.sequence}\n")
     path = tmp_path / "renamed.fa"
     path.write_text("".join(lines))
     return path
 
 
 @pytest.mark.parametrize("cpus", [0, 3])
-def test_a_database_searched_while_it_is_read_gives_a_serial_run(references, tmp_path, cpus):
-    """One model on pyhmmer's route over a file read in blocks while it is searched (blocks of
-    ~20,000 residues here): hits, the kept set, Z, domZ and counters of one serial run, with
-    names repeated inside one block and across blocks, and an E at which the keep rule (P x
-    position <= E) drops hits."""
+def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path, cpus):
+    """One model on pyhmmer's route over a file cut into pieces that pyhmmer reads itself
+    (about 30 KB each here): hits, the kept set, Z, domZ and counters of one serial run, at an
+    E where HMMER's keep rule (P x position <= E) drops hits, with names repeated in one piece
+    and across pieces, a name written after blanks and a '>' in a description (a hit's
+    position is then found from pyhmmer's sequences, or by running its targets alone)."""
     from hmmgpu.backends import HmmerBackend
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
-    from hmmgpu.seqdb import StreamedSequenceDB
+    from hmmgpu.seqdb import FastaPieces
 
     hmms, block, _ = references
     position = {s.name: p for p, s in enumerate(block)}
-    hmm, late = next((hmm, h) for hmm in hmms for h in PyhmmerPipeline(AMINO, Z=1, E=1e9).search_hmm(hmm, block)
+    scored = {hmm.name: PyhmmerPipeline(AMINO, Z=1, E=1e9).search_hmm(hmm, block) for hmm in hmms}
+    hmm, late = next((hmm, h) for hmm in hmms for h in scored[hmm.name]
                      if position[h.name] > 3 * len(block) // 4 and h.pvalue < 1e-4)
+    E = 0.9 * late.pvalue * (position[late.name] + 1)
+    borderline = [position[h.name] for h in scored[hmm.name] if h.pvalue <= E < h.pvalue * (position[h.name] + 1)]
     n = len(block)
-    renames = {0: late.name, 1: block[n // 2].name, n // 2 + 1: block[n // 2].name, n - 1: block[n - 2].name}
-    path = _renamed_fasta(tmp_path, block, renames)
+    renames = {0: late.name, n // 2 + 1: block[n // 2].name, n - 1: block[n - 2].name}
+    renames[borderline[0] - 1] = block[borderline[0]].name  # a borderline hit's name, twice in its piece
+    renames[borderline[-1]] = "  " + block[borderline[-1]].name  # a name after blanks
+    descriptions = {borderline[len(borderline) // 2] + 1: "a > in a description"}
+    path = _renamed_fasta(tmp_path, block, renames, descriptions)
     with SequenceFile(str(path), digital=True, alphabet=AMINO) as f:
         renamed = f.read_block()
-    E = 0.9 * late.pvalue * (position[late.name] + 1)
     expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, renamed)
-    db = StreamedSequenceDB.open(path, 20_000)
+    db = FastaPieces.open(path, 30_000)
+    assert len(db.pieces) > 10
     options = SearchOptions(backend="hmmer", cpus=cpus, E=E)
     engine = SearchEngine(db, options, HmmerBackend(db), queries=1)
     ours = next(engine.search([hmm])).hits
-    assert engine.stats.tasks > 10
+    assert len(expected) < len(PyhmmerPipeline(AMINO, Z=1, E=E).search_hmm(hmm, renamed))  # the rule drops some
     assert len(ours) == len(expected)
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
     po, pr = ours.__getstate__()["pipeline"], expected.__getstate__()["pipeline"]
@@ -427,8 +435,8 @@ def test_a_database_searched_while_it_is_read_gives_a_serial_run(references, tmp
         assert po[key] == pr[key], key
 
 
-def test_a_bad_record_late_in_a_streamed_file_is_a_one_line_error(tmp_path, capsys):
-    """A file read while it is searched: a bad byte in its last record, or a target over
+def test_a_bad_record_late_in_a_file_searched_piece_by_piece_is_a_one_line_error(tmp_path, capsys):
+    """A file searched piece by piece: a bad byte in its last record, or a target over
     HMMER's length limit there, stops the search with the reader's one-line error and leaves
     an existing output file as it was."""
     text = PROTEOME.read_text()
