@@ -64,8 +64,10 @@ PIPELINE_CELLS_PER_SECOND = 2.5e10
 SPLIT_MIN_CELLS = 1.0e8
 #: A FASTA file searched piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`) is cut into about
 #: this many pieces per thread, of at most :data:`PIECE_BYTES_MAX` bytes: enough tasks that the
-#: last one does not leave the other threads idle.
-PIECES_PER_THREAD = 8
+#: last one does not leave the other threads idle. Measured on the 16-core H200 machine, one
+#: Pfam model against 116 M residues: 16 took 1.5-1.7 s where 8 took 2.3-2.6 s (a hit-rich
+#: model's pieces differ in cost), and 32 was no faster (benchmarks/results/pieces_probe_*).
+PIECES_PER_THREAD = 16
 PIECE_BYTES_MAX = 4 << 20
 _ZSETBY_NTARGETS = 0
 
