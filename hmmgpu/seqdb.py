@@ -32,7 +32,6 @@ import json
 import mmap
 import os
 import re
-import threading
 from typing import Literal
 
 import numpy as np
@@ -583,10 +582,17 @@ class FastaPieces:
             block = self._block(piece)
             lengths = np.fromiter((len(s) for s in block), dtype=np.int64, count=len(block))
             check_lengths(lengths, lambda i: block[i].name.encode())
-        fd, name = tempfile.mkstemp(suffix=".fa", dir=self._tmpdir)
+        name = None
         try:
+            fd, name = tempfile.mkstemp(suffix=".fa", dir=self._tmpdir)
             with os.fdopen(fd, "wb") as fh:
                 fh.write(piece)
+        except OSError as error:
+            if name is not None:
+                os.unlink(name)
+            raise HmmgpuError(f"cannot write a piece of {label_of(self.source)} to a temporary file in "
+                              f"{self._tmpdir or tempfile.gettempdir()}: {error.strerror or _one_line(error)}") from None
+        try:
             with pyhmmer.easel.SequenceFile(name, format="fasta", digital=True, alphabet=_AMINO) as fh:
                 os.unlink(name)
                 name = None
@@ -641,7 +647,7 @@ class FastaPieces:
 
     def looks_like_nucleotide(self) -> bool:
         """The head of the file (up to its first 10,000 residues) looks like DNA or RNA."""
-        head = self._block(self.piece(0)[:1 << 16].rsplit(b"\n>", 1)[0] if len(self.pieces[0]) else b"")
+        head = self._block(self.piece(0)[:1 << 16].rsplit(b"\n>", 1)[0])
         return EaselSequenceDB(head, self.source).looks_like_nucleotide() if len(head) else False
 
 

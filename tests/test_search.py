@@ -454,3 +454,22 @@ def test_a_bad_record_late_in_a_file_searched_piece_by_piece_is_a_one_line_error
         assert err[-1].startswith("hmmgpu: error:") and said in err[-1], err
         assert "Traceback" not in "\n".join(err)
         assert table.read_text() == "an older table\n"
+
+
+def test_a_piece_that_cannot_be_written_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    """The pieces of a file go through temporary files: a directory that refuses them is a
+    one-line error, not a traceback."""
+    from hmmgpu import seqdb
+
+    original = seqdb.FastaPieces.__init__
+
+    def unwritable(self, *args):
+        original(self, *args)
+        self._tmpdir = str(tmp_path / "missing")
+
+    monkeypatch.setattr(seqdb.FastaPieces, "__init__", unwritable)
+    code = main(["search", "--backend", "hmmer", "--cpu", "3", "-o", "/dev/null", str(SAMPLES / "Thioesterase.hmm"),
+                 str(PROTEOME)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0
+    assert err[-1].startswith("hmmgpu: error: cannot write a piece of") and "missing" in err[-1], err
