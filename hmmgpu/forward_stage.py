@@ -291,21 +291,18 @@ class ForwardStage:
         pieces, k, hmm = self.db, task.piece, task.query.hmm
         first = k == 0 or not self.by_position
         pli.Z = self.options.Z if first else 1.0
-        hits = _searched(pieces.search, k, pli, hmm)
+        hits = _searched(pieces.search, hmm, k, pli)
         state = hits.__getstate__()
         if first or not len(hits):
             return [(state, {})]
-        targets = state["pipeline"]["nseqs"]
         bound = float(pieces.records_at_most())  # no target's position + 1 is larger
-        placed, unplaced = {}, []
-        for entry in state["unsrt"]:
-            lnp, name = _hit_fields(entry)
-            if math.exp(lnp) * bound > self.options.E:  # a later position may drop it
-                index = pieces.record_index(k, targets, name)
-                if index is None:
-                    unplaced.append(name)
-                else:
-                    placed[name] = index
+        droppable = [name for lnp, name in map(_hit_fields, state["unsrt"])
+                     if math.exp(lnp) * bound > self.options.E]  # a later position may drop them
+        if not droppable:
+            return [(state, {})]
+        found = pieces.record_indices(k, state["pipeline"]["nseqs"], droppable)
+        placed = {name: index for name, index in found.items() if index is not None}
+        unplaced = [name for name, index in found.items() if index is None]
         if not unplaced:
             return [(state, placed)]
         block = pieces.block(k)
@@ -389,19 +386,18 @@ def _placed_pieces(results: list, E: float) -> tuple:
     return states, start, residues
 
 
-def _searched(search, *args):
-    """``search(*args)`` (a pyhmmer search), an error HMMER itself raises (e.g. Forward
-    underflow on a '*'-only target) made one line naming the model."""
+def _searched(search, hmm, *args):
+    """``search(hmm, *args)`` (a pyhmmer search with the model ``hmm``), an error HMMER itself
+    raises (e.g. Forward underflow on a '*'-only target) made one line naming the model."""
     from .errors import HmmgpuError
 
     try:
-        return search(*args)
+        return search(hmm, *args)
     except HmmgpuError:
         raise
     except Exception as error:
         from .checks import text
 
-        hmm = next(a for a in args if hasattr(a, "M"))
         cause = error.__cause__ or error
         raise HmmgpuError(f"HMMER failed on model '{text(hmm.name)}': {' '.join(str(cause).split())}") from None
 

@@ -526,7 +526,7 @@ class FastaPieces:
     (unlinked as soon as Easel has opened it) and searches it, and the reading is spread over
     every thread as hmmsearch's search is. Nothing is parsed here: the number of targets and
     residues of a piece are the search's own counters, and a hit's position in its piece,
-    which HMMER's keep rule needs, is found from its name (:meth:`record_index`).
+    which HMMER's keep rule needs, is found from its name (:meth:`record_indices`).
     """
 
     def __init__(self, data, path, piece_bytes: int):
@@ -567,8 +567,8 @@ class FastaPieces:
         a, b = self.pieces[k]
         return self._data[a:b]
 
-    def search(self, k: int, pipeline, hmm):
-        """pyhmmer's ``pipeline`` over piece ``k`` (read by Easel from a temporary file), after
+    def search(self, hmm, k: int, pipeline):
+        """pyhmmer's ``pipeline`` with ``hmm`` over piece ``k`` (read by Easel from a temporary file), after
         hmmsearch's check of the target lengths; a file Easel refuses is the numpy reader's
         one-line error (line and culprit)."""
         import tempfile
@@ -625,24 +625,29 @@ class FastaPieces:
             return None
         return HmmgpuError(f"{label_of(self.source)}: not a valid FASTA file ({_one_line(error)})")
 
-    def record_index(self, k: int, targets: int, name: bytes) -> int | None:
+    def record_indices(self, k: int, targets: int, names) -> dict:
         """The index in piece ``k`` (of ``targets`` targets, as Easel counted them) of the target
-        named ``name``; None when that cannot be told from the bytes alone: a ``>`` that does
-        not start a record (in a description, say), a name written after blanks, or twice."""
+        named by each of ``names``, None for those that cannot be told from the bytes alone: all
+        of them if a ``>`` does not start a record (in a description, say), and a name written
+        after blanks, or twice."""
         piece = self.piece(k)
-        if piece.count(b">") != targets:
-            return None
-        found = []
-        at = piece.find(b">" + name)
-        while at >= 0 and len(found) < 2:
-            end = at + 1 + len(name)
-            if end == len(piece) or piece[end:end + 1] in _NAME_ENDS:
-                found.append(at)
-            at = piece.find(b">" + name, at + 1)
-        return piece.count(b">", 0, found[0]) if len(found) == 1 else None
+        starts = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == ord(">"))
+        if starts.size != targets:
+            return dict.fromkeys(names)
+        indices = {}
+        for name in names:
+            found = []
+            at = piece.find(b">" + name)
+            while at >= 0 and len(found) < 2:
+                end = at + 1 + len(name)
+                if end == len(piece) or piece[end:end + 1] in _NAME_ENDS:
+                    found.append(at)
+                at = piece.find(b">" + name, at + 1)
+            indices[name] = int(np.searchsorted(starts, found[0])) if len(found) == 1 else None
+        return indices
 
     def block(self, k: int):
-        """Piece ``k`` as pyhmmer's sequences (for what :meth:`record_index` cannot tell)."""
+        """Piece ``k`` as pyhmmer's sequences (for what :meth:`record_indices` cannot tell)."""
         return self._block(self.piece(k))
 
     def looks_like_nucleotide(self) -> bool:
