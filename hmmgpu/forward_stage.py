@@ -295,7 +295,7 @@ class ForwardStage:
         state = hits.__getstate__()
         if first or not len(hits):
             return [(state, {})]
-        bound = float(pieces.records_at_most())  # no target's position + 1 is larger
+        bound = float(pieces.records_at_most(k))  # no target's position + 1 is larger
         droppable = [name for lnp, name in map(_hit_fields, state["unsrt"])
                      if math.exp(lnp) * bound > self.options.E]  # a later position may drop them
         if not droppable:

@@ -542,7 +542,7 @@ class FastaPieces:
         cuts.append(size)
         #: (first byte, end byte) of each piece
         self.pieces = list(zip(cuts[:-1], cuts[1:]))
-        self._records_at_most = None
+        self._marks = [None] * len(self.pieces)  # the '>' bytes of each piece, counted when first needed
         self._tmpdir = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
     @classmethod
@@ -557,11 +557,17 @@ class FastaPieces:
             return None
         return cls(data, path, piece_bytes)
 
-    def records_at_most(self) -> int:
-        """An upper bound on the file's targets: its ``>`` bytes."""
-        if self._records_at_most is None:
-            self._records_at_most = int(np.count_nonzero(np.frombuffer(self._data, dtype=np.uint8) == ord(">")))
-        return self._records_at_most
+    def records_at_most(self, k: int) -> int:
+        """An upper bound on the database position + 1 of every target of piece ``k``: the
+        ``>`` bytes of the pieces up to it (each piece's counted once, by the thread that
+        searches it, or here)."""
+        return sum(self._marks_in(j) for j in range(k + 1))
+
+    def _marks_in(self, k: int, piece: bytes | None = None) -> int:
+        if self._marks[k] is None:
+            piece = self.piece(k) if piece is None else piece
+            self._marks[k] = int(np.count_nonzero(np.frombuffer(piece, dtype=np.uint8) == ord(">")))
+        return self._marks[k]
 
     def piece(self, k: int) -> bytes:
         a, b = self.pieces[k]
@@ -576,7 +582,8 @@ class FastaPieces:
         from .checks import check_lengths
 
         piece = self.piece(k)
-        starts = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == ord(">"))
+        self._marks_in(k, piece)
+        starts = _record_starts(piece)
         spans = np.diff(np.append(starts, len(piece)))
         if spans.size and int(spans.max()) > MAX_TARGET_LENGTH:  # a record that long may hold a target over the limit
             block = self._block(piece)
@@ -628,10 +635,11 @@ class FastaPieces:
     def record_indices(self, k: int, targets: int, names) -> dict:
         """The index in piece ``k`` (of ``targets`` targets, as Easel counted them) of the target
         named by each of ``names``, None for those that cannot be told from the bytes alone: all
-        of them if a ``>`` does not start a record (in a description, say), and a name written
-        after blanks, or twice."""
+        of them if the piece's header lines (a ``>`` at the start of a line; real descriptions
+        hold others, as in ``C->U``) are not as many as its targets, and a name written after
+        blanks, or twice."""
         piece = self.piece(k)
-        starts = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == ord(">"))
+        starts = _record_starts(piece)
         if starts.size != targets:
             return dict.fromkeys(names)
         indices = {}
@@ -640,7 +648,7 @@ class FastaPieces:
             at = piece.find(b">" + name)
             while at >= 0 and len(found) < 2:
                 end = at + 1 + len(name)
-                if end == len(piece) or piece[end:end + 1] in _NAME_ENDS:
+                if (at == 0 or piece[at - 1] == _NEWLINE) and (end == len(piece) or piece[end:end + 1] in _NAME_ENDS):
                     found.append(at)
                 at = piece.find(b">" + name, at + 1)
             indices[name] = int(np.searchsorted(starts, found[0])) if len(found) == 1 else None
@@ -658,6 +666,17 @@ class FastaPieces:
 
 #: The bytes that end a target name in a FASTA header (and the end of the line).
 _NAME_ENDS = {b" ", b"\t", b"\v", b"\f", b"\n", b"\r", b"\x00"}
+_NEWLINE = ord("\n")
+
+
+def _record_starts(piece: bytes) -> np.ndarray:
+    """The offsets of the header lines of a piece that starts at a record: each ``>`` at the
+    start of a line (a ``>`` elsewhere is part of a description)."""
+    buf = np.frombuffer(piece, dtype=np.uint8)
+    at_line_start = np.empty(buf.size, dtype=bool)
+    at_line_start[:1] = True
+    np.equal(buf[:-1], _NEWLINE, out=at_line_start[1:])
+    return np.flatnonzero((buf == ord(">")) & at_line_start)
 
 
 def _is_ascii(data) -> bool:

@@ -399,8 +399,9 @@ def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path,
     """One model on pyhmmer's route over a file cut into pieces that pyhmmer reads itself
     (about 30 KB each here): hits, the kept set, Z, domZ and counters of one serial run, at an
     E where HMMER's keep rule (P x position <= E) drops hits, with names repeated in one piece
-    and across pieces, a name written after blanks and a '>' in a description (a hit's
-    position is then found from pyhmmer's sequences, or by running its targets alone)."""
+    and across pieces, a name written after blanks (a hit's position is then found from
+    pyhmmer's sequences, or by running its targets alone) and a '>' in a description (which
+    does not start a record)."""
     from hmmgpu.backends import HmmerBackend
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
@@ -416,7 +417,8 @@ def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path,
     n = len(block)
     renames = {0: late.name, n // 2 + 1: block[n // 2].name, n - 1: block[n - 2].name}
     renames[borderline[0] - 1] = block[borderline[0]].name  # a borderline hit's name, twice in its piece
-    renames[borderline[-1]] = "  " + block[borderline[-1]].name  # a name after blanks
+    for b in (borderline[len(borderline) // 4], borderline[-1]):  # names after blanks
+        renames[b] = "  " + block[b].name
     descriptions = {borderline[len(borderline) // 2] + 1: "a > in a description"}
     path = _renamed_fasta(tmp_path, block, renames, descriptions)
     with SequenceFile(str(path), digital=True, alphabet=AMINO) as f:
@@ -433,6 +435,22 @@ def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path,
     po, pr = ours.__getstate__()["pipeline"], expected.__getstate__()["pipeline"]
     for key in ("nseqs", "nres", "Z", "domZ", "Z_setby", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd"):
         assert po[key] == pr[key], key
+
+
+def test_hit_positions_in_a_piece_are_found_from_its_header_lines(tmp_path):
+    """A hit's index in a piece is told from the piece's bytes when every header line starts
+    a target, whatever '>' the descriptions hold (UniProt writes 'C->U', 'Beta-(1-->2)'); a
+    name that is written twice, or after blanks, or not at all is left to pyhmmer's sequences."""
+    from hmmgpu.seqdb import FastaPieces
+
+    path = tmp_path / "gt.fa"
+    path.write_text(">a C->U-editing enzyme\nACDE\n>b Beta-(1-->2)glucan >c\nKLMN\n"
+                    ">c\nPQRS\n>  d blank\nACDE\n>e\nAC\n>e\nDE\n")
+    pieces = FastaPieces.open(path, 1 << 20)
+    assert pieces.records_at_most(0) == 9  # every ">" byte: an upper bound on the targets
+    found = pieces.record_indices(0, 6, [b"a", b"b", b"c", b"d", b"e", b"x"])
+    assert found == {b"a": 0, b"b": 1, b"c": 2, b"d": None, b"e": None, b"x": None}
+    assert pieces.record_indices(0, 7, [b"a"]) == {b"a": None}  # Easel counted otherwise: tell nothing
 
 
 def test_a_bad_record_late_in_a_file_searched_piece_by_piece_is_a_one_line_error(tmp_path, capsys):
