@@ -261,7 +261,6 @@ class GpuCascade:
             # too long for the kernel shapes, or a chunked database: synchronously
             backend = _StageBackend(self, use_gpu_msv=msv_spec is not None)
             return Ticket(self, profile, options, done=run_cascade(backend, profile, options, self.resident.db))
-        from numba import cuda
 
         while True:  # the ring is full: the oldest must be finished first (here, or by another thread)
             with self._lock:
