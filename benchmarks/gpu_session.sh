@@ -9,7 +9,7 @@
 # numba-cuda 0.30.4 at its first compile: a sitecustomize puts the alias back for this run
 # (hmmgpu itself pins numpy < 2.5).
 #
-# Phases: check (stops the session on failure), smoke, probe, hostprofile, warmup, tests, audit, vit, engine[:workloads], sw, swtests.
+# Phases: check (stops the session on failure), smoke, probe, hostprofile, startup, warmup, tests, audit, vit, engine[:workloads], sw, swtests.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -89,6 +89,18 @@ EOF
       python3 -c "import gzip; open('/tmp/pfam600.hmm', 'wb').write(gzip.open('.bench/data/pfam_db/pfam35_sample600.hmm.gz', 'rb').read())"
       timeout 400 python3 benchmarks/host_profile.py /tmp/pfam600.hmm "$DATA/seqs/public_proteins.fa.gz" \
           --forward-models ${HOSTPROFILE_FORWARD:-100} 2>&1 | cut -c1-150 ;;
+    startup)
+      log start-up: the interpreter, imports, and the GPU process\'s steps for 600 models, twice
+      python3 -c "import gzip; open('/tmp/pfam600.hmm', 'wb').write(gzip.open('.bench/data/pfam_db/pfam35_sample600.hmm.gz', 'rb').read()); open('/tmp/proteins.fa', 'wb').write(gzip.open('.bench/data/seqs/public_proteins.fa.gz', 'rb').read())"
+      for c in "pass" "import numpy" "import pyhmmer" "import hmmgpu.cli" "import numba.cuda"; do
+        for flags in "" "-I -S"; do
+          /usr/bin/time -f "python3 $flags -c '$c': %e s" python3 $flags -c "import sys; sys.path[:0] = ['/tmp/shim', '/tmp/site', '$PWD']; $c" 2>&1 | tail -1
+        done
+      done
+      python3 -X importtime -c "import hmmgpu.cli, hmmgpu.engine, hmmgpu.forward_stage, hmmgpu.seqdb" 2>&1 | sort -t'|' -k2 -n | tail -12
+      for run in cold warm; do
+        python3 benchmarks/startup_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --out "$OUT/startup_$run.json" 2>&1 | tail -30
+      done ;;
     warmup)
       log warmup; ( time python3 -m hmmgpu warmup ) 2>&1 | tail -4 ;;
     tests)

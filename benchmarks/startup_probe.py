@@ -1,0 +1,84 @@
+"""Where the GPU process's start-up goes, step by step, in a fresh interpreter.
+
+    python3 benchmarks/startup_probe.py MODELS.hmm SEQS.fa [--out FILE.json]
+
+The steps of :func:`hmmgpu.gpu_process._serve` before it answers ``ready``, each timed
+apart: importing numba's CUDA target, opening the device (its context), loading every
+kernel the models' lengths need (numba's cache: its import, whether the cached library
+holds a cubin or only PTX, and the module's load into the context), reading the database
+with the numpy reader and putting it on the device. Kernels the cache lacks are compiled
+first and reported apart (run the probe twice for a warm cache's numbers).
+"""
+
+if __name__ == "__main__":
+    import time
+
+    t_start = time.perf_counter()
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("hmmfile")
+    parser.add_argument("seqfile")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    steps = {}
+
+    def mark(name, since):
+        steps[name] = round(time.perf_counter() - since, 4)
+        return time.perf_counter()
+
+    clock = time.perf_counter()
+    import numpy  # noqa: F401
+    clock = mark("import numpy", clock)
+    import pyhmmer.plan7  # noqa: F401
+    clock = mark("import pyhmmer", clock)
+    from numba import cuda  # noqa: F401
+    clock = mark("import numba.cuda", clock)
+    from hmmgpu.cli import _model_lengths
+    from hmmgpu.kernels import build
+    from hmmgpu.kernels.cascade import needed_specs
+    from hmmgpu.kernels.device import GpuDevice
+    from hmmgpu.kernels.msv.launch import MsvKernels
+    from hmmgpu.kernels.vit.launch import VitKernels
+    clock = mark("import hmmgpu's kernels", clock)
+    device = GpuDevice.open(0)
+    clock = mark("device open (context)", clock)
+    lengths = _model_lengths(args.hmmfile)
+    specs = needed_specs(MsvKernels(device, "auto"), VitKernels(device), lengths)
+    clock = mark("model lengths and specs", clock)
+    compiled = build.compile_ahead(specs, device, processes=len(specs))
+    clock = mark(f"compile missing ({compiled} of {len(specs)})", clock)
+    kernels = []
+    with device.activate():
+        for spec in specs:
+            t0 = time.perf_counter()
+            kernel = build.load(spec, device.lane_binding)
+            t1 = time.perf_counter()
+            library = kernel.overloads[next(iter(kernel.overloads))]._codelibrary
+            had_cubin = bool(getattr(library, "_cubin_cache", None))
+            build.cufunc(kernel)
+            t2 = time.perf_counter()
+            kernels.append(dict(name=spec.name, load_s=round(t1 - t0, 4), into_context_s=round(t2 - t1, 4),
+                                cached_cubin=had_cubin))
+    clock = mark("kernels (cache load + module load)", clock)
+    from hmmgpu.seqdb import open_database
+    clock = mark("import seqdb", clock)
+    db = open_database(args.seqfile, None, arrays=True)
+    clock = mark("database read (numpy reader)", clock)
+    from hmmgpu.backends import CudaBackend
+    backend = CudaBackend(db, device=0)
+    clock = mark("resident (upload)", clock)
+    steps["total since interpreter's first line"] = round(time.perf_counter() - t_start, 4)
+    result = dict(steps=steps, kernels=kernels, targets=int(db.n), residues=int(db.total_residues))
+    print(json.dumps(steps, indent=1))
+    slow = sorted(kernels, key=lambda k: -(k["load_s"] + k["into_context_s"]))[:8]
+    for k in slow:
+        print(k)
+    print(f"kernels: {len(kernels)}, load {sum(k['load_s'] for k in kernels):.3f} s, into context "
+          f"{sum(k['into_context_s'] for k in kernels):.3f} s, cached cubins {sum(k['cached_cubin'] for k in kernels)}")
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=1)
+    sys.exit(0)
