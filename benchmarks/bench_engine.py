@@ -27,7 +27,8 @@ Before the timed runs, ``hmmgpu warmup`` compiles every kernel shape into the de
 (timed and recorded on its own): every hmmgpu run but (e)'s cold one is a warm run.
 
 Tables: hmmgpu's ``--tblout`` must equal pyhmmer's byte for byte (both serial-run
-semantics) and hmmsearch's row for row after splitting on white space (threaded hmmsearch
+semantics) but for E-values below the smallest normal double, which pyhmmer prints and
+hmmsearch (running with flush-to-zero) and hmmgpu print as 0; and hmmsearch's row for row after splitting on white space (threaded hmmsearch
 keeps a run-dependent set of unreported hits, which only changes the name-column width).
 Records peak host memory (``ru_maxrss`` of each process) and peak GPU memory (nvidia-smi,
 polled), and hmmgpu's end-of-run statistics. Writes ``engine_bench.json`` after every step.
@@ -131,6 +132,35 @@ def rows(path, split=False):
     return [line.split() for line in lines] if split else lines
 
 
+#: The smallest normal double: hmmsearch runs with SSE flush-to-zero, so an E-value below it
+#: is 0 in its tables (and hmmgpu's), where pyhmmer, which leaves the mode alone, prints it.
+_SMALLEST_NORMAL = 2.2250738585072014e-308
+
+
+def against_pyhmmer(ours, ref) -> str:
+    """``equal`` when hmmgpu's table is pyhmmer's byte for byte; ``equal but subnormal
+    E-values flushed to 0`` when every difference is a field pyhmmer prints as a subnormal
+    number and hmmgpu (as hmmsearch) as 0; ``DIFFERENT`` otherwise."""
+    a, b = rows(ours), rows(ref)
+    if a == b:
+        return "equal"
+    if len(a) != len(b):
+        return "DIFFERENT"
+    for x, y in zip(a, b):
+        fx, fy = x.split(), y.split()
+        if len(fx) != len(fy) or any(u != v and not (u == b"0" and _subnormal(v)) for u, v in zip(fx, fy)):
+            return "DIFFERENT"
+    return "equal but subnormal E-values flushed to 0"
+
+
+def _subnormal(field: bytes) -> bool:
+    try:
+        value = float(field)
+    except ValueError:
+        return False
+    return 0.0 < value < _SMALLEST_NORMAL
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -184,12 +214,12 @@ class Bench:
         for tag, (extra, env) in hmmgpu_runs.items():
             r, tbl = self.hmmgpu(models, seqs, f"{name}.{tag}", extra, env)
             if ref is not None:
-                r["tblout_equal_pyhmmer"] = rows(tbl) == rows(ref_tbl)
+                r["tblout_vs_pyhmmer"] = against_pyhmmer(tbl, ref_tbl)
                 r["speedup_vs_pyhmmer"] = ref["seconds"] / r["seconds"]
             entry[f"hmmgpu_{tag}"] = r
             self.save()
-            print(f"[{name}] hmmgpu {tag}: {r['seconds']:.2f}s" + (f" (pyhmmer {ref['seconds']:.2f}s) equal="
-                                                                  f"{r['tblout_equal_pyhmmer']}" if ref else ""), flush=True)
+            print(f"[{name}] hmmgpu {tag}: {r['seconds']:.2f}s" + (f" (pyhmmer {ref['seconds']:.2f}s) table "
+                                                                  f"{r['tblout_vs_pyhmmer']}" if ref else ""), flush=True)
         if with_hmmsearch:
             r, tbl = self.hmmsearch(models, seqs, name)
             r["tblout_rows_equal_hmmgpu"] = {tag: rows(tbl, split=True) == rows(self.work / f"{name}.{tag}.hmmgpu.tbl",
