@@ -54,7 +54,13 @@ SEQUENCE_FORMATS = ("fasta", "embl", "genbank", "ddbj", "uniprot", "daemon", "hm
 _AMINO = pyhmmer.easel.Alphabet.amino()
 _SKIP = 254     # lookup value: byte ignored inside sequence lines
 _BAD = 255      # lookup value: byte not allowed inside sequence lines
-_CHUNK = 64 << 20   # bytes of FASTA digitized at a time, to bound the temporaries
+#: The numpy reader digitizes a file in chunks of whole records, several at a time in
+#: threads (its array work releases the GIL: 29 M residues in 0.09 s on 2 cores against 0.19 s
+#: in one thread): at most this many threads, each chunk at most _CHUNK / _READ_THREADS bytes
+#: (which bounds the temporaries of all of them together), and at least _CHUNK_MIN.
+_READ_THREADS = 8
+_CHUNK = 64 << 20
+_CHUNK_MIN = 1 << 20
 
 
 def _residue_table():
@@ -310,11 +316,21 @@ class SequenceDB:
             text = data[first:first + 20].splitlines()[0]
             raise HmmgpuError(f"{label}: not a FASTA file: line {_line_number(buf, first)} starts with "
                               f"{_quote(text)}, expected '>'")
-        chunks, lo = [], first
+        threads = min(_READ_THREADS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1)
+        size = max(1, min(max(len(data) // (4 * threads), _CHUNK_MIN), _CHUNK // threads))
+        bounds, lo = [], first
         while lo < len(data):
-            hi = _next_record_start(data, lo + _CHUNK) if lo + _CHUNK < len(data) else len(data)
-            chunks.append(_digitize(data, buf, lo, hi, label))
+            hi = _next_record_start(data, lo + size) if lo + size < len(data) else len(data)
+            bounds.append((lo, hi))
             lo = hi
+        if len(bounds) == 1 or threads == 1:
+            chunks = [_digitize(data, buf, lo, hi, label) for lo, hi in bounds]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(threads) as pool:  # the first fault in file order is raised
+                chunks = list(pool.map(lambda bound: _digitize(data, buf, *bound, label), bounds))
         parts = {key: np.concatenate([c[key] for c in chunks]) for key in chunks[0]}
         return cls(residues=parts["residues"], lengths=parts["lengths"],
                    names=parts["names"], name_offsets=_offsets(parts["name_lengths"]),
