@@ -7,7 +7,7 @@
 # cp312), .bench/data/ (the shared data: seqs/, pfam/, pfam_db/, cudampf/) and, for the sw
 # phase, .bench/cudasw4/. The machine's numpy is 2.5, whose removal of np.row_stack breaks
 # numba-cuda 0.30.4 at its first compile: a sitecustomize puts the alias back for this run
-# (hmmgpu itself pins numpy < 2.5).
+# when numpy is first imported (hmmgpu itself pins numpy < 2.5).
 #
 # Phases: check (stops the session on failure), smoke, probe, hostprofile, startup, warmup, tests, audit, vit, engine[:workloads], sw, swtests.
 set -uo pipefail
@@ -18,9 +18,33 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 mkdir -p /tmp/shim
 cat >/tmp/shim/sitecustomize.py <<'EOF'
-import numpy
-if not hasattr(numpy, "row_stack"):
-    numpy.row_stack = numpy.vstack
+# Put numpy.row_stack back when numpy is first imported, not here: importing numpy at start-up
+# would cost every Python process of the benchmarks its import (0.26 s on the GPU machine),
+# before hmmgpu's command line sets OPENBLAS_NUM_THREADS=1 for itself.
+import importlib.abc
+import importlib.machinery
+import sys
+
+
+class _RowStack(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "numpy":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                if not hasattr(module, "row_stack"):
+                    module.row_stack = module.vstack
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _RowStack())
 EOF
 chmod +x /tmp/site/hmmer/data/bin/* 2>/dev/null
 export PYTHONPATH=/tmp/shim:/tmp/site:$PWD

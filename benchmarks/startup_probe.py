@@ -7,7 +7,8 @@ apart: importing numba's CUDA target, opening the device (its context), loading 
 kernel the models' lengths need (numba's cache: its import, whether the cached library
 holds a cubin or only PTX, and the module's load into the context), reading the database
 with the numpy reader and putting it on the device. Kernels the cache lacks are compiled
-first and reported apart (run the probe twice for a warm cache's numbers).
+first and reported apart (run the probe twice for a warm cache's numbers). The first
+kernel's load is profiled (numba's own set-up happens there).
 """
 
 if __name__ == "__main__":
@@ -51,10 +52,18 @@ if __name__ == "__main__":
     compiled = build.compile_ahead(specs, device, processes=len(specs))
     clock = mark(f"compile missing ({compiled} of {len(specs)})", clock)
     kernels = []
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
     with device.activate():
         for spec in specs:
             t0 = time.perf_counter()
+            if not kernels:  # the first load: where numba's set-up goes
+                profiler.enable()
             kernel = build.load(spec, device.lane_binding)
+            profiler.disable()
             t1 = time.perf_counter()
             library = kernel.overloads[next(iter(kernel.overloads))]._codelibrary
             had_cubin = bool(getattr(library, "_cubin_cache", None))
@@ -63,6 +72,9 @@ if __name__ == "__main__":
             kernels.append(dict(name=spec.name, load_s=round(t1 - t0, 4), into_context_s=round(t2 - t1, 4),
                                 cached_cubin=had_cubin))
     clock = mark("kernels (cache load + module load)", clock)
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
+    print("\n".join(line[:160] for line in text.getvalue().splitlines()[:45]))
     from hmmgpu.seqdb import open_database
     clock = mark("import seqdb", clock)
     db = open_database(args.seqfile, None, arrays=True)
