@@ -30,13 +30,12 @@ if __name__ == "__main__":
         steps[name] = round(time.perf_counter() - since, 4)
         return time.perf_counter()
 
+    import importlib
+
     clock = time.perf_counter()
-    import numpy  # noqa: F401
-    clock = mark("import numpy", clock)
-    import pyhmmer.plan7  # noqa: F401
-    clock = mark("import pyhmmer", clock)
-    from numba import cuda  # noqa: F401
-    clock = mark("import numba.cuda", clock)
+    for module in ("numpy", "pyhmmer.plan7", "numba.cuda"):
+        importlib.import_module(module)
+        clock = mark(f"import {module}", clock)
     from hmmgpu.cli import _model_lengths
     from hmmgpu.kernels import build
     from hmmgpu.kernels.cascade import needed_specs
