@@ -86,3 +86,28 @@ def test_gpu_cascade_host_part_under_simulator(tmp_path):
     """Every bias score and Viterbi filter left to the host (HMMER's own functions): same search."""
     out = _simulate("simulator_cascade_host_checks", tmp_path)
     assert out.count("'gpu_bias_scores': 0") == 2
+
+
+def test_scipy_is_hidden_only_while_a_kernel_module_runs():
+    """numba-cuda's BLAS probe (an import of scipy.linalg at its CUDA target's set-up) fails
+    at once while a kernel module runs, and scipy is importable again afterwards; a scipy
+    already imported is left alone. In a fresh interpreter, whatever the test session imported."""
+    code = """
+import importlib.util, sys
+from hmmgpu.kernels.build import _scipy_hidden
+with _scipy_hidden():
+    try:
+        import scipy.linalg.cython_blas
+        print("probe imported scipy")
+    except ImportError:
+        print("probe failed at once")
+print("scipy entry left:", "scipy" in sys.modules)
+print("scipy installed:", importlib.util.find_spec("scipy") is not None)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[:2] == ["probe failed at once", "scipy entry left: False"], out
+    if out[2] == "scipy installed: True":
+        code = "import sys, scipy; from hmmgpu.kernels.build import _scipy_hidden\n" \
+               "with _scipy_hidden():\n    import scipy.linalg.cython_blas\nprint(sys.modules['scipy'] is scipy)"
+        assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True).stdout.strip() == "True"

@@ -15,6 +15,7 @@ it for every shape).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -81,8 +82,27 @@ def _load(spec, binding: str):
     mspec = importlib.util.spec_from_file_location(modname, path)
     module = importlib.util.module_from_spec(mspec)
     sys.modules[modname] = module
-    mspec.loader.exec_module(module)
+    with _scipy_hidden():
+        mspec.loader.exec_module(module)
     return module.kernel
+
+
+@contextlib.contextmanager
+def _scipy_hidden():
+    """numba-cuda sets its CUDA target up at the first kernel compiled or loaded from its cache,
+    and there probes for a BLAS by importing ``scipy.linalg`` (``numba.cuda.np.arraymath``):
+    0.45 s of a GPU process's start-up on the GPU machine, where scipy is installed, for
+    linear algebra no hmmgpu kernel uses. While a kernel module runs, a scipy not yet
+    imported is hidden, so the probe fails at once (numba then leaves its BLAS functions out)."""
+    if "scipy" in sys.modules:
+        yield
+        return
+    sys.modules["scipy"] = None  # an import of scipy or of any part of it raises ImportError
+    try:
+        yield
+    finally:
+        if "scipy" in sys.modules and sys.modules["scipy"] is None:
+            del sys.modules["scipy"]
 
 
 def _marker(spec, device) -> Path:
