@@ -29,11 +29,11 @@ import stat
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from .errors import HmmgpuError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy is imported where it is used: the CLI starts the GPU process before importing it
+    import numpy as np
+
     from .cascade import CascadeResult, MsvResult, ViterbiResult
 
 #: pyhmmer's whole pipeline on one core, in model cells (M x residues) per second: the
@@ -169,6 +169,8 @@ class NumbaBackend(FilterBackend):
         self.description = "backend numba (hmmgpu's exact CPU filters)"
 
     def msv(self, profile, thresholds=None):
+        import numpy as np
+
         from . import cpu_filters
         from .cascade import MsvResult
 
@@ -186,6 +188,8 @@ class NumbaBackend(FilterBackend):
         return cpu_filters.bias_filter(profile, self.db, indices)
 
     def viterbi(self, profile, indices):
+        import numpy as np
+
         from . import cpu_filters
         from .cascade import ViterbiResult
 
@@ -219,6 +223,8 @@ class CudaBackend(FilterBackend):
         return self.gpu.bias_scores(profile, indices)
 
     def viterbi(self, profile, indices):
+        import numpy as np
+
         from .cascade import ViterbiResult
 
         idx = np.asarray(indices, np.int64)

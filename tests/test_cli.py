@@ -276,3 +276,14 @@ def test_real_pfam_search_equals_hmmsearch(tmp_path, capsys, real_inputs, backen
     args = ["-A", "ali.sto", str(models), str(proteins)]
     ref = run_hmmer(HMMSEARCH, tmp_path, args)
     assert_same_run(run_hmmgpu(tmp_path, ["search", "--backend", backend, *args], capsys), ref)
+
+
+def test_the_gpu_process_starts_before_numpy_is_imported():
+    """What ``hmmgpu search`` needs to start the GPU process early (the backend choice and the
+    process itself) imports neither numpy nor pyhmmer, so that the child's start-up overlaps
+    the parent's imports."""
+    code = ("import sys; from hmmgpu.backends import start_gpu_early; from hmmgpu.gpu_process import "
+            "CudaProcessBackend; from hmmgpu.cli import _model_lengths; "
+            "print(sorted(m for m in ('numpy', 'pyhmmer', 'numba') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
