@@ -305,7 +305,7 @@ def residues_estimate(source: str) -> float | None:
     plain FASTA file), before reading it; None if that cannot be told."""
     import json
 
-    from .seqdb import META_FILE, is_database_dir
+    from .inputs import META_FILE, is_database_dir
 
     try:
         if is_database_dir(source):

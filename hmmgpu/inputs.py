@@ -23,6 +23,13 @@ from .errors import HmmgpuError
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20
+#: The file that marks a directory as a database made by ``hmmgpu makedb`` (:mod:`hmmgpu.seqdb`).
+META_FILE = "hmmgpu-db.json"
+
+
+def is_database_dir(path) -> bool:
+    """True if path is a directory made by `hmmgpu makedb` (has hmmgpu-db.json)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, META_FILE))
 
 
 def label_of(source) -> str:

@@ -39,11 +39,10 @@ import pyhmmer
 
 from hmmgpu.constants import AMINO_SYMBOLS, MAX_TARGET_LENGTH
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.inputs import label_of, read_bytes
+from hmmgpu.inputs import META_FILE, is_database_dir, label_of, read_bytes
 
 FORMAT_NAME = "hmmgpu-seqdb"
 FORMAT_VERSION = 2
-META_FILE = "hmmgpu-db.json"
 _ARRAYS = dict(residues=np.uint8, offsets=np.int64, lengths=np.int64, order=np.int64, names=np.uint8,
                name_offsets=np.int64, descriptions=np.uint8, description_offsets=np.int64,
                accessions=np.uint8, accession_offsets=np.int64)
@@ -761,11 +760,6 @@ def _check_structure(path: str, a: dict, meta: dict) -> None:
 def check_database(path) -> SequenceDB:
     """``hmmgpu makedb --check``: every checksum of a made database, the residues' included."""
     return SequenceDB.load(path, check="full")
-
-
-def is_database_dir(path) -> bool:
-    """True if path is a directory made by `hmmgpu makedb` (has hmmgpu-db.json)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, META_FILE))
 
 
 def open_database(path, format: str | None = None, *, arrays: bool = False) -> SequenceDB:

@@ -282,8 +282,9 @@ def test_the_gpu_process_starts_before_numpy_is_imported():
     """What ``hmmgpu search`` needs to start the GPU process early (the backend choice and the
     process itself) imports neither numpy nor pyhmmer, so that the child's start-up overlaps
     the parent's imports."""
-    code = ("import sys; from hmmgpu.backends import start_gpu_early; from hmmgpu.gpu_process import "
-            "CudaProcessBackend; from hmmgpu.cli import _model_lengths; "
+    code = ("import sys; from hmmgpu.backends import start_gpu_early, residues_estimate, pyhmmer_route; "
+            "from hmmgpu.gpu_process import CudaProcessBackend; from hmmgpu.cli import _model_lengths; "
+            f"assert residues_estimate({str(PROTEOME)!r}) > 0; assert _model_lengths({str(SAMPLES / 'samples.hmm')!r}); "
             "print(sorted(m for m in ('numpy', 'pyhmmer', 'numba') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -92,17 +92,18 @@ def _scipy_hidden():
     """numba-cuda sets its CUDA target up at the first kernel compiled or loaded from its cache,
     and there probes for a BLAS by importing ``scipy.linalg`` (``numba.cuda.np.arraymath``):
     0.45 s of a GPU process's start-up on the GPU machine, where scipy is installed, for
-    linear algebra no hmmgpu kernel uses. While a kernel module runs, a scipy not yet
-    imported is hidden, so the probe fails at once (numba then leaves its BLAS functions out)."""
-    if "scipy" in sys.modules:
-        yield
-        return
-    sys.modules["scipy"] = None  # an import of scipy or of any part of it raises ImportError
+    linear algebra no hmmgpu kernel uses. While a kernel module runs, scipy and its
+    ``linalg``, where not yet imported, are hidden, so the probe fails at once (numba then
+    leaves its BLAS functions out); other modules may have imported scipy itself already."""
+    hidden = [name for name in ("scipy", "scipy.linalg") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # an import of it, or of any part of it, raises ImportError
     try:
         yield
     finally:
-        if "scipy" in sys.modules and sys.modules["scipy"] is None:
-            del sys.modules["scipy"]
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 def _marker(spec, device) -> Path:
