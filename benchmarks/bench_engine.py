@@ -30,8 +30,8 @@ Before the timed runs, ``hmmgpu warmup`` compiles every kernel shape into the de
 (timed and recorded on its own): every hmmgpu run but (e)'s cold one is a warm run.
 
 Tables: hmmgpu's ``--tblout`` must equal pyhmmer's byte for byte (both serial-run
-semantics) but for E-values below the smallest normal double, which pyhmmer prints and
-hmmsearch (running with flush-to-zero) and hmmgpu print as 0; and hmmsearch's row for row after splitting on white space (threaded hmmsearch
+semantics) but for E-values of P-values below the smallest normal double, which pyhmmer
+prints and hmmsearch (running with flush-to-zero) and hmmgpu write as 0; and hmmsearch's row for row after splitting on white space (threaded hmmsearch
 keeps a run-dependent set of unreported hits, which only changes the name-column width).
 Records peak host memory (``ru_maxrss`` of each process) and peak GPU memory (nvidia-smi,
 polled), and hmmgpu's end-of-run statistics. Writes ``engine_bench.json`` after every step.
@@ -150,15 +150,17 @@ def rows(path, split=False):
     return [line.split() for line in lines] if split else lines
 
 
-#: The smallest normal double: hmmsearch runs with SSE flush-to-zero, so an E-value below it
-#: is 0 in its tables (and hmmgpu's), where pyhmmer, which leaves the mode alone, prints it.
-_SMALLEST_NORMAL = 2.2250738585072014e-308
+#: hmmsearch runs with SSE flush-to-zero: a P-value below the smallest normal double is 0, and
+#: so is its E-value (P x Z) in hmmsearch's tables and hmmgpu's, where pyhmmer, which leaves the
+#: mode alone, prints P x Z (3.5e-305 for one of (a)'s hits). An E-value pyhmmer prints below
+#: the smallest normal double times this bound on Z (no database here has more targets) may be one.
+_FLUSHED_BELOW = 2.2250738585072014e-308 * 1e10
 
 
 def against_pyhmmer(ours, ref) -> str:
     """``equal`` when hmmgpu's table is pyhmmer's byte for byte; ``equal but subnormal
-    E-values flushed to 0`` when every difference is a field pyhmmer prints as a subnormal
-    number and hmmgpu (as hmmsearch) as 0; ``DIFFERENT`` otherwise."""
+    P-values flushed to 0`` when every difference is a field hmmgpu (as hmmsearch) writes as 0
+    and pyhmmer as a number below :data:`_FLUSHED_BELOW`; ``DIFFERENT`` otherwise."""
     a, b = rows(ours), rows(ref)
     if a == b:
         return "equal"
@@ -168,7 +170,7 @@ def against_pyhmmer(ours, ref) -> str:
         fx, fy = x.split(), y.split()
         if len(fx) != len(fy) or any(u != v and not (u == b"0" and _subnormal(v)) for u, v in zip(fx, fy)):
             return "DIFFERENT"
-    return "equal but subnormal E-values flushed to 0"
+    return "equal but subnormal P-values flushed to 0"
 
 
 def _subnormal(field: bytes) -> bool:
@@ -176,7 +178,7 @@ def _subnormal(field: bytes) -> bool:
         value = float(field)
     except ValueError:
         return False
-    return 0.0 < value < _SMALLEST_NORMAL
+    return 0.0 < value < _FLUSHED_BELOW
 
 
 class Bench:
