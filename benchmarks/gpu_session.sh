@@ -27,10 +27,12 @@ import sys
 
 
 class _RowStack(importlib.abc.MetaPathFinder):
+    """Every spec found for numpy (a probe such as importlib.util.find_spec asks too) runs the
+    module and then adds the alias; the finder leaves once numpy has been imported."""
+
     def find_spec(self, name, path, target=None):
         if name != "numpy":
             return None
-        sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is not None and spec.loader is not None:
             run = spec.loader.exec_module
@@ -39,6 +41,8 @@ class _RowStack(importlib.abc.MetaPathFinder):
                 run(module)
                 if not hasattr(module, "row_stack"):
                     module.row_stack = module.vstack
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
 
             spec.loader.exec_module = exec_module
         return spec
