@@ -9,7 +9,7 @@
 # numba-cuda 0.30.4 at its first compile: a sitecustomize puts the alias back for this run
 # when numpy is first imported (hmmgpu itself pins numpy < 2.5).
 #
-# Phases: check (stops the session on failure), smoke, probe, hostprofile, startup, warmup, tests, audit, vit, engine[:workloads], sw, swtests.
+# Phases: check (stops the session on failure), smoke, probe, hostprofile, startup, smalljob, warmup, tests, audit, vit, engine[:workloads], sw, swtests.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -129,6 +129,17 @@ EOF
       for run in cold warm; do
         python3 benchmarks/startup_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --out "$OUT/startup_$run.json" 2>&1 | tail -30
       done ;;
+    smalljob)
+      log the README command: wall against the hmmsearch binary, and where its imports go
+      S=pfam_samples/samples.hmm; P=pfam_samples/938293.PRJEB85.HG003687.faa; H=/tmp/site/hmmer/data/bin/hmmsearch
+      for i in 1 2 3; do
+        /usr/bin/time -f "hmmgpu %e s (user %U, sys %S)" python3 -m hmmgpu search -o /dev/null --tblout /tmp/r.tbl $S $P 2>&1 | tail -1
+        /usr/bin/time -f "hmmsearch binary %e s" $H -o /dev/null --tblout /tmp/h.tbl $S $P
+      done
+      python3 -X importtime -m hmmgpu search -o /dev/null --tblout /tmp/r.tbl $S $P 2>&1 | grep "import time" \
+          | sort -t'|' -k2 -n | tail -45
+      for v in 1 ""; do OPENBLAS_NUM_THREADS=$v /usr/bin/time -f "import numpy (OPENBLAS_NUM_THREADS=$v): %e s" python3 -c "import numpy"; done
+      python3 -X importtime -c "import pyhmmer" 2>&1 | sort -t'|' -k2 -n | tail -8 ;;
     warmup)
       log warmup; ( time python3 -m hmmgpu warmup ) 2>&1 | tail -4 ;;
     tests)
