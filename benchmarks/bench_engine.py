@@ -290,6 +290,8 @@ def main() -> None:
     ap.add_argument("--c-models", default="PF00005,PF07690,PF00067,PF00873,PF05088")
     ap.add_argument("--cpu-models", type=int, default=60, help="models of the cpu workload")
     ap.add_argument("--no-hmmsearch", action="store_true", help="(a) without hmmsearch (a re-check of hmmgpu)")
+    ap.add_argument("--a-runs", default="auto,cuda,cpu_route",
+                    help="hmmgpu's runs of (a), in this order (auto, cuda, cpu_route)")
     args = ap.parse_args()
     bench = Bench(args)
     work = bench.work
@@ -314,8 +316,8 @@ def main() -> None:
         bench.save()
         print(f"[e] cold {r['seconds']:.2f}s, warm {r2['seconds']:.2f}s", flush=True)
     if "a" in todo:
-        bench.workload("a", pfam600, proteins, {"auto": ([], None), "cuda": cuda,
-                                                "cpu_route": (["--backend", "hmmer"], None)},
+        runs = {"auto": ([], None), "cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)}
+        bench.workload("a", pfam600, proteins, {tag: runs[tag] for tag in args.a_runs.split(",")},
                        with_hmmsearch=not args.no_hmmsearch)
     if "d" in todo:
         bench.workload("d", pfam600, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
