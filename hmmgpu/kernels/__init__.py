@@ -35,13 +35,15 @@ def cuda_driver_present() -> bool:
     """The CUDA driver library loads (or the simulator is on): a GPU may be there. Cheaper than
     :func:`cuda_available` by the driver's ``cuInit`` (0.1-0.2 s), left to a process that will
     use the GPU (:mod:`hmmgpu.gpu_process` reports a missing device as its one-line error)."""
-    if _simulator_requested():
-        return True
+    return _simulator_requested() or _libcuda() is not None
+
+
+def _libcuda():
+    """The CUDA driver library, or None where it does not load."""
     try:
-        ctypes.CDLL("libcuda.so.1")
+        return ctypes.CDLL("libcuda.so.1")
     except OSError:
-        return False
-    return True
+        return None
 
 
 def cuda_available(device: int = 0) -> bool:
@@ -53,11 +55,12 @@ def cuda_available(device: int = 0) -> bool:
     """
     if _simulator_requested():
         return True
+    driver = _libcuda()
+    count = ctypes.c_int(0)
     try:
-        driver = ctypes.CDLL("libcuda.so.1")
-        count = ctypes.c_int(0)
-        return driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0 and 0 <= device < count.value
-    except (OSError, AttributeError):
+        return (driver is not None and driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0
+                and 0 <= device < count.value)
+    except AttributeError:
         return False
 
 
