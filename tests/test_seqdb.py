@@ -110,6 +110,15 @@ def test_non_ascii_text_is_read_by_the_numpy_reader(tmp_path):
     assert type(db) is SequenceDB and db.description(0) == b"caf\xe9" and db.n == 2
 
 
+def test_ascii_check_in_pieces(monkeypatch):
+    """The ASCII check of a large file, split over threads, finds a byte above 127 in any piece."""
+    monkeypatch.setattr(seqdb, "_ASCII_PIECE", 7)
+    text = b">a desc\nACDEFGHIKLMNPQRSTVWY\n" * 5
+    assert seqdb._is_ascii(text)
+    for at in (0, 8, len(text) - 1):
+        assert not seqdb._is_ascii(text[:at] + b"\xe9" + text[at + 1:])
+
+
 @READERS
 def test_gzip_detected_by_magic_not_extension(reader, tmp_path, proteome_block):
     path = write(tmp_path, gzip.compress(PROTEOME.read_bytes()), name="proteome.dat")
