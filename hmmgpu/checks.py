@@ -19,16 +19,10 @@ def text(value) -> str:
 
 def check_target_lengths(db) -> None:
     """hmmsearch stops on a target over 100,000 residues: so does hmmgpu, before searching."""
-    check_lengths(db.lengths, db.name)
-
-
-def check_lengths(lengths: np.ndarray, name_of) -> None:
-    """:func:`check_target_lengths` of targets with these ``lengths`` (``name_of(i)``: the name
-    of the i-th, as bytes), for a database read in blocks."""
-    if lengths.size and int(lengths.max()) > MAX_TARGET_LENGTH:
-        i = int(np.argmax(lengths))
+    if db.n and int(db.max_length) > MAX_TARGET_LENGTH:
+        i = int(np.argmax(db.lengths))
         raise HmmgpuError(
-            f"target sequence '{text(name_of(i))}' is {int(lengths[i])} residues long, over HMMER's "
+            f"target sequence '{text(db.name(i))}' is {int(db.lengths[i])} residues long, over HMMER's "
             f"comparison pipeline limit of {MAX_TARGET_LENGTH} (hmmsearch refuses it too)")
 
 

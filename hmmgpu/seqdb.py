@@ -594,16 +594,14 @@ class FastaPieces:
         one-line error (line and culprit)."""
         import tempfile
 
-        from .checks import check_lengths
+        from .checks import check_target_lengths
 
         piece = self.piece(k)
         self._marks_in(k, piece)
         starts = _record_starts(piece)
         spans = np.diff(np.append(starts, len(piece)))
         if spans.size and int(spans.max()) > MAX_TARGET_LENGTH:  # a record that long may hold a target over the limit
-            block = self._block(piece)
-            lengths = np.fromiter((len(s) for s in block), dtype=np.int64, count=len(block))
-            check_lengths(lengths, lambda i: block[i].name.encode())
+            check_target_lengths(EaselSequenceDB(self._block(piece), self.source))
         name = None
         try:
             fd, name = tempfile.mkstemp(suffix=".fa", dir=self._tmpdir)
