@@ -48,6 +48,13 @@ _POSITIVE = (lambda v: v > 0, "must be > 0")
 _NONNEGATIVE = (lambda v: v >= 0, "must be >= 0")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one), at least one."""
+    import os
+
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     """Thresholds, filters and execution settings of a search (pyhmmer's names and defaults).
@@ -104,11 +111,7 @@ class SearchOptions:
     @property
     def threads(self) -> int:
         """Worker threads to use: ``cpus``, all cores by default, at least one."""
-        import os
-
-        if self.cpus is None:
-            return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-        return max(1, self.cpus)
+        return usable_cores() if self.cpus is None else max(1, self.cpus)
 
     def pipeline_kwargs(self, **overrides) -> dict:
         """Keyword arguments for ``pyhmmer.plan7.Pipeline`` (every threshold and filter option)."""

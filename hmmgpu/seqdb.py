@@ -62,6 +62,13 @@ _CHUNK = 64 << 20
 _CHUNK_MIN = 1 << 20
 
 
+def _reader_threads() -> int:
+    """Threads of the numpy reader and the ASCII check: the usable cores, at most _READ_THREADS."""
+    from hmmgpu.options import usable_cores
+
+    return min(_READ_THREADS, usable_cores())
+
+
 def _residue_table():
     table = np.full(256, _BAD, dtype=np.uint8)
     for code, symbol in enumerate(AMINO_SYMBOLS):
@@ -315,8 +322,7 @@ class SequenceDB:
             text = data[first:first + 20].splitlines()[0]
             raise HmmgpuError(f"{label}: not a FASTA file: line {_line_number(buf, first)} starts with "
                               f"{_quote(text)}, expected '>'")
-        threads = min(_READ_THREADS, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                      else os.cpu_count() or 1)
+        threads = _reader_threads()
         size = max(1, min(max(len(data) // (4 * threads), _CHUNK_MIN), _CHUNK // threads))
         bounds, lo = [], first
         while lo < len(data):
@@ -702,7 +708,7 @@ def _is_ascii(data) -> bool:
     from concurrent.futures import ThreadPoolExecutor
 
     starts = range(0, buf.size, _ASCII_PIECE)
-    with ThreadPoolExecutor(min(_READ_THREADS, len(starts))) as pool:
+    with ThreadPoolExecutor(min(_reader_threads(), len(starts))) as pool:
         return all(pool.map(lambda at: int(buf[at:at + _ASCII_PIECE].max()) < 128, starts))
 
 
