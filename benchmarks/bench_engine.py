@@ -144,6 +144,11 @@ def hmmsearch_binary() -> str:
 HMMSEARCH = hmmsearch_binary()
 
 
+def median_run(cmd, times: int = 5) -> dict:
+    """:func:`run` of ``cmd`` ``times`` times: the run of median wall time."""
+    return sorted((run(cmd) for _ in range(times)), key=lambda r: r["seconds"])[times // 2]
+
+
 def rows(path, split=False):
     with open(path, "rb") as fh:
         lines = [line for line in fh.read().splitlines() if not line.startswith(b"#")]
@@ -325,22 +330,19 @@ def main() -> None:
     if "readme" in todo:  # the median of five runs of each (a fraction of a second each)
         entry = bench.result["workloads"].setdefault("readme", {})
         samples, proteome = ROOT / "pfam_samples" / "samples.hmm", ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"
-        ours = [run([sys.executable, "-m", "hmmgpu", "search", "--tblout", str(work / "readme.tbl"), str(samples),
-                     str(proteome)]) for _ in range(5)]
-        refs = [run([HMMSEARCH, "--tblout", str(work / "readme.ref.tbl"), str(samples), str(proteome)])
-                for _ in range(5)]
+        ours = median_run([sys.executable, "-m", "hmmgpu", "search", "--tblout", str(work / "readme.tbl"),
+                           str(samples), str(proteome)])
+        ref = median_run([HMMSEARCH, "--tblout", str(work / "readme.ref.tbl"), str(samples), str(proteome)])
         wheel = shutil.which("hmmsearch")  # the command pip's hmmer wheel installs, as users run it
-        commands = [run([wheel, "--tblout", str(work / "readme.ref2.tbl"), str(samples), str(proteome)])
-                    for _ in range(5)] if wheel and os.path.realpath(wheel) != os.path.realpath(HMMSEARCH) else None
-        ours, ref = (sorted(r, key=lambda x: x["seconds"])[2] for r in (ours, refs))
+        command = median_run([wheel, "--tblout", str(work / "readme.ref2.tbl"), str(samples), str(proteome)]) \
+            if wheel and os.path.realpath(wheel) != os.path.realpath(HMMSEARCH) else None
         entry.update(hmmgpu=ours, hmmsearch=ref, ratio=ours["seconds"] / ref["seconds"],
                      rows_equal=rows(work / "readme.tbl", True) == rows(work / "readme.ref.tbl", True))
-        if commands:
-            command = sorted(commands, key=lambda x: x["seconds"])[2]
+        if command:
             entry.update(hmmsearch_command=command, ratio_to_command=ours["seconds"] / command["seconds"])
         bench.save()
         print(f"[readme] hmmgpu {ours['seconds']:.2f}s, hmmsearch {ref['seconds']:.2f}s"
-              + (f", the wheel's hmmsearch command {command['seconds']:.2f}s" if commands else "") + " (medians of 5)",
+              + (f", the wheel's hmmsearch command {command['seconds']:.2f}s" if command else "") + " (medians of 5)",
               flush=True)
     if "cpu" in todo:
         models = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / "pfam_cpu.hmm", args.cpu_models)
