@@ -59,6 +59,7 @@ export NUMBA_CACHE_DIR=/tmp/numba-cache
 DATA=$PWD/.bench/data
 T=$(nproc)
 log() { echo "=== $(date +%T) $*"; }
+unpack() { python3 -c "import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 
 for phase in "$@"; do
@@ -79,8 +80,8 @@ sys.exit(0 if a == b and a else 1)" || exit 1 ;;
 import gzip
 t = gzip.open(".bench/data/pfam_db/pfam35_sample600.hmm.gz", "rb").read().split(b"//\n")
 open("/tmp/m60.hmm", "wb").write(b"//\n".join(t[:60]) + b"//\n")
-open("/tmp/proteins.fa", "wb").write(gzip.open(".bench/data/seqs/public_proteins.fa.gz", "rb").read())
 EOF
+      unpack "$DATA/seqs/public_proteins.fa.gz" /tmp/proteins.fa
       ( time python3 -m hmmgpu search --backend cuda --cpu "$T" -o /dev/null --tblout "$OUT/m60.tbl" /tmp/m60.hmm /tmp/proteins.fa ) 2>&1 | tail -9
       ( time python3 -m hmmgpu search --backend cuda --cpu "$T" -o /dev/null --tblout "$OUT/m60.tbl" /tmp/m60.hmm /tmp/proteins.fa ) 2>&1 | tail -9
       ( time hmmsearch --cpu "$T" -o /dev/null --tblout /tmp/m60.ref.tbl /tmp/m60.hmm /tmp/proteins.fa ) 2>&1 | tail -3
@@ -92,11 +93,8 @@ EOF
       ;;
     probe)
       log engine probe: 600 models x 29 M residues, engine settings in one process
-      python3 - <<'EOF'
-import gzip
-open("/tmp/pfam600.hmm", "wb").write(gzip.open(".bench/data/pfam_db/pfam35_sample600.hmm.gz", "rb").read())
-open("/tmp/proteins.fa", "wb").write(gzip.open(".bench/data/seqs/public_proteins.fa.gz", "rb").read())
-EOF
+      unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
+      unpack "$DATA/seqs/public_proteins.fa.gz" /tmp/proteins.fa
       P="python3 benchmarks/engine_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --cpu $T"
       timeout 300 $P --backend cuda ${PROBE_CUDA:---config task=0.1 --config task=0.1 --config task=0.2} 2>&1 | grep -v "^# hmmgpu 0"
       timeout 200 $P --backend hmmer ${PROBE_HMMER:---config pipeline_task=0.25 --config pipeline_task=0.5} 2>&1 | grep -v "^# hmmgpu 0"
@@ -114,12 +112,13 @@ EOF
       ;;
     hostprofile)
       log host CPU per model, each stage alone
-      python3 -c "import gzip; open('/tmp/pfam600.hmm', 'wb').write(gzip.open('.bench/data/pfam_db/pfam35_sample600.hmm.gz', 'rb').read())"
+      unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
       timeout 400 python3 benchmarks/host_profile.py /tmp/pfam600.hmm "$DATA/seqs/public_proteins.fa.gz" \
           --forward-models ${HOSTPROFILE_FORWARD:-100} 2>&1 | cut -c1-150 ;;
     startup)
       log start-up: the interpreter, imports, and the GPU process\'s steps for 600 models, twice
-      python3 -c "import gzip; open('/tmp/pfam600.hmm', 'wb').write(gzip.open('.bench/data/pfam_db/pfam35_sample600.hmm.gz', 'rb').read()); open('/tmp/proteins.fa', 'wb').write(gzip.open('.bench/data/seqs/public_proteins.fa.gz', 'rb').read())"
+      unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
+      unpack "$DATA/seqs/public_proteins.fa.gz" /tmp/proteins.fa
       for c in "pass" "import numpy" "import pyhmmer" "import hmmgpu.cli" "import numba.cuda"; do
         for flags in "" "-I -S"; do
           /usr/bin/time -f "python3 $flags -c '$c': %e s" python3 $flags -c "import sys; sys.path[:0] = ['/tmp/shim', '/tmp/site', '$PWD']; $c" 2>&1 | tail -1
@@ -148,7 +147,7 @@ EOF
           2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
     audit)
       log audit: PF00005 against the real proteins on the GPU, both lane modes, against HMMER target by target
-      python3 -c "import gzip; open('/tmp/PF00005.hmm', 'wb').write(gzip.open('$DATA/pfam/PF00005.hmm.gz', 'rb').read())"
+      unpack "$DATA/pfam/PF00005.hmm.gz" /tmp/PF00005.hmm
       for lanes in 16x2 8x4; do
         timeout 250 python3 -m hmmgpu audit --backend cuda --lanes "$lanes" /tmp/PF00005.hmm \
             "$DATA/seqs/public_proteins.fa.gz" 2>&1 | tee "$OUT/audit_$lanes.txt" | tail -16
