@@ -263,8 +263,9 @@ class CudaProcessBackend(CascadeBackend):
 
     @staticmethod
     def _new_tmpdir() -> str:
-        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        return tempfile.mkdtemp(prefix="hmmgpu-db-", dir=base)
+        from .inputs import memory_tmpdir
+
+        return tempfile.mkdtemp(prefix="hmmgpu-db-", dir=memory_tmpdir())
 
     def _shared_path(self, db) -> str:
         """A database directory the child can map: ``db``'s own, or a temporary copy."""

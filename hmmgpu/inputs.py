@@ -32,6 +32,12 @@ def is_database_dir(path) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, META_FILE))
 
 
+def memory_tmpdir() -> str | None:
+    """Where temporary copies of an input go: ``/dev/shm`` (memory) where it can be written,
+    else None (the system's temporary directory)."""
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
 def label_of(source) -> str:
     """How an input is named in messages: its path, or 'standard input' for ``-``."""
     return "standard input" if os.fspath(source) == "-" else os.fspath(source)

@@ -39,7 +39,7 @@ import pyhmmer
 
 from hmmgpu.constants import AMINO_SYMBOLS, MAX_TARGET_LENGTH
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.inputs import META_FILE, is_database_dir, label_of, read_bytes
+from hmmgpu.inputs import META_FILE, is_database_dir, label_of, memory_tmpdir, read_bytes
 
 FORMAT_NAME = "hmmgpu-seqdb"
 FORMAT_VERSION = 2
@@ -564,7 +564,7 @@ class FastaPieces:
         #: (first byte, end byte) of each piece
         self.pieces = list(zip(cuts[:-1], cuts[1:]))
         self._marks = [None] * len(self.pieces)  # the '>' bytes of each piece, counted when first needed
-        self._tmpdir = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        self._tmpdir = memory_tmpdir()
 
     @classmethod
     def open(cls, path, piece_bytes: int) -> "FastaPieces | None":
