@@ -33,10 +33,12 @@ exists), removed when the backend closes. The constructor returns at once; ``rea
 says whether the child has answered (the engine sends models to pyhmmer's route until it
 has), and the first call that needs the child (``prepare_for``, a result) waits for it.
 
-The child opens the device (its CUDA context) and loads the kernels for the model lengths
-of the ``init`` message, then reads the database and puts it on the device: one after the
-other, as both are interpreter work (a version doing them in two threads measured no faster
-on the 16-core GPU machine: each waited for the GIL).
+The child starts the CUDA driver and creates the device's context in a thread while it
+imports numpy, pyhmmer and numba (plain driver calls, which leave the interpreter's lock
+free: 0.3-0.4 s on the GPU machine, :func:`~hmmgpu.kernels.open_primary_context`). Then it
+loads the kernels for the model lengths of the ``init`` message, reads the database and
+puts it on the device: one after the other, as both are interpreter work (a version doing
+them in two threads measured no faster on the 16-core GPU machine: each waited for the GIL).
 """
 from __future__ import annotations
 
@@ -68,22 +70,27 @@ def _serve(conn: Connection) -> None:
     except (EOFError, OSError):
         return
     try:
-        from .kernels import cuda_available
+        from concurrent.futures import ThreadPoolExecutor
 
-        if not cuda_available(device):
-            raise HmmgpuError(f"{NO_DEVICE} {device}")
+        from .kernels import open_primary_context
+
         startup = {}
         clock = time.perf_counter()
-        import pyhmmer.plan7 as p7
-        from pyhmmer.easel import Alphabet
+        with ThreadPoolExecutor(1) as driver_thread:  # the driver's start-up beside the imports
+            driver = driver_thread.submit(open_primary_context, device)
+            import pyhmmer.plan7 as p7
+            from pyhmmer.easel import Alphabet
 
-        from .backends import CudaBackend
-        from .kernels.cascade import SLOTS, load_kernels
-        from .kernels.device import GpuDevice
-        from .profiles import ModelProfile
-        from .seqdb import open_database
+            from .backends import CudaBackend
+            from .kernels.cascade import SLOTS, load_kernels
+            from .kernels.device import GpuDevice
+            from .profiles import ModelProfile
+            from .seqdb import open_database
 
-        startup["imports"], clock = time.perf_counter() - clock, time.perf_counter()
+            startup["imports"], clock = time.perf_counter() - clock, time.perf_counter()
+            if not driver.result():
+                raise HmmgpuError(f"{NO_DEVICE} {device}")
+        startup["driver_wait"], clock = time.perf_counter() - clock, time.perf_counter()
         opened = GpuDevice.open(device)
         if lengths:  # the kernels the models need, without waiting for the parent to ask
             load_kernels(opened, lanes, lengths)

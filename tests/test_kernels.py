@@ -21,6 +21,41 @@ def test_import_light():
     assert k.simulator_enabled() is False
 
 
+class _FakeDriver:
+    """The driver calls ``open_primary_context`` makes, recorded; ``devices`` GPUs present."""
+
+    def __init__(self, devices: int):
+        self.devices = devices
+        self.calls = []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append(name)
+            if name == "cuDeviceGetCount":
+                args[0]._obj.value = self.devices
+            return 0
+        return call
+
+
+def test_the_gpu_process_opens_the_device_context_with_blocking_sync(monkeypatch):
+    """The GPU process's driver thread: cuInit, the device count, blocking synchronisation
+    set before the primary context is retained; a device id that is not there is refused
+    before any context is made."""
+    import hmmgpu.kernels as k
+
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    driver = _FakeDriver(devices=2)
+    monkeypatch.setattr(k, "_libcuda", lambda: driver)
+    assert k.open_primary_context(1) is True
+    assert driver.calls[:2] == ["cuInit", "cuDeviceGetCount"]
+    assert driver.calls.index("cuDevicePrimaryCtxSetFlags_v2") < driver.calls.index("cuDevicePrimaryCtxRetain")
+    driver.calls.clear()
+    assert k.open_primary_context(2) is False
+    assert "cuDevicePrimaryCtxRetain" not in driver.calls
+    monkeypatch.setattr(k, "_libcuda", lambda: None)
+    assert k.open_primary_context(0) is False
+
+
 def test_stripe_layout_matches_spec():
     from hmmgpu.profiles import stripe
 

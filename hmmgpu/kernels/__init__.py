@@ -14,7 +14,11 @@ from __future__ import annotations
 import ctypes
 import os
 
-__all__ = ["cuda_available", "cuda_driver_present", "simulator_enabled", "device_description"]
+__all__ = ["cuda_available", "cuda_driver_present", "open_primary_context", "simulator_enabled",
+           "device_description"]
+
+#: ``CU_CTX_SCHED_BLOCKING_SYNC``: a thread that waits on an event or a stream sleeps.
+CU_CTX_SCHED_BLOCKING_SYNC = 0x4
 
 
 def simulator_enabled() -> bool:
@@ -62,6 +66,38 @@ def cuda_available(device: int = 0) -> bool:
                 and 0 <= device < count.value)
     except AttributeError:
         return False
+
+
+def set_blocking_sync(driver, device: int) -> bool:
+    """Ask for blocking synchronisation on the primary context of ``device`` (through the
+    driver library ``driver``); False where the device or the call is refused (the default
+    mode, spinning, is only slower)."""
+    dev = ctypes.c_int(0)
+    try:
+        return (driver.cuDeviceGet(ctypes.byref(dev), int(device)) == 0
+                and driver.cuDevicePrimaryCtxSetFlags_v2(dev, CU_CTX_SCHED_BLOCKING_SYNC) == 0)
+    except AttributeError:
+        return False
+
+
+def open_primary_context(device: int = 0) -> bool:
+    """Start the driver and make the primary context of ``device`` (the one numba then
+    uses), with blocking synchronisation; False where there is no such device.
+
+    Plain driver calls through ctypes, which leave the interpreter's lock free: the GPU
+    process runs this in a thread while it imports numpy, pyhmmer and numba, since the
+    driver's start-up and the context's creation take 0.3-0.4 s on the GPU machine. The
+    context stays retained for the life of the process.
+    """
+    if _simulator_requested():
+        return True
+    if not cuda_available(device):
+        return False
+    driver = _libcuda()
+    dev, context = ctypes.c_int(0), ctypes.c_void_p()
+    set_blocking_sync(driver, device)
+    return (driver.cuDeviceGet(ctypes.byref(dev), int(device)) == 0
+            and driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), dev) == 0)
 
 
 def device_description(device: int = 0) -> str:

@@ -11,10 +11,9 @@ the CPU it would burn belongs to pyhmmer's stage, which runs on every core meanw
 from __future__ import annotations
 
 import contextlib
-import ctypes
 from dataclasses import dataclass
 
-from . import simulator_enabled
+from . import _libcuda, set_blocking_sync, simulator_enabled
 
 
 @dataclass(frozen=True)
@@ -82,17 +81,9 @@ class GpuDevice:
         return int(cuda.current_context().get_memory_info()[0])
 
 
-#: ``CU_CTX_SCHED_BLOCKING_SYNC``: waits on events and streams block the thread.
-_CU_CTX_SCHED_BLOCKING_SYNC = 0x4
-
-
 def _blocking_sync(device_id: int) -> None:
     """Ask for blocking synchronisation on the device's primary context (before numba makes
     it current; a driver that refuses leaves the default, which is only slower)."""
-    try:
-        driver = ctypes.CDLL("libcuda.so.1")
-        dev = ctypes.c_int(0)
-        if driver.cuInit(0) == 0 and driver.cuDeviceGet(ctypes.byref(dev), int(device_id)) == 0:
-            driver.cuDevicePrimaryCtxSetFlags_v2(dev, _CU_CTX_SCHED_BLOCKING_SYNC)
-    except (OSError, AttributeError):
-        pass
+    driver = _libcuda()
+    if driver is not None and driver.cuInit(0) == 0:
+        set_blocking_sync(driver, device_id)
