@@ -295,17 +295,14 @@ def _file_pieces(args, options, lengths):
     thread (:class:`~hmmgpu.seqdb.FastaPieces`), when the search is of fewer models than
     threads on pyhmmer's route and the file is ASCII FASTA; None otherwise (it is then read
     here first)."""
-    from .backends import pyhmmer_route, residues_estimate
+    from .backends import pyhmmer_route
     from .forward_stage import piece_bytes
     from .seqdb import FastaPieces
 
     if (not lengths or options.cpus == 0 or len(lengths) >= options.threads or args.seqdb == "-"
             or (args.seqformat or "fasta").lower() != "fasta" or not pyhmmer_route(options, len(lengths))):
         return None
-    size = residues_estimate(args.seqdb)
-    if size is None:
-        return None
-    return FastaPieces.open(args.seqdb, piece_bytes(size, max(lengths), options.threads))
+    return FastaPieces.open(args.seqdb, lambda size: piece_bytes(size, max(lengths), options.threads))
 
 
 class _Timeline:

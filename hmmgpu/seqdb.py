@@ -567,16 +567,18 @@ class FastaPieces:
         self._tmpdir = memory_tmpdir()
 
     @classmethod
-    def open(cls, path, piece_bytes: int) -> "FastaPieces | None":
+    def open(cls, path, piece_bytes) -> "FastaPieces | None":
         """The pieces of an ASCII FASTA file (plain or gzip); None for anything else (standard
-        input, a made database, other bytes: :func:`open_database` reads those whole)."""
+        input, a made database, other bytes: :func:`open_database` reads those whole).
+        ``piece_bytes``: the bytes per piece, or a function of the text's size (a gzip file's
+        is known once it is read) that gives them."""
         path = os.fspath(path)
         if path == "-" or os.path.isdir(path):
             return None
         data = read_bytes(path, "a sequence file")
         if not _is_ascii(data) or not _LEADING_SPACE.match(data).end() < len(data):
             return None
-        return cls(data, path, piece_bytes)
+        return cls(data, path, piece_bytes(len(data)) if callable(piece_bytes) else piece_bytes)
 
     def records_at_most(self, k: int) -> int:
         """An upper bound on the database position + 1 of every target of piece ``k``: the

@@ -453,6 +453,23 @@ def test_hit_positions_in_a_piece_are_found_from_its_header_lines(tmp_path):
     assert pieces.record_indices(0, 7, [b"a"]) == {b"a": None}  # Easel counted otherwise: tell nothing
 
 
+def test_a_gzip_file_is_cut_into_pieces_by_its_text_size(tmp_path):
+    """The piece size of a file searched piece by piece comes from its text, which a gzip
+    file's size on disk tells only roughly: plain and gzip give the same pieces."""
+    import gzip
+
+    from hmmgpu.seqdb import FastaPieces
+
+    text = PROTEOME.read_bytes()
+    plain, packed = tmp_path / "p.fa", tmp_path / "p.fa.gz"
+    plain.write_bytes(text)
+    packed.write_bytes(gzip.compress(text))
+    sizes = []
+    pieces = [FastaPieces.open(p, lambda size: sizes.append(size) or size // 7) for p in (plain, packed)]
+    assert sizes == [len(text)] * 2
+    assert pieces[0].pieces == pieces[1].pieces and len(pieces[0].pieces) == 7
+
+
 def test_a_bad_record_late_in_a_file_searched_piece_by_piece_is_a_one_line_error(tmp_path, capsys):
     """A file searched piece by piece: a bad byte in its last record, or a target over
     HMMER's length limit there, stops the search with the reader's one-line error and leaves
