@@ -104,7 +104,8 @@ def run(cmd, env=None) -> dict:
         stderr = err.read().decode(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}): {stderr[-2000:]}")
-    stats = [line[len("# hmmgpu: "):] for line in stderr.splitlines() if line.startswith("# hmmgpu: ")]
+    # the backend line at the start ("# hmmgpu VERSION: backend ...") and the statistics at the end
+    stats = [line.split(": ", 1)[1] for line in stderr.splitlines() if line.startswith("# hmmgpu")]
     return dict(seconds=wall, peak_rss_mb=usage.ru_maxrss / 1024, peak_gpu_mb=gpu.peak, stats=stats,
                 balance=balance(stats, wall), command=" ".join(map(str, cmd)))
 

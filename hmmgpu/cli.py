@@ -272,7 +272,8 @@ def cmd_search(args) -> int:
             if lengths:
                 backend.prepare_for(lengths)
                 timeline.mark("kernels ready")
-            print(f"# hmmgpu {__version__}: {backend.description}", file=sys.stderr)
+            shown = backend.description
+            print(f"# hmmgpu {__version__}: {shown}", file=sys.stderr)
             if db.looks_like_nucleotide():
                 print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
                       "(as hmmsearch would)", file=sys.stderr)
@@ -285,7 +286,7 @@ def cmd_search(args) -> int:
         finally:
             backend.close(wait=False)
     timeline.mark("outputs closed")
-    for line in engine.stats.lines() + [timeline.line()]:
+    for line in engine.stats.lines(shown) + [timeline.line()]:
         print(f"# hmmgpu: {line}", file=sys.stderr)
     return 0
 

@@ -140,10 +140,11 @@ class EngineStats:
         """The workers' busy time over (threads x wall time)."""
         return self.worker_seconds / (self.threads * self.wall_seconds) if self.wall_seconds and self.threads else 0.0
 
-    def lines(self) -> list:
-        """A few lines for the end of a run."""
+    def lines(self, shown: str = "") -> list:
+        """A few lines for the end of a run (the backend's description first, unless it is
+        ``shown``, the one given at the start)."""
         t = self.targets
-        return [self.description] * bool(self.description) + [
+        return [self.description] * bool(self.description and self.description != shown) + [
             f"queries {self.queries}, wall {self.wall_seconds:.2f} s, {self.threads} worker threads, {self.tasks} tasks",
             f"busy: prepare {self.prepare_seconds:.2f} s, filters {self.filter_seconds:.2f} s "
             f"(GPU busy {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "

@@ -243,8 +243,11 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     done = subprocess.run([sys.executable, "-m", "hmmgpu", "search", "-o", os.devnull, HMM, DB],
                           capture_output=True, cwd=ROOT)
     assert done.returncode == 0
-    assert all(line.startswith(b"# hmmgpu") for line in done.stderr.splitlines()), done.stderr
+    lines = done.stderr.splitlines()
+    assert all(line.startswith(b"# hmmgpu") for line in lines), done.stderr
     assert b"\x1b" not in done.stderr
+    said = lines[0].split(b": ", 1)[1]  # the backend, said once: it did not change during the search
+    assert said.startswith(b"backend ") and sum(said in line for line in lines) == 1, done.stderr
 
 
 def test_pipeline_filter_without_gpu(monkeypatch):
