@@ -51,6 +51,8 @@ import threading
 import time
 from pathlib import Path
 
+from provenance import commit
+
 ROOT = Path(__file__).resolve().parent.parent
 PYHMMER_SCRIPT = """
 import sys, time, pyhmmer
@@ -194,7 +196,7 @@ class Bench:
         self.work = args.out / "work"
         self.work.mkdir(parents=True, exist_ok=True)
         self.result = dict(benchmark="many-model search", date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                           commit=os.environ.get("HMMGPU_COMMIT", ""), command=" ".join(sys.argv),
+                           commit=commit(), command=" ".join(sys.argv),
                            host=platform.node(), threads=args.threads, versions=self.versions(), workloads={})
 
     def versions(self):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import re
 import subprocess
 import sys
@@ -30,6 +29,7 @@ import traceback
 from pathlib import Path
 
 import numpy as np
+from provenance import commit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -284,8 +284,7 @@ def main(argv=None) -> int:
     import hmmgpu
 
     res = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), command=" ".join(sys.argv),
-               commit=os.environ.get("HMMGPU_COMMIT") or subprocess.run(
-                   ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+               commit=commit(),
                versions=dict(hmmgpu=hmmgpu.__version__, numpy=np.__version__, python=sys.version.split()[0]),
                args={k: str(v) for k, v in vars(args).items()}, databases={})
     for mod in ("numba", "numba_cuda", "pyopal"):

@@ -26,6 +26,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+from provenance import commit
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -181,7 +182,7 @@ def main() -> None:
     profiles = {s.name: _kernel_profile(vit_full, s) for s in specs}
     result = dict(
         benchmark="Viterbi filter kernel", device=device.description, date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        commit=os.environ.get("HMMGPU_COMMIT", ""), command=" ".join(sys.argv), compile_seconds=compile_s,
+        commit=commit(), command=" ".join(sys.argv), compile_seconds=compile_s,
         versions=dict(hmmgpu=__version__, pyhmmer=pyhmmer.__version__, python=platform.python_version(),
                       numba=__import__("numba").__version__),
         databases=dict(sample=dict(sequences=int(sample.n), residues=sample_res),

@@ -11,7 +11,6 @@ the difference of the two.
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from hmmgpu.kernels.sw.source import SwSpec
 from hmmgpu.sw.matrices import load
 from hmmgpu.seqdb import SequenceDB
 from hmmgpu.sw.api import _read_queries  # noqa: E402
+from provenance import commit
 
 
 def main():
@@ -63,9 +63,8 @@ def main():
         sc.close()
         rows.append(row)
         print(row, flush=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     args.out.write_text(json.dumps(dict(
-        benchmark="Smith-Waterman kernel shapes", date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), commit=commit,
+        benchmark="Smith-Waterman kernel shapes", date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), commit=commit(),
         command=" ".join(sys.argv), python=platform.python_version(), device=dev.description,
         residues=db.total_residues, rows=rows), indent=1))
 
