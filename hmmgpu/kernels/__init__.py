@@ -68,16 +68,19 @@ def cuda_available(device: int = 0) -> bool:
         return False
 
 
-def set_blocking_sync(driver, device: int) -> bool:
-    """Ask for blocking synchronisation on the primary context of ``device`` (through the
-    driver library ``driver``); False where the device or the call is refused (the default
-    mode, spinning, is only slower)."""
+def set_blocking_sync(device: int):
+    """Ask for blocking synchronisation on the primary context of ``device``; the device's
+    driver handle, or None where the driver or the device is not there (a driver that refuses
+    the flag leaves the default, spinning, which is only slower)."""
+    driver = _libcuda()
     dev = ctypes.c_int(0)
     try:
-        return (driver.cuDeviceGet(ctypes.byref(dev), int(device)) == 0
-                and driver.cuDevicePrimaryCtxSetFlags_v2(dev, CU_CTX_SCHED_BLOCKING_SYNC) == 0)
+        if driver is None or driver.cuInit(0) != 0 or driver.cuDeviceGet(ctypes.byref(dev), int(device)) != 0:
+            return None
+        driver.cuDevicePrimaryCtxSetFlags_v2(dev, CU_CTX_SCHED_BLOCKING_SYNC)
     except AttributeError:
-        return False
+        return None
+    return dev
 
 
 def open_primary_context(device: int = 0) -> bool:
@@ -91,13 +94,9 @@ def open_primary_context(device: int = 0) -> bool:
     """
     if _simulator_requested():
         return True
-    if not cuda_available(device):
-        return False
-    driver = _libcuda()
-    dev, context = ctypes.c_int(0), ctypes.c_void_p()
-    set_blocking_sync(driver, device)
-    return (driver.cuDeviceGet(ctypes.byref(dev), int(device)) == 0
-            and driver.cuDevicePrimaryCtxRetain(ctypes.byref(context), dev) == 0)
+    dev = set_blocking_sync(device) if cuda_available(device) else None
+    context = ctypes.c_void_p()
+    return dev is not None and _libcuda().cuDevicePrimaryCtxRetain(ctypes.byref(context), dev) == 0
 
 
 def device_description(device: int = 0) -> str:

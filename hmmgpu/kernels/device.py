@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from . import _libcuda, set_blocking_sync, simulator_enabled
+from . import set_blocking_sync, simulator_enabled
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class GpuDevice:
         if simulator_enabled():
             return cls(id=device_id, name="numba CUDA simulator", cc=(9, 0), sm_count=1,
                        smem_per_block_optin=1 << 20, smem_per_sm=1 << 20, simulator=True)
-        _blocking_sync(device_id)
+        set_blocking_sync(device_id)  # before numba makes the primary context current
         dev = cuda.gpus[device_id]
         with dev:
             d = cuda.get_current_device()
@@ -79,11 +79,3 @@ class GpuDevice:
         from numba import cuda
 
         return int(cuda.current_context().get_memory_info()[0])
-
-
-def _blocking_sync(device_id: int) -> None:
-    """Ask for blocking synchronisation on the device's primary context (before numba makes
-    it current; a driver that refuses leaves the default, which is only slower)."""
-    driver = _libcuda()
-    if driver is not None and driver.cuInit(0) == 0:
-        set_blocking_sync(driver, device_id)
