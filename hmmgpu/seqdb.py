@@ -563,7 +563,7 @@ class FastaPieces:
         cuts.append(size)
         #: (first byte, end byte) of each piece
         self.pieces = list(zip(cuts[:-1], cuts[1:]))
-        self._marks = [None] * len(self.pieces)  # the '>' bytes of each piece, counted when first needed
+        self._headers = [None] * len(self.pieces)  # each piece's :func:`_scan_headers`, when first needed
         self._tmpdir = memory_tmpdir()
 
     @classmethod
@@ -584,13 +584,14 @@ class FastaPieces:
         """An upper bound on the database position + 1 of every target of piece ``k``: the
         ``>`` bytes of the pieces up to it (each piece's counted once, by the thread that
         searches it, or here)."""
-        return sum(self._marks_in(j) for j in range(k + 1))
+        return sum(self.headers(j)[0] for j in range(k + 1))
 
-    def _marks_in(self, k: int, piece: bytes | None = None) -> int:
-        if self._marks[k] is None:
-            piece = self.piece(k) if piece is None else piece
-            self._marks[k] = int(np.count_nonzero(np.frombuffer(piece, dtype=np.uint8) == ord(">")))
-        return self._marks[k]
+    def headers(self, k: int, piece: bytes | None = None) -> tuple:
+        """Piece ``k``'s :func:`_scan_headers` (``piece``: its bytes, when the caller has them),
+        scanned once."""
+        if self._headers[k] is None:
+            self._headers[k] = _scan_headers(self.piece(k) if piece is None else piece)
+        return self._headers[k]
 
     def piece(self, k: int) -> bytes:
         a, b = self.pieces[k]
@@ -605,8 +606,7 @@ class FastaPieces:
         from .checks import check_target_lengths
 
         piece = self.piece(k)
-        self._marks_in(k, piece)
-        starts = _record_starts(piece)
+        starts = self.headers(k, piece)[1]
         spans = np.diff(np.append(starts, len(piece)))
         if spans.size and int(spans.max()) > MAX_TARGET_LENGTH:  # a record that long may hold a target over the limit
             check_target_lengths(EaselSequenceDB(self._block(piece), self.source))
@@ -660,7 +660,7 @@ class FastaPieces:
         hold others, as in ``C->U``) are not as many as its targets, and a name written after
         blanks, or twice."""
         piece = self.piece(k)
-        starts = _record_starts(piece)
+        starts = self.headers(k, piece)[1]
         if starts.size != targets:
             return dict.fromkeys(names)
         indices = {}
@@ -690,14 +690,15 @@ _NAME_ENDS = {b" ", b"\t", b"\v", b"\f", b"\n", b"\r", b"\x00"}
 _NEWLINE = ord("\n")
 
 
-def _record_starts(piece: bytes) -> np.ndarray:
-    """The offsets of the header lines of a piece that starts at a record: each ``>`` at the
-    start of a line (a ``>`` elsewhere is part of a description)."""
+def _scan_headers(piece: bytes) -> tuple:
+    """(the ``>`` bytes of a piece that starts at a record, the offsets of its header lines:
+    each ``>`` at the start of a line, a ``>`` elsewhere being part of a description)."""
     buf = np.frombuffer(piece, dtype=np.uint8)
+    marks = buf == ord(">")
     at_line_start = np.empty(buf.size, dtype=bool)
     at_line_start[:1] = True
     np.equal(buf[:-1], _NEWLINE, out=at_line_start[1:])
-    return np.flatnonzero((buf == ord(">")) & at_line_start)
+    return int(np.count_nonzero(marks)), np.flatnonzero(marks & at_line_start)
 
 
 def _is_ascii(data) -> bool:
