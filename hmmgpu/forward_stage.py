@@ -151,14 +151,11 @@ class SequenceCache:
             return self._names
         with self._lock:
             if self._names is None:
-                where: dict = {}
+                where = _positions_by_name(self.db.name(p) for p in range(self.db.n))
                 repeated = np.zeros(self.db.n, bool)
-                for p in range(self.db.n):
-                    name = self.db.name(p)
-                    q = where.setdefault(name, p)
-                    if q != p:
-                        repeated[p] = repeated[q] = True
-                        where[name] = (q if isinstance(q, list) else [q]) + [p]
+                for at in where.values():
+                    if isinstance(at, list):
+                        repeated[at] = True
                 self._names = ({k: np.array(v) if isinstance(v, list) else v for k, v in where.items()}, repeated)
         return self._names
 
@@ -307,11 +304,8 @@ class ForwardStage:
             return [(state, placed)]
         block = pieces.block(k)
         names = [seq.name.encode() for seq in block]
-        where: dict = {}
-        twice = set()
-        for i, name in enumerate(names):
-            if where.setdefault(name, i) != i:
-                twice.add(name)
+        where = _positions_by_name(names)
+        twice = {name for name, at in where.items() if isinstance(at, list)}
         if not twice.intersection(unplaced):
             placed.update((name, where[name]) for name in unplaced)
             return [(state, placed)]
@@ -384,6 +378,19 @@ def _placed_pieces(results: list, E: float) -> tuple:
         start += sum(state["pipeline"]["nseqs"] for state, _ in result.piece_parts)
         residues += sum(state["pipeline"]["nres"] for state, _ in result.piece_parts)
     return states, start, residues
+
+
+def _positions_by_name(names) -> dict:
+    """Each name's position in the iterable ``names``: an int, or for a name that occurs more
+    than once the list of its positions, ascending."""
+    where: dict = {}
+    for p, name in enumerate(names):
+        at = where.setdefault(name, p)
+        if isinstance(at, list):
+            at.append(p)
+        elif at != p:
+            where[name] = [at, p]
+    return where
 
 
 def _searched(search, hmm, *args):
