@@ -1,0 +1,1 @@
+"""The Forward bound kernel (:mod:`.source`) and its launches (:mod:`.launch`)."""
