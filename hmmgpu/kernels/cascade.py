@@ -40,6 +40,7 @@ from .bias import ARGS as BIAS_ARGS
 from .fwd.launch import FwdKernels, max_node_slots, node_slots, ruled_out
 from .fwd.launch import tables as forward_tables
 from .fwd.source import NX as FWD_NX
+from .fwd.source import FwdSpec
 from .fwd.source import TRANSITION_ROWS as FWD_TRANSITION_ROWS
 from .kargs import arguments
 from .msv.launch import MsvKernels, MsvStage, model_tables, scalars
@@ -72,13 +73,14 @@ def compile_all(device_id: int = 0, lanes: str = "auto", notice=None) -> int:
     from .device import GpuDevice
 
     device = GpuDevice.open(device_id)
-    specs = MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec()]
+    specs = MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec(), FwdSpec()]
     return build.compile_ahead(specs, device, notice=notice)
 
 
 def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
-    """The kernel specialisations models of these lengths use (the bias kernel included)."""
-    specs = [BiasSpec()]
+    """The kernel specialisations models of these lengths use (the bias and Forward bound
+    kernels included)."""
+    specs = [BiasSpec(), FwdSpec()]
     for M in sorted(set(int(m) for m in lengths)):
         specs += [s for s in (msv.spec(M), vit.spec(M)) if s is not None]
     return list(dict.fromkeys(specs))
