@@ -97,14 +97,6 @@ class CascadeResult:
     seconds: dict = field(default_factory=dict)
     past_msv: np.ndarray = None
     past_bias: np.ndarray = None
-    #: the survivors that HMMER's Forward filter may pass (the GPU's Forward bound dropped the
-    #: others, :mod:`hmmgpu.kernels.fwd`); None: all of them
-    forward_candidates: np.ndarray = None
-
-    @property
-    def candidates(self) -> np.ndarray:
-        """The targets the Forward/Backward/domain stage must run on (sorted)."""
-        return self.survivors if self.forward_candidates is None else self.forward_candidates
 
 
 def run_cascade(backend, profile, options, db) -> CascadeResult:

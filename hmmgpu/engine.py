@@ -123,8 +123,7 @@ class EngineStats:
     ready_seconds: float | None = None  #: when the cascade backend could take models (from the start)
     fallback: str = ""  #: why ``auto`` went on without the GPU, when it did
     description: str = ""  #: the backend's description at the end of the search
-    #: targets through each stage; ``dropped``: Viterbi survivors the GPU's Forward bound dropped
-    targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, dropped=0, fwd=0, searched=0))
+    targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, fwd=0, searched=0))
     backend: dict = field(default_factory=dict)  #: the backend's own breakdown (GPU kernels, host side)
 
     @property
@@ -156,8 +155,7 @@ class EngineStats:
             + (f"; {self.fallback}" if self.fallback else ""),
             "CPU time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.cpu_seconds.items()),
             f"targets through each stage (all queries): searched {t['searched']}, past MSV {t['msv']}, "
-            f"bias {t['bias']}, Viterbi {t['vit']} (of which the GPU's Forward bound dropped {t['dropped']}), "
-            f"Forward {t['fwd']}",
+            f"bias {t['bias']}, Viterbi {t['vit']}, Forward {t['fwd']}",
         ] + ([f"backend: {self.backend}"] if self.backend else [])
 
     def as_dict(self) -> dict:
@@ -247,9 +245,7 @@ class SearchEngine:
         result = ticket.result()
         query.counts = result
         query.seconds.update(result.seconds)
-        with self._lock:
-            self.stats.targets["dropped"] += int(result.survivors.size - result.candidates.size)
-        return self.forward.plan(query, result.candidates)
+        return self.forward.plan(query, result.survivors)
 
     def finish(self, query: Query) -> SearchResult:
         """Merge the query's task results into one ``TopHits``."""

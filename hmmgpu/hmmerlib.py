@@ -79,7 +79,6 @@ _PROTOTYPES = {
     "p7_SSVFilter": (_c.c_int, [_p, _c.c_int, _p, _p]),
     "p7_MSVFilter": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
     "p7_ViterbiFilter": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
-    "p7_ForwardParser": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
 }
 
 _HANDLER_TYPE = _c.CFUNCTYPE(None, _c.c_int, _c.c_int, _c.c_char_p, _c.c_int, _c.c_char_p, _p)
@@ -311,10 +310,6 @@ class HmmerModel:
     def viterbi_filter(self, codes) -> tuple:
         """``p7_ViterbiFilter``: (status, nats); +inf on ERANGE."""
         return self._vf(*self._target(codes))
-
-    def forward_parser(self, codes) -> float:
-        """``p7_ForwardParser``: the Forward filter's score (nats)."""
-        return self._filter("p7_ForwardParser", *self._target(codes), (STATUS_OK,))[1]
 
     SCORE_DTYPE = np.dtype([
         ("null", np.float32), ("ssv_status", np.int32), ("ssv", np.float32), ("msv_status", np.int32),

@@ -238,22 +238,6 @@ def bias_emission_odds(bg_freq: np.ndarray, compo: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ForwardProfile:
-    """The Forward odds of one model (``exp`` of its float scores), for the GPU's Forward bound
-    (:mod:`hmmgpu.kernels.fwd`): not HMMER's SSE tables to the last bit (spec 6), which the
-    bound does not need."""
-
-    emission_odds: np.ndarray  #: float32 (KP, M): match emission odds ``e[x][k-1]``
-    transition_odds: np.ndarray  #: float32 (M + 1, 8): ``exp(tsc)``, columns as :func:`transition_scores`
-
-    @classmethod
-    def from_scores(cls, msc: np.ndarray, tsc: np.ndarray) -> "ForwardProfile":
-        with np.errstate(under="ignore"):
-            return cls(emission_odds=np.exp(np.asarray(msc, np.float64)).astype(F32),
-                       transition_odds=np.exp(np.asarray(tsc, np.float64)).astype(F32))
-
-
-@dataclass(frozen=True)
 class BiasProfile:
     """The bias filter's two-state HMM of one model (``p7_bg_SetFilter``, spec 7.2)."""
 
@@ -289,7 +273,6 @@ class ModelProfile:
     word: WordProfile
     evalue_parameters: tuple  #: (MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA)
     bias: BiasProfile  #: the composition bias filter's HMM
-    forward: ForwardProfile = field(default=None, repr=False, compare=False)  #: odds for the GPU's Forward bound
     hmm: object = field(default=None, repr=False, compare=False)  #: the pyhmmer HMM it was built from
 
     @classmethod
@@ -303,7 +286,6 @@ class ModelProfile:
         configures it. ``mmu``: the model's MSV location parameter (``STATS LOCAL MSV``) when
         the caller read it from the file."""
         msc = match_scores(gm)
-        tsc = transition_scores(hmm)
         # om->compo as p7_pli_NewModel hands it to p7_bg_SetFilter: the model's COMPO line
         # (which p7_oprofile_Convert copies), or the optimized profile's zeros without one
         compo = hmm.composition if hmm.composition is not None else gm.to_optimized().compositions
@@ -311,10 +293,9 @@ class ModelProfile:
             name=_text(hmm.name),
             M=hmm.M,
             byte=ByteProfile.from_scores(msc),
-            word=WordProfile.from_scores(msc, tsc),
+            word=WordProfile.from_scores(msc, transition_scores(hmm)),
             evalue_parameters=evalue_parameters(hmm, mmu),
             bias=BiasProfile.from_composition(hmm.M, np.asarray(compo, dtype=F32)[:K]),
-            forward=ForwardProfile.from_scores(msc, tsc),
             hmm=hmm,
         )
 
@@ -429,6 +410,6 @@ def viterbi_score(xc, xw_move) -> np.ndarray:
 
 
 __all__ = [
-    "ByteProfile", "WordProfile", "ForwardProfile", "ModelProfile", "stripe", "tjb_table", "xw_move_table",
+    "ByteProfile", "WordProfile", "ModelProfile", "stripe", "tjb_table", "xw_move_table",
     "null_table", "msv_score", "viterbi_score", "configured_profile", "match_scores", "transition_scores", "TW_ROWS",
 ]

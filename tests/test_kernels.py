@@ -105,18 +105,8 @@ def test_viterbi_kernel_exact_under_simulator(tmp_path):
 
 
 def test_gpu_cascade_equals_pyhmmer_under_simulator(tmp_path):
-    """The whole cascade equals pyhmmer's search, also where the Forward bound drops Viterbi
-    survivors (the counters, hmmsearch's, still agree)."""
     out = _simulate("simulator_cascade_checks", tmp_path)
-    assert out.count("gpu_bias_scores") == 6
-    last = out.splitlines()[-2]
-    assert last.startswith("forward bound") and "'dropped': 0" not in last, last
-
-
-def test_forward_bound_kernel_under_simulator(tmp_path):
-    """The Forward bound kernel's scores against HMMER's own p7_ForwardParser."""
-    out = _simulate("simulator_forward_checks", tmp_path)
-    assert out.count("'worst'") == 2 and "'hmmer_fails': 0" not in out
+    assert out.count("gpu_bias_scores") == 5
 
 
 def test_gpu_process_backend_under_simulator(tmp_path):

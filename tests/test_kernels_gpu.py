@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.kernel_checks import (check_cascade, check_forward, check_msv, check_vit, fwd_stage, msv_stage, sample_case,
-                                 vit_case, vit_stage)
+from tests.kernel_checks import check_cascade, check_msv, check_vit, msv_stage, sample_case, vit_case, vit_stage
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,29 +105,10 @@ def test_viterbi_real_models_real_proteins(real_models, real_sample):
             assert report["cpu_reason"] is None, (name, report["cpu_reason"])
 
 
-def test_forward_bound_sampled_models():
-    """The Forward bound kernel from 1 to 79 nodes per lane, long targets (rescaled rows), D->D
-    runs, gap/stop codes, against HMMER's own p7_ForwardParser."""
-    for M, seed in ((5, 1), (64, 2), (65, 3), (300, 4), (770, 5), (1600, 6), (2500, 7)):
-        hmm, prof, db = vit_case(M, seed, 30, 800)
-        print(M, check_forward(fwd_stage(db), hmm, prof, db))
-
-
-def test_forward_bound_real_models_real_proteins(real_models, real_sample):
-    """Every Pfam and CUDAMPF model against real proteins: the Forward bound kernel's score is
-    within the checks' tolerance of HMMER's p7_ForwardParser for every target."""
-    from hmmgpu.profiles import ModelProfile
-
-    stage = fwd_stage(real_sample)
-    reports = [check_forward(stage, hmm, ModelProfile.from_hmm(hmm), real_sample) for hmm in real_models]
-    assert sum(r["n"] for r in reports if "worst" in r) > 0
-    print("models", len(reports), "worst", max(r.get("worst", 0.0) for r in reports))
-
-
 @pytest.mark.parametrize("lanes", LANES)
 def test_cascade_samples_equal_pyhmmer(samples_db, lanes):
     """The whole GPU cascade and search: tables, counters and the GPU's bias scores."""
     for path in sorted((ROOT / "pfam_samples").glob("*.hmm")):
         for hmm in _hmms(path):
-            for options in (dict(), dict(F1=1.0), dict(bias_filter=False), dict(F2=1.0), dict(F3=1.0)):
+            for options in (dict(), dict(F1=1.0), dict(bias_filter=False), dict(F2=1.0)):
                 print(path.name, options, check_cascade(hmm, samples_db, lanes=lanes, **options))

@@ -1,12 +1,9 @@
 """The filter cascade on the GPU: MSV, bias filter and Viterbi filter, model after model.
 
-For each model the host uploads its tables and launches four kernels on one stream:
+For each model the host uploads its tables and launches three kernels on one stream:
 the SSV/MSV kernel over every position (:mod:`.msv`) writes the targets that pass F1; the
 bias kernel (:mod:`.bias`) scores those, decides what it can and compacts the ones that need
-the Viterbi filter into a work list; the Viterbi kernel (:mod:`.vit`) runs on that list; and
-the Forward bound kernel (:mod:`.fwd`) scores the list's targets that may pass the Viterbi
-filter, so that the host can drop the survivors that HMMER's Forward filter certainly drops
-(the *Forward candidates* the CPU stage then takes; the survivors and every count stay HMMER's).
+the Viterbi filter into a work list; the Viterbi kernel (:mod:`.vit`) runs on that list.
 A model's tables travel in one asynchronous copy (one pinned buffer, laid out once per
 slot) and its results (counters, lists, scores) come back in one, and an event marks the
 end: a handful of driver calls per model, since each one releases and retakes the
@@ -37,11 +34,6 @@ from ..profiles import null_table, tjb_table, xw_move_table
 from . import build
 from .bias import BiasSpec, Decision, length_tables
 from .bias import ARGS as BIAS_ARGS
-from .fwd.launch import FwdKernels, max_node_slots, node_slots, ruled_out
-from .fwd.launch import tables as forward_tables
-from .fwd.source import NX as FWD_NX
-from .fwd.source import FwdSpec
-from .fwd.source import TRANSITION_ROWS as FWD_TRANSITION_ROWS
 from .kargs import arguments
 from .msv.launch import MsvKernels, MsvStage, model_tables, scalars
 from .msv.source import NX as MSV_NX
@@ -53,16 +45,11 @@ from .vit.source import STATUS_UNCERTAIN, TRANSITION_ROWS
 
 #: Models in flight on the GPU at once (buffer sets in the ring).
 SLOTS = 8
-#: Counter array of one slot: the MSV kernel's counters, then the Viterbi work-list count,
-#: the Viterbi kernel's and the Forward bound kernel's work counters.
+#: Counter array of one slot: the MSV kernel's counters, then the Viterbi work-list count
+#: and the Viterbi kernel's work counter.
 _VIT_LIST = len(MsvCounter)
 _VIT_WORK = _VIT_LIST + 1
-_FWD_WORK = _VIT_WORK + 1
-_N_COUNTERS = _FWD_WORK + 1
-#: The Forward bound kernel computes a target whose Viterbi bit score is at least the low
-#: edge of the Viterbi filter's F2 band less this (a rounding allowance: its float steps may
-#: be fused).
-_FWD_BAND_SLACK = 0.01
+_N_COUNTERS = _VIT_WORK + 1
 #: Bias kernel threads per block and blocks per SM.
 _BIAS_BLOCK = 128
 _BIAS_BLOCKS_PER_SM = 4
@@ -73,14 +60,13 @@ def compile_all(device_id: int = 0, lanes: str = "auto", notice=None) -> int:
     from .device import GpuDevice
 
     device = GpuDevice.open(device_id)
-    specs = MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec(), FwdSpec()]
+    specs = MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec()]
     return build.compile_ahead(specs, device, notice=notice)
 
 
 def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
-    """The kernel specialisations models of these lengths use (the bias and Forward bound
-    kernels included)."""
-    specs = [BiasSpec(), FwdSpec()]
+    """The kernel specialisations models of these lengths use (the bias kernel included)."""
+    specs = [BiasSpec()]
     for M in sorted(set(int(m) for m in lengths)):
         specs += [s for s in (msv.spec(M), vit.spec(M)) if s is not None]
     return list(dict.fromkeys(specs))
@@ -102,12 +88,12 @@ def load_kernels(device, lanes: str, lengths, notice=None) -> int:
 #: The model tables of one slot, in the order they lie in its upload buffer: (name, dtype).
 _TABLES = (("ssv_table", np.uint32), ("msv_table", np.uint32), ("threshold_by_length", np.int32),
            ("scalars", np.int32), ("odds", np.float32), ("bands", np.float32), ("emissions", np.uint32),
-           ("transitions", np.uint32), ("dd_sums", np.int32), ("overflow_at", np.int32), ("fwd_tables", np.float32))
+           ("transitions", np.uint32), ("dd_sums", np.int32), ("overflow_at", np.int32))
 #: The per-target outputs of one slot, in the order they lie in its result buffer; the
 #: Viterbi work list (``vit_pos``) comes last and is not copied back.
 _OUTPUTS = (("msv_pos", np.int32), ("msv_xj", np.int32), ("fallback", np.int32), ("filtersc", np.float32),
-            ("vit_from", np.int32), ("vit_xc", np.int32), ("fwd_score", np.float32), ("msv_status", np.int8),
-            ("decision", np.int8), ("vit_status", np.int8), ("vit_pos", np.int32))
+            ("vit_from", np.int32), ("vit_xc", np.int32), ("msv_status", np.int8), ("decision", np.int8),
+            ("vit_status", np.int8), ("vit_pos", np.int32))
 
 
 def _carve(buffer, layout) -> dict:
@@ -141,7 +127,7 @@ class _Slot:
     host: dict  #: host views of the counters and outputs
     zeros: object  #: pinned zeros for resetting the counters
     stream: object  #: this slot's CUDA stream
-    events: tuple  #: start, after MSV, after bias, after Viterbi, after the Forward bound, results copied
+    events: tuple  #: start, after MSV, after bias, after Viterbi, results copied
 
     def upload(self, host_tables: dict, stream) -> None:
         """Copy a model's tables into this slot's device buffer (one asynchronous copy)."""
@@ -183,13 +169,12 @@ class GpuCascade:
         self.device = resident.device
         self.msv = MsvKernels(self.device, lanes)
         self.vit = VitKernels(self.device)
-        self.fwd = FwdKernels(self.device)
         self.lanes = self.msv.lanes
         self.msv_stage = MsvStage(resident, lanes)
         self.vit_stage = VitStage(resident)
         #: time of each kernel, summed over models (kernels of models in flight together
         #: overlap, so this is more than the GPU's busy time, :attr:`gpu_ms`)
-        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0, forward=0.0)
+        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0)
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0)  #: the host's side of the cascade
         self._bias_kernel = None
@@ -218,8 +203,7 @@ class GpuCascade:
         capacity = dict(ssv_table=MSV_NX * row_stride(32, q_max), msv_table=MSV_NX * row_stride(32, q_max),
                         threshold_by_length=self.max_length + 1, scalars=8, odds=2 * VIT_NX, bands=4,
                         emissions=VIT_NX * 32 * q_max, transitions=len(TRANSITION_ROWS) * 32 * q_max,
-                        dd_sums=64, overflow_at=VIT_NX,
-                        fwd_tables=(len(FWD_TRANSITION_ROWS) + FWD_NX) * max_node_slots())
+                        dd_sums=64, overflow_at=VIT_NX)
         table_layout = [(name, dtype, capacity[name]) for name, dtype in _TABLES]
         tables_host = cuda.pinned_array(_layout_size(table_layout), np.uint8)
         tables_device = cuda.device_array(tables_host.size, np.uint8)
@@ -236,7 +220,7 @@ class GpuCascade:
                      results_device=results_device, results_host=results_host, results_bytes=results_bytes,
                      counters=outputs.pop("counters"), outputs=outputs,
                      host=_carve(results_host, result_layout[:-1]), zeros=zeros, stream=cuda.stream(),
-                     events=tuple(cuda.event() for _ in range(6)))
+                     events=tuple(cuda.event() for _ in range(5)))
 
     @property
     def gpu_ms(self) -> float:
@@ -302,15 +286,10 @@ class GpuCascade:
             vt = tables(profile.word, vit_spec, self.max_length)
             host_tables.update(emissions=vt.emissions, transitions=vt.transitions, dd_sums=vt.dd_sums,
                                overflow_at=vt.overflow_at)
-        fwd = vt is not None and options.F3 < 1.0 and self.fwd.takes(profile.M)
-        if fwd:
-            host_tables.update(fwd_tables=forward_tables(profile.forward))
-            vmu, vlam = profile.evalue_parameters[2:4]
-            vit_band = stats.score_threshold(vmu, vlam, options.F2)[0] - _FWD_BAND_SLACK
         chunk = next(self.resident.chunks())
         s = slot.stream
         out = slot.outputs
-        start, after_msv, after_bias, after_vit, stop, copied = slot.events
+        start, after_msv, after_bias, stop, copied = slot.events
         with self.device.activate():
             slot.upload(host_tables, s)
             slot.counters.copy_to_device(slot.zeros, stream=s)
@@ -328,19 +307,10 @@ class GpuCascade:
                                 n_items_slot=_VIT_LIST, counters=slot.counters[_VIT_WORK:], tables=vt,
                                 device_tables=slot.tables, move_by_length=self._db_tables["move_by_length"],
                                 out_status=out["vit_status"], out_xc=out["vit_xc"])
-            after_vit.record(s)
-            if fwd:
-                self.fwd.launch(chunk, s, N=node_slots(profile.M), items=out["vit_pos"], n_items_at=slot.counters,
-                                n_items_slot=_VIT_LIST, counters=slot.counters[_FWD_WORK:],
-                                vit_status=out["vit_status"], vit_xc=out["vit_xc"], vit_from=out["vit_from"],
-                                filtersc=out["filtersc"], move_by_length=self._db_tables["move_by_length"],
-                                vit_band=vit_band, device_tables=slot.tables["fwd_tables"],
-                                out_score=out["fwd_score"])
             stop.record(s)
             slot.results_device[:slot.results_bytes].copy_to_host(slot.results_host, stream=s)
             copied.record(s)
-        ticket = Ticket(self, profile, options, slot=slot,
-                        plan=dict(vit=vt is not None, vit_reason=vit_reason, fwd=fwd))
+        ticket = Ticket(self, profile, options, slot=slot, plan=dict(vit=vt is not None, vit_reason=vit_reason))
         with self._lock:
             self.host_seconds["submit"] += time.perf_counter() - ticket.submitted
             self._in_flight.append(ticket)
@@ -389,14 +359,11 @@ class GpuCascade:
         filtersc = h["filtersc"][:n_out].copy()
         decision = h["decision"][:n_out].copy()
         vsc = np.full(n_out, np.nan, np.float32)  # NaN: the GPU did not run (or finish) the Viterbi filter
-        fsc = np.full(n_out, np.nan, np.float32)  # the Forward bound kernel's scores (NaN: not computed)
         if plan["vit"] and n_vit:
             src = h["vit_from"][:n_vit]
             st = h["vit_status"][:n_vit]
             ok = st != STATUS_UNCERTAIN
             vsc[src[ok]] = ViterbiResult(pos[src[ok]], st[ok], h["vit_xc"][:n_vit][ok]).scores(db.lengths)
-            if plan["fwd"]:
-                fsc[src] = h["fwd_score"][:n_vit]
         if n_fallback:  # the J-state MSV the GPU's max(S, B) form cannot finish: HMMER's own
             fb = indices[h["fallback"][:n_fallback]]
             fsc = reference.msv(fb)
@@ -408,19 +375,16 @@ class GpuCascade:
             filtersc = np.concatenate([filtersc, np.zeros(k, np.float32)])
             decision = np.concatenate([decision, np.full(k, Decision.HOST, np.int8)])
             vsc = np.concatenate([vsc, np.full(k, np.nan, np.float32)])
-            fsc = np.concatenate([fsc, np.full(k, np.nan, np.float32)])
-        survive, alive = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc, decision, vsc)
-        tau, lam = profile.evalue_parameters[4:6]
-        candidate = survive & ~ruled_out(fsc, filtersc, tau, lam, options.F3)
+        survivors, past_bias = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc,
+                                       decision, vsc)
         gpu_s = 0.0
         kernel_ms = {}
         if not self.device.simulator:
             ev = slot.events
-            for name, a, b in (("msv", ev[0], ev[1]), ("bias", ev[1], ev[2]), ("viterbi", ev[2], ev[3]),
-                               ("forward", ev[3], ev[4])):
+            for name, a, b in (("msv", ev[0], ev[1]), ("bias", ev[1], ev[2]), ("viterbi", ev[2], ev[3])):
                 kernel_ms[name] = cuda.event_elapsed_time(a, b)
                 gpu_s += kernel_ms[name] / 1e3
-            span = (cuda.event_elapsed_time(self._epoch, ev[0]), cuda.event_elapsed_time(self._epoch, ev[4]))
+            span = (cuda.event_elapsed_time(self._epoch, ev[0]), cuda.event_elapsed_time(self._epoch, ev[3]))
         seconds = dict(gpu=gpu_s, host=time.perf_counter() - t0)
         with self._lock:  # the slot may be reused from here on
             self._in_flight.remove(ticket)
@@ -430,10 +394,8 @@ class GpuCascade:
                 self.kernel_ms[name] += ms
             self.host_seconds["wait"] += waited
             self.host_seconds["finish"] += seconds["host"]
-        survivors = pos[survive]
-        return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=int(alive.sum()),
-                             n_past_vit=int(survivors.size), seconds=seconds, past_msv=pos, past_bias=pos[alive],
-                             forward_candidates=np.sort(pos[candidate]))
+        return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=int(past_bias.size),
+                             n_past_vit=int(survivors.size), seconds=seconds, past_msv=pos, past_bias=past_bias)
 
     def close(self) -> None:
         for ticket in list(self._in_flight):
@@ -444,8 +406,8 @@ class GpuCascade:
 
 
 def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, decision, vsc):
-    """The host's part of the cascade for the targets that passed MSV: masks of ``pos`` (the
-    survivors, the targets that passed the bias filter).
+    """The host's part of the cascade for the targets that passed MSV: (survivors, the
+    targets that passed the bias filter).
 
     ``usc``: MSV scores (nats); ``filtersc``: the GPU's bias scores (decided targets);
     ``decision``: the bias kernel's :class:`Decision`; ``vsc``: the GPU's Viterbi filter
@@ -471,7 +433,7 @@ def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, dec
         vsc[redo] = reference.viterbi(pos[redo])
     if need.any():
         survive[np.flatnonzero(need)[stats.passes_gumbel(vsc[need], filtersc[need], vmu, vlam, options.F2)]] = True
-    return survive, alive
+    return pos[survive], pos[alive]
 
 
 class _Reference:

@@ -34,11 +34,6 @@ STATIC_SHARED_MAX_BYTES = 40 * 1024
 TARGET_WARPS_PER_SM = 48
 #: Bias filter kernel: threads per block (one thread per target).
 BIAS_BLOCK = 128
-#: Forward bound kernel: one warp per block, its M, I and D rows in dynamic shared memory of
-#: at most this size (models of more than 4,096 nodes are left to the CPU's Forward filter),
-#: and at most this many blocks resident per SM (the hardware's limit).
-FWD_SHARED_MAX_BYTES = 48 * 1024
-FWD_BLOCKS_PER_SM_MAX = 32
 
 
 def msv_shape(M: int, lanes: str) -> tuple | None:

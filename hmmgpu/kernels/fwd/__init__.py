@@ -1,1 +1,0 @@
-"""The Forward bound kernel (:mod:`.source`) and its launches (:mod:`.launch`)."""
