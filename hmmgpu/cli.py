@@ -228,6 +228,18 @@ def _run_outputs(args, program: str, query_file: str, target_file: str, progress
                       filter_thresholds=(options.F1, options.F2, options.F3))
 
 
+@contextlib.contextmanager
+def _stopped_on_error(process):
+    """Stop a GPU process started early (:func:`~hmmgpu.backends.start_gpu_early`, or None) when
+    the block fails; once a backend has taken it, the backend stops it."""
+    try:
+        yield
+    except BaseException:
+        if process is not None:
+            process.close(wait=False)
+        raise
+
+
 def cmd_search(args) -> int:
     """Run ``hmmgpu search``."""
     from .backends import start_gpu_early
@@ -239,7 +251,7 @@ def cmd_search(args) -> int:
     lengths = None if args.hmmfile == "-" else _model_lengths(args.hmmfile)
     early = start_gpu_early(options, args.seqdb, args.seqformat, lengths)
     timeline.mark("model lengths")
-    try:
+    with _stopped_on_error(early):
         from .backends import select_backend
         from .checks import check_target_lengths
         from .engine import SearchEngine
@@ -249,21 +261,13 @@ def cmd_search(args) -> int:
 
         opened = contextlib.ExitStack()
         outputs = opened.enter_context(_run_outputs(args, "search", args.hmmfile, args.seqdb, "searching", options))
-    except BaseException:
-        if early is not None:
-            early.close(wait=False)
-        raise
     with opened:
         queries = len(lengths) if lengths else None
-        try:
+        with _stopped_on_error(early):
             db = _file_pieces(args, options, lengths)
             if db is None:
                 db = open_database(args.seqdb, args.seqformat)
                 check_target_lengths(db)
-        except BaseException:
-            if early is not None:
-                early.close(wait=False)
-            raise
         timeline.mark("database read" if db.pieces is None else "database cut into pieces")
         cells = None if lengths is None or db.pieces is not None else float(sum(lengths)) * db.total_residues
         backend = select_backend(options, db, cells=cells, started=early, queries=queries)

@@ -291,3 +291,26 @@ def test_the_gpu_process_starts_before_numpy_is_imported():
             "print(sorted(m for m in ('numpy', 'pyhmmer', 'numba') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_gpu_process_started_early_is_stopped_when_the_search_cannot_go_on(monkeypatch, tmp_path, capsys):
+    """The GPU process started before the imports is stopped (not left running) when an output
+    cannot be opened or the database cannot be read, and the error is one line."""
+    from hmmgpu import backends
+
+    class Early:
+        closed = []
+
+        def close(self, wait=True):
+            Early.closed.append(wait)
+
+    monkeypatch.setattr(backends, "start_gpu_early", lambda *a: Early())
+    bad_fasta = tmp_path / "bad.fa"
+    bad_fasta.write_bytes(b"no header line\n")
+    for args in (["--tblout", str(tmp_path / "missing" / "t.tbl"), str(SAMPLES / "samples.hmm"), str(PROTEOME)],
+                 ["-o", os.devnull, str(SAMPLES / "samples.hmm"), str(bad_fasta)]):
+        Early.closed.clear()
+        assert main(["search", "--backend", "cuda", *args]) != 0
+        assert Early.closed == [False], args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("hmmgpu: error:"), err
