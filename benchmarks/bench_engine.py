@@ -189,6 +189,14 @@ def _subnormal(field: bytes) -> bool:
     return 0.0 < value < _FLUSHED_BELOW
 
 
+def python_bytecode() -> str:
+    """How this machine's Python processes get their modules' compiled bytecode (every Python
+    tool of a run shares the setting: hmmgpu, the pyhmmer script and the GPU process)."""
+    if sys.dont_write_bytecode:
+        return "not written (PYTHONDONTWRITEBYTECODE): modules without compiled bytecode are compiled at every import"
+    return f"cached ({'under ' + sys.pycache_prefix if sys.pycache_prefix else 'beside the sources'})"
+
+
 class Bench:
     def __init__(self, args):
         self.args = args
@@ -197,7 +205,8 @@ class Bench:
         self.work.mkdir(parents=True, exist_ok=True)
         self.result = dict(benchmark="many-model search", date=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            commit=commit(), command=" ".join(sys.argv),
-                           host=platform.node(), threads=args.threads, versions=self.versions(), workloads={})
+                           host=platform.node(), threads=args.threads, versions=self.versions(),
+                           python_bytecode=python_bytecode(), workloads={})
 
     def versions(self):
         import numba
