@@ -309,6 +309,7 @@ def main() -> None:
     ap.add_argument("--no-hmmsearch", action="store_true", help="(a) without hmmsearch (a re-check of hmmgpu)")
     ap.add_argument("--a-runs", default="auto,cuda,cpu_route",
                     help="hmmgpu's runs of (a), in this order (auto, cuda, cpu_route)")
+    ap.add_argument("--d-runs", default="auto,cuda", help="hmmgpu's runs of (d) (auto, cuda; auto alone without a GPU)")
     args = ap.parse_args()
     bench = Bench(args)
     work = bench.work
@@ -319,7 +320,7 @@ def main() -> None:
     env_cold = dict(os.environ, XDG_CACHE_HOME=str(work / "cold-cache"), HMMGPU_CACHE_DIR="")
     env_cold.pop("HMMGPU_CACHE_DIR")
     cuda = (["--backend", "cuda"], None)
-    if any(w in todo for w in ("a", "b", "c", "d")):
+    if any(w in todo for w in ("a", "b", "c")) or ("d" in todo and "cuda" in args.d_runs.split(",")):
         bench.result["warmup"] = run([sys.executable, "-m", "hmmgpu", "warmup"])
         bench.save()
     if "e" in todo:
@@ -337,8 +338,9 @@ def main() -> None:
         bench.workload("a", pfam600, proteins, {tag: runs[tag] for tag in args.a_runs.split(",")},
                        with_hmmsearch=not args.no_hmmsearch)
     if "d" in todo:
+        runs = {"auto": ([], None), "cuda": cuda}
         bench.workload("d", pfam600, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
-                       {"auto": ([], None), "cuda": cuda})
+                       {tag: runs[tag] for tag in args.d_runs.split(",")})
     if "readme" in todo:  # the median of five runs of each (a fraction of a second each)
         entry = bench.result["workloads"].setdefault("readme", {})
         samples, proteome = ROOT / "pfam_samples" / "samples.hmm", ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"

@@ -186,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--show", type=int, default=5, help="disagreements to list per stage")
 
     w = sub.add_parser("warmup", allow_abbrev=False,
-                       help="compile every GPU kernel shape ahead of time (once per device)")
+                       help="write the Python bytecode of hmmgpu and its imports, and compile every GPU kernel "
+                            "shape ahead of time (once per device)")
     w.add_argument("--lanes", default="auto", choices=choices("lanes"))
     w.add_argument("--device", type=int, default=0)
 
@@ -391,12 +392,21 @@ def cmd_audit(args) -> int:
 
 
 def cmd_warmup(args) -> int:
-    """Run ``hmmgpu warmup``: compile every kernel shape for the device (once)."""
+    """Run ``hmmgpu warmup``: write the Python bytecode later runs import
+    (:mod:`hmmgpu.bytecode`), then compile every kernel shape for the device (once)."""
     from .backends import cuda_available
+    from .bytecode import compile_search_imports
+
+    start = time.perf_counter()
+    compiled, refused = compile_search_imports()
+    print(f"hmmgpu: Python bytecode of {len(compiled)} packages and modules up to date "
+          f"({time.perf_counter() - start:.1f}s)" + (f"; cannot write beside {', '.join(refused)}" if refused else ""),
+          flush=True)
+    if not cuda_available(args.device):
+        raise HmmgpuError(f"warmup: no usable CUDA GPU with id {args.device} (the Python bytecode is written; "
+                          "no GPU kernel was compiled)")
     from .kernels.cascade import compile_all
 
-    if not cuda_available(args.device):
-        raise HmmgpuError(f"warmup: no usable CUDA GPU with id {args.device}")
     start = time.perf_counter()
     n = compile_all(args.device, args.lanes)
     print(f"hmmgpu: {n} kernels compiled in {time.perf_counter() - start:.1f}s" if n else

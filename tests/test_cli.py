@@ -314,3 +314,40 @@ def test_a_gpu_process_started_early_is_stopped_when_the_search_cannot_go_on(mon
         assert Early.closed == [False], args
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("hmmgpu: error:"), err
+
+
+def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeypatch, tmp_path, capsys):
+    """`hmmgpu warmup` writes the compiled bytecode of the packages a search imports (here a
+    package of its own), which a process under PYTHONDONTWRITEBYTECODE then runs from; without
+    a GPU it says so in one line and exits 2, the bytecode written."""
+    import importlib.util
+
+    from hmmgpu import backends, bytecode
+
+    package = tmp_path / "warm_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .inner import VALUE\n")
+    (package / "inner.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(bytecode, "SEARCH_IMPORTS", ("warm_probe", "no_such_package_here"))
+    monkeypatch.setattr(backends, "cuda_available", lambda device=0: False)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    assert str(package) in bytecode.search_import_sources()
+    assert not {"_pytest", "hypothesis"} & {os.path.basename(s) for s in bytecode.search_import_sources()}
+    code = main(["warmup"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out.startswith("hmmgpu: Python bytecode of ") and "packages and modules up to date" in out
+    assert err.strip().splitlines() == ["hmmgpu: error: warmup: no usable CUDA GPU with id 0 (the Python bytecode "
+                                        "is written; no GPU kernel was compiled)"]
+    cached = [importlib.util.cache_from_source(str(package / name)) for name in ("__init__.py", "inner.py")]
+    assert all(os.path.exists(path) for path in cached)
+    # a process that may not write bytecode runs the cached one: a source changed behind its back
+    # (same size and time stamp, which is what the cache is checked against) still gives 42
+    source = package / "inner.py"
+    stamp = source.stat()
+    source.write_text("VALUE = 43\n")
+    os.utime(source, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    run = subprocess.run([sys.executable, "-c", "import warm_probe; print(warm_probe.VALUE)"], cwd=tmp_path,
+                         env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), capture_output=True, text=True)
+    assert run.stdout.strip() == "42", run.stderr
