@@ -69,6 +69,19 @@ def hits_table(hits, fmt: str = "targets") -> bytes:
     return buf.getvalue()
 
 
+#: hmmsearch's pipeline counters; with the Z and domZ a run's ``TopHits`` carry.
+COUNTER_KEYS = ("nseqs", "nres", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")
+PIPELINE_KEYS = COUNTER_KEYS + ("Z", "domZ", "Z_setby", "domZ_setby")
+
+
+def assert_same_pipeline(ours, ref, keys=PIPELINE_KEYS) -> None:
+    """Two runs' pipeline ``keys`` are equal (each run a ``TopHits``, or its state's
+    ``pipeline`` dict)."""
+    po, pr = (p if isinstance(p, dict) else p.__getstate__()["pipeline"] for p in (ours, ref))
+    for key in keys:
+        assert po[key] == pr[key], key
+
+
 def run_named_checks(namespace: dict, names) -> None:
     """The entry point of a simulator check script (run in a subprocess with the CUDA
     simulator on): each named check function's rows printed, then the line the tests expect."""

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from tests.helpers import hits_table
+from tests.helpers import assert_same_pipeline, hits_table
 
 STATUS_RANGE = 16
 
@@ -279,10 +279,7 @@ def check_cascade(hmm, db, lanes="auto", **options):
     rows = [hits_table(hits) for hits in (ours.hits, ref)]
     if rows[0] != rows[1]:
         raise AssertionError(f"tables differ:\n{rows[0].decode()}\nvs\n{rows[1].decode()}")
-    mine, theirs = ours.hits.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
-    for name in ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd", "nseqs", "nres"):
-        if mine[name] != theirs[name]:
-            raise AssertionError(f"{name}: {mine[name]} vs pyhmmer {theirs[name]}")
+    assert_same_pipeline(ours.hits, ref)
     # the GPU's bias scores, where it decided with them, equal the CPU reference's
     prof = ModelProfile.from_hmm(hmm)
     ticket = backend.gpu.submit(prof, opts)
@@ -296,7 +293,8 @@ def check_cascade(hmm, db, lanes="auto", **options):
         if not np.array_equal(ref_fsc, h["filtersc"][:n][decided]):
             raise AssertionError("GPU bias filter scores differ from the CPU reference")
     backend.close()
-    return dict(hits=len(ref), n_past=[mine[k] for k in ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")],
+    counters = ref.__getstate__()["pipeline"]
+    return dict(hits=len(ref), n_past=[counters[k] for k in ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")],
                 gpu_bias_scores=int(decided.sum()))
 
 
@@ -365,10 +363,7 @@ def simulator_gpu_process_checks():
         rows = [hits_table(hits) for hits in (result.hits, ref)]
         if rows[0] != rows[1] or result.hmm is not hmm:
             raise AssertionError(f"model {result.index}: tables differ")
-        mine, theirs = result.hits.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
-        for name in ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd"):
-            if mine[name] != theirs[name]:
-                raise AssertionError(f"{name}: {mine[name]} vs pyhmmer {theirs[name]}")
+        assert_same_pipeline(result.hits, ref)
         out.append((result.index, str(hmm.name), len(ref)))
     # the command line: the child started before the database is read, reading the file itself
     import contextlib

@@ -14,7 +14,7 @@ from hmmgpu.backends import CascadeBackend, NumbaBackend
 from hmmgpu.cli import main
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.seqdb import SequenceDB
-from tests.helpers import AMINO, PROTEOME, SAMPLES, hits_table
+from tests.helpers import AMINO, COUNTER_KEYS, PROTEOME, SAMPLES, assert_same_pipeline, hits_table
 
 HMMSEARCH = shutil.which("hmmsearch")
 
@@ -115,9 +115,7 @@ def test_api_hmmsearch_equals_pyhmmer(kind, references, tmp_path):
         assert hits_table(ours, "domains") == hits_table(ref, "domains")
         assert (len(ours), ours.Z, ours.domZ, ours.searched_sequences, ours.searched_residues) == (
             len(ref), ref.Z, ref.domZ, ref.searched_sequences, ref.searched_residues)
-        po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
-        for key in ("nseqs", "nres", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd", "Z_setby"):
-            assert po[key] == pr[key], key
+        assert_same_pipeline(ours, ref)
 
 
 def test_api_hmmer_backend_equals_pyhmmer(references):
@@ -171,9 +169,7 @@ def test_parallel_forward_stage_equals_serial_run(references, cpus):
     for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="numba", cpus=cpus), expected):
         assert len(ours) == len(ref)
         assert hits_table(ours, "domains") == hits_table(ref, "domains")
-        po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
-        for key in ("nseqs", "Z", "domZ", "Z_setby", "domZ_setby", "n_past_vit", "n_past_fwd"):
-            assert po[key] == pr[key], key
+        assert_same_pipeline(ours, ref)
 
 
 @pytest.mark.parametrize("backend", ["hmmer", "numba"])
@@ -190,9 +186,7 @@ def test_single_query_is_split_over_every_thread(references, backend, monkeypatc
             # the pyhmmer route splits every target; the filtered route its few survivors, by cost
             assert pli.stats.tasks >= (8 if backend == "hmmer" else 2)
         assert hits_table(ours, "domains") == hits_table(ref, "domains")
-        po, pr = ours.__getstate__()["pipeline"], ref.__getstate__()["pipeline"]
-        for key in ("nseqs", "Z", "domZ", "n_past_vit", "n_past_fwd"):
-            assert po[key] == pr[key], key
+        assert_same_pipeline(ours, ref)
 
 
 @pytest.mark.parametrize("models,residues,route", [
@@ -316,9 +310,7 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(references):
         for ours, ref in zip(engine.search(hmms), expected):
             assert len(ours.hits) == len(ref)
             assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
-            po, pr = ours.pipeline, ref.__getstate__()["pipeline"]
-            for key in ("nseqs", "nres", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd"):
-                assert po[key] == pr[key], key
+            assert_same_pipeline(ours.pipeline, ref, COUNTER_KEYS)  # the engine's counters
         stats = engine.stats
         assert (stats.pipeline_queries, stats.filtered_queries) == (rerouted, len(hmms) - rerouted), (backend_name, cpus)
         assert stats.forward_seconds > 0 and stats.ready_seconds is not None
@@ -432,9 +424,7 @@ def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path,
     assert len(expected) < len(PyhmmerPipeline(AMINO, Z=1, E=E).search_hmm(hmm, renamed))  # the rule drops some
     assert len(ours) == len(expected)
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
-    po, pr = ours.__getstate__()["pipeline"], expected.__getstate__()["pipeline"]
-    for key in ("nseqs", "nres", "Z", "domZ", "Z_setby", "n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd"):
-        assert po[key] == pr[key], key
+    assert_same_pipeline(ours, expected)
 
 
 def test_hit_positions_in_a_piece_are_found_from_its_header_lines(tmp_path):
