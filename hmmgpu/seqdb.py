@@ -550,13 +550,14 @@ class FastaPieces:
     which HMMER's keep rule needs, is found from its name (:meth:`record_indices`).
     """
 
-    def __init__(self, data, path, piece_bytes: int):
+    def __init__(self, data, path, piece_bytes):
         self.source = os.fspath(path)
         self._data = data
         size = len(data)
         cuts = [0]
-        while cuts[-1] + piece_bytes < size:
-            cut = data.find(b"\n>", cuts[-1] + piece_bytes)
+        while True:
+            step = piece_bytes(size - cuts[-1]) if callable(piece_bytes) else piece_bytes
+            cut = data.find(b"\n>", cuts[-1] + step) if cuts[-1] + step < size else -1
             if cut < 0:
                 break
             cuts.append(cut + 1)
@@ -570,15 +571,15 @@ class FastaPieces:
     def open(cls, path, piece_bytes) -> "FastaPieces | None":
         """The pieces of an ASCII FASTA file (plain or gzip); None for anything else (standard
         input, a made database, other bytes: :func:`open_database` reads those whole).
-        ``piece_bytes``: the bytes per piece, or a function of the text's size (a gzip file's
-        is known once it is read) that gives them."""
+        ``piece_bytes``: the bytes per piece, or a function that gives the next piece's bytes
+        from the bytes of text not yet cut (a gzip file's text size is known once it is read)."""
         path = os.fspath(path)
         if path == "-" or os.path.isdir(path):
             return None
         data = read_bytes(path, "a sequence file")
         if not _is_ascii(data) or not _LEADING_SPACE.match(data).end() < len(data):
             return None
-        return cls(data, path, piece_bytes(len(data)) if callable(piece_bytes) else piece_bytes)
+        return cls(data, path, piece_bytes)
 
     def records_at_most(self, k: int) -> int:
         """An upper bound on the database position + 1 of every target of piece ``k``: the

@@ -455,9 +455,28 @@ def test_a_gzip_file_is_cut_into_pieces_by_its_text_size(tmp_path):
     plain.write_bytes(text)
     packed.write_bytes(gzip.compress(text))
     sizes = []
-    pieces = [FastaPieces.open(p, lambda size: sizes.append(size) or size // 7) for p in (plain, packed)]
-    assert sizes == [len(text)] * 2
+    pieces = [FastaPieces.open(p, lambda left: sizes.append(left) or len(text) // 7) for p in (plain, packed)]
+    assert sizes[0] == len(text) and sizes[:len(sizes) // 2] == sizes[len(sizes) // 2:]
     assert pieces[0].pieces == pieces[1].pieces and len(pieces[0].pieces) == 7
+
+
+def test_a_file_is_cut_into_pieces_that_shrink_towards_its_end(monkeypatch):
+    """Guided self-scheduling: each piece is a share of the text not yet cut (within the size
+    bounds), so the pieces shrink towards the end of the file; every piece starts a record
+    and together they are the whole file."""
+    from hmmgpu import forward_stage
+    from hmmgpu.seqdb import FastaPieces
+
+    monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 4096)
+    db = FastaPieces.open(PROTEOME, lambda left: forward_stage.piece_bytes(left, 2))
+    text = PROTEOME.read_bytes()
+    sizes = [b - a for a, b in db.pieces]
+    assert db.pieces[0][0] == 0 and db.pieces[-1][1] == len(text)
+    assert all(a == b for (_, b), (a, _) in zip(db.pieces, db.pieces[1:]))
+    assert all(text[a:a + 1] == b">" for a, _ in db.pieces)
+    assert sizes[0] >= len(text) // 16 and sizes[0] > 4 * max(sizes[-3:])
+    assert all(size >= 4096 for size in sizes[:-1])
+    assert forward_stage.piece_bytes(1e12, 16) == forward_stage.PIECE_BYTES_MAX
 
 
 def test_a_bad_record_late_in_a_file_searched_piece_by_piece_is_a_one_line_error(tmp_path, capsys):
