@@ -400,8 +400,8 @@ def cmd_warmup(args) -> int:
     start = time.perf_counter()
     compiled, refused = compile_search_imports()
     print(f"hmmgpu: Python bytecode of {len(compiled)} packages and modules up to date "
-          f"({time.perf_counter() - start:.1f}s)" + (f"; cannot write beside {', '.join(refused)}" if refused else ""),
-          flush=True)
+          f"({time.perf_counter() - start:.1f}s)" + (f"; {len(refused)} in directories this user cannot write "
+                                                     f"(the first: {refused[0]})" if refused else ""), flush=True)
     if not cuda_available(args.device):
         raise HmmgpuError(f"warmup: no usable CUDA GPU with id {args.device} (the Python bytecode is written; "
                           "no GPU kernel was compiled)")

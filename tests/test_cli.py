@@ -351,3 +351,9 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
     run = subprocess.run([sys.executable, "-c", "import warm_probe; print(warm_probe.VALUE)"], cwd=tmp_path,
                          env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"), capture_output=True, text=True)
     assert run.stdout.strip() == "42", run.stderr
+    # a package in a directory this user cannot write is named, not written, and not an error
+    writable = os.access
+    monkeypatch.setattr(bytecode.os, "access", lambda path, mode: "warm_probe" not in str(path) and writable(path, mode))
+    assert main(["warmup"]) == 2
+    out = capsys.readouterr().out
+    assert f"1 in directories this user cannot write (the first: {package})" in out
