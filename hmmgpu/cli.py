@@ -308,7 +308,7 @@ def _file_pieces(args, options, lengths):
     if (not lengths or options.cpus == 0 or len(lengths) >= options.threads or args.seqdb == "-"
             or (args.seqformat or "fasta").lower() != "fasta" or not pyhmmer_route(options, len(lengths))):
         return None
-    return FastaPieces.open(args.seqdb, lambda left: piece_bytes(left, options.threads))
+    return FastaPieces.open(args.seqdb, lambda left: piece_bytes(left, max(lengths), options.threads))
 
 
 class _Timeline:

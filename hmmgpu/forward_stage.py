@@ -70,17 +70,23 @@ SPLIT_MIN_CELLS = 1.0e8
 #: done. Measured on the 16-core H200 machine, one Pfam model against 116 M residues, three runs
 #: each against 16 equal pieces per thread: medians 1.52 s against 1.66 s (PF00005), 2.23 s
 #: against 2.46 s (PF07690), level for PF00873 and PF05088 (benchmarks/results/pieces_probe_*).
+#: A piece also holds at least :data:`PIECE_CELLS_MIN` model cells (M x residues), so that a
+#: short model's pieces keep their fixed costs (a temporary file, Easel's reader, a merge)
+#: small; from M = 137 up, :data:`PIECE_BYTES_MIN` is the larger (the measured models).
 PIECE_SHARES = 8
 PIECE_BYTES_MIN = 128 << 10
+PIECE_CELLS_MIN = 1.75e7
 PIECE_BYTES_MAX = 4 << 20
 _ZSETBY_NTARGETS = 0
 
 
-def piece_bytes(left_bytes: float, threads: int) -> int:
-    """The bytes of the next piece of a FASTA file searched on ``threads`` threads, with
-    ``left_bytes`` of its text not yet cut into pieces."""
+def piece_bytes(left_bytes: float, model_length: int, threads: int) -> int:
+    """The bytes of the next piece of a FASTA file searched with a model of ``model_length``
+    on ``threads`` threads, with ``left_bytes`` of its text not yet cut into pieces (a residue
+    being at most a byte)."""
     share = left_bytes / (max(1, threads) * PIECE_SHARES)
-    return int(min(max(share, PIECE_BYTES_MIN), PIECE_BYTES_MAX))
+    least = max(PIECE_BYTES_MIN, PIECE_CELLS_MIN / max(1, model_length))
+    return int(min(max(share, least), PIECE_BYTES_MAX))
 
 
 @dataclass

@@ -468,7 +468,7 @@ def test_a_file_is_cut_into_pieces_that_shrink_towards_its_end(monkeypatch):
     from hmmgpu.seqdb import FastaPieces
 
     monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 4096)
-    db = FastaPieces.open(PROTEOME, lambda left: forward_stage.piece_bytes(left, 2))
+    db = FastaPieces.open(PROTEOME, lambda left: forward_stage.piece_bytes(left, 5000, 2))
     text = PROTEOME.read_bytes()
     sizes = [b - a for a, b in db.pieces]
     assert db.pieces[0][0] == 0 and db.pieces[-1][1] == len(text)
@@ -476,7 +476,11 @@ def test_a_file_is_cut_into_pieces_that_shrink_towards_its_end(monkeypatch):
     assert all(text[a:a + 1] == b">" for a, _ in db.pieces)
     assert sizes[0] >= len(text) // 16 and sizes[0] > 4 * max(sizes[-3:])
     assert all(size >= 4096 for size in sizes[:-1])
-    assert forward_stage.piece_bytes(1e12, 16) == forward_stage.PIECE_BYTES_MAX
+    assert forward_stage.piece_bytes(1e12, 200, 16) == forward_stage.PIECE_BYTES_MAX
+    # a short model's pieces hold at least PIECE_CELLS_MIN cells; from M = 137, PIECE_BYTES_MIN rules
+    assert forward_stage.piece_bytes(0, 20, 16) == int(forward_stage.PIECE_CELLS_MIN / 20)
+    monkeypatch.undo()
+    assert forward_stage.piece_bytes(0, 137, 16) == forward_stage.PIECE_BYTES_MIN
 
 
 def test_a_bad_record_late_in_a_file_searched_piece_by_piece_is_a_one_line_error(tmp_path, capsys):
