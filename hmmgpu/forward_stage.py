@@ -68,11 +68,13 @@ SPLIT_MIN_CELLS = 1.0e8
 #: in file order, so the first are large (fewer per-piece costs) and the last small: a costly
 #: stretch near the end of the file keeps one thread busy for less time after the others are
 #: done. Measured on the 16-core H200 machine, one Pfam model against 116 M residues, three runs
-#: each against 16 equal pieces per thread: medians 1.52 s against 1.66 s (PF00005), 2.23 s
-#: against 2.46 s (PF07690), level for PF00873 and PF05088 (benchmarks/results/pieces_probe_*).
+#: each against 16 equal pieces per thread: medians 1.52 s against 1.66 s (PF00005; level in a
+#: second run), 2.23 s against 2.46 s (PF07690), level for PF00873 and PF05088, and 0.64 s
+#: against 0.99 s for the short PF00096 (M 23; hmmsearch 0.87 s) (benchmarks/results/pieces_probe_*).
 #: A piece also holds at least :data:`PIECE_CELLS_MIN` model cells (M x residues), so that a
 #: short model's pieces keep their fixed costs (a temporary file, Easel's reader, a merge)
-#: small; from M = 137 up, :data:`PIECE_BYTES_MIN` is the larger (the measured models).
+#: small (PF00096: 0.64 s against 0.72 s without); from M = 137 up, :data:`PIECE_BYTES_MIN`
+#: is the larger.
 PIECE_SHARES = 8
 PIECE_BYTES_MIN = 128 << 10
 PIECE_CELLS_MIN = 1.75e7
