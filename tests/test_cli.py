@@ -357,3 +357,26 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
     assert main(["warmup"]) == 2
     out = capsys.readouterr().out
     assert f"1 in directories this user cannot write (the first: {package})" in out
+
+
+@pytest.mark.parametrize("chunk", [7, 100, 4096, 16 << 20])
+def test_model_lengths_are_read_in_chunks(monkeypatch, tmp_path, chunk):
+    """The models' LENG lines are found in chunks of the file (a Pfam-A file is never held
+    whole), whatever line a chunk cuts, plain or gzip; a file that is not HMMER3 text, an
+    empty one and a missing one give None."""
+    import re
+
+    from hmmgpu import cli
+
+    monkeypatch.setattr(cli, "MODEL_LENGTHS_CHUNK", chunk)
+    text = (SAMPLES / "samples.hmm").read_bytes()
+    expected = [int(m) for m in re.findall(rb"\nLENG[ \t]+(\d+)", text)]
+    assert len(expected) == 4
+    packed = tmp_path / "samples.hmm.gz"
+    packed.write_bytes(gzip.compress(text))
+    assert cli._model_lengths(str(SAMPLES / "samples.hmm")) == expected
+    assert cli._model_lengths(str(packed)) == expected
+    for name, content in (("seqs.fa", b">a\nACDE\n"), ("empty.hmm", b"")):
+        (tmp_path / name).write_bytes(content)
+        assert cli._model_lengths(str(tmp_path / name)) is None
+    assert cli._model_lengths(str(tmp_path / "missing.hmm")) is None
