@@ -197,37 +197,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Bytes of an HMM file :func:`_model_lengths` holds at a time (a Pfam-A file is 1.5 GB).
-MODEL_LENGTHS_CHUNK = 16 << 20
-
-
 def _model_lengths(path: str) -> list | None:
-    """The ``LENG`` of every model of a text HMM file (plain or gzip), read in chunks without
-    parsing the models; None when the file is not HMMER3 text (a pressed file, say) or is
-    standard input."""
-    import gzip
+    """The ``LENG`` of every model of a text HMM file (plain or gzip), read in chunks
+    (:func:`~hmmgpu.inputs.byte_chunks`: a Pfam-A file is never held whole) without parsing the
+    models; None when the file is not HMMER3 text (a pressed file, say) or cannot be read
+    (the model reader then says why). Not for standard input."""
     import re
 
+    from .inputs import byte_chunks
+
     leng = re.compile(rb"\nLENG[ \t]+(\d+)")  # 10x faster than a ^ MULTILINE scan
-    lengths, tail = [], b""
+    lengths, tail, checked = [], b"", False
     try:
-        with open(path, "rb") as raw:
-            packed = raw.read(2) == b"\x1f\x8b"
-            raw.seek(0)
-            with (gzip.open(raw) if packed else contextlib.nullcontext(raw)) as fh:
-                first = True
-                while chunk := fh.read(MODEL_LENGTHS_CHUNK):
-                    if first and not chunk.startswith(b"HMMER3"):
-                        return None
-                    first = False
-                    text = tail + chunk
-                    cut = text.rfind(b"\n")  # a line cut by the chunk's end is scanned with the next chunk
-                    cut = 0 if cut < 0 else cut
-                    lengths.extend(int(m) for m in leng.findall(text, 0, cut))
-                    tail = text[cut:]
-                if first:
+        for chunk in byte_chunks(path, "an HMM file"):
+            text = tail + chunk
+            if not checked:
+                if len(text) < len(b"HMMER3"):
+                    tail = text
+                    continue
+                if not text.startswith(b"HMMER3"):
                     return None
-    except (OSError, EOFError, gzip.BadGzipFile):
+                checked = True
+            cut = max(text.rfind(b"\n"), 0)  # a line cut by the chunk's end is scanned with the next chunk
+            lengths.extend(int(m) for m in leng.findall(text, 0, cut))
+            tail = text[cut:]
+    except HmmgpuError:
+        return None
+    if not checked:
         return None
     lengths.extend(int(m) for m in leng.findall(tail))
     return lengths

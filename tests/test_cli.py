@@ -366,9 +366,9 @@ def test_model_lengths_are_read_in_chunks(monkeypatch, tmp_path, chunk):
     empty one and a missing one give None."""
     import re
 
-    from hmmgpu import cli
+    from hmmgpu import cli, inputs
 
-    monkeypatch.setattr(cli, "MODEL_LENGTHS_CHUNK", chunk)
+    monkeypatch.setattr(inputs, "CHUNK", chunk)
     text = (SAMPLES / "samples.hmm").read_bytes()
     expected = [int(m) for m in re.findall(rb"\nLENG[ \t]+(\d+)", text)]
     assert len(expected) == 4
