@@ -119,7 +119,9 @@ def _parsed_in_order(records: Iterator[tuple[int, bytes]], label: str) -> Iterat
     file about 1.5 times faster than one, and at most :data:`READ_AHEAD_PER_THREAD` parsed
     models per thread are ever waiting.
     """
-    threads = max(1, min(MAX_PARSE_THREADS, os.cpu_count() or 1))
+    from .options import usable_cores
+
+    threads = min(MAX_PARSE_THREADS, usable_cores())
     read_ahead = READ_AHEAD_PER_THREAD * threads
     with ThreadPoolExecutor(threads) as pool:
         pending: deque = deque()

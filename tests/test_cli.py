@@ -332,8 +332,9 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
     monkeypatch.setattr(bytecode, "SEARCH_IMPORTS", ("warm_probe", "no_such_package_here"))
     monkeypatch.setattr(backends, "cuda_available", lambda device=0: False)
     monkeypatch.setattr(sys, "pycache_prefix", None)
-    assert str(package) in bytecode.search_import_sources()
-    assert not {"_pytest", "hypothesis"} & {os.path.basename(s) for s in bytecode.search_import_sources()}
+    sources = bytecode.search_import_sources()
+    assert str(package) in sources
+    assert not {"_pytest", "hypothesis"} & {os.path.basename(s) for s in sources}
     code = main(["warmup"])
     out, err = capsys.readouterr()
     assert code == 2
