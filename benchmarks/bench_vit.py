@@ -80,12 +80,11 @@ def _kernel_profile(stage, spec):
     """Registers, local memory (spills) and a DPX/LDS instruction count of one compiled kernel."""
     from hmmgpu.kernels import build
 
-    kernel = build.load(spec, stage.device.lane_binding)
-    sig = next(iter(kernel.overloads))
-    fn = build.cufunc(kernel)
-    prof = dict(registers=int(fn.attrs.regs), local_bytes=int(fn.attrs.local), shared_static=int(fn.attrs.shared))
+    kernel = build.load(spec, stage.device)
+    prof = {name: kernel.attribute(name) for name in ("registers", "local_bytes", "shared_static")}
     try:
-        sass = kernel.inspect_sass(sig)
+        compiled = build.numba_kernel(spec, stage.device.lane_binding)
+        sass = compiled.inspect_sass(next(iter(compiled.overloads)))
         for op in ("VIADDMNMX", "VIMNMX3", "VIMNMX", "VIADD", "LDS", "SHFL", "VOTE", "PRMT", "LDL", "STL"):
             prof[op] = sum(line.split()[1].startswith(op) for line in sass.splitlines()
                            if len(line.split()) > 1 and "/*" in line)

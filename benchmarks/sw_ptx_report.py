@@ -147,8 +147,7 @@ def bounds(loop: dict, regs: int, smem: int, hw=H200) -> dict:
     out = {name: round(scale * hw[name] / count, 1) for name, count in
            (("issue", loop["instructions"]), ("dpx", loop["dpx"]), ("int_pipe", loop["int_pipe"]),
             ("lds", loop["classes"]["LDS"]), ("shfl", loop["classes"]["SHFL"])) if count}
-    fn = SimpleNamespace(attrs=SimpleNamespace(regs=regs, maxthreads=1024))
-    kernel = SimpleNamespace(overloads={0: SimpleNamespace(_codelibrary=SimpleNamespace(get_cufunc=lambda: fn))})
+    kernel = SimpleNamespace(registers=regs, max_threads=1024)
     device = SimpleNamespace(simulator=False, smem_per_sm=hw["smem_per_sm"], sm_count=1)
     blocks, block = tuning.persistent_grid(kernel, device, smem, False)
     out["warps_per_sm"] = blocks * block // 32

@@ -251,7 +251,7 @@ class CudaBackend(FilterBackend):
 
 
 def cuda_available(device: int = 0) -> bool:
-    """A usable CUDA GPU with this id is present (imports numba's CUDA target)."""
+    """A usable CUDA GPU with this id is present (asks the CUDA driver; imports nothing heavy)."""
     try:
         from .kernels import cuda_available as probe
     except ImportError:

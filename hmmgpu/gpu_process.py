@@ -34,11 +34,13 @@ says whether the child has answered (the engine sends models to pyhmmer's route 
 has), and the first call that needs the child (``prepare_for``, a result) waits for it.
 
 The child starts the CUDA driver and creates the device's context in a thread while it
-imports numpy, pyhmmer and numba (plain driver calls, which leave the interpreter's lock
-free: 0.3-0.4 s on the GPU machine, :func:`~hmmgpu.kernels.open_primary_context`). Then it
-loads the kernels for the model lengths of the ``init`` message, reads the database and
-puts it on the device: one after the other, as both are interpreter work (a version doing
-them in two threads measured no faster on the 16-core GPU machine: each waited for the GIL).
+imports numpy and pyhmmer (plain driver calls, which leave the interpreter's lock free:
+0.3-0.4 s on the GPU machine, :func:`~hmmgpu.kernels.open_primary_context`). Then it loads
+the kernels for the model lengths of the ``init`` message, reads the database and puts it on
+the device. The kernels are the cubins numba compiled and :mod:`hmmgpu.kernels.build`
+exported, loaded and launched through the CUDA driver (:mod:`hmmgpu.kernels.driver`): the
+child imports numba only when a kernel it needs was never compiled on this machine. Loading
+numba's CUDA target and its cached kernels took 0.85 s of this start-up before.
 """
 from __future__ import annotations
 
@@ -135,7 +137,8 @@ def _serve(conn: Connection) -> None:
                     startup["kernels"] = time.perf_counter() - clock
                 elif kind == "stats":
                     _drain(conn, pending)
-                    details = dict(backend.details(), startup={k: round(v, 3) for k, v in startup.items()})
+                    details = dict(backend.details(), startup={k: round(v, 3) for k, v in startup.items()},
+                                   numba_imported="numba" in sys.modules)
                     conn.send(("stats", details, backend.gpu_seconds()))
             # ... then finish the oldest model and send its result
             _send_oldest(conn, pending)

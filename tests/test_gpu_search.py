@@ -11,7 +11,7 @@ import pytest
 from hmmgpu.audit import run_audit
 from hmmgpu.cli import main
 from hmmgpu.options import SearchOptions
-from tests.helpers import PROTEOME, SAMPLES, SHARED
+from tests.helpers import PROTEOME, SAMPLES, SHARED, assert_same_pipeline, hits_table
 
 pytestmark = pytest.mark.gpu
 HMMSEARCH = shutil.which("hmmsearch")
@@ -61,6 +61,36 @@ def test_cuda_tables_equal_hmmsearch_real_pfam(tmp_path, model, lanes):
 def test_cuda_audit_zero_disagreements(lanes, capsys):
     assert run_audit(str(SAMPLES / "samples.hmm"), str(PROTEOME), SearchOptions(backend="cuda", lanes=lanes)) is True
     assert "cuda" in capsys.readouterr().out
+
+
+def test_gpu_process_runs_the_exported_kernels_without_numba():
+    """The GPU process loads the cubins numba compiled (exported by ``kernels.build``) and
+    launches them through the CUDA driver: once every kernel is exported it never imports
+    numba, and its searches equal pyhmmer's, counters included."""
+    import pyhmmer
+
+    from hmmgpu.engine import SearchEngine
+    from hmmgpu.gpu_process import CudaProcessBackend
+    from hmmgpu.seqdb import SequenceDB
+
+    with pyhmmer.plan7.HMMFile(SAMPLES / "samples.hmm") as fh:
+        hmms = list(fh)
+    db = SequenceDB.from_fasta(PROTEOME)
+    opts = SearchOptions(backend="cuda", cpus=4)
+    for attempt in ("compiles what is missing", "finds every kernel exported"):
+        backend = CudaProcessBackend(db)
+        try:
+            backend.prepare_for([h.M for h in hmms])
+            results = list(SearchEngine(db, opts, backend).search(hmms))
+            details = backend.details()
+        finally:
+            backend.close()
+    assert details["numba_imported"] is False, details
+    assert details["kernel_ms"]["msv"] > 0
+    for result, hmm in zip(results, hmms):
+        ref = pyhmmer.plan7.Pipeline(hmm.alphabet, **opts.pipeline_kwargs()).search_hmm(hmm, db.block())
+        assert hits_table(result.hits) == hits_table(ref)
+        assert_same_pipeline(result.hits, ref)
 
 
 HMMSCAN, HMMPRESS = shutil.which("hmmscan"), shutil.which("hmmpress")

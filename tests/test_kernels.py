@@ -22,7 +22,8 @@ def test_import_light():
 
 
 class _FakeDriver:
-    """The driver calls ``open_primary_context`` makes, recorded; ``devices`` GPUs present."""
+    """The driver calls ``open_primary_context`` makes, recorded; ``devices`` GPUs present
+    (``cuDeviceGet`` refuses another ordinal, CUDA_ERROR_INVALID_DEVICE)."""
 
     def __init__(self, devices: int):
         self.devices = devices
@@ -31,29 +32,104 @@ class _FakeDriver:
     def __getattr__(self, name):
         def call(*args):
             self.calls.append(name)
-            if name == "cuDeviceGetCount":
-                args[0]._obj.value = self.devices
+            if name == "cuDeviceGet":
+                return 0 if args[1] < self.devices else 101
             return 0
         return call
 
 
 def test_the_gpu_process_opens_the_device_context_with_blocking_sync(monkeypatch):
-    """The GPU process's driver thread: cuInit, the device count, blocking synchronisation
+    """The GPU process's driver thread: cuInit once, the device, blocking synchronisation
     set before the primary context is retained; a device id that is not there is refused
     before any context is made."""
     import hmmgpu.kernels as k
 
     monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
     driver = _FakeDriver(devices=2)
-    monkeypatch.setattr(k, "_libcuda", lambda: driver)
+    monkeypatch.setattr(k.libcuda, "load", lambda: driver)
     assert k.open_primary_context(1) is True
-    assert driver.calls[:2] == ["cuInit", "cuDeviceGetCount"]
-    assert driver.calls.index("cuDevicePrimaryCtxSetFlags_v2") < driver.calls.index("cuDevicePrimaryCtxRetain")
+    assert driver.calls == ["cuInit", "cuDeviceGet", "cuDevicePrimaryCtxSetFlags_v2", "cuDevicePrimaryCtxRetain"]
     driver.calls.clear()
     assert k.open_primary_context(2) is False
     assert "cuDevicePrimaryCtxRetain" not in driver.calls
-    monkeypatch.setattr(k, "_libcuda", lambda: None)
+    monkeypatch.setattr(k.libcuda, "load", lambda: None)
     assert k.open_primary_context(0) is False
+
+
+def test_the_gpu_process_imports_no_numba():
+    """What the GPU process imports to run exported kernels (the launch code of every family,
+    the driver runtime, the cascade) pulls in no numba: its import and kernel registries
+    were most of that process's start-up."""
+    code = ("import sys\n"
+            "import hmmgpu.gpu_process, hmmgpu.backends, hmmgpu.profiles, hmmgpu.seqdb\n"
+            "import hmmgpu.kernels.cascade, hmmgpu.kernels.driver, hmmgpu.kernels.device, hmmgpu.kernels.build\n"
+            "import hmmgpu.kernels.sw.launch\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba'))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_kernel_arguments_follow_numbas_abi():
+    """A one-dimensional array is seven 8-byte parameters (meminfo, parent, count, item size,
+    data, shape, stride), a scalar one of its own size, laid out at natural alignment."""
+    from types import SimpleNamespace
+
+    import pytest
+    from numba.core import types
+
+    from hmmgpu.errors import HmmgpuError
+    from hmmgpu.kernels.driver import argument_kind, argument_values, parameter_layout
+
+    kinds = [argument_kind(t) for t in (types.Array(types.uint32, 1, "A"), types.int32, types.float32,
+                                        types.Array(types.int8, 1, "A"), types.int64)]
+    assert kinds == ["array:uint32", "int32", "float32", "array:int8", "int64"]
+    layout = parameter_layout(kinds)
+    assert layout[:7] == [(8 * i, 8) for i in range(7)]
+    assert layout[7:9] == [(56, 4), (60, 4)]
+    assert layout[9:16] == [(64 + 8 * i, 8) for i in range(7)]
+    assert layout[16] == (120, 8) and len(layout) == 17
+    assert parameter_layout(["int32", "int64"]) == [(0, 4), (8, 8)]
+    array = SimpleNamespace(size=10, dtype=np.dtype(np.uint32), ptr=0x7F0000001000)
+    codes = SimpleNamespace(size=40, dtype=np.dtype(np.int8), ptr=0x7F0000002000)
+    values = argument_values(kinds, [array, np.int32(-3), np.float32(1.5), codes, np.int64(1 << 40)])
+    assert values[:7] == [0, 0, 10, 4, 0x7F0000001000, 10, 4] and values[7:9] == [-3, 1.5]
+    assert values[9:16] == [0, 0, 40, 1, 0x7F0000002000, 40, 1] and values[16] == 1 << 40
+    with pytest.raises(TypeError):  # an array of another element type, as numba's typed kernels refuse
+        argument_values(kinds, [array, np.int32(-3), np.float32(1.5), array, np.int64(1)])
+    with pytest.raises(HmmgpuError):
+        argument_kind(types.Array(types.uint32, 2, "C"))
+    with pytest.raises(TypeError):
+        argument_values(kinds, [array])
+
+
+def test_exported_kernels_are_keyed_by_their_source(tmp_path, monkeypatch):
+    """A kernel counts as compiled for a device when its exported cubin was made from the
+    source text the spec gives now (a changed kernel is compiled again)."""
+    import dataclasses
+    import json
+
+    from hmmgpu.kernels import build
+    from hmmgpu.kernels.bias import BiasSpec
+    from hmmgpu.kernels.device import GpuDevice
+
+    monkeypatch.setenv("HMMGPU_CACHE_DIR", str(tmp_path))
+    device = GpuDevice(id=0, name="test", cc=(9, 0), sm_count=1, smem_per_block_optin=1 << 16,
+                       smem_per_sm=1 << 16, simulator=False)
+    spec = BiasSpec()
+    assert build.missing([spec, spec], device) == [spec]
+    path = build._export_path(spec, device)
+    assert path.name.endswith(".sm90.cubin") and path.parent.parent == tmp_path / "kernels"
+
+    def export(source):
+        header = dict(entry="kernel", kinds=["array:uint32", "int32"], source=source)
+        path.write_bytes(json.dumps(header).encode() + b"\n" + b"\x7fELF cubin")
+
+    export(build._source_digest(spec, device.lane_binding))
+    assert build.missing([spec], device) == []
+    export("0" * 20)
+    assert build.missing([spec], device) == [spec]
+    assert build.missing([spec], dataclasses.replace(device, simulator=True)) == []  # numba's own kernels there
 
 
 def test_stripe_layout_matches_spec():

@@ -2,30 +2,40 @@
 
 A kernel family describes each specialisation with a frozen *spec* object that has a
 ``name`` and a ``source(binding)`` method returning the text of a small Python module with
-one ``@cuda.jit(signature, cache=True)`` function called ``kernel``. :func:`load` writes
-that text to ``<cache>/kernels/<cuda|sim>/<name>.py`` (only when it changed, so numba's
-cache, keyed on the file, stays valid), imports it, and returns the kernel: numba compiles
-it at import for the current device, or loads the cubin it saved the first time.
+one ``@cuda.jit(signature, cache=True)`` function called ``kernel``. numba compiles it: the
+text is written to ``<cache>/kernels/<cuda|sim>/<name>.py`` (only when it changed, so
+numba's own cache, keyed on the file, stays valid) and imported.
+
+On a GPU the compiled kernel is then *exported*: its cubin, entry name and argument kinds go
+to ``<name>.sm<cc>.cubin`` beside the source (one JSON header line, then the cubin), keyed
+by a digest of the source text. :func:`load` runs kernels from these files through the CUDA
+driver (:mod:`hmmgpu.kernels.driver`), so a process that finds every kernel exported never
+imports numba. Under numba's simulator :func:`load` returns numba's own kernel.
 
 The cache lives under ``$HMMGPU_CACHE_DIR`` or ``$XDG_CACHE_HOME/hmmgpu`` (default
-``~/.cache/hmmgpu``). A marker file per kernel and compute capability records that it has
-been compiled, so :func:`compile_ahead` knows what is missing, prints one line while it
-compiles, and compiles the missing kernels in parallel processes (``hmmgpu warmup`` calls
-it for every shape).
+``~/.cache/hmmgpu``). :func:`compile_ahead` finds what is missing for a device, prints one
+line while it compiles, and compiles the missing kernels in parallel processes (``hmmgpu
+warmup`` calls it for every shape).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib.util
+import json
 import os
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
+
+from ..errors import HmmgpuError
+from ..options import usable_cores
 
 #: One import (and compile) of a kernel module at a time, so that every thread gets the same
 #: kernel object (its launch attributes, such as the dynamic shared-memory limit, are set
-#: once), and one first load of a kernel's module into a context (:func:`cufunc`).
+#: once).
 _LOAD_LOCK = threading.Lock()
 
 
@@ -56,24 +66,25 @@ def _write_source(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def load(spec, binding: str):
-    """The compiled kernel of ``spec`` in lane binding ``binding`` (``python``: simulator)."""
+def load(spec, device):
+    """The compiled kernel of ``spec`` for ``device``: numba's own under the simulator; on a GPU
+    a :class:`~hmmgpu.kernels.driver.Kernel` from the exported cubin (compiled and exported
+    here first if missing)."""
     with _LOAD_LOCK:
-        return _load(spec, binding)
+        if device.simulator:
+            return _numba_kernel(spec, "python")
+        return _driver_kernel(spec, device)
 
 
-def cufunc(kernel):
-    """The driver function of a loaded kernel (its registers, limits and handle), its module
-    loaded into the current context on first use. numba-cuda 0.30 loads a module into a
-    context without a lock: two threads asking first for the same kernel both load it and
-    the second fails ("key already in dictionary"), so the first load is taken under
-    :data:`_LOAD_LOCK`."""
+def numba_kernel(spec, binding: str):
+    """numba's kernel of ``spec`` (compiled for numba's current device, or loaded from numba's
+    cache): for tools that inspect its code."""
     with _LOAD_LOCK:
-        return kernel.overloads[next(iter(kernel.overloads))]._codelibrary.get_cufunc()
+        return _numba_kernel(spec, binding)
 
 
 @functools.lru_cache(maxsize=None)
-def _load(spec, binding: str):
+def _numba_kernel(spec, binding: str):
     simulator = binding == "python"
     name = f"{spec.name}_{binding}"
     path = kernel_dir(simulator) / f"{name}.py"
@@ -85,6 +96,54 @@ def _load(spec, binding: str):
     with _scipy_hidden():
         mspec.loader.exec_module(module)
     return module.kernel
+
+
+@functools.lru_cache(maxsize=None)
+def _driver_kernel(spec, device):
+    if _export_header(spec, device) is None:
+        _compile_one((spec, device.lane_binding, device.id, device.cc))
+    header, image = _export_path(spec, device).read_bytes().split(b"\n", 1)
+    header = json.loads(header)
+    return device.runtime.load_kernel(image, header["entry"], header["kinds"])
+
+
+def _source_digest(spec, binding: str) -> str:
+    return hashlib.sha256(spec.source(binding).encode()).hexdigest()[:20]
+
+
+def _export_path(spec, device) -> Path:
+    return kernel_dir(False) / f"{spec.name}_{device.lane_binding}.sm{device.cc[0]}{device.cc[1]}.cubin"
+
+
+def _export_header(spec, device) -> dict | None:
+    """The header of ``spec``'s exported kernel for ``device``, or None where there is none or
+    it was compiled from another source text."""
+    try:
+        with open(_export_path(spec, device), "rb") as f:
+            header = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    return header if header.get("source") == _source_digest(spec, device.lane_binding) else None
+
+
+def _export(spec, binding: str, device) -> None:
+    """Compile (or load from numba's cache) ``spec`` on numba's current device and write its
+    cubin, entry name and argument kinds (one file, replaced atomically)."""
+    from .driver import argument_kind
+
+    compiled = next(iter(_numba_kernel(spec, binding).overloads.values()))
+    library = compiled._codelibrary
+    if library._setup_functions or compiled.cooperative:
+        raise HmmgpuError(f"kernel {spec.name} needs numba's own launch (module set-up or a cooperative grid)")
+    header = dict(entry=compiled.entry_name, kinds=[argument_kind(t) for t in compiled.argument_types],
+                  source=_source_digest(spec, binding))
+    cubin = library.get_cubin(cc=tuple(device.cc))
+    if getattr(cubin, "code_type", "cubin") != "cubin":
+        raise HmmgpuError(f"kernel {spec.name}: numba gave {cubin.code_type}, not a cubin")
+    path = _export_path(spec, device)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(json.dumps(header).encode() + b"\n" + bytes(getattr(cubin, "code", cubin)))  # cuda.core's ObjectCode
+    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
@@ -106,23 +165,19 @@ def _scipy_hidden():
                 del sys.modules[name]
 
 
-def _marker(spec, device) -> Path:
-    return kernel_dir(device.simulator) / f"{spec.name}_{device.lane_binding}.sm{device.cc[0]}{device.cc[1]}.ok"
-
-
 def missing(specs, device) -> list:
-    """The specs not yet compiled for ``device``."""
+    """The specs not yet compiled and exported for ``device``."""
     if device.simulator:
         return []
-    return [s for s in dict.fromkeys(specs) if not _marker(s, device).exists()]
+    return [s for s in dict.fromkeys(specs) if _export_header(s, device) is None]
 
 
 def _compile_one(args):
-    spec, binding, device_id = args
+    spec, binding, device_id, cc = args
     from numba import cuda
 
     with cuda.gpus[device_id]:
-        load(spec, binding)
+        _export(spec, binding, SimpleNamespace(cc=cc, lane_binding=binding))
     return spec.name
 
 
@@ -137,9 +192,8 @@ def compile_ahead(specs, device, processes: int | None = None, notice=None) -> i
     say = notice or (lambda text: print(text, file=sys.stderr, flush=True))
     say(f"hmmgpu: compiling {len(todo)} GPU kernel{'s' * (len(todo) > 1)} for {device.description} "
         f"(once per device; cached in {cache_root()})")
-    binding = device.lane_binding
-    jobs = [(s, binding, device.id) for s in todo]
-    workers = min(len(jobs), processes or os.cpu_count() or 1)
+    jobs = [(s, device.lane_binding, device.id, device.cc) for s in todo]
+    workers = min(len(jobs), processes or usable_cores())
     if workers <= 1:
         for job in jobs:
             _compile_one(job)
@@ -148,6 +202,4 @@ def compile_ahead(specs, device, processes: int | None = None, notice=None) -> i
 
         with mp.get_context("spawn").Pool(workers) as pool:
             pool.map(_compile_one, jobs, chunksize=1)
-    for s in todo:
-        _marker(s, device).touch()
     return len(todo)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import cpu_filters, stats
+from .. import stats
 from ..cascade import CascadeResult, MsvResult, ViterbiResult, run_cascade
 from ..profiles import null_table, tjb_table, xw_move_table
 from . import build
@@ -81,7 +81,7 @@ def load_kernels(device, lanes: str, lengths, notice=None) -> int:
     compiled = build.compile_ahead(specs, device, processes=len(specs), notice=notice)
     with device.activate():
         for spec in specs:
-            build.load(spec, device.lane_binding)
+            build.load(spec, device)
     return compiled
 
 
@@ -163,10 +163,9 @@ class GpuCascade:
     """The filter cascade of any number of models over one resident database."""
 
     def __init__(self, resident, lanes: str = "auto"):
-        from numba import cuda
-
         self.resident = resident
         self.device = resident.device
+        rt = self.device.runtime
         self.msv = MsvKernels(self.device, lanes)
         self.vit = VitKernels(self.device)
         self.lanes = self.msv.lanes
@@ -183,13 +182,13 @@ class GpuCascade:
         self._distinct_lengths = np.unique(resident.lengths)  #: the lengths the kernels ever look up
         n = resident.largest_chunk
         with self.device.activate():
-            self._db_tables = {k: cuda.to_device(v) for k, v in length_tables(max_len).items()}
-            self._db_tables["move_by_length"] = cuda.to_device(xw_move_table(max_len).astype(np.int32))
-            self._db_tables["tjb32"] = cuda.to_device(tjb_table(max_len).astype(np.int32))
+            self._db_tables = {k: rt.to_device(v) for k, v in length_tables(max_len).items()}
+            self._db_tables["move_by_length"] = rt.to_device(xw_move_table(max_len).astype(np.int32))
+            self._db_tables["tjb32"] = rt.to_device(tjb_table(max_len).astype(np.int32))
             self._slots = [self._new_slot(n) for _ in range(SLOTS)] if resident.resident else []
             self._epoch = None
             if not self.device.simulator:
-                self._epoch = cuda.event()
+                self._epoch = rt.event()
                 self._epoch.record()
                 self._epoch.synchronize()
         self._next = 0
@@ -197,30 +196,29 @@ class GpuCascade:
         self._lock = threading.Lock()  #: guards the ring and the time counters (two threads use them)
 
     def _new_slot(self, n: int) -> _Slot:
-        from numba import cuda
-
+        rt = self.device.runtime
         q_max = 64  # the largest Q of the shape tables
         capacity = dict(ssv_table=MSV_NX * row_stride(32, q_max), msv_table=MSV_NX * row_stride(32, q_max),
                         threshold_by_length=self.max_length + 1, scalars=8, odds=2 * VIT_NX, bands=4,
                         emissions=VIT_NX * 32 * q_max, transitions=len(TRANSITION_ROWS) * 32 * q_max,
                         dd_sums=64, overflow_at=VIT_NX)
         table_layout = [(name, dtype, capacity[name]) for name, dtype in _TABLES]
-        tables_host = cuda.pinned_array(_layout_size(table_layout), np.uint8)
-        tables_device = cuda.device_array(tables_host.size, np.uint8)
+        tables_host = rt.pinned_array(_layout_size(table_layout), np.uint8)
+        tables_device = rt.device_array(tables_host.size, np.uint8)
         n = -(-max(n, 1) // 4) * 4
         result_layout = [("counters", np.int32, _N_COUNTERS)] + [(name, dtype, n) for name, dtype in _OUTPUTS]
-        results_device = cuda.device_array(_layout_size(result_layout), np.uint8)
+        results_device = rt.device_array(_layout_size(result_layout), np.uint8)
         results_bytes = _layout_size(result_layout[:-1])  # all but the Viterbi work list
-        results_host = cuda.pinned_array(results_bytes, np.uint8)
+        results_host = rt.pinned_array(results_bytes, np.uint8)
         outputs = _carve(results_device, result_layout)
-        zeros = cuda.pinned_array(_N_COUNTERS, np.int32)
+        zeros = rt.pinned_array(_N_COUNTERS, np.int32)
         zeros[:] = 0
         return _Slot(tables_host=tables_host, tables_device=tables_device,
                      tables=_carve(tables_device, table_layout), tables_staging=_carve(tables_host, table_layout),
                      results_device=results_device, results_host=results_host, results_bytes=results_bytes,
                      counters=outputs.pop("counters"), outputs=outputs,
-                     host=_carve(results_host, result_layout[:-1]), zeros=zeros, stream=cuda.stream(),
-                     events=tuple(cuda.event() for _ in range(5)))
+                     host=_carve(results_host, result_layout[:-1]), zeros=zeros, stream=rt.stream(),
+                     events=tuple(rt.event() for _ in range(5)))
 
     @property
     def gpu_ms(self) -> float:
@@ -243,6 +241,8 @@ class GpuCascade:
     def bias_scores(self, profile, indices) -> np.ndarray:
         """Bias filter scores of ``indices`` (the CPU reference: the GPU computes them inside
         the cascade, where each is checked or recomputed on the host)."""
+        from .. import cpu_filters
+
         return cpu_filters.bias_filter(profile, self.resident.db, indices)
 
     def viterbi(self, profile, indices) -> tuple:
@@ -318,7 +318,7 @@ class GpuCascade:
 
     def _launch_bias(self, chunk, slot, profile, options) -> None:
         if self._bias_kernel is None:
-            self._bias_kernel = build.load(BiasSpec(), self.device.lane_binding)
+            self._bias_kernel = build.load(BiasSpec(), self.device)
         grid = 1 if self.device.simulator else self.device.sm_count * _BIAS_BLOCKS_PER_SM
         block = 32 if self.device.simulator else _BIAS_BLOCK
         t = self._db_tables
@@ -337,8 +337,7 @@ class GpuCascade:
 
     def _finish(self, ticket: Ticket) -> CascadeResult:
         """Wait for a ticket's event and take the host's part of the cascade (module header)."""
-        from numba import cuda
-
+        rt = self.device.runtime
         slot = ticket.slot
         t0 = time.perf_counter()
         slot.events[-1].synchronize()
@@ -382,9 +381,9 @@ class GpuCascade:
         if not self.device.simulator:
             ev = slot.events
             for name, a, b in (("msv", ev[0], ev[1]), ("bias", ev[1], ev[2]), ("viterbi", ev[2], ev[3])):
-                kernel_ms[name] = cuda.event_elapsed_time(a, b)
+                kernel_ms[name] = rt.elapsed_ms(a, b)
                 gpu_s += kernel_ms[name] / 1e3
-            span = (cuda.event_elapsed_time(self._epoch, ev[0]), cuda.event_elapsed_time(self._epoch, ev[3]))
+            span = (rt.elapsed_ms(self._epoch, ev[0]), rt.elapsed_ms(self._epoch, ev[3]))
         seconds = dict(gpu=gpu_s, host=time.perf_counter() - t0)
         with self._lock:  # the slot may be reused from here on
             self._in_flight.remove(ticket)
@@ -478,7 +477,7 @@ class _StageBackend:
         self.use_gpu_msv = use_gpu_msv
 
     def msv(self, profile, thresholds=None):
-        from ..cascade import MsvResult
+        from .. import cpu_filters
 
         if self.use_gpu_msv:
             return MsvResult(*self.gpu.msv_stage.run(profile, thresholds))
@@ -491,7 +490,7 @@ class _StageBackend:
         return MsvResult(idx, status[idx], xj[idx])
 
     def bias(self, profile, indices):
-        return cpu_filters.bias_filter(profile, self.gpu.resident.db, indices)
+        return self.gpu.bias_scores(profile, indices)
 
     def viterbi(self, profile, indices):
         idx = np.asarray(indices, np.int64)

@@ -1,19 +1,35 @@
 """One CUDA device, named by an explicit id, and the facts the kernels and launches need.
 
-Nothing here uses numba's implicit "current device": every launch and allocation happens
-inside :meth:`GpuDevice.activate`, so several devices (one engine each, for example from
-Dask workers) can live in one process.
+Nothing here uses an implicit "current device": every launch and allocation goes through the
+device's :attr:`GpuDevice.runtime`, which makes the device's own context current for its
+driver calls, so several devices (one engine each, for example from Dask workers) can live in
+one process.
 
 A device is opened with blocking synchronisation (``CU_CTX_SCHED_BLOCKING_SYNC`` on its
 primary context): a host thread that waits for the GPU sleeps instead of spinning, since
 the CPU it would burn belongs to pyhmmer's stage, which runs on every core meanwhile.
+On a GPU the device is described and driven through the CUDA driver
+(:mod:`hmmgpu.kernels.driver`); numba is imported only to compile a kernel
+(:mod:`hmmgpu.kernels.build`) or under its simulator.
 """
 from __future__ import annotations
 
-import contextlib
+import functools
 from dataclasses import dataclass
 
 from . import set_blocking_sync, simulator_enabled
+
+
+@functools.lru_cache(maxsize=None)
+def _runtime(device_id: int, simulator: bool):
+    """The one runtime of a device in this process (or the simulator's)."""
+    if simulator:
+        from .simulator import SimulatorRuntime
+
+        return SimulatorRuntime()
+    from .driver import DriverRuntime
+
+    return DriverRuntime(device_id)
 
 
 @dataclass(frozen=True)
@@ -31,20 +47,21 @@ class GpuDevice:
     @classmethod
     def open(cls, device_id: int = 0) -> "GpuDevice":
         """Describe device ``device_id`` (the simulator stands in for every id when it is on)."""
-        from numba import cuda
-
         if simulator_enabled():
             return cls(id=device_id, name="numba CUDA simulator", cc=(9, 0), sm_count=1,
                        smem_per_block_optin=1 << 20, smem_per_sm=1 << 20, simulator=True)
-        set_blocking_sync(device_id)  # before numba makes the primary context current
-        dev = cuda.gpus[device_id]
-        with dev:
-            d = cuda.get_current_device()
-            name = d.name.decode() if isinstance(d.name, bytes) else str(d.name)
-            return cls(id=device_id, name=name, cc=tuple(d.compute_capability),
-                       sm_count=int(d.MULTIPROCESSOR_COUNT),
-                       smem_per_block_optin=int(d.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
-                       smem_per_sm=int(d.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR), simulator=False)
+        set_blocking_sync(device_id)  # before the primary context is made
+        rt = _runtime(int(device_id), False)
+        return cls(id=int(device_id), name=rt.name, cc=(rt.attribute("cc_major"), rt.attribute("cc_minor")),
+                   sm_count=rt.attribute("sm_count"), smem_per_block_optin=rt.attribute("smem_per_block_optin"),
+                   smem_per_sm=rt.attribute("smem_per_sm"), simulator=False)
+
+    @property
+    def runtime(self):
+        """Memory, streams, events and timing on this device: a
+        :class:`~hmmgpu.kernels.driver.DriverRuntime`, or numba's objects under the simulator
+        (:class:`~hmmgpu.kernels.simulator.SimulatorRuntime`)."""
+        return _runtime(self.id, self.simulator)
 
     @property
     def dpx(self) -> bool:
@@ -61,21 +78,10 @@ class GpuDevice:
         """e.g. ``NVIDIA H200 (sm_90)``."""
         return self.name if self.simulator else f"{self.name} (sm_{self.cc[0]}{self.cc[1]})"
 
-    @contextlib.contextmanager
     def activate(self):
-        """Make this device current in the calling thread for the block."""
-        if self.simulator:
-            yield self
-            return
-        from numba import cuda
-
-        with cuda.gpus[self.id]:
-            yield self
+        """Make this device's context current in the calling thread for the block."""
+        return self.runtime.activate()
 
     def free_memory(self) -> int:
-        """Free device memory in bytes (call inside :meth:`activate`)."""
-        if self.simulator:
-            return 1 << 40
-        from numba import cuda
-
-        return int(cuda.current_context().get_memory_info()[0])
+        """Free device memory in bytes."""
+        return self.runtime.free_memory()

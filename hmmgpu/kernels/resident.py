@@ -98,8 +98,7 @@ class ResidentDatabase:
         return len(self._bounds)
 
     def _upload(self, lo: int, hi: int) -> Chunk:
-        from numba import cuda
-
+        rt = self.device.runtime
         lens = self.lengths[lo:hi]
         words = (lens + 3) // 4
         woff = np.zeros(hi - lo, dtype=np.int64)
@@ -107,9 +106,9 @@ class ResidentDatabase:
             np.cumsum(words[:-1], out=woff[1:])
         starts = np.asarray(self.db.offsets, dtype=np.int64)[self.indices[lo:hi]]
         packed = pack_residues(self.db.residues, starts, lens, woff, words.sum() if hi > lo else 0)
-        return Chunk(lo=lo, hi=hi, residues=cuda.to_device(packed.view(np.uint32)),
-                     word_offsets=cuda.to_device(woff if hi > lo else np.zeros(1, np.int64)),
-                     lengths=cuda.to_device(lens.astype(np.int32) if hi > lo else np.zeros(1, np.int32)),
+        return Chunk(lo=lo, hi=hi, residues=rt.to_device(packed.view(np.uint32)),
+                     word_offsets=rt.to_device(woff if hi > lo else np.zeros(1, np.int64)),
+                     lengths=rt.to_device(lens.astype(np.int32) if hi > lo else np.zeros(1, np.int32)),
                      max_length=int(lens[0]) if hi > lo else 0)
 
     def chunks(self):

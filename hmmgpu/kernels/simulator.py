@@ -1,4 +1,8 @@
-"""Warp intrinsics for numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+"""numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): the runtime objects and the warp intrinsics.
+
+:class:`SimulatorRuntime` gives the launch code numba's own arrays, streams and events under
+the names :class:`hmmgpu.kernels.driver.DriverRuntime` gives them on a GPU, so that the same
+code runs in CI.
 
 numba-cuda 0.30.4's simulator lacks ``shfl_*_sync``, ``ballot_sync``, ``any_sync``,
 ``all_sync``, ``syncwarp`` and ``activemask``. This adds them to the simulator's fake
@@ -9,8 +13,46 @@ warp intrinsics (the hmmgpu kernels launch one warp per block under the simulato
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
+
+
+class SimulatorRuntime:
+    """Memory, streams, events and launches under numba's simulator (kernels are numba's own)."""
+
+    def __init__(self):
+        from numba import cuda
+
+        install()
+        self._cuda = cuda
+
+    def activate(self):
+        return contextlib.nullcontext(self)
+
+    @staticmethod
+    def free_memory() -> int:
+        return 1 << 40
+
+    def device_array(self, n: int, dtype):
+        return self._cuda.device_array(int(n), dtype)
+
+    def to_device(self, host):
+        return self._cuda.to_device(host)
+
+    def pinned_array(self, n: int, dtype):
+        return self._cuda.pinned_array(int(n), dtype)
+
+    def stream(self):
+        return self._cuda.stream()
+
+    def event(self):
+        return self._cuda.event()
+
+    @staticmethod
+    def elapsed_ms(start, stop) -> float:
+        """No timing under the simulator."""
+        return 0.0
 
 
 @functools.lru_cache(maxsize=None)

@@ -65,21 +65,16 @@ def table_placement(table_bytes: int, device) -> str:
 def persistent_grid(kernel, device, shared_bytes: int, dynamic: bool) -> tuple:
     """(blocks, threads per block) of a persistent grid that fills every SM.
 
-    Reads the kernel's registers per thread; raises the dynamic shared-memory limit of the
-    kernel when ``dynamic`` (needed above 48 KB).
+    Reads the kernel's registers per thread and thread limit (a
+    :class:`~hmmgpu.kernels.driver.Kernel`); raises its dynamic shared-memory limit when
+    ``dynamic`` (needed above 48 KB).
     """
     if device.simulator:
         return 1, 32
-    from . import build
-
-    fn = build.cufunc(kernel)
-    regs = max(16, int(fn.attrs.regs))
-    max_threads = int(fn.attrs.maxthreads)
+    regs = max(16, int(kernel.registers))
+    max_threads = int(kernel.max_threads)
     if dynamic:
-        from numba.cuda.cudadrv.driver import binding, driver
-
-        attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        driver.cuKernelSetAttribute(attr, shared_bytes, fn.handle, fn.device.id)
+        kernel.allow_dynamic_shared(shared_bytes)
     warps_by_regs = max(1, 65536 // (((regs + 7) // 8 * 8) * 32))
     warps = min(TARGET_WARPS_PER_SM, warps_by_regs)
     if shared_bytes:

@@ -9,10 +9,9 @@ becomes pyopal's ``open + extend / extend``.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from ..options import usable_cores
 from .matrices import ALPHABET, Matrix, code_rows
 
 #: pyopal's alphabet for the matrix rows: ``*`` replaced by ``J`` (absent from the matrices).
@@ -62,7 +61,7 @@ class CpuScanner:
         import pyopal
 
         self.db = db
-        self.threads = int(threads or os.cpu_count() or 1)
+        self.threads = int(threads or usable_cores())
         self.aligner = opal_aligner(matrix, gap_open, gap_extend)
         self.nonempty = np.flatnonzero(np.asarray(db.lengths) > 0)
         text = opal_text(db.residues)

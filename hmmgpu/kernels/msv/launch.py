@@ -88,7 +88,7 @@ class MsvKernels:
     def launch(self, spec: MsvSpec, chunk, stream, *, ssv_table, msv_table, tjb_by_length, threshold_by_length,
                scalars, counters, out_pos, out_status, out_xj, fallback_pos) -> None:
         """Launch ``spec``'s kernel on every position of ``chunk`` (asynchronously on ``stream``)."""
-        kernel = build.load(spec, self.device.lane_binding)
+        kernel = build.load(spec, self.device)
         table_bytes = spec.table_words * 4 if spec.placement != "global" else 0
         dynamic = spec.placement == "dynamic"
         if spec not in self._grids:
@@ -116,11 +116,10 @@ class MsvStage:
         """(database indices, status int8, xJ int32) of the targets passing ``thresholds[L]``
         (all non-empty targets when None), sorted by index; ``force_msv`` runs the J-state MSV
         on every target (no SSV). Fallback targets are finished with the CPU reference."""
-        from numba import cuda
-
         from ... import cpu_filters
         from ...profiles import tjb_table
 
+        rt = self.device.runtime
         byte = profile.byte
         spec = self.kernels.spec(byte.M, "msvw" if force_msv else "ssv")
         if spec is None:
@@ -131,16 +130,16 @@ class MsvStage:
         ssv_t, msv_t = model_tables(byte, spec)
         idx, st, xj, fallback = [], [], [], []
         with self.device.activate():
-            stream = cuda.stream()
-            common = dict(ssv_table=cuda.to_device(ssv_t), msv_table=cuda.to_device(msv_t),
-                          tjb_by_length=cuda.to_device(tjb_table(max(maxL, 1)).astype(np.int32)),
-                          threshold_by_length=cuda.to_device(thr), scalars=cuda.to_device(scalars(byte)))
+            stream = rt.stream()
+            common = dict(ssv_table=rt.to_device(ssv_t), msv_table=rt.to_device(msv_t),
+                          tjb_by_length=rt.to_device(tjb_table(max(maxL, 1)).astype(np.int32)),
+                          threshold_by_length=rt.to_device(thr), scalars=rt.to_device(scalars(byte)))
             for chunk in self.resident.chunks():
                 n = max(chunk.n, 1)
-                out = dict(counters=cuda.to_device(np.zeros(N_COUNTERS, np.int32)),
-                           out_pos=cuda.device_array(n, np.int32), out_status=cuda.device_array(n, np.int8),
-                           out_xj=cuda.device_array(n, np.int32), fallback_pos=cuda.device_array(n, np.int32))
-                start, stop = cuda.event(), cuda.event()
+                out = dict(counters=rt.to_device(np.zeros(N_COUNTERS, np.int32)),
+                           out_pos=rt.device_array(n, np.int32), out_status=rt.device_array(n, np.int8),
+                           out_xj=rt.device_array(n, np.int32), fallback_pos=rt.device_array(n, np.int32))
+                start, stop = rt.event(), rt.event()
                 start.record(stream)
                 self.kernels.launch(spec, chunk, stream, **common, **out)
                 stop.record(stream)
@@ -153,7 +152,7 @@ class MsvStage:
                 xj.append(out["out_xj"].copy_to_host()[:k])
                 fallback.append(pos[out["fallback_pos"].copy_to_host()[:f]])
                 self.last = dict(spec=spec, noresult=int(counts[Counter.NORESULT]), fallback=f,
-                                 kernel_ms=(0.0 if self.device.simulator else cuda.event_elapsed_time(start, stop)))
+                                 kernel_ms=rt.elapsed_ms(start, stop))
         idx = np.concatenate(idx).astype(np.int64)
         st = np.concatenate(st).astype(np.int8)
         xj = np.concatenate(xj).astype(np.int32)

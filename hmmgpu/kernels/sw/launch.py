@@ -57,9 +57,8 @@ class GpuScanner:
                  shape: tuple | None = None, limit: int | None = None):
         """``shape`` forces one (G, Q) for every query and ``limit`` a lower saturation limit
         (both for tests: tiling and the rescoring path on small inputs)."""
-        from numba import cuda
-
         self.device = GpuDevice.open(device)
+        rt = self.device.runtime
         self.db = db
         self.matrix = matrix
         self.gap_open, self.gap_extend = int(gap_open), int(gap_extend)
@@ -72,13 +71,13 @@ class GpuScanner:
         with self.device.activate():
             self.resident = ResidentDatabase(db, self.device, max_bytes=max_bytes)
             n = self.resident.largest_chunk
-            self.stream = cuda.stream()
-            self.counters = cuda.to_device(np.zeros(N_COUNTERS, np.int32))  # the kernel leaves them at zero
-            self.scores = cuda.device_array(n, np.int32)
-            self.host_scores = cuda.pinned_array(n, np.int32)
-            self.events = cuda.event(), cuda.event()
-            self.boundary = [cuda.device_array(2, np.uint32) for _ in range(2)]  # grown for tiled queries
-            self.profiles = cuda.device_array(1, np.uint32)  # grown for the queries of a call
+            self.stream = rt.stream()
+            self.counters = rt.to_device(np.zeros(N_COUNTERS, np.int32))  # the kernel leaves them at zero
+            self.scores = rt.device_array(n, np.int32)
+            self.host_scores = rt.pinned_array(n, np.int32)
+            self.events = rt.event(), rt.event()
+            self.boundary = [rt.device_array(2, np.uint32) for _ in range(2)]  # grown for tiled queries
+            self.profiles = rt.device_array(1, np.uint32)  # grown for the queries of a call
         self._grids = {}
         self._lock = threading.Lock()
         self.last: dict = {}
@@ -88,7 +87,7 @@ class GpuScanner:
         return self.device.description
 
     def _launch(self, spec, chunk, scores, **args) -> None:
-        kernel = build.load(spec, self.device.lane_binding)
+        kernel = build.load(spec, self.device)
         if spec not in self._grids:
             self._grids[spec] = tuning.persistent_grid(kernel, self.device, spec.table_words * 4, False)
         grid, block = self._grids[spec]
@@ -99,29 +98,26 @@ class GpuScanner:
     def _boundary(self, chunk) -> list:
         """The two boundary-column arrays (one tile writes, the next reads), large enough for
         ``chunk``: H and F of every row of every target pair, two words per residue slot."""
-        from numba import cuda
-
+        rt = self.device.runtime
         need = 8 * chunk.residues.size
         if self.boundary[0].size < need:
-            self.boundary = [cuda.device_array(need, np.uint32) for _ in range(2)]
+            self.boundary = [rt.device_array(need, np.uint32) for _ in range(2)]
         return self.boundary
 
     def _profiles(self, profiles) -> list:
         """The queries' profiles on the device: one copy into the scanner's buffer, a view each."""
-        from numba import cuda
-
+        rt = self.device.runtime
         if not profiles:
             return []
         ends = np.cumsum([p.size for p in profiles])
         if self.profiles.size < ends[-1]:
-            self.profiles = cuda.device_array(int(ends[-1]), np.uint32)
+            self.profiles = rt.device_array(int(ends[-1]), np.uint32)
         self.profiles[:ends[-1]].copy_to_device(np.concatenate(profiles), stream=self.stream)
         return [self.profiles[e - p.size:e] for p, e in zip(profiles, ends.tolist())]
 
     def scores_many(self, queries) -> list:
         """Every target's exact score (int32 by database index) for each query (Easel codes)."""
-        from numba import cuda
-
+        rt = self.device.runtime
         out = [np.zeros(self.db.n, np.int32) for _ in queries]
         plans = []
         for q in queries:
@@ -147,7 +143,7 @@ class GpuScanner:
                     scores.copy_to_host(host, stream=stream)
                     stream.synchronize()
                     if not self.device.simulator:
-                        kernel_ms += cuda.event_elapsed_time(start, stop)
+                        kernel_ms += rt.elapsed_ms(start, stop)
                     out[qi][self.resident.indices[chunk.lo:chunk.hi]] = host[:n]
         saturated = 0
         for qi, q in enumerate(queries):

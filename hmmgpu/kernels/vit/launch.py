@@ -130,7 +130,7 @@ class VitKernels:
     def launch(self, spec: VitSpec, chunk, stream, *, items, n_items_at, n_items_slot, counters, tables: VitTables,
                device_tables: dict, move_by_length, out_status, out_xc) -> None:
         """Launch the kernel on the work list ``items[:n_items_at[n_items_slot]]`` (asynchronous)."""
-        kernel = build.load(spec, self.device.lane_binding)
+        kernel = build.load(spec, self.device)
         shared = spec.shared_words * 4
         dynamic = spec.shared == "dynamic"
         if spec not in self._grids:
@@ -157,10 +157,9 @@ class VitStage:
         """(status int8, C int32) of each target in ``indices`` (database indices), as
         ``p7_ViterbiFilter``: status OK or RANGE; uncertain targets and models the kernel
         cannot take exactly are finished with the CPU reference."""
-        from numba import cuda
-
         from ... import cpu_filters
 
+        rt = self.device.runtime
         idx = np.asarray(indices, np.int64)
         word = profile.word
         spec = self.kernels.spec(word.M)
@@ -180,20 +179,20 @@ class VitStage:
             raise ValueError("the Viterbi filter was asked for zero-length targets")
         kernel_ms = 0.0
         with self.device.activate():
-            stream = cuda.stream()
-            dev = dict(emissions=cuda.to_device(t.emissions), transitions=cuda.to_device(t.transitions),
-                       dd_sums=cuda.to_device(t.dd_sums), overflow_at=cuda.to_device(t.overflow_at))
-            move = cuda.to_device(xw_move_table(max(self.resident.max_length, 1)).astype(np.int32))
+            stream = rt.stream()
+            dev = dict(emissions=rt.to_device(t.emissions), transitions=rt.to_device(t.transitions),
+                       dd_sums=rt.to_device(t.dd_sums), overflow_at=rt.to_device(t.overflow_at))
+            move = rt.to_device(xw_move_table(max(self.resident.max_length, 1)).astype(np.int32))
             for chunk in self.resident.chunks():
                 sel = np.flatnonzero((pos >= chunk.lo) & (pos < chunk.hi))
                 if not sel.size:
                     continue
-                items = cuda.to_device((pos[sel] - chunk.lo).astype(np.int32))
-                counts = cuda.to_device(np.array([sel.size, 0], np.int32))
-                counters = cuda.to_device(np.zeros(len(Counter), np.int32))
-                out_status = cuda.device_array(sel.size, np.int8)
-                out_xc = cuda.device_array(sel.size, np.int32)
-                start, stop = cuda.event(), cuda.event()
+                items = rt.to_device((pos[sel] - chunk.lo).astype(np.int32))
+                counts = rt.to_device(np.array([sel.size, 0], np.int32))
+                counters = rt.to_device(np.zeros(len(Counter), np.int32))
+                out_status = rt.device_array(sel.size, np.int8)
+                out_xc = rt.device_array(sel.size, np.int32)
+                start, stop = rt.event(), rt.event()
                 start.record(stream)
                 self.kernels.launch(spec, chunk, stream, items=items, n_items_at=counts, n_items_slot=0,
                                     counters=counters, tables=t, device_tables=dev, move_by_length=move,
@@ -201,7 +200,7 @@ class VitStage:
                 stop.record(stream)
                 stop.synchronize()
                 if not self.device.simulator:
-                    kernel_ms += cuda.event_elapsed_time(start, stop)
+                    kernel_ms += rt.elapsed_ms(start, stop)
                 status[sel] = out_status.copy_to_host()
                 xc[sel] = out_xc.copy_to_host()
         uncertain = np.flatnonzero(status == STATUS_UNCERTAIN)
