@@ -2,8 +2,8 @@
 
 Why
 ---
-Every search imports numpy and pyhmmer, and its GPU process numba as well. Python runs a
-module from its cached bytecode (``__pycache__``, which pip writes at install time and
+Every search imports numpy and pyhmmer, and a process that compiles kernels numba as well.
+Python runs a module from its cached bytecode (``__pycache__``, which pip writes at install time and
 Python itself at first import) or else compiles the source first. An environment that sets
 ``PYTHONDONTWRITEBYTECODE`` and whose packages were installed without bytecode (uv, for
 one, installs without it by default) compiles them again in every process: measured on the
@@ -28,7 +28,8 @@ import os
 import subprocess
 import sys
 
-#: What a search imports: the command line and engine, pyhmmer's route, and the GPU process.
+#: What a search imports: the command line and engine, pyhmmer's route, the GPU process, and
+#: numba's CUDA target for the kernels a first search compiles.
 SEARCH_IMPORTS = ("hmmgpu.cli", "hmmgpu.engine", "hmmgpu.forward_stage", "hmmgpu.seqdb", "hmmgpu.output",
                   "hmmgpu.report", "pyhmmer", "numpy", "hmmgpu.gpu_process", "hmmgpu.kernels.cascade", "numba.cuda")
 

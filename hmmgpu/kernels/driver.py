@@ -196,38 +196,38 @@ class DeviceArray:
         return host
 
 
-class Stream:
-    """A CUDA stream (synchronising with the legacy default stream, as numba's)."""
+class _Handle:
+    """A driver object (``handle``) made in ``context`` and destroyed when it goes: the
+    subclass names its create, destroy and synchronise functions."""
+
+    _create = _destroy = _synchronize = ""
 
     def __init__(self, context):
         self.context = context
         self.handle = ctypes.c_void_p()
         with current(context):
-            call("cuStreamCreate", ctypes.byref(self.handle), 0)
-        weakref.finalize(self, _free, "cuStreamDestroy_v2", context, self.handle).atexit = False
+            call(self._create, ctypes.byref(self.handle), 0)
+        weakref.finalize(self, _free, self._destroy, context, self.handle).atexit = False
 
     def synchronize(self) -> None:
         with current(self.context):
-            call("cuStreamSynchronize", self.handle)
+            call(self._synchronize, self.handle)
 
 
-class Event:
+class Stream(_Handle):
+    """A CUDA stream (synchronising with the legacy default stream, as numba's)."""
+
+    _create, _destroy, _synchronize = "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize"
+
+
+class Event(_Handle):
     """A CUDA event with timing."""
 
-    def __init__(self, context):
-        self.context = context
-        self.handle = ctypes.c_void_p()
-        with current(context):
-            call("cuEventCreate", ctypes.byref(self.handle), 0)
-        weakref.finalize(self, _free, "cuEventDestroy_v2", context, self.handle).atexit = False
+    _create, _destroy, _synchronize = "cuEventCreate", "cuEventDestroy_v2", "cuEventSynchronize"
 
     def record(self, stream=None) -> None:
         with current(self.context):
             call("cuEventRecord", self.handle, stream.handle if stream else None)
-
-    def synchronize(self) -> None:
-        with current(self.context):
-            call("cuEventSynchronize", self.handle)
 
 
 class Kernel:

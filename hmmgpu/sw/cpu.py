@@ -9,6 +9,8 @@ becomes pyopal's ``open + extend / extend``.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..options import usable_cores
@@ -18,6 +20,7 @@ from .matrices import ALPHABET, Matrix, code_rows
 OPAL_ALPHABET = ALPHABET.replace("*", "J")
 
 
+@functools.lru_cache(maxsize=None)
 def _code_letters() -> bytes:
     """Translation table: Easel code -> pyopal letter (256 entries, for bytes.translate)."""
     table = bytearray(256)
@@ -26,12 +29,9 @@ def _code_letters() -> bytes:
     return bytes(table)
 
 
-_TABLE = _code_letters()
-
-
 def opal_text(codes: np.ndarray) -> bytes:
     """Easel codes as pyopal letters."""
-    return np.ascontiguousarray(codes, dtype=np.uint8).tobytes().translate(_TABLE)
+    return np.ascontiguousarray(codes, dtype=np.uint8).tobytes().translate(_code_letters())
 
 
 def opal_aligner(matrix: Matrix, gap_open: int, gap_extend: int):
