@@ -150,7 +150,8 @@ def _export(spec, binding: str, device) -> None:
 def _scipy_hidden():
     """numba-cuda sets its CUDA target up at the first kernel compiled or loaded from its cache,
     and there probes for a BLAS by importing ``scipy.linalg`` (``numba.cuda.np.arraymath``):
-    0.45 s of a GPU process's start-up on the GPU machine, where scipy is installed, for
+    0.45 s on the GPU machine, where scipy is installed, in every process that compiles (or,
+    as the GPU process did before kernels ran through the driver, loads) a kernel, for
     linear algebra no hmmgpu kernel uses. While a kernel module runs, scipy and its
     ``linalg``, where not yet imported, are hidden, so the probe fails at once (numba then
     leaves its BLAS functions out); other modules may have imported scipy itself already."""
