@@ -34,10 +34,10 @@ says whether the child has answered (the engine sends models to pyhmmer's route 
 has), and the first call that needs the child (``prepare_for``, a result) waits for it.
 
 The child starts the CUDA driver and creates the device's context in a thread while it
-imports numpy and pyhmmer (plain driver calls, which leave the interpreter's lock free:
-0.3-0.4 s on the GPU machine, :func:`~hmmgpu.kernels.open_primary_context`). Then it loads
-the kernels for the model lengths of the ``init`` message, reads the database and puts it on
-the device. The kernels are the cubins numba compiled and :mod:`hmmgpu.kernels.build`
+imports numpy and pyhmmer and reads the database (plain driver calls, which leave the
+interpreter's lock free: 0.3-0.4 s on the GPU machine,
+:func:`~hmmgpu.kernels.open_primary_context`). Then it loads the kernels for the model
+lengths of the ``init`` message and puts the database on the device. The kernels are the cubins numba compiled and :mod:`hmmgpu.kernels.build`
 exported, loaded and launched through the CUDA driver (:mod:`hmmgpu.kernels.driver`): the
 child imports numba only when a kernel it needs was never compiled on this machine. Loading
 numba's CUDA target and its cached kernels took 0.85 s of this start-up before.
@@ -78,7 +78,7 @@ def _serve(conn: Connection) -> None:
 
         startup = {}
         clock = time.perf_counter()
-        with ThreadPoolExecutor(1) as driver_thread:  # the driver's start-up beside the imports
+        with ThreadPoolExecutor(1) as driver_thread:  # the driver's start-up beside the imports and the read
             driver = driver_thread.submit(open_primary_context, device)
             import pyhmmer.plan7 as p7
             from pyhmmer.easel import Alphabet
@@ -90,6 +90,8 @@ def _serve(conn: Connection) -> None:
             from .seqdb import open_database
 
             startup["imports"], clock = time.perf_counter() - clock, time.perf_counter()
+            db = open_database(path, fmt, arrays=True)  # the numpy reader: the arrays to upload
+            startup["database"], clock = time.perf_counter() - clock, time.perf_counter()
             if not driver.result():
                 raise HmmgpuError(f"{NO_DEVICE} {device}")
         startup["driver_wait"], clock = time.perf_counter() - clock, time.perf_counter()
@@ -97,8 +99,6 @@ def _serve(conn: Connection) -> None:
         if lengths:  # the kernels the models need, without waiting for the parent to ask
             load_kernels(opened, lanes, lengths)
         startup["device_and_kernels"], clock = time.perf_counter() - clock, time.perf_counter()
-        db = open_database(path, fmt, arrays=True)  # the numpy reader: the arrays to upload
-        startup["database"], clock = time.perf_counter() - clock, time.perf_counter()
         backend = CudaBackend(db, lanes=lanes, device=device, max_bytes=max_bytes)
         startup["resident"] = time.perf_counter() - clock
         background = p7.Background(Alphabet.amino())

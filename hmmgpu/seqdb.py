@@ -26,6 +26,7 @@ pyhmmer 0.12.3 runs it, rules worked out byte by byte against ``pyhmmer.easel.Se
   ``.`` and ``_`` to the gap, ``*`` and ``~`` to their codes, space, tab, ``\\r`` and ``\\n`` are
   skipped; every other byte, ``-`` and digits included, is an error.
 """
+import functools
 import hashlib
 import io
 import json
@@ -69,7 +70,9 @@ def _reader_threads() -> int:
     return min(_READ_THREADS, usable_cores())
 
 
-def _residue_table():
+@functools.lru_cache(maxsize=None)
+def _residue_bytes() -> bytes:
+    """The byte -> Easel code table of the numpy reader, for ``bytes.translate``."""
     table = np.full(256, _BAD, dtype=np.uint8)
     for code, symbol in enumerate(AMINO_SYMBOLS):
         if symbol.isalpha():
@@ -78,10 +81,9 @@ def _residue_table():
     table[ord("~")] = AMINO_SYMBOLS.index("~")
     table[[ord("."), ord("_")]] = AMINO_SYMBOLS.index("-")
     table[[ord(" "), ord("\t"), ord("\r"), ord("\n")]] = _SKIP
-    return table
+    return table.tobytes()
 
 
-_RESIDUE_BYTES = _residue_table().tobytes()   # for bytes.translate
 _LEADING_SPACE = re.compile(rb"[ \t\n\v\f\r]*")
 _NUCLEOTIDE_CODES = [AMINO_SYMBOLS.index(c) for c in "ACGTUN"]
 
@@ -184,7 +186,7 @@ def _digitize(data, buf: np.ndarray, lo: int, hi: int, label: str) -> dict:
     name_lo, name_hi, desc_lo, desc_hi, nameless = _split_headers(headers, header_off[:-1], header_off[1:])
 
     seq_hi = np.append(starts[1:], hi)
-    codes = np.frombuffer(_join(data, hend, seq_hi).translate(_RESIDUE_BYTES), dtype=np.uint8)
+    codes = np.frombuffer(_join(data, hend, seq_hi).translate(_residue_bytes()), dtype=np.uint8)
     region_off = _offsets(seq_hi - hend)
     skipped = np.flatnonzero(codes == _SKIP)
     lengths = np.diff(region_off) - np.diff(np.searchsorted(skipped, region_off))
