@@ -556,9 +556,10 @@ class FastaPieces:
         self.source = os.fspath(path)
         self._data = data
         size = len(data)
+        next_bytes = piece_bytes if callable(piece_bytes) else (lambda left: piece_bytes)
         cuts = [0]
         while True:
-            step = piece_bytes(size - cuts[-1]) if callable(piece_bytes) else piece_bytes
+            step = next_bytes(size - cuts[-1])
             cut = data.find(b"\n>", cuts[-1] + step) if cuts[-1] + step < size else -1
             if cut < 0:
                 break

@@ -19,7 +19,7 @@ import os
 
 from . import libcuda
 
-__all__ = ["cuda_available", "cuda_driver_present", "open_primary_context", "simulator_enabled",
+__all__ = ["cuda_available", "cuda_driver_present", "open_primary_context", "primary_context", "simulator_enabled",
            "device_description"]
 
 #: ``CU_CTX_SCHED_BLOCKING_SYNC``: a thread that waits on an event or a stream sleeps.
@@ -79,6 +79,17 @@ def set_blocking_sync(device: int):
     return dev
 
 
+def primary_context(device: int):
+    """Start the driver and retain the primary context of ``device``, with blocking
+    synchronisation set first: (the device's handle, the context's handle), or None where
+    the driver or the device is not there."""
+    dev = set_blocking_sync(device)
+    context = ctypes.c_void_p()
+    if dev is None or libcuda.load().cuDevicePrimaryCtxRetain(ctypes.byref(context), dev) != 0:
+        return None
+    return dev, context
+
+
 def open_primary_context(device: int = 0) -> bool:
     """Start the driver and make the primary context of ``device`` (the one every kernel
     launch then uses), with blocking synchronisation; False where there is no such device.
@@ -88,11 +99,7 @@ def open_primary_context(device: int = 0) -> bool:
     driver's start-up and the context's creation take 0.3-0.4 s on the GPU machine. The
     context stays retained for the life of the process.
     """
-    if _simulator_requested():
-        return True
-    dev = set_blocking_sync(device)
-    context = ctypes.c_void_p()
-    return dev is not None and libcuda.load().cuDevicePrimaryCtxRetain(ctypes.byref(context), dev) == 0
+    return _simulator_requested() or primary_context(device) is not None
 
 
 def device_description(device: int = 0) -> str:

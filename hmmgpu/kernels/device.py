@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from . import set_blocking_sync, simulator_enabled
+from . import simulator_enabled
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,8 +50,7 @@ class GpuDevice:
         if simulator_enabled():
             return cls(id=device_id, name="numba CUDA simulator", cc=(9, 0), sm_count=1,
                        smem_per_block_optin=1 << 20, smem_per_sm=1 << 20, simulator=True)
-        set_blocking_sync(device_id)  # before the primary context is made
-        rt = _runtime(int(device_id), False)
+        rt = _runtime(int(device_id), False)  # the primary context, blocking synchronisation set first
         return cls(id=int(device_id), name=rt.name, cc=(rt.attribute("cc_major"), rt.attribute("cc_minor")),
                    sm_count=rt.attribute("sm_count"), smem_per_block_optin=rt.attribute("smem_per_block_optin"),
                    smem_per_sm=rt.attribute("smem_per_sm"), simulator=False)

@@ -39,7 +39,7 @@ import weakref
 import numpy as np
 
 from ..errors import HmmgpuError
-from . import libcuda
+from . import libcuda, primary_context
 from .libcuda import call
 
 #: ``CUdevice_attribute`` values read by :meth:`DriverRuntime.attribute`.
@@ -145,10 +145,6 @@ class DeviceArray:
         self.size = size
         self.dtype = np.dtype(dtype)
         self._memory = memory  #: keeps the allocation alive
-
-    @property
-    def shape(self) -> tuple:
-        return (self.size,)
 
     @property
     def nbytes(self) -> int:
@@ -273,7 +269,9 @@ class Kernel:
         call("cuFuncSetAttribute", self.function, FUNCTION_ATTRIBUTES["max_dynamic_shared"], int(nbytes))
 
     def __getitem__(self, config) -> functools.partial:
-        grid, block, stream, shared = (*config, None, 0)[:4] if len(config) == 2 else (*config, 0)[:4]
+        grid, block, *rest = config  # numba's [grid, block], [grid, block, stream] or with shared bytes
+        stream = rest[0] if rest else None
+        shared = rest[1] if len(rest) > 1 else 0
         return functools.partial(self.launch, int(grid), int(block), stream, int(shared))
 
     def launch(self, grid: int, block: int, stream, shared: int, *args) -> None:
@@ -290,13 +288,10 @@ class DriverRuntime:
     """Memory, streams, events and kernels on one device's primary context."""
 
     def __init__(self, device_id: int):
-        call("cuInit", 0)
-        self.device_id = int(device_id)
-        self._device = ctypes.c_int()
-        if libcuda.load().cuDeviceGet(ctypes.byref(self._device), self.device_id) != 0:
-            raise HmmgpuError(f"no usable CUDA GPU with id {self.device_id}")
-        self.context = ctypes.c_void_p()
-        call("cuDevicePrimaryCtxRetain", ctypes.byref(self.context), self._device)
+        opened = primary_context(int(device_id))
+        if opened is None:
+            raise HmmgpuError(f"no usable CUDA GPU with id {device_id}")
+        self._device, self.context = opened
 
     # ------------------------------------------------------------ the device
     def attribute(self, name: str) -> int:

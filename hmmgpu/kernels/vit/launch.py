@@ -199,8 +199,7 @@ class VitStage:
                                     out_status=out_status, out_xc=out_xc)
                 stop.record(stream)
                 stop.synchronize()
-                if not self.device.simulator:
-                    kernel_ms += rt.elapsed_ms(start, stop)
+                kernel_ms += rt.elapsed_ms(start, stop)
                 status[sel] = out_status.copy_to_host()
                 xc[sel] = out_xc.copy_to_host()
         uncertain = np.flatnonzero(status == STATUS_UNCERTAIN)
