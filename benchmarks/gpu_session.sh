@@ -125,8 +125,8 @@ EOF
     hostprofile)
       log host CPU per model, each stage alone
       unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
-      timeout 400 python3 benchmarks/host_profile.py /tmp/pfam600.hmm "$DATA/seqs/public_proteins.fa.gz" \
-          --forward-models ${HOSTPROFILE_FORWARD:-100} 2>&1 | cut -c1-150 ;;
+      timeout 400 python3 benchmarks/host_profile.py /tmp/pfam600.hmm "${HOSTPROFILE_SEQS:-$DATA/seqs/public_proteins.fa.gz}" \
+          2>&1 | cut -c1-150 ;;
     startup)
       log start-up: the interpreter, imports, and the GPU process\'s steps for 600 models, twice
       unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm

@@ -1,18 +1,22 @@
-"""Where the host's CPU time goes per model, each stage alone in one thread (no GIL contention).
+"""Where the GPU process's CPU time goes per model (the work :mod:`hmmgpu.gpu_process` does).
 
-    python3 benchmarks/host_profile.py HMMFILE SEQS [--backend cuda] [--forward-models 100]
+    python3 benchmarks/host_profile.py HMMFILE SEQS [--lanes auto] [--top 25]
 
-Runs, one after another and each under cProfile: the engine's *prepare* of every model,
-the filter cascade of every model (*submit* eight ahead, then *finish* in order, as the
-engine does), and pyhmmer's stage on the survivors of the first ``--forward-models``
-models, cut into the engine's tasks (*forward*). Prints each stage's time per model and its
-top functions. What it shows is the interpreter-bound work each stage puts on the one
-lock the engine's threads share.
+Runs, in this process and one thread, the GPU process's loop for every model of HMMFILE
+over SEQS, each step under cProfile and timed apart: unpickling the model as it arrives,
+configuring pyhmmer's profile and building hmmgpu's tables from it (*profile*), queuing the
+cascade on the GPU, up to the cascade's ring of slots ahead (*submit*), waiting for and
+finishing a model's result on the host (*finish*) and pickling the result for the parent
+(*reply*). Prints the time of each step per model and the functions that take it. With a
+small database the kernels take well under a millisecond per model, so these steps are what
+sets the pace of a many-model search.
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
+import collections
+import pickle
 import pstats
 import time
 
@@ -21,63 +25,64 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("hmmfile")
     ap.add_argument("seqs")
-    ap.add_argument("--backend", default="cuda")
-    ap.add_argument("--forward-models", type=int, default=100)
+    ap.add_argument("--lanes", default="auto")
     ap.add_argument("--top", type=int, default=25)
     opts = ap.parse_args()
 
-    from hmmgpu.backends import select_backend
-    from hmmgpu.engine import SearchEngine
+    import pyhmmer.plan7 as p7
+    from pyhmmer.easel import Alphabet
+
+    from hmmgpu.backends import CudaBackend
     from hmmgpu.hmmfile import read_models
+    from hmmgpu.kernels.cascade import SLOTS
     from hmmgpu.options import SearchOptions
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.profiles import ModelProfile
+    from hmmgpu.seqdb import open_database
 
-    db = SequenceDB.from_fasta(opts.seqs)
-    options = SearchOptions(backend=opts.backend, cpus=1)
-    backend = select_backend(options, db)
-    models = list(read_models(opts.hmmfile))
-    backend.prepare_for([m.hmm.M for m in models])
-    engine = SearchEngine(db, options, backend)
+    db = open_database(opts.seqs, None, arrays=True)
+    models = [pickle.dumps((m.hmm, m.mmu)) for m in read_models(opts.hmmfile)]
+    backend = CudaBackend(db, lanes=opts.lanes)
+    backend.prepare_for([pickle.loads(m)[0].M for m in models])
+    options = SearchOptions()
+    background = p7.Background(Alphabet.amino())
+    profilers = {name: cProfile.Profile() for name in ("profile", "submit", "finish", "reply")}
+    seconds = collections.Counter()
 
-    def stage(name, fn):
-        prof = cProfile.Profile()
+    def step(name, fn, *args):
         t0 = time.perf_counter()
-        prof.enable()
-        value = fn()
-        prof.disable()
-        seconds = time.perf_counter() - t0
-        print(f"== {name}: {seconds:.2f} s", flush=True)
+        profilers[name].enable()
+        value = fn(*args)
+        profilers[name].disable()
+        seconds[name] += time.perf_counter() - t0
+        return value
+
+    def configured(message):
+        hmm, mmu = pickle.loads(message)
+        gm = p7.Profile(hmm.M, hmm.alphabet)
+        gm.configure(hmm, background, 100)
+        return ModelProfile.from_profile(hmm, gm, mmu)
+
+    def finish(ticket):
+        return ticket.result()
+
+    t0 = time.perf_counter()
+    pending: collections.deque = collections.deque()
+    for message in models:
+        profile = step("profile", configured, message)
+        pending.append(step("submit", backend.submit, profile, options))
+        if len(pending) >= SLOTS:
+            step("reply", pickle.dumps, step("finish", finish, pending.popleft()))
+    while pending:
+        step("reply", pickle.dumps, step("finish", finish, pending.popleft()))
+    wall = time.perf_counter() - t0
+    n = len(models)
+    for name, prof in profilers.items():
+        print(f"== {name}: {1e3 * seconds[name] / n:.2f} ms per model", flush=True)
         pstats.Stats(prof).sort_stats("tottime").print_stats(opts.top)
-        return value, seconds
-
-    queries, prep_s = stage("prepare", lambda: [engine.prepare(i, m) for i, m in enumerate(models)])
-
-    def cascade():
-        tickets, planned = [], []
-        for q in queries:
-            tickets.append((q, engine.submit(q)))
-            if len(tickets) > 8:
-                q0, t0 = tickets.pop(0)
-                planned.append((q0, engine.plan(q0, t0)))
-        planned += [(q, engine.plan(q, t)) for q, t in tickets]
-        return planned
-
-    planned, filt_s = stage("submit + finish + plan", cascade)
-
-    def forward():
-        n = 0
-        for q, tasks in planned[:opts.forward_models]:
-            q.n_tasks = len(tasks)
-            for task in tasks:
-                q.states[task.part] = engine.forward.run(task, alone=len(tasks) == 1)
-                n += 1
-            engine.finish(q)
-        return n
-
-    n_tasks, fwd_s = stage(f"forward stage of the first {opts.forward_models} models", forward)
-    k = min(opts.forward_models, len(models))
-    print(f"per model: prepare {1e3 * prep_s / len(models):.2f} ms, filters (host) {1e3 * filt_s / len(models):.2f} ms, "
-          f"forward {1e3 * fwd_s / k:.2f} ms ({n_tasks} tasks)")
+    print(f"{n} models over {db.n} targets ({db.total_residues} residues): {wall:.2f} s, "
+          f"{1e3 * wall / n:.2f} ms per model ("
+          + ", ".join(f"{name} {1e3 * seconds[name] / n:.2f}" for name in profilers) + f"); GPU busy "
+          f"{backend.gpu_seconds():.2f} s; kernel ms {backend.details()['kernel_ms']}", flush=True)
     backend.close()
 
 

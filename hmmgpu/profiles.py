@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import functools
 import math
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,23 +118,36 @@ def transition_scores(hmm) -> np.ndarray:
 
     Shape (M + 1, 8), columns MM, IM, DM, BM, MD, DD, MI, II (``p7P_*``); row k holds the
     transitions leaving node k, and ``[k-1, BM]`` is the local entry into M_k.
+
+    The occupancy recurrence runs on Python floats, each float operation rounded to float32
+    by :func:`_f32`: a sum or product of two float32 values is exact or correctly rounded in
+    double, so rounding it once more to float32 gives the float32 operation's result.
     """
     M = hmm.M
     t = np.asarray(hmm.transition_probabilities, dtype=F32)
     tsc = np.full((M + 1, 8), NEG_INF, dtype=F32)
     # Occupancy: float products, the (1.0 - occ) term in double (C promotion), stored as float.
-    occ = np.zeros(M + 1, dtype=F32)
-    occ[1] = t[0, _H_MI] + t[0, _H_MM]
+    stay = (t[:, _H_MM] + t[:, _H_MI]).tolist()  # float32 sums
+    enter_from_delete = t[:, _H_DM].tolist()
+    occ = [0.0] * (M + 1)
+    occ[1] = stay[0]
     for k in range(2, M + 1):
-        first = occ[k - 1] * (t[k - 1, _H_MM] + t[k - 1, _H_MI])
-        occ[k] = F32(float(first) + (1.0 - float(occ[k - 1])) * float(t[k - 1, _H_DM]))
-    Z = F32(0.0)
+        previous = occ[k - 1]
+        occ[k] = _f32(_f32(previous * stay[k - 1]) + (1.0 - previous) * enter_from_delete[k - 1])
+    Z = 0.0
     for k in range(1, M + 1):
-        Z = F32(Z + occ[k] * F32(M - k + 1))
-    tsc[:M, 3] = clog_array((occ[1:] / Z).astype(F32))
-    for col, h in ((0, _H_MM), (1, _H_IM), (2, _H_DM), (4, _H_MD), (5, _H_DD), (6, _H_MI), (7, _H_II)):
-        tsc[1:M, col] = clog_array(t[1:M, h])
+        Z = _f32(Z + _f32(occ[k] * (M - k + 1)))
+    tsc[:M, 3] = clog_array(np.array(occ[1:], F32) / F32(Z))
+    tsc[1:M, [0, 1, 2, 4, 5, 6, 7]] = clog_array(t[1:M][:, [_H_MM, _H_IM, _H_DM, _H_MD, _H_DD, _H_MI, _H_II]])
     return tsc
+
+
+_FLOAT32 = struct.Struct("f")
+
+
+def _f32(x: float) -> float:
+    """``x`` rounded to float32 (to nearest, as a C float store), as a Python float."""
+    return _FLOAT32.unpack(_FLOAT32.pack(x))[0]
 
 
 def stripe(per_node: np.ndarray, n_lanes: int, pad) -> np.ndarray:
@@ -208,9 +222,9 @@ class WordProfile:
         tw[5, : M - 1] = np.minimum(out[:, 6], 0)  # MI
         tw[6, : M - 1] = np.minimum(out[:, 7], -1)  # II
         tw[7, : M - 1] = out[:, 5]  # DD
-        ddbound = -32768
-        for k in range(2, M - 1):
-            ddbound = max(ddbound, int(w[k, 5] + w[k + 1, 2] - w[k + 1, 3]))
+        # max over k = 2 .. M-2 of DD(k) + DM(k+1) - BM(k+1), at least -32768
+        dd = w[2:M - 1, 5] + w[3:M, 2] - w[3:M, 3]
+        ddbound = max(-32768, int(dd.max())) if dd.size else -32768
         return cls(M=M, rw=rw, tw=tw.astype(np.int16), ddbound=ddbound)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 
 import numpy as np
 
@@ -81,14 +82,15 @@ def msv_thresholds(profile, max_length: int, F1: float, lengths=None) -> np.ndar
     Exactly HMMER's test ``gumbel_surv(bits(msv_score(xJ, L) - null(L))) <= F1``: the score
     rises with ``xJ``, so a bisection per length (all lengths at once) finds the threshold.
     """
-    from .profiles import msv_score, null_table, tjb_table
+    from .profiles import null_table, tjb_table
 
     mu, lam = profile.evalue_parameters[0], profile.evalue_parameters[1]
     max_length = max(int(max_length), 1)
     at = np.arange(1, max_length + 1) if lengths is None else np.asarray(lengths, np.int64)
     at = at[at > 0]
-    tjb = tjb_table(max_length)[at]
+    tjb = tjb_table(max_length)[at].astype(np.int64)
     null = null_table(max_length)[at]
+    score_of = _msv_score_by_difference()
     lo = np.zeros(at.size, np.int64)
     hi = np.full(at.size, 256, np.int64)
     while True:
@@ -96,12 +98,24 @@ def msv_thresholds(profile, max_length: int, F1: float, lengths=None) -> np.ndar
         if not open_.any():
             break
         mid = (lo + hi) // 2
-        ok = passes_gumbel(msv_score(np.minimum(mid, 255), tjb), null, mu, lam, F1) & (mid < 256)
+        ok = passes_gumbel(score_of[np.minimum(mid, 255) - tjb + 255], null, mu, lam, F1) & (mid < 256)
         hi = np.where(open_ & ok, mid, hi)
         lo = np.where(open_ & ~ok, mid + 1, lo)
     out = np.full(max_length + 1, 256, np.int32)
     out[at] = lo
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _msv_score_by_difference() -> np.ndarray:
+    """:func:`~hmmgpu.profiles.msv_score` of every ``xJ - tjb`` from -255 to 255 (index + 255):
+    the score depends on the two integers through their difference only."""
+    from .profiles import msv_score
+
+    d = np.arange(-255, 256)
+    table = msv_score(d, np.zeros_like(d))
+    table.setflags(write=False)
+    return table
 
 
 #: Half-width, in float steps, of the band decided on the host (see the module header).
@@ -118,20 +132,20 @@ def score_threshold(mu: float, lam: float, F: float) -> tuple:
     def ok(s: float) -> bool:
         return gumbel_surv(s, mu, lam) <= F
 
-    # bracket the crossing on float32 bit patterns, then bisect
-    lo_s, hi_s = F32(-3.0e38), F32(3.0e38)
-    if ok(float(lo_s)):
+    # bracket the crossing on float32 bit patterns, then bisect (Python floats hold float32
+    # values exactly; struct converts between a float32 and its bit pattern)
+    a, b = _ordinal(-3.0e38), _ordinal(3.0e38)
+    if ok(_from_ordinal(a)):
         return -np.inf, -np.inf  # everything passes
-    if not ok(float(hi_s)):
+    if not ok(_from_ordinal(b)):
         return np.inf, np.inf  # nothing finite passes (only +inf scores)
-    a, b = _ordinal(lo_s), _ordinal(hi_s)
     while b - a > 1:
         mid = (a + b) // 2
-        if ok(float(_from_ordinal(mid))):
+        if ok(_from_ordinal(mid)):
             b = mid
         else:
             a = mid
-    return float(_from_ordinal(b - BAND_STEPS)), float(_from_ordinal(b + BAND_STEPS))
+    return _from_ordinal(b - BAND_STEPS), _from_ordinal(b + BAND_STEPS)
 
 
 def passes(score: float, null: float, mu: float, lam: float, F: float) -> bool:
@@ -141,15 +155,19 @@ def passes(score: float, null: float, mu: float, lam: float, F: float) -> bool:
     return gumbel_surv(bits(score, null), mu, lam) <= F
 
 
+_FLOAT32 = struct.Struct("<f")
+_INT32 = struct.Struct("<i")
+
+
 def _ordinal(x) -> int:
     """A float32's position on the number line as an integer (monotone in x)."""
-    i = int(np.asarray(x, F32).view(np.int32))
+    i = _INT32.unpack(_FLOAT32.pack(x))[0]
     return i if i >= 0 else -(i & 0x7FFFFFFF)
 
 
-def _from_ordinal(n: int) -> np.float32:
-    i = n if n >= 0 else (-n) | -0x80000000
-    return np.array([i], np.int32).view(F32)[0]
+def _from_ordinal(n: int) -> float:
+    """The float32 at position ``n`` (:func:`_ordinal`'s inverse), as a Python float."""
+    return _FLOAT32.unpack(_INT32.pack(n if n >= 0 else (-n) | -0x80000000))[0]
 
 
 __all__ = ["gumbel_surv", "bits", "bits_array", "passes_gumbel", "msv_thresholds", "score_threshold", "passes",

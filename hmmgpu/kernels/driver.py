@@ -94,15 +94,22 @@ def argument_values(kinds, args) -> list:
     if len(args) != len(kinds):
         raise TypeError(f"the kernel takes {len(kinds)} arguments, {len(args)} given")
     values = []
-    for kind, value in zip(kinds, args):
-        if _is_array(kind):
-            if value.dtype.name != kind[6:]:
-                raise TypeError(f"a kernel argument of {kind[6:]} elements was given {value.dtype.name}")
-            n, item = value.size, value.dtype.itemsize
-            values += (0, 0, n, item, value.ptr, n, item)
-        else:
+    for element, value in zip(_element_types(tuple(kinds)), args):
+        if element is None:
             values.append(value)
+            continue
+        dtype = value.dtype
+        if dtype != element:
+            raise TypeError(f"a kernel argument of {element.name} elements was given {dtype.name}")
+        n, item = value.size, dtype.itemsize
+        values += (0, 0, n, item, value.ptr, n, item)
     return values
+
+
+@functools.lru_cache(maxsize=None)
+def _element_types(kinds: tuple) -> tuple:
+    """The numpy element type of each array kind, None for a scalar (once per kernel signature)."""
+    return tuple(np.dtype(k[6:]) if _is_array(k) else None for k in kinds)
 
 
 @contextlib.contextmanager
