@@ -123,7 +123,7 @@ print(f"pyhmmer.hmmsearch(600 queries, cpus={sys.argv[3]}): {time.perf_counter()
 EOF
       ;;
     hostprofile)
-      log host CPU per model, each stage alone
+      log host work of the GPU process per model, step by step, over HOSTPROFILE_SEQS or the 29 M proteins
       unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
       timeout 400 python3 benchmarks/host_profile.py /tmp/pfam600.hmm "${HOSTPROFILE_SEQS:-$DATA/seqs/public_proteins.fa.gz}" \
           2>&1 | cut -c1-150 ;;
