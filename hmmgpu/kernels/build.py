@@ -100,10 +100,13 @@ def _numba_kernel(spec, binding: str):
 
 @functools.lru_cache(maxsize=None)
 def _driver_kernel(spec, device):
-    if _export_header(spec, device) is None:
+    exported = _exported(spec, device, cubin=True)
+    if exported is None:
         _compile_one((spec, device.lane_binding, device.id, device.cc))
-    header, image = _export_path(spec, device).read_bytes().split(b"\n", 1)
-    header = json.loads(header)
+        exported = _exported(spec, device, cubin=True)
+        if exported is None:
+            raise HmmgpuError(f"kernel {spec.name}: its compiled cubin was not written to {_export_path(spec, device)}")
+    header, image = exported
     return device.runtime.load_kernel(image, header["entry"], header["kinds"])
 
 
@@ -115,15 +118,17 @@ def _export_path(spec, device) -> Path:
     return kernel_dir(False) / f"{spec.name}_{device.lane_binding}.sm{device.cc[0]}{device.cc[1]}.cubin"
 
 
-def _export_header(spec, device) -> dict | None:
-    """The header of ``spec``'s exported kernel for ``device``, or None where there is none or
-    it was compiled from another source text."""
+def _exported(spec, device, cubin: bool = False) -> tuple | None:
+    """(header, cubin) of ``spec``'s exported kernel for ``device``, read in one pass (the
+    cubin None unless asked for), or None where there is none or it was compiled from another
+    source text."""
     try:
         with open(_export_path(spec, device), "rb") as f:
             header = json.loads(f.readline())
+            image = f.read() if cubin else None
     except (OSError, ValueError):
         return None
-    return header if header.get("source") == _source_digest(spec, device.lane_binding) else None
+    return (header, image) if header.get("source") == _source_digest(spec, device.lane_binding) else None
 
 
 def _export(spec, binding: str, device) -> None:
@@ -170,7 +175,7 @@ def missing(specs, device) -> list:
     """The specs not yet compiled and exported for ``device``."""
     if device.simulator:
         return []
-    return [s for s in dict.fromkeys(specs) if _export_header(s, device) is None]
+    return [s for s in dict.fromkeys(specs) if _exported(s, device) is None]
 
 
 def _compile_one(args):
