@@ -21,6 +21,11 @@ Workloads (issue 7):
 * ``c``: one model at a time against 116 M residues, five model lengths (hmmgpu with
   ``--backend cuda`` on the FASTA file and on a made database, and the default ``auto``);
 * ``d``: the 600 models against the 2,100-protein sample proteome (``--backend auto``);
+* ``f``: Pfam-A's size against a proteome: the 600 models written ``--f-copies`` times (33:
+  19,800 queries, Pfam-A 35.0 has 19,632) against the sample proteome; hmmgpu with the
+  default ``auto`` (the GPU's filters and pyhmmer's whole pipeline sharing the models),
+  ``--backend cuda`` (the filters alone) and the CPU route ``--backend hmmer``;
+  ``--f-tools`` picks the baselines (hmmsearch takes minutes here);
 * ``readme``: the README's first command against ``hmmsearch`` with the same arguments
   (the binary, and the command the ``hmmer`` wheel puts on the PATH);
 * ``cpu``: the first ``--cpu-models`` models against the real set with the default backend
@@ -310,6 +315,9 @@ def main() -> None:
     ap.add_argument("--a-runs", default="auto,cuda,cpu_route",
                     help="hmmgpu's runs of (a), in this order (auto, cuda, cpu_route)")
     ap.add_argument("--d-runs", default="auto,cuda", help="hmmgpu's runs of (d) (auto, cuda; auto alone without a GPU)")
+    ap.add_argument("--f-copies", type=int, default=33, help="how many times (f) repeats the 600 models")
+    ap.add_argument("--f-runs", default="auto,cuda,cpu_route", help="hmmgpu's runs of (f) (auto, cuda, cpu_route)")
+    ap.add_argument("--f-tools", default="pyhmmer,hmmsearch", help="the baselines (f) runs")
     args = ap.parse_args()
     bench = Bench(args)
     work = bench.work
@@ -320,7 +328,8 @@ def main() -> None:
     env_cold = dict(os.environ, XDG_CACHE_HOME=str(work / "cold-cache"), HMMGPU_CACHE_DIR="")
     env_cold.pop("HMMGPU_CACHE_DIR")
     cuda = (["--backend", "cuda"], None)
-    if any(w in todo for w in ("a", "b", "c")) or ("d" in todo and "cuda" in args.d_runs.split(",")):
+    if (any(w in todo for w in ("a", "b", "c")) or ("d" in todo and "cuda" in args.d_runs.split(","))
+            or ("f" in todo and args.f_runs != "cpu_route")):
         bench.result["warmup"] = run([sys.executable, "-m", "hmmgpu", "warmup"])
         bench.save()
     if "e" in todo:
@@ -341,6 +350,15 @@ def main() -> None:
         runs = {"auto": ([], None), "cuda": cuda}
         bench.workload("d", pfam600, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
                        {tag: runs[tag] for tag in args.d_runs.split(",")})
+    if "f" in todo:
+        models = work / "pfam_a_size.hmm"
+        models.write_bytes(pfam600.read_bytes() * args.f_copies)
+        runs = {"auto": ([], None), "cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)}
+        tools = args.f_tools.split(",")
+        bench.result["f_copies"] = args.f_copies
+        bench.workload("f", models, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
+                       {tag: runs[tag] for tag in args.f_runs.split(",") if tag},
+                       with_pyhmmer="pyhmmer" in tools, with_hmmsearch="hmmsearch" in tools)
     if "readme" in todo:  # the median of five runs of each (a fraction of a second each)
         entry = bench.result["workloads"].setdefault("readme", {})
         samples, proteome = ROOT / "pfam_samples" / "samples.hmm", ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"

@@ -108,6 +108,11 @@ class CascadeBackend(Backend):
         its one-line error if it could not start."""
         return True
 
+    def waiting(self) -> int:
+        """Models submitted whose results have not come back yet (a backend that runs each
+        model as it is submitted, or blocks when it is full, has none waiting)."""
+        return 0
+
     def gpu_seconds(self) -> float:
         """Kernel time spent on the GPU so far."""
         return 0.0

@@ -19,17 +19,29 @@ threads pass them along through bounded queues:
    rather than by model keeps every thread busy to the end; the worker that finishes a
    model's last task merges its parts into one serial run's ``TopHits``.
 
-While the backend is still starting (the GPU process opens its device, loads its kernels
-and reads the database: 1-3 s), a search of fewer models than worker threads with ``auto``
-does not wait for it while the workers are short of work: the model goes to pyhmmer's whole
-pipeline instead, spread over every thread (its tasks are ranges of all targets, as on the
-pyhmmer route). With 600 models that made the search 4 s slower on the 16-core H200
-machine (the whole pipeline costs about three times the Forward stage left after the GPU's
-filters, and its threads slow the GPU process's own start), so a many-model search waits.
-A single model would always be rerouted, so ``auto`` does not start the GPU for one
-(:func:`~hmmgpu.backends.pyhmmer_route`). A backend that cannot start at all raises its
-error with ``--backend cuda``; with ``auto`` the search goes on with pyhmmer's route. The
-results do not depend on the route: both give one serial hmmsearch's ``TopHits``.
+With ``auto``, the backend's filters and pyhmmer's whole pipeline share the models, so that
+neither the GPU nor the worker threads wait while the other has work:
+
+* While the backend is still starting (the GPU process opens its device, loads its kernels
+  and reads the database: 1-3 s), a search of fewer models than worker threads does not wait
+  for it while the workers are short of work: the model goes to pyhmmer's whole pipeline
+  instead, spread over every thread (its tasks are ranges of all targets, as on the pyhmmer
+  route). A single model would always be rerouted, so ``auto`` does not start the GPU for
+  one (:func:`~hmmgpu.backends.pyhmmer_route`).
+* A *small* model (model length x database residues at most :data:`SHARE_MAX_CELLS`) goes
+  to pyhmmer's whole pipeline whenever the workers are short of work and the backend is
+  behind: still starting, or holding :data:`SHARE_BACKLOG` models or more that it has not
+  answered. Against a proteome, the GPU route's cost per model is fixed (tables built and
+  sent, three launches, a reply: a few milliseconds of host work in the GPU process) while
+  the whole pipeline of one model takes a thread about as long, so with Pfam-A's 20,000
+  models the two routes together go faster than either alone. A large model still waits for
+  the filters: its whole pipeline costs about three times the Forward stage left after
+  them (with 600 models against 29 M residues, rerouting while the GPU started made the
+  search 4 s slower on the 16-core H200 machine).
+
+A backend that cannot start at all raises its error with ``--backend cuda``; with ``auto``
+the search goes on with pyhmmer's route. The results do not depend on the route: both give
+one serial hmmsearch's ``TopHits``.
 
 On pyhmmer's route, with fewer models than threads, an ASCII FASTA file is not read here at
 all: its tasks are pieces of the file that pyhmmer reads and searches itself, in every
@@ -62,9 +74,17 @@ from .forward_stage import ForwardStage
 #: many hits can take ten times an average one), or they run out of work.
 MODELS_IN_FLIGHT_PER_THREAD = 16
 MODELS_IN_FLIGHT_MIN = 64
-#: While the backend starts and every worker is busy, how long the submitting thread waits for
-#: either to change before it looks again (seconds).
+#: While the backend starts (or is behind, for a small model) and every worker is busy, how
+#: long the submitting thread waits for either to change before it looks again (seconds).
 START_POLL_SECONDS = 0.005
+#: A model is small enough to share (see the module header) when its length times the
+#: database's residues is at most this: 0.02 s of one thread by ``auto``'s CPU estimate
+#: (:data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`), any Pfam model against a proteome of a few
+#: thousand proteins, none against a database of tens of millions of residues.
+SHARE_MAX_CELLS = 5.0e8
+#: The backend is behind when this many models or more wait for its answer: the GPU process
+#: runs :data:`~hmmgpu.kernels.cascade.SLOTS` at once.
+SHARE_BACKLOG = 8
 
 
 @dataclass
@@ -194,6 +214,8 @@ class SearchEngine:
         self.filtered = isinstance(backend, CascadeBackend)
         #: models may go to pyhmmer's whole pipeline while the backend starts (see the module header)
         self.reroute = options.backend == "auto" and queries is not None and queries < self.threads
+        #: small models may go there whenever the backend is behind
+        self.share = options.backend == "auto" and self.threads > 0
         self.stats = EngineStats(threads=max(1, self.threads))
         self._lock = threading.Lock()
         self._start = time.perf_counter()
@@ -213,20 +235,24 @@ class SearchEngine:
     def submit(self, query: Query):
         """Start ``query``'s filter cascade (waiting for a backend that is starting); None on
         the pyhmmer route (the serial search: its one thread has nothing else to do meanwhile)."""
-        return self.backend.submit(query.profile, self.options) if self._filters_take(lambda: False) else None
+        return self.backend.submit(query.profile, self.options) if self._filters_take(query, lambda: False) else None
 
-    def _filters_take(self, idle) -> bool:
-        """Whether the next model goes through the backend's filters: at once if the backend is
-        ready; while it starts, as soon as it is ready, unless with :attr:`reroute` ``idle()``
-        (fewer tasks queued or running than workers) comes first, which sends the model to
-        pyhmmer's whole pipeline."""
-        reroute = self.reroute
-        while self.filtered:
+    def _filters_take(self, query: Query, idle) -> bool:
+        """Whether ``query`` goes through the backend's filters rather than pyhmmer's whole
+        pipeline (see the module header): at once if the backend is ready and not behind; else
+        as soon as it is ready and caught up, unless ``idle()`` (fewer tasks queued or running
+        than workers) comes first for a model that may go to the whole pipeline (with
+        :attr:`reroute` while the backend starts; a small one with :attr:`share`)."""
+        if not self.filtered:
+            return False
+        small = self.share and query.hmm.M * self.db.total_residues <= SHARE_MAX_CELLS
+        reroute = self.reroute or small
+        while True:
             try:
                 if self.backend.ready(timeout=(0.0 if idle() else START_POLL_SECONDS) if reroute else None):
                     if self.stats.ready_seconds is None:
                         self.stats.ready_seconds = time.perf_counter() - self._start
-                    return True
+                    break
             except HmmgpuError as error:
                 fatal = unusable_gpu(self.options, error)
                 if fatal is not None:
@@ -236,7 +262,11 @@ class SearchEngine:
                 return False
             if reroute and idle():
                 return False
-        return False
+        while small and self.backend.waiting() >= SHARE_BACKLOG:
+            if idle():
+                return False
+            time.sleep(START_POLL_SECONDS)
+        return True
 
     def plan(self, query: Query, ticket=None) -> list:
         """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done."""
@@ -364,20 +394,32 @@ class SearchEngine:
         def idle() -> bool:  # fewer tasks queued or running than workers (or the search is stopping)
             return stop.is_set() or work.qsize() + running[0] < self.threads
 
+        def queue_tasks(query, ticket):
+            tasks = timed("filter_seconds", "filter", self.plan, query, ticket)
+            query.n_tasks = len(tasks)
+            with self._lock:
+                self.stats.tasks += len(tasks)
+            for task in tasks:
+                work.put((query.index, task.part, task))
+
         def submit_loop():
             # models go to the backend as they come (on the GPU several are in flight; the
-            # backend blocks when its ring is full), or to pyhmmer's whole pipeline while the
-            # backend starts and the workers run short of work; then on to the finishing thread
+            # backend blocks when its ring is full) and on to the finishing thread, or to
+            # pyhmmer's whole pipeline (see the module header), whose tasks are queued here at
+            # once, so that idle() counts them for the next model
             try:
                 while True:
                     entry = to_filter.get()
                     if entry is None or stop.is_set():
                         break
                     index, query = entry
-                    ticket = None
-                    if not isinstance(query, _Failed) and self._filters_take(idle):
-                        ticket = timed("filter_seconds", "filter", self.backend.submit, query.profile, self.options)
-                    to_finish.put((query, ticket))
+                    if isinstance(query, _Failed):
+                        to_finish.put((query, None))
+                    elif self._filters_take(query, idle):
+                        to_finish.put((query, timed("filter_seconds", "filter", self.backend.submit, query.profile,
+                                                    self.options)))
+                    else:
+                        queue_tasks(query, None)
             except BaseException as error:  # noqa: BLE001
                 fail(error)
             finally:
@@ -394,13 +436,8 @@ class SearchEngine:
                     query, ticket = entry
                     if isinstance(query, _Failed):
                         deliver(query.index, query)
-                        continue
-                    tasks = timed("filter_seconds", "filter", self.plan, query, ticket)
-                    query.n_tasks = len(tasks)
-                    with self._lock:
-                        self.stats.tasks += len(tasks)
-                    for task in tasks:
-                        work.put((query.index, task.part, task))
+                    else:
+                        queue_tasks(query, ticket)
             except BaseException as error:  # noqa: BLE001
                 fail(error)
 

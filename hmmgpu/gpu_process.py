@@ -358,6 +358,9 @@ class CudaProcessBackend(CascadeBackend):
                 raise self._stopped() from None
         return ticket
 
+    def waiting(self) -> int:
+        return len(self._unanswered)
+
     def _refresh_stats(self) -> None:
         ready = self._ready_reply is not None and not isinstance(self._ready_reply, HmmgpuError)
         if ready and self._conn is not None and self._process.poll() is None:

@@ -294,17 +294,21 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
             assert engine.stats.pipeline_queries == len(hmms) and "no usable CUDA GPU" in engine.stats.fallback
 
 
-def test_few_models_go_to_pyhmmer_while_the_backend_starts(references):
+def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, references):
     """With auto and fewer models than threads, while the backend is not ready, models take
     pyhmmer's whole pipeline; once it is, its filters: every result equals the serial run's
     whichever route its model took. With as many models as threads, or a backend named
-    explicitly, every model goes through the filters (the search waits for the backend)."""
+    explicitly, every large model goes through the filters (the search waits for the
+    backend); a small model (here: any, the sample proteome being small) does not wait."""
+    from hmmgpu import engine as engine_module
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
-    for backend_name, cpus, rerouted in (("auto", 8, 2), ("auto", 4, 0), ("auto", 0, 0), ("cuda", 8, 0)):
+    for backend_name, cpus, small, rerouted in (("auto", 8, False, 2), ("auto", 4, False, 0), ("auto", 4, True, 2),
+                                                ("auto", 0, True, 0), ("cuda", 8, True, 0)):
+        monkeypatch.setattr(engine_module, "SHARE_MAX_CELLS", 5e8 if small else 0.0)
         backend = _StartingBackend(db, answers_before_ready=2)
         engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=cpus), backend, queries=len(hmms))
         for ours, ref in zip(engine.search(hmms), expected):
@@ -312,9 +316,49 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(references):
             assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
             assert_same_pipeline(ours.pipeline, ref, COUNTER_KEYS)  # the engine's counters
         stats = engine.stats
-        assert (stats.pipeline_queries, stats.filtered_queries) == (rerouted, len(hmms) - rerouted), (backend_name, cpus)
+        case = (backend_name, cpus, small)
+        assert (stats.pipeline_queries, stats.filtered_queries) == (rerouted, len(hmms) - rerouted), case
         assert stats.forward_seconds > 0 and stats.ready_seconds is not None
         assert (stats.pipeline_seconds > 0) == bool(rerouted)
+
+
+class _BehindBackend(NumbaBackend):
+    """A ready cascade backend that says, the first ``behind`` times it is asked, that
+    ``SHARE_BACKLOG`` models are waiting for its answer (a GPU process that is behind)."""
+
+    def __init__(self, db, behind: int):
+        super().__init__(db)
+        self.behind = behind
+
+    def waiting(self):
+        from hmmgpu.engine import SHARE_BACKLOG
+
+        self.behind -= 1
+        return SHARE_BACKLOG if self.behind >= 0 else 0
+
+
+def test_small_models_go_to_pyhmmer_while_the_backend_is_behind(monkeypatch, references):
+    """With auto, a small model goes to pyhmmer's whole pipeline when the workers are short of
+    work and the backend is behind, and to the filters once it has caught up; a large model,
+    or any with a backend named explicitly, always goes to the filters. Every result equals
+    the serial run's."""
+    from hmmgpu import engine as engine_module
+    from hmmgpu.engine import SearchEngine
+    from hmmgpu.options import SearchOptions
+
+    hmms, block, expected = references
+    db = SequenceDB.from_block(block)
+    assert max(h.M for h in hmms) * db.total_residues <= engine_module.SHARE_MAX_CELLS  # all small here
+    for backend_name, limit, rerouted in (("auto", engine_module.SHARE_MAX_CELLS, 3), ("auto", 0.0, 0),
+                                          ("cuda", engine_module.SHARE_MAX_CELLS, 0)):
+        monkeypatch.setattr(engine_module, "SHARE_MAX_CELLS", limit)
+        engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=8), _BehindBackend(db, behind=3))
+        for ours, ref in zip(engine.search(hmms), expected):
+            assert hits_table(ours.hits) == hits_table(ref) and hits_table(ours.hits, "domains") == hits_table(ref, "domains")
+            assert_same_pipeline(ours.pipeline, ref, COUNTER_KEYS)
+        stats = engine.stats
+        assert (stats.pipeline_queries, stats.filtered_queries) == (rerouted, len(hmms) - rerouted), backend_name
+        assert (stats.pipeline_seconds > 0) == bool(rerouted) and stats.forward_seconds > 0
 
 
 def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path):
