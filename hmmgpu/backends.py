@@ -46,6 +46,18 @@ CPU_CELLS_PER_SECOND = 2.5e10
 CPU_SECONDS_PER_RESIDUE = 4.0e-8
 #: What starting the GPU route costs (imports, CUDA context, kernel loads), in seconds.
 GPU_START_SECONDS = 2.0
+#: A model is *small* against a database when its length times the database's residues is at
+#: most this (0.02 s of one thread by :data:`CPU_CELLS_PER_SECOND`): every Pfam model against a
+#: proteome of a few thousand proteins, none against tens of millions of residues. The GPU
+#: route's cost per model is fixed (tables built and sent, three launches and a reply in the
+#: GPU process: about 4 ms of host work), so it cannot keep up with pyhmmer's pipeline on
+#: sixteen threads with small models. Measured on the 16-core H200 machine, 19,800 Pfam models
+#: (Pfam-A's size) against the 2,100-protein sample proteome: the GPU's filters alone 78.6 s,
+#: pyhmmer's route 40.7 s, both sharing the models 50.0 s, ``pyhmmer.hmmsearch`` 47.0 s
+#: (``benchmarks/results/engine_bench_f_h200_2026-11-24.json``). So ``auto`` takes pyhmmer's
+#: route when the average model is small, and its engine lets small models bypass a GPU that is
+#: behind (:mod:`hmmgpu.engine`).
+SMALL_MODEL_CELLS = 5.0e8
 
 
 def cpu_route_seconds(cells: float, residues: float, threads: int) -> float:
@@ -379,6 +391,8 @@ def _select(options, db, cells, gpu_process, started, queries) -> Backend:
         threads = options.threads
         if pyhmmer_route(options, queries):
             worth, reason = False, "one query runs on every thread before the GPU could start"
+        elif queries and cells is not None and cells / queries <= SMALL_MODEL_CELLS:
+            worth, reason = False, "the models are small against this database (the GPU's cost per model is higher)"
         else:
             worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > 2 * GPU_START_SECONDS
             reason = "the work is too small to pay for the GPU"

@@ -28,16 +28,16 @@ neither the GPU nor the worker threads wait while the other has work:
   instead, spread over every thread (its tasks are ranges of all targets, as on the pyhmmer
   route). A single model would always be rerouted, so ``auto`` does not start the GPU for
   one (:func:`~hmmgpu.backends.pyhmmer_route`).
-* A *small* model (model length x database residues at most :data:`SHARE_MAX_CELLS`) goes
-  to pyhmmer's whole pipeline whenever the workers are short of work and the backend is
-  behind: still starting, or holding :data:`SHARE_BACKLOG` models or more that it has not
-  answered. Against a proteome, the GPU route's cost per model is fixed (tables built and
-  sent, three launches, a reply: a few milliseconds of host work in the GPU process) while
-  the whole pipeline of one model takes a thread about as long, so with Pfam-A's 20,000
-  models the two routes together go faster than either alone. A large model still waits for
-  the filters: its whole pipeline costs about three times the Forward stage left after
-  them (with 600 models against 29 M residues, rerouting while the GPU started made the
-  search 4 s slower on the 16-core H200 machine).
+* A *small* model (:data:`~hmmgpu.backends.SMALL_MODEL_CELLS`: model length x database
+  residues) goes to pyhmmer's whole pipeline whenever the workers are short of work and the
+  backend is behind: still starting, or holding :data:`SHARE_BACKLOG` models or more that it
+  has not answered. The GPU route's cost per model is fixed (tables built and sent, three
+  launches, a reply: about 4 ms of host work in the GPU process), which small models cannot
+  pay back; ``auto`` does not start the GPU when the average model is small, so this serves
+  the searches that mix small and large models. A large model still waits for the filters:
+  its whole pipeline costs about three times the Forward stage left after them (with 600
+  models against 29 M residues, rerouting while the GPU started made the search 4 s slower
+  on the 16-core H200 machine).
 
 A backend that cannot start at all raises its error with ``--backend cuda``; with ``auto``
 the search goes on with pyhmmer's route. The results do not depend on the route: both give
@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import CascadeBackend, unusable_gpu
+from .backends import SMALL_MODEL_CELLS, CascadeBackend, unusable_gpu
 from .errors import HmmgpuError
 from .forward_stage import ForwardStage
 
@@ -77,11 +77,6 @@ MODELS_IN_FLIGHT_MIN = 64
 #: While the backend starts (or is behind, for a small model) and every worker is busy, how
 #: long the submitting thread waits for either to change before it looks again (seconds).
 START_POLL_SECONDS = 0.005
-#: A model is small enough to share (see the module header) when its length times the
-#: database's residues is at most this: 0.02 s of one thread by ``auto``'s CPU estimate
-#: (:data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`), any Pfam model against a proteome of a few
-#: thousand proteins, none against a database of tens of millions of residues.
-SHARE_MAX_CELLS = 5.0e8
 #: The backend is behind when this many models or more wait for its answer: the GPU process
 #: runs :data:`~hmmgpu.kernels.cascade.SLOTS` at once.
 SHARE_BACKLOG = 8
@@ -245,7 +240,7 @@ class SearchEngine:
         :attr:`reroute` while the backend starts; a small one with :attr:`share`)."""
         if not self.filtered:
             return False
-        small = self.share and query.hmm.M * self.db.total_residues <= SHARE_MAX_CELLS
+        small = self.share and query.hmm.M * self.db.total_residues <= SMALL_MODEL_CELLS
         reroute = self.reroute or small
         while True:
             try:

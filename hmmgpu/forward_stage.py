@@ -36,6 +36,7 @@ replaced by hmmgpu's.
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import threading
@@ -186,6 +187,17 @@ class ForwardStage:
         self._local = threading.local()
 
     # ------------------------------------------------------------ planning
+    @functools.cached_property
+    def _everything(self) -> np.ndarray:
+        """Every target's position (one task of a query over the whole database; shared, so read-only)."""
+        everything = np.arange(self.db.n, dtype=np.int64)
+        everything.setflags(write=False)
+        return everything
+
+    @functools.cached_property
+    def _cumulative_lengths(self) -> np.ndarray:
+        return np.cumsum(self.db.lengths, dtype=np.int64)
+
     def plan(self, query, positions=None) -> list:
         """The tasks of ``query``: its survivors ``positions`` (filtered), or every target. A
         list: on pyhmmer's route over a file searched piece by piece, a task per piece."""
@@ -199,8 +211,10 @@ class ForwardStage:
             parts = max(cells / PIPELINE_CELLS_PER_SECOND // PIPELINE_TASK_SECONDS,
                         min(self.min_parts, cells // SPLIT_MIN_CELLS))
             parts = int(min(max(1, parts), max(1, self.db.n // 64)))
-            cuts = np.searchsorted(np.cumsum(lengths, dtype=np.int64),
-                                   self.db.total_residues * np.arange(1, parts) / parts)
+            if parts == 1:   # every model against a small database: nothing to cut
+                return [Task(query=query, positions=self._everything, z_fixed=1.0, filtered=False,
+                             cost=cells / PIPELINE_CELLS_PER_SECOND)]
+            cuts = np.searchsorted(self._cumulative_lengths, self.db.total_residues * np.arange(1, parts) / parts)
             bounds = _distinct(np.concatenate([[0], cuts, [self.db.n]]))
             ranges = [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
             if not ranges:

@@ -29,7 +29,9 @@ def _libm():
     """glibc's libm on x86-64, or None where the MXCSR cannot be reached this way."""
     if platform.machine().lower() not in ("x86_64", "amd64") or platform.libc_ver()[0] != "glibc":
         return None
-    lib = ctypes.CDLL(ctypes.util.find_library("m"))
+    # PyDLL: the calls keep the GIL (a CDLL call gives it up and must wait to take it back,
+    # behind every other thread of a busy search, twice per query written)
+    lib = ctypes.PyDLL(ctypes.util.find_library("m"))
     for name in ("fegetenv", "fesetenv"):
         getattr(lib, name).argtypes = [ctypes.POINTER(_FenvT)]
         getattr(lib, name).restype = ctypes.c_int

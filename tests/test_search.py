@@ -194,6 +194,8 @@ def test_single_query_is_split_over_every_thread(references, backend, monkeypatc
     ([200], 116e6, "cpu"),        # one model: every thread runs it before the GPU process could start
     ([200] * 4, 116e6, "gpu"),    # a few models against a large database (the CPU route pays per residue)
     ([250] * 600, 0.8e6, "cpu"),  # many models, a small proteome
+    ([180] * 20000, 0.8e6, "cpu"),  # Pfam-A against a proteome: small models, whatever their number
+    ([180] * 20000, 5e6, "gpu"),  # Pfam-A against a few proteomes
     ([200] * 4, 0.8e6, "cpu"),    # the README's search
     ([200], 29e6, "cpu"),         # one model, a mid-sized database: the GPU's start-up dominates
 ])
@@ -308,7 +310,7 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
     db = SequenceDB.from_block(block)
     for backend_name, cpus, small, rerouted in (("auto", 8, False, 2), ("auto", 4, False, 0), ("auto", 4, True, 2),
                                                 ("auto", 0, True, 0), ("cuda", 8, True, 0)):
-        monkeypatch.setattr(engine_module, "SHARE_MAX_CELLS", 5e8 if small else 0.0)
+        monkeypatch.setattr(engine_module, "SMALL_MODEL_CELLS", 5e8 if small else 0.0)
         backend = _StartingBackend(db, answers_before_ready=2)
         engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=cpus), backend, queries=len(hmms))
         for ours, ref in zip(engine.search(hmms), expected):
@@ -348,10 +350,10 @@ def test_small_models_go_to_pyhmmer_while_the_backend_is_behind(monkeypatch, ref
 
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
-    assert max(h.M for h in hmms) * db.total_residues <= engine_module.SHARE_MAX_CELLS  # all small here
-    for backend_name, limit, rerouted in (("auto", engine_module.SHARE_MAX_CELLS, 3), ("auto", 0.0, 0),
-                                          ("cuda", engine_module.SHARE_MAX_CELLS, 0)):
-        monkeypatch.setattr(engine_module, "SHARE_MAX_CELLS", limit)
+    small = engine_module.SMALL_MODEL_CELLS
+    assert max(h.M for h in hmms) * db.total_residues <= small  # all small here
+    for backend_name, limit, rerouted in (("auto", small, 3), ("auto", 0.0, 0), ("cuda", small, 0)):
+        monkeypatch.setattr(engine_module, "SMALL_MODEL_CELLS", limit)
         engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=8), _BehindBackend(db, behind=3))
         for ours, ref in zip(engine.search(hmms), expected):
             assert hits_table(ours.hits) == hits_table(ref) and hits_table(ours.hits, "domains") == hits_table(ref, "domains")
