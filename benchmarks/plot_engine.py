@@ -13,7 +13,9 @@ import argparse
 import json
 
 WORKLOADS = [("a", "(a) 600 models x 29 M residues"), ("b", "(b) 600 models x 116 M residues"),
-             ("d", "(d) 600 models x 2,100 proteins"), ("readme", "README command (4 models x 2,100 proteins)")]
+             ("d", "(d) 600 models x 2,100 proteins"),
+             ("f", "(f) 19,800 models (the 600 x33) x 2,100 proteins"),
+             ("readme", "README command (4 models x 2,100 proteins)")]
 
 
 def merge(paths) -> dict:
