@@ -212,8 +212,7 @@ class ForwardStage:
                         min(self.min_parts, cells // SPLIT_MIN_CELLS))
             parts = int(min(max(1, parts), max(1, self.db.n // 64)))
             if parts == 1:   # every model against a small database: nothing to cut
-                return [Task(query=query, positions=self._everything, z_fixed=1.0, filtered=False,
-                             cost=cells / PIPELINE_CELLS_PER_SECOND)]
+                return [self._task(query, self._everything, False, PIPELINE_CELLS_PER_SECOND)]
             cuts = np.searchsorted(self._cumulative_lengths, self.db.total_residues * np.arange(1, parts) / parts)
             bounds = _distinct(np.concatenate([[0], cuts, [self.db.n]]))
             ranges = [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
