@@ -63,7 +63,7 @@ wrap(en.SearchEngine, "prepare", "prepare")
 wrap(en.SearchEngine, "plan", "plan")
 wrap(en.SearchEngine, "finish", "finish")
 wrap(out.RunOutputs, "query", "output")
-wrap(hf, "_parse_record", "parse")
+wrap(hf, "parse_record", "parse")
 wrap(sd.FastaPieces, "search", "piece_search")
 
 from hmmgpu.cli import main  # noqa: E402

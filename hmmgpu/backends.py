@@ -25,7 +25,6 @@ The engine chooses what to do by type (``isinstance(backend, CascadeBackend)``);
 from __future__ import annotations
 
 import os
-import stat
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
@@ -283,14 +282,18 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
     from the file (a made database records them; a FASTA file has at most one per byte, a
     gzip file about two). None otherwise; the caller passes the result to
     :func:`select_backend` as ``started``, which stops it if the exact count says the CPU."""
-    if (source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not _rereadable(source)
+    from .inputs import rereadable
+
+    if (source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not rereadable(source)
             or pyhmmer_route(options, len(model_lengths))):
         return None
     if options.backend == "auto":
         residues = residues_estimate(source)
         if (os.environ.get("HMMGPU_NO_GPU") is not None or residues is None or
                 cpu_route_seconds(float(sum(model_lengths)) * residues, residues, options.threads)
-                <= 2 * GPU_START_SECONDS * EARLY_START_MARGIN):
+                <= 2 * GPU_START_SECONDS * EARLY_START_MARGIN
+                # small models even against the estimate's upper bound: _select takes pyhmmer's route
+                or float(sum(model_lengths)) * residues <= SMALL_MODEL_CELLS * len(model_lengths)):
             return None
     from .kernels import cuda_driver_present
 
@@ -306,15 +309,6 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
 #: residues of a plain FASTA file are estimated from its size, an upper bound: a GPU process
 #: started for work that then proves too small is told to stop and not waited for.
 EARLY_START_MARGIN = 1.0
-
-
-def _rereadable(source: str) -> bool:
-    """A made database or a regular file (not a pipe, a terminal or /dev/stdin): a second
-    reader gets the same bytes."""
-    try:
-        return os.path.isdir(source) or stat.S_ISREG(os.stat(source).st_mode)
-    except OSError:
-        return False
 
 
 def residues_estimate(source: str) -> float | None:

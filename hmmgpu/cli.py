@@ -270,6 +270,7 @@ def cmd_search(args) -> int:
         from .backends import select_backend
         from .checks import check_target_lengths
         from .engine import SearchEngine
+        from .fanout import WorkerProcesses, worker_processes
         from .hmmfile import read_models
         from .report import Query, Stopwatch
         from .seqdb import open_database
@@ -296,16 +297,25 @@ def cmd_search(args) -> int:
             if db.looks_like_nucleotide():
                 print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
                       "(as hmmsearch would)", file=sys.stderr)
-            engine = SearchEngine(db, options, backend, ftz=True, queries=queries)
-            watch = Stopwatch().start()
-            for result in engine.search(read_models(args.hmmfile)):
-                outputs.query(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm)
+            processes = worker_processes(options, db, backend, lengths, args.seqdb)
+            if processes:
+                search = WorkerProcesses(args.seqdb, args.seqformat, options, outputs.formatter,
+                                         processes=processes, queries=queries)
+                for blocks in search.search(args.hmmfile):
+                    outputs.write(blocks)
+                stats = search.stats
+            else:
+                engine = SearchEngine(db, options, backend, ftz=True, queries=queries)
                 watch = Stopwatch().start()
+                for result in engine.search(read_models(args.hmmfile)):
+                    outputs.query(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm)
+                    watch = Stopwatch().start()
+                stats = engine.stats
             timeline.mark("search")
         finally:
             backend.close(wait=False)
     timeline.mark("outputs closed")
-    for line in engine.stats.lines(shown) + [timeline.line()]:
+    for line in stats.lines(shown) + [timeline.line()]:
         print(f"# hmmgpu: {line}", file=sys.stderr)
     return 0
 

@@ -140,6 +140,19 @@ class EngineStats:
     description: str = ""  #: the backend's description at the end of the search
     targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, fwd=0, searched=0))
     backend: dict = field(default_factory=dict)  #: the backend's own breakdown (GPU kernels, host side)
+    #: worker processes of one thread each (:mod:`hmmgpu.fanout`; 0: threads of this process),
+    #: and the sum of their peak memory
+    processes: int = 0
+    processes_peak_rss_mb: float = 0.0
+
+    def add(self, other: "EngineStats") -> None:
+        """Add the counts and busy times of another part of the same run (a worker process's)."""
+        for name in ("queries", "prepare_seconds", "filter_seconds", "forward_seconds", "pipeline_seconds",
+                     "tasks", "filtered_queries", "pipeline_queries"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for totals, part in ((self.cpu_seconds, other.cpu_seconds), (self.targets, other.targets)):
+            for key, value in part.items():
+                totals[key] += value
 
     @property
     def gpu_busy_fraction(self) -> float:
@@ -160,7 +173,9 @@ class EngineStats:
         ``shown``, the one given at the start)."""
         t = self.targets
         return [self.description] * bool(self.description and self.description != shown) + [
-            f"queries {self.queries}, wall {self.wall_seconds:.2f} s, {self.threads} worker threads, {self.tasks} tasks",
+            f"queries {self.queries}, wall {self.wall_seconds:.2f} s, " + (
+                f"{self.processes} worker processes of one thread (peak memory {self.processes_peak_rss_mb:.0f} MB summed)"
+                if self.processes else f"{self.threads} worker threads") + f", {self.tasks} tasks",
             f"busy: prepare {self.prepare_seconds:.2f} s, filters {self.filter_seconds:.2f} s "
             f"(GPU busy {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "
             f"workers {self.worker_seconds:.2f} s ({100 * self.worker_busy_fraction:.0f}% of threads x wall): "
@@ -357,18 +372,27 @@ class SearchEngine:
         def prepare_loop():
             count = 0
             try:
-                for index, item in enumerate(models):
+                items = iter(models)
+                while True:
                     while not slots.acquire(timeout=0.1):
                         if stop.is_set():
                             return
+                    try:
+                        item = next(items)
+                    except StopIteration:
+                        break
+                    except HmmgpuError as error:   # a fault in the model file: raised after the models before it
+                        to_filter.put((count, _Failed(count, error)))
+                        count += 1
+                        break
                     t0, c0 = time.perf_counter(), time.thread_time()
                     try:
-                        query = self.prepare(index, item)
+                        query = self.prepare(count, item)
                     except HmmgpuError as error:
-                        query = _Failed(index, error)
+                        query = _Failed(count, error)
                     self.stats.prepare_seconds += time.perf_counter() - t0
                     self.stats.cpu_seconds["prepare"] += time.thread_time() - c0
-                    to_filter.put((index, query))
+                    to_filter.put((count, query))
                     count += 1
             except BaseException as error:  # noqa: BLE001 - handed to the caller
                 fail(error)

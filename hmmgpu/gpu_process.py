@@ -48,7 +48,6 @@ import collections
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -57,6 +56,7 @@ import time
 from multiprocessing.connection import Connection
 
 from .backends import CascadeBackend
+from .child import start_child
 from .errors import HmmgpuError
 
 
@@ -211,14 +211,7 @@ class CudaProcessBackend(CascadeBackend):
         self._device = device
         try:
             path, fmt = source if source is not None else (self._shared_path(db), None)
-            ours, theirs = socket.socketpair()
-            package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-                [package_root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-            self._process = subprocess.Popen([sys.executable, "-m", "hmmgpu.gpu_process", str(theirs.fileno())],
-                                             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL)
-            theirs.close()
-            self._conn = Connection(ours.detach())
+            self._process, self._conn = start_child("hmmgpu.gpu_process")
             self._conn.send(("init", os.path.abspath(path), fmt, lanes, device, max_bytes,
                              None if lengths is None else [int(m) for m in lengths]))
         except OSError as error:

@@ -69,24 +69,34 @@ def read_models(source="-") -> Iterator[Model]:
     standard input. Every fault is a one-line :class:`~hmmgpu.errors.HmmgpuError` that
     names the file and, past the file's header, the model.
     """
-    label = label_of(source)
+    label, records = model_records(source)
     count = 0
-    for model in _parsed(source, label):
+    for model in _parsed_in_order(records, label):
         count += 1
         yield model
     if count == 0:
-        raise HmmgpuError(f"{label}: contains no profile HMMs")
+        raise no_models(label)
 
 
-def _parsed(source, label: str) -> Iterator[Model]:
-    """The source's models, in order, each record checked before pyhmmer parses it and each
-    model checked after."""
+def no_models(label: str) -> HmmgpuError:
+    """The error of a profile file that holds no model."""
+    return HmmgpuError(f"{label}: contains no profile HMMs")
+
+
+def model_records(source="-") -> tuple[str, Iterator[tuple[int, bytes]]]:
+    """The name errors give the source by, and each model's number (from 1) and record (its
+    text up to its ``//`` line, or its binary form), in file order, each checked as far as
+    it can be before it is parsed (:func:`parse_record` parses and checks the rest)."""
+    label = label_of(source)
     path = os.fspath(source)
     if path != "-":
         check_readable(path, "an HMM file")
         if os.path.exists(path + ".h3m"):   # pressed: HMMER reads the models from the .h3m file
-            yield from _parsed_in_order(_binary_records(read_bytes(path + ".h3m"), f"{label}.h3m"), f"{label}.h3m")
-            return
+            return f"{label}.h3m", _binary_records(read_bytes(path + ".h3m"), f"{label}.h3m")
+    return label, _file_records(source, label)
+
+
+def _file_records(source, label: str) -> Iterator[tuple[int, bytes]]:
     chunks = byte_chunks(source, "an HMM file")
     head = b""
     for chunk in chunks:
@@ -96,9 +106,9 @@ def _parsed(source, label: str) -> Iterator[Model]:
     if not head.strip():
         raise HmmgpuError(f"{label}: HMM file is empty")
     if head.lstrip()[:5] == b"HMMER":
-        yield from _parsed_in_order(_records(_chain(head, chunks), label), label)
+        yield from _records(_chain(head, chunks), label)
     else:
-        yield from _parsed_in_order(_binary_records(head + b"".join(chunks), label), label)
+        yield from _binary_records(head + b"".join(chunks), label)
 
 
 def _chain(head: bytes, rest: Iterator[bytes], tail: bytes = b"") -> Iterator[bytes]:
@@ -137,7 +147,7 @@ def _parsed_in_order(records: Iterator[tuple[int, bytes]], label: str) -> Iterat
                 while pending:
                     yield pending.popleft().result()
                 raise
-            pending.append(pool.submit(_parse_record, record, label, number))
+            pending.append(pool.submit(parse_record, record, label, number))
             if len(pending) > read_ahead:
                 yield pending.popleft().result()
         while pending:
@@ -295,7 +305,8 @@ def _header_fault(record: bytes) -> str | None:
 _TEXT_RECORD = re.compile(rb"\s*HMMER")   # where bytes.lstrip() would copy the whole record
 
 
-def _parse_record(record: bytes, label: str, number: int) -> Model:
+def parse_record(record: bytes, label: str, number: int) -> Model:
+    """The checked model of one record of :func:`model_records`."""
     from pyhmmer.plan7 import HMMFile
 
     problem = _header_fault(record) if _TEXT_RECORD.match(record) else None
@@ -404,4 +415,4 @@ def _value(v) -> str:
     return f"{float(v):g}"
 
 
-__all__ = ["Model", "read_models", "check_model", "hmm_strings", "SUM_TOLERANCE"]
+__all__ = ["Model", "read_models", "model_records", "parse_record", "no_models", "check_model", "hmm_strings", "SUM_TOLERANCE"]

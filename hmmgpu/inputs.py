@@ -154,4 +154,13 @@ def read_bytes(source, what: str = "a file"):
     return b"".join(byte_chunks(source, what))
 
 
-__all__ = ["byte_chunks", "read_bytes", "gunzip_chunks", "check_readable", "label_of", "GZIP_MAGIC"]
+def rereadable(source: str) -> bool:
+    """A made database or a regular file (not a pipe, a terminal or /dev/stdin): a second
+    reader gets the same bytes."""
+    try:
+        return os.path.isdir(source) or stat.S_ISREG(os.stat(source).st_mode)
+    except OSError:
+        return False
+
+
+__all__ = ["byte_chunks", "read_bytes", "gunzip_chunks", "check_readable", "label_of", "rereadable", "GZIP_MAGIC"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import os
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping
 
 from .fpenv import flush_to_zero
@@ -30,6 +30,54 @@ from .report import (REPORT_END, Program, Query, Stopwatch, alignment_note, prog
 #: pyhmmer's ``TopHits.write`` format of each table option.
 TABLE_FORMATS = {"tblout": "targets", "domtblout": "domains", "pfamtblout": "pfam"}
 TableKind = Literal["tblout", "domtblout", "pfamtblout"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueryBlocks:
+    """One query's outputs, formatted: what :meth:`RunOutputs.write` appends to each file."""
+
+    name: str  #: the query's name (shown by the progress bar)
+    report: bytes = b""  #: its report block (with the ``-A`` note), empty when the report is discarded
+    alignment: bytes = b""  #: its ``-A`` alignment
+    tables: dict = field(default_factory=dict)  #: its rows of each table kind written
+
+
+@dataclass(frozen=True, slots=True)
+class QueryFormatter:
+    """How each query's outputs are formatted. Picklable: worker processes
+    (:mod:`hmmgpu.fanout`) format their own queries with the run's formatter."""
+
+    report: bool  #: the report is formatted (not ``-o /dev/null``)
+    options: ReportOptions
+    tables: tuple = ()  #: the table kinds written
+    alignment_path: str | None = None  #: ``-A``, named in the report's note
+    #: the F1, F2, F3 the statistics show (see :class:`RunOutputs`)
+    filter_thresholds: tuple[float, float, float] | None = None
+
+    def blocks(self, query: Query, hits, stopwatch: Stopwatch | None = None, hmm=None,
+               first: bool = False) -> QueryBlocks:
+        """One query's report block, table rows (with the tables' header when ``first``, the
+        run's first query) and, for a search with ``-A``, its alignment."""
+        report, alignment, tables = io.BytesIO(), b"", {}
+        with flush_to_zero():
+            if self.report:
+                hitlist = read_tophits(hits)
+                if self.filter_thresholds is not None:
+                    F1, F2, F3 = (min(1.0, F) for F in self.filter_thresholds)   # as p7_pipeline_Create() caps them
+                    hitlist = replace(hitlist, accounting=replace(hitlist.accounting, F1=F1, F2=F2, F3=F3))
+                report.write(query_report(query, hitlist, self.options, stopwatch))
+            if self.alignment_path is not None:
+                buffer = io.BytesIO()
+                nseq = write_alignment(buffer, hits, hmm, self.options.textw)
+                alignment = buffer.getvalue()
+                if self.report:
+                    report.write(alignment_note(nseq, self.alignment_path))
+            for kind in self.tables:
+                buffer = io.BytesIO()
+                hits.write(buffer, format=TABLE_FORMATS[kind], header=first)
+                tables[kind] = buffer.getvalue()
+        return QueryBlocks(name=query.name.decode("utf-8", "replace"), report=report.getvalue(),
+                           alignment=alignment, tables=tables)
 
 
 class RunOutputs:
@@ -47,17 +95,19 @@ class RunOutputs:
                  settings: Mapping[str, object], report_options: ReportOptions, command_line: str,
                  progress: str, filter_thresholds: tuple[float, float, float] | None = None):
         self.program, self.query_file, self.target_file = program, query_file, target_file
-        self.paths, self.settings, self.options = dict(paths), dict(settings), report_options
+        self.settings = dict(settings)
         self.command_line = command_line
-        self.filter_thresholds = filter_thresholds
         self._files = OutputFiles()
         self.report = self._files.open(paths["-o"], "-o") if paths.get("-o") else sys.stdout.buffer
         self.alignment = self._files.open(paths["-A"], "-A") if paths.get("-A") else None
         self.tables = {kind: self._files.open(paths[kind], f"--{kind}") for kind in TABLE_FORMATS if paths.get(kind)}
         self.progress = ProgressBar(None, progress, report=self.report)
         self.queries = 0
-        #: ``-o /dev/null`` (how scripts keep only the tables): the report is not formatted at all
-        self.report_discarded = _is_null_device(paths.get("-o"))
+        #: how each query is formatted; ``-o /dev/null`` (how scripts keep only the tables): the
+        #: report is not formatted at all
+        self.formatter = QueryFormatter(report=not _is_null_device(paths.get("-o")), options=report_options,
+                                        tables=tuple(self.tables), alignment_path=paths.get("-A"),
+                                        filter_thresholds=filter_thresholds)
 
     def __enter__(self) -> "RunOutputs":
         self._files.__enter__()
@@ -82,31 +132,26 @@ class RunOutputs:
 
     def query(self, query: Query, hits, stopwatch: Stopwatch | None = None, hmm=None) -> None:
         """One query's report block, table rows and (search, with ``-A``) alignment."""
-        out = io.BytesIO()
-        with flush_to_zero():
-            if not self.report_discarded:
-                if self.queries == 0:   # as hmmsearch: the header once the first query is under way
-                    out.write(program_header(self.program, self.query_file, self.target_file, self.settings))
-                hitlist = read_tophits(hits)
-                if self.filter_thresholds is not None:
-                    F1, F2, F3 = (min(1.0, F) for F in self.filter_thresholds)   # as p7_pipeline_Create() caps them
-                    hitlist = replace(hitlist, accounting=replace(hitlist.accounting, F1=F1, F2=F2, F3=F3))
-                out.write(query_report(query, hitlist, self.options, stopwatch))
-            if self.alignment is not None:
-                nseq = write_alignment(self.alignment, hits, hmm, self.options.textw)
-                out.write(alignment_note(nseq, self.paths["-A"]))
-            for kind, stream in self.tables.items():
-                hits.write(stream, format=TABLE_FORMATS[kind], header=(self.queries == 0))
-        if not self.report_discarded:
-            self._write_report(out.getvalue())
+        self.write(self.formatter.blocks(query, hits, stopwatch, hmm, first=self.queries == 0))
+
+    def write(self, blocks: QueryBlocks) -> None:
+        """Append one query's formatted outputs (the next query in order) to the files."""
+        if self.formatter.report:
+            header = program_header(self.program, self.query_file, self.target_file, self.settings) \
+                if self.queries == 0 else b""   # as hmmsearch: the header once the first query is under way
+            self._write_report(header + blocks.report)
+        if self.alignment is not None:
+            self.alignment.write(blocks.alignment)
+        for kind, stream in self.tables.items():
+            stream.write(blocks.tables[kind])
         self.queries += 1
-        self.progress.advance(query.name.decode("utf-8", "replace"))
+        self.progress.advance(blocks.name)
 
     def finish(self) -> None:
         """``[ok]`` after the last query, and each table's ``#`` tail."""
         for kind, stream in self.tables.items():
             stream.write(tabular_tail(self.program, self.query_file, self.target_file, self.command_line, kind))
-        if not self.report_discarded:
+        if self.formatter.report:
             self._write_report(REPORT_END)
 
 
@@ -118,4 +163,4 @@ def _is_null_device(path) -> bool:
         return False
 
 
-__all__ = ["RunOutputs", "TABLE_FORMATS"]
+__all__ = ["RunOutputs", "QueryFormatter", "QueryBlocks", "TABLE_FORMATS"]

@@ -296,6 +296,23 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
             assert engine.stats.pipeline_queries == len(hmms) and "no usable CUDA GPU" in engine.stats.fallback
 
 
+def test_auto_starts_no_gpu_process_early_for_small_models(monkeypatch, tmp_path):
+    """With auto, the same work (model cells) starts the GPU process early for large models
+    and not for small ones, which select_backend sends to pyhmmer's route anyway."""
+    from types import SimpleNamespace
+
+    from hmmgpu import backends, gpu_process, kernels
+
+    monkeypatch.setattr(kernels, "cuda_driver_present", lambda: True)
+    monkeypatch.setattr(gpu_process, "CudaProcessBackend", lambda **kw: "child")
+    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
+    fasta = tmp_path / "db.fa"
+    fasta.write_bytes(b">s\n" + b"A" * 2_000_000 + b"\n")
+    options = SimpleNamespace(backend="auto", threads=16, device=0, lanes="auto")
+    assert backends.start_gpu_early(options, str(fasta), None, [1000] * 2000) == "child"
+    assert backends.start_gpu_early(options, str(fasta), None, [100] * 20000) is None
+
+
 def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, references):
     """With auto and fewer models than threads, while the backend is not ready, models take
     pyhmmer's whole pipeline; once it is, its filters: every result equals the serial run's
