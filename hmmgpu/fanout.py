@@ -32,17 +32,20 @@ it, once every query before it is written, as the engine does.
 When
 ----
 :func:`worker_processes` decides: on pyhmmer's route (no filter backend), for a model file
-of several models per worker whose average model is small against the database
-(:data:`~hmmgpu.backends.SMALL_MODEL_CELLS`), with at least :data:`MIN_PROCESSES` threads
-allowed, and a database a second reader can read (not standard input).
+whose average model is small against the database
+(:data:`~hmmgpu.backends.SMALL_MODEL_CELLS`), of at least :data:`MIN_MODELS` models, with
+at least :data:`MIN_PROCESSES` threads allowed, and a database a second reader can read (not
+standard input); a worker process per thread.
 """
 from __future__ import annotations
 
 import math
 import os
+import queue
 import resource
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -51,10 +54,15 @@ from typing import Iterator
 from .errors import HmmgpuError
 
 #: Worker processes are used from this many threads (``--cpu``) up. On two cores the engine's
-#: threads are as fast (the interpreter work is a small share of two cores' work).
+#: threads are faster (local, 600 Pfam models x the sample proteome: 2.91 s against 3.08 s
+#: in two processes): the interpreter work is a small share of two cores' work.
 MIN_PROCESSES = 4
-#: Models per worker process at least (fewer: each process's start-up is not paid back).
-MIN_MODELS_PER_PROCESS = 8
+#: ... and for this many models or more. Starting the processes (an interpreter, the imports
+#: and the database in each) costs about 0.4 s before the first model, which a few hundred
+#: models do not pay back: on the 16-core H200 machine, 600 Pfam models x the sample proteome
+#: took 1.27-1.64 s in 16 processes against 1.29-1.55 s in the engine's threads, and 19,800
+#: models 16.2-21.1 s against 31.1-40.0 s (pyhmmer.hmmsearch: 38.5-51.0 s).
+MIN_MODELS = 1000
 #: Batches of models: about this many per worker process over the run, of at most
 #: :data:`BATCH_MODELS_MAX` models each (larger batches cost fewer hand-offs; smaller ones
 #: balance the end of the run), and at most this many batches per worker out at once.
@@ -77,9 +85,8 @@ def worker_processes(options, db, backend, lengths, database: str) -> int:
     if (isinstance(backend, CascadeBackend) or db.pieces is not None or not lengths or threads < MIN_PROCESSES
             or database == "-" or not rereadable(database)):
         return 0
-    processes = min(threads, len(lengths) // MIN_MODELS_PER_PROCESS)
     small = sum(lengths) * float(db.total_residues) <= SMALL_MODEL_CELLS * len(lengths)
-    return processes if small and processes >= MIN_PROCESSES else 0
+    return threads if small and len(lengths) >= MIN_MODELS else 0
 
 
 @dataclass(frozen=True)
@@ -158,23 +165,38 @@ def _peak_rss_mb() -> float:
 
 def _serve(conn) -> None:
     """A worker process: its set-up, then batches until None or EOF, each answered with
-    (batch number, :class:`_Batch`)."""
+    (batch number, :class:`_Batch`). A thread takes each message off the socket as it
+    comes, so that the parent's send of the next batch never waits for this one's search."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent stops the run on Ctrl-C
-    try:
-        worker = _Worker(conn.recv())
-        while (message := conn.recv()) is not None:
-            number, records = message
-            try:
-                batch = worker.search(records)
-            except Exception as error:   # noqa: BLE001 - a fault of hmmgpu's: one line for the parent to raise
-                from .engine import EngineStats
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
 
-                batch = _Batch([], HmmgpuError(f"a worker process failed: {type(error).__name__}: "
-                                               f"{' '.join(str(error).split())}"), EngineStats(), os.getpid(),
-                               _peak_rss_mb())
-            conn.send((number, batch))
-    except (EOFError, OSError):   # the parent has gone
+    def receive():
+        try:
+            while (message := conn.recv()) is not None:
+                inbox.put(message)
+        except (EOFError, OSError):   # the parent has gone
+            pass
+        inbox.put(None)
+
+    threading.Thread(target=receive, name="hmmgpu-inbox", daemon=True).start()
+    setup = inbox.get()
+    if setup is None:
         return
+    worker = _Worker(setup)
+    while (message := inbox.get()) is not None:
+        number, records = message
+        try:
+            batch = worker.search(records)
+        except Exception as error:   # noqa: BLE001 - a fault of hmmgpu's: one line for the parent to raise
+            from .engine import EngineStats
+
+            batch = _Batch([], HmmgpuError(f"a worker process failed: {type(error).__name__}: "
+                                           f"{' '.join(str(error).split())}"), EngineStats(), os.getpid(),
+                           _peak_rss_mb())
+        try:
+            conn.send((number, batch))
+        except OSError:   # the parent has gone
+            return
 
 
 class _Process:

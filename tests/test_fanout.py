@@ -22,7 +22,7 @@ _VARYING = re.compile(rb"^# (CPU time|Mc/sec|number of worker threads|Date:)")
 def processes_for_two_cpus(monkeypatch):
     """``--cpu 2`` takes worker processes on a sample-sized file (the defaults ask more)."""
     monkeypatch.setattr(fanout, "MIN_PROCESSES", 2)
-    monkeypatch.setattr(fanout, "MIN_MODELS_PER_PROCESS", 2)
+    monkeypatch.setattr(fanout, "MIN_MODELS", 2)
 
 
 def _models_file(tmp_path, copies=4, bad_model=None, truncated=False):
@@ -105,11 +105,11 @@ def test_which_searches_take_worker_processes(tmp_path):
     db = Db()
     options = SearchOptions(backend="hmmer", cpus=16)
     hmmer = HmmerBackend(db)
-    lengths = [200] * 1000
+    lengths = [200] * fanout.MIN_MODELS
     assert fanout.worker_processes(options, db, hmmer, lengths, str(PROTEOME)) == 16
-    assert fanout.worker_processes(options, db, hmmer, [200] * 40, str(PROTEOME)) == 40 // fanout.MIN_MODELS_PER_PROCESS
-    assert fanout.worker_processes(options, db, hmmer, [200] * 20, str(PROTEOME)) == 0      # too few models
-    assert fanout.worker_processes(options, db, hmmer, [20000] * 1000, str(PROTEOME)) == 0  # large models
+    assert fanout.worker_processes(options.replace(cpus=4), db, hmmer, lengths, str(PROTEOME)) == 4
+    assert fanout.worker_processes(options, db, hmmer, lengths[1:], str(PROTEOME)) == 0     # too few models
+    assert fanout.worker_processes(options, db, hmmer, [2000] * len(lengths), str(PROTEOME)) == 0  # large models
     assert fanout.worker_processes(options.replace(cpus=2), db, hmmer, lengths, str(PROTEOME)) == 0
     assert fanout.worker_processes(options.replace(cpus=0), db, hmmer, lengths, str(PROTEOME)) == 0
     assert fanout.worker_processes(options, db, hmmer, None, str(PROTEOME)) == 0             # lengths unknown
