@@ -59,13 +59,15 @@ from .errors import HmmgpuError
 MIN_PROCESSES = 4
 #: ... and for this many models or more. Starting the processes (an interpreter, the imports
 #: and the database in each) costs about 0.4 s before the first model, which a few hundred
-#: models do not pay back: on the 16-core H200 machine, 600 Pfam models x the sample proteome
-#: took 1.27-1.64 s in 16 processes against 1.29-1.55 s in the engine's threads, and 19,800
-#: models 16.2-21.1 s against 31.1-40.0 s (pyhmmer.hmmsearch: 38.5-51.0 s).
-MIN_MODELS = 1000
+#: models do not pay back. Measured on the 16-core H200 machine, Pfam models x the sample
+#: proteome, 16 processes against the engine's 16 threads (pyhmmer.hmmsearch in brackets):
+#: 600 models 1.27-1.64 s against 1.29-1.55 s (1.45-1.69 s), 1,200 models 2.55-2.78 s against
+#: 2.51-2.56 s (2.87 s), 3,000 models 4.51 s against 5.32-5.98 s (6.26 s), 19,800 models
+#: 16.2-19.4 s against 31.1-40.0 s (38.5-51.0 s).
+MIN_MODELS = 2000
 #: Batches of models: about this many per worker process over the run, of at most
 #: :data:`BATCH_MODELS_MAX` models each (larger batches cost fewer hand-offs; smaller ones
-#: balance the end of the run), and at most this many batches per worker out at once.
+#: balance the end of the run).
 BATCHES_PER_PROCESS = 8
 BATCH_MODELS_MAX = 16
 #: Batches sent to a worker and not yet answered, at most (one searched, one waiting, so that
