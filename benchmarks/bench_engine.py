@@ -98,23 +98,33 @@ class GpuMemory:
         self._stop.set()
 
 
+#: GNU time, which starts each command from its own small process: Linux keeps a process's
+#: peak resident size across ``exec``, so a command started from this (large) process would
+#: report this process's size as its own peak when that is larger.
+GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+
+
 def run(cmd, env=None) -> dict:
     """Run one process: wall seconds, its peak RSS (MB; the largest of it and the children it
-    waited for, as ``wait4`` reports), stderr's statistics lines, GPU memory peak."""
-    with tempfile.TemporaryFile() as err, GpuMemory() as gpu:
+    waited for, through :data:`GNU_TIME` where present, else as ``wait4`` reports it here:
+    ``peak_rss_source`` says which), stderr's statistics lines, GPU memory peak."""
+    with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as peak, GpuMemory() as gpu:
+        launch = [GNU_TIME, "-f", "%M", "-o", peak.name] if GNU_TIME else []
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(launch + [str(c) for c in cmd], env=env, stdout=subprocess.DEVNULL, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         stderr = err.read().decode(errors="replace")
+        reported = peak.read().split()
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} failed ({proc.returncode}): {stderr[-2000:]}")
     # the backend line at the start ("# hmmgpu VERSION: backend ...") and the statistics at the end
     stats = [line.split(": ", 1)[1] for line in stderr.splitlines() if line.startswith("# hmmgpu")]
-    return dict(seconds=wall, peak_rss_mb=usage.ru_maxrss / 1024, peak_gpu_mb=gpu.peak, stats=stats,
-                balance=balance(stats, wall), command=" ".join(map(str, cmd)))
+    peak_kb = int(reported[-1]) if GNU_TIME and reported and reported[-1].isdigit() else usage.ru_maxrss
+    return dict(seconds=wall, peak_rss_mb=peak_kb / 1024, peak_rss_source="GNU time" if GNU_TIME else "wait4",
+                peak_gpu_mb=gpu.peak, stats=stats, balance=balance(stats, wall), command=" ".join(map(str, cmd)))
 
 
 def balance(stats: list, wall: float) -> dict | None:
