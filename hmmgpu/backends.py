@@ -59,6 +59,12 @@ GPU_START_SECONDS = 2.0
 SMALL_MODEL_CELLS = 5.0e8
 
 
+def small_on_average(cells: float, queries: int) -> bool:
+    """Whether ``queries`` models of ``cells`` model cells in all (lengths x residues) are
+    small on average (:data:`SMALL_MODEL_CELLS`)."""
+    return cells <= SMALL_MODEL_CELLS * queries
+
+
 def cpu_route_seconds(cells: float, residues: float, threads: int) -> float:
     """Estimated wall time of pyhmmer's route (``auto``'s comparison with the GPU's start-up)."""
     return cells / (CPU_CELLS_PER_SECOND * max(1, threads)) + residues * CPU_SECONDS_PER_RESIDUE
@@ -293,7 +299,7 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
                 cpu_route_seconds(float(sum(model_lengths)) * residues, residues, options.threads)
                 <= 2 * GPU_START_SECONDS * EARLY_START_MARGIN
                 # small models even against the estimate's upper bound: _select takes pyhmmer's route
-                or float(sum(model_lengths)) * residues <= SMALL_MODEL_CELLS * len(model_lengths)):
+                or small_on_average(float(sum(model_lengths)) * residues, len(model_lengths))):
             return None
     from .kernels import cuda_driver_present
 
@@ -385,7 +391,7 @@ def _select(options, db, cells, gpu_process, started, queries) -> Backend:
         threads = options.threads
         if pyhmmer_route(options, queries):
             worth, reason = False, "one query runs on every thread before the GPU could start"
-        elif queries and cells is not None and cells / queries <= SMALL_MODEL_CELLS:
+        elif queries and cells is not None and small_on_average(cells, queries):
             worth, reason = False, "the models are small against this database (the GPU's cost per model is higher)"
         else:
             worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > 2 * GPU_START_SECONDS

@@ -80,14 +80,14 @@ def worker_processes(options, db, backend, lengths, database: str) -> int:
     """How many worker processes search the models of this run: 0 (the engine's threads in
     this process) unless the search takes this route (see the module header). ``lengths``:
     the models' lengths (None: not known before reading); ``database``: the target source."""
-    from .backends import SMALL_MODEL_CELLS, CascadeBackend
+    from .backends import CascadeBackend, small_on_average
     from .inputs import rereadable
 
     threads = 0 if options.cpus == 0 else options.threads
     if (isinstance(backend, CascadeBackend) or db.pieces is not None or not lengths or threads < MIN_PROCESSES
             or database == "-" or not rereadable(database)):
         return 0
-    small = sum(lengths) * float(db.total_residues) <= SMALL_MODEL_CELLS * len(lengths)
+    small = small_on_average(sum(lengths) * float(db.total_residues), len(lengths))
     return threads if small and len(lengths) >= MIN_MODELS else 0
 
 
