@@ -290,18 +290,17 @@ class WorkerProcesses:
 
         answered: dict = {}
         sent = delivered = 0
-        fault = None
+        read, fault = False, None   # the whole file read (or stopped by ``fault``)
         window = BATCHES_IN_FLIGHT_PER_PROCESS * len(workers)
         while True:
             for worker in workers:
-                while fault is None and len(worker.sent) < BATCHES_QUEUED_PER_PROCESS and sent - delivered < window:
+                while not read and len(worker.sent) < BATCHES_QUEUED_PER_PROCESS and sent - delivered < window:
                     try:
                         batch = next(batches, None)
                     except HmmgpuError as error:
-                        fault = error
-                        break
+                        batch, fault = None, error
                     if batch is None:
-                        fault = StopIteration()
+                        read = True
                         break
                     worker.send((sent, batch))
                     worker.sent.append(sent)
@@ -310,7 +309,7 @@ class WorkerProcesses:
                 yield from self._delivered(answered.pop(delivered))
                 delivered += 1
             if delivered == sent:
-                if fault is not None:   # the file is done (or faulty) and every batch delivered
+                if read:   # and every batch delivered
                     break
                 continue
             busy = {worker.conn: worker for worker in workers if worker.sent}
@@ -318,7 +317,7 @@ class WorkerProcesses:
                 number, batch = busy[conn].receive()
                 busy[conn].sent.remove(number)
                 answered[number] = batch
-        if isinstance(fault, HmmgpuError):
+        if fault is not None:
             raise fault
 
     def _delivered(self, batch: _Batch) -> Iterator:
