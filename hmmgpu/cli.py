@@ -272,7 +272,7 @@ def cmd_search(args) -> int:
         from .engine import SearchEngine
         from .fanout import WorkerProcesses, worker_processes
         from .hmmfile import read_models
-        from .report import Query, Stopwatch
+        from .output import formatted
         from .seqdb import open_database
 
         opened = contextlib.ExitStack()
@@ -306,10 +306,8 @@ def cmd_search(args) -> int:
                 stats = search.stats
             else:
                 engine = SearchEngine(db, options, backend, ftz=True, queries=queries)
-                watch = Stopwatch().start()
-                for result in engine.search(read_models(args.hmmfile)):
-                    outputs.query(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm)
-                    watch = Stopwatch().start()
+                for blocks in formatted(engine.search(read_models(args.hmmfile)), outputs.formatter):
+                    outputs.write(blocks)
                 stats = engine.stats
             timeline.mark("search")
         finally:

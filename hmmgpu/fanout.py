@@ -133,7 +133,7 @@ class _Worker:
     def search(self, records: list) -> _Batch:
         from .engine import EngineStats
         from .hmmfile import parse_record
-        from .report import Query, Stopwatch
+        from .output import formatted
 
         if self.error is not None:
             return _Batch([], self.error, EngineStats(), os.getpid(), _peak_rss_mb())
@@ -147,15 +147,11 @@ class _Worker:
                     faults.append(error)
                     return
 
-        engine, formatter, blocks = self.engine, self.setup.formatter, []
+        engine, blocks = self.engine, []
         engine.stats = EngineStats(threads=1)
-        first = records[0][0] == 1
-        watch = Stopwatch().start()
         try:
-            for result in engine.search(models()):
-                blocks.append(formatter.blocks(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm,
-                                               first=first and not blocks))
-                watch = Stopwatch().start()
+            for query in formatted(engine.search(models()), self.setup.formatter, first=records[0][0] == 1):
+                blocks.append(query)
         except HmmgpuError as error:   # from a model searched (the parse of the next never started)
             faults.append(error)
         return _Batch(blocks, faults[0] if faults else None, engine.stats, os.getpid(), _peak_rss_mb())

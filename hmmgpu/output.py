@@ -17,7 +17,7 @@ import io
 import os
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Literal, Mapping
+from typing import Iterator, Literal, Mapping
 
 from .fpenv import flush_to_zero
 from .hitlist import read_tophits
@@ -78,6 +78,17 @@ class QueryFormatter:
                 tables[kind] = buffer.getvalue()
         return QueryBlocks(name=query.name.decode("utf-8", "replace"), report=report.getvalue(),
                            alignment=alignment, tables=tables)
+
+
+def formatted(results, formatter: QueryFormatter, first: bool = True) -> Iterator[QueryBlocks]:
+    """The search results ``results`` (:class:`~hmmgpu.engine.SearchResult`, in order), each
+    formatted as it comes and timed from the end of the one before (the report's per-query
+    times, as hmmsearch's stopwatch); ``first``: the first of them is the run's first query."""
+    watch = Stopwatch().start()
+    for result in results:
+        yield formatter.blocks(Query.from_hmm(result.hmm), result.hits, watch.stop(), hmm=result.hmm, first=first)
+        first = False
+        watch = Stopwatch().start()
 
 
 class RunOutputs:
@@ -163,4 +174,4 @@ def _is_null_device(path) -> bool:
         return False
 
 
-__all__ = ["RunOutputs", "QueryFormatter", "QueryBlocks", "TABLE_FORMATS"]
+__all__ = ["RunOutputs", "QueryFormatter", "QueryBlocks", "formatted", "TABLE_FORMATS"]
