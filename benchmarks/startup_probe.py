@@ -35,7 +35,7 @@ if __name__ == "__main__":
     for module in ("numpy", "pyhmmer.plan7"):
         importlib.import_module(module)
         clock = mark(f"import {module}", clock)
-    from hmmgpu.cli import _model_lengths
+    from hmmgpu.hmmfile import model_lengths
     from hmmgpu.kernels import build
     from hmmgpu.kernels.cascade import needed_specs
     from hmmgpu.kernels.device import GpuDevice
@@ -44,7 +44,7 @@ if __name__ == "__main__":
     clock = mark("import hmmgpu's kernels", clock)
     device = GpuDevice.open(0)
     clock = mark("device open (context)", clock)
-    lengths = _model_lengths(args.hmmfile)
+    lengths = model_lengths(args.hmmfile)
     specs = needed_specs(MsvKernels(device, "auto"), VitKernels(device), lengths)
     clock = mark("model lengths and specs", clock)
     compiled = build.compile_ahead(specs, device, processes=len(specs))

@@ -197,38 +197,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _model_lengths(path: str) -> list | None:
-    """The ``LENG`` of every model of a text HMM file (plain or gzip), read in chunks
-    (:func:`~hmmgpu.inputs.byte_chunks`: a Pfam-A file is never held whole) without parsing the
-    models; None when the file is not HMMER3 text (a pressed file, say) or cannot be read
-    (the model reader then says why). Not for standard input."""
-    import re
-
-    from .inputs import byte_chunks
-
-    leng = re.compile(rb"\nLENG[ \t]+(\d+)")  # 10x faster than a ^ MULTILINE scan
-    lengths, tail, checked = [], b"", False
-    try:
-        for chunk in byte_chunks(path, "an HMM file"):
-            text = tail + chunk
-            if not checked:
-                if len(text) < len(b"HMMER3"):
-                    tail = text
-                    continue
-                if not text.startswith(b"HMMER3"):
-                    return None
-                checked = True
-            cut = max(text.rfind(b"\n"), 0)  # a line cut by the chunk's end is scanned with the next chunk
-            lengths.extend(int(m) for m in leng.findall(text, 0, cut))
-            tail = text[cut:]
-    except HmmgpuError:
-        return None
-    if not checked:
-        return None
-    lengths.extend(int(m) for m in leng.findall(tail))
-    return lengths
-
-
 def _run_outputs(args, program: str, query_file: str, target_file: str, progress: str, options: SearchOptions):
     from .output import RunOutputs
     from .report import header_settings
@@ -258,12 +226,13 @@ def _stopped_on_error(process):
 def cmd_search(args) -> int:
     """Run ``hmmgpu search``."""
     from .backends import start_gpu_early
+    from .hmmfile import model_lengths
 
     options = search_options(args)
     timeline = _Timeline(args.started)
     # The GPU process, where the work may need it, starts before this process imports numpy,
     # pyhmmer and the engine (0.3-0.4 s on the GPU machine), so that its start-up overlaps them.
-    lengths = None if args.hmmfile == "-" else _model_lengths(args.hmmfile)
+    lengths = None if args.hmmfile == "-" else model_lengths(args.hmmfile)
     early = start_gpu_early(options, args.seqdb, args.seqformat, lengths)
     timeline.mark("model lengths")
     with _stopped_on_error(early):
@@ -353,6 +322,7 @@ def cmd_scan(args) -> int:
     """Run ``hmmgpu scan``: each query sequence against every model (hmmscan)."""
     from .backends import CascadeBackend, select_backend
     from .checks import check_target_lengths
+    from .hmmfile import model_lengths
     from .report import Query, Stopwatch
     from .scan import CascadeNarrowing, ProfileDatabase, scan
     from .seqdb import open_database
@@ -361,7 +331,7 @@ def cmd_scan(args) -> int:
     with _run_outputs(args, "scan", args.seqfile, args.hmmdb, "scanning", options) as outputs:
         db = open_database(args.seqfile, args.seqformat)
         check_target_lengths(db)
-        lengths = None if args.hmmdb == "-" else _model_lengths(args.hmmdb)
+        lengths = None if args.hmmdb == "-" else model_lengths(args.hmmdb)
         cells = None if lengths is None else float(sum(lengths)) * db.total_residues
         backend = select_backend(options, db, cells=cells)
         try:

@@ -286,8 +286,8 @@ def test_the_gpu_process_starts_before_numpy_is_imported():
     process itself) imports neither numpy nor pyhmmer, so that the child's start-up overlaps
     the parent's imports."""
     code = ("import sys; from hmmgpu.backends import start_gpu_early, residues_estimate, pyhmmer_route; "
-            "from hmmgpu.gpu_process import CudaProcessBackend; from hmmgpu.cli import _model_lengths; "
-            f"assert residues_estimate({str(PROTEOME)!r}) > 0; assert _model_lengths({str(SAMPLES / 'samples.hmm')!r}); "
+            "from hmmgpu.gpu_process import CudaProcessBackend; from hmmgpu.hmmfile import model_lengths; "
+            f"assert residues_estimate({str(PROTEOME)!r}) > 0; assert model_lengths({str(SAMPLES / 'samples.hmm')!r}); "
             "print(sorted(m for m in ('numpy', 'pyhmmer', 'numba') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -360,24 +360,3 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
     assert f"1 in directories this user cannot write (the first: {package})" in out
 
 
-@pytest.mark.parametrize("chunk", [7, 100, 4096, 16 << 20])
-def test_model_lengths_are_read_in_chunks(monkeypatch, tmp_path, chunk):
-    """The models' LENG lines are found in chunks of the file (a Pfam-A file is never held
-    whole), whatever line a chunk cuts, plain or gzip; a file that is not HMMER3 text, an
-    empty one and a missing one give None."""
-    import re
-
-    from hmmgpu import cli, inputs
-
-    monkeypatch.setattr(inputs, "CHUNK", chunk)
-    text = (SAMPLES / "samples.hmm").read_bytes()
-    expected = [int(m) for m in re.findall(rb"\nLENG[ \t]+(\d+)", text)]
-    assert len(expected) == 4
-    packed = tmp_path / "samples.hmm.gz"
-    packed.write_bytes(gzip.compress(text))
-    assert cli._model_lengths(str(SAMPLES / "samples.hmm")) == expected
-    assert cli._model_lengths(str(packed)) == expected
-    for name, content in (("seqs.fa", b">a\nACDE\n"), ("empty.hmm", b"")):
-        (tmp_path / name).write_bytes(content)
-        assert cli._model_lengths(str(tmp_path / name)) is None
-    assert cli._model_lengths(str(tmp_path / "missing.hmm")) is None

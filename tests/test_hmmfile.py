@@ -1,6 +1,7 @@
 """The profile reader: every file kind, MMU as HMMER reads it, and one-line errors for every fault."""
 import gzip
 import io
+import itertools
 import re
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ import pytest
 from pyhmmer.plan7 import HMMFile
 
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.hmmfile import check_model, hmm_strings, read_models
+from hmmgpu.hmmfile import check_model, hmm_strings, model_lengths, model_records, read_models
 from tests.helpers import ROOT, SAMPLES
 
 SAMPLE = SAMPLES / "samples.hmm"
@@ -221,3 +222,34 @@ def test_binary_models_truncated_anywhere(tmp_path):
             list(read_models(path))
     path.write_bytes(data)
     assert names(read_models(path)) == NAMES
+
+
+@pytest.mark.parametrize("chunk", [7, 100, 4096, 16 << 20])
+def test_model_lengths_are_read_in_chunks(monkeypatch, tmp_path, chunk):
+    """The models' LENG lines are found in chunks of the file (a Pfam-A file is never held
+    whole), whatever line or ``//`` a chunk cuts, plain or gzip, one per record as
+    :func:`model_records` cuts the file (a slash inside a line ends nothing; a last record
+    without its ``//`` still counts); a file that is not HMMER3 text, an empty one and a
+    missing one give None."""
+    from hmmgpu import inputs
+
+    monkeypatch.setattr(inputs, "CHUNK", chunk)
+    text = SAMPLE.read_bytes()
+    odd = text.replace(b"\nDESC ", b"\nDESC a/b //c ", 1) + text.split(b"//\n")[0]   # no closing //
+    expected = [int(m) for m in re.findall(rb"\nLENG[ \t]+(\d+)", odd)]
+    assert len(expected) == 5
+    paths = {"plain": tmp_path / "odd.hmm", "gzip": tmp_path / "odd.hmm.gz"}
+    paths["plain"].write_bytes(odd)
+    paths["gzip"].write_bytes(gzip.compress(odd))
+    for path in paths.values():
+        assert model_lengths(str(path)) == expected
+    assert model_lengths(str(SAMPLE)) == expected[:4]
+    records = model_records(str(paths["plain"]))[1]
+    assert [record for _, record in itertools.islice(records, 4)] == \
+        [part + b"//\n" for part in odd.split(b"//\n")[:4]]
+    for name, content in (("seqs.fa", b">a\nACDE\n"), ("empty.hmm", b""), ("short.hmm", b"HMM"),
+                          ("slash.hmm", b"/")):
+        (tmp_path / name).write_bytes(content)
+        assert model_lengths(str(tmp_path / name)) is None
+    assert model_lengths(str(tmp_path / "missing.hmm")) is None
+
