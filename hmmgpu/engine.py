@@ -146,11 +146,13 @@ class EngineStats:
     #: and the sum of their peak memory
     processes: int = 0
     processes_peak_rss_mb: float = 0.0
+    #: the worker processes' time on their batches: parsing, checking, searching, formatting
+    processes_busy_seconds: float = 0.0
 
     def add(self, other: "EngineStats") -> None:
         """Add the counts and busy times of another part of the same run (a worker process's)."""
         for name in ("queries", "prepare_seconds", "filter_seconds", "forward_seconds", "pipeline_seconds",
-                     "tasks", "filtered_queries", "pipeline_queries"):
+                     "tasks", "filtered_queries", "pipeline_queries", "processes_busy_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for totals, part in ((self.cpu_seconds, other.cpu_seconds), (self.targets, other.targets)):
             for key, value in part.items():
@@ -170,13 +172,21 @@ class EngineStats:
         """The workers' busy time over (threads x wall time)."""
         return self.worker_seconds / (self.threads * self.wall_seconds) if self.wall_seconds and self.threads else 0.0
 
+    @property
+    def processes_busy_fraction(self) -> float:
+        """The worker processes' busy time over (processes x wall time)."""
+        return self.processes_busy_seconds / (self.processes * self.wall_seconds) \
+            if self.wall_seconds and self.processes else 0.0
+
     def lines(self, shown: str = "") -> list:
         """A few lines for the end of a run (the backend's description first, unless it is
         ``shown``, the one given at the start)."""
         t = self.targets
         return [self.description] * bool(self.description and self.description != shown) + [
             f"queries {self.queries}, wall {self.wall_seconds:.2f} s, " + (
-                f"{self.processes} worker processes of one thread (peak memory {self.processes_peak_rss_mb:.0f} MB summed)"
+                f"{self.processes} worker processes of one thread (busy {self.processes_busy_seconds:.2f} s, "
+                f"{100 * self.processes_busy_fraction:.0f}% of processes x wall; peak memory "
+                f"{self.processes_peak_rss_mb:.0f} MB summed)"
                 if self.processes else f"{self.threads} worker threads") + f", {self.tasks} tasks",
             f"busy: prepare {self.prepare_seconds:.2f} s, filters {self.filter_seconds:.2f} s "
             f"(GPU busy {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "
@@ -193,7 +203,7 @@ class EngineStats:
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}
         d.update(gpu_busy_fraction=self.gpu_busy_fraction, worker_seconds=self.worker_seconds,
-                 worker_busy_fraction=self.worker_busy_fraction)
+                 worker_busy_fraction=self.worker_busy_fraction, processes_busy_fraction=self.processes_busy_fraction)
         return d
 
 

@@ -137,24 +137,30 @@ class _Worker:
 
         if self.error is not None:
             return _Batch([], self.error, EngineStats(), os.getpid(), _peak_rss_mb())
+        start = time.perf_counter()
         faults: list = []
+        engine, blocks = self.engine, []
+        stats = engine.stats = EngineStats(threads=1)
 
         def models():
             for number, record in records:
+                t0, c0 = time.perf_counter(), time.thread_time()
                 try:
-                    yield parse_record(record, self.setup.label, number)
+                    model = parse_record(record, self.setup.label, number)
                 except HmmgpuError as error:   # the queries before it are still searched
                     faults.append(error)
                     return
+                stats.prepare_seconds += time.perf_counter() - t0   # parsing is this process's prepare step
+                stats.cpu_seconds["prepare"] += time.thread_time() - c0
+                yield model
 
-        engine, blocks = self.engine, []
-        engine.stats = EngineStats(threads=1)
         try:
             for query in formatted(engine.search(models()), self.setup.formatter, first=records[0][0] == 1):
                 blocks.append(query)
         except HmmgpuError as error:   # from a model searched (the parse of the next never started)
             faults.append(error)
-        return _Batch(blocks, faults[0] if faults else None, engine.stats, os.getpid(), _peak_rss_mb())
+        stats.processes_busy_seconds = time.perf_counter() - start
+        return _Batch(blocks, faults[0] if faults else None, stats, os.getpid(), _peak_rss_mb())
 
 
 def _peak_rss_mb() -> float:

@@ -63,7 +63,11 @@ def test_worker_processes_write_what_the_engine_writes(tmp_path, capsys, process
     hmmfile = _models_file(tmp_path)
     code, err, ours = _search(tmp_path, capsys, hmmfile, 2, "processes")
     assert code == 0, err
-    assert "2 worker processes of one thread" in err and "queries 16," in err
+    assert "2 worker processes of one thread (busy " in err and "queries 16," in err
+    busy = float(re.search(r"of one thread \(busy ([0-9.]+) s, ([0-9]+)% of processes x wall", err).group(1))
+    searched = float(re.search(r"workers ([0-9.]+) s", err).group(1))
+    prepared = float(re.search(r"busy: prepare ([0-9.]+) s", err).group(1))
+    assert 0 < searched + prepared <= busy   # the processes' busy time holds their parsing and searching
     code, err, engine = _search(tmp_path, capsys, hmmfile, 1, "engine")
     assert code == 0, err
     assert "worker processes" not in err
