@@ -74,6 +74,27 @@ def test_models_come_one_at_a_time(tmp_path):
         next(models)
 
 
+@pytest.mark.parametrize("cores", [1, 2, 8])
+@pytest.mark.parametrize("fault", ["record", "truncated"])
+def test_models_in_order_whoever_parses_them(monkeypatch, tmp_path, cores, fault):
+    """On fewer than four cores the caller's thread parses each record, on more a pool of
+    threads does: either way the models come in file order, and a fault in a record or in
+    the file's structure comes after every model before it."""
+    from hmmgpu import options
+
+    monkeypatch.setattr(options, "usable_cores", lambda: cores)
+    text = SAMPLE.read_bytes()
+    tail, message = {"record": (b"HMMER3/f\nNAME y\nLENG x\n//\n", "model 21 \\(y\\): no valid ALPH line"),
+                     "truncated": (text[:6000], "model 21 \\(2-Hacid_dh_C\\): truncated")}[fault]
+    path = tmp_path / "many.hmm"
+    path.write_bytes(text * 5 + tail)
+    seen = []
+    with pytest.raises(HmmgpuError, match=message):
+        for model in read_models(path):
+            seen.append((model.index, model.hmm.name))
+    assert seen == [(i, NAMES[i % 4]) for i in range(20)]
+
+
 def model_text(name="PF02826.hmm") -> bytes:
     return (SAMPLES / name).read_bytes()
 
