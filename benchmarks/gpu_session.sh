@@ -3,7 +3,8 @@
 #
 #   bash benchmarks/gpu_session.sh PHASE [PHASE...]     (from the repository root; results go to $OUT)
 #
-# Needs, carried with the call: .whl/ (pyhmmer, hmmer, pyopal, scoring-matrices wheels for
+# Needs, carried with the call: .bench/commit and .bench/digest (`python3 benchmarks/provenance.py .bench`),
+# .whl/ (pyhmmer, hmmer, pyopal, scoring-matrices wheels for
 # cp312), .bench/data/ (the shared data: seqs/, pfam/, pfam_db/, cudampf/) and, for the sw
 # phase, .bench/cudasw4/. The machine's numpy is 2.5, whose removal of np.row_stack breaks
 # numba-cuda 0.30.4 at its first compile: a sitecustomize puts the alias back for this run
@@ -55,7 +56,10 @@ chmod +x /tmp/site/hmmer/data/bin/* 2>/dev/null
 export PYTHONPATH=/tmp/shim:/tmp/site:$PWD
 export PATH=/tmp/site/bin:/tmp/site/hmmer/data/bin:$PATH
 export HMMGPU_SHARED_DATA=$PWD/.bench/data
+# The commit and code digest of this tree, written by `python3 benchmarks/provenance.py .bench` before the
+# call (this copy has no git metadata); a result whose code does not match the digest says "-stale".
 export HMMGPU_COMMIT=$(cat .bench/commit 2>/dev/null || echo unknown)
+[ -f .bench/digest ] && export HMMGPU_CODE_DIGEST=$(cat .bench/digest)
 export NUMBA_CACHE_DIR=/tmp/numba-cache
 # The machine sets PYTHONDONTWRITEBYTECODE=1 and its Python environment holds no compiled bytecode, so
 # each Python process there compiles every module it imports from source (measured: numpy 0.2 s, numba.cuda
