@@ -161,19 +161,32 @@ def _parsed_in_order(records: Iterator[tuple[int, bytes]], label: str) -> Iterat
 
 def _records(chunks: Iterator[bytes], label: str) -> Iterator[tuple[int, bytes]]:
     """Each model's number (from 1) and text, up to and including its ``//`` line."""
-    buffer, number = b"", 0
+    number = 0
+    for buffer, start, end in _record_spans(chunks):
+        if end is None:
+            if buffer.strip():
+                raise HmmgpuError(f"{label}: model {number + 1}{_record_name(buffer)}: truncated "
+                                  "(the file ends before its closing //)")
+            return
+        record = buffer[start:end]
+        if record and not record.isspace():
+            number += 1
+            yield number, record
+
+
+def _record_spans(chunks: Iterator[bytes]) -> Iterator[tuple[bytes, int, int | None]]:
+    """Where the text of ``chunks`` is cut into records, at its ``//`` lines: each record as
+    ``(buffer, start, end)``, its bytes being ``buffer[start:end]`` (not copied here), and
+    last the text after the last ``//`` line as ``(rest, 0, None)``."""
+    buffer = b""
     for chunk in _chain(b"", chunks, b"\n"):   # a last "//" may lack its newline
         buffer += chunk
         start = 0
         while (end := _record_end(buffer, start)) is not None:
-            record, start = buffer[start:end], end
-            if record and not record.isspace():
-                number += 1
-                yield number, record
+            yield buffer, start, end
+            start = end
         buffer = buffer[start:]
-    if buffer.strip():
-        raise HmmgpuError(f"{label}: model {number + 1}{_record_name(buffer)}: truncated "
-                          "(the file ends before its closing //)")
+    yield buffer, 0, None
 
 
 # HMMER's binary format (p7_hmmfile.c, write_bin30hmm()): per model, a magic number naming
@@ -278,30 +291,26 @@ def model_lengths(path: str) -> list | None:
     file, say) or cannot be read (:func:`read_models` then says why). Not for standard input.
 
     The file is read in chunks (:func:`~hmmgpu.inputs.byte_chunks`: a Pfam-A file is never
-    held whole) and cut at its ``//`` lines as :func:`model_records` cuts it, and each
+    held whole) and cut at its ``//`` lines where :func:`model_records` cuts it, and each
     record's header alone is searched for its LENG line: a search for that line through the
     whole text took 1.5 s of a 20,000-model file on the 16-core machine, before anything
     else could start."""
-    lengths, buffer, checked = [], b"", False
+    lengths = []
     try:
-        for chunk in _chain(b"", byte_chunks(path, "an HMM file"), b"\n"):
-            buffer += chunk
-            if not checked:
-                if b"HMMER3".startswith(buffer):   # not yet known (the end of the file, b"\n", cannot be)
-                    continue
-                if not buffer.startswith(b"HMMER3"):
-                    return None
-                checked = True
-            start = 0
-            while (end := _record_end(buffer, start)) is not None:
-                if found := _LENG.search(buffer, start, end):
-                    lengths.append(int(found.group(1)))
-                start = end
-            buffer = buffer[start:]
+        chunks = byte_chunks(path, "an HMM file")
+        head = b""
+        for chunk in chunks:
+            head += chunk
+            if len(head) >= len(b"HMMER3"):
+                break
+        if not head.startswith(b"HMMER3"):
+            return None
+        for buffer, start, end in _record_spans(_chain(head, chunks)):
+            # a last record without its // (end None) is searched whole
+            if found := _LENG.search(buffer, start, len(buffer) if end is None else end):
+                lengths.append(int(found.group(1)))
     except HmmgpuError:
         return None
-    if found := _LENG.search(buffer):   # a last record without its //
-        lengths.append(int(found.group(1)))
     return lengths
 
 
