@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .backends import SMALL_MODEL_CELLS, CascadeBackend, unusable_gpu
+from .backends import CascadeBackend, small_on_average, unusable_gpu
 from .errors import HmmgpuError
 from .forward_stage import ForwardStage
 
@@ -267,7 +267,7 @@ class SearchEngine:
         :attr:`reroute` while the backend starts; a small one with :attr:`share`)."""
         if not self.filtered:
             return False
-        small = self.share and query.hmm.M * self.db.total_residues <= SMALL_MODEL_CELLS
+        small = self.share and small_on_average(float(query.hmm.M) * self.db.total_residues, 1)
         reroute = self.reroute or small
         while True:
             try:

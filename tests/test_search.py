@@ -319,7 +319,7 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
     whichever route its model took. With as many models as threads, or a backend named
     explicitly, every large model goes through the filters (the search waits for the
     backend); a small model (here: any, the sample proteome being small) does not wait."""
-    from hmmgpu import engine as engine_module
+    from hmmgpu import backends
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
@@ -327,7 +327,7 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
     db = SequenceDB.from_block(block)
     for backend_name, cpus, small, rerouted in (("auto", 8, False, 2), ("auto", 4, False, 0), ("auto", 4, True, 2),
                                                 ("auto", 0, True, 0), ("cuda", 8, True, 0)):
-        monkeypatch.setattr(engine_module, "SMALL_MODEL_CELLS", 5e8 if small else 0.0)
+        monkeypatch.setattr(backends, "SMALL_MODEL_CELLS", 5e8 if small else 0.0)
         backend = _StartingBackend(db, answers_before_ready=2)
         engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=cpus), backend, queries=len(hmms))
         for ours, ref in zip(engine.search(hmms), expected):
@@ -361,16 +361,16 @@ def test_small_models_go_to_pyhmmer_while_the_backend_is_behind(monkeypatch, ref
     work and the backend is behind, and to the filters once it has caught up; a large model,
     or any with a backend named explicitly, always goes to the filters. Every result equals
     the serial run's."""
-    from hmmgpu import engine as engine_module
+    from hmmgpu import backends
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
-    small = engine_module.SMALL_MODEL_CELLS
+    small = backends.SMALL_MODEL_CELLS
     assert max(h.M for h in hmms) * db.total_residues <= small  # all small here
     for backend_name, limit, rerouted in (("auto", small, 3), ("auto", 0.0, 0), ("cuda", small, 0)):
-        monkeypatch.setattr(engine_module, "SMALL_MODEL_CELLS", limit)
+        monkeypatch.setattr(backends, "SMALL_MODEL_CELLS", limit)
         engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=8), _BehindBackend(db, behind=3))
         for ours, ref in zip(engine.search(hmms), expected):
             assert hits_table(ours.hits) == hits_table(ref) and hits_table(ours.hits, "domains") == hits_table(ref, "domains")
