@@ -26,6 +26,9 @@ Workloads (issue 7):
   default ``auto`` (the GPU's filters and pyhmmer's whole pipeline sharing the models),
   ``--backend cuda`` (the filters alone) and the CPU route ``--backend hmmer``;
   ``--f-tools`` picks the baselines (hmmsearch takes minutes here);
+* ``g``: the 600 models against the first proteins of the real set, for database sizes between
+  (d)'s and (a)'s (``--g-residues``, in millions): where ``auto`` changes route, hmmgpu with the
+  default ``auto``, ``--backend cuda`` and the CPU route ``--backend hmmer``, and both baselines;
 * ``readme``: the README's first command against ``hmmsearch`` with the same arguments
   (the binary, and the command the ``hmmer`` wheel puts on the PATH);
 * ``cpu``: the first ``--cpu-models`` models against the real set with the default backend
@@ -298,6 +301,20 @@ def _write_models(src, dst, n=None, first=0):
     return dst
 
 
+def _first_residues(src, dst, residues: float):
+    """The first records of the FASTA ``src`` that hold about ``residues`` residues (the record
+    that passes the count is the last)."""
+    out, total = [], 0
+    for record in Path(src).read_bytes().split(b"\n>"):
+        out.append(record)
+        header, _, body = record.partition(b"\n")
+        total += len(body) - body.count(b"\n")
+        if total >= residues:
+            break
+    dst.write_bytes(b"\n>".join(out).rstrip(b"\n") + b"\n")
+    return dst
+
+
 def _replicate(src, dst, copies):
     """The FASTA ``src`` written ``copies`` times, names suffixed ``_r1``.. so they stay unique."""
     text = Path(src).read_bytes()
@@ -328,6 +345,8 @@ def main() -> None:
     ap.add_argument("--f-copies", type=int, default=33, help="how many times (f) repeats the 600 models")
     ap.add_argument("--f-runs", default="auto,cuda,cpu_route", help="hmmgpu's runs of (f) (auto, cuda, cpu_route)")
     ap.add_argument("--f-tools", default="pyhmmer,hmmsearch", help="the baselines (f) runs")
+    ap.add_argument("--g-residues", default="0.7,1.5,3,6,12",
+                    help="the database sizes of (g), in millions of residues (the first proteins of the real set)")
     args = ap.parse_args()
     bench = Bench(args)
     work = bench.work
@@ -338,7 +357,7 @@ def main() -> None:
     env_cold = dict(os.environ, XDG_CACHE_HOME=str(work / "cold-cache"), HMMGPU_CACHE_DIR="")
     env_cold.pop("HMMGPU_CACHE_DIR")
     cuda = (["--backend", "cuda"], None)
-    if (any(w in todo for w in ("a", "b", "c")) or ("d" in todo and "cuda" in args.d_runs.split(","))
+    if (any(w in todo for w in ("a", "b", "c", "g")) or ("d" in todo and "cuda" in args.d_runs.split(","))
             or ("f" in todo and args.f_runs != "cpu_route")):
         bench.result["warmup"] = run([sys.executable, "-m", "hmmgpu", "warmup"])
         bench.save()
@@ -369,6 +388,11 @@ def main() -> None:
         bench.workload("f", models, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
                        {tag: runs[tag] for tag in args.f_runs.split(",") if tag},
                        with_pyhmmer="pyhmmer" in tools, with_hmmsearch="hmmsearch" in tools)
+    if "g" in todo:
+        runs = {"auto": ([], None), "cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)}
+        for millions in args.g_residues.split(","):
+            first = _first_residues(proteins, work / f"proteins_{millions}M.fa", float(millions) * 1e6)
+            bench.workload(f"g.{millions}M", pfam600, first, runs)
     if "readme" in todo:  # the median of five runs of each (a fraction of a second each)
         entry = bench.result["workloads"].setdefault("readme", {})
         samples, proteome = ROOT / "pfam_samples" / "samples.hmm", ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"
