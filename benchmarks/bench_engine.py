@@ -29,6 +29,8 @@ Workloads (issue 7):
 * ``g``: the 600 models against the first proteins of the real set, for database sizes between
   (d)'s and (a)'s (``--g-residues``, in millions): where ``auto`` changes route, hmmgpu with the
   default ``auto``, ``--backend cuda`` and the CPU route ``--backend hmmer``, and both baselines;
+* ``h``: the first ``--h-models`` models (a list of counts) against the real set: few models
+  against (a)'s database, where ``auto`` weighs the CPU route's time against the GPU's start-up;
 * ``readme``: the README's first command against ``hmmsearch`` with the same arguments
   (the binary, and the command the ``hmmer`` wheel puts on the PATH);
 * ``cpu``: the first ``--cpu-models`` models against the real set with the default backend
@@ -345,6 +347,7 @@ def main() -> None:
     ap.add_argument("--f-copies", type=int, default=33, help="how many times (f) repeats the 600 models")
     ap.add_argument("--f-runs", default="auto,cuda,cpu_route", help="hmmgpu's runs of (f) (auto, cuda, cpu_route)")
     ap.add_argument("--f-tools", default="pyhmmer,hmmsearch", help="the baselines (f) runs")
+    ap.add_argument("--h-models", default="10,30,100", help="the model counts of (h)")
     ap.add_argument("--g-residues", default="0.7,1.5,3,6,12",
                     help="the database sizes of (g), in millions of residues (the first proteins of the real set)")
     args = ap.parse_args()
@@ -357,7 +360,7 @@ def main() -> None:
     env_cold = dict(os.environ, XDG_CACHE_HOME=str(work / "cold-cache"), HMMGPU_CACHE_DIR="")
     env_cold.pop("HMMGPU_CACHE_DIR")
     cuda = (["--backend", "cuda"], None)
-    if (any(w in todo for w in ("a", "b", "c", "g")) or ("d" in todo and "cuda" in args.d_runs.split(","))
+    if (any(w in todo for w in ("a", "b", "c", "g", "h")) or ("d" in todo and "cuda" in args.d_runs.split(","))
             or ("f" in todo and args.f_runs != "cpu_route")):
         bench.result["warmup"] = run([sys.executable, "-m", "hmmgpu", "warmup"])
         bench.save()
@@ -393,6 +396,11 @@ def main() -> None:
         for millions in args.g_residues.split(","):
             first = _first_residues(proteins, work / f"proteins_{millions}M.fa", float(millions) * 1e6)
             bench.workload(f"g.{millions}M", pfam600, first, runs)
+    if "h" in todo:
+        runs = {"auto": ([], None), "cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)}
+        for n in args.h_models.split(","):
+            models = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / f"pfam_h{n}.hmm", int(n))
+            bench.workload(f"h.{n}", models, proteins, runs)
     if "readme" in todo:  # the median of five runs of each (a fraction of a second each)
         entry = bench.result["workloads"].setdefault("readme", {})
         samples, proteome = ROOT / "pfam_samples" / "samples.hmm", ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"

@@ -35,27 +35,39 @@ if TYPE_CHECKING:  # numpy is imported where it is used: the CLI starts the GPU 
 
     from .cascade import CascadeResult, MsvResult, ViterbiResult
 
-#: pyhmmer's whole pipeline on one core, in model cells (M x residues) per second: the
-#: CPU-time estimate of ``auto`` (measured on real proteins, benchmarks/NOTES.md).
-CPU_CELLS_PER_SECOND = 2.5e10
+#: pyhmmer's whole pipeline on one core, in model cells (M x residues) per second, on real
+#: proteins and Pfam models (hits, and so the Forward/domain stage, included): the CPU-time
+#: estimate of ``auto``. Measured on the 16-core H200 machine, pyhmmer's route (``--backend
+#: hmmer``) with the 600 Pfam-35 models (mean length 166) against 6, 12 and 29 M residues of
+#: real proteins: 4.38, 8.07 and 18.08 s, 0.85-1.0e10 cells a second per thread
+#: (``benchmarks/results/engine_bench_g_h200_2026-11-24.json``; 2.5e10 before, which made
+#: ``auto`` take the CPU route for 6 and 12 M residues, where the GPU route took 3.21 and 4.29 s).
+CPU_CELLS_PER_SECOND = 1.0e10
 #: pyhmmer's route per database residue, whatever the number of models, in seconds: every
 #: target made into a pyhmmer sequence (under the GIL) and the per-target work of a search.
 #: Measured on the 16-core GPU machine: one Pfam model against 116 M residues spent 5-8 s
 #: there, where the cell estimate alone predicts 0.1 s (and the GPU route took 4-7 s).
 CPU_SECONDS_PER_RESIDUE = 4.0e-8
-#: What starting the GPU route costs (imports, CUDA context, kernel loads), in seconds.
-GPU_START_SECONDS = 2.0
+#: What starting the GPU route costs, in seconds: the GPU process's imports, CUDA context,
+#: kernel loads and database upload, during which the engine runs models on pyhmmer's route,
+#: and that process's CPU time beside the search. Its filters were ready 0.35-0.39 s into the
+#: search of 0.7-12 M residues on the H200 machine (warm kernel cache; the same file). ``auto``
+#: takes the GPU when the CPU route's estimate is twice this.
+GPU_START_SECONDS = 1.0
 #: A model is *small* against a database when its length times the database's residues is at
-#: most this (0.02 s of one thread by :data:`CPU_CELLS_PER_SECOND`): every Pfam model against a
+#: most this (0.05 s of one thread by :data:`CPU_CELLS_PER_SECOND`): every Pfam model against a
 #: proteome of a few thousand proteins, none against tens of millions of residues. The GPU
 #: route's cost per model is fixed (tables built and sent, three launches and a reply in the
 #: GPU process: about 4 ms of host work), so it cannot keep up with pyhmmer's pipeline on
 #: sixteen threads with small models. Measured on the 16-core H200 machine, 19,800 Pfam models
 #: (Pfam-A's size) against the 2,100-protein sample proteome: the GPU's filters alone 78.6 s,
 #: pyhmmer's route 40.7 s, both sharing the models 50.0 s, ``pyhmmer.hmmsearch`` 47.0 s
-#: (``benchmarks/results/engine_bench_f_h200_2026-11-24.json``). So ``auto`` takes pyhmmer's
-#: route when the average model is small, and its engine lets small models bypass a GPU that is
-#: behind (:mod:`hmmgpu.engine`).
+#: (``benchmarks/results/engine_bench_f_h200_2026-11-24.json``); and the 600 Pfam models against
+#: 0.7, 1.5, 3 and 6 M residues: the GPU route 2.42, 2.41, 2.64 and 3.21 s, pyhmmer's route
+#: 1.34, 1.72, 2.69 and 4.38 s, crossing where the mean model's cells are this bound (3 M
+#: residues; ``engine_bench_g_h200_2026-11-24.json``). So ``auto`` takes pyhmmer's route when
+#: the average model is small, and its engine lets small models bypass a GPU that is behind
+#: (:mod:`hmmgpu.engine`).
 SMALL_MODEL_CELLS = 5.0e8
 
 
