@@ -302,17 +302,11 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
     :func:`select_backend` as ``started``, which stops it if the exact count says the CPU."""
     from .inputs import rereadable
 
-    if (source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not rereadable(source)
-            or pyhmmer_route(options, len(model_lengths))):
+    if source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not rereadable(source):
         return None
-    if options.backend == "auto":
-        residues = residues_estimate(source)
-        if (os.environ.get("HMMGPU_NO_GPU") is not None or residues is None or
-                cpu_route_seconds(float(sum(model_lengths)) * residues, residues, options.threads)
-                <= 2 * GPU_START_SECONDS * EARLY_START_MARGIN
-                # small models even against the estimate's upper bound: _select takes pyhmmer's route
-                or small_on_average(float(sum(model_lengths)) * residues, len(model_lengths))):
-            return None
+    if options.backend == "auto" and (os.environ.get("HMMGPU_NO_GPU") is not None or residues_estimate(source) is None
+                                      or cpu_route_before_reading(options, source, model_lengths) is not None):
+        return None
     from .kernels import cuda_driver_present
 
     if not cuda_driver_present():
@@ -323,10 +317,34 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
                               lengths=model_lengths)
 
 
-#: ``auto`` starts the GPU early when the estimated work is this many times its threshold. The
-#: residues of a plain FASTA file are estimated from its size, an upper bound: a GPU process
-#: started for work that then proves too small is told to stop and not waited for.
-EARLY_START_MARGIN = 1.0
+def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
+    """Why the search takes pyhmmer's route whatever the database's exact size, or None when
+    that waits for the database to be read: ``--backend hmmer`` (""), ``auto`` with one query,
+    or ``auto`` with work that, by the residues estimated from the file
+    (:func:`residues_estimate`, an upper bound for a plain FASTA file), has models small on
+    average or a CPU route under twice the GPU's start-up (both tests pass only more easily
+    with fewer residues). A search so decided need not read the file before it starts: fewer
+    models than threads search it piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
+    if options.backend != "auto":
+        return "" if options.backend == "hmmer" else None
+    if not model_lengths:
+        return None
+    queries = len(model_lengths)
+    if pyhmmer_route(options, queries):
+        return _ONE_QUERY
+    residues = residues_estimate(source)
+    if residues is None:
+        return None
+    cells = float(sum(model_lengths)) * residues
+    if small_on_average(cells, queries):
+        return _SMALL_MODELS
+    return _SMALL_WORK if cpu_route_seconds(cells, residues, options.threads) <= 2 * GPU_START_SECONDS else None
+
+
+#: The reasons the backend line gives for ``auto``'s choice of pyhmmer's route.
+_ONE_QUERY = "one query runs on every thread before the GPU could start"
+_SMALL_MODELS = "the models are small against this database (the GPU's cost per model is higher)"
+_SMALL_WORK = "the work is too small to pay for the GPU"
 
 
 def residues_estimate(source: str) -> float | None:
@@ -372,7 +390,8 @@ def _no_gpu(options) -> HmmgpuError:
 
 
 def select_backend(options, db, cells: float | None = None, gpu_process: bool = True,
-                   started: CascadeBackend | None = None, queries: int | None = None) -> Backend:
+                   started: CascadeBackend | None = None, queries: int | None = None,
+                   decided: str | None = None) -> Backend:
     """The backend ``options.backend`` names, over ``db``.
 
     ``auto`` takes the GPU only when the estimated CPU time of the work (``cells`` = sum of
@@ -384,10 +403,11 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     which calls the stages one by one); ``started``: one already started by
     :func:`start_gpu_early`, used if the GPU is chosen and closed otherwise. A child is not
     waited for here: the engine sends models to pyhmmer's route until it is ready, and
-    :func:`unusable_gpu` says what its failure to start means.
+    :func:`unusable_gpu` says what its failure to start means. ``decided``: the reason
+    :func:`cpu_route_before_reading` gave, when the caller asked it (then pyhmmer's route).
     """
     try:
-        backend = _select(options, db, cells, gpu_process, started, queries)
+        backend = _select(options, db, cells, gpu_process, started, queries, decided)
     except BaseException:
         if started is not None:
             started.close()
@@ -397,17 +417,19 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     return backend
 
 
-def _select(options, db, cells, gpu_process, started, queries) -> Backend:
+def _select(options, db, cells, gpu_process, started, queries, decided) -> Backend:
     name = options.backend
     if name == "auto":
         threads = options.threads
-        if pyhmmer_route(options, queries):
-            worth, reason = False, "one query runs on every thread before the GPU could start"
+        if decided is not None:
+            worth, reason = False, decided
+        elif pyhmmer_route(options, queries):
+            worth, reason = False, _ONE_QUERY
         elif queries and cells is not None and small_on_average(cells, queries):
-            worth, reason = False, "the models are small against this database (the GPU's cost per model is higher)"
+            worth, reason = False, _SMALL_MODELS
         else:
             worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > 2 * GPU_START_SECONDS
-            reason = "the work is too small to pay for the GPU"
+            reason = _SMALL_WORK
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or
                                                                    cuda_available(options.device)):
             try:

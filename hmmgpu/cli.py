@@ -225,7 +225,7 @@ def _stopped_on_error(process):
 
 def cmd_search(args) -> int:
     """Run ``hmmgpu search``."""
-    from .backends import start_gpu_early
+    from .backends import cpu_route_before_reading, start_gpu_early
     from .hmmfile import model_lengths
 
     options = search_options(args)
@@ -233,7 +233,8 @@ def cmd_search(args) -> int:
     # The GPU process, where the work may need it, starts before this process imports numpy,
     # pyhmmer and the engine (0.3-0.4 s on the GPU machine), so that its start-up overlaps them.
     lengths = None if args.hmmfile == "-" else model_lengths(args.hmmfile)
-    early = start_gpu_early(options, args.seqdb, args.seqformat, lengths)
+    decided = None if args.seqdb == "-" else cpu_route_before_reading(options, args.seqdb, lengths)
+    early = None if decided is not None else start_gpu_early(options, args.seqdb, args.seqformat, lengths)
     timeline.mark("model lengths")
     with _stopped_on_error(early):
         from .backends import select_backend
@@ -249,13 +250,13 @@ def cmd_search(args) -> int:
     with opened:
         queries = len(lengths) if lengths else None
         with _stopped_on_error(early):
-            db = _file_pieces(args, options, lengths)
+            db = _file_pieces(args, options, lengths, decided)
             if db is None:
                 db = open_database(args.seqdb, args.seqformat)
                 check_target_lengths(db)
         timeline.mark("database read" if db.pieces is None else "database cut into pieces")
         cells = None if lengths is None or db.pieces is not None else float(sum(lengths)) * db.total_residues
-        backend = select_backend(options, db, cells=cells, started=early, queries=queries)
+        backend = select_backend(options, db, cells=cells, started=early, queries=queries, decided=decided)
         timeline.mark("backend ready")
         try:
             if lengths:
@@ -287,17 +288,16 @@ def cmd_search(args) -> int:
     return 0
 
 
-def _file_pieces(args, options, lengths):
+def _file_pieces(args, options, lengths, decided):
     """The database as pieces of its file that pyhmmer reads and searches itself, in every
     thread (:class:`~hmmgpu.seqdb.FastaPieces`), when the search is of fewer models than
-    threads on pyhmmer's route and the file is ASCII FASTA; None otherwise (it is then read
-    here first)."""
-    from .backends import pyhmmer_route
+    threads on pyhmmer's route decided before reading the file (``decided``: the reason, or
+    None) and the file is ASCII FASTA; None otherwise (it is then read here first)."""
     from .forward_stage import piece_bytes
     from .seqdb import FastaPieces
 
-    if (not lengths or options.cpus == 0 or len(lengths) >= options.threads or args.seqdb == "-"
-            or (args.seqformat or "fasta").lower() != "fasta" or not pyhmmer_route(options, len(lengths))):
+    if (decided is None or not lengths or options.cpus == 0 or len(lengths) >= options.threads or args.seqdb == "-"
+            or (args.seqformat or "fasta").lower() != "fasta"):
         return None
     return FastaPieces.open(args.seqdb, lambda left: piece_bytes(left, max(lengths), options.threads))
 

@@ -55,12 +55,12 @@ TASK_SECONDS = 0.1
 #: hand-offs) and still balance the end of a run.
 PIPELINE_TASK_SECONDS = 0.25
 #: Estimated speed of pyhmmer's post-filter stage (Forward, Backward, domain definition) per
-#: thread, in model cells (M x L) per second, and of its whole pipeline on unfiltered targets.
+#: thread, in model cells (M x L) per second (its whole pipeline on unfiltered targets:
+#: :data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`).
 FORWARD_CELLS_PER_SECOND = 7.0e7
-PIPELINE_CELLS_PER_SECOND = 2.5e10
 #: Smallest task of a query that is split to keep every thread busy (fewer queries than
-#: threads), in model cells: a hit-rich model's whole pipeline runs ten times slower per
-#: cell than :data:`PIPELINE_CELLS_PER_SECOND`, so one query alone (a single-model search of a
+#: threads), in model cells: a hit-rich model's whole pipeline runs several times slower per
+#: cell than :data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`, so one query alone (a single-model search of a
 #: large database) cannot rely on the estimate to cut it into enough tasks.
 SPLIT_MIN_CELLS = 1.0e8
 #: A FASTA file searched piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`) is cut by guided
@@ -101,7 +101,6 @@ class Task:
     z_fixed: float  #: the Z the task runs with (its first position + 1)
     filtered: bool  #: hmmgpu's filters ran first (F1 = F2 = 1 in pyhmmer)
     part: int = 0  #: this task's number among its query's tasks
-    cost: float = 0.0  #: estimated seconds
     piece: int | None = None  #: the piece of a file searched piece by piece (then ``positions`` is empty)
 
 
@@ -207,49 +206,51 @@ class ForwardStage:
         M = query.hmm.M
         lengths = self.db.lengths
         if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
+            from .backends import CPU_CELLS_PER_SECOND
+
             cells = float(self.db.total_residues) * M
-            parts = max(cells / PIPELINE_CELLS_PER_SECOND // PIPELINE_TASK_SECONDS,
+            parts = max(cells / CPU_CELLS_PER_SECOND // PIPELINE_TASK_SECONDS,
                         min(self.min_parts, cells // SPLIT_MIN_CELLS))
             parts = int(min(max(1, parts), max(1, self.db.n // 64)))
             if parts == 1:   # every model against a small database: nothing to cut
-                return [self._task(query, self._everything, False, PIPELINE_CELLS_PER_SECOND)]
+                return [self._task(query, self._everything, False)]
             cuts = np.searchsorted(self._cumulative_lengths, self.db.total_residues * np.arange(1, parts) / parts)
             bounds = _distinct(np.concatenate([[0], cuts, [self.db.n]]))
             ranges = [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
             if not ranges:
                 ranges = [np.zeros(0, np.int64)]
-            return self._tasks(query, ranges, filtered=False, rate=PIPELINE_CELLS_PER_SECOND)
+            return self._tasks(query, ranges, filtered=False)
         positions = np.asarray(positions, np.int64)
         if positions.size == 0:
-            return self._tasks(query, [positions], filtered=True, rate=FORWARD_CELLS_PER_SECOND)
+            return self._tasks(query, [positions], filtered=True)
         cost = lengths[positions].astype(np.float64) * M / FORWARD_CELLS_PER_SECOND
         cum = np.cumsum(cost)
         cells = float(cum[-1]) * FORWARD_CELLS_PER_SECOND
         parts = max(1, int(cum[-1] // TASK_SECONDS), int(min(self.min_parts, cells // SPLIT_MIN_CELLS, positions.size)))
         cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
         groups = [g for g in np.split(positions, _distinct(cuts)) if g.size]
-        return self._tasks(query, groups, filtered=True, rate=FORWARD_CELLS_PER_SECOND)
+        return self._tasks(query, groups, filtered=True)
 
-    def _tasks(self, query, groups, filtered: bool, rate: float) -> list:
+    def _tasks(self, query, groups, filtered: bool) -> list:
         tasks = []
         for g in groups:
             if self.by_position and g.size > 1 and (filtered or g[0] > 0):
                 singles = _repeated_names(self.sequences, g)
                 if singles.size:
                     for p in singles:
-                        tasks.append(self._task(query, np.array([p]), filtered, rate))
+                        tasks.append(self._task(query, np.array([p]), filtered))
                     g = np.setdiff1d(g, singles)
                     if not g.size:
                         continue
-            tasks.append(self._task(query, g, filtered, rate))
+            tasks.append(self._task(query, g, filtered))
         for k, t in enumerate(tasks):
             t.part = k
         return tasks
 
-    def _task(self, query, positions, filtered, rate) -> Task:
+    @staticmethod
+    def _task(query, positions, filtered) -> Task:
         first = int(positions[0]) + 1 if positions.size else 1
-        cost = float(self.db.lengths[positions].sum()) * query.hmm.M / rate
-        return Task(query=query, positions=positions, z_fixed=float(first), filtered=filtered, cost=cost)
+        return Task(query=query, positions=positions, z_fixed=float(first), filtered=filtered)
 
     # ------------------------------------------------------------ running
     def _pipeline(self, filtered: bool):

@@ -285,7 +285,7 @@ def test_the_gpu_process_starts_before_numpy_is_imported():
     """What ``hmmgpu search`` needs to start the GPU process early (the backend choice and the
     process itself) imports neither numpy nor pyhmmer, so that the child's start-up overlaps
     the parent's imports."""
-    code = ("import sys; from hmmgpu.backends import start_gpu_early, residues_estimate, pyhmmer_route; "
+    code = ("import sys; from hmmgpu.backends import start_gpu_early, residues_estimate, cpu_route_before_reading; "
             "from hmmgpu.gpu_process import CudaProcessBackend; from hmmgpu.hmmfile import model_lengths; "
             f"assert residues_estimate({str(PROTEOME)!r}) > 0; assert model_lengths({str(SAMPLES / 'samples.hmm')!r}); "
             "print(sorted(m for m in ('numpy', 'pyhmmer', 'numba') if m in sys.modules))")
@@ -360,3 +360,16 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
     assert f"1 in directories this user cannot write (the first: {package})" in out
 
 
+
+
+def test_auto_searches_a_few_small_models_piece_by_piece(tmp_path, capsys):
+    """With fewer models than threads and work that the file's size already puts on pyhmmer's
+    route, ``auto`` does not read the file first: it is cut into pieces that pyhmmer reads in
+    every thread, as with ``--backend hmmer``; the report and tables are hmmsearch's."""
+    args = ["--cpu", "8", str(SAMPLES / "samples.hmm"), str(PROTEOME)]
+    ref = run_hmmer(HMMSEARCH, tmp_path, args)
+    ours = run_hmmgpu(tmp_path, ["search", *args], capsys)
+    err = capsys.readouterr().err
+    assert "backend hmmer (pyhmmer on the CPU): the models are small against this database" in err
+    assert "database cut into pieces" in err
+    assert_same_run(ours, ref)
