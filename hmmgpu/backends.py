@@ -323,7 +323,7 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
     or ``auto`` with work that, by the residues estimated from the file
     (:func:`residues_estimate`, an upper bound for a plain FASTA file), has models small on
     average or a CPU route under twice the GPU's start-up (both tests pass only more easily
-    with fewer residues). A search so decided need not read the file before it starts: fewer
+    with fewer residues), or ``auto`` where no CUDA driver loads. A search so decided need not read the file before it starts: fewer
     models than threads search it piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
     if options.backend != "auto":
         return "" if options.backend == "hmmer" else None
@@ -333,18 +333,22 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
     if pyhmmer_route(options, queries):
         return _ONE_QUERY
     residues = residues_estimate(source)
-    if residues is None:
-        return None
-    cells = float(sum(model_lengths)) * residues
-    if small_on_average(cells, queries):
-        return _SMALL_MODELS
-    return _SMALL_WORK if cpu_route_seconds(cells, residues, options.threads) <= 2 * GPU_START_SECONDS else None
+    if residues is not None:
+        cells = float(sum(model_lengths)) * residues
+        if small_on_average(cells, queries):
+            return _SMALL_MODELS
+        if cpu_route_seconds(cells, residues, options.threads) <= 2 * GPU_START_SECONDS:
+            return _SMALL_WORK
+    from .kernels import cuda_driver_present
+
+    return _NO_GPU if os.environ.get("HMMGPU_NO_GPU") is not None or not cuda_driver_present() else None
 
 
 #: The reasons the backend line gives for ``auto``'s choice of pyhmmer's route.
 _ONE_QUERY = "one query runs on every thread before the GPU could start"
 _SMALL_MODELS = "the models are small against this database (the GPU's cost per model is higher)"
 _SMALL_WORK = "the work is too small to pay for the GPU"
+_NO_GPU = "no CUDA GPU found"
 
 
 def residues_estimate(source: str) -> float | None:
@@ -437,7 +441,7 @@ def _select(options, db, cells, gpu_process, started, queries, decided) -> Backe
             except HmmgpuError as error:  # present but unusable (busy, out of memory, ...)
                 reason = f"the GPU could not be used: {error}"
         elif worth:
-            reason = "no CUDA GPU found"
+            reason = _NO_GPU
         backend = HmmerBackend(db)
         backend.description = f"backend hmmer (pyhmmer on the CPU): {reason}"
         return backend

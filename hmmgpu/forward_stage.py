@@ -55,12 +55,19 @@ TASK_SECONDS = 0.1
 #: hand-offs) and still balance the end of a run.
 PIPELINE_TASK_SECONDS = 0.25
 #: Estimated speed of pyhmmer's post-filter stage (Forward, Backward, domain definition) per
-#: thread, in model cells (M x L) per second (its whole pipeline on unfiltered targets:
-#: :data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`).
+#: thread, in model cells (M x L) per second.
 FORWARD_CELLS_PER_SECOND = 7.0e7
+#: The speed, in model cells per second, by which a query's targets on pyhmmer's route are
+#: cut into ranges of :data:`PIPELINE_TASK_SECONDS`: faster than pyhmmer's pipeline really runs
+#: on Pfam models (:data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`), on purpose, because a query
+#: cut into more ranges cost more than it balanced. Measured on the 16-core H200 machine, 20
+#: Pfam models against 29 M residues: one range a query (21 tasks) 2.94 s and 15.9 CPU-seconds,
+#: two (41 tasks, sized at 1.0e10) 6.21 s and 24.2 CPU-seconds (``benchmarks/results/
+#: engine_bench_g_h_h200_2026-11-24.json`` and ``engine_bench_h_g_d_a_h200_2026-11-24.json``).
+RANGE_CELLS_PER_SECOND = 2.5e10
 #: Smallest task of a query that is split to keep every thread busy (fewer queries than
-#: threads), in model cells: a hit-rich model's whole pipeline runs several times slower per
-#: cell than :data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`, so one query alone (a single-model search of a
+#: threads), in model cells: a hit-rich model's whole pipeline runs ten times slower per
+#: cell than :data:`RANGE_CELLS_PER_SECOND`, so one query alone (a single-model search of a
 #: large database) cannot rely on the estimate to cut it into enough tasks.
 SPLIT_MIN_CELLS = 1.0e8
 #: A FASTA file searched piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`) is cut by guided
@@ -206,10 +213,8 @@ class ForwardStage:
         M = query.hmm.M
         lengths = self.db.lengths
         if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
-            from .backends import CPU_CELLS_PER_SECOND
-
             cells = float(self.db.total_residues) * M
-            parts = max(cells / CPU_CELLS_PER_SECOND // PIPELINE_TASK_SECONDS,
+            parts = max(cells / RANGE_CELLS_PER_SECOND // PIPELINE_TASK_SECONDS,
                         min(self.min_parts, cells // SPLIT_MIN_CELLS))
             parts = int(min(max(1, parts), max(1, self.db.n // 64)))
             if parts == 1:   # every model against a small database: nothing to cut

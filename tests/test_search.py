@@ -217,7 +217,7 @@ def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models,
     assert (chosen if chosen == "gpu" else "cpu") == route
 
 
-def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(tmp_path):
+def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(monkeypatch, tmp_path):
     """``auto`` decides on pyhmmer's route before reading the file when even the file's size
     (an upper bound on its residues) puts the work there, with the reason the backend line
     gives; ``--backend hmmer`` always, ``--backend cuda`` never; work that the size does not
@@ -225,8 +225,10 @@ def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(tmp_
     residues took 6.90 s read first and searched by ranges, 1.95 s piece by piece."""
     from types import SimpleNamespace
 
-    from hmmgpu import backends
+    from hmmgpu import backends, kernels
 
+    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
+    monkeypatch.setattr(kernels, "cuda_driver_present", lambda: True)
     fasta = tmp_path / "db.fa"
     with open(fasta, "wb") as fh:
         fh.truncate(29_000_000)  # its size alone is read
@@ -239,6 +241,9 @@ def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(tmp_
     assert decided(options, str(tmp_path / "absent.fa"), [180] * 10) is None
     assert decided(SimpleNamespace(backend="hmmer", threads=16), str(fasta), [180] * 30) == ""
     assert decided(SimpleNamespace(backend="cuda", threads=16), str(fasta), [180] * 10) is None
+    monkeypatch.setattr(kernels, "cuda_driver_present", lambda: False)  # a machine without a GPU
+    assert decided(options, str(fasta), [180] * 30) == backends._NO_GPU
+    monkeypatch.setattr(kernels, "cuda_driver_present", lambda: True)
     for n in (2, 10, 30, 100, 600):  # never where the exact count would take the GPU
         for residues in (1e5, 1e6, 3e6, 1e7, 2.9e7):
             with open(fasta, "wb") as fh:
