@@ -304,7 +304,7 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
 
     if source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not rereadable(source):
         return None
-    if options.backend == "auto" and (os.environ.get("HMMGPU_NO_GPU") is not None or residues_estimate(source) is None
+    if options.backend == "auto" and (residues_estimate(source) is None
                                       or cpu_route_before_reading(options, source, model_lengths) is not None):
         return None
     from .kernels import cuda_driver_present
@@ -323,8 +323,9 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
     or ``auto`` with work that, by the residues estimated from the file
     (:func:`residues_estimate`, an upper bound for a plain FASTA file), has models small on
     average or a CPU route under twice the GPU's start-up (both tests pass only more easily
-    with fewer residues), or ``auto`` where no CUDA driver loads. A search so decided need not read the file before it starts: fewer
-    models than threads search it piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
+    with fewer residues), or ``auto`` where no CUDA driver loads (or ``HMMGPU_NO_GPU`` is set).
+    A search so decided need not read the file before it starts: fewer models than threads
+    search it piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
     if options.backend != "auto":
         return "" if options.backend == "hmmer" else None
     if not model_lengths:
