@@ -359,48 +359,44 @@ def main() -> None:
     proteins.write_bytes(gzip.decompress((args.data / "seqs" / "public_proteins.fa.gz").read_bytes()))
     env_cold = dict(os.environ, XDG_CACHE_HOME=str(work / "cold-cache"), HMMGPU_CACHE_DIR="")
     env_cold.pop("HMMGPU_CACHE_DIR")
-    cuda = (["--backend", "cuda"], None)
+    #: hmmgpu's runs by tag: extra arguments and environment
+    routes = {"auto": ([], None), "cuda": (["--backend", "cuda"], None), "cpu_route": (["--backend", "hmmer"], None)}
     if (any(w in todo for w in ("a", "b", "c", "g", "h")) or ("d" in todo and "cuda" in args.d_runs.split(","))
             or ("f" in todo and args.f_runs != "cpu_route")):
         bench.result["warmup"] = run([sys.executable, "-m", "hmmgpu", "warmup"])
         bench.save()
     if "e" in todo:
         entry = bench.result["workloads"].setdefault("e", {})
-        r, tbl = bench.hmmgpu(pfam600, proteins, "e.cold", ["--backend", "cuda"], env_cold)
+        r, tbl = bench.hmmgpu(pfam600, proteins, "e.cold", routes["cuda"][0], env_cold)
         entry["hmmgpu_cuda_cold"] = r
-        r2, tbl2 = bench.hmmgpu(pfam600, proteins, "e.warm", ["--backend", "cuda"], env_cold)
+        r2, tbl2 = bench.hmmgpu(pfam600, proteins, "e.warm", routes["cuda"][0], env_cold)
         entry["hmmgpu_cuda_warm_same_cache"] = r2
         entry["cold_minus_warm_seconds"] = r["seconds"] - r2["seconds"]
         entry["tables_equal"] = rows(tbl) == rows(tbl2)
         bench.save()
         print(f"[e] cold {r['seconds']:.2f}s, warm {r2['seconds']:.2f}s", flush=True)
     if "a" in todo:
-        runs = {"auto": ([], None), "cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)}
-        bench.workload("a", pfam600, proteins, {tag: runs[tag] for tag in args.a_runs.split(",")},
+        bench.workload("a", pfam600, proteins, {tag: routes[tag] for tag in args.a_runs.split(",")},
                        with_hmmsearch=not args.no_hmmsearch)
     if "d" in todo:
-        runs = {"auto": ([], None), "cuda": cuda}
         bench.workload("d", pfam600, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
-                       {tag: runs[tag] for tag in args.d_runs.split(",")})
+                       {tag: routes[tag] for tag in args.d_runs.split(",")})
     if "f" in todo:
         models = work / "pfam_a_size.hmm"
         models.write_bytes(pfam600.read_bytes() * args.f_copies)
-        runs = {"auto": ([], None), "cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)}
         tools = args.f_tools.split(",")
         bench.result["f_copies"] = args.f_copies
         bench.workload("f", models, ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa",
-                       {tag: runs[tag] for tag in args.f_runs.split(",") if tag},
+                       {tag: routes[tag] for tag in args.f_runs.split(",") if tag},
                        with_pyhmmer="pyhmmer" in tools, with_hmmsearch="hmmsearch" in tools)
     if "g" in todo:
-        runs = {"auto": ([], None), "cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)}
         for millions in args.g_residues.split(","):
             first = _first_residues(proteins, work / f"proteins_{millions}M.fa", float(millions) * 1e6)
-            bench.workload(f"g.{millions}M", pfam600, first, runs)
+            bench.workload(f"g.{millions}M", pfam600, first, routes)
     if "h" in todo:
-        runs = {"auto": ([], None), "cuda": cuda, "cpu_route": (["--backend", "hmmer"], None)}
         for n in args.h_models.split(","):
             models = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / f"pfam_h{n}.hmm", int(n))
-            bench.workload(f"h.{n}", models, proteins, runs)
+            bench.workload(f"h.{n}", models, proteins, routes)
     if "readme" in todo:  # the median of five runs of each (a fraction of a second each)
         entry = bench.result["workloads"].setdefault("readme", {})
         samples, proteome = ROOT / "pfam_samples" / "samples.hmm", ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"
@@ -429,8 +425,8 @@ def main() -> None:
         bench.result["c_makedb"] = run([sys.executable, "-m", "hmmgpu", "makedb", str(x4), str(made)])
         for acc in args.c_models.split(","):
             model = _write_models(args.data / "pfam" / f"{acc}.hmm.gz", work / f"{acc}.hmm")
-            entry[acc] = bench.workload(f"c.{acc}", model, x4, {"cuda": cuda, "auto": ([], None)})
-            r, _ = bench.hmmgpu(model, made, f"c.{acc}.made", ["--backend", "cuda"])
+            entry[acc] = bench.workload(f"c.{acc}", model, x4, {tag: routes[tag] for tag in ("cuda", "auto")})
+            r, _ = bench.hmmgpu(model, made, f"c.{acc}.made", routes["cuda"][0])
             r["speedup_vs_hmmsearch"] = entry[acc]["hmmsearch"]["seconds"] / r["seconds"]
             entry[acc]["hmmgpu_cuda_made_database"] = r
             bench.save()
