@@ -11,7 +11,7 @@
 # when numpy is first imported (hmmgpu itself pins numpy < 2.5).
 #
 # Phases: check (stops the session on failure), smoke, probe, hostprofile, startup, smalljob, warmup, tests, audit, vit,
-# engine[:workloads], pieces, sw, swtests.
+# engine[:workloads], pieces, scaling, sw, swtests, bench:SCRIPT (an ad hoc script of .bench, sourced).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -184,10 +184,16 @@ EOF
       log pieces of a FASTA file for one model: settings against hmmsearch and a baseline package
       python3 benchmarks/pieces_probe.py --data "$DATA" --out "$OUT" --threads "$T" ${PIECES_ARGS:-} 2>&1 | tail -8
       rm -rf "$OUT/work" ;;
+    scaling)
+      log thread scaling of pyhmmer\'s stage: ranges, survivors, slices in threads and processes, hmmsearch
+      timeout 500 python3 benchmarks/scaling_probe.py --data "$DATA" --out "$OUT" --threads "$T" 2>&1 | tail -40
+      rm -rf "$OUT/work" ;;
     sw)
       log Smith-Waterman benchmark
       python3 benchmarks/bench_sw.py --cudasw .bench/cudasw4 --real "$DATA/seqs/public_proteins.fa.gz" \
           --out "$OUT/sw" ${BENCH_SW_ARGS:-} 2>&1 | tail -40 ;;
+    bench:*)
+      log ad hoc script ${phase#bench:} from .bench; source ".bench/${phase#bench:}" ;;
     *) echo "unknown phase $phase" ;;
   esac
 done

@@ -78,10 +78,10 @@ class Pipeline:
         self.stats = None
         self.counts = None  #: the last query's :class:`~hmmgpu.cascade.StageCounts`
 
-    def _engine(self, queries: int | None = None):
+    def _engine(self, model_lengths=None):
         from .engine import SearchEngine
 
-        engine = SearchEngine(self.db, self.options, self.backend, ftz=self.ftz, queries=queries)
+        engine = SearchEngine(self.db, self.options, self.backend, ftz=self.ftz, model_lengths=model_lengths)
         self.stats = engine.stats
         return engine
 
@@ -92,7 +92,8 @@ class Pipeline:
 
     def search_hmms(self, hmms) -> Iterator:
         """Search several models; yield ``(hmm, TopHits)`` in order (``counts`` set for each)."""
-        for result in self._engine(len(hmms) if hasattr(hmms, "__len__") else None).search(hmms):
+        lengths = [hmm.M for hmm in hmms] if isinstance(hmms, (list, tuple)) else None
+        for result in self._engine(lengths).search(hmms):
             self.counts = result.counts
             yield result.hmm, result.hits
 

@@ -275,7 +275,7 @@ def cmd_search(args) -> int:
                     outputs.write(blocks)
                 stats = search.stats
             else:
-                engine = SearchEngine(db, options, backend, ftz=True, queries=queries)
+                engine = SearchEngine(db, options, backend, ftz=True, model_lengths=lengths)
                 for blocks in formatted(engine.search(read_models(args.hmmfile)), outputs.formatter):
                     outputs.write(blocks)
                 stats = engine.stats

@@ -220,19 +220,21 @@ class SearchEngine:
 
     ``SearchEngine(db, options, backend=..., ftz=False)``; :meth:`search` yields
     :class:`SearchResult` in query order. ``ftz`` runs pyhmmer's stage in the hmmsearch
-    program's float mode (:mod:`hmmgpu.fpenv`); ``queries``, the number of models when it
-    is known, lets fewer models than threads each be cut into more tasks.
+    program's float mode (:mod:`hmmgpu.fpenv`); ``model_lengths``, the lengths of the models to
+    come when they are known, size the tasks by the whole run's work (fewer models than
+    threads each cut into more tasks, a long model among many short ones too).
     """
 
     def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None,
-                 queries: int | None = None):
+                 model_lengths=None):
         self.db = db
         self.options = options
         self.backend = backend
         self.ftz = ftz
         self.threads = 0 if options.cpus == 0 else options.threads
         self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
-        self.forward = ForwardStage(db, options, ftz=ftz, threads=self.threads, queries=queries)
+        self.forward = ForwardStage(db, options, ftz=ftz, threads=self.threads, model_lengths=model_lengths)
+        queries = len(model_lengths) if model_lengths else None
         self.filtered = isinstance(backend, CascadeBackend)
         #: models may go to pyhmmer's whole pipeline while the backend starts (see the module header)
         self.reroute = options.backend == "auto" and queries is not None and queries < self.threads

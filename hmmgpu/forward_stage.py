@@ -45,30 +45,32 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .backends import CPU_CELLS_PER_SECOND
+
 #: Work per task, in seconds on one thread (estimated): small enough to balance the end of
 #: a run over every thread, large enough that the per-task cost (a block, the merge, and
 #: the moments each task needs the GIL) stays small. Measured on the 16-core GPU machine
 #: with 600 Pfam models: 0.1 s (1,346 tasks) ran 25% faster than 0.03 s (4,482 tasks).
 TASK_SECONDS = 0.1
-#: The same on pyhmmer's route (its whole pipeline over ranges of all targets): the work of
-#: a query is large and even, so tasks can be larger (fewer block slices, merges and GIL
-#: hand-offs) and still balance the end of a run.
-PIPELINE_TASK_SECONDS = 0.25
+#: The smallest task of pyhmmer's route (its whole pipeline over a range of a query's
+#: targets), in seconds on one thread by :data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`.
+PIPELINE_TASK_SECONDS = 0.1
+#: pyhmmer's route cuts the run's work into about this many tasks per thread: its tasks take
+#: at most the run's estimated time (every model's, when their lengths are known) over
+#: ``RANGE_SHARES`` x threads, and at least :data:`PIPELINE_TASK_SECONDS`. Enough to balance
+#: the end of a run, whatever the models' lengths; no more, because each task costs (a
+#: profile configured, hits serialized and merged). Measured on the 16-core H200 machine, 20
+#: Pfam models against 29 M residues with one, two and four ranges a query: 2.66, 1.69 and
+#: 1.30 s for 13.2-14.5 CPU-seconds (``benchmarks/results/scaling_probe_after_h200_2026-11-24.json``);
+#: the 600 models cut by 0.1 s alone (997 tasks against 618) took 20.5 s against 18.6 s.
+RANGE_SHARES = 4
 #: Estimated speed of pyhmmer's post-filter stage (Forward, Backward, domain definition) per
 #: thread, in model cells (M x L) per second.
 FORWARD_CELLS_PER_SECOND = 7.0e7
-#: The speed, in model cells per second, by which a query's targets on pyhmmer's route are
-#: cut into ranges of :data:`PIPELINE_TASK_SECONDS`: faster than pyhmmer's pipeline really runs
-#: on Pfam models (:data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`), on purpose, because a query
-#: cut into more ranges cost more than it balanced. Measured on the 16-core H200 machine, 20
-#: Pfam models against 29 M residues: one range a query (21 tasks) 2.94 s and 15.9 CPU-seconds,
-#: two (41 tasks, sized at 1.0e10) 6.21 s and 24.2 CPU-seconds (``benchmarks/results/
-#: engine_bench_g_h_h200_2026-11-24.json`` and ``engine_bench_h_g_d_a_h200_2026-11-24.json``).
-RANGE_CELLS_PER_SECOND = 2.5e10
 #: Smallest task of a query that is split to keep every thread busy (fewer queries than
-#: threads), in model cells: a hit-rich model's whole pipeline runs ten times slower per
-#: cell than :data:`RANGE_CELLS_PER_SECOND`, so one query alone (a single-model search of a
-#: large database) cannot rely on the estimate to cut it into enough tasks.
+#: threads), in model cells: a hit-rich model's whole pipeline runs several times slower per
+#: cell than :data:`~hmmgpu.backends.CPU_CELLS_PER_SECOND`, so one query alone (a single-model
+#: search of a large database) cannot rely on the estimate to cut it into enough tasks.
 SPLIT_MIN_CELLS = 1.0e8
 #: A FASTA file searched piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`) is cut by guided
 #: self-scheduling: each piece is a 1 / (threads x :data:`PIECE_SHARES`) share of the bytes not
@@ -141,7 +143,7 @@ class SequenceCache:
 
     def block(self, positions):
         """A ``DigitalSequenceBlock`` of the targets ``positions``, in that order."""
-        from pyhmmer.easel import DigitalSequenceBlock
+        from .seqdb import sequence_block
 
         seqs = self._seqs
         out = []
@@ -150,17 +152,23 @@ class SequenceCache:
             if s is None:
                 s = seqs[p] = self.db.digital_sequence(p)
             out.append(s)
-        return DigitalSequenceBlock(self.alphabet, out)
+        return sequence_block(out)
 
     def range_block(self, start: int, stop: int):
-        """A block of the consecutive targets ``start..stop-1`` (a view of the whole database)."""
+        """A block of the consecutive targets ``start..stop-1`` (the whole database's block, or
+        one of the same sequence objects: :func:`~hmmgpu.seqdb.sequence_block`, not a slice of
+        the block, which pyhmmer makes by appending)."""
+        from .seqdb import sequence_block
+
         whole = self._whole
         if whole is None:
             with self._lock:
                 if self._whole is None:
-                    self._whole = self.db.block()
+                    block = self.db.block()
+                    self._whole = (block, list(block))
                 whole = self._whole
-        return whole if (start, stop) == (0, self.db.n) else whole[start:stop]
+        block, sequences = whole
+        return block if (start, stop) == (0, self.db.n) else sequence_block(sequences[start:stop])
 
     def names(self) -> tuple:
         """(the position of each target name: an int, or for a name that occurs more than once
@@ -181,13 +189,20 @@ class SequenceCache:
 class ForwardStage:
     """Plans, runs and merges the pyhmmer tasks of each query over one database."""
 
-    def __init__(self, db, options, ftz: bool = False, threads: int = 0, queries: int | None = None):
+    def __init__(self, db, options, ftz: bool = False, threads: int = 0, model_lengths=None):
         self.db = db
         self.options = options
         self.ftz = ftz
+        queries = len(model_lengths) if model_lengths else None
         #: tasks each query is cut into at least (when the work allows): every one of the
-        #: engine's ``threads`` busy when there are fewer queries (``queries``, when known)
+        #: engine's ``threads`` busy when there are fewer queries (``model_lengths``: the run's
+        #: models' lengths, when known)
         self.min_parts = -(-threads // queries) if queries and threads > queries else 1
+        #: the longest range task on pyhmmer's route, in seconds (:data:`RANGE_SHARES`); None
+        #: when the run's models are not known (a query is then cut into at most RANGE_SHARES)
+        self.range_seconds = None if not queries or db.pieces is not None else max(
+            PIPELINE_TASK_SECONDS,
+            float(sum(model_lengths)) * db.total_residues / CPU_CELLS_PER_SECOND / (RANGE_SHARES * max(1, threads)))
         self.sequences = SequenceCache(db)
         self.by_position = options.by_evalue and options.Z is None
         self._local = threading.local()
@@ -214,8 +229,9 @@ class ForwardStage:
         lengths = self.db.lengths
         if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
             cells = float(self.db.total_residues) * M
-            parts = max(cells / RANGE_CELLS_PER_SECOND // PIPELINE_TASK_SECONDS,
-                        min(self.min_parts, cells // SPLIT_MIN_CELLS))
+            seconds = cells / CPU_CELLS_PER_SECOND
+            longest = self.range_seconds or max(PIPELINE_TASK_SECONDS, seconds / RANGE_SHARES)
+            parts = max(seconds // longest, min(self.min_parts, cells // SPLIT_MIN_CELLS))
             parts = int(min(max(1, parts), max(1, self.db.n // 64)))
             if parts == 1:   # every model against a small database: nothing to cut
                 return [self._task(query, self._everything, False)]
@@ -339,20 +355,20 @@ class ForwardStage:
         if not twice.intersection(unplaced):
             placed.update((name, where[name]) for name in unplaced)
             return [(state, placed)]
-        from pyhmmer.easel import DigitalSequenceBlock
+        from .seqdb import sequence_block
 
         parts = []
         for i, name in enumerate(names):  # each target of a repeated name alone
             if name in twice:
                 pli.clear()
                 pli.Z = 1.0
-                alone = _searched(pli.search_hmm, hmm, DigitalSequenceBlock(block.alphabet, [block[i]]))
+                alone = _searched(pli.search_hmm, hmm, sequence_block([block[i]]))
                 parts.append((alone.__getstate__(), {name: i}))
         rest = [i for i, name in enumerate(names) if name not in twice]
         if rest:
             pli.clear()
             pli.Z = 1.0
-            others = _searched(pli.search_hmm, hmm, DigitalSequenceBlock(block.alphabet, [block[i] for i in rest]))
+            others = _searched(pli.search_hmm, hmm, sequence_block([block[i] for i in rest]))
             parts.append((others.__getstate__(), {names[i]: i for i in rest}))
         return parts
 

@@ -66,6 +66,7 @@ def test_tables_equal_hmmsearch(tmp_path, monkeypatch, label, hmmfile, args, bac
 
     monkeypatch.setattr(forward_stage, "TASK_SECONDS", 1e-4)
     monkeypatch.setattr(forward_stage, "PIPELINE_TASK_SECONDS", 1e-4)
+    monkeypatch.setattr(forward_stage, "RANGE_SHARES", 1e4)
     ref = _hmmsearch(tmp_path, SAMPLES / hmmfile, args)
     ours = _hmmgpu(tmp_path, SAMPLES / hmmfile, args, backend=backend)
     for kind in ref:
@@ -170,6 +171,28 @@ def test_parallel_forward_stage_equals_serial_run(references, cpus):
         assert len(ours) == len(ref)
         assert hits_table(ours, "domains") == hits_table(ref, "domains")
         assert_same_pipeline(ours, ref)
+
+
+@pytest.mark.parametrize("lengths,M,ranges", [([100] * 600, 100, 1), ([100] * 20, 100, 3), ([100] * 4, 100, 5),
+                                              ([100] * 29 + [1000], 1000, 16), ([100] * 29 + [1000], 100, 1)])
+def test_pyhmmer_route_sizes_range_tasks_by_the_whole_run(monkeypatch, lengths, M, ranges):
+    """On pyhmmer's route a query is cut into ranges of at most the run's estimated time over
+    RANGE_SHARES x threads (and at least 0.1 s): a model of 0.59 s (by the CPU estimate) is not
+    cut among 600 on 16 threads, is cut into three among 20 and into five (its time) among 4;
+    among 29 such models, one ten times longer is cut into 16 and the others not at all."""
+    from types import SimpleNamespace
+
+    from hmmgpu import forward_stage
+    from hmmgpu.engine import Query
+    from hmmgpu.options import SearchOptions
+
+    db = SequenceDB.from_fasta(PROTEOME)
+    monkeypatch.setattr(forward_stage, "CPU_CELLS_PER_SECOND", 100 * db.total_residues / 0.59)
+    monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1e12)  # the time decides, not the lower bound
+    stage = forward_stage.ForwardStage(db, SearchOptions(), threads=16, model_lengths=lengths)
+    tasks = stage.plan(Query(index=0, hmm=SimpleNamespace(M=M)))
+    assert len(tasks) == ranges
+    assert np.array_equal(np.concatenate([t.positions for t in tasks]), np.arange(db.n))
 
 
 @pytest.mark.parametrize("backend", ["hmmer", "numba"])
