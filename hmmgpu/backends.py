@@ -48,12 +48,15 @@ CPU_CELLS_PER_SECOND = 1.0e10
 #: Measured on the 16-core GPU machine: one Pfam model against 116 M residues spent 5-8 s
 #: there, where the cell estimate alone predicts 0.1 s (and the GPU route took 4-7 s).
 CPU_SECONDS_PER_RESIDUE = 4.0e-8
-#: What starting the GPU route costs, in seconds: the GPU process's imports, CUDA context,
-#: kernel loads and database upload, during which the engine runs models on pyhmmer's route,
-#: and that process's CPU time beside the search. Its filters were ready 0.35-0.39 s into the
-#: search of 0.7-12 M residues on the H200 machine (warm kernel cache; the same file). ``auto``
-#: takes the GPU when the CPU route's estimate is twice this.
-GPU_START_SECONDS = 1.0
+#: The least wall time of a search on the GPU route, in seconds, end to end: the GPU process
+#: starts while the database is read, and its first filters are ready 0.35-0.46 s into the
+#: search (warm kernel cache). ``auto`` takes the GPU when pyhmmer's route is estimated
+#: (:func:`cpu_route_seconds`) to take longer. Measured on the 16-core H200 machine, the first
+#: 10, 20 and 30 Pfam-35 models against 29 M residues: the GPU route 1.59, 1.49 and 1.65 s,
+#: pyhmmer's route 1.68, 2.05 and 2.17 s, estimated at 1.48, 1.87 and 2.20 s
+#: (``benchmarks/results/engine_bench_h_g_a_d_h200_2026-11-24_ranges.json``). At 2.0 s, the
+#: threshold before, 20 models took pyhmmer's route.
+GPU_ROUTE_SECONDS = 1.5
 #: A model is *small* against a database when its length times the database's residues is at
 #: most this (0.05 s of one thread by :data:`CPU_CELLS_PER_SECOND`): every Pfam model against a
 #: proteome of a few thousand proteins, none against tens of millions of residues. The GPU
@@ -78,7 +81,7 @@ def small_on_average(cells: float, queries: int) -> bool:
 
 
 def cpu_route_seconds(cells: float, residues: float, threads: int) -> float:
-    """Estimated wall time of pyhmmer's route (``auto``'s comparison with the GPU's start-up)."""
+    """Estimated wall time of pyhmmer's route (``auto``'s comparison with :data:`GPU_ROUTE_SECONDS`)."""
     return cells / (CPU_CELLS_PER_SECOND * max(1, threads)) + residues * CPU_SECONDS_PER_RESIDUE
 
 
@@ -322,7 +325,7 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
     that waits for the database to be read: ``--backend hmmer`` (""), ``auto`` with one query,
     or ``auto`` with work that, by the residues estimated from the file
     (:func:`residues_estimate`, an upper bound for a plain FASTA file), has models small on
-    average or a CPU route under twice the GPU's start-up (both tests pass only more easily
+    average or a CPU route estimated under the GPU route's least time (both tests pass only more easily
     with fewer residues), or ``auto`` where no CUDA driver loads (or ``HMMGPU_NO_GPU`` is set).
     A search so decided need not read the file before it starts: fewer models than threads
     search it piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
@@ -338,7 +341,7 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
         cells = float(sum(model_lengths)) * residues
         if small_on_average(cells, queries):
             return _SMALL_MODELS
-        if cpu_route_seconds(cells, residues, options.threads) <= 2 * GPU_START_SECONDS:
+        if cpu_route_seconds(cells, residues, options.threads) <= GPU_ROUTE_SECONDS:
             return _SMALL_WORK
     from .kernels import cuda_driver_present
 
@@ -433,7 +436,7 @@ def _select(options, db, cells, gpu_process, started, queries, decided) -> Backe
         elif queries and cells is not None and small_on_average(cells, queries):
             worth, reason = False, _SMALL_MODELS
         else:
-            worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > 2 * GPU_START_SECONDS
+            worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > GPU_ROUTE_SECONDS
             reason = _SMALL_WORK
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or
                                                                    cuda_available(options.device)):
