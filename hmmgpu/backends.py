@@ -298,17 +298,16 @@ def cuda_available(device: int = 0) -> bool:
 
 def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> CascadeBackend | None:
     """The GPU process started before the database is read (it reads the file itself, so
-    both start-ups overlap), when ``select_backend`` may take the GPU: ``--backend cuda``, or
-    ``auto`` on a GPU machine with work above the threshold by an estimate of the residues
-    from the file (a made database records them; a FASTA file has at most one per byte, a
-    gzip file about two). None otherwise; the caller passes the result to
-    :func:`select_backend` as ``started``, which stops it if the exact count says the CPU."""
+    both start-ups overlap), for a search that :func:`cpu_route_before_reading` left
+    undecided, when ``select_backend`` may take the GPU: ``--backend cuda``, or ``auto`` on a
+    GPU machine whose database's residues can be estimated from the file. None otherwise; the
+    caller passes the result to :func:`select_backend` as ``started``, which stops it if the
+    exact count says the CPU."""
     from .inputs import rereadable
 
     if source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not rereadable(source):
         return None
-    if options.backend == "auto" and (residues_estimate(source) is None
-                                      or cpu_route_before_reading(options, source, model_lengths) is not None):
+    if options.backend == "auto" and residues_estimate(source) is None:
         return None
     from .kernels import cuda_driver_present
 
@@ -323,29 +322,43 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
 def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
     """Why the search takes pyhmmer's route whatever the database's exact size, or None when
     that waits for the database to be read: ``--backend hmmer`` (""), ``auto`` with one query,
-    or ``auto`` with work that, by the residues estimated from the file
-    (:func:`residues_estimate`, an upper bound for a plain FASTA file), has models small on
-    average or a CPU route estimated under the GPU route's least time (both tests pass only more easily
-    with fewer residues), or ``auto`` where no CUDA driver loads (or ``HMMGPU_NO_GPU`` is set).
-    A search so decided need not read the file before it starts: fewer models than threads
-    search it piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
+    or ``auto`` with work that, by an upper bound on the database's residues
+    (:func:`residues_estimate`: the file's size, or, when a bound half as large would decide,
+    its bytes outside header lines and line ends), has models small on average or a CPU route
+    estimated under :data:`GPU_ROUTE_SECONDS` (both tests pass only more easily with fewer
+    residues), or ``auto`` where no CUDA driver loads (or ``HMMGPU_NO_GPU`` is set). A search
+    so decided need not read the file before it starts: fewer models than threads search it
+    piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
     if options.backend != "auto":
         return "" if options.backend == "hmmer" else None
     if not model_lengths:
         return None
-    queries = len(model_lengths)
-    if pyhmmer_route(options, queries):
+    if pyhmmer_route(options, len(model_lengths)):
         return _ONE_QUERY
     residues = residues_estimate(source)
     if residues is not None:
-        cells = float(sum(model_lengths)) * residues
-        if small_on_average(cells, queries):
-            return _SMALL_MODELS
-        if cpu_route_seconds(cells, residues, options.threads) <= GPU_ROUTE_SECONDS:
-            return _SMALL_WORK
+        def small(residues):
+            return _small_work(float(sum(model_lengths)) * residues, len(model_lengths), residues, options.threads)
+
+        reason = small(residues)
+        if reason is None and small(residues / 2) is not None:
+            tighter = residues_estimate(source, tight=True)
+            reason = None if tighter is None else small(tighter)
+        if reason is not None:
+            return reason
     from .kernels import cuda_driver_present
 
     return _NO_GPU if os.environ.get("HMMGPU_NO_GPU") is not None or not cuda_driver_present() else None
+
+
+def _small_work(cells: float, queries: int | None, residues: float, threads: int) -> str | None:
+    """Why ``auto`` takes pyhmmer's route for ``queries`` models (when known) of ``cells``
+    model cells in all against ``residues``, or None: small models, or little work."""
+    if queries and small_on_average(cells, queries):
+        return _SMALL_MODELS
+    if cpu_route_seconds(cells, residues, threads) <= GPU_ROUTE_SECONDS:
+        return _SMALL_WORK
+    return None
 
 
 #: The reasons the backend line gives for ``auto``'s choice of pyhmmer's route.
@@ -355,9 +368,12 @@ _SMALL_WORK = "the work is too small to pay for the GPU"
 _NO_GPU = "no CUDA GPU found"
 
 
-def residues_estimate(source: str) -> float | None:
-    """The residues of a sequence file or made database, from its size (an upper bound for a
-    plain FASTA file), before reading it; None if that cannot be told."""
+def residues_estimate(source: str, tight: bool = False) -> float | None:
+    """The residues of a sequence file or made database, before reading it, or None if that
+    cannot be told: a made database records them; a plain file has at most one a byte, a gzip
+    file about two. ``tight``: for a plain file, its bytes less line ends and the lines that
+    start with ``>`` (still an upper bound for FASTA, whose residues are the bytes of its
+    sequence lines; a scan of the whole file, 0.05-0.1 s for 29 M residues)."""
     import json
 
     from .inputs import META_FILE, is_database_dir
@@ -368,10 +384,19 @@ def residues_estimate(source: str) -> float | None:
                 return float(json.load(fh)["total_residues"])
         size = os.path.getsize(source)
         with open(source, "rb") as fh:
-            gzipped = fh.read(2) == b"\x1f\x8b"
-        return 2.0 * size if gzipped else 1.0 * size
+            head = fh.read(2)
+            if head == b"\x1f\x8b":
+                return 2.0 * size
+            if not tight:
+                return 1.0 * size
+            fh.seek(0)
+            text = fh.read()
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    import re
+
+    headers = sum(map(len, re.findall(rb"(?m)^>[^\n\r]*", text)))
+    return float(len(text) - headers - text.count(b"\n") - text.count(b"\r"))
 
 
 def pyhmmer_route(options, queries: int | None) -> bool:
@@ -433,11 +458,9 @@ def _select(options, db, cells, gpu_process, started, queries, decided) -> Backe
             worth, reason = False, decided
         elif pyhmmer_route(options, queries):
             worth, reason = False, _ONE_QUERY
-        elif queries and cells is not None and small_on_average(cells, queries):
-            worth, reason = False, _SMALL_MODELS
         else:
-            worth = cells is None or cpu_route_seconds(cells, db.total_residues, threads) > GPU_ROUTE_SECONDS
-            reason = _SMALL_WORK
+            reason = None if cells is None else _small_work(cells, queries, db.total_residues, threads)
+            worth = reason is None
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or
                                                                    cuda_available(options.device)):
             try:

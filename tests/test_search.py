@@ -264,6 +264,16 @@ def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(monk
     assert decided(options, str(fasta), [180] * 20) is None   # the GPU may pay: read, then count
     assert decided(options, str(fasta), [10] * 600) == backends._SMALL_MODELS
     assert decided(options, str(tmp_path / "absent.fa"), [180] * 10) is None
+    # a file whose size leaves the choice open but whose sequence lines decide it: 38 MB, 20 M
+    # residues (long headers), as (h)'s 10 models against 37.6 MB and 29 M residues
+    record = b">" + b"h" * 899 + b"\n" + b"A" * 1000 + b"\n"
+    with open(tmp_path / "long_headers.fa", "wb") as fh:
+        fh.write(record * 20_000)
+    assert backends.residues_estimate(str(tmp_path / "long_headers.fa"), tight=True) == 20e6
+    assert decided(options, str(tmp_path / "long_headers.fa"), [179] * 10) == backends._SMALL_WORK
+    with open(tmp_path / "no_lines.fa", "wb") as fh:
+        fh.truncate(37_600_000)  # as large, and every byte a possible residue: the exact count decides
+    assert decided(options, str(tmp_path / "no_lines.fa"), [179] * 10) is None
     assert decided(SimpleNamespace(backend="hmmer", threads=16), str(fasta), [180] * 30) == ""
     assert decided(SimpleNamespace(backend="cuda", threads=16), str(fasta), [180] * 10) is None
     monkeypatch.setattr(kernels, "cuda_driver_present", lambda: False)  # a machine without a GPU
@@ -364,8 +374,9 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
 
 
 def test_auto_starts_no_gpu_process_early_for_small_models(monkeypatch, tmp_path):
-    """With auto, the same work (model cells) starts the GPU process early for large models
-    and not for small ones, which select_backend sends to pyhmmer's route anyway."""
+    """With auto, the same work (model cells) starts the GPU process early for large models;
+    small ones are decided for pyhmmer's route before reading (the command line then starts
+    nothing)."""
     from types import SimpleNamespace
 
     from hmmgpu import backends, gpu_process, kernels
@@ -376,8 +387,9 @@ def test_auto_starts_no_gpu_process_early_for_small_models(monkeypatch, tmp_path
     fasta = tmp_path / "db.fa"
     fasta.write_bytes(b">s\n" + b"A" * 2_000_000 + b"\n")
     options = SimpleNamespace(backend="auto", threads=16, device=0, lanes="auto")
+    assert backends.cpu_route_before_reading(options, str(fasta), [1000] * 2000) is None
     assert backends.start_gpu_early(options, str(fasta), None, [1000] * 2000) == "child"
-    assert backends.start_gpu_early(options, str(fasta), None, [100] * 20000) is None
+    assert backends.cpu_route_before_reading(options, str(fasta), [100] * 20000) == backends._SMALL_MODELS
 
 
 def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, references):
