@@ -322,11 +322,12 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
 def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
     """Why the search takes pyhmmer's route whatever the database's exact size, or None when
     that waits for the database to be read: ``--backend hmmer`` (""), ``auto`` with one query,
-    or ``auto`` with work that, by an upper bound on the database's residues
-    (:func:`residues_estimate`: the file's size, or, when a bound half as large would decide,
-    its bytes outside header lines and line ends), has models small on average or a CPU route
-    estimated under :data:`GPU_ROUTE_SECONDS` (both tests pass only more easily with fewer
-    residues), or ``auto`` where no CUDA driver loads (or ``HMMGPU_NO_GPU`` is set). A search
+    or ``auto`` with work that, by the database's residues estimated from the file
+    (:func:`residues_estimate`: its size, an upper bound for a plain FASTA file, or, when half
+    as many would decide, the share of residue bytes in its head), has models small on average
+    or a CPU route estimated under :data:`GPU_ROUTE_SECONDS` (both tests pass only more easily
+    with fewer residues), or ``auto`` where no CUDA driver loads (or ``HMMGPU_NO_GPU`` is set).
+    An estimate too low for a file whose head is unlike the rest costs time, not exactness. A search
     so decided need not read the file before it starts: fewer models than threads search it
     piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
     if options.backend != "auto":
@@ -342,8 +343,8 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
 
         reason = small(residues)
         if reason is None and small(residues / 2) is not None:
-            tighter = residues_estimate(source, tight=True)
-            reason = None if tighter is None else small(tighter)
+            sampled = residues_estimate(source, sample=True)
+            reason = None if sampled is None else small(sampled)
         if reason is not None:
             return reason
     from .kernels import cuda_driver_present
@@ -368,12 +369,18 @@ _SMALL_WORK = "the work is too small to pay for the GPU"
 _NO_GPU = "no CUDA GPU found"
 
 
-def residues_estimate(source: str, tight: bool = False) -> float | None:
+#: The bytes of a plain file's head that :func:`residues_estimate` reads with ``sample=True``.
+RESIDUE_SAMPLE_BYTES = 1 << 20
+
+
+def residues_estimate(source: str, sample: bool = False) -> float | None:
     """The residues of a sequence file or made database, before reading it, or None if that
     cannot be told: a made database records them; a plain file has at most one a byte, a gzip
-    file about two. ``tight``: for a plain file, its bytes less line ends and the lines that
-    start with ``>`` (still an upper bound for FASTA, whose residues are the bytes of its
-    sequence lines; a scan of the whole file, 0.05-0.1 s for 29 M residues)."""
+    file about two. ``sample``: for a plain file, its size times the share of its first
+    :data:`RESIDUE_SAMPLE_BYTES` (whole records) outside header lines and line ends, the
+    bytes a FASTA file's residues come from (a bound for a file that small; for a larger one,
+    an estimate that a head unlike the rest of the file gets wrong). Scanning the whole file
+    instead took 0.3-0.5 s for 29 M residues on the H200 machine."""
     import json
 
     from .inputs import META_FILE, is_database_dir
@@ -384,19 +391,21 @@ def residues_estimate(source: str, tight: bool = False) -> float | None:
                 return float(json.load(fh)["total_residues"])
         size = os.path.getsize(source)
         with open(source, "rb") as fh:
-            head = fh.read(2)
-            if head == b"\x1f\x8b":
-                return 2.0 * size
-            if not tight:
-                return 1.0 * size
-            fh.seek(0)
-            text = fh.read()
+            head = fh.read(RESIDUE_SAMPLE_BYTES if sample else 2)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if head[:2] == b"\x1f\x8b":
+        return 2.0 * size
+    if not sample:
+        return 1.0 * size
+    if len(head) < size:  # whole records only
+        head = head[:head.rfind(b"\n>") + 1]
+        if not head:
+            return 1.0 * size
     import re
 
-    headers = sum(map(len, re.findall(rb"(?m)^>[^\n\r]*", text)))
-    return float(len(text) - headers - text.count(b"\n") - text.count(b"\r"))
+    headers = sum(map(len, re.findall(rb"(?m)^>[^\n\r]*", head)))
+    return size * (len(head) - headers - head.count(b"\n") - head.count(b"\r")) / len(head)
 
 
 def pyhmmer_route(options, queries: int | None) -> bool:
@@ -434,7 +443,11 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     Nothing of numba or CUDA is imported on a route that does not need it. The GPU runs in
     a child process (:mod:`hmmgpu.gpu_process`) unless ``gpu_process`` is False (the audit,
     which calls the stages one by one); ``started``: one already started by
-    :func:`start_gpu_early`, used if the GPU is chosen and closed otherwise. A child is not
+    :func:`start_gpu_early`, used if the GPU is chosen and closed otherwise; the exact count
+    then takes pyhmmer's route only for small models, not for work just under the threshold
+    (the file's estimate was over it, the GPU's start is under way, and pyhmmer's route over a
+    file already read is the slower one: 10 Pfam models against 29 M residues took 1.86 s by
+    ranges, 1.35-1.59 s on the GPU; ``engine_bench_h_c_h200_2026-11-24_threshold.json``). A child is not
     waited for here: the engine sends models to pyhmmer's route until it is ready, and
     :func:`unusable_gpu` says what its failure to start means. ``decided``: the reason
     :func:`cpu_route_before_reading` gave, when the caller asked it (then pyhmmer's route).
@@ -460,6 +473,8 @@ def _select(options, db, cells, gpu_process, started, queries, decided) -> Backe
             worth, reason = False, _ONE_QUERY
         else:
             reason = None if cells is None else _small_work(cells, queries, db.total_residues, threads)
+            if reason == _SMALL_WORK and started is not None:
+                reason = None  # the estimate from the file started the GPU: see select_backend
             worth = reason is None
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or
                                                                    cuda_available(options.device)):

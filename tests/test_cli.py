@@ -287,7 +287,7 @@ def test_the_gpu_process_starts_before_numpy_is_imported():
     the parent's imports."""
     code = ("import sys; from hmmgpu.backends import start_gpu_early, residues_estimate, cpu_route_before_reading; "
             "from hmmgpu.gpu_process import CudaProcessBackend; from hmmgpu.hmmfile import model_lengths; "
-            f"assert residues_estimate({str(PROTEOME)!r}, tight=True) > 0; assert model_lengths({str(SAMPLES / 'samples.hmm')!r}); "
+            f"assert residues_estimate({str(PROTEOME)!r}, sample=True) > 0; assert model_lengths({str(SAMPLES / 'samples.hmm')!r}); "
             "print(sorted(m for m in ('numpy', 'pyhmmer', 'numba') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

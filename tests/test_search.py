@@ -242,12 +242,37 @@ def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models,
     assert (chosen if chosen == "gpu" else "cpu") == route
 
 
+def test_auto_keeps_a_gpu_process_started_early_for_work_near_the_threshold(monkeypatch):
+    """A GPU process started on the file's estimate is kept when the exact count puts the work
+    just under the threshold (pyhmmer's route over the file read whole is the slower), and
+    stopped for small models; without one, the exact count decides."""
+    from types import SimpleNamespace
+
+    from hmmgpu import backends
+
+    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
+    monkeypatch.setattr(backends, "cuda_available", lambda device: True)
+    monkeypatch.setattr(backends, "_cuda", lambda options, db, gpu_process, started: started or "gpu")
+    options = SimpleNamespace(backend="auto", threads=16, device=0)
+    db = SimpleNamespace(total_residues=29e6)
+    near, small = [179] * 10, [10] * 600   # (h)'s 10 models: 1.48 s estimated; small models
+
+    def chosen(models, started):
+        return backends._select(options, db, float(sum(models)) * 29e6, True, started, len(models), None)
+
+    assert backends.cpu_route_seconds(float(sum(near)) * 29e6, 29e6, 16) <= backends.GPU_ROUTE_SECONDS
+    assert chosen(near, "early") == "early"
+    assert isinstance(chosen(near, None), backends.HmmerBackend)
+    assert isinstance(chosen(small, "early"), backends.HmmerBackend)
+
+
 def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(monkeypatch, tmp_path):
     """``auto`` decides on pyhmmer's route before reading the file when even the file's size
-    (an upper bound on its residues) puts the work there, with the reason the backend line
-    gives; ``--backend hmmer`` always, ``--backend cuda`` never; work that the size does not
-    decide waits for the exact count. Measured on the H200: 10 Pfam models against 29 M
-    residues took 6.90 s read first and searched by ranges, 1.95 s piece by piece."""
+    (an upper bound on its residues) puts the work there, or, when half as many residues would,
+    the share of residue bytes in the file's head does, with the reason the backend line gives;
+    ``--backend hmmer`` always, ``--backend cuda`` never; work that neither decides waits for
+    the exact count. Measured on the H200: 10 Pfam models against 29 M residues took 1.86 s
+    read first and searched by ranges, 1.52 s piece by piece."""
     from types import SimpleNamespace
 
     from hmmgpu import backends, kernels
@@ -269,7 +294,7 @@ def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(monk
     record = b">" + b"h" * 899 + b"\n" + b"A" * 1000 + b"\n"
     with open(tmp_path / "long_headers.fa", "wb") as fh:
         fh.write(record * 20_000)
-    assert backends.residues_estimate(str(tmp_path / "long_headers.fa"), tight=True) == 20e6
+    assert backends.residues_estimate(str(tmp_path / "long_headers.fa"), sample=True) == 20e6
     assert decided(options, str(tmp_path / "long_headers.fa"), [179] * 10) == backends._SMALL_WORK
     with open(tmp_path / "no_lines.fa", "wb") as fh:
         fh.truncate(37_600_000)  # as large, and every byte a possible residue: the exact count decides
