@@ -25,11 +25,12 @@ With ``auto``, the backend's filters and pyhmmer's whole pipeline share the mode
 neither the GPU nor the worker threads wait while the other has work:
 
 * While the backend is still starting (the GPU process opens its device, loads its kernels
-  and reads the database: 1-3 s), a search of fewer models than worker threads does not wait
-  for it while the workers are short of work: the model goes to pyhmmer's whole pipeline
-  instead, spread over every thread (its tasks are ranges of all targets, as on the pyhmmer
-  route). A single model would always be rerouted, so ``auto`` does not start the GPU for
-  one (:func:`~hmmgpu.backends.pyhmmer_route`).
+  and reads the database: 0.2-0.5 s with a warm kernel cache, about 8 s when it compiles), a
+  search of fewer models than worker threads waits for it :data:`REROUTE_AFTER_SECONDS`, and
+  then no longer while the workers are short of work: the model goes to pyhmmer's whole
+  pipeline instead, spread over every thread (its tasks are ranges of all targets, as on the
+  pyhmmer route). A single model would always be rerouted, so ``auto`` does not start the
+  GPU for one (:func:`~hmmgpu.backends.pyhmmer_route`).
 * A *small* model (:data:`~hmmgpu.backends.SMALL_MODEL_CELLS`: model length x database
   residues) goes to pyhmmer's whole pipeline whenever the workers are short of work and the
   backend is behind: still starting, or holding :data:`SHARE_BACKLOG` models or more that it
@@ -82,6 +83,13 @@ START_POLL_SECONDS = 0.005
 #: The backend is behind when this many models or more wait for its answer: the GPU process
 #: runs :data:`~hmmgpu.kernels.cascade.SLOTS` at once.
 SHARE_BACKLOG = 8
+#: How long into a search a backend still starting is waited for before models that are not
+#: small go to pyhmmer's whole pipeline instead (seconds): longer than a start with the kernel
+#: cache warm (the filters were ready 0.19-0.43 s into the search on the 16-core H200 machine),
+#: much shorter than one that compiles (about 8 s). Rerouting at once sent 6 of 10 Pfam models
+#: against 29 M residues to the whole pipeline, 2.16 s against 1.47 s on the GPU alone
+#: (``benchmarks/results/engine_bench_h_d_readme_h200_2026-11-24_sample.json``).
+REROUTE_AFTER_SECONDS = 1.0
 
 
 @dataclass
@@ -266,14 +274,21 @@ class SearchEngine:
         pipeline (see the module header): at once if the backend is ready and not behind; else
         as soon as it is ready and caught up, unless ``idle()`` (fewer tasks queued or running
         than workers) comes first for a model that may go to the whole pipeline (with
-        :attr:`reroute` while the backend starts; a small one with :attr:`share`)."""
+        :attr:`reroute` while the backend starts, from :data:`REROUTE_AFTER_SECONDS` into the
+        search; a small one with :attr:`share`, at any time)."""
         if not self.filtered:
             return False
         small = self.share and small_on_average(float(query.hmm.M) * self.db.total_residues, 1)
         reroute = self.reroute or small
+        # a model that is not small waits for a backend that starts as fast as a warm one
+        reroute_from = self._start + (0.0 if small else REROUTE_AFTER_SECONDS)
+
+        def may_reroute() -> bool:
+            return reroute and time.perf_counter() >= reroute_from and idle()
+
         while True:
             try:
-                if self.backend.ready(timeout=(0.0 if idle() else START_POLL_SECONDS) if reroute else None):
+                if self.backend.ready(timeout=(0.0 if may_reroute() else START_POLL_SECONDS) if reroute else None):
                     if self.stats.ready_seconds is None:
                         self.stats.ready_seconds = time.perf_counter() - self._start
                     break
@@ -284,7 +299,7 @@ class SearchEngine:
                 self.filtered = False
                 self.stats.fallback = f"the GPU could not be used: {error}"
                 return False
-            if reroute and idle():
+            if may_reroute():
                 return False
         while small and self.backend.waiting() >= SHARE_BACKLOG:
             if idle():

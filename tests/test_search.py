@@ -419,19 +419,22 @@ def test_auto_starts_no_gpu_process_early_for_small_models(monkeypatch, tmp_path
 
 def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, references):
     """With auto and fewer models than threads, while the backend is not ready, models take
-    pyhmmer's whole pipeline; once it is, its filters: every result equals the serial run's
+    pyhmmer's whole pipeline (a large one only from REROUTE_AFTER_SECONDS into the search, a
+    small one at once); once it is, its filters: every result equals the serial run's
     whichever route its model took. With as many models as threads, or a backend named
     explicitly, every large model goes through the filters (the search waits for the
     backend); a small model (here: any, the sample proteome being small) does not wait."""
-    from hmmgpu import backends
+    from hmmgpu import backends, engine as engine_module
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
-    for backend_name, cpus, small, rerouted in (("auto", 8, False, 2), ("auto", 4, False, 0), ("auto", 4, True, 2),
-                                                ("auto", 0, True, 0), ("cuda", 8, True, 0)):
+    for backend_name, cpus, small, delay, rerouted in (
+            ("auto", 8, False, 0.0, 2), ("auto", 8, False, 60.0, 0), ("auto", 4, False, 0.0, 0),
+            ("auto", 4, True, 60.0, 2), ("auto", 0, True, 0.0, 0), ("cuda", 8, True, 0.0, 0)):
         monkeypatch.setattr(backends, "SMALL_MODEL_CELLS", 5e8 if small else 0.0)
+        monkeypatch.setattr(engine_module, "REROUTE_AFTER_SECONDS", delay)
         backend = _StartingBackend(db, answers_before_ready=2)
         engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=cpus), backend,
                               model_lengths=[h.M for h in hmms])
@@ -440,7 +443,7 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
             assert hits_table(ours.hits, "domains") == hits_table(ref, "domains")
             assert_same_pipeline(ours.pipeline, ref, COUNTER_KEYS)  # the engine's counters
         stats = engine.stats
-        case = (backend_name, cpus, small)
+        case = (backend_name, cpus, small, delay)
         assert (stats.pipeline_queries, stats.filtered_queries) == (rerouted, len(hmms) - rerouted), case
         assert stats.forward_seconds > 0 and stats.ready_seconds is not None
         assert (stats.pipeline_seconds > 0) == bool(rerouted)
