@@ -330,11 +330,18 @@ def _replicate(src, dst, copies):
     return dst
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def bench_arguments(doc: str) -> argparse.ArgumentParser:
+    """The command line every engine benchmark shares (its description: ``doc``'s first line):
+    --data (the shared data), --out (results and a work folder), --threads."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    return ap
+
+
+def main() -> None:
+    ap = bench_arguments(__doc__)
     ap.add_argument("--workloads", default="e,a,d,c,readme")
     ap.add_argument("--b-models", default="0:600", help="the slice START:STOP of the 600 models that (b) searches")
     ap.add_argument("--b-tools", default="hmmgpu,pyhmmer,hmmsearch", help="the tools (b) runs")

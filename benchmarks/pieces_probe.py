@@ -10,7 +10,6 @@ times per setting; the command's wall time, as ``bench_engine.py`` measures it. 
 a directory holding another version of the ``hmmgpu`` package (an earlier commit's), run as
 the setting ``baseline``. Writes OUT/pieces_probe.json with date, commit, command and versions.
 """
-import argparse
 import gzip
 import json
 import os
@@ -22,12 +21,9 @@ from pathlib import Path
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from bench_engine import Bench, _replicate
+    from bench_engine import Bench, _replicate, bench_arguments
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap = bench_arguments(__doc__)
     ap.add_argument("--settings", default="PIECE_SHARES=8", help="';'-separated forward_stage settings to compare")
     ap.add_argument("--baseline", type=Path, help="a directory with another version of the hmmgpu package")
     ap.add_argument("--models", default="PF00005,PF07690,PF00873,PF00067")

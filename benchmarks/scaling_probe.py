@@ -19,7 +19,6 @@ Each line gives wall seconds, the CPU seconds of the tasks (user and system, fro
 ``getrusage(RUSAGE_THREAD)``), minor page faults and context switches. Writes
 OUT/scaling_probe.json with date, commit and versions.
 """
-import argparse
 import gzip
 import json
 import multiprocessing
@@ -76,7 +75,7 @@ def _slice_in_process(args):
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from bench_engine import Bench
+    from bench_engine import Bench, bench_arguments
 
     import pyhmmer
 
@@ -86,10 +85,7 @@ def main() -> None:
     from hmmgpu.options import SearchOptions
     from hmmgpu.seqdb import open_database, sequence_block
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, required=True)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap = bench_arguments(__doc__)
     ap.add_argument("--bytes", type=int, default=0, help="only the first BYTES of the proteins (a quick trial)")
     args = ap.parse_args()
     bench = Bench(args)
