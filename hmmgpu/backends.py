@@ -327,9 +327,9 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
     as many would decide, the share of residue bytes in its head), has models small on average
     or a CPU route estimated under :data:`GPU_ROUTE_SECONDS` (both tests pass only more easily
     with fewer residues), or ``auto`` where no CUDA driver loads (or ``HMMGPU_NO_GPU`` is set).
-    An estimate too low for a file whose head is unlike the rest costs time, not exactness. A search
-    so decided need not read the file before it starts: fewer models than threads search it
-    piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
+    An estimate too low for a file whose head is unlike the rest costs time, not exactness.
+    A search so decided need not read the file before it starts: fewer models than threads
+    search it piece by piece (:class:`~hmmgpu.seqdb.FastaPieces`)."""
     if options.backend != "auto":
         return "" if options.backend == "hmmer" else None
     if not model_lengths:
@@ -338,8 +338,8 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
         return _ONE_QUERY
     residues = residues_estimate(source)
     if residues is not None:
-        def small(residues):
-            return _small_work(float(sum(model_lengths)) * residues, len(model_lengths), residues, options.threads)
+        def small(count: float) -> str | None:
+            return _small_work(float(sum(model_lengths)) * count, len(model_lengths), count, options.threads)
 
         reason = small(residues)
         if reason is None and small(residues / 2) is not None:
@@ -447,9 +447,9 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     then takes pyhmmer's route only for small models, not for work just under the threshold
     (the file's estimate was over it, the GPU's start is under way, and pyhmmer's route over a
     file already read is the slower one: 10 Pfam models against 29 M residues took 1.86 s by
-    ranges, 1.35-1.59 s on the GPU; ``engine_bench_h_c_h200_2026-11-24_threshold.json``). A child is not
-    waited for here: the engine sends models to pyhmmer's route until it is ready, and
-    :func:`unusable_gpu` says what its failure to start means. ``decided``: the reason
+    ranges, 1.35-1.59 s on the GPU; ``engine_bench_h_c_h200_2026-11-24_threshold.json``).
+    A child is not waited for here: the engine sends models to pyhmmer's route until it is
+    ready, and :func:`unusable_gpu` says what its failure to start means. ``decided``: the reason
     :func:`cpu_route_before_reading` gave, when the caller asked it (then pyhmmer's route).
     """
     try:
