@@ -57,6 +57,10 @@ CPU_SECONDS_PER_RESIDUE = 4.0e-8
 #: (``benchmarks/results/engine_bench_h_g_a_d_h200_2026-11-24_ranges.json``). At 2.0 s, the
 #: threshold before, 20 models took pyhmmer's route.
 GPU_ROUTE_SECONDS = 1.5
+#: What the GPU route costs more, in seconds, on a machine where no kernel has been compiled
+#: yet (an empty kernel cache: a fresh install before ``hmmgpu warmup``). Measured on the H200
+#: machine: the sample search's 9 kernels compiled in 5.3 s, (a)'s in 7.9 s.
+KERNEL_COMPILE_SECONDS = 5.0
 #: A model is *small* against a database when its length times the database's residues is at
 #: most this (0.05 s of one thread by :data:`CPU_CELLS_PER_SECOND`): every Pfam model against a
 #: proteome of a few thousand proteins, none against tens of millions of residues. The GPU
@@ -354,11 +358,18 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
 
 def _small_work(cells: float, queries: int | None, residues: float, threads: int) -> str | None:
     """Why ``auto`` takes pyhmmer's route for ``queries`` models (when known) of ``cells``
-    model cells in all against ``residues``, or None: small models, or little work."""
+    model cells in all against ``residues``, or None: small models, or little work (for a GPU
+    route that would first compile its kernels: :data:`KERNEL_COMPILE_SECONDS`)."""
     if queries and small_on_average(cells, queries):
         return _SMALL_MODELS
-    if cpu_route_seconds(cells, residues, threads) <= GPU_ROUTE_SECONDS:
+    seconds = cpu_route_seconds(cells, residues, threads)
+    if seconds <= GPU_ROUTE_SECONDS:
         return _SMALL_WORK
+    if seconds <= GPU_ROUTE_SECONDS + KERNEL_COMPILE_SECONDS:
+        from .kernels.build import any_compiled
+
+        if not any_compiled():
+            return _COLD_KERNELS
     return None
 
 
@@ -366,6 +377,7 @@ def _small_work(cells: float, queries: int | None, residues: float, threads: int
 _ONE_QUERY = "one query runs on every thread before the GPU could start"
 _SMALL_MODELS = "the models are small against this database (the GPU's cost per model is higher)"
 _SMALL_WORK = "the work is too small to pay for the GPU"
+_COLD_KERNELS = "the work is too small to pay for compiling the GPU kernels first (hmmgpu warmup compiles them)"
 _NO_GPU = "no CUDA GPU found"
 
 
@@ -473,7 +485,7 @@ def _select(options, db, cells, gpu_process, started, queries, decided) -> Backe
             worth, reason = False, _ONE_QUERY
         else:
             reason = None if cells is None else _small_work(cells, queries, db.total_residues, threads)
-            if reason == _SMALL_WORK and started is not None:
+            if reason in (_SMALL_WORK, _COLD_KERNELS) and started is not None:
                 reason = None  # the estimate from the file started the GPU: see select_backend
             worth = reason is None
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or

@@ -232,7 +232,9 @@ def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models,
     from types import SimpleNamespace
 
     from hmmgpu import backends
+    from hmmgpu.kernels import build
 
+    monkeypatch.setattr(build, "any_compiled", lambda: True)  # a machine whose kernel cache is warm
     monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
     monkeypatch.setattr(backends, "cuda_available", lambda device: True)
     monkeypatch.setattr(backends, "_cuda", lambda *args: "gpu")
@@ -242,6 +244,35 @@ def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models,
     assert (chosen if chosen == "gpu" else "cpu") == route
 
 
+def test_auto_pays_for_compiling_the_kernels_only_with_enough_work(monkeypatch, tmp_path):
+    """On a machine where no GPU kernel has been compiled (an empty cache), ``auto`` takes the
+    GPU only for work that pays for compiling them first, and says why on the backend line;
+    once a kernel is in the cache, the warm threshold holds."""
+    from types import SimpleNamespace
+
+    from hmmgpu import backends
+    from hmmgpu.kernels import build
+
+    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
+    monkeypatch.setenv("HMMGPU_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(backends, "cuda_available", lambda device: True)
+    monkeypatch.setattr(backends, "_cuda", lambda *args: "gpu")
+    options = SimpleNamespace(backend="auto", threads=16, device=0)
+    db = SimpleNamespace(total_residues=29e6)
+
+    def chosen(models):
+        return backends._select(options, db, float(sum(models)) * 29e6, True, None, len(models), None)
+
+    mid, large = [196] * 20, [166] * 600  # (h)'s 20 models: 1.87 s estimated; (a)
+    assert not build.any_compiled()
+    assert chosen(mid).description.endswith(backends._COLD_KERNELS) and "hmmgpu warmup" in backends._COLD_KERNELS
+    assert chosen(large) == "gpu"
+    (tmp_path / "cache" / "kernels" / "cuda").mkdir(parents=True)
+    (tmp_path / "cache" / "kernels" / "cuda" / "k_16x2.sm90.cubin").write_bytes(b"{}\n")
+    assert build.any_compiled()
+    assert chosen(mid) == "gpu"
+
+
 def test_auto_keeps_a_gpu_process_started_early_for_work_near_the_threshold(monkeypatch):
     """A GPU process started on the file's estimate is kept when the exact count puts the work
     just under the threshold (pyhmmer's route over the file read whole is the slower), and
@@ -249,7 +280,9 @@ def test_auto_keeps_a_gpu_process_started_early_for_work_near_the_threshold(monk
     from types import SimpleNamespace
 
     from hmmgpu import backends
+    from hmmgpu.kernels import build
 
+    monkeypatch.setattr(build, "any_compiled", lambda: True)  # a machine whose kernel cache is warm
     monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
     monkeypatch.setattr(backends, "cuda_available", lambda device: True)
     monkeypatch.setattr(backends, "_cuda", lambda options, db, gpu_process, started: started or "gpu")
@@ -276,7 +309,9 @@ def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(monk
     from types import SimpleNamespace
 
     from hmmgpu import backends, kernels
+    from hmmgpu.kernels import build
 
+    monkeypatch.setattr(build, "any_compiled", lambda: True)  # a machine whose kernel cache is warm
     monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
     monkeypatch.setattr(kernels, "cuda_driver_present", lambda: True)
     fasta = tmp_path / "db.fa"

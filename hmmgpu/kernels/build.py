@@ -48,6 +48,16 @@ def cache_root() -> Path:
     return Path(base)
 
 
+def any_compiled() -> bool:
+    """Whether any kernel has been compiled for a GPU on this machine (an exported cubin in
+    the cache); False on a fresh machine, until a GPU search or ``hmmgpu warmup``. Creates
+    nothing."""
+    try:
+        return next((cache_root() / "kernels" / "cuda").glob("*.cubin"), None) is not None
+    except OSError:
+        return False
+
+
 def kernel_dir(simulator: bool) -> Path:
     """Where the generated kernel modules (and numba's cache of them) live."""
     d = cache_root() / "kernels" / ("sim" if simulator else "cuda")
