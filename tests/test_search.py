@@ -212,6 +212,31 @@ def test_single_query_is_split_over_every_thread(references, backend, monkeypatc
         assert_same_pipeline(ours, ref)
 
 
+def _auto_route(monkeypatch, residues: float, warm: bool = True):
+    """``auto``'s choice (``backends._select``) on a GPU machine with 16 threads against a
+    database of ``residues``, as a function ``chosen(models, started=None)`` of the models'
+    lengths and a GPU process started early: "gpu", ``started`` itself, or the
+    ``HmmerBackend``. ``warm``: the kernel cache holds compiled kernels (else its state on
+    disk decides)."""
+    from types import SimpleNamespace
+
+    from hmmgpu import backends
+    from hmmgpu.kernels import build
+
+    if warm:
+        monkeypatch.setattr(build, "any_compiled", lambda: True)
+    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
+    monkeypatch.setattr(backends, "cuda_available", lambda device: True)
+    monkeypatch.setattr(backends, "_cuda", lambda options, db, gpu_process, started: started or "gpu")
+    options = SimpleNamespace(backend="auto", threads=16, device=0)
+    db = SimpleNamespace(total_residues=residues)
+
+    def chosen(models, started=None):
+        return backends._select(options, db, float(sum(models)) * residues, True, started, len(models), None)
+
+    return chosen
+
+
 @pytest.mark.parametrize("models,residues,route", [
     ([250] * 600, 29e6, "gpu"),   # (a) Pfam-scale work
     ([200], 116e6, "cpu"),        # one model: every thread runs it before the GPU process could start
@@ -229,18 +254,7 @@ def test_single_query_is_split_over_every_thread(references, backend, monkeypatc
     ([96] * 5, 29e6, "cpu"),
 ])
 def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models, residues, route):
-    from types import SimpleNamespace
-
-    from hmmgpu import backends
-    from hmmgpu.kernels import build
-
-    monkeypatch.setattr(build, "any_compiled", lambda: True)  # a machine whose kernel cache is warm
-    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
-    monkeypatch.setattr(backends, "cuda_available", lambda device: True)
-    monkeypatch.setattr(backends, "_cuda", lambda *args: "gpu")
-    options = SimpleNamespace(backend="auto", threads=16, device=0)
-    db = SimpleNamespace(total_residues=residues)
-    chosen = backends._select(options, db, float(sum(models)) * residues, True, None, len(models), None)
+    chosen = _auto_route(monkeypatch, residues)(models)
     assert (chosen if chosen == "gpu" else "cpu") == route
 
 
@@ -248,21 +262,11 @@ def test_auto_pays_for_compiling_the_kernels_only_with_enough_work(monkeypatch, 
     """On a machine where no GPU kernel has been compiled (an empty cache), ``auto`` takes the
     GPU only for work that pays for compiling them first, and says why on the backend line;
     once a kernel is in the cache, the warm threshold holds."""
-    from types import SimpleNamespace
-
     from hmmgpu import backends
     from hmmgpu.kernels import build
 
-    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
     monkeypatch.setenv("HMMGPU_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(backends, "cuda_available", lambda device: True)
-    monkeypatch.setattr(backends, "_cuda", lambda *args: "gpu")
-    options = SimpleNamespace(backend="auto", threads=16, device=0)
-    db = SimpleNamespace(total_residues=29e6)
-
-    def chosen(models):
-        return backends._select(options, db, float(sum(models)) * 29e6, True, None, len(models), None)
-
+    chosen = _auto_route(monkeypatch, 29e6, warm=False)
     mid, large = [196] * 20, [166] * 600  # (h)'s 20 models: 1.87 s estimated; (a)
     assert not build.any_compiled()
     assert chosen(mid).description.endswith(backends._COLD_KERNELS) and "hmmgpu warmup" in backends._COLD_KERNELS
@@ -277,22 +281,10 @@ def test_auto_keeps_a_gpu_process_started_early_for_work_near_the_threshold(monk
     """A GPU process started on the file's estimate is kept when the exact count puts the work
     just under the threshold (pyhmmer's route over the file read whole is the slower), and
     stopped for small models; without one, the exact count decides."""
-    from types import SimpleNamespace
-
     from hmmgpu import backends
-    from hmmgpu.kernels import build
 
-    monkeypatch.setattr(build, "any_compiled", lambda: True)  # a machine whose kernel cache is warm
-    monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
-    monkeypatch.setattr(backends, "cuda_available", lambda device: True)
-    monkeypatch.setattr(backends, "_cuda", lambda options, db, gpu_process, started: started or "gpu")
-    options = SimpleNamespace(backend="auto", threads=16, device=0)
-    db = SimpleNamespace(total_residues=29e6)
+    chosen = _auto_route(monkeypatch, 29e6)
     near, small = [179] * 10, [10] * 600   # (h)'s 10 models: 1.48 s estimated; small models
-
-    def chosen(models, started):
-        return backends._select(options, db, float(sum(models)) * 29e6, True, started, len(models), None)
-
     assert backends.cpu_route_seconds(float(sum(near)) * 29e6, 29e6, 16) <= backends.GPU_ROUTE_SECONDS
     assert chosen(near, "early") == "early"
     assert isinstance(chosen(near, None), backends.HmmerBackend)
