@@ -1,6 +1,10 @@
 """Many-model search benchmark: hmmgpu against ``hmmsearch --cpu N`` and ``pyhmmer.hmmsearch``.
 
     python3 benchmarks/bench_engine.py --data DIR --out OUT [--threads 16] [--workloads e,a,d,c,b,readme]
+        [--models MODELS.hmm[.gz]] [--proteins PROTEINS.fa[.gz]] [--c-models A.hmm,B.hmm]
+
+Other inputs than the shared data's: ``--models`` (the many-model file), ``--proteins`` (the
+protein set) and ``--c-models`` (paths to the single models of (c)).
 
 Every tool runs as a fresh process and its wall time covers everything a user waits for:
 start-up, reading the model file and the sequences, the search, writing ``--tblout``.
@@ -19,7 +23,8 @@ Workloads (issue 7):
   workload can be split over calls shorter than hmmsearch's whole run (the wall times of
   the slices add up: every tool searches each query on its own);
 * ``c``: one model at a time against 116 M residues, five model lengths (hmmgpu with
-  ``--backend cuda`` on the FASTA file and on a made database, and the default ``auto``);
+  ``--backend cuda`` and the default ``auto`` on the FASTA file, and ``--c-made-runs`` on a
+  database made by ``hmmgpu makedb`` from it, each table checked against hmmsearch's);
 * ``d``: the 600 models against the 2,100-protein sample proteome (``--backend auto``);
 * ``f``: Pfam-A's size against a proteome: the 600 models written ``--f-copies`` times (33:
   19,800 queries, Pfam-A 35.0 has 19,632) against the sample proteome; hmmgpu with the
@@ -294,13 +299,24 @@ class Bench:
 def _write_models(src, dst, n=None, first=0):
     """Models ``first`` to ``first + n`` (all from ``first`` when ``n`` is None) of a (gzip) HMM
     file, as plain text."""
-    with gzip.open(src, "rb") as fh:
-        text = fh.read()
+    text = _plain(src)
     if n or first:
         records = [r for r in text.split(b"//\n") if r.strip()]
         text = b"//\n".join(records[first:first + n if n else None]) + b"//\n"
     dst.write_bytes(text)
     return dst
+
+
+def _plain(path) -> bytes:
+    """The bytes of a file, gunzipped if it is gzip (by its magic bytes)."""
+    data = Path(path).read_bytes()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+def _model_file(data: Path, name: str) -> Path:
+    """A model of (c): a path to an HMM file (plain or gzip), or a Pfam accession of ``data``/pfam."""
+    path = Path(name)
+    return path if path.is_file() else data / "pfam" / f"{name}.hmm.gz"
 
 
 def _first_residues(src, dst, residues: float):
@@ -345,7 +361,14 @@ def main() -> None:
     ap.add_argument("--workloads", default="e,a,d,c,readme")
     ap.add_argument("--b-models", default="0:600", help="the slice START:STOP of the 600 models that (b) searches")
     ap.add_argument("--b-tools", default="hmmgpu,pyhmmer,hmmsearch", help="the tools (b) runs")
-    ap.add_argument("--c-models", default="PF00005,PF07690,PF00067,PF00873,PF05088")
+    ap.add_argument("--models", type=Path, help="the many-model file (plain or gzip; default: "
+                    "DATA/pfam_db/pfam35_sample600.hmm.gz): (a), (b), (d), (e), (f), (g), (h) and cpu take its models")
+    ap.add_argument("--proteins", type=Path, help="the protein FASTA (plain or gzip; default: "
+                    "DATA/seqs/public_proteins.fa.gz): (a), (e), (g), (h) and cpu search it, (b) and (c) it 4 times over")
+    ap.add_argument("--c-models", default="PF00005,PF07690,PF00067,PF00873,PF05088",
+                    help="the models of (c): Pfam accessions of DATA/pfam, or paths to HMM files")
+    ap.add_argument("--c-made-runs", default="cuda,auto,cpu_route",
+                    help="hmmgpu's runs of (c) on a database made by hmmgpu makedb (cuda, auto, cpu_route)")
     ap.add_argument("--cpu-models", type=int, default=60, help="models of the cpu workload")
     ap.add_argument("--no-hmmsearch", action="store_true", help="(a) without hmmsearch (a re-check of hmmgpu)")
     ap.add_argument("--a-runs", default="auto,cuda,cpu_route",
@@ -361,9 +384,12 @@ def main() -> None:
     bench = Bench(args)
     work = bench.work
     todo = args.workloads.split(",")
-    pfam600 = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / "pfam600.hmm")
+    many = args.models or args.data / "pfam_db" / "pfam35_sample600.hmm.gz"
+    pfam600 = _write_models(many, work / "pfam600.hmm")
     proteins = work / "proteins.fa"  # plain FASTA: every tool reads the same file
-    proteins.write_bytes(gzip.decompress((args.data / "seqs" / "public_proteins.fa.gz").read_bytes()))
+    source = args.proteins or args.data / "seqs" / "public_proteins.fa.gz"
+    proteins.write_bytes(_plain(source))
+    bench.result["inputs"] = dict(models=str(many), proteins=str(source))
     env_cold = dict(os.environ, XDG_CACHE_HOME=str(work / "cold-cache"), HMMGPU_CACHE_DIR="")
     env_cold.pop("HMMGPU_CACHE_DIR")
     #: hmmgpu's runs by tag: extra arguments and environment
@@ -402,7 +428,7 @@ def main() -> None:
             bench.workload(f"g.{millions}M", pfam600, first, routes)
     if "h" in todo:
         for n in args.h_models.split(","):
-            models = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / f"pfam_h{n}.hmm", int(n))
+            models = _write_models(many, work / f"pfam_h{n}.hmm", int(n))
             bench.workload(f"h.{n}", models, proteins, routes)
     if "readme" in todo:  # the median of five runs of each (a fraction of a second each)
         entry = bench.result["workloads"].setdefault("readme", {})
@@ -422,7 +448,7 @@ def main() -> None:
               + (f", the wheel's hmmsearch command {command['seconds']:.2f}s" if command else "") + " (medians of 5)",
               flush=True)
     if "cpu" in todo:
-        models = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / "pfam_cpu.hmm", args.cpu_models)
+        models = _write_models(many, work / "pfam_cpu.hmm", args.cpu_models)
         bench.workload("cpu", models, proteins, {"default": ([], dict(os.environ, HMMGPU_NO_GPU="1"))})
     if "c" in todo or "b" in todo:
         x4 = _replicate(proteins, work / "proteins_x4.fa", 4)
@@ -430,17 +456,22 @@ def main() -> None:
         entry = bench.result["workloads"].setdefault("c", {})
         made = work / "proteins_x4.db"
         bench.result["c_makedb"] = run([sys.executable, "-m", "hmmgpu", "makedb", str(x4), str(made)])
-        for acc in args.c_models.split(","):
-            model = _write_models(args.data / "pfam" / f"{acc}.hmm.gz", work / f"{acc}.hmm")
+        for name in args.c_models.split(","):
+            acc = Path(name).name.split(".hmm")[0]
+            model = _write_models(_model_file(args.data, name), work / f"{acc}.hmm")
             entry[acc] = bench.workload(f"c.{acc}", model, x4, {tag: routes[tag] for tag in ("cuda", "auto")})
-            r, _ = bench.hmmgpu(model, made, f"c.{acc}.made", routes["cuda"][0])
-            r["speedup_vs_hmmsearch"] = entry[acc]["hmmsearch"]["seconds"] / r["seconds"]
-            entry[acc]["hmmgpu_cuda_made_database"] = r
-            bench.save()
-            print(f"[c.{acc}] hmmgpu cuda on a made database: {r['seconds']:.2f}s", flush=True)
+            for tag in filter(None, args.c_made_runs.split(",")):  # the same search of the made database
+                r, tbl = bench.hmmgpu(model, made, f"c.{acc}.made.{tag}", routes[tag][0])
+                r["speedup_vs_hmmsearch"] = entry[acc]["hmmsearch"]["seconds"] / r["seconds"]
+                r["tblout_rows_equal_hmmsearch"] = rows(tbl, split=True) == rows(
+                    work / f"c.{acc}.hmmsearch.tbl", split=True)
+                entry[acc][f"hmmgpu_{tag}_made_database"] = r
+                bench.save()
+                print(f"[c.{acc}] hmmgpu {tag} on a made database: {r['seconds']:.2f}s, rows equal hmmsearch's: "
+                      f"{r['tblout_rows_equal_hmmsearch']}", flush=True)
     if "b" in todo:
         start, stop = (int(x) for x in args.b_models.split(":"))
-        models = _write_models(args.data / "pfam_db" / "pfam35_sample600.hmm.gz", work / "pfam_b.hmm",
+        models = _write_models(many, work / "pfam_b.hmm",
                                stop - start, start)
         tools = args.b_tools.split(",")
         bench.result["b_models"] = args.b_models

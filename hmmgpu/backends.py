@@ -338,7 +338,7 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
         return "" if options.backend == "hmmer" else None
     if not model_lengths:
         return None
-    if pyhmmer_route(options, len(model_lengths)):
+    if pyhmmer_route(options, len(model_lengths), source):
         return _ONE_QUERY
     residues = residues_estimate(source)
     if residues is not None:
@@ -420,12 +420,18 @@ def residues_estimate(source: str, sample: bool = False) -> float | None:
     return size * (len(head) - headers - head.count(b"\n") - head.count(b"\r")) / len(head)
 
 
-def pyhmmer_route(options, queries: int | None) -> bool:
-    """Whether the search takes pyhmmer's route whatever the database: ``--backend hmmer``, or
-    ``auto`` with one query. One model alone would not wait for the GPU process anyway: while
-    it starts (2-4 s on the H200 machine) its work goes to pyhmmer's whole pipeline over
-    every thread (:mod:`hmmgpu.engine`), so starting it would only take CPU from that run."""
-    return options.backend == "hmmer" or (options.backend == "auto" and queries == 1)
+def pyhmmer_route(options, queries: int | None, source: str) -> bool:
+    """Whether the search takes pyhmmer's route whatever the database's size: ``--backend
+    hmmer``, or ``auto`` with one query against a sequence file, which pyhmmer reads and
+    searches piece by piece on every thread (:class:`~hmmgpu.seqdb.FastaPieces`) before the
+    GPU process would have started. A database made by ``hmmgpu makedb`` (``source``) has no
+    such route: pyhmmer's pipeline would need every target as its sequence object (1.4 s of
+    one core for 116 M residues), where the GPU's filters leave a few percent of them; there
+    one query takes the GPU when the work pays for it, as several do."""
+    from .inputs import is_database_dir
+
+    return options.backend == "hmmer" or (options.backend == "auto" and queries == 1
+                                          and not is_database_dir(source))
 
 
 def unusable_gpu(options, error: HmmgpuError) -> HmmgpuError | None:
@@ -481,7 +487,7 @@ def _select(options, db, cells, gpu_process, started, queries, decided) -> Backe
         threads = options.threads
         if decided is not None:
             worth, reason = False, decided
-        elif pyhmmer_route(options, queries):
+        elif pyhmmer_route(options, queries, db.source):
             worth, reason = False, _ONE_QUERY
         else:
             reason = None if cells is None else _small_work(cells, queries, db.total_residues, threads)

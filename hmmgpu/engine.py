@@ -29,8 +29,9 @@ neither the GPU nor the worker threads wait while the other has work:
   search of fewer models than worker threads waits for it :data:`REROUTE_AFTER_SECONDS`, and
   then no longer while the workers are short of work: the model goes to pyhmmer's whole
   pipeline instead, spread over every thread (its tasks are ranges of all targets, as on the
-  pyhmmer route). A single model would always be rerouted, so ``auto`` does not start the
-  GPU for one (:func:`~hmmgpu.backends.pyhmmer_route`).
+  pyhmmer route). A single model against a sequence file would always be rerouted, so
+  ``auto`` does not start the GPU for one (:func:`~hmmgpu.backends.pyhmmer_route`); against a
+  made database, whose GPU process starts without reading it, it waits.
 * A *small* model (:data:`~hmmgpu.backends.SMALL_MODEL_CELLS`: model length x database
   residues) goes to pyhmmer's whole pipeline whenever the workers are short of work and the
   backend is behind: still starting, or holding :data:`SHARE_BACKLOG` models or more that it

@@ -172,12 +172,14 @@ class SequenceCache:
 
     def names(self) -> tuple:
         """(the position of each target name: an int, or for a name that occurs more than once
-        the ascending array of its positions; bool array: the target's name occurs twice)."""
+        the ascending array of its positions; bool array: the target's name occurs twice).
+        Only pyhmmer's route over ranges of every target needs them: a filtered task looks up
+        its own targets' names (:func:`_names_of`)."""
         if self._names is not None:
             return self._names
         with self._lock:
             if self._names is None:
-                where = _positions_by_name(self.db.name(p) for p in range(self.db.n))
+                where = _positions_by_name(self.db.names())
                 repeated = np.zeros(self.db.n, bool)
                 for at in where.values():
                     if isinstance(at, list):
@@ -256,7 +258,8 @@ class ForwardStage:
         tasks = []
         for g in groups:
             if self.by_position and g.size > 1 and (filtered or g[0] > 0):
-                singles = _repeated_names(self.sequences, g)
+                singles = _repeated_names(self.db, g) if filtered else _repeated_names(
+                    self.db, g[self.sequences.names()[1][g]])
                 if singles.size:
                     for p in singles:
                         tasks.append(self._task(query, np.array([p]), filtered))
@@ -315,12 +318,20 @@ class ForwardStage:
             return TaskResult(hits=hits, cpu_seconds=time.thread_time() - start)
         state = hits.__getstate__()
         if self.by_position and not from_start and len(hits):
-            where, positions = self.sequences.names()[0], task.positions
-            # a name that occurs twice in one task's targets only occurs in tasks of one target
-            # (:meth:`_tasks`); one that occurs in several tasks has its position in this one
-            _drop_unkept(state, lambda name: int(positions[0]) if positions.size == 1
-                         else _position_in(where[name], positions), self.options.E)
+            _drop_unkept(state, self._position_of(task), self.options.E)
         return TaskResult(state, cpu_seconds=time.thread_time() - start)
+
+    def _position_of(self, task: Task):
+        """The function from a hit's target name to its database position, for ``task``. A
+        name that occurs twice in one task's targets only occurs in tasks of one target
+        (:meth:`_tasks`); one that occurs in several tasks has its position in this one."""
+        positions = task.positions
+        if positions.size == 1:
+            return lambda name: int(positions[0])
+        if task.filtered:  # a few hundred survivors: their own names, not the database's
+            return dict(zip(_names_of(self.db, positions), positions.tolist())).__getitem__
+        where = self.sequences.names()[0]
+        return lambda name: _position_in(where[name], positions)
 
     def _run_piece(self, pli, task: Task) -> list:
         """pyhmmer's whole pipeline over one piece of a file (:class:`~hmmgpu.seqdb.FastaPieces`).
@@ -462,17 +473,21 @@ def _distinct(ascending: np.ndarray) -> np.ndarray:
     return ascending[np.concatenate([[True], ascending[1:] != ascending[:-1]])] if ascending.size else ascending
 
 
-def _repeated_names(sequences: SequenceCache, positions: np.ndarray) -> np.ndarray:
-    """The positions whose target name occurs more than once among ``positions``."""
-    _, repeated = sequences.names()
-    suspects = positions[repeated[positions]]
-    if suspects.size < 2:
+def _names_of(db, positions: np.ndarray) -> list:
+    """The target names of ``positions``."""
+    return [db.name(p) for p in positions.tolist()]
+
+
+def _repeated_names(db, positions: np.ndarray) -> np.ndarray:
+    """The positions whose target name occurs more than once among ``positions`` (on the
+    route over ranges, only those whose name occurs twice in the database are passed)."""
+    if positions.size < 2:
         return np.zeros(0, np.int64)
-    names = [sequences.db.name(int(p)) for p in suspects]
+    names = _names_of(db, positions)
     seen: dict = {}
     for n in names:
         seen[n] = seen.get(n, 0) + 1
-    return np.array([p for p, n in zip(suspects.tolist(), names) if seen[n] > 1], np.int64)
+    return np.array([p for p, n in zip(positions.tolist(), names) if seen[n] > 1], np.int64)
 
 
 #: Byte offsets in HMMER's serialized ``P7_HIT`` (``p7_hit_Serialize``, network byte order):

@@ -147,6 +147,30 @@ def test_stripe_layout_matches_spec():
             np.testing.assert_array_equal(lane, st[:, :, h::P] & ((1 << bits) - 1))
 
 
+def test_pack_residues_puts_each_target_in_its_padded_slot(monkeypatch):
+    """Targets copied run by run of equal length (one copy where a run's residues are
+    consecutive, gathered in pieces where not) land where a copy per target puts them."""
+    from hmmgpu.kernels import resident
+
+    rng = np.random.default_rng(7)
+    lengths = np.sort(rng.integers(1, 30, 400))[::-1]
+    residues = rng.integers(0, 25, int(lengths.sum()), dtype=np.uint8)
+    consecutive = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    shuffled = rng.permutation(lengths.size)
+    scattered = np.concatenate([[0], np.cumsum(lengths[shuffled])[:-1]])[np.argsort(shuffled)]
+    monkeypatch.setattr(resident, "GATHER_RESIDUES", 50)  # several gathers per run
+    for starts in (consecutive, scattered):
+        packed, word_offsets = resident.pack_residues(residues, starts, lengths)
+        words = (lengths + 3) // 4
+        expected = np.full(4 * int(words.sum()), resident.PAD_CODE, np.uint8)
+        for s, L, w in zip(starts, lengths, np.concatenate([[0], np.cumsum(words)[:-1]])):
+            expected[4 * w:4 * w + L] = residues[s:s + L]
+        np.testing.assert_array_equal(word_offsets, np.concatenate([[0], np.cumsum(words)[:-1]]))
+        np.testing.assert_array_equal(packed, expected)
+    packed, word_offsets = resident.pack_residues(residues, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert packed.size == 4 and word_offsets.size == 0
+
+
 def test_shape_tables_cover_models():
     for M in (1, 2, 23, 100, 137, 400, 1633, 2405, 4096):
         for lanes, P in (("16x2", 2), ("8x4", 4)):

@@ -1,4 +1,5 @@
 """End to end: `hmmgpu search` tables equal HMMER 3.4's hmmsearch; the Python API equals pyhmmer."""
+import json
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import hmmgpu
 from hmmgpu.backends import CascadeBackend, NumbaBackend
 from hmmgpu.cli import main
 from hmmgpu.errors import HmmgpuError
+from hmmgpu.inputs import META_FILE
 from hmmgpu.seqdb import SequenceDB
 from tests.helpers import AMINO, COUNTER_KEYS, PROTEOME, SAMPLES, assert_same_pipeline, hits_table
 
@@ -212,10 +214,10 @@ def test_single_query_is_split_over_every_thread(references, backend, monkeypatc
         assert_same_pipeline(ours, ref)
 
 
-def _auto_route(monkeypatch, residues: float, warm: bool = True):
+def _auto_route(monkeypatch, residues: float, warm: bool = True, source: str = "proteins.fa"):
     """``auto``'s choice (``backends._select``) on a GPU machine with 16 threads against a
-    database of ``residues``, as a function ``chosen(models, started=None)`` of the models'
-    lengths and a GPU process started early: "gpu", ``started`` itself, or the
+    database of ``residues`` read from ``source``, as a function ``chosen(models, started=None)``
+    of the models' lengths and a GPU process started early: "gpu", ``started`` itself, or the
     ``HmmerBackend``. ``warm``: the kernel cache holds compiled kernels (else its state on
     disk decides)."""
     from types import SimpleNamespace
@@ -229,7 +231,7 @@ def _auto_route(monkeypatch, residues: float, warm: bool = True):
     monkeypatch.setattr(backends, "cuda_available", lambda device: True)
     monkeypatch.setattr(backends, "_cuda", lambda options, db, gpu_process, started: started or "gpu")
     options = SimpleNamespace(backend="auto", threads=16, device=0)
-    db = SimpleNamespace(total_residues=residues)
+    db = SimpleNamespace(total_residues=residues, source=source)
 
     def chosen(models, started=None):
         return backends._select(options, db, float(sum(models)) * residues, True, started, len(models), None)
@@ -255,6 +257,17 @@ def _auto_route(monkeypatch, residues: float, warm: bool = True):
 ])
 def test_auto_weighs_the_cpu_route_against_the_gpu_start_up(monkeypatch, models, residues, route):
     chosen = _auto_route(monkeypatch, residues)(models)
+    assert (chosen if chosen == "gpu" else "cpu") == route
+
+
+@pytest.mark.parametrize("residues,route", [(116e6, "gpu"), (29e6, "cpu"), (0.8e6, "cpu")])  # 4.7, 1.2, 0.03 s estimated
+def test_auto_weighs_one_model_against_a_made_database(monkeypatch, tmp_path, residues, route):
+    """One model against a made database (no piece by piece route: pyhmmer's would make every
+    target into its sequence object) takes the GPU when the work pays for its start."""
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / META_FILE).write_text("{}")
+    chosen = _auto_route(monkeypatch, residues, source=str(made))([200])
     assert (chosen if chosen == "gpu" else "cpu") == route
 
 
@@ -326,6 +339,12 @@ def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(monk
     with open(tmp_path / "no_lines.fa", "wb") as fh:
         fh.truncate(37_600_000)  # as large, and every byte a possible residue: the exact count decides
     assert decided(options, str(tmp_path / "no_lines.fa"), [179] * 10) is None
+    # one query against a made database: no piece by piece route there, so its size decides
+    for residues, reason in ((116e6, None), (0.7e6, backends._SMALL_MODELS)):
+        made = tmp_path / f"made_{residues:.0f}"
+        made.mkdir()
+        (made / META_FILE).write_text(json.dumps({"total_residues": residues}))
+        assert decided(options, str(made), [180]) == reason
     assert decided(SimpleNamespace(backend="hmmer", threads=16), str(fasta), [180] * 30) == ""
     assert decided(SimpleNamespace(backend="cuda", threads=16), str(fasta), [180] * 10) is None
     monkeypatch.setattr(kernels, "cuda_driver_present", lambda: False)  # a machine without a GPU

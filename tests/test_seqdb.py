@@ -304,6 +304,20 @@ def test_digital_sequence_and_block_equal_easel(proteome_db, proteome_block):
     assert all(s == proteome_block[int(i)] for s, i in zip(block, picked))
 
 
+def test_names_and_sequences_of_every_kind_of_database(tmp_path, proteome_db, proteome_block):
+    """``names()`` (read at once) and ``name(i)`` agree with Easel's names for the numpy
+    reader's database, a made (memory-mapped) one and Easel's own; the made database's
+    sequences (sliced through memoryviews) equal Easel's."""
+    expected = [seq.name.encode() for seq in proteome_block]
+    proteome_db.save(tmp_path / "made")
+    made = SequenceDB.load(tmp_path / "made")
+    for db in (numpy_reader(PROTEOME), made, proteome_db):
+        assert db.names() == expected
+        assert [db.name(i) for i in range(db.n)] == expected
+    assert made.block() == proteome_block
+    assert [made.description(i) for i in range(made.n)] == [seq.description.encode() for seq in proteome_block]
+
+
 def test_save_load_round_trip(tmp_path, proteome_db, proteome_block):
     out = tmp_path / "made"
     proteome_db.save(out)

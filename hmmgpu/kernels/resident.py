@@ -29,13 +29,42 @@ PAD_CODE = 28
 PER_TARGET_BYTES = 8 + 4 + 48
 
 
-def pack_residues(residues, starts, lengths, word_offsets, total_words) -> np.ndarray:
-    """Residues of the given targets copied to word-aligned, '~'-padded slots (uint8)."""
-    out = np.full(max(int(total_words), 1) * 4, PAD_CODE, dtype=np.uint8)
+#: Residues gathered in one numpy operation at most by :func:`pack_residues` (bounds its index array).
+GATHER_RESIDUES = 1 << 22
+
+
+def pack_residues(residues, starts, lengths) -> tuple:
+    """(the residues of targets ``starts[k]:starts[k] + lengths[k]`` of ``residues``, one
+    after the other in word-aligned, '~'-padded slots (uint8); each slot's word offset).
+
+    Targets of one length are copied together, as the rows of a matrix: the positions are
+    sorted by length, so a database has a few thousand runs of equal lengths where it has
+    hundreds of thousands of targets (116 M residues: 311,204 targets, one copy each, took
+    0.25 s on one core). A run whose residues lie one after the other (a made database is
+    stored by length) is one copy; another is gathered, in pieces of
+    :data:`GATHER_RESIDUES`."""
     residues = np.asarray(residues)
-    for s, L, d in zip(starts.tolist(), lengths.tolist(), (word_offsets * 4).tolist()):
-        out[d:d + L] = residues[s:s + L]
-    return out
+    starts = np.asarray(starts, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    words = (lengths + 3) // 4
+    word_offsets = np.zeros(lengths.size, np.int64)
+    np.cumsum(words[:-1], out=word_offsets[1:])
+    out = np.full(max(int(words.sum()), 1) * 4, PAD_CODE, dtype=np.uint8)
+    runs = np.concatenate([[0], np.flatnonzero(lengths[1:] != lengths[:-1]) + 1, [lengths.size]]).tolist()
+    for a, b in zip(runs[:-1], runs[1:]):
+        L = int(lengths[a]) if b > a else 0
+        if not L:
+            continue
+        slot, first = 4 * int(words[a]), int(word_offsets[a]) * 4
+        rows = out[first:first + (b - a) * slot].reshape(b - a, slot)[:, :L]
+        s = starts[a:b]
+        if b - a == 1 or bool((s[1:] - s[:-1] == L).all()):
+            rows[:] = residues[int(s[0]):int(s[0]) + (b - a) * L].reshape(b - a, L)
+            continue
+        step = max(1, GATHER_RESIDUES // L)
+        for k in range(0, b - a, step):
+            rows[k:k + step] = residues[s[k:k + step, None] + np.arange(L)]
+    return out, word_offsets
 
 
 @dataclass
@@ -100,12 +129,8 @@ class ResidentDatabase:
     def _upload(self, lo: int, hi: int) -> Chunk:
         rt = self.device.runtime
         lens = self.lengths[lo:hi]
-        words = (lens + 3) // 4
-        woff = np.zeros(hi - lo, dtype=np.int64)
-        if hi > lo:
-            np.cumsum(words[:-1], out=woff[1:])
         starts = np.asarray(self.db.offsets, dtype=np.int64)[self.indices[lo:hi]]
-        packed = pack_residues(self.db.residues, starts, lens, woff, words.sum() if hi > lo else 0)
+        packed, woff = pack_residues(self.db.residues, starts, lens)
         return Chunk(lo=lo, hi=hi, residues=rt.to_device(packed.view(np.uint32)),
                      word_offsets=rt.to_device(woff if hi > lo else np.zeros(1, np.int64)),
                      lengths=rt.to_device(lens.astype(np.int32) if hi > lo else np.zeros(1, np.int32)),
