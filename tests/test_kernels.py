@@ -159,8 +159,8 @@ def test_pack_residues_puts_each_target_in_its_padded_slot(monkeypatch):
     shuffled = rng.permutation(lengths.size)
     scattered = np.concatenate([[0], np.cumsum(lengths[shuffled])[:-1]])[np.argsort(shuffled)]
     monkeypatch.setattr(resident, "GATHER_RESIDUES", 50)  # several gathers per run
-    for starts in (consecutive, scattered):
-        packed, word_offsets = resident.pack_residues(residues, starts, lengths)
+    for starts, threads in ((consecutive, 1), (scattered, 1), (scattered, 3)):
+        packed, word_offsets = resident.pack_residues(residues, starts, lengths, threads)
         words = (lengths + 3) // 4
         expected = np.full(4 * int(words.sum()), resident.PAD_CODE, np.uint8)
         for s, L, w in zip(starts, lengths, np.concatenate([[0], np.cumsum(words)[:-1]])):
