@@ -25,6 +25,7 @@ The engine chooses what to do by type (``isinstance(backend, CascadeBackend)``);
 from __future__ import annotations
 
 import os
+import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
@@ -249,9 +250,13 @@ class CudaBackend(FilterBackend):
         from .kernels.resident import ResidentDatabase
 
         self.device = GpuDevice.open(device)
+        clock = time.perf_counter()
         with self.device.activate():
             self.resident = ResidentDatabase(db, self.device, max_bytes=max_bytes)
+        #: seconds of the set-up: the database packed and copied to the device, and the rest
+        self.setup_seconds = dict(upload=time.perf_counter() - clock)
         self.gpu = GpuCascade(self.resident, lanes=lanes)
+        self.setup_seconds["cascade"] = time.perf_counter() - clock - self.setup_seconds["upload"]
         self.lanes = self.gpu.lanes
         self.description = f"backend cuda on {self.device.description} ({self.lanes} lanes)"
 

@@ -101,6 +101,7 @@ def _serve(conn: Connection) -> None:
         startup["device_and_kernels"], clock = time.perf_counter() - clock, time.perf_counter()
         backend = CudaBackend(db, lanes=lanes, device=device, max_bytes=max_bytes)
         startup["resident"] = time.perf_counter() - clock
+        startup.update(backend.setup_seconds)
         background = p7.Background(Alphabet.amino())
     except HmmgpuError as error:
         conn.send(("error", str(error)))

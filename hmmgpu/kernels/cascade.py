@@ -184,7 +184,10 @@ class GpuCascade:
             self._db_tables = {k: rt.to_device(v) for k, v in length_tables(max_len).items()}
             self._db_tables["move_by_length"] = rt.to_device(xw_move_table(max_len).astype(np.int32))
             self._db_tables["tjb32"] = rt.to_device(tjb_table(max_len).astype(np.int32))
-            self._slots = [self._new_slot(n) for _ in range(SLOTS)] if resident.resident else []
+            #: the ring's buffer sets, each made when a model first needs it (a search of one
+            #: model pins and allocates one set, not :data:`SLOTS`; 15 MB each for 116 M residues)
+            self._slots = [None] * SLOTS if resident.resident else []
+            self._slot_targets = n
             self._epoch = None
             if not self.device.simulator:
                 self._epoch = rt.event()
@@ -269,6 +272,9 @@ class GpuCascade:
                 oldest = self._in_flight[0]
             oldest.result()
         slot = self._slots[self._next]
+        if slot is None:
+            with self.device.activate():
+                slot = self._slots[self._next] = self._new_slot(self._slot_targets)
         self._next = (self._next + 1) % SLOTS
         vit_spec = self.vit.spec(profile.M)
         vit_reason = "no kernel shape" if vit_spec is None else exactness_conditions(profile.word,
