@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..options import usable_cores
+
 #: Residue code of the padding ('~', missing data).
 PAD_CODE = 28
 #: Device bytes per target besides its residues: word offset, length, and room for the
@@ -147,8 +149,6 @@ class ResidentDatabase:
         rt = self.device.runtime
         lens = self.lengths[lo:hi]
         starts = np.asarray(self.db.offsets, dtype=np.int64)[self.indices[lo:hi]]
-        from ..options import usable_cores
-
         packed, woff = pack_residues(self.db.residues, starts, lens, threads=min(PACK_THREADS, usable_cores()))
         return Chunk(lo=lo, hi=hi, residues=rt.to_device(packed.view(np.uint32)),
                      word_offsets=rt.to_device(woff if hi > lo else np.zeros(1, np.int64)),
