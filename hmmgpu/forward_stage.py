@@ -90,9 +90,6 @@ PIECE_BYTES_MIN = 128 << 10
 PIECE_CELLS_MIN = 1.75e7
 PIECE_BYTES_MAX = 4 << 20
 _ZSETBY_NTARGETS = 0
-#: Targets made into pyhmmer's sequence objects together on pyhmmer's route over ranges
-#: (:meth:`SequenceCache.range_block`).
-RANGE_PART = 4096
 
 
 def piece_bytes(left_bytes: float, model_length: int, threads: int) -> int:
@@ -140,8 +137,6 @@ class SequenceCache:
         self.db = db
         self.alphabet = Alphabet.amino()
         self._seqs: dict = {}
-        self._listed = None  #: every target's sequence by position, made part by part (ranges)
-        self._made = None  #: which parts of ``_listed`` are made
         self._whole = None
         self._lock = threading.Lock()
         self._names = None
@@ -160,32 +155,20 @@ class SequenceCache:
         return sequence_block(out)
 
     def range_block(self, start: int, stop: int):
-        """A block of the consecutive targets ``start..stop-1``: :func:`~hmmgpu.seqdb.sequence_block`
-        of sequence objects made once (not a slice of a block, which pyhmmer makes by appending).
-
-        A task makes the parts of :data:`RANGE_PART` targets its range needs, when no task
-        made them before: making a target's sequence holds the interpreter's lock (a made
-        database's 116 M residues: 1.4 s of one core), so the threads make theirs while the
-        others search, rather than all waiting for the first to make the whole database."""
+        """A block of the consecutive targets ``start..stop-1`` (the whole database's block, or
+        one of the same sequence objects: :func:`~hmmgpu.seqdb.sequence_block`, not a slice of
+        the block, which pyhmmer makes by appending)."""
         from .seqdb import sequence_block
 
-        n = self.db.n
-        if self._listed is None:
+        whole = self._whole
+        if whole is None:
             with self._lock:
-                if self._listed is None:
-                    self._made = [False] * -(-n // RANGE_PART)
-                    self._listed = [None] * n
-        listed, made = self._listed, self._made
-        for part in range(start // RANGE_PART, -(-stop // RANGE_PART)):
-            if not made[part]:  # two tasks may make one part at once: the same sequences
-                lo, hi = part * RANGE_PART, min(n, (part + 1) * RANGE_PART)
-                listed[lo:hi] = [self.db.digital_sequence(i) for i in range(lo, hi)]
-                made[part] = True
-        if (start, stop) != (0, n):
-            return sequence_block(listed[start:stop])
-        if self._whole is None:
-            self._whole = sequence_block(listed)
-        return self._whole
+                if self._whole is None:
+                    block = self.db.block()
+                    self._whole = (block, list(block))
+                whole = self._whole
+        block, sequences = whole
+        return block if (start, stop) == (0, self.db.n) else sequence_block(sequences[start:stop])
 
     def names(self) -> tuple:
         """(the position of each target name: an int, or for a name that occurs more than once

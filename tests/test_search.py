@@ -197,25 +197,6 @@ def test_pyhmmer_route_sizes_range_tasks_by_the_whole_run(monkeypatch, lengths, 
     assert np.array_equal(np.concatenate([t.positions for t in tasks]), np.arange(db.n))
 
 
-def test_range_blocks_are_made_part_by_part(monkeypatch, tmp_path):
-    """pyhmmer's route over ranges of a made database: each range's block holds its targets'
-    sequences (the parts it needs made when first needed, shared between ranges), and the whole
-    database's block every target, in order."""
-    from hmmgpu import forward_stage
-
-    monkeypatch.setattr(forward_stage, "RANGE_PART", 100)
-    SequenceDB.from_fasta(PROTEOME).save(tmp_path / "made")
-    made = SequenceDB.load(tmp_path / "made")
-    with SequenceFile(str(PROTEOME), digital=True, alphabet=AMINO) as fh:
-        easel = fh.read_block()
-    cache = forward_stage.SequenceCache(made)
-    for start, stop in ((150, 420), (0, 99), (400, 1001), (2050, made.n)):
-        assert list(cache.range_block(start, stop)) == [easel[i] for i in range(start, stop)]
-    assert cache._made.count(True) == 12  # parts 1-4, 0, 4-10 and 20 of 21: 11 to 19 not made
-    assert list(cache.range_block(0, made.n)) == list(easel)
-    assert all(cache._made)
-
-
 @pytest.mark.parametrize("backend", ["hmmer", "numba"])
 def test_single_query_is_split_over_every_thread(references, backend, monkeypatch):
     """One model alone is cut into a task per thread (not one per estimated 0.1 s of work), and
