@@ -258,8 +258,9 @@ class ForwardStage:
         tasks = []
         for g in groups:
             if self.by_position and g.size > 1 and (filtered or g[0] > 0):
-                singles = _repeated_names(self.db, g) if filtered else _repeated_names(
-                    self.db, g[self.sequences.names()[1][g]])
+                # survivors are few: all are checked; of a range, those whose name the database repeats
+                suspects = g if filtered else g[self.sequences.names()[1][g]]
+                singles = _repeated_names(self.db, suspects)
                 if singles.size:
                     for p in singles:
                         tasks.append(self._task(query, np.array([p]), filtered))
