@@ -89,6 +89,16 @@ PIECE_SHARES = 8
 PIECE_BYTES_MIN = 128 << 10
 PIECE_CELLS_MIN = 1.75e7
 PIECE_BYTES_MAX = 4 << 20
+#: pyhmmer's route over ranges of a database held as arrays (a made database) needs the
+#: targets as pyhmmer reads them. Making every target a sequence object once costs about
+#: :data:`SEQUENCE_SECONDS` each, holding the GIL (0.41 s for 77,801 targets on one core of a
+#: 2-core machine, 1.86 s for 311,204 on the 16-core H200 machine), so the other threads wait;
+#: writing a range as FASTA text that Easel reads in C (:meth:`~hmmgpu.seqdb.SequenceDB.fasta_text`)
+#: costs about :data:`TEXT_SECONDS_PER_RESIDUE` a residue and query, in every thread at once
+#: (29 M residues: 0.24 s on one core, 0.12 s on two, and 0.01 s more of Easel's reading per
+#: 2.3 M). A run takes the text when its queries' text, spread over its threads, costs less.
+SEQUENCE_SECONDS = 5.5e-6
+TEXT_SECONDS_PER_RESIDUE = 1.2e-8
 _ZSETBY_NTARGETS = 0
 
 
@@ -205,7 +215,10 @@ class ForwardStage:
         self.range_seconds = None if not queries or db.pieces is not None else max(
             PIPELINE_TASK_SECONDS,
             float(sum(model_lengths)) * db.total_residues / CPU_CELLS_PER_SECOND / (RANGE_SHARES * max(1, threads)))
+        self.threads = threads
         self.sequences = SequenceCache(db)
+        #: pyhmmer's route reads each range of targets as FASTA text (:func:`_ranges_as_text`)
+        self.ranges_as_text = _ranges_as_text(db, queries, threads)
         self.by_position = options.by_evalue and options.Z is None
         self._local = threading.local()
 
@@ -237,6 +250,8 @@ class ForwardStage:
             parts = int(min(max(1, parts), max(1, self.db.n // 64)))
             if parts == 1:   # every model against a small database: nothing to cut
                 return [self._task(query, self._everything, False)]
+            if self.ranges_as_text:
+                return self._tasks(query, self._guided_ranges(M), filtered=False)
             cuts = np.searchsorted(self._cumulative_lengths, self.db.total_residues * np.arange(1, parts) / parts)
             bounds = _distinct(np.concatenate([[0], cuts, [self.db.n]]))
             ranges = [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
@@ -254,6 +269,20 @@ class ForwardStage:
         groups = [g for g in np.split(positions, _distinct(cuts)) if g.size]
         return self._tasks(query, groups, filtered=True)
 
+    def _guided_ranges(self, M: int) -> list:
+        """Ranges of consecutive targets, cut as a FASTA file's pieces are (:func:`piece_bytes`,
+        a residue for a byte): they shrink towards the end of the database. A small database
+        is still cut into :attr:`min_parts` (when it holds :data:`SPLIT_MIN_CELLS` a part)."""
+        cumulative, n, total = self._cumulative_lengths, self.db.n, self.db.total_residues
+        most = total / max(1, min(self.min_parts, float(total) * M // SPLIT_MIN_CELLS))
+        bounds = [0]
+        while bounds[-1] < n:
+            done = int(cumulative[bounds[-1] - 1]) if bounds[-1] else 0
+            step = min(piece_bytes(total - done, M, self.threads), most)
+            stop = int(np.searchsorted(cumulative, done + step)) + 1
+            bounds.append(min(max(stop, bounds[-1] + 1), n))
+        return [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
+
     def _tasks(self, query, groups, filtered: bool) -> list:
         tasks = []
         for g in groups:
@@ -265,6 +294,9 @@ class ForwardStage:
                     for p in singles:
                         tasks.append(self._task(query, np.array([p]), filtered))
                     g = np.setdiff1d(g, singles)
+                    if not filtered:  # a range task searches consecutive targets: the rest, as runs
+                        tasks.extend(self._task(query, run, filtered) for run in _runs(g))
+                        continue
                     if not g.size:
                         continue
             tasks.append(self._task(query, g, filtered))
@@ -307,14 +339,19 @@ class ForwardStage:
         # a range of targets from the first one counts Z as a serial run does: nothing to fix
         from_start = not task.filtered and (not task.positions.size or task.positions[0] == 0)
         pli.Z = task.z_fixed if self.by_position and not from_start else self.options.Z
-        if task.filtered:
-            block = self.sequences.block(task.positions)
-        else:
-            block = self.sequences.range_block(int(task.positions[0]), int(task.positions[-1]) + 1) \
-                if task.positions.size else self.sequences.block(task.positions)
         # the model itself: pyhmmer configures it into this pipeline's reused buffers (a copy
         # of an optimized profile per task would map and unmap memory in every thread)
-        hits = _searched(pli.search_hmm, task.query.hmm, block)
+        hmm = task.query.hmm
+        if task.filtered or not task.positions.size:
+            hits = _searched(pli.search_hmm, hmm, self.sequences.block(task.positions))
+        else:  # a range: consecutive targets (:meth:`_tasks`)
+            start, stop = int(task.positions[0]), int(task.positions[-1]) + 1
+            if self.ranges_as_text:
+                from .seqdb import search_fasta_text
+
+                hits = _searched(search_fasta_text, hmm, self.db.fasta_text(start, stop), pli, "a range of targets")
+            else:
+                hits = _searched(pli.search_hmm, hmm, self.sequences.range_block(start, stop))
         if alone and from_start:
             return TaskResult(hits=hits, cpu_seconds=time.thread_time() - start)
         state = hits.__getstate__()
@@ -423,6 +460,19 @@ class ForwardStage:
         return parts[0].merge(*parts[1:]), counters
 
 
+def _ranges_as_text(db, queries: int | None, threads: int) -> bool:
+    """Whether pyhmmer's route reads each range of ``db``'s targets as FASTA text rather than
+    as sequence objects made once for the whole run (:data:`SEQUENCE_SECONDS`): for a database
+    held as arrays that :meth:`~hmmgpu.seqdb.SequenceDB.fasta_text` can write, in a run of
+    ``queries`` (known) few enough for ``threads``."""
+    from .seqdb import EaselSequenceDB, SequenceDB
+
+    if not queries or not isinstance(db, SequenceDB) or isinstance(db, EaselSequenceDB) or not db.n:
+        return False
+    text_seconds = queries * db.total_residues * TEXT_SECONDS_PER_RESIDUE / max(1, threads)
+    return text_seconds < db.n * SEQUENCE_SECONDS and db.writes_as_fasta
+
+
 def _placed_pieces(results: list, E: float) -> tuple:
     """The states of a file's pieces (:meth:`ForwardStage._run_piece`), each hit that HMMER
     would not have kept at its target's position dropped, and the file's targets and residues."""
@@ -472,6 +522,11 @@ def _distinct(ascending: np.ndarray) -> np.ndarray:
     the import of ``numpy.ma`` it makes in numpy 2: 7 ms of a small search)."""
     ascending = np.asarray(ascending)
     return ascending[np.concatenate([[True], ascending[1:] != ascending[:-1]])] if ascending.size else ascending
+
+
+def _runs(ascending: np.ndarray) -> list:
+    """The runs of consecutive values of an ascending array of distinct positions."""
+    return np.split(ascending, np.flatnonzero(np.diff(ascending) != 1) + 1) if ascending.size else []
 
 
 def _names_of(db, positions: np.ndarray) -> list:

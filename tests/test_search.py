@@ -3,6 +3,7 @@ import json
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pyhmmer
@@ -644,6 +645,48 @@ def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path,
     assert_same_pipeline(ours, expected)
 
 
+@pytest.mark.parametrize("as_text", [True, False])
+def test_ranges_of_a_made_database_give_a_serial_run(references, tmp_path, monkeypatch, as_text):
+    """One model on pyhmmer's route over ranges of a made database, each range read as FASTA
+    text (``as_text``) or as sequence objects made once: hits, the kept set, Z, domZ and
+    counters of one serial run, at an E where HMMER's keep rule drops hits, with a name
+    repeated inside one range (those targets run alone; the rest of the range as runs of
+    consecutive targets) and across ranges."""
+    from hmmgpu import forward_stage
+    from hmmgpu.backends import HmmerBackend
+    from hmmgpu.engine import SearchEngine
+    from hmmgpu.options import SearchOptions
+
+    monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
+    monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 30_000)
+    if not as_text:
+        monkeypatch.setattr(forward_stage, "TEXT_SECONDS_PER_RESIDUE", 1.0)
+    hmms, block, _ = references
+    position = {s.name: p for p, s in enumerate(block)}
+    scored = {hmm.name: PyhmmerPipeline(AMINO, Z=1, E=1e9).search_hmm(hmm, block) for hmm in hmms}
+    hmm, late = next((hmm, h) for hmm in hmms for h in scored[hmm.name]
+                     if position[h.name] > 3 * len(block) // 4 and h.pvalue < 1e-4)
+    E = 0.9 * late.pvalue * (position[late.name] + 1)
+    n = len(block)
+    middle = sorted(position[h.name] for h in scored[hmm.name])[len(scored[hmm.name]) // 2]
+    renames = {0: late.name, middle + 3: block[middle].name, n - 1: block[n - 2].name}
+    with SequenceFile(str(_renamed_fasta(tmp_path, block, renames, {})), digital=True, alphabet=AMINO) as f:
+        renamed = f.read_block()
+    expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, renamed)
+    SequenceDB.from_block(renamed).save(tmp_path / "made")
+    db = SequenceDB.load(tmp_path / "made")
+    engine = SearchEngine(db, SearchOptions(backend="hmmer", cpus=3, E=E), HmmerBackend(db), model_lengths=[hmm.M])
+    assert engine.forward.ranges_as_text == as_text
+    tasks = engine.forward.plan(SimpleNamespace(hmm=hmm))
+    assert len(tasks) > 5 and all(np.all(np.diff(t.positions) == 1) for t in tasks)
+    assert np.array_equal(np.sort(np.concatenate([t.positions for t in tasks])), np.arange(n))
+    ours = next(engine.search([hmm])).hits
+    assert len(expected) < len(PyhmmerPipeline(AMINO, Z=1, E=E).search_hmm(hmm, renamed))  # the rule drops some
+    assert len(ours) == len(expected)
+    assert hits_table(ours, "domains") == hits_table(expected, "domains")
+    assert_same_pipeline(ours, expected)
+
+
 def test_hit_positions_in_a_piece_are_found_from_its_header_lines(tmp_path):
     """A hit's index in a piece is told from the piece's bytes when every header line starts
     a target, whatever '>' the descriptions hold (UniProt writes 'C->U', 'Beta-(1-->2)'); a
@@ -726,13 +769,7 @@ def test_a_piece_that_cannot_be_written_is_a_one_line_error(tmp_path, monkeypatc
     one-line error, not a traceback."""
     from hmmgpu import seqdb
 
-    original = seqdb.FastaPieces.__init__
-
-    def unwritable(self, *args):
-        original(self, *args)
-        self._tmpdir = str(tmp_path / "missing")
-
-    monkeypatch.setattr(seqdb.FastaPieces, "__init__", unwritable)
+    monkeypatch.setattr(seqdb, "memory_tmpdir", lambda: str(tmp_path / "missing"))
     code = main(["search", "--backend", "hmmer", "--cpu", "3", "-o", "/dev/null", str(SAMPLES / "Thioesterase.hmm"),
                  str(PROTEOME)])
     err = capsys.readouterr().err.strip().splitlines()

@@ -509,3 +509,47 @@ def test_description_bytes_are_kept(tmp_path):
     db = open_database(write(tmp_path, b">s1 caf\xe9 \xff\xfe\nMKV\n"))
     assert db.description(0) == b"caf\xe9 \xff\xfe"
     assert db.block()[0].sequence is not None
+
+
+@pytest.mark.parametrize("data", [ACCEPTED[k] for k in ("every_letter_both_cases", "stop_gap_missing", "crlf",
+                                                         "zero_length_records", "name_after_blanks", "double_gt",
+                                                         "nul_and_ctrl_a_in_header", "utf8_header", "duplicate_names")]
+                         + [QUIRKS.read_bytes()])
+def test_fasta_text_reads_back_as_the_same_targets(tmp_path, data):
+    """A made database's targets written as FASTA text (pyhmmer's route over ranges reads them
+    so) are, read by Easel, the same targets: names, descriptions (trailing blanks kept) and
+    every residue code (gaps, '*', '~', zero-length targets); any range of them."""
+    db = numpy_reader(write(tmp_path, data))
+    assert db.writes_as_fasta
+    for start, stop in ((0, db.n), (1, db.n), (0, db.n - 1), (db.n - 1, db.n)):
+        if start == stop:
+            assert db.fasta_text(start, stop) == b""
+            continue
+        block = pyhmmer.easel.SequenceFile(io.BytesIO(db.fasta_text(start, stop)), format="fasta", digital=True,
+                                           alphabet=AMINO).read_block()
+        assert [(s.name, s.description, bytes(s.sequence)) for s in block] == [
+            (db.name(i).decode(), db.description(i).decode(), db.codes(i).tobytes()) for i in range(start, stop)]
+
+
+def test_fasta_text_of_the_proteome_equals_its_file(proteome_db, proteome_block):
+    """The sample proteome's text, written from its arrays, reads back as Easel reads its file."""
+    text = proteome_db.fasta_text(0, proteome_db.n)
+    assert_same_as_easel(SequenceDB.digitize_fasta(text, "text"), proteome_block)
+    assert proteome_db.fasta_text(5, 5) == b""
+
+
+@pytest.mark.parametrize("change", ["accession", "name_blank", "description_blank", "description_cr", "code"])
+def test_targets_fasta_cannot_write_are_said_so(proteome_block, change):
+    """A target whose accession, name, description or residues FASTA text cannot carry (a
+    database made from another format, or edited arrays): ``writes_as_fasta`` is False."""
+    seqs = [s.copy() for s in list(proteome_block)[:20]]
+    edit = {"accession": lambda s: setattr(s, "accession", "Q12345"),
+            "name_blank": lambda s: setattr(s, "name", "two words"),
+            "description_blank": lambda s: setattr(s, "description", " leading blank"),
+            "description_cr": lambda s: setattr(s, "description", "a\rb")}
+    if change in edit:
+        edit[change](seqs[7])
+    db = SequenceDB.from_block(pyhmmer.easel.DigitalSequenceBlock(AMINO, seqs))
+    if change == "code":
+        db.residues[3] = 29
+    assert not db.writes_as_fasta
