@@ -540,8 +540,9 @@ def test_fasta_text_of_the_proteome_equals_its_file(proteome_db, proteome_block)
 
 @pytest.mark.parametrize("change", ["accession", "name_blank", "description_blank", "description_cr", "code"])
 def test_targets_fasta_cannot_write_are_said_so(proteome_block, change):
-    """A target whose accession, name, description or residues FASTA text cannot carry (a
-    database made from another format, or edited arrays): ``writes_as_fasta`` is False."""
+    """A target whose accession, name or description FASTA text cannot carry (a database made
+    from another format): ``writes_as_fasta`` is False. A residue code that is none (edited
+    arrays) is written as '-', which Easel refuses (one line, not a wrong target)."""
     seqs = [s.copy() for s in list(proteome_block)[:20]]
     edit = {"accession": lambda s: setattr(s, "accession", "Q12345"),
             "name_blank": lambda s: setattr(s, "name", "two words"),
@@ -552,4 +553,8 @@ def test_targets_fasta_cannot_write_are_said_so(proteome_block, change):
     db = SequenceDB.from_block(pyhmmer.easel.DigitalSequenceBlock(AMINO, seqs))
     if change == "code":
         db.residues[3] = 29
+        assert db.writes_as_fasta and db.fasta_text(0, 1).split(b"\n")[1][3:4] == b"-"
+        with pytest.raises(HmmgpuError, match="invalid character '-'"):
+            SequenceDB.digitize_fasta(db.fasta_text(0, 1), "text")
+        return
     assert not db.writes_as_fasta
