@@ -572,13 +572,10 @@ def test_a_name_repeated_in_another_task_is_kept_by_its_own_position(references,
     from hmmgpu import forward_stage
 
     monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
-    hmms, block, _ = references
-    position = {s.name: p for p, s in enumerate(block)}
+    block = references[1]
     # a hit in the last quarter, and E just under what keeping it there needs: its task starts
     # before the middle (two tasks), so its own P x (task start + 1) is within E
-    hmm, late = next((hmm, h) for hmm in hmms for h in PyhmmerPipeline(AMINO, Z=1, E=1e9).search_hmm(hmm, block)
-                     if position[h.name] > 3 * len(block) // 4 and h.pvalue < 1e-4)
-    E = 0.9 * late.pvalue * (position[late.name] + 1)
+    hmm, _, _, E, late = _late_hit_model(references)
     first = block[0].copy()
     first.name = late.name
     renamed = DigitalSequenceBlock(AMINO, [first] + list(block)[1:])
@@ -589,6 +586,19 @@ def test_a_name_repeated_in_another_task_is_kept_by_its_own_position(references,
     assert late.name not in {h.name for h in expected}
     assert len(ours) == len(expected)
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
+
+
+def _late_hit_model(references) -> tuple:
+    """A sample model with a significant hit in the last quarter of the proteome, and an E
+    just under what keeping that hit at its position needs (HMMER's keep rule, P x (position
+    + 1) <= E, then drops hits): (model, each target's position by name, each model's hits
+    with Z = 1, E, the late hit)."""
+    hmms, block, _ = references
+    position = {s.name: p for p, s in enumerate(block)}
+    scored = {hmm.name: PyhmmerPipeline(AMINO, Z=1, E=1e9).search_hmm(hmm, block) for hmm in hmms}
+    hmm, late = next((hmm, h) for hmm in hmms for h in scored[hmm.name]
+                     if position[h.name] > 3 * len(block) // 4 and h.pvalue < 1e-4)
+    return hmm, position, scored, 0.9 * late.pvalue * (position[late.name] + 1), late
 
 
 def _renamed_fasta(tmp_path, block, renames: dict, descriptions: dict):
@@ -617,12 +627,8 @@ def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path,
     from hmmgpu.options import SearchOptions
     from hmmgpu.seqdb import FastaPieces
 
-    hmms, block, _ = references
-    position = {s.name: p for p, s in enumerate(block)}
-    scored = {hmm.name: PyhmmerPipeline(AMINO, Z=1, E=1e9).search_hmm(hmm, block) for hmm in hmms}
-    hmm, late = next((hmm, h) for hmm in hmms for h in scored[hmm.name]
-                     if position[h.name] > 3 * len(block) // 4 and h.pvalue < 1e-4)
-    E = 0.9 * late.pvalue * (position[late.name] + 1)
+    block = references[1]
+    hmm, position, scored, E, late = _late_hit_model(references)
     borderline = [position[h.name] for h in scored[hmm.name] if h.pvalue <= E < h.pvalue * (position[h.name] + 1)]
     n = len(block)
     renames = {0: late.name, n // 2 + 1: block[n // 2].name, n - 1: block[n - 2].name}
@@ -661,12 +667,8 @@ def test_ranges_of_a_made_database_give_a_serial_run(references, tmp_path, monke
     monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 30_000)
     if not as_text:
         monkeypatch.setattr(forward_stage, "TEXT_SECONDS_PER_RESIDUE", 1.0)
-    hmms, block, _ = references
-    position = {s.name: p for p, s in enumerate(block)}
-    scored = {hmm.name: PyhmmerPipeline(AMINO, Z=1, E=1e9).search_hmm(hmm, block) for hmm in hmms}
-    hmm, late = next((hmm, h) for hmm in hmms for h in scored[hmm.name]
-                     if position[h.name] > 3 * len(block) // 4 and h.pvalue < 1e-4)
-    E = 0.9 * late.pvalue * (position[late.name] + 1)
+    block = references[1]
+    hmm, position, scored, E, late = _late_hit_model(references)
     n = len(block)
     middle = sorted(position[h.name] for h in scored[hmm.name])[len(scored[hmm.name]) // 2]
     renames = {0: late.name, middle + 3: block[middle].name, n - 1: block[n - 2].name}
