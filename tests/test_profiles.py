@@ -60,6 +60,17 @@ def test_length_tables_equal_libhmmer():
             assert (int(tjb[L]), int(xw[L]), np.float32(null[L])) == ref.length_scalars(L)[:2] + (np.float32(ref.length_scalars(L)[2]),)
 
 
+def test_length_tables_over_arrays_equal_one_call_per_length():
+    """The per-length tables made with Easel's array logs (the C library's logf/log in a C
+    loop) are, bit for bit, those made with one ctypes call per length, for every length a
+    target may have."""
+    fast = P._length_tables(P.MAX_TARGET_LENGTH)
+    slow = P._length_tables(P.MAX_TARGET_LENGTH, logs=P._logs_one_by_one())
+    assert P._array_logs() is not P._logs_one_by_one()  # the arrays' path is the one in use
+    for a, b in zip(fast, slow):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 def test_spec_worked_examples():
     byte, word = _tables(sample_hmm("PF02826"))
     assert (byte.bias_b, byte.tbm_b, word.ddbound) == (15, 42, 6350)
