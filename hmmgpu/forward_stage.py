@@ -180,28 +180,18 @@ class SequenceCache:
         block, sequences = whole
         return block if (start, stop) == (0, self.db.n) else sequence_block(sequences[start:stop])
 
-    def repeated(self) -> np.ndarray:
-        """Whether each target's name occurs twice in the database (bool array)."""
-        if _held_as_arrays(self.db):
-            return self.db.repeated_names
-        return self.names()[1]
-
-    def names(self) -> tuple:
-        """(the position of each target name: an int, or for a name that occurs more than once
-        the ascending array of its positions; bool array: the target's name occurs twice).
-        Only pyhmmer's route over ranges of a database read by Easel needs them: a filtered
-        task looks up its own targets' names (:func:`_names_of`), and a range of a database
-        held as arrays searches its names (:meth:`~hmmgpu.seqdb.SequenceDB.name_positions`)."""
+    def names(self) -> dict:
+        """The position of each target name: an int, or for a name that occurs more than once
+        the ascending array of its positions. Only pyhmmer's route over ranges of a database
+        read by Easel needs them: a filtered task looks up its own targets' names
+        (:func:`_names_of`), and a range of a database held as arrays searches its names
+        (:meth:`~hmmgpu.seqdb.SequenceDB.name_positions`)."""
         if self._names is not None:
             return self._names
         with self._lock:
             if self._names is None:
                 where = _positions_by_name(self.db.names())
-                repeated = np.zeros(self.db.n, bool)
-                for at in where.values():
-                    if isinstance(at, list):
-                        repeated[at] = True
-                self._names = ({k: np.array(v) if isinstance(v, list) else v for k, v in where.items()}, repeated)
+                self._names = {k: np.array(v) if isinstance(v, list) else v for k, v in where.items()}
         return self._names
 
 
@@ -223,13 +213,18 @@ class ForwardStage:
             PIPELINE_TASK_SECONDS,
             float(sum(model_lengths)) * db.total_residues / CPU_CELLS_PER_SECOND / (RANGE_SHARES * max(1, threads)))
         self.threads = threads
+        self._queries = queries
         self.sequences = SequenceCache(db)
-        #: pyhmmer's route reads each range of targets as FASTA text (:func:`_ranges_as_text`)
-        self.ranges_as_text = _ranges_as_text(db, queries, threads)
         self.by_position = options.by_evalue and options.Z is None
         self._local = threading.local()
 
     # ------------------------------------------------------------ planning
+    @functools.cached_property
+    def ranges_as_text(self) -> bool:
+        """pyhmmer's route reads each range of targets as FASTA text (:func:`_ranges_as_text`);
+        decided when a range is first planned, not on the filters' route, which has none."""
+        return _ranges_as_text(self.db, self._queries, self.threads)
+
     @functools.cached_property
     def _everything(self) -> np.ndarray:
         """Every target's position (one task of a query over the whole database; shared, so read-only)."""
@@ -295,7 +290,7 @@ class ForwardStage:
         for g in groups:
             if self.by_position and g.size > 1 and (filtered or g[0] > 0):
                 # survivors are few: all are checked; of a range, those whose name the database repeats
-                suspects = g if filtered else g[self.sequences.repeated()[g]]
+                suspects = g if filtered else g[self.db.repeated_names[g]]
                 singles = _repeated_names(self.db, suspects)
                 if singles.size:
                     for p in singles:
@@ -377,7 +372,7 @@ class ForwardStage:
             return dict(zip(_names_of(self.db, positions), positions.tolist())).__getitem__
         if _held_as_arrays(self.db):  # consecutive targets with distinct names
             return self.db.name_positions(int(positions[0]), int(positions[-1]) + 1)
-        where = self.sequences.names()[0]
+        where = self.sequences.names()
         return lambda name: _position_in(where[name], positions)
 
     def _run_piece(self, pli, task: Task) -> list:
