@@ -547,13 +547,11 @@ def _names_of(db, positions: np.ndarray) -> list:
 def _repeated_names(db, positions: np.ndarray) -> np.ndarray:
     """The positions whose target name occurs more than once among ``positions`` (on the
     route over ranges, only those whose name occurs twice in the database are passed)."""
+    from .seqdb import repeated
+
     if positions.size < 2:
         return np.zeros(0, np.int64)
-    names = _names_of(db, positions)
-    seen: dict = {}
-    for n in names:
-        seen[n] = seen.get(n, 0) + 1
-    return np.array([p for p, n in zip(positions.tolist(), names) if seen[n] > 1], np.int64)
+    return np.asarray(positions, np.int64)[repeated(_names_of(db, positions))]
 
 
 #: Byte offsets in HMMER's serialized ``P7_HIT`` (``p7_hit_Serialize``, network byte order):
