@@ -397,10 +397,13 @@ def cmd_warmup(args) -> int:
     if not cuda_available(args.device):
         raise HmmgpuError(f"warmup: no usable CUDA GPU with id {args.device} (the Python bytecode is written; "
                           "no GPU kernel was compiled)")
-    from .kernels.cascade import compile_all
+    from .kernels import build, cascade
+    from .kernels.device import GpuDevice
+    from .kernels.sw import launch as sw_launch
 
     start = time.perf_counter()
-    n = compile_all(args.device, args.lanes)
+    device = GpuDevice.open(args.device)
+    n = build.compile_ahead(cascade.all_specs(device, args.lanes) + sw_launch.all_specs(), device)
     print(f"hmmgpu: {n} kernels compiled in {time.perf_counter() - start:.1f}s" if n else
           "hmmgpu: every kernel is already compiled for this device")
     return 0

@@ -157,6 +157,64 @@ def simulator_msv_checks():
     return out
 
 
+def packing_checks(scale: int = 1):
+    """The resident database's slots, packed on the device (:mod:`hmmgpu.kernels.pack`) and on
+    the host (:func:`~hmmgpu.kernels.resident.pack_residues`), byte for byte: targets in
+    scattered database order, lengths of every remainder mod 4, longer than a warp's 128
+    residues, empty ones; a budget that holds the slots but not the residues beside them
+    packs on the host, a smaller one chunks. ``scale`` multiplies the targets (on a GPU)."""
+    from hmmgpu.kernels import pack, resident
+    from hmmgpu.kernels.device import GpuDevice
+    from hmmgpu.seqdb import SequenceDB
+
+    rng = np.random.default_rng(11)
+    lengths = np.concatenate([rng.integers(0, 300, 40 * scale), [0, 1, 2, 3, 4, 5, 128, 129, 131, 300]])
+    rng.shuffle(lengths)
+    names, offsets = [], [0]
+    for k in range(lengths.size):
+        names.append(b"t%d" % k)
+        offsets.append(offsets[-1] + len(names[-1]))
+    db = SequenceDB(rng.integers(0, 29, int(lengths.sum()), dtype=np.uint8), lengths.astype(np.int64),
+                    np.frombuffer(b"".join(names), np.uint8), np.array(offsets, np.int64), np.zeros(0, np.uint8),
+                    np.zeros(lengths.size + 1, np.int64), source="packing checks")
+    device = GpuDevice.open(0)
+    used = []
+    on_device = pack.pack_on_device
+
+    def spy(*args):
+        used.append("device")
+        return on_device(*args)
+
+    pack.pack_on_device = spy
+    out = []
+    try:
+        kept = lengths[lengths > 0]
+        slots = int(((kept + 3) // 4 * 4 + resident.PER_TARGET_BYTES).sum())
+        # the slots and the residues fit; the slots only; a quarter of the slots
+        for label, budget, route in (("device", None, ["device"]), ("host", slots + db.residues.nbytes - 1, []),
+                                     ("chunked", slots // 4, [])):
+            used.clear()
+            with device.activate():
+                res = resident.ResidentDatabase(db, device, max_bytes=budget)
+                for chunk in res.chunks():
+                    starts = np.asarray(db.offsets)[res.indices[chunk.lo:chunk.hi]]
+                    want, woff = resident.pack_residues(db.residues, starts, res.lengths[chunk.lo:chunk.hi])
+                    got = chunk.residues.copy_to_host().view(np.uint8)
+                    if not (np.array_equal(got, want) and np.array_equal(chunk.word_offsets.copy_to_host(), woff)):
+                        raise AssertionError(f"{label}: slots of positions {chunk.lo}..{chunk.hi} differ")
+            if used != route or (label == "chunked") != (res.n_chunks > 1):
+                raise AssertionError(f"{label}: packed on {used or ['host']} in {res.n_chunks} chunks")
+            out.append((label, res.n, res.n_chunks))
+    finally:
+        pack.pack_on_device = on_device
+    return out
+
+
+def simulator_pack_checks():
+    """The packing kernel under the simulator."""
+    return packing_checks()
+
+
 def vit_stage(db, transitions=None):
     """A :class:`VitStage` over ``db`` resident on device 0 (or the simulator); ``transitions``
     forces where the kernel reads its transition rows from."""

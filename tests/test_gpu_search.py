@@ -63,6 +63,15 @@ def test_cuda_audit_zero_disagreements(lanes, capsys):
     assert "cuda" in capsys.readouterr().out
 
 
+def test_packing_on_the_device_equals_the_hosts():
+    """The database's slots packed on the GPU equal the host's packing, byte for byte (80,010
+    targets), and the host's packing and chunks are chosen where the budget says."""
+    from tests.kernel_checks import packing_checks
+
+    rows = {label: chunks for label, _, chunks in packing_checks(scale=2000)}
+    assert rows["device"] == rows["host"] == 1 and rows["chunked"] > 1
+
+
 def test_gpu_process_runs_the_exported_kernels_without_numba():
     """The GPU process loads the cubins numba compiled (exported by ``kernels.build``) and
     launches them through the CUDA driver: once every kernel is exported it never imports

@@ -194,6 +194,14 @@ def _simulate(checks: str, tmp_path) -> str:
     return p.stdout
 
 
+def test_packing_kernel_under_simulator(tmp_path):
+    """The database's slots packed on the device equal the host's packing, byte for byte."""
+    out = _simulate("simulator_pack_checks", tmp_path)
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.split()[:1] in (
+        ["device"], ["host"], ["chunked"])}
+    assert rows["device"][1] == rows["host"][1] == "1" and int(rows["chunked"][1]) > 1
+
+
 def test_msv_kernels_exact_under_simulator(tmp_path):
     out = _simulate("simulator_msv_checks", tmp_path)
     assert "hmmer_equal" in out and "chunked" in out

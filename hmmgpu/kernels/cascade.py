@@ -31,7 +31,7 @@ import numpy as np
 from .. import stats
 from ..cascade import CascadeResult, MsvResult, ViterbiResult, run_cascade
 from ..profiles import null_table, tjb_table, xw_move_table
-from . import build
+from . import build, tuning
 from .bias import BiasSpec, Decision, length_tables
 from .bias import ARGS as BIAS_ARGS
 from .kargs import arguments
@@ -39,6 +39,7 @@ from .msv.launch import MsvKernels, MsvStage, model_tables, scalars
 from .msv.source import NX as MSV_NX
 from .msv.source import Counter as MsvCounter
 from .msv.source import row_stride
+from .pack import PackSpec
 from .vit.launch import VitKernels, VitStage, exactness_conditions, tables
 from .vit.source import NX as VIT_NX
 from .vit.source import STATUS_UNCERTAIN, TRANSITION_ROWS
@@ -50,23 +51,18 @@ SLOTS = 8
 _VIT_LIST = len(MsvCounter)
 _VIT_WORK = _VIT_LIST + 1
 _N_COUNTERS = _VIT_WORK + 1
-#: Bias kernel threads per block and blocks per SM.
-_BIAS_BLOCK = 128
-_BIAS_BLOCKS_PER_SM = 4
 
 
-def compile_all(device_id: int = 0, lanes: str = "auto", notice=None) -> int:
-    """Compile every kernel shape of the cascade for a device (``hmmgpu warmup``)."""
-    from .device import GpuDevice
-
-    device = GpuDevice.open(device_id)
-    specs = MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec()]
-    return build.compile_ahead(specs, device, notice=notice)
+def all_specs(device, lanes: str = "auto") -> list:
+    """Every kernel shape of the cascade on ``device`` (``hmmgpu warmup``), the packing of its
+    database included."""
+    return MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec(), PackSpec()]
 
 
 def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
-    """The kernel specialisations models of these lengths use (the bias kernel included)."""
-    specs = [BiasSpec()]
+    """The kernel specialisations models of these lengths use (the bias kernel and the
+    database's packing included)."""
+    specs = [BiasSpec(), PackSpec()]
     for M in sorted(set(int(m) for m in lengths)):
         specs += [s for s in (msv.spec(M), vit.spec(M)) if s is not None]
     return list(dict.fromkeys(specs))
@@ -325,8 +321,8 @@ class GpuCascade:
     def _launch_bias(self, chunk, slot, profile, options) -> None:
         if self._bias_kernel is None:
             self._bias_kernel = build.load(BiasSpec(), self.device)
-        grid = 1 if self.device.simulator else self.device.sm_count * _BIAS_BLOCKS_PER_SM
-        block = 32 if self.device.simulator else _BIAS_BLOCK
+        grid = 1 if self.device.simulator else self.device.sm_count * tuning.BIAS_BLOCKS_PER_SM
+        block = 32 if self.device.simulator else tuning.BIAS_BLOCK
         t = self._db_tables
         args = arguments(BIAS_ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
                          msv_pos=slot.outputs["msv_pos"], msv_status=slot.outputs["msv_status"],
@@ -503,4 +499,4 @@ class _StageBackend:
         return ViterbiResult(idx, *self.gpu.vit_stage.run(profile, idx))
 
 
-__all__ = ["GpuCascade", "Ticket", "compile_all", "SLOTS"]
+__all__ = ["GpuCascade", "Ticket", "all_specs", "SLOTS"]

@@ -15,6 +15,12 @@ and neighbouring lane groups of a warp get targets of similar length.
 The database is uploaded once. If it does not fit in the memory budget it is split into
 chunks of consecutive positions that are uploaded in turn for every pass (identical
 results, more transfer time); :meth:`ResidentDatabase.chunks` yields them.
+
+Packing. A resident database goes to the device as it lies on the host (its residues in
+database order, one copy) and is put into the slots there (:mod:`.pack`); a chunk, whose
+positions are scattered over the host's residues, is packed on the host
+(:func:`pack_residues`), as is a database whose residues and slots do not fit in the budget
+together.
 """
 from __future__ import annotations
 
@@ -38,6 +44,15 @@ GATHER_RESIDUES = 1 << 22
 PACK_THREADS = 8
 
 
+def slot_offsets(lengths) -> tuple:
+    """(the word offset of each target's slot (int64), the words of all slots) for targets of
+    ``lengths`` laid out one after the other."""
+    words = (np.asarray(lengths, np.int64) + 3) // 4
+    word_offsets = np.zeros(words.size, np.int64)
+    np.cumsum(words[:-1], out=word_offsets[1:])
+    return word_offsets, int(words.sum())
+
+
 def pack_residues(residues, starts, lengths, threads: int = 1) -> tuple:
     """(the residues of targets ``starts[k]:starts[k] + lengths[k]`` of ``residues``, one
     after the other in word-aligned, '~'-padded slots (uint8); each slot's word offset).
@@ -52,9 +67,8 @@ def pack_residues(residues, starts, lengths, threads: int = 1) -> tuple:
     starts = np.asarray(starts, np.int64)
     lengths = np.asarray(lengths, np.int64)
     words = (lengths + 3) // 4
-    word_offsets = np.zeros(lengths.size, np.int64)
-    np.cumsum(words[:-1], out=word_offsets[1:])
-    out = np.full(max(int(words.sum()), 1) * 4, PAD_CODE, dtype=np.uint8)
+    word_offsets, total_words = slot_offsets(lengths)
+    out = np.full(max(total_words, 1) * 4, PAD_CODE, dtype=np.uint8)
     runs = np.concatenate([[0], np.flatnonzero(lengths[1:] != lengths[:-1]) + 1, [lengths.size]])
 
     def fill(a: int, b: int) -> None:  # the runs of positions a..b-1
@@ -122,8 +136,10 @@ class ResidentDatabase:
         per_target = (self.lengths + 3) // 4 * 4 + PER_TARGET_BYTES
         budget = int(device.free_memory() * 0.6) if max_bytes is None else int(max_bytes)
         self.budget = budget
+        self._slots_bytes = int(per_target.sum())
+        self._residues_bytes = int(np.asarray(db.residues).nbytes)
         bounds = [0]
-        if int(per_target.sum()) > budget and self.n:
+        if self._slots_bytes > budget and self.n:
             acc = 0
             for i, b in enumerate(per_target.tolist()):
                 if acc + b > budget and i > bounds[-1]:
@@ -149,10 +165,17 @@ class ResidentDatabase:
         rt = self.device.runtime
         lens = self.lengths[lo:hi]
         starts = np.asarray(self.db.offsets, dtype=np.int64)[self.indices[lo:hi]]
-        packed, woff = pack_residues(self.db.residues, starts, lens, threads=min(PACK_THREADS, usable_cores()))
-        return Chunk(lo=lo, hi=hi, residues=rt.to_device(packed.view(np.uint32)),
-                     word_offsets=rt.to_device(woff if hi > lo else np.zeros(1, np.int64)),
-                     lengths=rt.to_device(lens.astype(np.int32) if hi > lo else np.zeros(1, np.int32)),
+        woff, total_words = slot_offsets(lens)
+        word_offsets = rt.to_device(woff if hi > lo else np.zeros(1, np.int64))
+        lengths = rt.to_device(lens.astype(np.int32) if hi > lo else np.zeros(1, np.int32))
+        if self.resident and hi > lo and self._residues_bytes + self._slots_bytes <= self.budget:
+            from .pack import pack_on_device
+
+            residues = pack_on_device(self.device, self.db.residues, starts, lengths, word_offsets, total_words)
+        else:
+            packed, _ = pack_residues(self.db.residues, starts, lens, threads=min(PACK_THREADS, usable_cores()))
+            residues = rt.to_device(packed.view(np.uint32))
+        return Chunk(lo=lo, hi=hi, residues=residues, word_offsets=word_offsets, lengths=lengths,
                      max_length=int(lens[0]) if hi > lo else 0)
 
     def chunks(self):

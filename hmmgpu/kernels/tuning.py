@@ -32,8 +32,12 @@ VIT_TRANSITIONS_IN_REGISTERS_MAX_Q = 12
 STATIC_SHARED_MAX_BYTES = 40 * 1024
 #: Resident warps per SM the launches aim for (more do not help these kernels).
 TARGET_WARPS_PER_SM = 48
-#: Bias filter kernel: threads per block (one thread per target).
+#: Bias filter kernel: threads per block (one thread per target) and blocks per SM.
 BIAS_BLOCK = 128
+BIAS_BLOCKS_PER_SM = 4
+#: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
+PACK_BLOCK = 256
+PACK_BLOCKS_PER_SM = 8
 
 
 def msv_shape(M: int, lanes: str) -> tuple | None:
