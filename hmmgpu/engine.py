@@ -25,13 +25,18 @@ With ``auto``, the backend's filters and pyhmmer's whole pipeline share the mode
 neither the GPU nor the worker threads wait while the other has work:
 
 * While the backend is still starting (the GPU process opens its device, loads its kernels
-  and reads the database: 0.2-0.5 s with a warm kernel cache, about 8 s when it compiles), a
-  search of fewer models than worker threads waits for it :data:`REROUTE_AFTER_SECONDS`, and
-  then no longer while the workers are short of work: the model goes to pyhmmer's whole
-  pipeline instead, spread over every thread (its tasks are ranges of all targets, as on the
-  pyhmmer route). A single model against a sequence file would always be rerouted, so
-  ``auto`` does not start the GPU for one (:func:`~hmmgpu.backends.pyhmmer_route`); against a
-  made database, whose GPU process starts without reading it, it waits.
+  and reads the database: 0.2-0.3 s with a warm kernel cache, about 8 s when it compiles), a
+  search of fewer models than worker threads does not leave the workers waiting: a model
+  that is not small gets a *head start* (:class:`HeadStart`). Its tasks on pyhmmer's whole
+  pipeline (ranges of consecutive targets, as on the pyhmmer route) are queued at once, and
+  the workers claim them in database order. Once the backend is ready, no further range is
+  claimed; the model goes through the filters, and the targets of the claimed ranges are
+  left out of its survivors and its filter counters, so each target is searched once, on
+  one route or the other. If every range has been claimed first (a backend that compiles),
+  the model never reaches the filters. A single model against a sequence file would mostly
+  be searched before the GPU process had read the file, so ``auto`` does not start the GPU
+  for one (:func:`~hmmgpu.backends.pyhmmer_route`); against a made database, whose GPU
+  process starts without reading it, it does.
 * A *small* model (:data:`~hmmgpu.backends.SMALL_MODEL_CELLS`: model length x database
   residues) goes to pyhmmer's whole pipeline whenever the workers are short of work and the
   backend is behind: still starting, or holding :data:`SHARE_BACKLOG` models or more that it
@@ -85,7 +90,9 @@ START_POLL_SECONDS = 0.005
 #: runs :data:`~hmmgpu.kernels.cascade.SLOTS` at once.
 SHARE_BACKLOG = 8
 #: How long into a search a backend still starting is waited for before models that are not
-#: small go to pyhmmer's whole pipeline instead (seconds): longer than a start with the kernel
+#: small and get no head start (:meth:`SearchEngine.head_start`; one with a head start waits
+#: no longer once its ranges are all claimed) go to pyhmmer's whole pipeline instead
+#: (seconds): longer than a start with the kernel
 #: cache warm (the filters were ready 0.19-0.43 s into the search on the 16-core H200 machine),
 #: much shorter than one that compiles (about 8 s). Rerouting at once sent 6 of 10 Pfam models
 #: against 29 M residues to the whole pipeline, 2.16 s against 1.47 s on the GPU alone
@@ -104,6 +111,42 @@ class Query:
     results: dict = field(default_factory=dict)  #: finished tasks' results by part number
     n_tasks: int = 0
     seconds: dict = field(default_factory=dict)
+    head: "HeadStart | None" = None  #: its ranges on pyhmmer's whole pipeline while the backend started
+
+
+class HeadStart:
+    """A query's ranges of targets on pyhmmer's whole pipeline while the filter backend
+    starts (see the module header). Workers take the range tasks (parts 0, 1, ...) in order
+    and :meth:`claim` each before running it; :meth:`stop` ends the claims once the filters
+    can take the query. A part below the highest one claimed is always granted, so the parts
+    run are exactly 0..:attr:`claimed` - 1 whichever worker reaches its claim first."""
+
+    def __init__(self, tasks: list):
+        self.tasks = tasks
+        self.claimed = 0  #: parts 0..claimed-1 are run (final once stopped)
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def claim(self, part: int) -> bool:
+        """Whether a worker that took range task ``part`` runs it."""
+        with self._lock:
+            if not self._stopped:
+                self.claimed = max(self.claimed, part + 1)
+                return True
+            return part < self.claimed
+
+    def stop(self) -> int:
+        """End the claims; the number of range tasks that run."""
+        with self._lock:
+            self._stopped = True
+            return self.claimed
+
+    def covered(self, n: int) -> np.ndarray:
+        """Which of the database's ``n`` targets the claimed ranges search (a mask)."""
+        mask = np.zeros(n, bool)
+        for task in self.tasks[:self.claimed]:
+            mask[task.positions] = True
+        return mask
 
 
 @dataclass
@@ -146,6 +189,9 @@ class EngineStats:
     tasks: int = 0
     filtered_queries: int = 0  #: models through the backend's filters
     pipeline_queries: int = 0  #: models on pyhmmer's whole pipeline (on a cascade backend: while it started)
+    #: targets of models through the filters searched on pyhmmer's whole pipeline instead, by
+    #: their head start while the backend started (:class:`HeadStart`), over all models
+    head_start_targets: int = 0
     ready_seconds: float | None = None  #: when the cascade backend could take models (from the start)
     fallback: str = ""  #: why ``auto`` went on without the GPU, when it did
     description: str = ""  #: the backend's description at the end of the search
@@ -161,7 +207,7 @@ class EngineStats:
     def add(self, other: "EngineStats") -> None:
         """Add the counts and busy times of another part of the same run (a worker process's)."""
         for name in ("queries", "prepare_seconds", "filter_seconds", "forward_seconds", "pipeline_seconds",
-                     "tasks", "filtered_queries", "pipeline_queries", "processes_busy_seconds"):
+                     "tasks", "filtered_queries", "pipeline_queries", "head_start_targets", "processes_busy_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for totals, part in ((self.cpu_seconds, other.cpu_seconds), (self.targets, other.targets)):
             for key, value in part.items():
@@ -203,7 +249,8 @@ class EngineStats:
             f"Forward/domain stage {self.forward_seconds:.2f} s, whole pipeline {self.pipeline_seconds:.2f} s",
             f"models: {self.filtered_queries} through the filters, {self.pipeline_queries} on pyhmmer's whole "
             "pipeline" + ("" if self.ready_seconds is None else f"; filters ready after {self.ready_seconds:.2f} s")
-            + (f"; {self.fallback}" if self.fallback else ""),
+            + (f"; {self.head_start_targets} of their targets searched on the whole pipeline while the filters "
+               "started" if self.head_start_targets else "") + (f"; {self.fallback}" if self.fallback else ""),
             "CPU time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.cpu_seconds.items()),
             f"targets through each stage (all queries): searched {t['searched']}, past MSV {t['msv']}, "
             f"bias {t['bias']}, Viterbi {t['vit']}, Forward {t['fwd']}",
@@ -308,18 +355,42 @@ class SearchEngine:
             time.sleep(START_POLL_SECONDS)
         return True
 
+    def head_start(self, query: Query) -> "HeadStart | None":
+        """``query``'s head start on pyhmmer's whole pipeline (:class:`HeadStart`), or None:
+        with ``auto`` and fewer models than threads, a model that is not small, over a
+        database held here (not a file's pieces) that its plan cuts into several ranges,
+        while the backend is still starting. (One range would be all or nothing: the model
+        rerouted, which a model that is not small waits :data:`REROUTE_AFTER_SECONDS` for.)"""
+        if not (self.filtered and self.reroute and self.db.pieces is None):
+            return None
+        if small_on_average(float(query.hmm.M) * self.db.total_residues, 1):
+            return None
+        try:
+            if self.backend.ready(timeout=0.0):
+                return None
+        except HmmgpuError:  # its error is taken where the query waits for the backend
+            return None
+        tasks = self.forward.plan(query)
+        return HeadStart(tasks) if len(tasks) > 1 else None
+
     def plan(self, query: Query, ticket=None) -> list:
-        """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done."""
+        """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done; after
+        a head start, only the targets its claimed ranges did not search."""
         if ticket is None:
             return self.forward.plan(query)
         result = ticket.result()
+        if query.head is not None:
+            covered = query.head.covered(self.db.n)
+            result = _outside(result, covered)
+            with self._lock:
+                self.stats.head_start_targets += int(covered.sum())
         query.counts = result
         query.seconds.update(result.seconds)
         return self.forward.plan(query, result.survivors)
 
     def finish(self, query: Query) -> SearchResult:
         """Merge the query's task results into one ``TopHits``."""
-        results = [query.results[k] for k in range(query.n_tasks)]
+        results = [query.results[k] for k in sorted(query.results)]
         hits, pipeline = self.forward.merge(query, results, query.counts)
         if pipeline is None:  # a whole-database pyhmmer run keeps its counters in the hits
             pipeline = hits.__getstate__()["pipeline"]
@@ -446,10 +517,19 @@ class SearchEngine:
         def idle() -> bool:  # fewer tasks queued or running than workers (or the search is stopping)
             return stop.is_set() or work.qsize() + running[0] < self.threads
 
-        def queue_tasks(query, ticket):
-            tasks = timed("filter_seconds", "filter", self.plan, query, ticket)
-            query.n_tasks = len(tasks)
+        def queue_tasks(query, ticket, head: HeadStart | None = None):
+            tasks = head.tasks if head is not None else timed("filter_seconds", "filter", self.plan, query, ticket)
             with self._lock:
+                if head is not None:  # ranges on the whole pipeline, claimed before they run
+                    query.head = head
+                if ticket is not None and query.head is not None:  # after the claimed ranges
+                    ranges = len(query.head.tasks)
+                    for task in tasks:
+                        task.part += ranges
+                    query.n_tasks = query.head.claimed + len(tasks)
+                    self.stats.tasks -= ranges - query.head.claimed
+                else:
+                    query.n_tasks = len(tasks)
                 self.stats.tasks += len(tasks)
             for task in tasks:
                 work.put((query.index, task.part, task))
@@ -467,10 +547,15 @@ class SearchEngine:
                     index, query = entry
                     if isinstance(query, _Failed):
                         to_finish.put((query, None))
-                    elif self._filters_take(query, idle):
+                        continue
+                    head = timed("filter_seconds", "filter", self.head_start, query)
+                    if head is not None:
+                        queue_tasks(query, None, head)
+                    # after a head start, the filters take what is left unless every range was claimed
+                    if self._filters_take(query, idle) and not (head is not None and head.stop() == len(head.tasks)):
                         to_finish.put((query, timed("filter_seconds", "filter", self.backend.submit, query.profile,
                                                     self.options)))
-                    else:
+                    elif head is None:
                         queue_tasks(query, None)
             except BaseException as error:  # noqa: BLE001
                 fail(error)
@@ -504,6 +589,9 @@ class SearchEngine:
                     return
                 if stop.is_set():
                     continue
+                head = task.query.head
+                if head is not None and not task.filtered and not head.claim(task.part):
+                    continue  # a range left to the filters (the query's head start is over)
                 with self._lock:
                     running[0] += 1
                 try:
@@ -555,3 +643,17 @@ class SearchEngine:
                 work.put((np.iinfo(np.int64).max, 0, None))
             for t in threads[3:]:
                 t.join()
+
+
+def _outside(result, covered: np.ndarray):
+    """The cascade's ``result`` without the targets of the mask ``covered`` (searched on
+    pyhmmer's whole pipeline by a head start): survivors and counters of the others."""
+    from dataclasses import replace
+
+    if result.past_msv is None or result.past_bias is None:
+        raise HmmgpuError("internal: a head start needs the targets past each filter")
+    survivors = result.survivors[~covered[result.survivors]]
+    past_msv = result.past_msv[~covered[result.past_msv]]
+    past_bias = result.past_bias[~covered[result.past_bias]]
+    return replace(result, survivors=survivors, n_past_msv=int(past_msv.size), n_past_bias=int(past_bias.size),
+                   n_past_vit=int(survivors.size), past_msv=past_msv, past_bias=past_bias)

@@ -132,6 +132,7 @@ class TaskResult:
     state: dict = None
     hits: object = None  #: the whole result (``TopHits``), when there is nothing to merge
     cpu_seconds: float = 0.0  #: CPU time the task took
+    filtered: bool = False  #: the task ran after hmmgpu's filters (its filter counters are not HMMER's)
     #: a piece's result: (state, index in the piece of each hit's target that HMMER's keep rule
     #: may drop, by name) for each pyhmmer run over it (one, but for names repeated in it)
     piece_parts: list = None
@@ -359,7 +360,7 @@ class ForwardStage:
         state = hits.__getstate__()
         if self.by_position and not from_start and len(hits):
             _drop_unkept(state, self._position_of(task), self.options.E, bound=int(task.positions[-1]) + 1)
-        return TaskResult(state, cpu_seconds=time.thread_time() - start)
+        return TaskResult(state, cpu_seconds=time.thread_time() - start, filtered=task.filtered)
 
     def _position_of(self, task: Task):
         """The function from a hit's target name to its database position, for ``task``. A
@@ -428,7 +429,8 @@ class ForwardStage:
     # ------------------------------------------------------------ merging
     def merge(self, query, results: list, counts=None) -> tuple:
         """One serial run's ``TopHits`` from the tasks' results (``counts``: hmmgpu's filter
-        counters), and its pipeline counters (None for a whole-database pyhmmer run, whose
+        counters for the targets of the filtered tasks; a range task's own counters are
+        HMMER's), and its pipeline counters (None for a whole-database pyhmmer run, whose
         ``TopHits`` hold them)."""
         from pyhmmer.plan7 import TopHits
 
@@ -436,21 +438,26 @@ class ForwardStage:
             return results[0].hits, None
         if results[0].piece_parts is None:
             states, n, residues = [r.state for r in results], self.db.n, self.db.total_residues
+            filtered = [r.filtered for r in results]
         else:
             states, n, residues = _placed_pieces(results, self.options.E)
-        first = states[0]["pipeline"]
-        first["nseqs"] = n
-        first["nres"] = residues
-        if counts is not None:
-            first["n_past_msv"], first["n_past_bias"], first["n_past_vit"] = (
-                counts.n_past_msv, counts.n_past_bias, counts.n_past_vit)
+            filtered = [False] * len(states)
         for k, state in enumerate(states):
             pli = state["pipeline"]
             pli["F1"], pli["F2"] = self.options.F1, self.options.F2  # the user's, not the filtered tasks' 1.0
             if k:
                 pli["nseqs"] = pli["nres"] = 0
-                if counts is not None:
-                    pli["n_past_msv"] = pli["n_past_bias"] = pli["n_past_vit"] = 0
+            else:
+                pli["nseqs"], pli["nres"] = n, residues
+            if counts is not None and filtered[k]:  # F1 = F2 = 1 let every target through
+                pli["n_past_msv"] = pli["n_past_bias"] = pli["n_past_vit"] = 0
+        if counts is not None:
+            first = states[0]["pipeline"]
+            first["n_past_msv"] += counts.n_past_msv
+            first["n_past_bias"] += counts.n_past_bias
+            first["n_past_vit"] += counts.n_past_vit
+        for state in states:
+            pli = state["pipeline"]
             if self.options.Z is None:
                 pli["Z_setby"] = _ZSETBY_NTARGETS
                 pli["Z"] = float(pli["nseqs"])

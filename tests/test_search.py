@@ -477,6 +477,9 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
 
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
+    # the rule for models without a head start (whose plan is one range); head starts:
+    # test_a_head_start_on_the_whole_pipeline_gives_a_serial_run
+    monkeypatch.setattr(engine_module.SearchEngine, "head_start", lambda engine, query: None)
     for backend_name, cpus, small, delay, rerouted in (
             ("auto", 8, False, 0.0, 2), ("auto", 8, False, 60.0, 0), ("auto", 4, False, 0.0, 0),
             ("auto", 4, True, 60.0, 2), ("auto", 0, True, 0.0, 0), ("cuda", 8, True, 0.0, 0)):
@@ -494,6 +497,70 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
         assert (stats.pipeline_queries, stats.filtered_queries) == (rerouted, len(hmms) - rerouted), case
         assert stats.forward_seconds > 0 and stats.ready_seconds is not None
         assert (stats.pipeline_seconds > 0) == bool(rerouted)
+
+
+class _ReadyAfterRanges(_StartingBackend):
+    """A starting backend that becomes ready once ``ranges`` tasks on pyhmmer's whole
+    pipeline have run (None: never, though a caller that waits without a timeout gets it)."""
+
+    def __init__(self, db, ranges):
+        super().__init__(db)
+        self.ranges, self.ran = ranges, 0
+
+    def ready(self, timeout=None):
+        return timeout is None or (self.ranges is not None and self.ran >= self.ranges)
+
+
+@pytest.mark.parametrize("ranges", [3, None])
+def test_a_head_start_on_the_whole_pipeline_gives_a_serial_run(references, tmp_path, monkeypatch, ranges):
+    """One model with auto while the backend starts: its ranges of a made database go to
+    pyhmmer's whole pipeline at once, claimed in order; once the backend is ready (here after
+    three ranges ran) the filters take the targets not yet claimed. Hits, the kept set, Z,
+    domZ and every counter equal one serial run's, at an E where HMMER's keep rule drops hits,
+    with names repeated inside a range and across ranges. A backend that is never ready leaves
+    every range to the whole pipeline."""
+    from hmmgpu import backends, engine as engine_module, forward_stage
+    from hmmgpu.engine import SearchEngine
+    from hmmgpu.options import SearchOptions
+
+    monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
+    monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 30_000)
+    monkeypatch.setattr(backends, "SMALL_MODEL_CELLS", 0.0)
+    monkeypatch.setattr(engine_module, "REROUTE_AFTER_SECONDS", 0.0)
+    block = references[1]
+    hmm, position, scored, E, late = _late_hit_model(references)
+    n = len(block)
+    middle = sorted(position[h.name] for h in scored[hmm.name])[len(scored[hmm.name]) // 2]
+    renames = {0: late.name, middle + 3: block[middle].name, n - 1: block[n - 2].name}
+    with SequenceFile(str(_renamed_fasta(tmp_path, block, renames, {})), digital=True, alphabet=AMINO) as f:
+        renamed = f.read_block()
+    expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, renamed)
+    SequenceDB.from_block(renamed).save(tmp_path / "made")
+    db = SequenceDB.load(tmp_path / "made")
+    backend = _ReadyAfterRanges(db, ranges)
+    run = forward_stage.ForwardStage.run
+
+    def counted(stage, task, alone=False):
+        outcome = run(stage, task, alone)
+        backend.ran += not task.filtered
+        return outcome
+
+    monkeypatch.setattr(forward_stage.ForwardStage, "run", counted)
+    engine = SearchEngine(db, SearchOptions(backend="auto", cpus=3, E=E), backend, model_lengths=[hmm.M])
+    assert len(engine.forward.plan(SimpleNamespace(hmm=hmm))) > 10
+    result = next(engine.search([hmm]))
+    assert len(expected) < len(PyhmmerPipeline(AMINO, Z=1, E=E).search_hmm(hmm, renamed))  # the rule drops some
+    assert len(result.hits) == len(expected)
+    assert hits_table(result.hits, "domains") == hits_table(expected, "domains")
+    assert_same_pipeline(result.hits, expected)
+    assert_same_pipeline(result.pipeline, expected, COUNTER_KEYS)
+    stats = engine.stats
+    if ranges is None:
+        assert (stats.filtered_queries, stats.pipeline_queries, stats.head_start_targets) == (0, 1, 0)
+    else:
+        assert (stats.filtered_queries, stats.pipeline_queries) == (1, 0)
+        assert 0 < stats.head_start_targets < n and stats.forward_seconds > 0 and stats.pipeline_seconds > 0
+        assert any("searched on the whole pipeline while the filters started" in line for line in stats.lines())
 
 
 class _BehindBackend(NumbaBackend):
