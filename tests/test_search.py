@@ -523,20 +523,10 @@ def test_a_head_start_on_the_whole_pipeline_gives_a_serial_run(references, tmp_p
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
-    monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
-    monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 30_000)
     monkeypatch.setattr(backends, "SMALL_MODEL_CELLS", 0.0)
     monkeypatch.setattr(engine_module, "REROUTE_AFTER_SECONDS", 0.0)
-    block = references[1]
-    hmm, position, scored, E, late = _late_hit_model(references)
-    n = len(block)
-    middle = sorted(position[h.name] for h in scored[hmm.name])[len(scored[hmm.name]) // 2]
-    renames = {0: late.name, middle + 3: block[middle].name, n - 1: block[n - 2].name}
-    with SequenceFile(str(_renamed_fasta(tmp_path, block, renames, {})), digital=True, alphabet=AMINO) as f:
-        renamed = f.read_block()
-    expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, renamed)
-    SequenceDB.from_block(renamed).save(tmp_path / "made")
-    db = SequenceDB.load(tmp_path / "made")
+    hmm, E, renamed, expected, db = _made_database_case(references, tmp_path, monkeypatch)
+    n = len(renamed)
     backend = _ReadyAfterRanges(db, ranges)
     run = forward_stage.ForwardStage.run
 
@@ -549,7 +539,6 @@ def test_a_head_start_on_the_whole_pipeline_gives_a_serial_run(references, tmp_p
     engine = SearchEngine(db, SearchOptions(backend="auto", cpus=3, E=E), backend, model_lengths=[hmm.M])
     assert len(engine.forward.plan(SimpleNamespace(hmm=hmm))) > 10
     result = next(engine.search([hmm]))
-    assert len(expected) < len(PyhmmerPipeline(AMINO, Z=1, E=E).search_hmm(hmm, renamed))  # the rule drops some
     assert len(result.hits) == len(expected)
     assert hits_table(result.hits, "domains") == hits_table(expected, "domains")
     assert_same_pipeline(result.hits, expected)
@@ -718,6 +707,27 @@ def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path,
     assert_same_pipeline(ours, expected)
 
 
+def _made_database_case(references, tmp_path, monkeypatch) -> tuple:
+    """One model's search of a made database cut into many ranges (small ranges allowed), at
+    an E where HMMER's keep rule drops hits, with a name repeated inside one range and across
+    ranges: (model, E, the targets, one serial pyhmmer run's hits, the made database)."""
+    from hmmgpu import forward_stage
+
+    monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
+    monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 30_000)
+    block = references[1]
+    hmm, position, scored, E, late = _late_hit_model(references)
+    n = len(block)
+    middle = sorted(position[h.name] for h in scored[hmm.name])[len(scored[hmm.name]) // 2]
+    renames = {0: late.name, middle + 3: block[middle].name, n - 1: block[n - 2].name}
+    with SequenceFile(str(_renamed_fasta(tmp_path, block, renames, {})), digital=True, alphabet=AMINO) as f:
+        renamed = f.read_block()
+    expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, renamed)
+    assert len(expected) < len(PyhmmerPipeline(AMINO, Z=1, E=E).search_hmm(hmm, renamed))  # the rule drops some
+    SequenceDB.from_block(renamed).save(tmp_path / "made")
+    return hmm, E, renamed, expected, SequenceDB.load(tmp_path / "made")
+
+
 @pytest.mark.parametrize("as_text", [True, False])
 def test_ranges_of_a_made_database_give_a_serial_run(references, tmp_path, monkeypatch, as_text):
     """One model on pyhmmer's route over ranges of a made database, each range read as FASTA
@@ -730,27 +740,16 @@ def test_ranges_of_a_made_database_give_a_serial_run(references, tmp_path, monke
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
-    monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
-    monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 30_000)
     if not as_text:
         monkeypatch.setattr(forward_stage, "TEXT_SECONDS_PER_RESIDUE", 1.0)
-    block = references[1]
-    hmm, position, scored, E, late = _late_hit_model(references)
-    n = len(block)
-    middle = sorted(position[h.name] for h in scored[hmm.name])[len(scored[hmm.name]) // 2]
-    renames = {0: late.name, middle + 3: block[middle].name, n - 1: block[n - 2].name}
-    with SequenceFile(str(_renamed_fasta(tmp_path, block, renames, {})), digital=True, alphabet=AMINO) as f:
-        renamed = f.read_block()
-    expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, renamed)
-    SequenceDB.from_block(renamed).save(tmp_path / "made")
-    db = SequenceDB.load(tmp_path / "made")
+    hmm, E, renamed, expected, db = _made_database_case(references, tmp_path, monkeypatch)
+    n = len(renamed)
     engine = SearchEngine(db, SearchOptions(backend="hmmer", cpus=3, E=E), HmmerBackend(db), model_lengths=[hmm.M])
     assert engine.forward.ranges_as_text == as_text
     tasks = engine.forward.plan(SimpleNamespace(hmm=hmm))
     assert len(tasks) > 5 and all(np.all(np.diff(t.positions) == 1) for t in tasks)
     assert np.array_equal(np.sort(np.concatenate([t.positions for t in tasks])), np.arange(n))
     ours = next(engine.search([hmm])).hits
-    assert len(expected) < len(PyhmmerPipeline(AMINO, Z=1, E=E).search_hmm(hmm, renamed))  # the rule drops some
     assert len(ours) == len(expected)
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
     assert_same_pipeline(ours, expected)
