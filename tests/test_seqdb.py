@@ -13,7 +13,7 @@ import pytest
 
 from hmmgpu import seqdb
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.inputs import read_bytes
+from hmmgpu.inputs import META_FILE, read_bytes
 from hmmgpu.seqdb import EaselSequenceDB, SequenceDB, is_database_dir, open_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -332,6 +332,32 @@ def test_save_load_round_trip(tmp_path, proteome_db, proteome_block):
     assert_same_as_easel(loaded, proteome_block)
     assert open_database(out).n == proteome_db.n
     assert loaded.digital_sequence(3) == proteome_block[3]
+
+
+def test_a_made_database_records_what_the_range_route_needs(tmp_path, proteome_block):
+    """makedb records whether the targets write as FASTA and how many names repeat; a load
+    takes them from there (none repeating: no pass over the names), and a database made
+    before they were recorded works them out as any database does."""
+    seqs = list(proteome_block)
+    cases = {"plain": seqs, "repeated": seqs[:5] + [seqs[1]] + seqs[5:],
+             "accession": [pyhmmer.easel.DigitalSequence(AMINO, name=b"s1", accession=b"A1",
+                                                         sequence=seqs[0].sequence)] + seqs[1:3]}
+    for label, targets in cases.items():
+        made = SequenceDB.from_block(pyhmmer.easel.DigitalSequenceBlock(AMINO, targets))
+        made.save(tmp_path / label)
+        facts = json.loads((tmp_path / label / META_FILE).read_text())["facts"]
+        assert facts == dict(writes_as_fasta=label != "accession", repeated_names=2 * (label == "repeated")), label
+        loaded = SequenceDB.load(tmp_path / label)
+        assert "writes_as_fasta" in loaded.__dict__ and loaded.writes_as_fasta == made.writes_as_fasta
+        assert ("repeated_names" in loaded.__dict__) == (label != "repeated")
+        np.testing.assert_array_equal(loaded.repeated_names, made.repeated_names)
+        meta = json.loads((tmp_path / label / META_FILE).read_text())
+        del meta["facts"]  # as a database made before the facts were recorded
+        (tmp_path / label / META_FILE).write_text(json.dumps(meta))
+        old = SequenceDB.load(tmp_path / label)
+        assert "writes_as_fasta" not in old.__dict__ and "repeated_names" not in old.__dict__
+        assert old.writes_as_fasta == made.writes_as_fasta
+        np.testing.assert_array_equal(old.repeated_names, made.repeated_names)
 
 
 def test_from_block_round_trip(tmp_path, proteome_block):
