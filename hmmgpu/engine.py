@@ -33,7 +33,9 @@ neither the GPU nor the worker threads wait while the other has work:
   claimed; the model goes through the filters, and the targets of the claimed ranges are
   left out of its survivors and its filter counters, so each target is searched once, on
   one route or the other. If every range has been claimed first (a backend that compiles),
-  the model never reaches the filters. A single model against a sequence file would mostly
+  the model never reaches the filters. (No head start where the ranges would first make
+  every target a pyhmmer sequence object: :meth:`SearchEngine.head_start`.) A single model
+  against a sequence file would mostly
   be searched before the GPU process had read the file, so ``auto`` does not start the GPU
   for one (:func:`~hmmgpu.backends.pyhmmer_route`); against a made database, whose GPU
   process starts without reading it, it does.
@@ -360,8 +362,12 @@ class SearchEngine:
         with ``auto`` and fewer models than threads, a model that is not small, over a
         database held here (not a file's pieces) that its plan cuts into several ranges,
         while the backend is still starting. (One range would be all or nothing: the model
-        rerouted, which a model that is not small waits :data:`REROUTE_AFTER_SECONDS` for.)"""
+        rerouted, which a model that is not small waits :data:`REROUTE_AFTER_SECONDS` for.)
+        Not where the ranges would first make every target a sequence object (seconds of one
+        thread for a large database, where the filters need only their survivors')."""
         if not (self.filtered and self.reroute and self.db.pieces is None):
+            return None
+        if self.forward.ranges_make_sequences:
             return None
         if small_on_average(float(query.hmm.M) * self.db.total_residues, 1):
             return None

@@ -226,6 +226,13 @@ class ForwardStage:
         decided when a range is first planned, not on the filters' route, which has none."""
         return _ranges_as_text(self.db, self._queries, self.threads)
 
+    @property
+    def ranges_make_sequences(self) -> bool:
+        """pyhmmer's route over ranges would first make every target a sequence object, one at
+        a time under the interpreter lock (:data:`SEQUENCE_SECONDS`): a database held as arrays
+        whose ranges are not read as FASTA text."""
+        return _held_as_arrays(self.db) and not self.ranges_as_text
+
     @functools.cached_property
     def _everything(self) -> np.ndarray:
         """Every target's position (one task of a query over the whole database; shared, so read-only)."""

@@ -511,20 +511,23 @@ class _ReadyAfterRanges(_StartingBackend):
         return timeout is None or (self.ranges is not None and self.ran >= self.ranges)
 
 
-@pytest.mark.parametrize("ranges", [3, None])
-def test_a_head_start_on_the_whole_pipeline_gives_a_serial_run(references, tmp_path, monkeypatch, ranges):
+@pytest.mark.parametrize("ranges, as_text", [(3, True), (None, True), (3, False)])
+def test_a_head_start_on_the_whole_pipeline_gives_a_serial_run(references, tmp_path, monkeypatch, ranges, as_text):
     """One model with auto while the backend starts: its ranges of a made database go to
     pyhmmer's whole pipeline at once, claimed in order; once the backend is ready (here after
     three ranges ran) the filters take the targets not yet claimed. Hits, the kept set, Z,
     domZ and every counter equal one serial run's, at an E where HMMER's keep rule drops hits,
     with names repeated inside a range and across ranges. A backend that is never ready leaves
-    every range to the whole pipeline."""
+    every range to the whole pipeline. Where the ranges would first make every target a
+    sequence object (not read as text), there is no head start: the model is rerouted whole."""
     from hmmgpu import backends, engine as engine_module, forward_stage
     from hmmgpu.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     monkeypatch.setattr(backends, "SMALL_MODEL_CELLS", 0.0)
     monkeypatch.setattr(engine_module, "REROUTE_AFTER_SECONDS", 0.0)
+    if not as_text:
+        monkeypatch.setattr(forward_stage, "TEXT_SECONDS_PER_RESIDUE", 1.0)
     hmm, E, renamed, expected, db = _made_database_case(references, tmp_path, monkeypatch)
     n = len(renamed)
     backend = _ReadyAfterRanges(db, ranges)
@@ -537,14 +540,15 @@ def test_a_head_start_on_the_whole_pipeline_gives_a_serial_run(references, tmp_p
 
     monkeypatch.setattr(forward_stage.ForwardStage, "run", counted)
     engine = SearchEngine(db, SearchOptions(backend="auto", cpus=3, E=E), backend, model_lengths=[hmm.M])
-    assert len(engine.forward.plan(SimpleNamespace(hmm=hmm))) > 10
+    assert len(engine.forward.plan(SimpleNamespace(hmm=hmm))) > 5
     result = next(engine.search([hmm]))
     assert len(result.hits) == len(expected)
     assert hits_table(result.hits, "domains") == hits_table(expected, "domains")
     assert_same_pipeline(result.hits, expected)
     assert_same_pipeline(result.pipeline, expected, COUNTER_KEYS)
     stats = engine.stats
-    if ranges is None:
+    assert engine.forward.ranges_make_sequences == (not as_text)
+    if ranges is None or not as_text:
         assert (stats.filtered_queries, stats.pipeline_queries, stats.head_start_targets) == (0, 1, 0)
     else:
         assert (stats.filtered_queries, stats.pipeline_queries) == (1, 0)
