@@ -35,10 +35,9 @@ neither the GPU nor the worker threads wait while the other has work:
   one route or the other. If every range has been claimed first (a backend that compiles),
   the model never reaches the filters. (No head start where the ranges would first make
   every target a pyhmmer sequence object: :meth:`SearchEngine.head_start`.) A single model
-  against a sequence file would mostly
-  be searched before the GPU process had read the file, so ``auto`` does not start the GPU
-  for one (:func:`~hmmgpu.backends.pyhmmer_route`); against a made database, whose GPU
-  process starts without reading it, it does.
+  against a sequence file would mostly be searched before the GPU process had read the
+  file, so ``auto`` does not start the GPU for one (:func:`~hmmgpu.backends.pyhmmer_route`);
+  against a made database, whose GPU process starts without reading it, it does.
 * A *small* model (:data:`~hmmgpu.backends.SMALL_MODEL_CELLS`: model length x database
   residues) goes to pyhmmer's whole pipeline whenever the workers are short of work and the
   backend is behind: still starting, or holding :data:`SHARE_BACKLOG` models or more that it
