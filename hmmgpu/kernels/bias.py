@@ -36,8 +36,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..constants import LOG2, SCALE_B, STATUS_RANGE
-from .emit import Emitter, jit_decorator, preamble
-from .kargs import Arg, parameter_list, signature
+from .emit import kernel_module
+from .kargs import Arg
 
 
 class Decision(IntEnum):
@@ -178,16 +178,14 @@ class BiasSpec:
         return "bias_v1"
 
     def source(self, binding: str) -> str:
-        e = Emitter()
-        preamble(e, "Bias filter kernel.", binding)
-        e("import math", "from hmmgpu.kernels import bias as _bias", f"_F = _bias.float_helpers({binding!r})",
-          "fmul = _F.fmul; fadd = _F.fadd; fsub = _F.fsub; fdiv = _F.fdiv; certain = _F.certain",
-          f"RANGE = {STATUS_RANGE}; LOG2 = {LOG2!r}",
-          f"SCALE = np.float32({float(SCALE_B)!r}); F190 = np.float32(190.0); F3 = np.float32(3.0)",
-          "F0 = np.float32(0.0); INF = np.float32(np.inf)",
-          *[f"{d.name} = {d.value}" for d in Decision], "", "")
-        e(jit_decorator(signature(ARGS), binding), f"def kernel({parameter_list(ARGS)}):")
-        return e.text() + _BODY.lstrip("\n")
+        return kernel_module(
+            "Bias filter kernel.", binding, ARGS, _BODY,
+            "import math", "from hmmgpu.kernels import bias as _bias", f"_F = _bias.float_helpers({binding!r})",
+            "fmul = _F.fmul; fadd = _F.fadd; fsub = _F.fsub; fdiv = _F.fdiv; certain = _F.certain",
+            f"RANGE = {STATUS_RANGE}; LOG2 = {LOG2!r}",
+            f"SCALE = np.float32({float(SCALE_B)!r}); F190 = np.float32(190.0); F3 = np.float32(3.0)",
+            "F0 = np.float32(0.0); INF = np.float32(np.inf)",
+            *[f"{d.name} = {d.value}" for d in Decision])
 
 
 def length_tables(max_length: int) -> dict:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 
+from .kargs import parameter_list, signature
+
 
 class Emitter:
     """Lines of Python source with block indentation."""
@@ -57,6 +59,17 @@ def preamble(e: Emitter, doc: str, binding: str) -> None:
       "subus8 = _L.subus8; maxu8 = _L.maxu8; hmaxu8 = _L.hmaxu8; bcast8 = _L.bcast8",
       "shift_up16 = _W.shift_up16; shift_up8 = _W.shift_up8; group_max = _W.group_max",
       "FULL = 0xFFFFFFFF")
+
+
+def kernel_module(doc: str, binding: str, args, body: str, *lines: str) -> str:
+    """The text of a generated module holding one kernel written out in full (``body``, the
+    indented lines under its ``def``): the :func:`preamble`, ``lines`` (imports, constants),
+    then ``kernel`` with the parameters and signature of ``args`` (:mod:`.kargs`)."""
+    e = Emitter()
+    preamble(e, doc, binding)
+    e(*lines, "", "")
+    e(jit_decorator(signature(args), binding), f"def kernel({parameter_list(args)}):")
+    return e.text() + body.lstrip("\n")
 
 
 def claim_work(e: Emitter, var: str, leader: str, step: str, slot: int, limit: str) -> None:

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import build, tuning
-from .emit import Emitter, jit_decorator, preamble
-from .kargs import Arg, arguments, parameter_list, signature
+from .emit import kernel_module
+from .kargs import Arg, arguments
 from .resident import PAD_CODE
 
 #: Parameters of the packing kernel, in order.
@@ -76,11 +76,7 @@ class PackSpec:
         return "pack_v1"
 
     def source(self, binding: str) -> str:
-        e = Emitter()
-        preamble(e, "Residue packing kernel.", binding)
-        e(f"PAD = {PAD_CODE}", "", "")
-        e(jit_decorator(signature(ARGS), binding), f"def kernel({parameter_list(ARGS)}):")
-        return e.text() + _BODY.lstrip("\n")
+        return kernel_module("Residue packing kernel.", binding, ARGS, _BODY, f"PAD = {PAD_CODE}")
 
 
 def pack_on_device(device, residues, starts, lengths, word_offsets, total_words: int):

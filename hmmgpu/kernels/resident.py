@@ -66,7 +66,6 @@ def pack_residues(residues, starts, lengths, threads: int = 1) -> tuple:
     residues = np.asarray(residues)
     starts = np.asarray(starts, np.int64)
     lengths = np.asarray(lengths, np.int64)
-    words = (lengths + 3) // 4
     word_offsets, total_words = slot_offsets(lengths)
     out = np.full(max(total_words, 1) * 4, PAD_CODE, dtype=np.uint8)
     runs = np.concatenate([[0], np.flatnonzero(lengths[1:] != lengths[:-1]) + 1, [lengths.size]])
@@ -77,7 +76,7 @@ def pack_residues(residues, starts, lengths, threads: int = 1) -> tuple:
             L = int(lengths[lo]) if hi > lo else 0
             if not L:
                 continue
-            slot, first = 4 * int(words[lo]), int(word_offsets[lo]) * 4
+            slot, first = 4 * ((L + 3) // 4), int(word_offsets[lo]) * 4
             rows = out[first:first + (hi - lo) * slot].reshape(hi - lo, slot)[:, :L]
             s = starts[lo:hi]
             if hi - lo == 1 or bool((s[1:] - s[:-1] == L).all()):
@@ -136,10 +135,9 @@ class ResidentDatabase:
         per_target = (self.lengths + 3) // 4 * 4 + PER_TARGET_BYTES
         budget = int(device.free_memory() * 0.6) if max_bytes is None else int(max_bytes)
         self.budget = budget
-        self._slots_bytes = int(per_target.sum())
-        self._residues_bytes = int(np.asarray(db.residues).nbytes)
+        slots_bytes = int(per_target.sum())
         bounds = [0]
-        if self._slots_bytes > budget and self.n:
+        if slots_bytes > budget and self.n:
             acc = 0
             for i, b in enumerate(per_target.tolist()):
                 if acc + b > budget and i > bounds[-1]:
@@ -149,6 +147,9 @@ class ResidentDatabase:
         bounds.append(self.n)
         self._bounds = list(zip(bounds[:-1], bounds[1:]))
         self.resident = len(self._bounds) == 1
+        #: packed on the device: a resident database whose residues (one byte each, uploaded as
+        #: they lie) fit in the budget beside its slots
+        self.packs_on_device = self.resident and slots_bytes + int(db.total_residues) <= budget
         self._chunks = [self._upload(lo, hi) for lo, hi in self._bounds] if self.resident else None
 
     @property
@@ -168,7 +169,7 @@ class ResidentDatabase:
         woff, total_words = slot_offsets(lens)
         word_offsets = rt.to_device(woff if hi > lo else np.zeros(1, np.int64))
         lengths = rt.to_device(lens.astype(np.int32) if hi > lo else np.zeros(1, np.int32))
-        if self.resident and hi > lo and self._residues_bytes + self._slots_bytes <= self.budget:
+        if self.packs_on_device and hi > lo:
             from .pack import pack_on_device
 
             residues = pack_on_device(self.device, self.db.residues, starts, lengths, word_offsets, total_words)
