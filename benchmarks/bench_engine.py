@@ -237,7 +237,7 @@ class Bench:
         import numba
         import pyhmmer
 
-        from hmmgpu import __version__
+        from hmmgpu._version import __version__
 
         out = subprocess.run([HMMSEARCH, "-h"], capture_output=True, text=True).stdout
         return dict(hmmgpu=__version__, pyhmmer=pyhmmer.__version__, numba=numba.__version__,

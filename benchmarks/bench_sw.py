@@ -104,7 +104,7 @@ def run_cudasw(bin_dir: Path, fasta: Path, queries: Path, work: Path) -> dict:
 
 
 def run_hmmgpu(db, queries, device: int) -> tuple:
-    from hmmgpu.kernels.sw.launch import GpuScanner
+    from hmmgpu.gpu.sw.launch import GpuScanner
     from hmmgpu.sw.matrices import load
 
     t = time.perf_counter()
@@ -131,7 +131,7 @@ def run_hmmgpu(db, queries, device: int) -> tuple:
 
 
 def _gpu_scores(db, queries, device: int, gap_open: int, gap_extend: int) -> list:
-    from hmmgpu.kernels.sw.launch import GpuScanner
+    from hmmgpu.gpu.sw.launch import GpuScanner
     from hmmgpu.sw.matrices import load
 
     sc = GpuScanner(db, load("BLOSUM62"), gap_open, gap_extend, device=device)
@@ -163,7 +163,7 @@ def run_pyopal(db, queries, n_targets: int, threads: int, seed: int = 7) -> tupl
 
 
 def _subset(db, idx):
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.formats.seqdb import SequenceDB
 
     lens = np.asarray(db.lengths)[idx]
     res = np.concatenate([db.codes(int(i)) for i in idx]) if idx.size else np.zeros(0, np.uint8)
@@ -176,7 +176,7 @@ def _subset(db, idx):
 
 
 def bench_database(name, fasta, queries_path, args, res, out, cudasw_bin, work):
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.formats.seqdb import SequenceDB
     from hmmgpu.sw.api import _read_queries
 
     entry = res["databases"].setdefault(name, {})
@@ -285,7 +285,7 @@ def main(argv=None) -> int:
 
     res = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), command=" ".join(sys.argv),
                commit=commit(),
-               versions=dict(hmmgpu=hmmgpu.__version__, numpy=np.__version__, python=sys.version.split()[0]),
+               versions=dict(hmmgpu=hmmgpu._version.__version__, numpy=np.__version__, python=sys.version.split()[0]),
                args={k: str(v) for k, v in vars(args).items()}, databases={})
     for mod in ("numba", "numba_cuda", "pyopal"):
         try:

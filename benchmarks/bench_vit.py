@@ -49,7 +49,7 @@ def _cpu_worker(text, seqs):
 
     import pyhmmer
 
-    from hmmgpu.hmmerlib import HmmerModel
+    from hmmgpu.cpu.hmmerlib import HmmerModel
 
     with pyhmmer.plan7.HMMFile(io.BytesIO(text)) as hf:
         hmm = hf.read()
@@ -78,7 +78,7 @@ def _cpu_viterbi(pool, hmm, db, indices, processes):
 
 def _kernel_profile(stage, spec):
     """Registers, local memory (spills) and a DPX/LDS instruction count of one compiled kernel."""
-    from hmmgpu.kernels import build
+    from hmmgpu.gpu.runtime import build
 
     kernel = build.load(spec, stage.device)
     prof = {name: kernel.attribute(name) for name in ("registers", "local_bytes", "shared_static")}
@@ -108,14 +108,15 @@ def main() -> None:
 
     import pyhmmer
 
-    from hmmgpu import __version__, stats
-    from hmmgpu.kernels import build
-    from hmmgpu.kernels.device import GpuDevice
-    from hmmgpu.kernels.msv.launch import MsvStage
-    from hmmgpu.kernels.resident import ResidentDatabase
-    from hmmgpu.kernels.vit.launch import VitKernels, VitStage
-    from hmmgpu.profiles import ModelProfile, viterbi_score, xw_move_table
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu._version import __version__
+    from hmmgpu.stages import stats
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.gpu.msv.launch import MsvStage
+    from hmmgpu.gpu.resident import ResidentDatabase
+    from hmmgpu.gpu.vit.launch import VitKernels, VitStage
+    from hmmgpu.stages.profiles import ModelProfile, viterbi_score, xw_move_table
+    from hmmgpu.formats.seqdb import SequenceDB
 
     t0 = time.perf_counter()
     full = SequenceDB.from_fasta(args.data / "seqs" / "public_proteins.fa.gz")

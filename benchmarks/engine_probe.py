@@ -59,7 +59,8 @@ def main() -> None:
 def _install_profiles() -> dict:
     """One cProfile (timed by thread CPU time, so waits for the GIL do not count) per stage,
     switched on around the stage's entry point in whichever thread runs it."""
-    from hmmgpu import engine, output
+    from hmmgpu.search import engine
+    from hmmgpu.report import outputs as output
 
     profiles = {}
     for name, owner, attr in (("prepare", engine.SearchEngine, "prepare"), ("submit", engine.SearchEngine, "submit"),

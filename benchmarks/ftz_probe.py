@@ -1,6 +1,6 @@
 """pyhmmer's speed with and without the hmmsearch program's float mode (SSE flush-to-zero).
 
-hmmgpu runs pyhmmer's Forward/domain stage in that mode (``hmmgpu.fpenv``), as hmmsearch
+hmmgpu runs pyhmmer's Forward/domain stage in that mode (``hmmgpu.host``), as hmmsearch
 runs, so that its tables equal hmmsearch's; pyhmmer leaves it off. This times
 ``pyhmmer.hmmsearch(all queries, cpus=N)`` (the benchmarks' pyhmmer baseline) as the
 process starts, with the mode cleared and with it set in the calling thread (its worker
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hmmgpu.fpenv import set_flush_to_zero
+from hmmgpu.host import set_flush_to_zero
 
 
 def _cpu_seconds() -> float:

@@ -69,7 +69,7 @@ export NUMBA_CACHE_DIR=/tmp/numba-cache
 if [ "${BENCH_BYTECODE:-cached}" = cached ]; then
   unset PYTHONDONTWRITEBYTECODE
   export PYTHONPYCACHEPREFIX=/tmp/pycache
-  python3 -c "import numpy, numba.cuda, pyhmmer, hmmgpu.cli, hmmgpu.engine, hmmgpu.gpu_process, hmmgpu.kernels.cascade, hmmgpu.sw.api" \
+  python3 -c "import numpy, numba.cuda, pyhmmer, hmmgpu.cli, hmmgpu.search.engine, hmmgpu.gpu.process, hmmgpu.gpu.cascade, hmmgpu.sw.api" \
       >/dev/null 2>&1
 fi
 DATA=$PWD/.bench/data
@@ -140,7 +140,7 @@ EOF
           /usr/bin/time -f "python3 $flags -c '$c': %e s" python3 $flags -c "import sys; sys.path[:0] = ['/tmp/shim', '/tmp/site', '$PWD']; $c" 2>&1 | tail -1
         done
       done
-      python3 -X importtime -c "import hmmgpu.cli, hmmgpu.engine, hmmgpu.forward_stage, hmmgpu.seqdb" 2>&1 | sort -t'|' -k2 -n | tail -12
+      python3 -X importtime -c "import hmmgpu.cli, hmmgpu.search.engine, hmmgpu.forward_stage, hmmgpu.formats.seqdb" 2>&1 | sort -t'|' -k2 -n | tail -12
       for run in cold warm; do
         python3 benchmarks/startup_probe.py /tmp/pfam600.hmm /tmp/proteins.fa --out "$OUT/startup_$run.json" 2>&1 | tail -30
       done ;;

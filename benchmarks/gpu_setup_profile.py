@@ -30,11 +30,11 @@ def main() -> None:
     start = time.perf_counter()
     for name in ("numpy", "pyhmmer.plan7"):  # imported first, as the GPU process does
         importlib.import_module(name)
-    from hmmgpu.backends import CudaBackend
-    from hmmgpu.kernels import open_primary_context
-    from hmmgpu.kernels.cascade import load_kernels
-    from hmmgpu.kernels.device import GpuDevice
-    from hmmgpu.seqdb import open_database
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.gpu.runtime.context import open_primary_context
+    from hmmgpu.gpu.cascade import load_kernels
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.formats.seqdb import open_database
 
     print("imports", round(time.perf_counter() - start, 3), flush=True)
     start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Where the GPU process's CPU time goes per model (the work :mod:`hmmgpu.gpu_process` does).
+"""Where the GPU process's CPU time goes per model (the work :mod:`hmmgpu.gpu.process` does).
 
     python3 benchmarks/host_profile.py HMMFILE SEQS [--lanes auto] [--top 25]
 
@@ -32,12 +32,12 @@ def main() -> None:
     import pyhmmer.plan7 as p7
     from pyhmmer.easel import Alphabet
 
-    from hmmgpu.backends import CudaBackend
-    from hmmgpu.hmmfile import read_models
-    from hmmgpu.kernels.cascade import SLOTS
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.formats.hmmfile import read_models
+    from hmmgpu.gpu.cascade import SLOTS
     from hmmgpu.options import SearchOptions
-    from hmmgpu.profiles import ModelProfile
-    from hmmgpu.seqdb import open_database
+    from hmmgpu.stages.profiles import ModelProfile
+    from hmmgpu.formats.seqdb import open_database
 
     db = open_database(opts.seqs, None, arrays=True)
     models = [pickle.dumps((m.hmm, m.mmu)) for m in read_models(opts.hmmfile)]

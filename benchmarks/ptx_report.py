@@ -62,10 +62,10 @@ def main() -> None:
     ap.add_argument("--q", type=int, nargs="*", default=None, help="Viterbi filter Q values (default: all)")
     args = ap.parse_args()
     _fake_device()
-    from hmmgpu.kernels import tuning
-    from hmmgpu.kernels.bias import BiasSpec
-    from hmmgpu.kernels.msv.source import NX, MsvSpec, row_stride
-    from hmmgpu.kernels.vit.source import VitSpec
+    from hmmgpu.gpu.runtime import tuning
+    from hmmgpu.gpu.bias import BiasSpec
+    from hmmgpu.gpu.msv.source import NX, MsvSpec, row_stride
+    from hmmgpu.gpu.vit.source import VitSpec
 
     if args.family in ("msv", "all"):
         for G, Q in tuning.MSV_16X2:

@@ -5,7 +5,7 @@ task runs, and how many worker threads are busy in each 50 ms.
 
 Wraps the engine's stages with timers, runs hmmgpu's command line in this process and prints
 ``probe:`` lines on stderr. ``PROBE_SET=hf.NAME=VALUE,fs.NAME=VALUE`` changes a setting of
-``hmmgpu.hmmfile`` (hf), ``forward_stage`` (fs), ``engine`` (en) or ``seqdb`` (sd) first;
+``hmmgpu.formats.hmmfile`` (hf), ``forward_stage`` (fs), ``engine`` (en) or ``seqdb`` (sd) first;
 ``PROBE_SWITCH`` sets the interpreter's switch interval and ``PROBE_NICE`` the worker threads'
 nice value. Used for ``results/route_probe_d_c_h200_2026-11-24x.log``.
 """
@@ -36,11 +36,11 @@ def wrap(obj, attr, name):
     setattr(obj, attr, w)
 
 
-import hmmgpu.engine as en  # noqa: E402
+import hmmgpu.search.engine as en  # noqa: E402
 import hmmgpu.forward_stage as fs  # noqa: E402
-import hmmgpu.hmmfile as hf  # noqa: E402
-import hmmgpu.output as out  # noqa: E402
-import hmmgpu.seqdb as sd  # noqa: E402
+import hmmgpu.formats.hmmfile as hf  # noqa: E402
+import hmmgpu.report.outputs as out  # noqa: E402
+import hmmgpu.formats.seqdb as sd  # noqa: E402
 
 for k, v in (x.split("=") for x in os.environ.get("PROBE_SET", "").split(",") if x):
     mod, attr = k.split(".")

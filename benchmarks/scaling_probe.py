@@ -11,7 +11,7 @@ On the real proteins (29 M residues), each measured in this process, alternating
 * ``survivors``: PF00005's Viterbi survivors (hmmgpu's GPU cascade) through pyhmmer's
   Forward/domain stage (filtered tasks), on 1, 8 and N threads;
 * ``slices``: PF00005's whole pipeline over N equal slices of the proteins, in N threads
-  (slices made by pyhmmer's ``block[a:b]`` or by :func:`hmmgpu.seqdb.sequence_block`) and in
+  (slices made by pyhmmer's ``block[a:b]`` or by :func:`hmmgpu.formats.seqdb.sequence_block`) and in
   N processes, and over the whole set on one thread;
 * ``hmmsearch``: ``hmmsearch --cpu 1`` and ``--cpu N`` with PF00005 (the child's CPU time).
 
@@ -61,7 +61,7 @@ def _slice_in_process(args):
     path, hmm_path, a, b = args
     import pyhmmer
 
-    from hmmgpu.fpenv import set_flush_to_zero
+    from hmmgpu.host import set_flush_to_zero
 
     set_flush_to_zero(True)
     with pyhmmer.easel.SequenceFile(path, digital=True) as f:
@@ -80,10 +80,10 @@ def main() -> None:
     import pyhmmer
 
     from hmmgpu import forward_stage as fs
-    from hmmgpu.engine import Query
-    from hmmgpu.fpenv import set_flush_to_zero
+    from hmmgpu.search.engine import Query
+    from hmmgpu.host import set_flush_to_zero
     from hmmgpu.options import SearchOptions
-    from hmmgpu.seqdb import open_database, sequence_block
+    from hmmgpu.formats.seqdb import open_database, sequence_block
 
     ap = bench_arguments(__doc__)
     ap.add_argument("--bytes", type=int, default=0, help="only the first BYTES of the proteins (a quick trial)")
@@ -128,7 +128,9 @@ def main() -> None:
             say("ranges", dict(models=label, parts=parts, **line))
 
     # ---- survivors: PF00005's Viterbi survivors through the Forward/domain stage
-    from hmmgpu.backends import CudaBackend, NumbaBackend, cuda_available
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.cpu.backends import NumbaBackend
+    from hmmgpu.search.routing import cuda_available
 
     hmm5 = next(iter(pyhmmer.plan7.HMMFile(str(pf5))))
     backend = CudaBackend(db) if cuda_available() else NumbaBackend(db)

@@ -12,7 +12,7 @@ import time
 import pyhmmer
 
 import hmmgpu
-from hmmgpu.hmmfile import read_models
+from hmmgpu.formats.hmmfile import read_models
 
 
 def timed(search) -> tuple:

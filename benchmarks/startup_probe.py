@@ -2,7 +2,7 @@
 
     python3 benchmarks/startup_probe.py MODELS.hmm SEQS.fa [--out FILE.json]
 
-The steps of :func:`hmmgpu.gpu_process._serve` before it answers ``ready``, each timed
+The steps of :func:`hmmgpu.gpu.process._serve` before it answers ``ready``, each timed
 apart: importing numpy and pyhmmer, opening the device (its context), loading every kernel
 the models' lengths need (the exported cubins, through the CUDA driver), reading the
 database with the numpy reader and putting it on the device. Kernels the cache lacks are
@@ -35,12 +35,12 @@ if __name__ == "__main__":
     for module in ("numpy", "pyhmmer.plan7"):
         importlib.import_module(module)
         clock = mark(f"import {module}", clock)
-    from hmmgpu.hmmfile import model_lengths
-    from hmmgpu.kernels import build
-    from hmmgpu.kernels.cascade import needed_specs
-    from hmmgpu.kernels.device import GpuDevice
-    from hmmgpu.kernels.msv.launch import MsvKernels
-    from hmmgpu.kernels.vit.launch import VitKernels
+    from hmmgpu.formats.hmmfile import model_lengths
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.cascade import needed_specs
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.gpu.msv.launch import MsvKernels
+    from hmmgpu.gpu.vit.launch import VitKernels
     clock = mark("import hmmgpu's kernels", clock)
     device = GpuDevice.open(0)
     clock = mark("device open (context)", clock)
@@ -67,11 +67,11 @@ if __name__ == "__main__":
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(25)
     print("\n".join(line[:160] for line in text.getvalue().splitlines()[:45]))
-    from hmmgpu.seqdb import open_database
+    from hmmgpu.formats.seqdb import open_database
     clock = mark("import seqdb", clock)
     db = open_database(args.seqfile, None, arrays=True)
     clock = mark("database read (numpy reader)", clock)
-    from hmmgpu.backends import CudaBackend
+    from hmmgpu.gpu.backend import CudaBackend
     backend = CudaBackend(db, device=0)
     clock = mark("resident (upload)", clock)
     steps["total since interpreter's first line"] = round(time.perf_counter() - t_start, 4)

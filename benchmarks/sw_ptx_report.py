@@ -1,6 +1,6 @@
 """Registers, spills and the SASS of the Smith-Waterman cell loop, without a GPU.
 
-Compiles every shape of ``hmmgpu.kernels.tuning.SW_SHAPES`` (or the ``G,Q`` given) to PTX for
+Compiles every shape of ``hmmgpu.gpu.runtime.tuning.SW_SHAPES`` (or the ``G,Q`` given) to PTX for
 sm_90 (numba's ``compile_ptx`` with a faked device) and runs ``ptxas -v``. When ``nvdisasm`` is
 found (``$NVDISASM`` or on PATH) it also disassembles the cubin and:
 
@@ -45,9 +45,9 @@ import numba.cuda.dispatcher as _disp  # noqa: E402
 
 _disp.get_current_device = lambda: type("D", (), {"compute_capability": (9, 0)})()
 
-from hmmgpu.kernels import tuning  # noqa: E402
-from hmmgpu.kernels.kargs import signature  # noqa: E402
-from hmmgpu.kernels.sw.source import ARGS, SwSpec  # noqa: E402
+from hmmgpu.gpu.runtime import tuning  # noqa: E402
+from hmmgpu.gpu.runtime.kargs import signature  # noqa: E402
+from hmmgpu.gpu.sw.source import ARGS, SwSpec  # noqa: E402
 
 #: H200 (sm_90): SMs, clock (GHz), registers and shared memory per SM, lane-ops per clk per SM.
 H200 = dict(sms=132, ghz=1.98, regs_per_sm=65536, max_warps=64, smem_per_sm=233472,

@@ -1,5 +1,5 @@
 """Kernel speed of every Smith-Waterman shape (G, Q) on random targets: the data of
-``hmmgpu.kernels.tuning.SW_SHAPE_GCUPS`` (GPU machine).
+``hmmgpu.gpu.runtime.tuning.SW_SHAPE_GCUPS`` (GPU machine).
 
     python3 benchmarks/sw_shape_sweep.py --cudasw shared/tools/cudasw4 --out sweep.json
 
@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_sw  # noqa: E402
-from hmmgpu.kernels import build
-from hmmgpu.kernels.device import GpuDevice
-from hmmgpu.kernels.sw.launch import GpuScanner
-from hmmgpu.kernels.sw.source import SwSpec
+from hmmgpu.gpu.runtime import build
+from hmmgpu.gpu.runtime.device import GpuDevice
+from hmmgpu.gpu.sw.launch import GpuScanner
+from hmmgpu.gpu.sw.source import SwSpec
 from hmmgpu.sw.matrices import load
-from hmmgpu.seqdb import SequenceDB
+from hmmgpu.formats.seqdb import SequenceDB
 from hmmgpu.sw.api import _read_queries  # noqa: E402
 from provenance import commit
 

@@ -17,10 +17,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_sw  # noqa: E402
-from hmmgpu.kernels.sw.launch import GpuScanner
+from hmmgpu.gpu.sw.launch import GpuScanner
 from hmmgpu.sw.matrices import load
 from hmmgpu.sw.cpu import pair_scores
-from hmmgpu.seqdb import SequenceDB
+from hmmgpu.formats.seqdb import SequenceDB
 from hmmgpu.sw.api import _read_queries  # noqa: E402
 
 

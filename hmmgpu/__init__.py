@@ -3,18 +3,18 @@
 ``hmmgpu.hmmsearch(queries, sequences, **options)`` yields pyhmmer ``TopHits``;
 ``hmmgpu.Pipeline`` keeps a database open (on the GPU) across many models.
 """
-__version__ = "0.1.0"
+from hmmgpu._version import __version__
 
 _API = ("hmmsearch", "Pipeline", "read_hmms", "open_sequences")
 
 
 def __getattr__(name):  # import numba and pyhmmer only when the API is used
     if name in _API:
-        from . import api
+        from hmmgpu import api
 
         return getattr(api, name)
     if name == "SequenceDB":
-        from .seqdb import SequenceDB
+        from hmmgpu.formats.seqdb import SequenceDB
 
         return SequenceDB
     raise AttributeError(f"module 'hmmgpu' has no attribute {name!r}")

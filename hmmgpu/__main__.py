@@ -1,7 +1,7 @@
 """``python -m hmmgpu``: the ``hmmgpu`` command line."""
 import sys
 
-from .cli import main
+from hmmgpu.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Iterable, Iterator
 
-from .errors import HmmgpuError
-from .options import SearchOptions
+from hmmgpu.errors import InputError
+from hmmgpu.options import SearchOptions
 
 
 def read_hmms(path) -> list:
@@ -20,16 +20,16 @@ def read_hmms(path) -> list:
 
 def iter_hmms(path) -> Iterator:
     """The models of an HMMER profile file (plain, gzip, binary, pressed or ``-``), one at a
-    time, each checked as :func:`hmmgpu.hmmfile.read_models` checks it (one-line errors)."""
-    from .hmmfile import read_models
+    time, each checked as :func:`hmmgpu.formats.hmmfile.read_models` checks it (one-line errors)."""
+    from hmmgpu.formats.hmmfile import read_models
 
     for model in read_models(path):
         yield model.hmm
 
 
 def open_sequences(sequences):
-    """A :class:`~hmmgpu.seqdb.SequenceDB` from a path, a made database or a pyhmmer block."""
-    from .seqdb import SequenceDB, open_database
+    """A :class:`~hmmgpu.formats.seqdb.SequenceDB` from a path, a made database or a pyhmmer block."""
+    from hmmgpu.formats.seqdb import SequenceDB, open_database
 
     if isinstance(sequences, SequenceDB):
         return sequences
@@ -39,9 +39,9 @@ def open_sequences(sequences):
 
     if isinstance(sequences, DigitalSequenceBlock):
         if not sequences.alphabet.is_amino():
-            raise HmmgpuError("sequences: hmmgpu searches protein sequences (the block is not amino)")
+            raise InputError("sequences: hmmgpu searches protein sequences (the block is not amino)")
         return SequenceDB.from_block(sequences)
-    raise HmmgpuError(
+    raise InputError(
         f"sequences must be a path, a SequenceDB or a pyhmmer DigitalSequenceBlock, not {type(sequences).__name__}")
 
 
@@ -65,8 +65,8 @@ class Pipeline:
     """
 
     def __init__(self, sequences, *, ftz: bool = False, cells: float | None = None, **options):
-        from .backends import select_backend
-        from .checks import check_target_lengths
+        from hmmgpu.search.routing import select_backend
+        from hmmgpu.formats.checks import check_target_lengths
 
         self.options = SearchOptions.from_kwargs(**options)
         self.ftz = ftz
@@ -76,10 +76,10 @@ class Pipeline:
         self.notice = self.backend.description
         self._filters = None
         self.stats = None
-        self.counts = None  #: the last query's :class:`~hmmgpu.cascade.StageCounts`
+        self.counts = None  #: the last query's :class:`~hmmgpu.stages.cascade.StageCounts`
 
     def _engine(self, model_lengths=None):
-        from .engine import SearchEngine
+        from hmmgpu.search.engine import SearchEngine
 
         engine = SearchEngine(self.db, self.options, self.backend, ftz=self.ftz, model_lengths=model_lengths)
         self.stats = engine.stats
@@ -104,9 +104,10 @@ class Pipeline:
         inside a pyhmmer workflow with the results of a full run. Runs hmmgpu's filters on the
         GPU, or on the CPU where this pipeline's backend is pyhmmer's.
         """
-        from .backends import CascadeBackend, NumbaBackend
-        from .cascade import StageCounts
-        from .checks import check_model
+        from hmmgpu.stages.protocol import CascadeBackend
+        from hmmgpu.cpu.backends import NumbaBackend
+        from hmmgpu.stages.cascade import StageCounts
+        from hmmgpu.formats.checks import check_model
 
         check_model(hmm, self.options)
         filters = self.backend

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .constants import STATUS_NORESULT, STATUS_RANGE
-from .errors import HmmgpuError
+from hmmgpu.constants import STATUS_NORESULT, STATUS_RANGE
+from hmmgpu.errors import HmmgpuError
 
 F32 = np.float32
 
@@ -50,12 +50,12 @@ def audit_filters(hmm, db, backend, show: int = 5) -> list:
     """Compare null score, SSV, MSV, bias filter and Viterbi filter with HMMER for every target.
 
     The MSV, bias and Viterbi filter stages run on ``backend`` (a
-    :class:`~hmmgpu.backends.FilterBackend`: numba or the GPU) through its stage methods;
+    :class:`~hmmgpu.stages.protocol.FilterBackend`: numba or the GPU) through its stage methods;
     the label of each row says where it ran.
     """
-    from . import cpu_filters
-    from .hmmerlib import HmmerModel, libhmmer_available
-    from .profiles import ModelProfile, msv_score, null_table, tjb_table
+    from hmmgpu.cpu import filters as cpu_filters
+    from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
+    from hmmgpu.stages.profiles import ModelProfile, msv_score, null_table, tjb_table
 
     if not libhmmer_available():
         raise HmmgpuError("audit needs HMMER's C library from the pyhmmer wheel (pyhmmer.libs/liblibhmmer.so), not found")
@@ -92,7 +92,7 @@ def audit_hits(hmm, db, backend, options, show: int = 5) -> StageAudit:
     """Compare hmmgpu's final hits (tblout and domtblout rows, counters) with a full pyhmmer search."""
     import pyhmmer.plan7 as p7
 
-    from .engine import SearchEngine
+    from hmmgpu.search.engine import SearchEngine
 
     ours = next(iter(SearchEngine(db, options, backend).search([hmm])))
     ref = p7.Pipeline(hmm.alphabet, **options.pipeline_kwargs()).search_hmm(hmm, db.block())
@@ -137,17 +137,18 @@ def run_audit(hmmfile, seqdb, options, show=5, console=None) -> bool:
     from rich.markup import escape
     from rich.table import Table
 
-    from .api import iter_hmms, open_sequences
-    from .backends import select_backend
-    from .checks import check_model, check_target_lengths
+    from hmmgpu.formats.checks import check_model, check_target_lengths
+    from hmmgpu.formats.hmmfile import read_models
+    from hmmgpu.formats.seqdb import open_database
+    from hmmgpu.search.routing import select_backend
 
     console = console or Console()
-    db = open_sequences(seqdb)
+    db = open_database(seqdb)
     check_target_lengths(db)
     backend = select_backend(options, db, gpu_process=False)
     ok = True
     try:
-        for hmm in iter_hmms(hmmfile):
+        for hmm in (model.hmm for model in read_models(hmmfile)):
             check_model(hmm, options)
             stages = audit_filters(hmm, db, backend, show) + [audit_hits(hmm, db, backend, options, show)]
             name = hmm.name.decode() if isinstance(hmm.name, bytes) else hmm.name

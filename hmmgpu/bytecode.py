@@ -30,8 +30,9 @@ import sys
 
 #: What a search imports: the command line and engine, pyhmmer's route, the GPU process, and
 #: numba's CUDA target for the kernels a first search compiles.
-SEARCH_IMPORTS = ("hmmgpu.cli", "hmmgpu.engine", "hmmgpu.forward_stage", "hmmgpu.seqdb", "hmmgpu.output",
-                  "hmmgpu.report", "pyhmmer", "numpy", "hmmgpu.gpu_process", "hmmgpu.kernels.cascade", "numba.cuda")
+SEARCH_IMPORTS = ("hmmgpu.cli", "hmmgpu.search.engine", "hmmgpu.cpu.pyhmmer_stage", "hmmgpu.formats.seqdb",
+                  "hmmgpu.report.outputs", "hmmgpu.report.text", "pyhmmer", "numpy", "hmmgpu.gpu.process",
+                  "hmmgpu.gpu.cascade", "numba.cuda")
 
 _LIST_SOURCES = """
 import importlib, json, os, sys, sysconfig

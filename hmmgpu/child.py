@@ -1,7 +1,7 @@
 """Python child processes of this package, each spoken to over a socket.
 
-The GPU process (:mod:`hmmgpu.gpu_process`) and the worker processes of many small models
-(:mod:`hmmgpu.fanout`) run as ``python -m hmmgpu.<module> FD``: a fresh interpreter that
+The GPU process (:mod:`hmmgpu.gpu.process`) and the worker processes of many small models
+(:mod:`hmmgpu.distributed.processes`) run as ``python -m hmmgpu.<module> FD``: a fresh interpreter that
 imports only what its module needs, with the package this process runs first on its path,
 and a :class:`multiprocessing.connection.Connection` on the inherited socket ``FD`` for
 pickled messages. Unlike :mod:`multiprocessing`'s start methods, nothing of the caller's

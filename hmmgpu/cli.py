@@ -21,9 +21,9 @@ import sys
 import time
 from dataclasses import MISSING, fields
 
-from . import __version__
-from .errors import HmmgpuError
-from .options import GROUPS, ReportOptions, SearchOptions, choices
+from hmmgpu._version import __version__
+from hmmgpu.errors import DeviceUnavailable, HmmgpuError, InputError
+from hmmgpu.options import GROUPS, ReportOptions, SearchOptions, choices
 
 #: Options that ``SearchOptions`` holds but the command line spells otherwise.
 _SPECIAL = {"bit_cutoffs", "bias_filter", "null2"}
@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with each error raised as one line rather than printed after the usage."""
 
     def error(self, message):
-        raise HmmgpuError(message)
+        raise InputError(message)
 
 
 class _Given(argparse.Action):
@@ -125,7 +125,7 @@ def search_options(args) -> SearchOptions:
         flags.add("textw")
     for a, b in _INCOMPATIBLE:
         if a in flags and b in flags:
-            raise HmmgpuError(f"option {_spelled(a)} is incompatible with {_spelled(b)}")
+            raise InputError(f"option {_spelled(a)} is incompatible with {_spelled(b)}")
     values = {name: getattr(args, name) for name in given}
     cut = [w for tag, w in (("ga", "gathering"), ("tc", "trusted"), ("nc", "noise")) if getattr(args, f"cut_{tag}")]
     if cut:
@@ -191,18 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--lanes", default="auto", choices=choices("lanes"))
     w.add_argument("--device", type=int, default=0)
 
-    from .sw.cli import add_parser as add_sw_parser
+    from hmmgpu.sw.cli import add_parser as add_sw_parser
 
     add_sw_parser(sub)
     return parser
 
 
 def _run_outputs(args, program: str, query_file: str, target_file: str, progress: str, options: SearchOptions):
-    from .output import RunOutputs
-    from .report import header_settings
+    from hmmgpu.report.outputs import RunOutputs
+    from hmmgpu.report.text import header_settings
 
     if query_file == target_file == "-":
-        raise HmmgpuError("either input may be '-' (to read from standard input), but not both")
+        raise InputError("either input may be '-' (to read from standard input), but not both")
     paths = {"-o": args.output, "-A": getattr(args, "alignment", None), "tblout": args.tblout,
              "domtblout": args.domtblout, "pfamtblout": args.pfamtblout}
     return RunOutputs(program, query_file, target_file, paths={k: v for k, v in paths.items() if v},
@@ -213,7 +213,7 @@ def _run_outputs(args, program: str, query_file: str, target_file: str, progress
 
 @contextlib.contextmanager
 def _stopped_on_error(process):
-    """Stop a GPU process started early (:func:`~hmmgpu.backends.start_gpu_early`, or None) when
+    """Stop a GPU process started early (:func:`~hmmgpu.search.routing.start_gpu_early`, or None) when
     the block fails; once a backend has taken it, the backend stops it."""
     try:
         yield
@@ -225,8 +225,8 @@ def _stopped_on_error(process):
 
 def cmd_search(args) -> int:
     """Run ``hmmgpu search``."""
-    from .backends import cpu_route_before_reading, start_gpu_early
-    from .hmmfile import model_lengths
+    from hmmgpu.search.routing import cpu_route_before_reading, start_gpu_early
+    from hmmgpu.formats.hmmfile import model_lengths
 
     options = search_options(args)
     timeline = _Timeline(args.started)
@@ -237,13 +237,13 @@ def cmd_search(args) -> int:
     early = None if decided is not None else start_gpu_early(options, args.seqdb, args.seqformat, lengths)
     timeline.mark("model lengths")
     with _stopped_on_error(early):
-        from .backends import select_backend
-        from .checks import check_target_lengths
-        from .engine import SearchEngine
-        from .fanout import WorkerProcesses, worker_processes
-        from .hmmfile import read_models
-        from .output import formatted
-        from .seqdb import open_database
+        from hmmgpu.search.routing import select_backend
+        from hmmgpu.formats.checks import check_target_lengths
+        from hmmgpu.search.engine import SearchEngine
+        from hmmgpu.distributed.processes import WorkerProcesses, worker_processes
+        from hmmgpu.formats.hmmfile import read_models
+        from hmmgpu.report.outputs import formatted
+        from hmmgpu.formats.seqdb import open_database
 
         opened = contextlib.ExitStack()
         outputs = opened.enter_context(_run_outputs(args, "search", args.hmmfile, args.seqdb, "searching", options))
@@ -290,11 +290,11 @@ def cmd_search(args) -> int:
 
 def _file_pieces(args, options, lengths, decided):
     """The database as pieces of its file that pyhmmer reads and searches itself, in every
-    thread (:class:`~hmmgpu.seqdb.FastaPieces`), when the search is of fewer models than
+    thread (:class:`~hmmgpu.formats.seqdb.FastaPieces`), when the search is of fewer models than
     threads on pyhmmer's route decided before reading the file (``decided``: the reason, or
     None) and the file is ASCII FASTA; None otherwise (it is then read here first)."""
-    from .forward_stage import piece_bytes
-    from .seqdb import FastaPieces
+    from hmmgpu.stages.postfilter import piece_bytes
+    from hmmgpu.formats.seqdb import FastaPieces
 
     if (decided is None or not lengths or options.cpus == 0 or len(lengths) >= options.threads or args.seqdb == "-"
             or (args.seqformat or "fasta").lower() != "fasta"):
@@ -320,12 +320,13 @@ class _Timeline:
 
 def cmd_scan(args) -> int:
     """Run ``hmmgpu scan``: each query sequence against every model (hmmscan)."""
-    from .backends import CascadeBackend, select_backend
-    from .checks import check_target_lengths
-    from .hmmfile import model_lengths
-    from .report import Query, Stopwatch
-    from .scan import CascadeNarrowing, ProfileDatabase, scan
-    from .seqdb import open_database
+    from hmmgpu.stages.protocol import CascadeBackend
+    from hmmgpu.search.routing import select_backend
+    from hmmgpu.formats.checks import check_target_lengths
+    from hmmgpu.formats.hmmfile import model_lengths
+    from hmmgpu.report.text import Query, Stopwatch
+    from hmmgpu.search.scan import CascadeNarrowing, ProfileDatabase, scan
+    from hmmgpu.formats.seqdb import open_database
 
     options = search_options(args)
     with _run_outputs(args, "scan", args.seqfile, args.hmmdb, "scanning", options) as outputs:
@@ -357,18 +358,18 @@ def cmd_scan(args) -> int:
 
 def cmd_makedb(args) -> int:
     """Run ``hmmgpu makedb``: make a database, or check one (``--check DIR``)."""
-    from .seqdb import SequenceDB, check_database
+    from hmmgpu.formats.seqdb import SequenceDB, check_database
 
     start = time.perf_counter()
     if args.check:
         if args.fasta or args.out or args.tformat:
-            raise HmmgpuError("makedb --check DIR takes no other argument")
+            raise InputError("makedb --check DIR takes no other argument")
         db = check_database(args.check)
         print(f"{args.check}: {db.n} sequences, {db.total_residues} residues: sizes, offsets, lengths and every "
               f"checksum verified ({time.perf_counter() - start:.2f}s)")
         return 0
     if not (args.fasta and args.out):
-        raise HmmgpuError("makedb needs a sequence file and an output directory (or --check DIR)")
+        raise InputError("makedb needs a sequence file and an output directory (or --check DIR)")
     db = SequenceDB.from_file(args.fasta, args.tformat or "fasta")
     db.save(args.out)
     print(f"{args.out}: {db.n} sequences, {db.total_residues} residues ({time.perf_counter() - start:.2f}s)")
@@ -377,7 +378,7 @@ def cmd_makedb(args) -> int:
 
 def cmd_audit(args) -> int:
     """Run ``hmmgpu audit``: exit 1 on any disagreement."""
-    from .audit import run_audit
+    from hmmgpu.audit import run_audit
 
     options = SearchOptions(backend=args.backend, lanes=args.lanes, cpus=args.cpus, device=args.device)
     return 0 if run_audit(args.hmmfile, args.seqdb, options, show=args.show) else 1
@@ -386,8 +387,8 @@ def cmd_audit(args) -> int:
 def cmd_warmup(args) -> int:
     """Run ``hmmgpu warmup``: write the Python bytecode later runs import
     (:mod:`hmmgpu.bytecode`), then compile every kernel shape for the device (once)."""
-    from .backends import cuda_available
-    from .bytecode import compile_search_imports
+    from hmmgpu.search.routing import cuda_available
+    from hmmgpu.bytecode import compile_search_imports
 
     start = time.perf_counter()
     compiled, refused = compile_search_imports()
@@ -395,11 +396,12 @@ def cmd_warmup(args) -> int:
           f"({time.perf_counter() - start:.1f}s)" + (f"; {len(refused)} in directories this user cannot write "
                                                      f"(the first: {refused[0]})" if refused else ""), flush=True)
     if not cuda_available(args.device):
-        raise HmmgpuError(f"warmup: no usable CUDA GPU with id {args.device} (the Python bytecode is written; "
+        raise DeviceUnavailable(f"warmup: no usable CUDA GPU with id {args.device} (the Python bytecode is written; "
                           "no GPU kernel was compiled)")
-    from .kernels import build, cascade
-    from .kernels.device import GpuDevice
-    from .kernels.sw import launch as sw_launch
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu import cascade
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.gpu.sw import launch as sw_launch
 
     start = time.perf_counter()
     device = GpuDevice.open(args.device)
@@ -430,7 +432,7 @@ def main(argv=None) -> int:
         args.command_line = shlex.join(["hmmgpu", *argv])
         args.started = started
         if args.command == "sw":
-            from .sw.cli import run as run_sw
+            from hmmgpu.sw.cli import run as run_sw
 
             return run_sw(args)
         return _COMMANDS[args.command](args)

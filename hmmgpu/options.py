@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Literal, get_args
 
-from .errors import HmmgpuError
+from hmmgpu.errors import InputError
+from hmmgpu.host import usable_cores
 
 Backend = Literal["auto", "cuda", "numba", "hmmer"]
 Lanes = Literal["auto", "16x2", "8x4"]
@@ -46,13 +47,6 @@ def _option(default, help: str, *, flag: str | None = None, group: str = "other"
 
 _POSITIVE = (lambda v: v > 0, "must be > 0")
 _NONNEGATIVE = (lambda v: v >= 0, "must be >= 0")
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the system has one), at least one."""
-    import os
-
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +95,7 @@ class SearchOptions:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(kwargs) - names)
         if unknown:
-            raise HmmgpuError(f"unknown search option(s): {', '.join(unknown)}")
+            raise InputError(f"unknown search option(s): {', '.join(unknown)}")
         return cls(**kwargs)
 
     def replace(self, **changes) -> "SearchOptions":
@@ -150,13 +144,13 @@ def _validate(options) -> None:
         if value is None or isinstance(value, str):
             allowed = _literal_choices(f.name)
             if allowed and value is not None and value not in allowed:
-                raise HmmgpuError(f"{_flag(f)}: invalid choice {value!r} (choose from {', '.join(allowed)})")
+                raise InputError(f"{_flag(f)}: invalid choice {value!r} (choose from {', '.join(allowed)})")
             continue
         if isinstance(value, float) and math.isnan(value):
-            raise HmmgpuError(f"{_flag(f)}: {value!r} is not a number")
+            raise InputError(f"{_flag(f)}: {value!r} is not a number")
         check = f.metadata.get("check")
         if check and not isinstance(value, bool) and not check[0](value):
-            raise HmmgpuError(f"{_flag(f)} {check[1]} (got {value:g})")
+            raise InputError(f"{_flag(f)} {check[1]} (got {value:g})")
 
 
 def _literal_choices(name: str) -> tuple:

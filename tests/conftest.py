@@ -1,4 +1,4 @@
-"""Shared fixtures for the kernel tests (hmmgpu.kernels)."""
+"""Shared fixtures for the kernel tests (hmmgpu.gpu)."""
 import os
 from pathlib import Path
 

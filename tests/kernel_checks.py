@@ -1,4 +1,4 @@
-"""Exactness checks of the GPU kernels against HMMER (pyhmmer, libhmmer) and hmmgpu.cpu_filters.
+"""Exactness checks of the GPU kernels against HMMER (pyhmmer, libhmmer) and hmmgpu.cpu.filters.
 
 Used by the tests on a GPU (``pytest -m gpu``) and, under numba's CUDA simulator, by
 ``tests/test_kernels.py`` (which runs ``python tests/kernel_checks.py`` with
@@ -21,8 +21,8 @@ def sample_case(M: int, seed: int, nseq: int, max_len: int):
     import pyhmmer
     from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock, Randomness
 
-    from hmmgpu.profiles import ModelProfile
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.stages.profiles import ModelProfile
+    from hmmgpu.formats.seqdb import SequenceDB
 
     abc = Alphabet.amino()
     hmm = pyhmmer.plan7.HMM.sample(abc, M, Randomness(seed))
@@ -78,7 +78,7 @@ def hmmer_msv_scores(hmm, db, indices=None):
 
 
 def gpu_scores(idx, st, xj, db):
-    from hmmgpu.profiles import msv_score, tjb_table
+    from hmmgpu.stages.profiles import msv_score, tjb_table
 
     tjb = tjb_table(max(int(db.max_length), 1))
     sc = msv_score(xj, tjb[np.asarray(db.lengths)[idx]])
@@ -87,9 +87,9 @@ def gpu_scores(idx, st, xj, db):
 
 def msv_stage(db, lanes="16x2", placement=None, max_bytes=None):
     """An :class:`MsvStage` over ``db`` resident on device 0 (or the simulator)."""
-    from hmmgpu.kernels.device import GpuDevice
-    from hmmgpu.kernels.msv.launch import MsvStage
-    from hmmgpu.kernels.resident import ResidentDatabase
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.gpu.msv.launch import MsvStage
+    from hmmgpu.gpu.resident import ResidentDatabase
 
     device = GpuDevice.open(0)
     with device.activate():
@@ -99,7 +99,7 @@ def msv_stage(db, lanes="16x2", placement=None, max_bytes=None):
 
 def check_msv(stage, hmm, prof, db, hmmer=True, cpu=True, force=True, thr_value=None):
     """Run the MSV stage for ``prof``; compare every target with HMMER and the CPU reference."""
-    from hmmgpu import cpu_filters
+    from hmmgpu.cpu import filters as cpu_filters
 
     nz = np.nonzero(np.asarray(db.lengths) > 0)[0]
     idx, st, xj = stage.run(prof)
@@ -158,14 +158,14 @@ def simulator_msv_checks():
 
 
 def packing_checks(scale: int = 1):
-    """The resident database's slots, packed on the device (:mod:`hmmgpu.kernels.pack`) and on
-    the host (:func:`~hmmgpu.kernels.resident.pack_residues`), byte for byte: targets in
+    """The resident database's slots, packed on the device (:mod:`hmmgpu.gpu.pack`) and on
+    the host (:func:`~hmmgpu.gpu.layout.pack_residues`), byte for byte: targets in
     scattered database order, lengths of every remainder mod 4, longer than a warp's 128
     residues, empty ones; a budget that holds the slots but not the residues beside them
     packs on the host, a smaller one chunks. ``scale`` multiplies the targets (on a GPU)."""
-    from hmmgpu.kernels import pack, resident
-    from hmmgpu.kernels.device import GpuDevice
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.gpu import pack, resident
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.formats.seqdb import SequenceDB
 
     rng = np.random.default_rng(11)
     lengths = np.concatenate([rng.integers(0, 300, 40 * scale), [0, 1, 2, 3, 4, 5, 128, 129, 131, 300]])
@@ -218,9 +218,9 @@ def simulator_pack_checks():
 def vit_stage(db, transitions=None):
     """A :class:`VitStage` over ``db`` resident on device 0 (or the simulator); ``transitions``
     forces where the kernel reads its transition rows from."""
-    from hmmgpu.kernels.device import GpuDevice
-    from hmmgpu.kernels.resident import ResidentDatabase
-    from hmmgpu.kernels.vit.launch import VitStage
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.gpu.resident import ResidentDatabase
+    from hmmgpu.gpu.vit.launch import VitStage
 
     device = GpuDevice.open(0)
     with device.activate():
@@ -229,7 +229,7 @@ def vit_stage(db, transitions=None):
 
 def hmmer_vit_scores(hmm, db, indices):
     """HMMER's own p7_ViterbiFilter (libhmmer through ctypes) per target: (status, score)."""
-    from hmmgpu.hmmerlib import HmmerModel
+    from hmmgpu.cpu.hmmerlib import HmmerModel
 
     with HmmerModel(hmm) as ref:
         out = ref.score_all(db.codes(int(t)) for t in indices)
@@ -238,8 +238,8 @@ def hmmer_vit_scores(hmm, db, indices):
 
 def check_vit(stage, hmm, prof, db, indices=None, cpu=True, hmmer=True):
     """The Viterbi filter kernel against the CPU reference and HMMER, target by target."""
-    from hmmgpu import cpu_filters
-    from hmmgpu.cascade import ViterbiResult
+    from hmmgpu.cpu import filters as cpu_filters
+    from hmmgpu.stages.cascade import ViterbiResult
 
     idx = np.flatnonzero(np.asarray(db.lengths) > 0) if indices is None else np.asarray(indices)
     st, xc = stage.run(prof, idx)
@@ -285,8 +285,8 @@ def vit_case(M, seed, n_random, max_len, long_cases=True):
     import pyhmmer
     from pyhmmer.easel import DigitalSequence, DigitalSequenceBlock
 
-    from hmmgpu.profiles import ModelProfile
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.stages.profiles import ModelProfile
+    from hmmgpu.formats.seqdb import SequenceDB
 
     abc = pyhmmer.easel.Alphabet.amino()
     hmm = calibrated(pyhmmer.plan7.HMM.sample(abc, M, pyhmmer.easel.Randomness(seed)))
@@ -322,13 +322,13 @@ def check_cascade(hmm, db, lanes="auto", **options):
     and every bias score the GPU decided with against the CPU reference."""
     import pyhmmer
 
-    from hmmgpu import cpu_filters
-    from hmmgpu.backends import CudaBackend
-    from hmmgpu.engine import SearchEngine
-    from hmmgpu.kernels.bias import Decision
-    from hmmgpu.kernels.msv.source import Counter
+    from hmmgpu.cpu import filters as cpu_filters
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.search.engine import SearchEngine
+    from hmmgpu.gpu.bias import Decision
+    from hmmgpu.gpu.msv.source import Counter
     from hmmgpu.options import SearchOptions
-    from hmmgpu.profiles import ModelProfile
+    from hmmgpu.stages.profiles import ModelProfile
 
     opts = SearchOptions(backend="cuda", cpus=1, lanes=lanes, **options)
     backend = CudaBackend(db, lanes=lanes)
@@ -364,7 +364,7 @@ def simulator_cascade_checks():
         out.append((options, check_cascade(hmm, db, **options)))
     # every target through MSV: without the all-stop targets, on which HMMER's Forward fails
     keep = [i for i in range(db.n) if (db.codes(i) < 20).any()]
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.formats.seqdb import SequenceDB
 
     db = SequenceDB.from_block(db.block(keep))
     for options in (dict(F1=1.0), dict(F1=1.0, bias_filter=False)):
@@ -379,8 +379,8 @@ def simulator_cascade_host_checks():
     import dataclasses
     from types import SimpleNamespace
 
-    from hmmgpu.kernels import bias
-    from hmmgpu.kernels.vit import launch
+    from hmmgpu.gpu import bias
+    from hmmgpu.gpu.vit import launch
 
     real = bias.float_helpers("python")
     bias.float_helpers = lambda binding: SimpleNamespace(**{**vars(real), "certain": lambda r: False})
@@ -397,9 +397,9 @@ def simulator_gpu_process_checks():
 
     import pyhmmer
 
-    from hmmgpu.engine import SearchEngine
+    from hmmgpu.search.engine import SearchEngine
     from hmmgpu.errors import HmmgpuError
-    from hmmgpu.gpu_process import CudaProcessBackend
+    from hmmgpu.gpu.process import CudaProcessBackend
     from hmmgpu.options import SearchOptions
 
     cases = [vit_case(M, seed, 3, 12, long_cases=False) for M, seed in ((24, 11), (40, 3), (17, 5))]

@@ -15,7 +15,7 @@ def text(codes) -> str:
 def make_db(seqs):
     from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock
 
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.formats.seqdb import SequenceDB
 
     abc = Alphabet.amino()
     return SequenceDB.from_block(DigitalSequenceBlock(abc, [
@@ -75,7 +75,8 @@ def simulator_sw_checks():
     """The scan under the simulator: one tile, tiles (forced narrow shape), odd pair counts,
     BLOSUM45 / PAM30 with other gap costs, the rescoring path, chunked database (also tiled),
     one scanner query after query, tiles with one thread per group and with a whole warp."""
-    from hmmgpu.kernels.sw.launch import GpuScanner
+    from hmmgpu.gpu.sw.launch import GpuScanner
+    from hmmgpu.sw.cpu import rescorer
     from hmmgpu.sw.matrices import load
 
     out = []
@@ -85,7 +86,7 @@ def simulator_sw_checks():
     out.append(("three tiles g8 q6", check(GpuScanner(db2, load("BLOSUM62"), 11, 1, shape=(8, 6)), [q2, q2[:9]], db2)))
     out.append(("BLOSUM45 13/3", check(GpuScanner(db, load("BLOSUM45"), 13, 3), [q], db, "BLOSUM45", 13, 3)))
     out.append(("PAM30 9/1 g16", check(GpuScanner(db, load("PAM30"), 9, 1, shape=(16, 6)), [q], db, "PAM30", 9, 1)))
-    sc = GpuScanner(db2, load("BLOSUM62"), 11, 1, limit=40)
+    sc = GpuScanner(db2, load("BLOSUM62"), 11, 1, limit=40, rescore=rescorer(db2, load("BLOSUM62"), 11, 1))
     rep = check(sc, [q2], db2)
     assert rep["last"]["saturated"] > 0
     out.append(("rescoring path", rep))
@@ -104,7 +105,7 @@ def simulator_sw_checks():
 def reused_buffers(db, q):
     """One scanner, query after query (tiled and not): the same scores every time and the
     work counters back at zero after every call; the positions (the claim order) longest first."""
-    from hmmgpu.kernels.sw.launch import GpuScanner
+    from hmmgpu.gpu.sw.launch import GpuScanner
     from hmmgpu.sw.matrices import load
 
     sc = GpuScanner(db, load("BLOSUM62"), 11, 1, shape=(8, 6))

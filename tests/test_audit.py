@@ -1,7 +1,7 @@
 """`hmmgpu audit`: a clear table, zero disagreements on real data, exit 1 when a stage is wrong."""
 import numpy as np
 
-from hmmgpu import cpu_filters
+from hmmgpu.cpu import filters as cpu_filters
 from hmmgpu.audit import run_audit
 from hmmgpu.cli import main
 from hmmgpu.options import SearchOptions

@@ -18,7 +18,7 @@ from pyhmmer.plan7 import HMMFile, Pipeline as PyhmmerPipeline
 
 import hmmgpu
 from hmmgpu.cli import main
-from hmmgpu.seqdb import SequenceDB
+from hmmgpu.formats.seqdb import SequenceDB
 from tests.helpers import PROTEOME, ROOT, SAMPLES
 from tests.test_report import assert_same_report, real_pfam_inputs
 from tests.test_scan import first_sequences, pressed, without_tail
@@ -285,8 +285,8 @@ def test_the_gpu_process_starts_before_numpy_is_imported():
     """What ``hmmgpu search`` needs to start the GPU process early (the backend choice and the
     process itself) imports neither numpy nor pyhmmer, so that the child's start-up overlaps
     the parent's imports."""
-    code = ("import sys; from hmmgpu.backends import start_gpu_early, residues_estimate, cpu_route_before_reading; "
-            "from hmmgpu.gpu_process import CudaProcessBackend; from hmmgpu.hmmfile import model_lengths; "
+    code = ("import sys; from hmmgpu.search.routing import start_gpu_early, residues_estimate, cpu_route_before_reading; "
+            "from hmmgpu.gpu.process import CudaProcessBackend; from hmmgpu.formats.hmmfile import model_lengths; "
             f"assert residues_estimate({str(PROTEOME)!r}, sample=True) > 0; assert model_lengths({str(SAMPLES / 'samples.hmm')!r}); "
             "print(sorted(m for m in ('numpy', 'pyhmmer', 'numba') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -296,7 +296,7 @@ def test_the_gpu_process_starts_before_numpy_is_imported():
 def test_a_gpu_process_started_early_is_stopped_when_the_search_cannot_go_on(monkeypatch, tmp_path, capsys):
     """The GPU process started before the imports is stopped (not left running) when an output
     cannot be opened or the database cannot be read, and the error is one line."""
-    from hmmgpu import backends
+    from hmmgpu.search import routing as backends
 
     class Early:
         closed = []
@@ -322,7 +322,8 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
     a GPU it says so in one line and exits 2, the bytecode written."""
     import importlib.util
 
-    from hmmgpu import backends, bytecode
+    from hmmgpu import bytecode
+    from hmmgpu.search import routing as backends
 
     package = tmp_path / "warm_probe"
     package.mkdir()

@@ -5,11 +5,11 @@ from hypothesis import given, settings, strategies as st
 from pyhmmer.easel import DigitalSequence, DigitalSequenceBlock
 
 
-from hmmgpu import cpu_filters
+from hmmgpu.cpu import filters as cpu_filters
 from hmmgpu.constants import STATUS_NORESULT, STATUS_OK, STATUS_RANGE
-from hmmgpu.hmmerlib import HmmerModel
-from hmmgpu.profiles import ModelProfile, msv_score, null_table, tjb_table, viterbi_score, xw_move_table
-from hmmgpu.seqdb import SequenceDB
+from hmmgpu.cpu.hmmerlib import HmmerModel
+from hmmgpu.stages.profiles import ModelProfile, msv_score, null_table, tjb_table, viterbi_score, xw_move_table
+from hmmgpu.formats.seqdb import SequenceDB
 from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, adversarial_block, sample_hmm, sampled_hmm
 
 

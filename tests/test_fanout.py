@@ -1,15 +1,15 @@
-"""Many small models searched by worker processes (hmmgpu.fanout) write exactly what the
+"""Many small models searched by worker processes (hmmgpu.distributed.processes) write exactly what the
 engine in one process writes: every output file, the report, and the faults, in order."""
 import re
 
 import pytest
 
-from hmmgpu import fanout
-from hmmgpu.backends import HmmerBackend, NumbaBackend
+from hmmgpu.distributed import processes as fanout
+from hmmgpu.cpu.backends import HmmerBackend, NumbaBackend
 from hmmgpu.cli import main
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.options import ReportOptions, SearchOptions
-from hmmgpu.output import QueryFormatter
+from hmmgpu.report.outputs import QueryFormatter
 from tests.helpers import PROTEOME, SAMPLES
 
 OUTPUTS = ("-o", "--tblout", "--domtblout", "--pfamtblout", "-A")

@@ -16,8 +16,8 @@ from pyhmmer.easel import Alphabet, SequenceFile
 from pyhmmer.plan7 import HMMFile, Pipeline
 
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.hmmfile import read_models
-from hmmgpu.seqdb import SequenceDB, open_database
+from hmmgpu.formats.hmmfile import read_models
+from hmmgpu.formats.seqdb import SequenceDB, open_database
 from tests.helpers import PROTEOME, SAMPLES
 
 AMINO = Alphabet.amino()

@@ -19,7 +19,7 @@ HMMSEARCH = shutil.which("hmmsearch")
 
 @pytest.fixture(scope="module", autouse=True)
 def gpu():
-    from hmmgpu.kernels import cuda_available
+    from hmmgpu.gpu.runtime.context import cuda_available
 
     if not cuda_available():
         pytest.skip("no CUDA GPU")
@@ -78,9 +78,9 @@ def test_gpu_process_runs_the_exported_kernels_without_numba():
     numba, and its searches equal pyhmmer's, counters included."""
     import pyhmmer
 
-    from hmmgpu.engine import SearchEngine
-    from hmmgpu.gpu_process import CudaProcessBackend
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.search.engine import SearchEngine
+    from hmmgpu.gpu.process import CudaProcessBackend
+    from hmmgpu.formats.seqdb import SequenceDB
 
     with pyhmmer.plan7.HMMFile(SAMPLES / "samples.hmm") as fh:
         hmms = list(fh)

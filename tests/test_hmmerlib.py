@@ -1,4 +1,4 @@
-"""The ctypes oracle (hmmgpu.hmmerlib) against pyhmmer and the numbers in hmmer-filters-spec.md."""
+"""The ctypes oracle (hmmgpu.cpu.hmmerlib) against pyhmmer and the numbers in hmmer-filters-spec.md."""
 import math
 from pathlib import Path
 
@@ -9,9 +9,9 @@ pyhmmer = pytest.importorskip("pyhmmer")
 from pyhmmer.easel import Alphabet, DigitalSequenceBlock, SequenceFile  # noqa: E402
 from pyhmmer.plan7 import Background, HMMFile, Pipeline, Profile, Transitions  # noqa: E402
 
-from hmmgpu import hmmerlib  # noqa: E402
+from hmmgpu.cpu import hmmerlib  # noqa: E402
 from hmmgpu.constants import SCALE_W, STATUS_NORESULT, STATUS_OK, STATUS_RANGE  # noqa: E402
-from hmmgpu.hmmerlib import HmmerModel, libhmmer_available  # noqa: E402
+from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 

@@ -13,7 +13,7 @@ import pytest
 from pyhmmer.plan7 import HMMFile
 
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.hmmfile import check_model, hmm_strings, model_lengths, model_records, read_models
+from hmmgpu.formats.hmmfile import check_model, hmm_strings, model_lengths, model_records, read_models
 from tests.helpers import ROOT, SAMPLES
 
 SAMPLE = SAMPLES / "samples.hmm"
@@ -252,7 +252,7 @@ def test_model_lengths_are_read_in_chunks(monkeypatch, tmp_path, chunk):
     :func:`model_records` cuts the file (a slash inside a line ends nothing; a last record
     without its ``//`` still counts); a file that is not HMMER3 text, an empty one and a
     missing one give None."""
-    from hmmgpu import inputs
+    from hmmgpu.formats import inputs
 
     monkeypatch.setattr(inputs, "CHUNK", chunk)
     text = SAMPLE.read_bytes()

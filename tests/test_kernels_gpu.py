@@ -1,5 +1,5 @@
 """GPU kernels on a real GPU (``pytest -m gpu``): every target's MSV, Viterbi filter and bias
-decisions equal HMMER's own functions and hmmgpu.cpu_filters, for every model of the shared
+decisions equal HMMER's own functions and hmmgpu.cpu.filters, for every model of the shared
 data (Pfam and the CUDAMPF paper's models) against real proteins, both MSV lane modes."""
 import gzip
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +17,7 @@ LANES = ["16x2", "8x4"]
 
 @pytest.fixture(scope="module", autouse=True)
 def gpu():
-    from hmmgpu.kernels import cuda_available
+    from hmmgpu.gpu.runtime.context import cuda_available
 
     if not cuda_available():
         pytest.skip("no CUDA GPU")
@@ -33,7 +33,7 @@ def _hmms(path):
 
 @pytest.fixture(scope="module")
 def samples_db():
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.formats.seqdb import SequenceDB
 
     return SequenceDB.from_fasta(ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa")
 
@@ -47,7 +47,7 @@ def real_models(shared_data):
 @pytest.fixture(scope="module")
 def real_sample(shared_data):
     """Every 389th of the 77,801 real proteins (200, all lengths)."""
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.formats.seqdb import SequenceDB
 
     full = SequenceDB.from_fasta(shared_data / "seqs" / "public_proteins.fa.gz")
     return SequenceDB.from_block(full.block(np.arange(0, full.n, 389)))
@@ -55,7 +55,7 @@ def real_sample(shared_data):
 
 @pytest.mark.parametrize("lanes", LANES)
 def test_msv_pfam_samples_equal_hmmer(samples_db, lanes):
-    from hmmgpu.profiles import ModelProfile
+    from hmmgpu.stages.profiles import ModelProfile
 
     stage = msv_stage(samples_db, lanes=lanes)
     for path in sorted((ROOT / "pfam_samples").glob("*.hmm")):
@@ -76,7 +76,7 @@ def test_msv_sampled_models_and_chunking(lanes):
 @pytest.mark.parametrize("lanes", LANES)
 def test_msv_real_models_real_proteins(real_models, real_sample, lanes):
     """Every Pfam and CUDAMPF model of the shared data, every target of the sample."""
-    from hmmgpu.profiles import ModelProfile
+    from hmmgpu.stages.profiles import ModelProfile
 
     stage = msv_stage(real_sample, lanes=lanes)
     for hmm in real_models:
@@ -92,7 +92,7 @@ def test_viterbi_sampled_models():
 
 def test_viterbi_real_models_real_proteins(real_models, real_sample):
     """Every Pfam and CUDAMPF model: each target's Viterbi filter equals HMMER's (libhmmer)."""
-    from hmmgpu.profiles import ModelProfile
+    from hmmgpu.stages.profiles import ModelProfile
 
     stage = vit_stage(real_sample)
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hmmgpu.kernels import lanes
+from hmmgpu.gpu.runtime import lanes
 
 rng = np.random.default_rng(12345)
 B16 = np.array([0, 1, 2, 0x7FFE, 0x7FFF, 0x8000, 0x8001, 0xFFFE, 0xFFFF, 0x00FF, 0x0100], np.uint32)
@@ -139,7 +139,7 @@ def _device_results(a, b, c, dpx):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dpx", [True, False])
 def test_device_matches_numpy(dpx):
-    from hmmgpu.kernels import cuda_available
+    from hmmgpu.gpu.runtime.context import cuda_available
 
     if not cuda_available():
         pytest.skip("no CUDA GPU")

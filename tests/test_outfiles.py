@@ -5,7 +5,7 @@ import stat
 import pytest
 
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.outfiles import OutputFiles
+from hmmgpu.formats.outfiles import OutputFiles
 
 
 def test_success_renames_into_place(tmp_path):

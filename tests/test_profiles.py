@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from pyhmmer.plan7 import Background, Profile
 
-from hmmgpu import profiles as P
-from hmmgpu.hmmerlib import HmmerModel
+from hmmgpu.stages import profiles as P
+from hmmgpu.cpu.hmmerlib import HmmerModel
 from tests.helpers import MODEL_NAMES, sample_hmm, sampled_hmm
 
 MODELS = [(name, lambda n=name: sample_hmm(n)) for name in MODEL_NAMES] + [

@@ -10,7 +10,7 @@ from tests.helpers import PROTEOME, ROOT, SAMPLES
 
 SCRIPT = r"""
 import sys, time
-from hmmgpu.progress import ProgressBar
+from hmmgpu.report.progress import ProgressBar
 with ProgressBar(3, "searching", report=sys.stdout) as bar:
     for i in range(3):
         time.sleep(0.3)

@@ -13,12 +13,11 @@ import pytest
 from pyhmmer.easel import Alphabet, SequenceFile
 from pyhmmer.plan7 import Pipeline
 
-from hmmgpu.fpenv import flush_to_zero
-from hmmgpu.hitlist import read_tophits
-from hmmgpu.hmmfile import read_models
+from hmmgpu.host import flush_to_zero
+from hmmgpu.report.hitlist import read_tophits
+from hmmgpu.formats.hmmfile import read_models
 from hmmgpu.options import ReportOptions, SearchOptions
-from hmmgpu.report import (REPORT_END, Query, Stopwatch, alignment_note, header_settings, program_header,
-                           query_report, tabular_tail, write_alignment)
+from hmmgpu.report.text import (REPORT_END, Query, Stopwatch, alignment_note, header_settings, program_header, query_report, tabular_tail, write_alignment)
 from tests.helpers import PROTEOME, SAMPLES
 
 HMMSEARCH = shutil.which("hmmsearch")

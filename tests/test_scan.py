@@ -8,16 +8,16 @@ import subprocess
 
 import pytest
 
-import hmmgpu.scan as scan_module
+import hmmgpu.search.scan as scan_module
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.fpenv import flush_to_zero
-from hmmgpu.hitlist import read_tophits
+from hmmgpu.host import flush_to_zero
+from hmmgpu.report.hitlist import read_tophits
 from hmmgpu.options import SearchOptions
-from hmmgpu.report import REPORT_END, Query, program_header, query_report
-from hmmgpu.backends import NumbaBackend
+from hmmgpu.report.text import REPORT_END, Query, program_header, query_report
+from hmmgpu.cpu.backends import NumbaBackend
 from hmmgpu.cli import main
-from hmmgpu.scan import CascadeNarrowing, ProfileDatabase, Survivors, scan, scan_sequence
-from hmmgpu.seqdb import SequenceDB
+from hmmgpu.search.scan import CascadeNarrowing, ProfileDatabase, Survivors, scan, scan_sequence
+from hmmgpu.formats.seqdb import SequenceDB
 from tests.helpers import PROTEOME, SAMPLES
 from tests.test_report import assert_same_report, parse
 

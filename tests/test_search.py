@@ -12,11 +12,15 @@ from pyhmmer.easel import SequenceFile
 from pyhmmer.plan7 import HMMFile, Pipeline as PyhmmerPipeline
 
 import hmmgpu
-from hmmgpu.backends import CascadeBackend, NumbaBackend
+from hmmgpu.stages.protocol import CascadeBackend
+from hmmgpu import costs
+from hmmgpu.cpu.backends import NumbaBackend
+from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
+from hmmgpu.gpu.process import child_error
 from hmmgpu.cli import main
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.inputs import META_FILE
-from hmmgpu.seqdb import SequenceDB
+from hmmgpu.formats.inputs import META_FILE
+from hmmgpu.formats.seqdb import SequenceDB
 from tests.helpers import AMINO, COUNTER_KEYS, PROTEOME, SAMPLES, assert_same_pipeline, hits_table
 
 HMMSEARCH = shutil.which("hmmsearch")
@@ -65,7 +69,7 @@ OPTION_SETS = [
 def test_tables_equal_hmmsearch(tmp_path, monkeypatch, label, hmmfile, args, backend):
     """Both CPU routes, with the work cut into many small tasks (each keeping the hits of a
     serial run by its targets' positions) and merged: hmmsearch's tables, row for row."""
-    from hmmgpu import forward_stage
+    from hmmgpu.stages import postfilter as forward_stage
 
     monkeypatch.setattr(forward_stage, "TASK_SECONDS", 1e-4)
     monkeypatch.setattr(forward_stage, "PIPELINE_TASK_SECONDS", 1e-4)
@@ -158,7 +162,7 @@ def test_cli_runs_as_console_script(tmp_path):
 def test_flush_to_zero_mode_is_scoped():
     import numpy as np
 
-    from hmmgpu.fpenv import flush_to_zero
+    from hmmgpu.host import flush_to_zero
 
     tiny = np.float64(1e-300)
     with flush_to_zero():
@@ -185,14 +189,14 @@ def test_pyhmmer_route_sizes_range_tasks_by_the_whole_run(monkeypatch, lengths, 
     among 29 such models, one ten times longer is cut into 16 and the others not at all."""
     from types import SimpleNamespace
 
-    from hmmgpu import forward_stage
-    from hmmgpu.engine import Query
+    from hmmgpu.stages import postfilter as forward_stage
+    from hmmgpu.search.engine import Query
     from hmmgpu.options import SearchOptions
 
     db = SequenceDB.from_fasta(PROTEOME)
     monkeypatch.setattr(forward_stage, "CPU_CELLS_PER_SECOND", 100 * db.total_residues / 0.59)
     monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1e12)  # the time decides, not the lower bound
-    stage = forward_stage.ForwardStage(db, SearchOptions(), threads=16, model_lengths=lengths)
+    stage = PyhmmerStage(db, SearchOptions(), threads=16, model_lengths=lengths)
     tasks = stage.plan(Query(index=0, hmm=SimpleNamespace(M=M)))
     assert len(tasks) == ranges
     assert np.array_equal(np.concatenate([t.positions for t in tasks]), np.arange(db.n))
@@ -202,7 +206,7 @@ def test_pyhmmer_route_sizes_range_tasks_by_the_whole_run(monkeypatch, lengths, 
 def test_single_query_is_split_over_every_thread(references, backend, monkeypatch):
     """One model alone is cut into a task per thread (not one per estimated 0.1 s of work), and
     the merged hits, kept set, Z and domZ are still those of one serial run."""
-    from hmmgpu import forward_stage
+    from hmmgpu.stages import postfilter as forward_stage
 
     monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
     hmms, block, expected = references
@@ -223,8 +227,8 @@ def _auto_route(monkeypatch, residues: float, warm: bool = True, source: str = "
     disk decides)."""
     from types import SimpleNamespace
 
-    from hmmgpu import backends
-    from hmmgpu.kernels import build
+    from hmmgpu.search import routing as backends
+    from hmmgpu.gpu.runtime import build
 
     if warm:
         monkeypatch.setattr(build, "any_compiled", lambda: True)
@@ -276,8 +280,8 @@ def test_auto_pays_for_compiling_the_kernels_only_with_enough_work(monkeypatch, 
     """On a machine where no GPU kernel has been compiled (an empty cache), ``auto`` takes the
     GPU only for work that pays for compiling them first, and says why on the backend line;
     once a kernel is in the cache, the warm threshold holds."""
-    from hmmgpu import backends
-    from hmmgpu.kernels import build
+    from hmmgpu.search import routing as backends
+    from hmmgpu.gpu.runtime import build
 
     monkeypatch.setenv("HMMGPU_CACHE_DIR", str(tmp_path / "cache"))
     chosen = _auto_route(monkeypatch, 29e6, warm=False)
@@ -295,7 +299,7 @@ def test_auto_keeps_a_gpu_process_started_early_for_work_near_the_threshold(monk
     """A GPU process started on the file's estimate is kept when the exact count puts the work
     just under the threshold (pyhmmer's route over the file read whole is the slower), and
     stopped for small models; without one, the exact count decides."""
-    from hmmgpu import backends
+    from hmmgpu.search import routing as backends
 
     chosen = _auto_route(monkeypatch, 29e6)
     near, small = [179] * 10, [10] * 600   # (h)'s 10 models: 1.48 s estimated; small models
@@ -314,8 +318,9 @@ def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(monk
     read first and searched by ranges, 1.52 s piece by piece."""
     from types import SimpleNamespace
 
-    from hmmgpu import backends, kernels
-    from hmmgpu.kernels import build
+    from hmmgpu.gpu.runtime import context as kernels
+    from hmmgpu.search import routing as backends
+    from hmmgpu.gpu.runtime import build
 
     monkeypatch.setattr(build, "any_compiled", lambda: True)  # a machine whose kernel cache is warm
     monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
@@ -374,7 +379,7 @@ class _StartingBackend(NumbaBackend):
 
     def ready(self, timeout=None):
         if self.error is not None:
-            raise HmmgpuError(self.error)
+            raise child_error(self.error)
         self.asked += 1
         return timeout is None or self.asked > self.answers_before_ready  # None: waits until ready
 
@@ -389,7 +394,7 @@ def test_a_gpu_process_that_read_another_database_is_an_error():
     import threading
     from types import SimpleNamespace
 
-    from hmmgpu.gpu_process import CudaProcessBackend
+    from hmmgpu.gpu.process import CudaProcessBackend
 
     for residues, error in ((10, None), (11, "the GPU process read 3 sequences \\(10 residues\\) where this process read 3 \\(11\\)")):
         child = object.__new__(CudaProcessBackend)  # its answer to "init" as received
@@ -411,8 +416,10 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
     --backend cuda's one-line error, and auto goes on with pyhmmer's route (the same hits)."""
     from types import SimpleNamespace
 
-    from hmmgpu import backends, gpu_process, kernels
-    from hmmgpu.engine import SearchEngine
+    from hmmgpu.gpu.runtime import context as kernels
+    from hmmgpu.search import routing as backends
+    from hmmgpu.gpu import process as gpu_process
+    from hmmgpu.search.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     def no_cuinit(device=0):
@@ -451,7 +458,9 @@ def test_auto_starts_no_gpu_process_early_for_small_models(monkeypatch, tmp_path
     nothing)."""
     from types import SimpleNamespace
 
-    from hmmgpu import backends, gpu_process, kernels
+    from hmmgpu.gpu.runtime import context as kernels
+    from hmmgpu.search import routing as backends
+    from hmmgpu.gpu import process as gpu_process
 
     monkeypatch.setattr(kernels, "cuda_driver_present", lambda: True)
     monkeypatch.setattr(gpu_process, "CudaProcessBackend", lambda **kw: "child")
@@ -471,8 +480,9 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
     whichever route its model took. With as many models as threads, or a backend named
     explicitly, every large model goes through the filters (the search waits for the
     backend); a small model (here: any, the sample proteome being small) does not wait."""
-    from hmmgpu import backends, engine as engine_module
-    from hmmgpu.engine import SearchEngine
+    from hmmgpu.search import routing as backends
+    from hmmgpu.search import engine as engine_module
+    from hmmgpu.search.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     hmms, block, expected = references
@@ -483,7 +493,7 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
     for backend_name, cpus, small, delay, rerouted in (
             ("auto", 8, False, 0.0, 2), ("auto", 8, False, 60.0, 0), ("auto", 4, False, 0.0, 0),
             ("auto", 4, True, 60.0, 2), ("auto", 0, True, 0.0, 0), ("cuda", 8, True, 0.0, 0)):
-        monkeypatch.setattr(backends, "SMALL_MODEL_CELLS", 5e8 if small else 0.0)
+        monkeypatch.setattr(costs, "SMALL_MODEL_CELLS", 5e8 if small else 0.0)
         monkeypatch.setattr(engine_module, "REROUTE_AFTER_SECONDS", delay)
         backend = _StartingBackend(db, answers_before_ready=2)
         engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=cpus), backend,
@@ -520,25 +530,27 @@ def test_a_head_start_on_the_whole_pipeline_gives_a_serial_run(references, tmp_p
     with names repeated inside a range and across ranges. A backend that is never ready leaves
     every range to the whole pipeline. Where the ranges would first make every target a
     sequence object (not read as text), there is no head start: the model is rerouted whole."""
-    from hmmgpu import backends, engine as engine_module, forward_stage
-    from hmmgpu.engine import SearchEngine
+    from hmmgpu.search import routing as backends
+    from hmmgpu.stages import postfilter as forward_stage
+    from hmmgpu.search import engine as engine_module
+    from hmmgpu.search.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
-    monkeypatch.setattr(backends, "SMALL_MODEL_CELLS", 0.0)
+    monkeypatch.setattr(costs, "SMALL_MODEL_CELLS", 0.0)
     monkeypatch.setattr(engine_module, "REROUTE_AFTER_SECONDS", 0.0)
     if not as_text:
         monkeypatch.setattr(forward_stage, "TEXT_SECONDS_PER_RESIDUE", 1.0)
     hmm, E, renamed, expected, db = _made_database_case(references, tmp_path, monkeypatch)
     n = len(renamed)
     backend = _ReadyAfterRanges(db, ranges)
-    run = forward_stage.ForwardStage.run
+    run = PyhmmerStage.run
 
     def counted(stage, task, alone=False):
         outcome = run(stage, task, alone)
         backend.ran += not task.filtered
         return outcome
 
-    monkeypatch.setattr(forward_stage.ForwardStage, "run", counted)
+    monkeypatch.setattr(PyhmmerStage, "run", counted)
     engine = SearchEngine(db, SearchOptions(backend="auto", cpus=3, E=E), backend, model_lengths=[hmm.M])
     assert len(engine.forward.plan(SimpleNamespace(hmm=hmm))) > 5
     result = next(engine.search([hmm]))
@@ -565,7 +577,7 @@ class _BehindBackend(NumbaBackend):
         self.behind = behind
 
     def waiting(self):
-        from hmmgpu.engine import SHARE_BACKLOG
+        from hmmgpu.search.engine import SHARE_BACKLOG
 
         self.behind -= 1
         return SHARE_BACKLOG if self.behind >= 0 else 0
@@ -576,16 +588,16 @@ def test_small_models_go_to_pyhmmer_while_the_backend_is_behind(monkeypatch, ref
     work and the backend is behind, and to the filters once it has caught up; a large model,
     or any with a backend named explicitly, always goes to the filters. Every result equals
     the serial run's."""
-    from hmmgpu import backends
-    from hmmgpu.engine import SearchEngine
+    from hmmgpu.search import routing as backends
+    from hmmgpu.search.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     hmms, block, expected = references
     db = SequenceDB.from_block(block)
-    small = backends.SMALL_MODEL_CELLS
+    small = costs.SMALL_MODEL_CELLS
     assert max(h.M for h in hmms) * db.total_residues <= small  # all small here
     for backend_name, limit, rerouted in (("auto", small, 3), ("auto", 0.0, 0), ("cuda", small, 0)):
-        monkeypatch.setattr(backends, "SMALL_MODEL_CELLS", limit)
+        monkeypatch.setattr(costs, "SMALL_MODEL_CELLS", limit)
         engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=8), _BehindBackend(db, behind=3))
         for ours, ref in zip(engine.search(hmms), expected):
             assert hits_table(ours.hits) == hits_table(ref) and hits_table(ours.hits, "domains") == hits_table(ref, "domains")
@@ -629,7 +641,7 @@ def test_a_name_repeated_in_another_task_is_kept_by_its_own_position(references,
     number of hits, the tables' name width) equals one serial run's."""
     from pyhmmer.easel import DigitalSequenceBlock
 
-    from hmmgpu import forward_stage
+    from hmmgpu.stages import postfilter as forward_stage
 
     monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
     block = references[1]
@@ -682,10 +694,10 @@ def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path,
     and across pieces, a name written after blanks (a hit's position is then found from
     pyhmmer's sequences, or by running its targets alone) and a '>' in a description (which
     does not start a record)."""
-    from hmmgpu.backends import HmmerBackend
-    from hmmgpu.engine import SearchEngine
+    from hmmgpu.cpu.backends import HmmerBackend
+    from hmmgpu.search.engine import SearchEngine
     from hmmgpu.options import SearchOptions
-    from hmmgpu.seqdb import FastaPieces
+    from hmmgpu.formats.seqdb import FastaPieces
 
     block = references[1]
     hmm, position, scored, E, late = _late_hit_model(references)
@@ -715,7 +727,7 @@ def _made_database_case(references, tmp_path, monkeypatch) -> tuple:
     """One model's search of a made database cut into many ranges (small ranges allowed), at
     an E where HMMER's keep rule drops hits, with a name repeated inside one range and across
     ranges: (model, E, the targets, one serial pyhmmer run's hits, the made database)."""
-    from hmmgpu import forward_stage
+    from hmmgpu.stages import postfilter as forward_stage
 
     monkeypatch.setattr(forward_stage, "SPLIT_MIN_CELLS", 1.0e5)
     monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 30_000)
@@ -739,9 +751,9 @@ def test_ranges_of_a_made_database_give_a_serial_run(references, tmp_path, monke
     counters of one serial run, at an E where HMMER's keep rule drops hits, with a name
     repeated inside one range (those targets run alone; the rest of the range as runs of
     consecutive targets) and across ranges."""
-    from hmmgpu import forward_stage
-    from hmmgpu.backends import HmmerBackend
-    from hmmgpu.engine import SearchEngine
+    from hmmgpu.stages import postfilter as forward_stage
+    from hmmgpu.cpu.backends import HmmerBackend
+    from hmmgpu.search.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
     if not as_text:
@@ -783,7 +795,7 @@ def test_hit_positions_in_a_piece_are_found_from_its_header_lines(tmp_path):
     """A hit's index in a piece is told from the piece's bytes when every header line starts
     a target, whatever '>' the descriptions hold (UniProt writes 'C->U', 'Beta-(1-->2)'); a
     name that is written twice, or after blanks, or not at all is left to pyhmmer's sequences."""
-    from hmmgpu.seqdb import FastaPieces
+    from hmmgpu.formats.seqdb import FastaPieces
 
     path = tmp_path / "gt.fa"
     path.write_text(">a C->U-editing enzyme\nACDE\n>b Beta-(1-->2)glucan >c\nKLMN\n"
@@ -800,7 +812,7 @@ def test_a_gzip_file_is_cut_into_pieces_by_its_text_size(tmp_path):
     file's size on disk tells only roughly: plain and gzip give the same pieces."""
     import gzip
 
-    from hmmgpu.seqdb import FastaPieces
+    from hmmgpu.formats.seqdb import FastaPieces
 
     text = PROTEOME.read_bytes()
     plain, packed = tmp_path / "p.fa", tmp_path / "p.fa.gz"
@@ -816,8 +828,8 @@ def test_a_file_is_cut_into_pieces_that_shrink_towards_its_end(monkeypatch):
     """Guided self-scheduling: each piece is a share of the text not yet cut (within the size
     bounds), so the pieces shrink towards the end of the file; every piece starts a record
     and together they are the whole file."""
-    from hmmgpu import forward_stage
-    from hmmgpu.seqdb import FastaPieces
+    from hmmgpu.stages import postfilter as forward_stage
+    from hmmgpu.formats.seqdb import FastaPieces
 
     monkeypatch.setattr(forward_stage, "PIECE_BYTES_MIN", 4096)
     db = FastaPieces.open(PROTEOME, lambda left: forward_stage.piece_bytes(left, 5000, 2))
@@ -859,7 +871,7 @@ def test_a_bad_record_late_in_a_file_searched_piece_by_piece_is_a_one_line_error
 def test_a_piece_that_cannot_be_written_is_a_one_line_error(tmp_path, monkeypatch, capsys):
     """The pieces of a file go through temporary files: a directory that refuses them is a
     one-line error, not a traceback."""
-    from hmmgpu import seqdb
+    from hmmgpu.formats import seqdb
 
     monkeypatch.setattr(seqdb, "memory_tmpdir", lambda: str(tmp_path / "missing"))
     code = main(["search", "--backend", "hmmer", "--cpu", "3", "-o", "/dev/null", str(SAMPLES / "Thioesterase.hmm"),

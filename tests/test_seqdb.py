@@ -11,10 +11,10 @@ import numpy as np
 import pyhmmer
 import pytest
 
-from hmmgpu import seqdb
+from hmmgpu.formats import seqdb
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.inputs import META_FILE, read_bytes
-from hmmgpu.seqdb import EaselSequenceDB, SequenceDB, is_database_dir, open_database
+from hmmgpu.formats.inputs import META_FILE, read_bytes
+from hmmgpu.formats.seqdb import EaselSequenceDB, SequenceDB, is_database_dir, open_database
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTEOME = ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"
@@ -484,7 +484,7 @@ def test_standard_input(monkeypatch, proteome_block):
 
 
 def test_dev_stdin_pipe(tmp_path):
-    script = "from hmmgpu.seqdb import open_database; print(open_database('/dev/stdin').n)"
+    script = "from hmmgpu.formats.seqdb import open_database; print(open_database('/dev/stdin').n)"
     for stdin in (dict(input=PROTEOME.read_bytes()), dict(stdin=open(PROTEOME, "rb"))):   # a pipe, a file
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=ROOT, **stdin)
         assert done.stdout.strip() == b"2100", done.stderr

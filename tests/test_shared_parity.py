@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from hmmgpu.cli import main
-from hmmgpu.seqdb import SequenceDB
+from hmmgpu.formats.seqdb import SequenceDB
 from tests.helpers import SHARED
 
 PROTEINS = SHARED / "seqs" / "public_proteins.fa.gz"

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from hmmgpu import stats
-from hmmgpu.profiles import ModelProfile, msv_score, null_table, tjb_table
+from hmmgpu.stages import stats
+from hmmgpu.stages.profiles import ModelProfile, msv_score, null_table, tjb_table
 from tests.helpers import MODEL_NAMES, sample_hmm
 
 F32 = np.float32

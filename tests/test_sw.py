@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.kernels import lanes
+from hmmgpu.gpu.runtime import lanes
 
 from helpers import PROTEOME, ROOT
 from sw_kernel_checks import make_db, parasail_scores, text
@@ -22,7 +22,7 @@ MATRICES = ["BLOSUM45", "BLOSUM50", "BLOSUM62", "BLOSUM80", "PAM30", "PAM70", "P
 
 @pytest.fixture(scope="module")
 def proteome():
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.formats.seqdb import SequenceDB
 
     return SequenceDB.from_fasta(PROTEOME)
 
@@ -259,8 +259,8 @@ def test_new_lane_twins_match_numpy():
 
 
 def test_tile_shapes():
-    from hmmgpu.kernels import tuning
-    from hmmgpu.kernels.sw.launch import spec_for
+    from hmmgpu.gpu.runtime import tuning
+    from hmmgpu.gpu.sw.launch import spec_for
 
     for L in (1, 48, 49, 144, 705, 750, 5478, 35000):
         s = spec_for(L)
@@ -270,8 +270,8 @@ def test_tile_shapes():
 
 
 def test_query_profile_layout():
-    from hmmgpu.kernels.sw.launch import query_profile
-    from hmmgpu.kernels.sw.source import NROWS, PAD_SCORE, SwSpec, row_words
+    from hmmgpu.gpu.sw.launch import query_profile
+    from hmmgpu.gpu.sw.source import NROWS, PAD_SCORE, SwSpec, row_words
     from hmmgpu.sw.matrices import load
 
     m = load("BLOSUM62")

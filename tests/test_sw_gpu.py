@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module", autouse=True)
 def _gpu():
-    from hmmgpu.kernels import cuda_available, simulator_enabled
+    from hmmgpu.gpu.runtime.context import cuda_available, simulator_enabled
 
     if simulator_enabled() or not cuda_available():
         pytest.skip("no CUDA GPU")
@@ -20,7 +20,7 @@ def _gpu():
 def test_lane_helpers_on_device():
     from numba import cuda
 
-    from hmmgpu.kernels import lanes
+    from hmmgpu.gpu.runtime import lanes
 
     rng = np.random.default_rng(1)
     a, b, c = (rng.integers(0, 1 << 32, 100_000, dtype=np.uint64).astype(np.uint32) for _ in range(3))
@@ -45,8 +45,8 @@ def test_lane_helpers_on_device():
 
 
 def test_every_shape_small_cases():
-    from hmmgpu.kernels import tuning
-    from hmmgpu.kernels.sw.launch import GpuScanner
+    from hmmgpu.gpu.runtime import tuning
+    from hmmgpu.gpu.sw.launch import GpuScanner
     from hmmgpu.sw.matrices import load
 
     q, db = tiny_case(4, 300, 400, 300)
@@ -56,8 +56,8 @@ def test_every_shape_small_cases():
 
 def test_real_proteins_every_score(shared_data):
     """Three queries (one tiled) against all 77,801 real proteins: every score equals pyopal's."""
-    from hmmgpu.kernels.sw.launch import GpuScanner
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.gpu.sw.launch import GpuScanner
+    from hmmgpu.formats.seqdb import SequenceDB
     from hmmgpu.sw.cpu import CpuScanner
     from hmmgpu.sw.matrices import load
 
@@ -75,7 +75,7 @@ def test_real_proteins_every_score(shared_data):
 
 def test_saturated_pairs_rescored_exactly():
     """Scores above 32,767 (long identical pairs): flagged on the GPU, exact after rescoring."""
-    from hmmgpu.kernels.sw.launch import GpuScanner
+    from hmmgpu.gpu.sw.launch import GpuScanner
     from hmmgpu.sw.matrices import load
 
     rng = np.random.default_rng(9)
@@ -91,7 +91,7 @@ def test_saturated_pairs_rescored_exactly():
 
 
 def test_35000_residue_query():
-    from hmmgpu.kernels.sw.launch import GpuScanner
+    from hmmgpu.gpu.sw.launch import GpuScanner
     from hmmgpu.sw.cpu import CpuScanner
     from hmmgpu.sw.matrices import load
 
@@ -107,7 +107,7 @@ def test_35000_residue_query():
 
 def test_api_gpu_equals_cpu(shared_data):
     import hmmgpu.sw as sw
-    from hmmgpu.seqdb import SequenceDB
+    from hmmgpu.formats.seqdb import SequenceDB
 
     db = SequenceDB.from_fasta(shared_data / "seqs" / "public_proteins.fa.gz")
     qs = [("a", db.codes(100)), ("b", db.codes(5000))]

@@ -15,7 +15,7 @@ MATRICES = ("BLOSUM45", "BLOSUM50", "BLOSUM62", "BLOSUM80", "PAM30", "PAM70", "P
 
 def __getattr__(name):  # numba, pyopal and the kernels load only when used
     if name in _API:
-        from . import api as _api
+        from hmmgpu.sw import api as _api
 
         return getattr(_api, name)
     raise AttributeError(f"module 'hmmgpu.sw' has no attribute {name!r}")

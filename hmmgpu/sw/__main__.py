@@ -1,6 +1,6 @@
 """``python -m hmmgpu.sw queries.fa db``: the ``hmmgpu sw`` command."""
 import sys
 
-from .cli import main
+from hmmgpu.sw.cli import main
 
 sys.exit(main())

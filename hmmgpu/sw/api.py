@@ -3,7 +3,7 @@
 :class:`SwSearch` opens a database once (on the GPU when there is one: one upload for any
 number of queries) and answers :meth:`SwSearch.scores` (every target's optimal local
 score) and :meth:`SwSearch.search` (per-query hit lists). The scan runs on the GPU kernels of
-:mod:`hmmgpu.kernels.sw` or, without a GPU, on pyopal (:mod:`.cpu`); both are exact, so
+:mod:`hmmgpu.gpu.sw` or, without a GPU, on pyopal (:mod:`.cpu`); both are exact, so
 the hits are the same. Hits are the targets with a positive score whose E-value is at most
 ``evalue``, best first (score, then database order), at most ``max_hits`` of them; each gets
 an exact traceback (:mod:`.traceback`) that must reproduce the scan's score.
@@ -16,12 +16,12 @@ from typing import Literal
 
 import numpy as np
 
-from ..constants import AMINO_SYMBOLS
-from ..errors import HmmgpuError
-from . import matrices
-from .matrices import Matrix, MatrixName
-from .stats import KarlinAltschul
-from .traceback import Alignment, align
+from hmmgpu.constants import AMINO_SYMBOLS
+from hmmgpu.errors import HmmgpuError
+from hmmgpu.sw import matrices
+from hmmgpu.sw.matrices import Matrix, MatrixName
+from hmmgpu.sw.stats import KarlinAltschul
+from hmmgpu.sw.traceback import Alignment, align
 
 Backend = Literal["auto", "cuda", "cpu"]
 _QUERY_TABLE = np.full(256, 255, np.uint8)
@@ -127,7 +127,7 @@ def query_codes(seq) -> np.ndarray:
 def _read_queries(queries) -> list:
     """(name, codes) of every query (a FASTA path, a SequenceDB, texts, (name, text) or (name, codes)
     pairs); HmmgpuError for an empty query or none at all."""
-    from ..seqdb import SequenceDB
+    from hmmgpu.formats.seqdb import SequenceDB
 
     if isinstance(queries, (str, os.PathLike)):
         queries = SequenceDB.from_fasta(queries)
@@ -162,7 +162,7 @@ class SwSearch:
     def __init__(self, database, *, matrix: MatrixName = "BLOSUM62", gap_open: int = 11, gap_extend: int = 1,
                  max_hits: int = 500, evalue: float = 10.0, backend: Backend = "auto", device: int = 0,
                  threads: int | None = None, alignments: int = 50):
-        from ..seqdb import SequenceDB, open_database
+        from hmmgpu.formats.seqdb import SequenceDB, open_database
 
         self.params = SwParams.resolve(matrix, gap_open, gap_extend)
         if isinstance(max_hits, bool) or not isinstance(max_hits, (int, np.integer)) or max_hits < 1:
@@ -177,20 +177,23 @@ class SwSearch:
         self.db = database if isinstance(database, SequenceDB) else open_database(database)
         self.n_residues = int(self.db.total_residues)
         if backend == "auto":
-            from ..kernels import cuda_available
+            from hmmgpu.gpu.runtime.context import cuda_available
 
             backend = "cuda" if cuda_available(device) else "cpu"
         if backend == "cuda":
-            from ..kernels import cuda_available
-            from ..kernels.sw.launch import GpuScanner
+            from hmmgpu.gpu.runtime.context import cuda_available
+            from hmmgpu.gpu.sw.launch import GpuScanner
 
             if not cuda_available(device):
                 raise HmmgpuError(f"backend cuda: no usable CUDA GPU with id {device}")
-            self.scanner = GpuScanner(self.db, self.params.matrix, self.params.gap_open, self.params.gap_extend,
-                                      device=device)
+            from hmmgpu.sw.cpu import rescorer
+
+            params = self.params
+            self.scanner = GpuScanner(self.db, params.matrix, params.gap_open, params.gap_extend, device=device,
+                                      rescore=rescorer(self.db, params.matrix, params.gap_open, params.gap_extend))
             self.notice = f"Smith-Waterman on {self.scanner.description}"
         else:
-            from .cpu import CpuScanner
+            from hmmgpu.sw.cpu import CpuScanner
 
             self.scanner = CpuScanner(self.db, self.params.matrix, self.params.gap_open, self.params.gap_extend,
                                       threads=threads)
@@ -262,7 +265,7 @@ def search(queries, database, *, matrix: MatrixName = "BLOSUM62", gap_open: int 
            threads: int | None = None) -> list:
     """Smith-Waterman search of ``queries`` against ``database``: a list of :class:`QueryHits`.
 
-    ``queries``: a FASTA path, a :class:`~hmmgpu.seqdb.SequenceDB`, or texts / (name, text)
+    ``queries``: a FASTA path, a :class:`~hmmgpu.formats.seqdb.SequenceDB`, or texts / (name, text)
     pairs; ``database``: a FASTA path (plain or gzip), a ``hmmgpu makedb`` directory or a
     SequenceDB. See :class:`SwSearch` for the options.
     """

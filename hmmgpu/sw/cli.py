@@ -9,8 +9,8 @@ import argparse
 import sys
 import time
 
-from ..errors import HmmgpuError
-from . import MATRICES
+from hmmgpu.errors import HmmgpuError
+from hmmgpu.sw import MATRICES
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -39,9 +39,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Execute ``hmmgpu sw``; returns the exit status."""
-    from .. import __version__
-    from .output import format_report, write_tabular
-    from .api import SwSearch, _read_queries
+    from hmmgpu._version import __version__
+    from hmmgpu.sw.output import format_report, write_tabular
+    from hmmgpu.sw.api import SwSearch, _read_queries
 
     try:
         queries = _read_queries(args.queries)

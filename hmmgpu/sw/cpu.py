@@ -13,8 +13,8 @@ import functools
 
 import numpy as np
 
-from ..options import usable_cores
-from .matrices import ALPHABET, Matrix, code_rows
+from hmmgpu.host import usable_cores
+from hmmgpu.sw.matrices import ALPHABET, Matrix, code_rows
 
 #: pyopal's alphabet for the matrix rows: ``*`` replaced by ``J`` (absent from the matrices).
 OPAL_ALPHABET = ALPHABET.replace("*", "J")
@@ -52,6 +52,15 @@ def pair_scores(query_codes: np.ndarray, targets, matrix: Matrix, gap_open: int,
     if not len(db):
         return np.zeros(0, np.int32)
     return np.array([r.score for r in aligner.align(opal_text(query_codes), db, mode="score")], np.int32)
+
+
+def rescorer(db, matrix: Matrix, gap_open: int, gap_extend: int):
+    """``rescore(query_codes, indices)`` for :class:`~hmmgpu.gpu.sw.launch.GpuScanner`: exact
+    32-bit scores of the database targets ``indices`` (pyopal on the CPU)."""
+    def rescore(query_codes: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        return pair_scores(query_codes, [db.codes(int(i)) for i in indices], matrix, gap_open, gap_extend)
+
+    return rescore
 
 
 class CpuScanner:

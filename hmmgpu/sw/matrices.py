@@ -19,12 +19,12 @@ from typing import Literal
 
 import numpy as np
 
-from ..constants import AMINO_SYMBOLS
-from ..errors import HmmgpuError
+from hmmgpu.constants import AMINO_SYMBOLS
+from hmmgpu.errors import HmmgpuError
 
 MatrixName = Literal["BLOSUM45", "BLOSUM50", "BLOSUM62", "BLOSUM80", "PAM30", "PAM70", "PAM250"]
 #: The matrices hmmgpu sw accepts (those NCBI BLAST publishes gapped statistics for).
-from . import MATRICES  # noqa: E402 - the names live in the package (light to import)
+from hmmgpu.sw import MATRICES  # noqa: E402 - the names live in the package (light to import)
 #: Row letters of every matrix, in order.
 ALPHABET = "ARNDCQEGHILKMFPSTWYVBZX*"
 #: Number of Easel amino codes.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 
 
-from .matrices import letters
+from hmmgpu.sw.matrices import letters
 
 #: The 12 columns of BLAST's ``-outfmt 6``.
 TABULAR_COLUMNS = ("qseqid", "sseqid", "pident", "length", "mismatch", "gapopen", "qstart", "qend", "sstart",

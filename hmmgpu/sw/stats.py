@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import HmmgpuError
+from hmmgpu.errors import HmmgpuError
 
 #: (open, extend) -> (lambda, K, H, alpha, beta), NCBI blast_stat.c, gapped rows.
 _TABLES = {

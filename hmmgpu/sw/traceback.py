@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import HmmgpuError
+from hmmgpu.errors import HmmgpuError
 
 NEG = -(1 << 30)
 #: Alignment column kinds of :attr:`Alignment.ops`.

@@ -1,0 +1,64 @@
+"""The CPU's filter stages: pyhmmer end to end, or hmmgpu's exact numba filters.
+
+:class:`HmmerBackend` runs no filter of hmmgpu's: the engine gives every target to pyhmmer's
+own pipeline (the exact CPU route). :class:`NumbaBackend` runs MSV, the bias filter and the
+Viterbi filter with hmmgpu's numba reference (:mod:`hmmgpu.cpu.filters`), the code that the
+GPU kernels must equal, parallel over targets.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hmmgpu.stages.protocol import Backend, FilterBackend
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class HmmerBackend(Backend):
+    """pyhmmer's pipeline end to end: every filter runs inside HMMER."""
+
+    def __init__(self, db):
+        self.db = db
+        self.description = "backend hmmer (pyhmmer on the CPU)"
+
+
+class NumbaBackend(FilterBackend):
+    """hmmgpu's exact CPU filters, parallel over targets (numba)."""
+
+    def __init__(self, db, threads: int | None = None):
+        super().__init__(db)
+        if threads:
+            import numba
+
+            numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))
+        self.description = "backend numba (hmmgpu's exact CPU filters)"
+
+    def msv(self, profile, thresholds=None):
+        import numpy as np
+
+        from hmmgpu.cpu import filters as cpu_filters
+        from hmmgpu.stages.cascade import MsvResult
+
+        status, xj = cpu_filters.msv_filter(profile, self.db)
+        L = self.db.lengths
+        passed = L > 0
+        if thresholds is not None:
+            passed &= (status != 0) | (xj >= np.asarray(thresholds)[L])
+        idx = np.flatnonzero(passed)
+        return MsvResult(idx, status[idx], xj[idx])
+
+    def bias(self, profile, indices) -> np.ndarray:
+        from hmmgpu.cpu import filters as cpu_filters
+
+        return cpu_filters.bias_filter(profile, self.db, indices)
+
+    def viterbi(self, profile, indices):
+        import numpy as np
+
+        from hmmgpu.cpu import filters as cpu_filters
+        from hmmgpu.stages.cascade import ViterbiResult
+
+        idx = np.asarray(indices, np.int64)
+        status, xc = cpu_filters.viterbi_filter(profile, self.db, idx)
+        return ViterbiResult(idx, status, xc)

@@ -1,0 +1,375 @@
+"""HMMER's own filter functions through ctypes: the reference oracle for tests and ``hmmgpu audit``.
+
+The C libraries are the ones the pyhmmer wheel ships (``pyhmmer.libs/liblib{easel,hmmer}.so``).
+Each model is configured exactly as hmmsearch configures it (hmmer-filters-spec.md §1.3), and each
+target gets ``p7_bg_SetLength`` and ``p7_oprofile_ReconfigLength`` before it is scored.
+
+Struct offsets in ``P7_OPROFILE`` were measured with ``offsetof`` against the wheel's headers
+(``sizeof(P7_OPROFILE) == 448``); a run-time check refuses a library whose layout differs.
+Loading the libraries replaces Easel's exception handler, process-wide, by one that records the
+message instead of aborting; pyhmmer then reports such errors as ``UnexpectedError``.
+"""
+import ctypes
+import io
+import math
+import os
+
+import numpy as np
+
+from hmmgpu.constants import BASE_B, BASE_W, KP, SCALE_B, SCALE_W, STATUS_NORESULT, STATUS_OK, STATUS_RANGE
+
+__all__ = ["HmmerModel", "libhmmer_available"]
+
+_ESL_AMINO = 3  # eslAMINO
+_P7_LOCAL = 1  # p7_LOCAL: multihit local, as hmmsearch
+_CONFIG_L = 100  # hmmsearch's length for p7_ProfileConfig
+_SENTINEL = 255  # eslDSQ_SENTINEL
+
+# P7_OPROFILE field offsets (x86-64, pyhmmer 0.12.3 wheel).
+_OM_RBV = 0  # __m128i **
+_OM_SBV = 8  # __m128i **
+_OM_TBM_B = 16  # uint8_t
+_OM_TEC_B = 17  # uint8_t
+_OM_TJB_B = 18  # uint8_t
+_OM_SCALE_B = 20  # float
+_OM_BASE_B = 24  # uint8_t
+_OM_BIAS_B = 25  # uint8_t
+_OM_RWV = 32  # __m128i **
+_OM_TWV = 40  # __m128i *
+_OM_XW = 48  # int16_t [4][2], [E, N, J, C][MOVE, LOOP]
+_OM_SCALE_W = 64  # float
+_OM_BASE_W = 68  # int16_t
+_OM_DDBOUND_W = 70  # int16_t
+_OM_EVPARAM = 272  # float [6]: MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA
+_OM_COMPO = 320  # float [20]
+_OM_ABC = 400  # const ESL_ALPHABET *
+_OM_M = 412  # int
+_OM_MODE = 436  # int
+_HMM_M = 0  # P7_HMM.M (int)
+
+_XW_N, _MOVE = 1, 0  # p7O_N, p7O_MOVE
+_EXTRA_SB = 17  # p7O_EXTRA_SB
+
+_c = ctypes
+_p = _c.c_void_p
+_PROTOTYPES = {
+    "esl_alphabet_Create": (_p, [_c.c_int]),
+    "esl_alphabet_Destroy": (None, [_p]),
+    "esl_exception_SetHandler": (None, [_p]),
+    "p7_hmmfile_OpenBuffer": (_c.c_int, [_c.c_char_p, _c.c_int, _p]),
+    "p7_hmmfile_Read": (_c.c_int, [_p, _p, _p]),
+    "p7_hmmfile_Close": (None, [_p]),
+    "p7_hmm_Destroy": (None, [_p]),
+    "p7_bg_Create": (_p, [_p]),
+    "p7_bg_Destroy": (None, [_p]),
+    "p7_bg_SetFilter": (_c.c_int, [_p, _c.c_int, _p]),
+    "p7_bg_SetLength": (_c.c_int, [_p, _c.c_int]),
+    "p7_bg_NullOne": (_c.c_int, [_p, _p, _c.c_int, _p]),
+    "p7_bg_FilterScore": (_c.c_int, [_p, _p, _c.c_int, _p]),
+    "p7_profile_Create": (_p, [_c.c_int, _p]),
+    "p7_profile_Destroy": (None, [_p]),
+    "p7_ProfileConfig": (_c.c_int, [_p, _p, _p, _c.c_int, _c.c_int]),
+    "p7_oprofile_Create": (_p, [_c.c_int, _p]),
+    "p7_oprofile_Destroy": (None, [_p]),
+    "p7_oprofile_Convert": (_c.c_int, [_p, _p]),
+    "p7_oprofile_ReconfigLength": (_c.c_int, [_p, _c.c_int]),
+    "p7_omx_Create": (_p, [_c.c_int, _c.c_int, _c.c_int]),
+    "p7_omx_GrowTo": (_c.c_int, [_p, _c.c_int, _c.c_int, _c.c_int]),
+    "p7_omx_Destroy": (None, [_p]),
+    "p7_SSVFilter": (_c.c_int, [_p, _c.c_int, _p, _p]),
+    "p7_MSVFilter": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
+    "p7_ViterbiFilter": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
+}
+
+_HANDLER_TYPE = _c.CFUNCTYPE(None, _c.c_int, _c.c_int, _c.c_char_p, _c.c_int, _c.c_char_p, _p)
+_state = {}  # 'lib': namespace of bound functions, or 'error': why loading failed
+_messages = []  # Easel exception messages recorded since the last C call that checked them
+
+
+def _on_easel_exception(errcode, use_errno, sourcefile, sourceline, fmt, argp):
+    buf = _c.create_string_buffer(1024)
+    _state["lib"].vsnprintf(buf, len(buf), fmt, argp)
+    where = (sourcefile or b"?").decode(errors="replace")
+    _messages.append(f"{buf.value.decode(errors='replace')} (Easel status {errcode}, {where}:{sourceline})")
+
+
+_HANDLER = _HANDLER_TYPE(_on_easel_exception)
+
+
+class _Lib:
+    """The bound C functions of liblibhmmer and liblibeasel."""
+
+    def __init__(self):
+        import pyhmmer.easel  # noqa: F401  (pyhmmer installs its own handler on import; ours goes after it)
+        import pyhmmer.plan7  # noqa: F401
+
+        libdir = os.path.join(os.path.dirname(pyhmmer.__file__), os.pardir, "pyhmmer.libs")
+        easel = _c.CDLL(os.path.join(libdir, "liblibeasel.so"), mode=_c.RTLD_GLOBAL)
+        hmmer = _c.CDLL(os.path.join(libdir, "liblibhmmer.so"))
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            fn = getattr(hmmer if name.startswith("p7_") else easel, name)
+            fn.restype, fn.argtypes = restype, argtypes
+            setattr(self, name, fn)
+        self.vsnprintf = _c.CDLL(None).vsnprintf
+        self.vsnprintf.restype, self.vsnprintf.argtypes = _c.c_int, [_c.c_char_p, _c.c_size_t, _c.c_char_p, _p]
+
+
+def _install_handler(lib):
+    """Route Easel exceptions to ``_messages`` instead of abort(); process-wide."""
+    lib.esl_exception_SetHandler(_c.cast(_HANDLER, _p))
+    return lib
+
+
+def _lib():
+    if "lib" not in _state:
+        if "error" in _state:
+            raise RuntimeError(f"HMMER's C library is unavailable: {_state['error']}")
+        try:
+            _state["lib"] = _install_handler(_Lib())
+        except (ImportError, OSError, AttributeError) as exc:
+            _state["error"] = str(exc)
+            raise RuntimeError(f"HMMER's C library is unavailable: {exc}") from exc
+    return _state["lib"]
+
+
+def libhmmer_available() -> bool:
+    """True if pyhmmer's bundled HMMER libraries load and export every function the oracle needs."""
+    try:
+        _lib()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _check(status, what, allowed=(STATUS_OK,)):
+    messages = " ".join(_messages)
+    _messages.clear()
+    if status not in allowed:
+        raise RuntimeError(f"{what} failed with Easel status {status}" + (f": {messages}" if messages else ""))
+    return status
+
+
+def _read(ctype, address):
+    return ctype.from_address(address).value
+
+
+def _destripe(raw, q, lanes, m):
+    """Rows of ``q`` striped vectors of ``lanes`` lanes -> per-node columns (node k at column k-1)."""
+    rows = raw.reshape(raw.shape[0], q, lanes)
+    return np.ascontiguousarray(rows.transpose(0, 2, 1).reshape(raw.shape[0], q * lanes)[:, :m])
+
+
+class HmmerModel:
+    """HMMER's own C structures for one protein model, configured as hmmsearch configures them."""
+
+    _FIELDS = ("_ox", "_om", "_gm", "_bg", "_hmm", "_abc")
+
+    def __init__(self, hmm):
+        for name in self._FIELDS:
+            setattr(self, name, None)
+        lib = _lib()
+        if not hmm.alphabet.is_amino():
+            raise ValueError("HmmerModel needs a protein (amino) model")
+        buf = io.BytesIO()
+        hmm.write(buf)
+        text = buf.getvalue()
+
+        self._abc = lib.esl_alphabet_Create(_ESL_AMINO)
+        hfp = _p()
+        _check(lib.p7_hmmfile_OpenBuffer(text, len(text), _c.byref(hfp)), "p7_hmmfile_OpenBuffer")
+        abc, c_hmm = _p(self._abc), _p()
+        try:
+            _check(lib.p7_hmmfile_Read(hfp, _c.byref(abc), _c.byref(c_hmm)), "p7_hmmfile_Read")
+        finally:
+            lib.p7_hmmfile_Close(hfp)
+        self._hmm = c_hmm.value
+        self.M = hmm.M
+        if _read(_c.c_int, self._hmm + _HMM_M) != self.M:
+            self.close()
+            raise RuntimeError("P7_HMM layout of the loaded libhmmer differs from the one hmmerlib expects")
+
+        self._bg = lib.p7_bg_Create(self._abc)
+        self._gm = lib.p7_profile_Create(self.M, self._abc)
+        _check(lib.p7_ProfileConfig(self._hmm, self._bg, self._gm, _CONFIG_L, _P7_LOCAL), "p7_ProfileConfig")
+        self._om = lib.p7_oprofile_Create(self.M, self._abc)
+        _check(lib.p7_oprofile_Convert(self._gm, self._om), "p7_oprofile_Convert")
+        self._ox = lib.p7_omx_Create(self.M, 0, 0)
+        if not all(getattr(self, name) for name in self._FIELDS):
+            self.close()
+            raise MemoryError("HMMER could not allocate the model structures")
+        self._check_layout()
+        _check(lib.p7_bg_SetFilter(self._bg, self.M, self._om + _OM_COMPO), "p7_bg_SetFilter")
+
+    def _check_layout(self):
+        om = self._om
+        if not (
+            _read(_c.c_int, om + _OM_M) == self.M
+            and _read(_c.c_void_p, om + _OM_ABC) == self._abc
+            and _read(_c.c_int, om + _OM_MODE) == _P7_LOCAL
+            and np.float32(_read(_c.c_float, om + _OM_SCALE_B)) == SCALE_B
+            and _read(_c.c_uint8, om + _OM_BASE_B) == BASE_B
+            and np.float32(_read(_c.c_float, om + _OM_SCALE_W)) == SCALE_W
+            and _read(_c.c_int16, om + _OM_BASE_W) == BASE_W
+        ):
+            self.close()
+            raise RuntimeError("P7_OPROFILE layout of the loaded libhmmer differs from the one hmmerlib expects")
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free the C structures (idempotent)."""
+        lib = _state.get("lib")
+        if lib is None:
+            return
+        for name, destroy in zip(self._FIELDS, (lib.p7_omx_Destroy, lib.p7_oprofile_Destroy, lib.p7_profile_Destroy,
+                                                lib.p7_bg_Destroy, lib.p7_hmm_Destroy, lib.esl_alphabet_Destroy)):
+            ptr = getattr(self, name, None)
+            if ptr:
+                setattr(self, name, None)
+                destroy(ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    # --- per-target calls -------------------------------------------------------------------
+
+    def _target(self, codes):
+        """Digital codes -> sentinel-padded dsq, with bg and om set to its length as hmmsearch does."""
+        if self._om is None:
+            raise ValueError("HmmerModel is closed")
+        codes = np.asarray(codes, dtype=np.uint8).ravel()
+        n = codes.size
+        if n == 0:
+            raise ValueError("empty target (hmmsearch skips L = 0)")
+        if codes.max() >= KP:
+            raise ValueError(f"digital codes must be < {KP}")
+        dsq = np.empty(n + 2, dtype=np.uint8)
+        dsq[0] = dsq[-1] = _SENTINEL
+        dsq[1:-1] = codes
+        lib = _state["lib"]
+        _check(lib.p7_bg_SetLength(self._bg, n), "p7_bg_SetLength")
+        _check(lib.p7_oprofile_ReconfigLength(self._om, n), "p7_oprofile_ReconfigLength")
+        _check(lib.p7_omx_GrowTo(self._ox, self.M, 0, n), "p7_omx_GrowTo")
+        return dsq, n
+
+    def _null(self, dsq, n):
+        sc = _c.c_float()
+        _check(_state["lib"].p7_bg_NullOne(self._bg, dsq.ctypes.data, n, _c.byref(sc)), "p7_bg_NullOne")
+        return sc.value
+
+    def _bias(self, dsq, n):
+        sc = _c.c_float()
+        _check(_state["lib"].p7_bg_FilterScore(self._bg, dsq.ctypes.data, n, _c.byref(sc)), "p7_bg_FilterScore")
+        return sc.value
+
+    def _filter(self, name, dsq, n, allowed):
+        sc = _c.c_float()
+        fn = getattr(_state["lib"], name)
+        if name == "p7_SSVFilter":
+            status = fn(dsq.ctypes.data, n, self._om, _c.byref(sc))
+        else:
+            status = fn(dsq.ctypes.data, n, self._om, self._ox, _c.byref(sc))
+        _check(status, name, allowed)
+        if status == STATUS_RANGE:
+            return status, math.inf
+        if status == STATUS_NORESULT:
+            return status, math.nan
+        return status, sc.value
+
+    def _ssv(self, dsq, n):
+        return self._filter("p7_SSVFilter", dsq, n, (STATUS_OK, STATUS_RANGE, STATUS_NORESULT))
+
+    def _msv(self, dsq, n):
+        return self._filter("p7_MSVFilter", dsq, n, (STATUS_OK, STATUS_RANGE))
+
+    def _vf(self, dsq, n):
+        return self._filter("p7_ViterbiFilter", dsq, n, (STATUS_OK, STATUS_RANGE))
+
+    def null_score(self, codes) -> float:
+        """Null-model score ``p7_bg_NullOne`` (nats)."""
+        return self._null(*self._target(codes))
+
+    def ssv(self, codes) -> tuple:
+        """``p7_SSVFilter``: (status, nats); nan on ENORESULT, +inf on ERANGE."""
+        return self._ssv(*self._target(codes))
+
+    def msv(self, codes) -> tuple:
+        """``p7_MSVFilter`` (which runs SSV first): (status, nats); +inf on ERANGE."""
+        return self._msv(*self._target(codes))
+
+    def bias_filter_score(self, codes) -> float:
+        """Bias-filter score ``p7_bg_FilterScore`` (nats)."""
+        return self._bias(*self._target(codes))
+
+    def viterbi_filter(self, codes) -> tuple:
+        """``p7_ViterbiFilter``: (status, nats); +inf on ERANGE."""
+        return self._vf(*self._target(codes))
+
+    SCORE_DTYPE = np.dtype([
+        ("null", np.float32), ("ssv_status", np.int32), ("ssv", np.float32), ("msv_status", np.int32),
+        ("msv", np.float32), ("bias", np.float32), ("vf_status", np.int32), ("vf", np.float32),
+    ])
+
+    def score_all(self, sequences) -> np.ndarray:
+        """Every per-target score for each code array, as a ``SCORE_DTYPE`` row (L = 0: nan scores, status 0)."""
+        rows = []
+        for codes in sequences:
+            if np.size(codes) == 0:
+                rows.append((math.nan, 0, math.nan, 0, math.nan, math.nan, 0, math.nan))
+                continue
+            dsq, n = self._target(codes)
+            rows.append((self._null(dsq, n), *self._ssv(dsq, n), *self._msv(dsq, n),
+                         self._bias(dsq, n), *self._vf(dsq, n)))
+        return np.array(rows, dtype=self.SCORE_DTYPE)
+
+    # --- quantized tables -------------------------------------------------------------------
+
+    def _vectors(self, field, nvec, lanes, dtype):
+        """Rows ``om->field[x]`` (x < Kp), each ``nvec`` vectors of 16 bytes, as a (Kp, nvec*lanes) array."""
+        rows = (_c.c_void_p * KP).from_address(_read(_c.c_void_p, self._om + field))
+        return np.stack([np.frombuffer(_c.string_at(rows[x], 16 * nvec), dtype=dtype) for x in range(KP)])
+
+    def byte_tables(self) -> dict:
+        """MSV/SSV bytes per node: 'rbv' uint8 (29, M), 'sbv' int8 (29, M), and 'tbm', 'tec', 'bias', 'base'."""
+        q = max(2, -(-self.M // 16))
+        om = self._om
+        return {
+            "rbv": _destripe(self._vectors(_OM_RBV, q, 16, np.uint8), q, 16, self.M),
+            "sbv": _destripe(self._vectors(_OM_SBV, q + _EXTRA_SB, 16, np.int8)[:, :16 * q], q, 16, self.M),
+            "tbm": _read(_c.c_uint8, om + _OM_TBM_B),
+            "tec": _read(_c.c_uint8, om + _OM_TEC_B),
+            "bias": _read(_c.c_uint8, om + _OM_BIAS_B),
+            "base": _read(_c.c_uint8, om + _OM_BASE_B),
+        }
+
+    def word_tables(self) -> dict:
+        """Viterbi-filter words per node: 'rw' (29, M); 'tw' (8, M), rows BM MM IM DM MD MI II DD;
+        'ddbound'; 'xw' (4, 2), indexed [E, N, J, C][MOVE, LOOP]."""
+        q = max(2, -(-self.M // 8))
+        om = self._om
+        twv = np.frombuffer(_c.string_at(_read(_c.c_void_p, om + _OM_TWV), 16 * 8 * q), dtype=np.int16)
+        twv = twv.reshape(8 * q, 8)
+        blocks = np.concatenate([twv[:7 * q].reshape(q, 7, 8).transpose(1, 0, 2), twv[7 * q:][None]])
+        return {
+            "rw": _destripe(self._vectors(_OM_RWV, q, 8, np.int16), q, 8, self.M),
+            "tw": _destripe(blocks.reshape(8, 8 * q), q, 8, self.M),
+            "ddbound": _read(_c.c_int16, om + _OM_DDBOUND_W),
+            "xw": np.array((_c.c_int16 * 8).from_address(om + _OM_XW), dtype=np.int16).reshape(4, 2),
+        }
+
+    def length_scalars(self, L) -> tuple:
+        """(tjb_b, xw[N][MOVE], null score) after reconfiguring to target length ``L`` >= 1."""
+        dsq, n = self._target(np.zeros(L, dtype=np.uint8))
+        return (_read(_c.c_uint8, self._om + _OM_TJB_B),
+                _read(_c.c_int16, self._om + _OM_XW + 2 * (2 * _XW_N + _MOVE)),
+                self._null(dsq, n))
+
+    def evalue_parameters(self) -> tuple:
+        """``om->evparam``: (MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA)."""
+        return tuple(float(v) for v in (_c.c_float * 6).from_address(self._om + _OM_EVPARAM))

@@ -1,0 +1,1 @@
+"""Searches spread over worker processes (and later GPUs and clusters), merged exactly."""

@@ -1,0 +1,71 @@
+"""The GPU's filter stages in this process: the kernels over a database resident on one device.
+
+:class:`CudaBackend` is what the audit and the tests call stage by stage; searches run the
+same object in a child process (:mod:`hmmgpu.gpu.process`), where its interpreter work has a
+lock of its own.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from hmmgpu.stages.protocol import FilterBackend
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class CudaBackend(FilterBackend):
+    """The GPU kernels over a database resident on one device (explicit id)."""
+
+    def __init__(self, db, lanes: str = "auto", device: int = 0, max_bytes: int | None = None):
+        super().__init__(db)
+        from hmmgpu.gpu.cascade import GpuCascade
+        from hmmgpu.gpu.runtime.device import GpuDevice
+        from hmmgpu.gpu.resident import ResidentDatabase
+
+        self.device = GpuDevice.open(device)
+        clock = time.perf_counter()
+        with self.device.activate():
+            self.resident = ResidentDatabase(db, self.device, max_bytes=max_bytes)
+        #: seconds of the set-up: the database packed and copied to the device, and the rest
+        self.setup_seconds = dict(upload=time.perf_counter() - clock)
+        self.gpu = GpuCascade(self.resident, lanes=lanes)
+        self.setup_seconds["cascade"] = time.perf_counter() - clock - self.setup_seconds["upload"]
+        self.lanes = self.gpu.lanes
+        self.description = f"backend cuda on {self.device.description} ({self.lanes} lanes)"
+
+    def msv(self, profile, thresholds=None):
+        from hmmgpu.stages.cascade import MsvResult
+
+        return MsvResult(*self.gpu.msv_stage.run(profile, thresholds))
+
+    def bias(self, profile, indices) -> np.ndarray:
+        return self.gpu.bias_scores(profile, indices)
+
+    def viterbi(self, profile, indices):
+        import numpy as np
+
+        from hmmgpu.stages.cascade import ViterbiResult
+
+        idx = np.asarray(indices, np.int64)
+        status, xc = self.gpu.viterbi(profile, idx)
+        return ViterbiResult(idx, status, xc)
+
+    def cascade(self, profile, options):
+        return self.gpu.run(profile, options)
+
+    def submit(self, profile, options):
+        return self.gpu.submit(profile, options)
+
+    def gpu_seconds(self) -> float:
+        return self.gpu.gpu_ms / 1e3
+
+    def prepare_for(self, lengths) -> None:
+        self.gpu.compile_for(lengths)
+
+    def details(self) -> dict:
+        return dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds))
+
+    def close(self, wait: bool = True) -> None:
+        self.gpu.close()

@@ -1,0 +1,502 @@
+"""The filter cascade on the GPU: MSV, bias filter and Viterbi filter, model after model.
+
+For each model the host uploads its tables and launches three kernels on one stream:
+the SSV/MSV kernel over every position (:mod:`.msv`) writes the targets that pass F1; the
+bias kernel (:mod:`.bias`) scores those, decides what it can and compacts the ones that need
+the Viterbi filter into a work list; the Viterbi kernel (:mod:`.vit`) runs on that list.
+A model's tables travel in one asynchronous copy (one pinned buffer, laid out once per
+slot) and its results (counters, lists, scores) come back in one, and an event marks the
+end: a handful of driver calls per model, since each one releases and retakes the
+interpreter's lock that the other stages' threads share. :meth:`GpuCascade.submit` returns
+at once, with no host synchronisation between models; a ring of :data:`SLOTS` buffer sets,
+each with its own stream, lets that many models be in flight and their kernels run at the
+same time (so the few long targets that end each kernel do not leave the GPU idle).
+:meth:`Ticket.result` (from any thread; the engine calls it from its own thread while
+another submits) waits for the event and finishes on the host what the GPU left to it, with HMMER's own
+arithmetic: the decisions inside the P-value bands, the few targets whose bias score or
+Viterbi filter the kernels flagged, the fallback targets of the J-state MSV, and models
+whose shape or scores the kernels do not take (run on the CPU reference entirely).
+
+A database larger than the GPU's memory budget is processed chunk after chunk, each model
+synchronously (correct, slower).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hmmgpu.stages import stats
+from hmmgpu.stages.cascade import CascadeResult, MsvResult, ViterbiResult, run_cascade
+from hmmgpu.stages.profiles import null_table, tjb_table, xw_move_table
+from hmmgpu.gpu.runtime import build, tuning
+from hmmgpu.gpu.bias import BiasSpec, Decision, length_tables
+from hmmgpu.gpu.bias import ARGS as BIAS_ARGS
+from hmmgpu.gpu.runtime.kargs import arguments
+from hmmgpu.gpu.msv.launch import MsvKernels, MsvStage, model_tables, scalars
+from hmmgpu.gpu.msv.source import NX as MSV_NX
+from hmmgpu.gpu.msv.source import Counter as MsvCounter
+from hmmgpu.gpu.msv.source import row_stride
+from hmmgpu.gpu.pack import PackSpec
+from hmmgpu.gpu.vit.launch import VitKernels, VitStage, exactness_conditions, tables
+from hmmgpu.gpu.vit.source import NX as VIT_NX
+from hmmgpu.gpu.vit.source import STATUS_UNCERTAIN, TRANSITION_ROWS
+
+#: Models in flight on the GPU at once (buffer sets in the ring).
+SLOTS = 8
+#: Counter array of one slot: the MSV kernel's counters, then the Viterbi work-list count
+#: and the Viterbi kernel's work counter.
+_VIT_LIST = len(MsvCounter)
+_VIT_WORK = _VIT_LIST + 1
+_N_COUNTERS = _VIT_WORK + 1
+
+
+def all_specs(device, lanes: str = "auto") -> list:
+    """Every kernel shape of the cascade on ``device`` (``hmmgpu warmup``), the packing of its
+    database included."""
+    return MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec(), PackSpec()]
+
+
+def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
+    """The kernel specialisations models of these lengths use (the bias kernel and the
+    database's packing included)."""
+    specs = [BiasSpec(), PackSpec()]
+    for M in sorted(set(int(m) for m in lengths)):
+        specs += [s for s in (msv.spec(M), vit.spec(M)) if s is not None]
+    return list(dict.fromkeys(specs))
+
+
+def load_kernels(device, lanes: str, lengths, notice=None) -> int:
+    """Compile, in parallel processes, the kernels that models of these lengths need and the
+    device lacks (one line on stderr while it does), and load them all; returns how many
+    were compiled. Needs the device only, not the database: the GPU process runs it while
+    the database is read (:mod:`hmmgpu.gpu.process`)."""
+    specs = needed_specs(MsvKernels(device, lanes), VitKernels(device), lengths)
+    compiled = build.compile_ahead(specs, device, processes=len(specs), notice=notice)
+    with device.activate():
+        for spec in specs:
+            build.load(spec, device)
+    return compiled
+
+
+#: The model tables of one slot, in the order they lie in its upload buffer: (name, dtype).
+_TABLES = (("ssv_table", np.uint32), ("msv_table", np.uint32), ("threshold_by_length", np.int32),
+           ("scalars", np.int32), ("odds", np.float32), ("bands", np.float32), ("emissions", np.uint32),
+           ("transitions", np.uint32), ("dd_sums", np.int32), ("overflow_at", np.int32))
+#: The per-target outputs of one slot, in the order they lie in its result buffer; the
+#: Viterbi work list (``vit_pos``) comes last and is not copied back.
+_OUTPUTS = (("msv_pos", np.int32), ("msv_xj", np.int32), ("fallback", np.int32), ("filtersc", np.float32),
+            ("vit_from", np.int32), ("vit_xc", np.int32), ("msv_status", np.int8), ("decision", np.int8),
+            ("vit_status", np.int8), ("vit_pos", np.int32))
+
+
+def _carve(buffer, layout) -> dict:
+    """Typed views of consecutive regions of a flat byte buffer (host or device):
+    ``layout`` is ``(name, dtype, count)``, each region starting on a 4-byte boundary."""
+    views, at = {}, 0
+    for name, dtype, count in layout:
+        size = np.dtype(dtype).itemsize * count
+        views[name] = buffer[at:at + size].view(dtype)
+        at += -(-size // 4) * 4
+    return views
+
+
+def _layout_size(layout) -> int:
+    return sum(-(-np.dtype(d).itemsize * c // 4) * 4 for _, d, c in layout)
+
+
+@dataclass
+class _Slot:
+    """Device and pinned host buffers of one model in flight."""
+
+    tables_host: object  #: pinned bytes: this slot's model tables (one upload)
+    tables_device: object
+    tables: dict  #: typed device views of the tables (kernel arguments)
+    tables_staging: dict  #: typed host views of the same regions
+    results_device: object  #: device bytes: counters, then the per-target outputs
+    results_host: object  #: pinned mirror of the part that comes back
+    results_bytes: int
+    counters: object  #: device view: the kernels' counters
+    outputs: dict  #: device views of the per-target outputs
+    host: dict  #: host views of the counters and outputs
+    zeros: object  #: pinned zeros for resetting the counters
+    stream: object  #: this slot's CUDA stream
+    events: tuple  #: start, after MSV, after bias, after Viterbi, results copied
+
+    def upload(self, host_tables: dict, stream) -> None:
+        """Copy a model's tables into this slot's device buffer (one asynchronous copy)."""
+        for name, array in host_tables.items():
+            flat = np.asarray(array).reshape(-1)
+            self.tables_staging[name][:flat.size] = flat
+        self.tables_device.copy_to_device(self.tables_host, stream=stream)
+
+
+class Ticket:
+    """A model submitted to the GPU; :meth:`result` waits for it and finishes it."""
+
+    def __init__(self, cascade, profile, options, slot=None, plan=None, done=None):
+        self._cascade = cascade
+        self.profile = profile
+        self.options = options
+        self.slot = slot
+        self.plan = plan
+        self._done = done
+        self._lock = threading.Lock()
+
+    def result(self) -> CascadeResult:
+        """Wait for the GPU, finish on the host, and return the cascade's result (once, in
+        whichever thread asks first)."""
+        with self._lock:
+            if self._done is None:
+                self._done = self._cascade._finish(self)
+        return self._done
+
+
+class GpuCascade:
+    """The filter cascade of any number of models over one resident database."""
+
+    def __init__(self, resident, lanes: str = "auto"):
+        self.resident = resident
+        self.device = resident.device
+        rt = self.device.runtime
+        self.msv = MsvKernels(self.device, lanes)
+        self.vit = VitKernels(self.device)
+        self.lanes = self.msv.lanes
+        self.msv_stage = MsvStage(resident, lanes)
+        self.vit_stage = VitStage(resident)
+        #: time of each kernel, summed over models (kernels of models in flight together
+        #: overlap, so this is more than the GPU's busy time, :attr:`gpu_ms`)
+        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0)
+        self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
+        self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0)  #: the host's side of the cascade
+        self._bias_kernel = None
+        max_len = max(resident.max_length, 1)
+        self.max_length = max_len
+        self._distinct_lengths = np.unique(resident.lengths)  #: the lengths the kernels ever look up
+        n = resident.largest_chunk
+        with self.device.activate():
+            self._db_tables = {k: rt.to_device(v) for k, v in length_tables(max_len).items()}
+            self._db_tables["move_by_length"] = rt.to_device(xw_move_table(max_len).astype(np.int32))
+            self._db_tables["tjb32"] = rt.to_device(tjb_table(max_len).astype(np.int32))
+            #: the ring's buffer sets, each made when a model first needs it (a search of one
+            #: model pins and allocates one set, not :data:`SLOTS`; 15 MB each for 116 M residues)
+            self._slots = [None] * SLOTS if resident.resident else []
+            self._slot_targets = n
+            self._epoch = None
+            if not self.device.simulator:
+                self._epoch = rt.event()
+                self._epoch.record()
+                self._epoch.synchronize()
+        self._next = 0
+        self._in_flight: list = []
+        self._lock = threading.Lock()  #: guards the ring and the time counters (two threads use them)
+
+    def _new_slot(self, n: int) -> _Slot:
+        rt = self.device.runtime
+        q_max = 64  # the largest Q of the shape tables
+        capacity = dict(ssv_table=MSV_NX * row_stride(32, q_max), msv_table=MSV_NX * row_stride(32, q_max),
+                        threshold_by_length=self.max_length + 1, scalars=8, odds=2 * VIT_NX, bands=4,
+                        emissions=VIT_NX * 32 * q_max, transitions=len(TRANSITION_ROWS) * 32 * q_max,
+                        dd_sums=64, overflow_at=VIT_NX)
+        table_layout = [(name, dtype, capacity[name]) for name, dtype in _TABLES]
+        tables_host = rt.pinned_array(_layout_size(table_layout), np.uint8)
+        tables_device = rt.device_array(tables_host.size, np.uint8)
+        n = -(-max(n, 1) // 4) * 4
+        result_layout = [("counters", np.int32, _N_COUNTERS)] + [(name, dtype, n) for name, dtype in _OUTPUTS]
+        results_device = rt.device_array(_layout_size(result_layout), np.uint8)
+        results_bytes = _layout_size(result_layout[:-1])  # all but the Viterbi work list
+        results_host = rt.pinned_array(results_bytes, np.uint8)
+        outputs = _carve(results_device, result_layout)
+        zeros = rt.pinned_array(_N_COUNTERS, np.int32)
+        zeros[:] = 0
+        return _Slot(tables_host=tables_host, tables_device=tables_device,
+                     tables=_carve(tables_device, table_layout), tables_staging=_carve(tables_host, table_layout),
+                     results_device=results_device, results_host=results_host, results_bytes=results_bytes,
+                     counters=outputs.pop("counters"), outputs=outputs,
+                     host=_carve(results_host, result_layout[:-1]), zeros=zeros, stream=rt.stream(),
+                     events=tuple(rt.event() for _ in range(5)))
+
+    @property
+    def gpu_ms(self) -> float:
+        """Time the GPU was running the cascade's kernels so far (milliseconds): the union of
+        every model's interval from its first kernel's start to its last kernel's end."""
+        with self._lock:
+            spans = sorted(self._busy)
+        total, end = 0.0, float("-inf")
+        for a, b in spans:
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        return total
+
+    def compile_for(self, lengths, notice=None) -> int:
+        """:func:`load_kernels` for this cascade's device and lanes."""
+        return load_kernels(self.device, self.lanes, lengths, notice=notice)
+
+    # ------------------------------------------------------------ stage methods (audit, tests)
+    def bias_scores(self, profile, indices) -> np.ndarray:
+        """Bias filter scores of ``indices`` (the CPU reference: the GPU computes them inside
+        the cascade, where each is checked or recomputed on the host)."""
+        from hmmgpu.cpu import filters as cpu_filters
+
+        return cpu_filters.bias_filter(profile, self.resident.db, indices)
+
+    def viterbi(self, profile, indices) -> tuple:
+        """(status, C) of the Viterbi filter kernel on ``indices``."""
+        return self.vit_stage.run(profile, indices)
+
+    # ------------------------------------------------------------ the cascade
+    def run(self, profile, options) -> CascadeResult:
+        """The cascade of one model, waiting for it."""
+        return self.submit(profile, options).result()
+
+    def submit(self, profile, options) -> Ticket:
+        """Queue one model's cascade on the GPU and return at once."""
+        started = time.perf_counter()
+        msv_spec = self.msv.spec(profile.M)
+        if msv_spec is None or not self.resident.resident:
+            # too long for the kernel shapes, or a chunked database: synchronously
+            backend = _StageBackend(self, use_gpu_msv=msv_spec is not None)
+            return Ticket(self, profile, options, done=run_cascade(backend, profile, options, self.resident.db))
+
+        while True:  # the ring is full: the oldest must be finished first (here, or by another thread)
+            with self._lock:
+                if len(self._in_flight) < SLOTS:
+                    break
+                oldest = self._in_flight[0]
+            oldest.result()
+        slot = self._slots[self._next]
+        if slot is None:
+            with self.device.activate():
+                slot = self._slots[self._next] = self._new_slot(self._slot_targets)
+        self._next = (self._next + 1) % SLOTS
+        vit_spec = self.vit.spec(profile.M)
+        vit_reason = "no kernel shape" if vit_spec is None else exactness_conditions(profile.word,
+                                                                                     self.resident.max_length)
+        byte = profile.byte
+        mu, lam = profile.evalue_parameters[:2]
+        bands = np.array([*stats.score_threshold(mu, lam, options.F1), *stats.score_threshold(mu, lam, options.F2)],
+                         np.float32)
+        host_tables = dict(zip(("ssv_table", "msv_table"), model_tables(byte, msv_spec)))
+        host_tables.update(threshold_by_length=stats.msv_thresholds(profile, self.max_length, options.F1,
+                                                                    self._distinct_lengths),
+                           scalars=scalars(byte), odds=profile.bias.emission_odds.reshape(-1), bands=bands)
+        vt = None
+        if vit_reason is None:
+            vt = tables(profile.word, vit_spec, self.max_length)
+            host_tables.update(emissions=vt.emissions, transitions=vt.transitions, dd_sums=vt.dd_sums,
+                               overflow_at=vt.overflow_at)
+        chunk = next(self.resident.chunks())
+        s = slot.stream
+        out = slot.outputs
+        start, after_msv, after_bias, stop, copied = slot.events
+        with self.device.activate():
+            slot.upload(host_tables, s)
+            slot.counters.copy_to_device(slot.zeros, stream=s)
+            start.record(s)
+            self.msv.launch(msv_spec, chunk, s, ssv_table=slot.tables["ssv_table"],
+                            msv_table=slot.tables["msv_table"], tjb_by_length=self._db_tables["tjb32"],
+                            threshold_by_length=slot.tables["threshold_by_length"], scalars=slot.tables["scalars"],
+                            counters=slot.counters[:len(MsvCounter)], out_pos=out["msv_pos"],
+                            out_status=out["msv_status"], out_xj=out["msv_xj"], fallback_pos=out["fallback"])
+            after_msv.record(s)
+            self._launch_bias(chunk, slot, profile, options)
+            after_bias.record(s)
+            if vt is not None:
+                self.vit.launch(vit_spec, chunk, s, items=out["vit_pos"], n_items_at=slot.counters,
+                                n_items_slot=_VIT_LIST, counters=slot.counters[_VIT_WORK:], tables=vt,
+                                device_tables=slot.tables, move_by_length=self._db_tables["move_by_length"],
+                                out_status=out["vit_status"], out_xc=out["vit_xc"])
+            stop.record(s)
+            slot.results_device[:slot.results_bytes].copy_to_host(slot.results_host, stream=s)
+            copied.record(s)
+        ticket = Ticket(self, profile, options, slot=slot, plan=dict(vit=vt is not None, vit_reason=vit_reason))
+        with self._lock:
+            self.host_seconds["submit"] += time.perf_counter() - started  # the ring's wait included
+            self._in_flight.append(ticket)
+        return ticket
+
+    def _launch_bias(self, chunk, slot, profile, options) -> None:
+        if self._bias_kernel is None:
+            self._bias_kernel = build.load(BiasSpec(), self.device)
+        grid = 1 if self.device.simulator else self.device.sm_count * tuning.BIAS_BLOCKS_PER_SM
+        block = 32 if self.device.simulator else tuning.BIAS_BLOCK
+        t = self._db_tables
+        args = arguments(BIAS_ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
+                         msv_pos=slot.outputs["msv_pos"], msv_status=slot.outputs["msv_status"],
+                         msv_xj=slot.outputs["msv_xj"],
+                         n_msv_at=slot.counters, n_msv_slot=int(MsvCounter.OUT), odds=slot.tables["odds"],
+                         t10=profile.bias.t10, t11=profile.bias.t11, bias_on=int(options.bias_filter),
+                         p1_by_length=t["p1_by_length"], q1_by_length=t["q1_by_length"],
+                         first_by_length=t["first_by_length"], second_by_length=t["second_by_length"],
+                         null_by_length=t["null_by_length"], tjb_by_length=t["tjb32"], bands=slot.tables["bands"],
+                         filtersc=slot.outputs["filtersc"], decision=slot.outputs["decision"],
+                         vit_pos=slot.outputs["vit_pos"], vit_from=slot.outputs["vit_from"], n_vit_at=slot.counters,
+                         n_vit_slot=_VIT_LIST)
+        self._bias_kernel[grid, block, slot.stream, 0](*args)
+
+    def _finish(self, ticket: Ticket) -> CascadeResult:
+        """Wait for a ticket's event and take the host's part of the cascade (module header)."""
+        rt = self.device.runtime
+        slot = ticket.slot
+        t0 = time.perf_counter()
+        slot.events[-1].synchronize()
+        waited = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        plan = ticket.plan
+        profile, options = ticket.profile, ticket.options
+        h = dict(slot.host)
+        h["counters"] = h["counters"].copy()
+        n_out = int(h["counters"][MsvCounter.OUT])
+        n_fallback = int(h["counters"][MsvCounter.FALLBACK])
+        n_vit = int(h["counters"][_VIT_LIST])
+        indices = self.resident.indices
+        db = self.resident.db
+        reference = _Reference(profile, db)
+        pos = indices[h["msv_pos"][:n_out]]
+        usc = MsvResult(pos, h["msv_status"][:n_out], h["msv_xj"][:n_out]).scores(db.lengths)
+        filtersc = h["filtersc"][:n_out].copy()
+        decision = h["decision"][:n_out].copy()
+        vsc = np.full(n_out, np.nan, np.float32)  # NaN: the GPU did not run (or finish) the Viterbi filter
+        if plan["vit"] and n_vit:
+            src = h["vit_from"][:n_vit]
+            st = h["vit_status"][:n_vit]
+            ok = st != STATUS_UNCERTAIN
+            vsc[src[ok]] = ViterbiResult(pos[src[ok]], st[ok], h["vit_xc"][:n_vit][ok]).scores(db.lengths)
+        if n_fallback:  # the J-state MSV the GPU's max(S, B) form cannot finish: HMMER's own
+            fb = indices[h["fallback"][:n_fallback]]
+            fsc = reference.msv(fb)
+            keep = stats.passes_gumbel(fsc, null_table(self.max_length)[db.lengths[fb]], *profile.evalue_parameters[:2],
+                                       options.F1)
+            k = int(keep.sum())
+            pos = np.concatenate([pos, fb[keep]])
+            usc = np.concatenate([usc, fsc[keep]])
+            filtersc = np.concatenate([filtersc, np.zeros(k, np.float32)])
+            decision = np.concatenate([decision, np.full(k, Decision.HOST, np.int8)])
+            vsc = np.concatenate([vsc, np.full(k, np.nan, np.float32)])
+        survivors, past_bias = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc,
+                                       decision, vsc)
+        gpu_s = 0.0
+        kernel_ms = {}
+        if not self.device.simulator:
+            ev = slot.events
+            for name, a, b in (("msv", ev[0], ev[1]), ("bias", ev[1], ev[2]), ("viterbi", ev[2], ev[3])):
+                kernel_ms[name] = rt.elapsed_ms(a, b)
+                gpu_s += kernel_ms[name] / 1e3
+            span = (rt.elapsed_ms(self._epoch, ev[0]), rt.elapsed_ms(self._epoch, ev[3]))
+        seconds = dict(gpu=gpu_s, host=time.perf_counter() - t0)
+        with self._lock:  # the slot may be reused from here on
+            self._in_flight.remove(ticket)
+            if kernel_ms:
+                self._busy.append(span)
+            for name, ms in kernel_ms.items():
+                self.kernel_ms[name] += ms
+            self.host_seconds["wait"] += waited
+            self.host_seconds["finish"] += seconds["host"]
+        return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=int(past_bias.size),
+                             n_past_vit=int(survivors.size), seconds=seconds, past_msv=pos, past_bias=past_bias)
+
+    def close(self) -> None:
+        for ticket in list(self._in_flight):
+            ticket.result()
+        self._slots = []
+        self._db_tables = {}
+        self.resident.close()
+
+
+def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, decision, vsc):
+    """The host's part of the cascade for the targets that passed MSV: (survivors, the
+    targets that passed the bias filter).
+
+    ``usc``: MSV scores (nats); ``filtersc``: the GPU's bias scores (decided targets);
+    ``decision``: the bias kernel's :class:`Decision`; ``vsc``: the GPU's Viterbi filter
+    scores, NaN where the host must run it (HMMER's own function, through ``reference``).
+    """
+    mu, lam, vmu, vlam = profile.evalue_parameters[:4]
+    host = decision == Decision.HOST
+    if host.any():  # the bias score again with HMMER's own code, and the F1 test
+        hp = pos[host]
+        filtersc[host] = reference.bias(hp) if options.bias_filter else null_table(max_length)[db.lengths[hp]]
+        passed = stats.passes_gumbel(usc[host], filtersc[host], mu, lam, options.F1)
+        decision[host] = np.where(passed, Decision.VITERBI_OR_SKIP, Decision.FAIL)
+        vsc[host] = np.nan
+    alive = decision != Decision.FAIL
+    survive = decision == Decision.SURVIVE
+    maybe_skip = decision == Decision.VITERBI_OR_SKIP
+    if maybe_skip.any():  # P <= F2 decides whether the Viterbi filter is skipped
+        skip = stats.passes_gumbel(usc[maybe_skip], filtersc[maybe_skip], mu, lam, options.F2)
+        survive[np.flatnonzero(maybe_skip)[skip]] = True
+    need = alive & ~survive
+    redo = need & np.isnan(vsc)
+    if redo.any():
+        vsc[redo] = reference.viterbi(pos[redo])
+    if need.any():
+        survive[np.flatnonzero(need)[stats.passes_gumbel(vsc[need], filtersc[need], vmu, vlam, options.F2)]] = True
+    return pos[survive], pos[alive]
+
+
+class _Reference:
+    """HMMER's own filter functions (libhmmer) for the few targets the kernels leave to the host.
+
+    Made on first use: most models never need it.
+    """
+
+    def __init__(self, profile, db):
+        self.profile = profile
+        self.db = db
+        self._model = None
+
+    def _hmmer(self):
+        if self._model is None:
+            from hmmgpu.cpu.hmmerlib import HmmerModel
+
+            self._model = HmmerModel(self.profile.hmm)
+        return self._model
+
+    def _scores(self, fn, positions) -> np.ndarray:
+        return np.array([fn(self.db.codes(int(p))) for p in positions], np.float32)
+
+    def msv(self, positions) -> np.ndarray:
+        """``p7_MSVFilter`` scores (nats, +inf on overflow)."""
+        return self._scores(lambda c: self._hmmer().msv(c)[1], positions)
+
+    def bias(self, positions) -> np.ndarray:
+        """``p7_bg_FilterScore`` scores (nats)."""
+        return self._scores(self._hmmer().bias_filter_score, positions)
+
+    def viterbi(self, positions) -> np.ndarray:
+        """``p7_ViterbiFilter`` scores (nats, +inf on overflow)."""
+        return self._scores(lambda c: self._hmmer().viterbi_filter(c)[1], positions)
+
+
+class _StageBackend:
+    """The cascade's stage methods for a model the pipelined path does not take."""
+
+    def __init__(self, gpu: GpuCascade, use_gpu_msv: bool):
+        self.gpu = gpu
+        self.use_gpu_msv = use_gpu_msv
+
+    def msv(self, profile, thresholds=None):
+        from hmmgpu.cpu import filters as cpu_filters
+
+        if self.use_gpu_msv:
+            return MsvResult(*self.gpu.msv_stage.run(profile, thresholds))
+        db = self.gpu.resident.db
+        status, xj = cpu_filters.msv_filter(profile, db)
+        passed = db.lengths > 0
+        if thresholds is not None:
+            passed &= (status != 0) | (xj >= np.asarray(thresholds)[db.lengths])
+        idx = np.flatnonzero(passed)
+        return MsvResult(idx, status[idx], xj[idx])
+
+    def bias(self, profile, indices):
+        return self.gpu.bias_scores(profile, indices)
+
+    def viterbi(self, profile, indices):
+        idx = np.asarray(indices, np.int64)
+        return ViterbiResult(idx, *self.gpu.vit_stage.run(profile, idx))
+
+
+__all__ = ["GpuCascade", "Ticket", "all_specs", "SLOTS"]

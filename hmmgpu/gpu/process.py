@@ -1,0 +1,410 @@
+"""The GPU filter cascade in a process of its own: the search engine's CUDA backend.
+
+Why a process
+-------------
+Per model, the host's side of the GPU cascade is interpreter work: building the quantized
+tables from the model, staging them, launching three kernels and finishing their results
+(about 5 ms of CPU per Pfam model). In the engine's process that work shares one GIL
+with the sixteen threads that hand tasks to pyhmmer's Forward stage, and each side keeps
+the other waiting: measured on the 16-core GPU machine with 600 Pfam models, the filter
+threads were busy three times as long as their CPU time, and the GPU side, not the CPU
+or the GPU, set the pace of the search. Here it runs in a child process with its own GIL;
+the engine's process sends each model (about 30 KB pickled) and receives its survivors.
+One process per GPU is also how several GPUs will share a search: each child owns one
+device id.
+
+Protocol
+--------
+The child is a fresh interpreter (``python -m hmmgpu.gpu.process FD``) on one end of a
+socket pair; it inherits standard error (compile notices). The parent sends, in order:
+``("init", database path, format, lanes, device, max_bytes, model lengths or None)``, then any number of
+``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and
+finally ``None``. The child answers ``("ready", description, lanes, (targets, residues))``
+or ``("error", message)`` to the first, and in the order of the requests: ``("done", CascadeResult)`` or
+``("error", message)`` for each model, ``("compiled", n)`` and ``("stats", details, GPU
+seconds)``. Models are queued on the GPU as they arrive, up to the cascade's ring of
+:data:`~hmmgpu.gpu.cascade.SLOTS`; a result goes back as soon as it is finished.
+
+The database is never pickled: the child opens the same file itself (a database made by
+``hmmgpu makedb`` is mapped, a sequence file is read while the parent reads it too, so the
+GPU starts up at the same time), and input that cannot be read twice (standard input) is
+saved once in ``makedb``'s format to a temporary directory (in ``/dev/shm`` where it
+exists), removed when the backend closes. The constructor returns at once; ``ready(0)``
+says whether the child has answered (the engine sends models to pyhmmer's route until it
+has), and the first call that needs the child (``prepare_for``, a result) waits for it.
+
+The child starts the CUDA driver and creates the device's context in a thread while it
+imports numpy and pyhmmer and reads the database (plain driver calls, which leave the
+interpreter's lock free: 0.3-0.4 s on the GPU machine,
+:func:`~hmmgpu.gpu.runtime.context.open_primary_context`). Then it loads the kernels for the model
+lengths of the ``init`` message and puts the database on the device. The kernels are the cubins numba compiled and :mod:`hmmgpu.gpu.runtime.build`
+exported, loaded and launched through the CUDA driver (:mod:`hmmgpu.gpu.runtime.driver`): the
+child imports numba only when a kernel it needs was never compiled on this machine. Loading
+numba's CUDA target and its cached kernels took 0.85 s of this start-up before.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+
+from hmmgpu.stages.protocol import CascadeBackend
+from hmmgpu.child import start_child
+from hmmgpu.errors import DeviceUnavailable, HmmgpuError, WorkerError
+
+
+#: How the child's answer to ``init`` starts when there is no usable device (then its id).
+NO_DEVICE = "no usable CUDA GPU with id"
+
+
+def child_error(message: str) -> HmmgpuError:
+    """The typed error of a one-line error that the GPU process sent: no usable device, or
+    another failure of the process."""
+    return DeviceUnavailable(message) if message.startswith(NO_DEVICE) else WorkerError(message)
+
+
+def _serve(conn: Connection) -> None:
+    """The child: set up the GPU backend, then run models until None or EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes the socket
+    try:
+        _, path, fmt, lanes, device, max_bytes, lengths = conn.recv()
+    except (EOFError, OSError):
+        return
+    try:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from hmmgpu.gpu.runtime.context import open_primary_context
+
+        startup = {}
+        clock = time.perf_counter()
+        with ThreadPoolExecutor(1) as driver_thread:  # the driver's start-up beside the imports and the read
+            driver = driver_thread.submit(open_primary_context, device)
+            import pyhmmer.plan7 as p7
+            from pyhmmer.easel import Alphabet
+
+            from hmmgpu.gpu.backend import CudaBackend
+            from hmmgpu.gpu.cascade import SLOTS, load_kernels
+            from hmmgpu.gpu.runtime.device import GpuDevice
+            from hmmgpu.stages.profiles import ModelProfile
+            from hmmgpu.formats.seqdb import open_database
+
+            startup["imports"], clock = time.perf_counter() - clock, time.perf_counter()
+            db = open_database(path, fmt, arrays=True)  # the numpy reader: the arrays to upload
+            startup["database"], clock = time.perf_counter() - clock, time.perf_counter()
+            if not driver.result():
+                raise DeviceUnavailable(f"{NO_DEVICE} {device}")
+        startup["driver_wait"], clock = time.perf_counter() - clock, time.perf_counter()
+        opened = GpuDevice.open(device)
+        if lengths:  # the kernels the models need, without waiting for the parent to ask
+            load_kernels(opened, lanes, lengths)
+        startup["device_and_kernels"], clock = time.perf_counter() - clock, time.perf_counter()
+        backend = CudaBackend(db, lanes=lanes, device=device, max_bytes=max_bytes)
+        startup["resident"] = time.perf_counter() - clock
+        startup.update(backend.setup_seconds)
+        background = p7.Background(Alphabet.amino())
+    except HmmgpuError as error:
+        conn.send(("error", str(error)))
+        return
+    except Exception as error:  # noqa: BLE001 - one line in the parent
+        conn.send(("error", _one_line(error)))
+        return
+    conn.send(("ready", backend.description, backend.lanes, (db.n, db.total_residues)))
+    pending: collections.deque = collections.deque()  # ("model", ticket) or ("error", message)
+    try:
+        while True:
+            # take requests while the GPU has room (or must, with nothing in flight) ...
+            while not pending or (len(pending) < SLOTS and conn.poll(0)):
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    return
+                if message is None:
+                    _drain(conn, pending)
+                    return
+                kind = message[0]
+                if kind == "model":
+                    _, hmm, mmu, options = message
+                    try:
+                        gm = p7.Profile(hmm.M, hmm.alphabet)
+                        gm.configure(hmm, background, 100)
+                        pending.append(("model", backend.submit(ModelProfile.from_profile(hmm, gm, mmu), options)))
+                    except Exception as error:  # noqa: BLE001
+                        pending.append(("error", _one_line(error)))
+                elif kind == "compile":
+                    _drain(conn, pending)
+                    clock = time.perf_counter()
+                    conn.send(("compiled", backend.prepare_for(message[1])))
+                    startup["kernels"] = time.perf_counter() - clock
+                elif kind == "stats":
+                    _drain(conn, pending)
+                    details = dict(backend.details(), startup={k: round(v, 3) for k, v in startup.items()},
+                                   numba_imported="numba" in sys.modules)
+                    conn.send(("stats", details, backend.gpu_seconds()))
+            # ... then finish the oldest model and send its result
+            _send_oldest(conn, pending)
+    finally:
+        backend.close()
+
+
+def _send_oldest(conn: Connection, pending: collections.deque) -> None:
+    kind, value = pending.popleft()
+    if kind == "error":
+        conn.send(("error", value))
+        return
+    try:
+        conn.send(("done", value.result()))
+    except Exception as error:  # noqa: BLE001
+        conn.send(("error", _one_line(error)))
+
+
+def _drain(conn: Connection, pending: collections.deque) -> None:
+    while pending:
+        _send_oldest(conn, pending)
+
+
+def _one_line(error: BaseException) -> str:
+    return str(error) if isinstance(error, HmmgpuError) else f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+class _Model:
+    """A model on its way to the child: the pyhmmer HMM and its MSV location parameter."""
+
+    def __init__(self, hmm, mmu):
+        self.hmm = hmm
+        self.mmu = mmu
+
+
+class _Ticket:
+    """One model sent to the child; :meth:`result` waits for its answer (results arrive in order)."""
+
+    def __init__(self, backend):
+        self._backend = backend
+        self._done = False
+        self._value = None
+
+    def result(self):
+        self._backend._wait_for(self)
+        if isinstance(self._value, HmmgpuError):
+            raise self._value
+        return self._value
+
+
+class CudaProcessBackend(CascadeBackend):
+    """The GPU cascade (:class:`~hmmgpu.gpu.backend.CudaBackend`) in a child process, on one
+    device (explicit id), over ``db`` or over the sequence file ``source = (path, format)``
+    that the caller reads as well. Use from one submitting and one waiting thread at most."""
+
+    def __init__(self, db=None, *, source: tuple | None = None, lanes: str = "auto", device: int = 0,
+                 max_bytes: int | None = None, lengths=None):
+        super().__init__(db)
+        self._tmpdir = None
+        self._process = None
+        self._conn = None
+        self._ready_reply = None
+        self._unanswered: collections.deque = collections.deque()
+        self._receive_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._stats = ({}, 0.0)
+        self._answers: dict = {}  # answers to requests, received while waiting for a model
+        #: the model lengths whose kernels the child loads at its set-up (``init``)
+        self._loaded = None if lengths is None else sorted({int(m) for m in lengths})
+        self._device = device
+        try:
+            path, fmt = source if source is not None else (self._shared_path(db), None)
+            self._process, self._conn = start_child("hmmgpu.gpu.process")
+            self._conn.send(("init", os.path.abspath(path), fmt, lanes, device, max_bytes,
+                             None if lengths is None else [int(m) for m in lengths]))
+        except OSError as error:
+            self.close()
+            raise WorkerError(f"cannot start the GPU process: {error.strerror or error}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def attach(self, db) -> None:
+        """Search ``db``, this process's reading of the file the child reads as well: the
+        child's count of targets and residues is checked against it when the child is ready."""
+        self.db = db
+
+    def _ready(self) -> tuple:
+        """Wait for the child's set-up (once): (description, lanes, (targets, residues)). Once
+        it has answered, no lock is taken: the waiting thread holds the receive lock while it
+        waits for a result, and the submitting thread asks this before every model."""
+        if self._ready_reply is None:
+            self._receive_ready()
+        if isinstance(self._ready_reply, HmmgpuError):
+            raise self._ready_reply
+        return self._ready_reply
+
+    def _receive_ready(self) -> None:
+        with self._receive_lock:
+            if self._ready_reply is None:
+                reply = self._receive()
+                self._ready_reply = reply[1:] if reply[0] != "error" else child_error(reply[1])
+                if self.db is not None and not isinstance(self._ready_reply, HmmgpuError):
+                    n, residues = self._ready_reply[2]
+                    if (n, residues) != (self.db.n, self.db.total_residues):
+                        self._ready_reply = HmmgpuError(
+                            f"the GPU process read {n} sequences ({residues} residues) where this process read "
+                            f"{self.db.n} ({self.db.total_residues}); was the file changed during the search?")
+
+    def ready(self, timeout: float | None = None) -> bool:
+        if self._ready_reply is None and timeout is not None:
+            with self._receive_lock:
+                if self._ready_reply is None and not self._conn.poll(timeout):
+                    return False
+        self._ready()
+        return True
+
+    @property
+    def description(self) -> str:
+        """The device and lanes once the child is ready (this does not wait for it)."""
+        reply = self._ready_reply
+        if reply is None:
+            return f"backend cuda, device {self._device}: the GPU process is starting"
+        return f"backend cuda, device {self._device}: {reply}" if isinstance(reply, HmmgpuError) else reply[0]
+
+    @staticmethod
+    def _new_tmpdir() -> str:
+        from hmmgpu.formats.inputs import memory_tmpdir
+
+        return tempfile.mkdtemp(prefix="hmmgpu-db-", dir=memory_tmpdir())
+
+    def _shared_path(self, db) -> str:
+        """A database directory the child can map: ``db``'s own, or a temporary copy."""
+        from hmmgpu.formats.seqdb import is_database_dir
+
+        if is_database_dir(db.source):
+            return db.source
+        self._tmpdir = self._new_tmpdir()
+        path = os.path.join(self._tmpdir, "db")
+        db.save(path)
+        return path
+
+    # ------------------------------------------------------------ the protocol
+    def _send(self, message) -> None:
+        try:
+            with self._send_lock:
+                self._conn.send(message)
+        except OSError:
+            raise self._stopped() from None
+
+    def _receive(self):
+        try:
+            return self._conn.recv()
+        except (EOFError, OSError):
+            raise self._stopped() from None
+
+    def _stopped(self) -> HmmgpuError:
+        code = self._process.poll() if self._process is not None else None
+        return WorkerError(f"the GPU process stopped (exit code {code})")
+
+    def _answer_next(self, reply) -> None:
+        """Give ``reply`` to the oldest unanswered model."""
+        ticket = self._unanswered.popleft()
+        ticket._value = reply[1] if reply[0] == "done" else child_error(reply[1])
+        ticket._done = True
+
+    def _wait_for(self, ticket: _Ticket) -> None:
+        self._ready()
+        with self._receive_lock:
+            while not ticket._done:
+                try:
+                    reply = self._receive()
+                except HmmgpuError as error:
+                    while self._unanswered:
+                        self._answer_next(("error", str(error)))
+                    raise
+                if reply[0] in ("compiled", "stats"):
+                    self._answers[reply[0]] = reply
+                else:
+                    self._answer_next(reply)
+
+    def _call(self, message, answer: str):
+        """Send a request and wait for its answer (answering the models sent before it)."""
+        self._ready()
+        self._send(message)
+        with self._receive_lock:
+            while True:
+                reply = self._answers.pop(answer, None) or self._receive()
+                if reply[0] == answer:
+                    return reply
+                if reply[0] == "error" and not self._unanswered:
+                    raise child_error(reply[1])
+                self._answer_next(reply)
+
+    # ------------------------------------------------------------ the backend
+    def prepare(self, hmm, mmu=None) -> _Model:
+        return _Model(hmm, mmu)
+
+    def prepare_for(self, lengths) -> None:
+        if sorted({int(m) for m in lengths}) != self._loaded:  # not those of the ``init`` message
+            self._call(("compile", [int(m) for m in lengths]), "compiled")
+
+    def submit(self, model: _Model, options) -> _Ticket:
+        ticket = _Ticket(self)
+        with self._send_lock:
+            self._unanswered.append(ticket)
+            try:
+                self._conn.send(("model", model.hmm, model.mmu, options))
+            except OSError:
+                raise self._stopped() from None
+        return ticket
+
+    def waiting(self) -> int:
+        return len(self._unanswered)
+
+    def _refresh_stats(self) -> None:
+        ready = self._ready_reply is not None and not isinstance(self._ready_reply, HmmgpuError)
+        if ready and self._conn is not None and self._process.poll() is None:
+            try:
+                _, details, gpu = self._call(("stats",), "stats")
+                self._stats = (details, gpu)
+            except HmmgpuError:
+                pass
+
+    def gpu_seconds(self) -> float:
+        self._refresh_stats()
+        return self._stats[1]
+
+    def details(self) -> dict:
+        self._refresh_stats()
+        return dict(self._stats[0])
+
+    def close(self, wait: bool = True) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+        if self._process is not None and not wait and self._process.poll() is None:
+            if self._ready_reply is None:  # still starting: nothing of it is needed any more
+                self._process.kill()
+            self._process = None  # else it exits when it reads the stop message (or the closed socket)
+        if self._process is not None:
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+
+__all__ = ["CudaProcessBackend"]
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))

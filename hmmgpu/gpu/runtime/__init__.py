@@ -1,0 +1,1 @@
+"""The GPU runtime the kernel families share: driver, devices, compilation, lane arithmetic."""

@@ -1,0 +1,221 @@
+"""Generated kernels, compiled once per device and kept on disk.
+
+A kernel family describes each specialisation with a frozen *spec* object that has a
+``name`` and a ``source(binding)`` method returning the text of a small Python module with
+one ``@cuda.jit(signature, cache=True)`` function called ``kernel``. numba compiles it: the
+text is written to ``<cache>/kernels/<cuda|sim>/<name>.py`` (only when it changed, so
+numba's own cache, keyed on the file, stays valid) and imported.
+
+On a GPU the compiled kernel is then *exported*: its cubin, entry name and argument kinds go
+to ``<name>.sm<cc>.cubin`` beside the source (one JSON header line, then the cubin), keyed
+by a digest of the source text. :func:`load` runs kernels from these files through the CUDA
+driver (:mod:`hmmgpu.gpu.runtime.driver`), so a process that finds every kernel exported never
+imports numba. Under numba's simulator :func:`load` returns numba's own kernel.
+
+The cache lives under ``$HMMGPU_CACHE_DIR`` or ``$XDG_CACHE_HOME/hmmgpu`` (default
+``~/.cache/hmmgpu``). :func:`compile_ahead` finds what is missing for a device, prints one
+line while it compiles, and compiles the missing kernels in parallel processes (``hmmgpu
+warmup`` calls it for every shape).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+from hmmgpu.errors import HmmgpuError
+from hmmgpu.host import usable_cores
+
+#: One import (and compile) of a kernel module at a time, so that every thread gets the same
+#: kernel object (its launch attributes, such as the dynamic shared-memory limit, are set
+#: once).
+_LOAD_LOCK = threading.Lock()
+
+
+def cache_root() -> Path:
+    """hmmgpu's cache directory (created on first use)."""
+    base = os.environ.get("HMMGPU_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "hmmgpu")
+    return Path(base)
+
+
+def any_compiled() -> bool:
+    """Whether any kernel has been compiled for a GPU on this machine (an exported cubin in
+    the cache); False on a fresh machine, until a GPU search or ``hmmgpu warmup``. Creates
+    nothing."""
+    try:
+        return next((cache_root() / "kernels" / "cuda").glob("*.cubin"), None) is not None
+    except OSError:
+        return False
+
+
+def kernel_dir(simulator: bool) -> Path:
+    """Where the generated kernel modules (and numba's cache of them) live."""
+    d = cache_root() / "kernels" / ("sim" if simulator else "cuda")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _write_source(path: Path, text: str) -> None:
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def load(spec, device):
+    """The compiled kernel of ``spec`` for ``device``: numba's own under the simulator; on a GPU
+    a :class:`~hmmgpu.gpu.runtime.driver.Kernel` from the exported cubin (compiled and exported
+    here first if missing)."""
+    with _LOAD_LOCK:
+        if device.simulator:
+            return _numba_kernel(spec, "python")
+        return _driver_kernel(spec, device)
+
+
+def numba_kernel(spec, binding: str):
+    """numba's kernel of ``spec`` (compiled for numba's current device, or loaded from numba's
+    cache): for tools that inspect its code."""
+    with _LOAD_LOCK:
+        return _numba_kernel(spec, binding)
+
+
+@functools.lru_cache(maxsize=None)
+def _numba_kernel(spec, binding: str):
+    simulator = binding == "python"
+    name = f"{spec.name}_{binding}"
+    path = kernel_dir(simulator) / f"{name}.py"
+    _write_source(path, spec.source(binding))
+    modname = f"hmmgpu_kernels.{name}"
+    mspec = importlib.util.spec_from_file_location(modname, path)
+    module = importlib.util.module_from_spec(mspec)
+    sys.modules[modname] = module
+    with _scipy_hidden():
+        mspec.loader.exec_module(module)
+    return module.kernel
+
+
+@functools.lru_cache(maxsize=None)
+def _driver_kernel(spec, device):
+    exported = _exported(spec, device, cubin=True)
+    if exported is None:
+        _compile_one((spec, device.lane_binding, device.id, device.cc))
+        exported = _exported(spec, device, cubin=True)
+        if exported is None:
+            raise HmmgpuError(f"kernel {spec.name}: its compiled cubin was not written to {_export_path(spec, device)}")
+    header, image = exported
+    return device.runtime.load_kernel(image, header["entry"], header["kinds"])
+
+
+def _source_digest(spec, binding: str) -> str:
+    return hashlib.sha256(spec.source(binding).encode()).hexdigest()[:20]
+
+
+def _export_path(spec, device) -> Path:
+    return kernel_dir(False) / f"{spec.name}_{device.lane_binding}.sm{device.cc[0]}{device.cc[1]}.cubin"
+
+
+def _exported(spec, device, cubin: bool = False) -> tuple | None:
+    """(header, cubin) of ``spec``'s exported kernel for ``device``, read in one pass (the
+    cubin None unless asked for), or None where there is none or it was compiled from another
+    source text."""
+    try:
+        with open(_export_path(spec, device), "rb") as f:
+            header = json.loads(f.readline())
+            image = f.read() if cubin else None
+    except (OSError, ValueError):
+        return None
+    return (header, image) if header.get("source") == _source_digest(spec, device.lane_binding) else None
+
+
+def _export(spec, binding: str, device) -> None:
+    """Compile (or load from numba's cache) ``spec`` on numba's current device and write its
+    cubin, entry name and argument kinds (one file, replaced atomically)."""
+    from hmmgpu.gpu.runtime.kargs import argument_kind
+
+    compiled = next(iter(_numba_kernel(spec, binding).overloads.values()))
+    library = compiled._codelibrary
+    if library._setup_functions or compiled.cooperative:
+        raise HmmgpuError(f"kernel {spec.name} needs numba's own launch (module set-up or a cooperative grid)")
+    header = dict(entry=compiled.entry_name, kinds=[argument_kind(t) for t in compiled.argument_types],
+                  source=_source_digest(spec, binding))
+    cubin = library.get_cubin(cc=tuple(device.cc))
+    if getattr(cubin, "code_type", "cubin") != "cubin":
+        raise HmmgpuError(f"kernel {spec.name}: numba gave {cubin.code_type}, not a cubin")
+    path = _export_path(spec, device)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(json.dumps(header).encode() + b"\n" + bytes(getattr(cubin, "code", cubin)))  # cuda.core's ObjectCode
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _scipy_hidden():
+    """numba-cuda sets its CUDA target up at the first kernel compiled or loaded from its cache,
+    and there probes for a BLAS by importing ``scipy.linalg`` (``numba.cuda.np.arraymath``):
+    0.45 s on the GPU machine, where scipy is installed, in every process that compiles (or,
+    as the GPU process did before kernels ran through the driver, loads) a kernel, for
+    linear algebra no hmmgpu kernel uses. While a kernel module runs, scipy and its
+    ``linalg``, where not yet imported, are hidden, so the probe fails at once (numba then
+    leaves its BLAS functions out); other modules may have imported scipy itself already."""
+    hidden = [name for name in ("scipy", "scipy.linalg") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # an import of it, or of any part of it, raises ImportError
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
+def missing(specs, device) -> list:
+    """The specs not yet compiled and exported for ``device``."""
+    if device.simulator:
+        return []
+    return [s for s in dict.fromkeys(specs) if _exported(s, device) is None]
+
+
+def _compile_one(args):
+    spec, binding, device_id, cc = args
+    from numba import cuda
+
+    with cuda.gpus[device_id]:
+        _export(spec, binding, SimpleNamespace(cc=cc, lane_binding=binding))
+    return spec.name
+
+
+def compile_ahead(specs, device, processes: int | None = None, notice=None) -> int:
+    """Compile the specs that ``device`` lacks, in parallel processes; return how many.
+
+    ``notice(text)`` receives the one-line message printed while compiling (default: stderr).
+    """
+    todo = missing(specs, device)
+    if not todo:
+        return 0
+    say = notice or (lambda text: print(text, file=sys.stderr, flush=True))
+    say(f"hmmgpu: compiling {len(todo)} GPU kernel{'s' * (len(todo) > 1)} for {device.description} "
+        f"(once per device; cached in {cache_root()})")
+    jobs = [(s, device.lane_binding, device.id, device.cc) for s in todo]
+    workers = min(len(jobs), processes or usable_cores())
+    if workers <= 1:
+        for job in jobs:
+            _compile_one(job)
+    else:
+        import multiprocessing as mp
+
+        with mp.get_context("spawn").Pool(workers) as pool:
+            pool.map(_compile_one, jobs, chunksize=1)
+    return len(todo)

@@ -1,0 +1,69 @@
+"""The CUDA driver found and its primary context held, without numba.
+
+Probes that tell whether a GPU is there (:func:`cuda_driver_present`, :func:`cuda_available`)
+ask the driver directly through :mod:`.libcuda`; :func:`primary_context` retains a device's
+primary context once for the life of the process; :func:`simulator_enabled` says whether
+numba's CUDA simulator stands in for the GPU (CI). Import-light: importing this module needs
+neither a GPU nor numba.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+from hmmgpu.gpu.runtime import libcuda
+from hmmgpu.gpu.runtime.libcuda import primary_context
+
+__all__ = ["cuda_available", "cuda_driver_present", "open_primary_context", "simulator_enabled"]
+
+def simulator_enabled() -> bool:
+    """numba's CUDA simulator is on: ``NUMBA_ENABLE_CUDASIM=1`` when numba was imported, or,
+    where numba is not imported (a process that only runs compiled kernels never imports
+    it), in the environment now."""
+    import sys
+
+    numba = sys.modules.get("numba")
+    if numba is None:
+        return _simulator_requested()
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def _simulator_requested() -> bool:
+    """``NUMBA_ENABLE_CUDASIM`` asks for numba's CUDA simulator (read without importing numba)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def cuda_driver_present() -> bool:
+    """The CUDA driver library loads (or the simulator is on): a GPU may be there. Cheaper than
+    :func:`cuda_available` by the driver's ``cuInit`` (0.1-0.2 s), left to a process that will
+    use the GPU (:mod:`hmmgpu.gpu.process` reports a missing device as its one-line error)."""
+    return _simulator_requested() or libcuda.load() is not None
+
+
+def cuda_available(device: int = 0) -> bool:
+    """A CUDA GPU with this id is present (always True under the simulator).
+
+    Asks the driver directly (``cuInit``, ``cuDeviceGetCount``): no numba import and no CUDA
+    context in this process, which may never use the GPU itself (searches run it in a child
+    process, :mod:`hmmgpu.gpu.process`).
+    """
+    if _simulator_requested():
+        return True
+    driver = libcuda.load()
+    count = ctypes.c_int(0)
+    return (driver is not None and driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0
+            and 0 <= device < count.value)
+
+
+def open_primary_context(device: int = 0) -> bool:
+    """Start the driver and make the primary context of ``device`` (the one every kernel
+    launch then uses), with blocking synchronisation; False where there is no such device.
+
+    Plain driver calls through ctypes, which leave the interpreter's lock free: the GPU
+    process runs this in a thread while it imports numpy and pyhmmer, since the
+    driver's start-up and the context's creation take 0.3-0.4 s on the GPU machine. The
+    context stays retained for the life of the process.
+    """
+    return _simulator_requested() or primary_context(device) is not None

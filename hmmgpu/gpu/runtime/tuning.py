@@ -1,0 +1,120 @@
+"""Kernel shapes and launch settings, kept as data.
+
+Every kernel is specialised to a shape (threads per target ``G``, words per thread ``Q``),
+and a search only ever uses the shapes listed here, so a whole Pfam search needs a few
+dozen kernels, compiled once per device (:mod:`hmmgpu.gpu.runtime.build`). A model of ``M``
+nodes takes the first row whose capacity ``G * lanes_per_word * Q`` is at least ``M``.
+
+The MSV rows were chosen on an NVIDIA H200 (benchmarks/NOTES.md): at least ~9 words per
+thread where the model allows it (more independent words hide the per-row shuffle and
+residue decoding), and lane groups of at least 4 threads (narrower groups put more targets
+per warp in lockstep, with uncoalesced residue loads and shared-memory bank conflicts).
+The Viterbi filter uses a whole warp per target (its per-row reductions are warp-wide), so
+its rows differ only in ``Q``.
+"""
+from __future__ import annotations
+
+#: (G, Q) rows of the MSV kernels in 16-bit lanes (2 per word), by increasing capacity.
+MSV_16X2 = ((4, 3), (4, 5), (4, 8), (4, 12), (4, 16), (8, 10), (8, 12), (8, 16), (16, 10), (16, 12),
+            (16, 16), (32, 10), (32, 12), (32, 16), (32, 20), (32, 24), (32, 32), (32, 40), (32, 48), (32, 64))
+#: (G, Q) rows of the MSV kernels in 8-bit lanes (4 per word).
+MSV_8X4 = ((4, 3), (4, 5), (4, 8), (4, 12), (4, 16), (8, 10), (8, 12), (8, 16), (16, 10), (16, 12),
+           (16, 16), (32, 10), (32, 12), (32, 16), (32, 20), (32, 24), (32, 32))
+#: Q rows of the Viterbi filter kernel (G = 32, 2 lanes per word: capacity 64 * Q).
+VIT_Q = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
+#: Viterbi filter: transition words stay in registers up to this Q, above it they are read
+#: from shared memory (registers per thread would otherwise exceed what keeps a useful
+#: number of warps resident).
+VIT_TRANSITIONS_IN_REGISTERS_MAX_Q = 12
+
+#: Model tables up to this size go to static shared memory, larger ones to dynamic shared
+#: memory (opted in above 48 KB), and beyond the device's limit to global memory (L1).
+STATIC_SHARED_MAX_BYTES = 40 * 1024
+#: Resident warps per SM the launches aim for (more do not help these kernels).
+TARGET_WARPS_PER_SM = 48
+#: Bias filter kernel: threads per block (one thread per target) and blocks per SM.
+BIAS_BLOCK = 128
+BIAS_BLOCKS_PER_SM = 4
+#: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
+PACK_BLOCK = 256
+PACK_BLOCKS_PER_SM = 8
+
+
+def msv_shape(M: int, lanes: str) -> tuple | None:
+    """(G, Q) of the MSV kernels for a model of ``M`` nodes, or None when no row fits."""
+    rows, per_word = (MSV_16X2, 2) if lanes == "16x2" else (MSV_8X4, 4)
+    for G, Q in rows:
+        if G * per_word * Q >= M:
+            return G, Q
+    return None
+
+
+def vit_q(M: int) -> int | None:
+    """Q of the Viterbi filter kernel for a model of ``M`` nodes, or None when no row fits."""
+    for Q in VIT_Q:
+        if 64 * Q >= M:
+            return Q
+    return None
+
+
+def table_placement(table_bytes: int, device) -> str:
+    """Where a model table of ``table_bytes`` goes: "static", "dynamic" or "global"."""
+    if table_bytes <= STATIC_SHARED_MAX_BYTES:
+        return "static"
+    if table_bytes + 1024 <= device.smem_per_block_optin:
+        return "dynamic"
+    return "global"
+
+
+def persistent_grid(kernel, device, shared_bytes: int, dynamic: bool) -> tuple:
+    """(blocks, threads per block) of a persistent grid that fills every SM.
+
+    Reads the kernel's registers per thread and thread limit (a
+    :class:`~hmmgpu.gpu.runtime.driver.Kernel`); raises its dynamic shared-memory limit when
+    ``dynamic`` (needed above 48 KB).
+    """
+    if device.simulator:
+        return 1, 32
+    regs = max(16, int(kernel.registers))
+    max_threads = int(kernel.max_threads)
+    if dynamic:
+        kernel.allow_dynamic_shared(shared_bytes)
+    warps_by_regs = max(1, 65536 // (((regs + 7) // 8 * 8) * 32))
+    warps = min(TARGET_WARPS_PER_SM, warps_by_regs)
+    if shared_bytes:
+        blocks_per_sm = max(1, min(32, (device.smem_per_sm - 1024) // (shared_bytes + 1024)))
+    else:
+        blocks_per_sm = 8
+    blocks_per_sm = min(blocks_per_sm, warps)
+    warps_per_block = max(1, min(32, warps // blocks_per_sm))
+    block = max(32, min(warps_per_block * 32, max_threads // 32 * 32))
+    return device.sm_count * blocks_per_sm, block
+
+#: (G, Q) rows of the Smith-Waterman scan (16-bit lanes, a target pair per lane group): tile
+#: widths G*Q of 48 to 704 query columns; Q/2 odd keeps the profile reads free of bank
+#: conflicts; every tile's profile (30 rows of G*Q/2 words rounded up to 32) stays within the
+#: 48 KB of static shared memory (G32 Q26 and Q30 would not).
+SW_SHAPES = ((8, 6), (8, 10), (8, 14), (16, 6), (16, 10), (16, 14), (16, 18), (16, 22), (16, 26), (16, 30),
+             (32, 6), (32, 10), (32, 14), (32, 18), (32, 22))
+#: Speed of each shape on an H200 (GCUPS over its padded columns, a query in one tile), and
+#: what each further tile of a longer query costs (the wavefront's fill and the boundary
+#: columns), in seconds per 10^9 target residues: measured with the kernel of 2026-11-24
+#: (32-bit profile index) on 2 x 10^8 random residues, one tile against three
+#: (benchmarks/sw_shape_sweep.py; results/sw_shape_sweep_h200_2026-11-24d.json). Unmeasured
+#: shapes get the default.
+SW_SHAPE_GCUPS = {(32, 22): 4357.0, (32, 18): 4334.0, (32, 14): 4083.0, (32, 10): 3783.0,
+                  (16, 30): 4130.0, (16, 26): 4408.0, (16, 22): 4323.0, (16, 18): 4332.0, (16, 14): 4085.0,
+                  (16, 10): 3709.0}
+SW_SHAPE_GCUPS_DEFAULT = 2200.0
+SW_TILE_SECONDS_PER_GRESIDUE = 0.002
+
+
+def sw_shape(query_length: int) -> tuple:
+    """(G, Q) of the Smith-Waterman kernel for a query: the shape with the least predicted time,
+    tiles x (columns per tile / GCUPS + the per-tile cost)."""
+    def seconds(shape):
+        columns = shape[0] * shape[1]
+        tiles = -(-max(int(query_length), 1) // columns)
+        return tiles * (columns / SW_SHAPE_GCUPS.get(shape, SW_SHAPE_GCUPS_DEFAULT) + SW_TILE_SECONDS_PER_GRESIDUE)
+
+    return min(SW_SHAPES, key=lambda s: (seconds(s), s[0] * s[1]))

@@ -1,0 +1,1 @@
+"""A search run: the routing plan (where each part runs), the threaded engine, and hmmscan."""

@@ -1,0 +1,665 @@
+"""The search engine: many query models against one database, every stage busy at once.
+
+How a search flows
+------------------
+Models arrive as a stream (a 20,000-model Pfam file is never held whole). Three kinds of
+threads pass them along through bounded queues:
+
+1. **prepare** (one thread): checks each model (protein alphabet, calibration, cutoffs) and
+   builds, on a filter backend, hmmgpu's quantized filter tables (pyhmmer's stage takes the
+   model itself: each worker configures it into its own pipeline's reused buffers).
+2. **filter** (two threads): one submits each model's filter cascade to the backend (on
+   the GPU the launches of several models are queued ahead, with no host synchronisation
+   between them: :mod:`hmmgpu.gpu.cascade`); the other waits for each cascade in turn
+   (a blocking wait that leaves the GIL to the others, rather than polling), finishes it
+   and cuts the survivors into tasks of roughly equal work (:mod:`hmmgpu.stages.postfilter`).
+   On the pyhmmer route there are no hmmgpu filters: the tasks are ranges of all targets,
+   and the prepare thread queues them itself (one hand-off fewer per model: on two cores,
+   600 small models, 15% fewer context switches).
+3. **workers** (``--cpu`` threads): take tasks, earliest model first, and run pyhmmer's
+   Forward/Backward/domain stage on them (pyhmmer releases the GIL). Splitting by survivors
+   rather than by model keeps every thread busy to the end; the worker that finishes a
+   model's last task merges its parts into one serial run's ``TopHits``.
+
+With ``auto``, the backend's filters and pyhmmer's whole pipeline share the models, so that
+neither the GPU nor the worker threads wait while the other has work:
+
+* While the backend is still starting (the GPU process opens its device, loads its kernels
+  and reads the database: 0.2-0.3 s with a warm kernel cache, about 8 s when it compiles), a
+  search of fewer models than worker threads does not leave the workers waiting: a model
+  that is not small gets a *head start* (:class:`HeadStart`). Its tasks on pyhmmer's whole
+  pipeline (ranges of consecutive targets, as on the pyhmmer route) are queued at once, and
+  the workers claim them in database order. Once the backend is ready, no further range is
+  claimed; the model goes through the filters, and the targets of the claimed ranges are
+  left out of its survivors and its filter counters, so each target is searched once, on
+  one route or the other. If every range has been claimed first (a backend that compiles),
+  the model never reaches the filters. (No head start where the ranges would first make
+  every target a pyhmmer sequence object: :meth:`SearchEngine.head_start`.) A single model
+  against a sequence file would mostly be searched before the GPU process had read the
+  file, so ``auto`` does not start the GPU for one (:func:`~hmmgpu.search.routing.pyhmmer_route`);
+  against a made database, whose GPU process starts without reading it, it does.
+* A *small* model (:data:`~hmmgpu.costs.SMALL_MODEL_CELLS`: model length x database
+  residues) goes to pyhmmer's whole pipeline whenever the workers are short of work and the
+  backend is behind: still starting, or holding :data:`SHARE_BACKLOG` models or more that it
+  has not answered. The GPU route's cost per model is fixed (tables built and sent, three
+  launches, a reply: about 4 ms of host work in the GPU process), which small models cannot
+  pay back; ``auto`` does not start the GPU when the average model is small, so this serves
+  the searches that mix small and large models. A large model still waits for the filters:
+  its whole pipeline costs about three times the Forward stage left after them (with 600
+  models against 29 M residues, rerouting while the GPU started made the search 4 s slower
+  on the 16-core H200 machine).
+
+A backend that cannot start at all raises its error with ``--backend cuda``; with ``auto``
+the search goes on with pyhmmer's route. The results do not depend on the route: both give
+one serial hmmsearch's ``TopHits``.
+
+On pyhmmer's route, with fewer models than threads, an ASCII FASTA file is not read here at
+all: its tasks are pieces of the file that pyhmmer reads and searches itself, in every
+thread (:class:`~hmmgpu.formats.seqdb.FastaPieces`).
+
+The caller's iterator yields the results in query order. A semaphore bounds the number of
+models between the reader and the caller, so memory stays flat however long the model file
+is. With ``cpus=0`` (hmmsearch's ``--cpu 0``) everything runs in the calling thread.
+
+:class:`EngineStats` records where the time went: each stage's busy time, the GPU's busy
+time and fraction, the worker threads' busy fraction, and the targets through each stage.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hmmgpu.stages.protocol import CascadeBackend
+from hmmgpu.costs import small_on_average
+from hmmgpu.errors import DeviceUnavailable, HmmgpuError
+from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
+
+
+#: Models between the reader and the caller at most (a bound on memory): per worker thread,
+#: and at least. Results leave in query order, so one slow model holds back every later
+#: one; the window must cover the models the other threads finish meanwhile (a model with
+#: many hits can take ten times an average one), or they run out of work.
+MODELS_IN_FLIGHT_PER_THREAD = 16
+MODELS_IN_FLIGHT_MIN = 64
+#: While the backend starts (or is behind, for a small model) and every worker is busy, how
+#: long the submitting thread waits for either to change before it looks again (seconds).
+START_POLL_SECONDS = 0.005
+#: The backend is behind when this many models or more wait for its answer: the GPU process
+#: runs :data:`~hmmgpu.gpu.cascade.SLOTS` at once.
+SHARE_BACKLOG = 8
+#: How long into a search a backend still starting is waited for before models that are not
+#: small and get no head start (:meth:`SearchEngine.head_start`; one with a head start waits
+#: no longer once its ranges are all claimed) go to pyhmmer's whole pipeline instead
+#: (seconds): longer than a start with the kernel
+#: cache warm (the filters were ready 0.19-0.43 s into the search on the 16-core H200 machine),
+#: much shorter than one that compiles (about 8 s). Rerouting at once sent 6 of 10 Pfam models
+#: against 29 M residues to the whole pipeline, 2.16 s against 1.47 s on the GPU alone
+#: (``benchmarks/results/engine_bench_h_d_readme_h200_2026-11-24_sample.json``).
+REROUTE_AFTER_SECONDS = 1.0
+
+
+@dataclass
+class Query:
+    """A query model on its way through the engine."""
+
+    index: int  #: position in the input (0-based)
+    hmm: object  #: pyhmmer ``HMM``
+    profile: object = None  #: what the cascade backend takes (``backend.prepare``), if any
+    counts: object = None  #: the cascade's counters (filter backends)
+    results: dict = field(default_factory=dict)  #: finished tasks' results by part number
+    n_tasks: int = 0
+    seconds: dict = field(default_factory=dict)
+    head: "HeadStart | None" = None  #: its ranges on pyhmmer's whole pipeline while the backend started
+
+
+class HeadStart:
+    """A query's ranges of targets on pyhmmer's whole pipeline while the filter backend
+    starts (see the module header). Workers take the range tasks (parts 0, 1, ...) in order
+    and :meth:`claim` each before running it; :meth:`stop` ends the claims once the filters
+    can take the query. A part below the highest one claimed is always granted, so the parts
+    run are exactly 0..:attr:`claimed` - 1 whichever worker reaches its claim first."""
+
+    def __init__(self, tasks: list):
+        self.tasks = tasks
+        self.claimed = 0  #: parts 0..claimed-1 are run (final once stopped)
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def claim(self, part: int) -> bool:
+        """Whether a worker that took range task ``part`` runs it."""
+        with self._lock:
+            if not self._stopped:
+                self.claimed = max(self.claimed, part + 1)
+                return True
+            return part < self.claimed
+
+    def stop(self) -> int:
+        """End the claims; the number of range tasks that run."""
+        with self._lock:
+            self._stopped = True
+            return self.claimed
+
+    def covered(self, n: int) -> np.ndarray:
+        """Which of the database's ``n`` targets the claimed ranges search (a mask)."""
+        mask = np.zeros(n, bool)
+        for task in self.tasks[:self.claimed]:
+            mask[task.positions] = True
+        return mask
+
+
+@dataclass
+class SearchResult:
+    """One query's result: its pyhmmer ``TopHits`` (equal to a serial hmmsearch's) and counters."""
+
+    index: int
+    hmm: object
+    hits: object
+    pipeline: dict = None  #: hmmsearch's counters (nseqs, nres, n_past_*)
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def counts(self):
+        """The query's :class:`~hmmgpu.stages.cascade.StageCounts`."""
+        from hmmgpu.stages.cascade import StageCounts
+
+        pli = self.pipeline
+        return StageCounts(query=str(self.hmm.name), M=self.hmm.M, nseqs=pli["nseqs"], nres=pli["nres"],
+                           n_past_msv=pli["n_past_msv"], n_past_bias=pli["n_past_bias"],
+                           n_past_vit=pli["n_past_vit"], n_past_fwd=pli["n_past_fwd"],
+                           n_reported=len(self.hits.reported), n_included=len(self.hits.included),
+                           seconds=self.seconds)
+
+
+@dataclass
+class EngineStats:
+    """Where the time of a search went."""
+
+    wall_seconds: float = 0.0
+    queries: int = 0
+    threads: int = 0
+    prepare_seconds: float = 0.0  #: busy time of the prepare thread
+    filter_seconds: float = 0.0  #: busy time of the filter thread (host side of the filters)
+    gpu_seconds: float = 0.0  #: time the GPU was busy with the filter kernels (CUDA events)
+    forward_seconds: float = 0.0  #: busy time of the workers in pyhmmer's stage after hmmgpu's filters
+    pipeline_seconds: float = 0.0  #: busy time of the workers in pyhmmer's whole pipeline (unfiltered)
+    #: CPU time of each stage's threads (busy time less the waits for the GIL and the GPU)
+    cpu_seconds: dict = field(default_factory=lambda: dict(prepare=0.0, filter=0.0, workers=0.0))
+    tasks: int = 0
+    filtered_queries: int = 0  #: models through the backend's filters
+    pipeline_queries: int = 0  #: models on pyhmmer's whole pipeline (on a cascade backend: while it started)
+    #: targets of models through the filters searched on pyhmmer's whole pipeline instead, by
+    #: their head start while the backend started (:class:`HeadStart`), over all models
+    head_start_targets: int = 0
+    ready_seconds: float | None = None  #: when the cascade backend could take models (from the start)
+    fallback: str = ""  #: why ``auto`` went on without the GPU, when it did
+    description: str = ""  #: the backend's description at the end of the search
+    targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, fwd=0, searched=0))
+    backend: dict = field(default_factory=dict)  #: the backend's own breakdown (GPU kernels, host side)
+    #: worker processes of one thread each (:mod:`hmmgpu.distributed.processes`; 0: threads of this process),
+    #: and the sum of their peak memory
+    processes: int = 0
+    processes_peak_rss_mb: float = 0.0
+    #: the worker processes' time on their batches: parsing, checking, searching, formatting
+    processes_busy_seconds: float = 0.0
+
+    def add(self, other: "EngineStats") -> None:
+        """Add the counts and busy times of another part of the same run (a worker process's)."""
+        for name in ("queries", "prepare_seconds", "filter_seconds", "forward_seconds", "pipeline_seconds",
+                     "tasks", "filtered_queries", "pipeline_queries", "head_start_targets", "processes_busy_seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for totals, part in ((self.cpu_seconds, other.cpu_seconds), (self.targets, other.targets)):
+            for key, value in part.items():
+                totals[key] += value
+
+    @property
+    def gpu_busy_fraction(self) -> float:
+        return self.gpu_seconds / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def worker_seconds(self) -> float:
+        """Busy time of the workers (pyhmmer's stage after the filters and its whole pipeline)."""
+        return self.forward_seconds + self.pipeline_seconds
+
+    @property
+    def worker_busy_fraction(self) -> float:
+        """The workers' busy time over (threads x wall time)."""
+        return self.worker_seconds / (self.threads * self.wall_seconds) if self.wall_seconds and self.threads else 0.0
+
+    @property
+    def processes_busy_fraction(self) -> float:
+        """The worker processes' busy time over (processes x wall time)."""
+        return self.processes_busy_seconds / (self.processes * self.wall_seconds) \
+            if self.wall_seconds and self.processes else 0.0
+
+    def lines(self, shown: str = "") -> list:
+        """A few lines for the end of a run (the backend's description first, unless it is
+        ``shown``, the one given at the start)."""
+        t = self.targets
+        return [self.description] * bool(self.description and self.description != shown) + [
+            f"queries {self.queries}, wall {self.wall_seconds:.2f} s, " + (
+                f"{self.processes} worker processes of one thread (busy {self.processes_busy_seconds:.2f} s, "
+                f"{100 * self.processes_busy_fraction:.0f}% of processes x wall; peak memory "
+                f"{self.processes_peak_rss_mb:.0f} MB summed)"
+                if self.processes else f"{self.threads} worker threads") + f", {self.tasks} tasks",
+            f"busy: prepare {self.prepare_seconds:.2f} s, filters {self.filter_seconds:.2f} s "
+            f"(GPU busy {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "
+            f"workers {self.worker_seconds:.2f} s ({100 * self.worker_busy_fraction:.0f}% of threads x wall): "
+            f"Forward/domain stage {self.forward_seconds:.2f} s, whole pipeline {self.pipeline_seconds:.2f} s",
+            f"models: {self.filtered_queries} through the filters, {self.pipeline_queries} on pyhmmer's whole "
+            "pipeline" + ("" if self.ready_seconds is None else f"; filters ready after {self.ready_seconds:.2f} s")
+            + (f"; {self.head_start_targets} of their targets searched on the whole pipeline while the filters "
+               "started" if self.head_start_targets else "") + (f"; {self.fallback}" if self.fallback else ""),
+            "CPU time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.cpu_seconds.items()),
+            f"targets through each stage (all queries): searched {t['searched']}, past MSV {t['msv']}, "
+            f"bias {t['bias']}, Viterbi {t['vit']}, Forward {t['fwd']}",
+        ] + ([f"backend: {self.backend}"] if self.backend else [])
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items()}
+        d.update(gpu_busy_fraction=self.gpu_busy_fraction, worker_seconds=self.worker_seconds,
+                 worker_busy_fraction=self.worker_busy_fraction, processes_busy_fraction=self.processes_busy_fraction)
+        return d
+
+
+class _Failed:
+    """A query whose preparation failed: the error is raised when the caller reaches it."""
+
+    def __init__(self, index: int, error):
+        self.index = index
+        self.error = error
+
+
+class SearchEngine:
+    """Searches a stream of models against one database on one backend.
+
+    ``SearchEngine(db, options, backend=..., ftz=False)``; :meth:`search` yields
+    :class:`SearchResult` in query order. ``ftz`` runs pyhmmer's stage in the hmmsearch
+    program's float mode (:mod:`hmmgpu.host`); ``model_lengths``, the lengths of the models to
+    come when they are known, size the tasks by the whole run's work (fewer models than
+    threads each cut into more tasks, a long model among many short ones too).
+    """
+
+    def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None,
+                 model_lengths=None):
+        self.db = db
+        self.options = options
+        self.backend = backend
+        self.ftz = ftz
+        self.threads = 0 if options.cpus == 0 else options.threads
+        self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
+        self.forward = PyhmmerStage(db, options, ftz=ftz, threads=self.threads, model_lengths=model_lengths)
+        queries = len(model_lengths) if model_lengths else None
+        self.filtered = isinstance(backend, CascadeBackend)
+        #: models may go to pyhmmer's whole pipeline while the backend starts (see the module header)
+        self.reroute = options.backend == "auto" and queries is not None and queries < self.threads
+        #: small models may go there whenever the backend is behind
+        self.share = options.backend == "auto" and self.threads > 0
+        self.stats = EngineStats(threads=max(1, self.threads))
+        self._lock = threading.Lock()
+        self._start = time.perf_counter()
+
+    # ------------------------------------------------------------ the stages, per query
+    def prepare(self, index: int, item) -> Query:
+        """Check a model and, on a cascade backend, prepare it for the backend (hmmgpu's tables)."""
+        from hmmgpu.formats.checks import check_model
+
+        hmm = getattr(item, "hmm", item)
+        check_model(hmm, self.options)
+        query = Query(index=index, hmm=hmm)
+        if self.filtered:
+            query.profile = self.backend.prepare(hmm, getattr(item, "mmu", None))
+        return query
+
+    def submit(self, query: Query):
+        """Start ``query``'s filter cascade (waiting for a backend that is starting); None on
+        the pyhmmer route (the serial search: its one thread has nothing else to do meanwhile)."""
+        return self.backend.submit(query.profile, self.options) if self._filters_take(query, lambda: False) else None
+
+    def _filters_take(self, query: Query, idle) -> bool:
+        """Whether ``query`` goes through the backend's filters rather than pyhmmer's whole
+        pipeline (see the module header): at once if the backend is ready and not behind; else
+        as soon as it is ready and caught up, unless ``idle()`` (fewer tasks queued or running
+        than workers) comes first for a model that may go to the whole pipeline (with
+        :attr:`reroute` while the backend starts, from :data:`REROUTE_AFTER_SECONDS` into the
+        search; a small one with :attr:`share`, at any time)."""
+        if not self.filtered:
+            return False
+        small = self.share and small_on_average(float(query.hmm.M) * self.db.total_residues, 1)
+        reroute = self.reroute or small
+        # a model that is not small waits for a backend that starts as fast as a warm one
+        reroute_from = self._start + (0.0 if small else REROUTE_AFTER_SECONDS)
+
+        def may_reroute() -> bool:
+            return reroute and time.perf_counter() >= reroute_from and idle()
+
+        while True:
+            try:
+                if self.backend.ready(timeout=(0.0 if may_reroute() else START_POLL_SECONDS) if reroute else None):
+                    if self.stats.ready_seconds is None:
+                        self.stats.ready_seconds = time.perf_counter() - self._start
+                    break
+            except HmmgpuError as error:
+                if self.options.backend != "auto":  # auto goes on with pyhmmer's route
+                    raise (DeviceUnavailable.for_backend(self.options.device)
+                           if isinstance(error, DeviceUnavailable) else error) from None
+                self.filtered = False
+                self.stats.fallback = f"the GPU could not be used: {error}"
+                return False
+            if may_reroute():
+                return False
+        while small and self.backend.waiting() >= SHARE_BACKLOG:
+            if idle():
+                return False
+            time.sleep(START_POLL_SECONDS)
+        return True
+
+    def head_start(self, query: Query) -> "HeadStart | None":
+        """``query``'s head start on pyhmmer's whole pipeline (:class:`HeadStart`), or None:
+        with ``auto`` and fewer models than threads, a model that is not small, over a
+        database held here (not a file's pieces) that its plan cuts into several ranges,
+        while the backend is still starting. (One range would be all or nothing: the model
+        rerouted, which a model that is not small waits :data:`REROUTE_AFTER_SECONDS` for.)
+        Not where the ranges would first make every target a sequence object (seconds of one
+        thread for a large database, where the filters need only their survivors')."""
+        if not (self.filtered and self.reroute and self.db.pieces is None):
+            return None
+        if self.forward.ranges_make_sequences:
+            return None
+        if small_on_average(float(query.hmm.M) * self.db.total_residues, 1):
+            return None
+        try:
+            if self.backend.ready(timeout=0.0):
+                return None
+        except HmmgpuError:  # its error is taken where the query waits for the backend
+            return None
+        tasks = self.forward.plan(query)
+        return HeadStart(tasks) if len(tasks) > 1 else None
+
+    def plan(self, query: Query, ticket=None) -> list:
+        """Cut ``query``'s remaining work into tasks, once its cascade (``ticket``) is done; after
+        a head start, only the targets its claimed ranges did not search."""
+        if ticket is None:
+            return self.forward.plan(query)
+        result = ticket.result()
+        if query.head is not None:
+            covered = query.head.covered(self.db.n)
+            result = _outside(result, covered)
+            with self._lock:
+                self.stats.head_start_targets += int(covered.sum())
+        query.counts = result
+        query.seconds.update(result.seconds)
+        return self.forward.plan(query, result.survivors)
+
+    def finish(self, query: Query) -> SearchResult:
+        """Merge the query's task results into one ``TopHits``."""
+        results = [query.results[k] for k in sorted(query.results)]
+        hits, pipeline = self.forward.merge(query, results, query.counts)
+        if pipeline is None:  # a whole-database pyhmmer run keeps its counters in the hits
+            pipeline = hits.__getstate__()["pipeline"]
+        with self._lock:
+            self.stats.queries += 1
+            if query.counts is None:
+                self.stats.pipeline_queries += 1
+            else:
+                self.stats.filtered_queries += 1
+            t = self.stats.targets
+            for key, name in (("nseqs", "searched"), ("n_past_msv", "msv"), ("n_past_bias", "bias"),
+                              ("n_past_vit", "vit"), ("n_past_fwd", "fwd")):
+                t[name] += pipeline[key]
+        return SearchResult(index=query.index, hmm=query.hmm, hits=hits, pipeline=pipeline, seconds=query.seconds)
+
+    # ------------------------------------------------------------ drivers
+    def search(self, models):
+        """Search every model of the iterable ``models``; yield :class:`SearchResult` in order."""
+        start = self._start = time.perf_counter()
+        try:
+            if self.threads == 0:
+                yield from self._search_serial(models)
+            else:
+                yield from self._search_threaded(models)
+        finally:
+            self.stats.wall_seconds = time.perf_counter() - start
+            self.stats.gpu_seconds = getattr(self.backend, "gpu_seconds", lambda: 0.0)()
+            self.stats.backend = self.backend.details()
+            self.stats.description = self.backend.description
+
+    def _search_serial(self, models):
+        from hmmgpu.host import flush_to_zero
+
+        with flush_to_zero(self.ftz):
+            for index, item in enumerate(models):
+                t = [(time.perf_counter(), time.thread_time())]
+                query = self.prepare(index, item)
+                t.append((time.perf_counter(), time.thread_time()))
+                tasks = self.plan(query, self.submit(query))
+                t.append((time.perf_counter(), time.thread_time()))
+                query.n_tasks = len(tasks)
+                for task in tasks:
+                    query.results[task.part] = self.forward.run(task, alone=len(tasks) == 1)
+                result = self.finish(query)
+                t.append((time.perf_counter(), time.thread_time()))
+                self.stats.prepare_seconds += t[1][0] - t[0][0]
+                self.stats.filter_seconds += t[2][0] - t[1][0]
+                if query.counts is None:
+                    self.stats.pipeline_seconds += t[3][0] - t[2][0]
+                else:
+                    self.stats.forward_seconds += t[3][0] - t[2][0]
+                for k, stage in enumerate(("prepare", "filter", "workers")):
+                    self.stats.cpu_seconds[stage] += t[k + 1][1] - t[k][1]
+                self.stats.tasks += len(tasks)
+                yield result
+
+    def _search_threaded(self, models):
+        slots = threading.Semaphore(self.in_flight)
+        to_filter: queue.Queue = queue.Queue(maxsize=4)
+        to_finish: queue.Queue = queue.Queue()  # bounded by the backend's ring (GPU) or by to_filter
+        work: queue.PriorityQueue = queue.PriorityQueue()
+        results: dict = {}
+        done = threading.Condition()
+        failure: list = []
+        stop = threading.Event()
+        n_models = [None]
+
+        def fail(error):
+            with done:
+                if not failure:
+                    failure.append(error)
+                stop.set()
+                done.notify_all()
+
+        def deliver(index, value):
+            with done:
+                results[index] = value
+                done.notify_all()
+
+        def prepare_loop():
+            count = 0
+            try:
+                items = iter(models)
+                while True:
+                    while not slots.acquire(timeout=0.1):
+                        if stop.is_set():
+                            return
+                    try:
+                        item = next(items)
+                    except StopIteration:
+                        break
+                    except HmmgpuError as error:   # a fault in the model file: raised after the models before it
+                        to_filter.put((count, _Failed(count, error)))
+                        count += 1
+                        break
+                    t0, c0 = time.perf_counter(), time.thread_time()
+                    try:
+                        query = self.prepare(count, item)
+                    except HmmgpuError as error:
+                        query = _Failed(count, error)
+                    self.stats.prepare_seconds += time.perf_counter() - t0
+                    self.stats.cpu_seconds["prepare"] += time.thread_time() - c0
+                    if self.filtered or isinstance(query, _Failed):
+                        to_filter.put((count, query))
+                    else:   # no filters to start: its tasks go to the workers from here
+                        queue_tasks(query, None)
+                    count += 1
+            except BaseException as error:  # noqa: BLE001 - handed to the caller
+                fail(error)
+            finally:
+                n_models[0] = count
+                to_filter.put(None)
+
+        def timed(stage_seconds: str, cpu_stage: str, fn, *args):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            value = fn(*args)
+            with self._lock:
+                setattr(self.stats, stage_seconds, getattr(self.stats, stage_seconds) + time.perf_counter() - t0)
+                self.stats.cpu_seconds[cpu_stage] += time.thread_time() - c0
+            return value
+
+        running = [0]  # tasks the workers are running
+
+        def idle() -> bool:  # fewer tasks queued or running than workers (or the search is stopping)
+            return stop.is_set() or work.qsize() + running[0] < self.threads
+
+        def queue_tasks(query, ticket, head: HeadStart | None = None):
+            tasks = head.tasks if head is not None else timed("filter_seconds", "filter", self.plan, query, ticket)
+            with self._lock:
+                if head is not None:  # ranges on the whole pipeline, claimed before they run
+                    query.head = head
+                if ticket is not None and query.head is not None:  # after the claimed ranges
+                    ranges = len(query.head.tasks)
+                    for task in tasks:
+                        task.part += ranges
+                    query.n_tasks = query.head.claimed + len(tasks)
+                    self.stats.tasks -= ranges - query.head.claimed
+                else:
+                    query.n_tasks = len(tasks)
+                self.stats.tasks += len(tasks)
+            for task in tasks:
+                work.put((query.index, task.part, task))
+
+        def submit_loop():
+            # models go to the backend as they come (on the GPU several are in flight; the
+            # backend blocks when its ring is full) and on to the finishing thread, or to
+            # pyhmmer's whole pipeline (see the module header), whose tasks are queued here at
+            # once, so that idle() counts them for the next model
+            try:
+                while True:
+                    entry = to_filter.get()
+                    if entry is None or stop.is_set():
+                        break
+                    index, query = entry
+                    if isinstance(query, _Failed):
+                        to_finish.put((query, None))
+                        continue
+                    head = timed("filter_seconds", "filter", self.head_start, query)
+                    if head is not None:
+                        queue_tasks(query, None, head)
+                    # after a head start, the filters take what is left unless every range was claimed
+                    if self._filters_take(query, idle) and not (head is not None and head.stop() == len(head.tasks)):
+                        to_finish.put((query, timed("filter_seconds", "filter", self.backend.submit, query.profile,
+                                                    self.options)))
+                    elif head is None:
+                        queue_tasks(query, None)
+            except BaseException as error:  # noqa: BLE001
+                fail(error)
+            finally:
+                to_finish.put(None)
+
+        def finish_loop():
+            # waits for each model's cascade (without the GIL), finishes it on the host and cuts
+            # its remaining work into tasks for the workers
+            try:
+                while True:
+                    entry = to_finish.get()
+                    if entry is None or stop.is_set():
+                        break
+                    query, ticket = entry
+                    if isinstance(query, _Failed):
+                        deliver(query.index, query)
+                    else:
+                        queue_tasks(query, ticket)
+            except BaseException as error:  # noqa: BLE001
+                fail(error)
+
+        def worker():
+            from hmmgpu.host import set_flush_to_zero
+
+            if self.ftz:
+                set_flush_to_zero(True)
+            while True:
+                _, _, task = work.get()
+                if task is None:
+                    return
+                if stop.is_set():
+                    continue
+                head = task.query.head
+                if head is not None and not task.filtered and not head.claim(task.part):
+                    continue  # a range left to the filters (the query's head start is over)
+                with self._lock:
+                    running[0] += 1
+                try:
+                    t0 = time.perf_counter()
+                    query = task.query
+                    outcome = self.forward.run(task, alone=query.n_tasks == 1)
+                    with self._lock:
+                        query.results[task.part] = outcome
+                        complete = len(query.results) == query.n_tasks
+                    result = self.finish(query) if complete else None
+                    with self._lock:
+                        stage = "forward_seconds" if task.filtered else "pipeline_seconds"
+                        setattr(self.stats, stage, getattr(self.stats, stage) + time.perf_counter() - t0)
+                        self.stats.cpu_seconds["workers"] += outcome.cpu_seconds
+                    if result is not None:
+                        deliver(query.index, result)
+                except BaseException as error:  # noqa: BLE001
+                    fail(error)
+                finally:
+                    with self._lock:
+                        running[0] -= 1
+
+        threads = [threading.Thread(target=prepare_loop, name="hmmgpu-prepare", daemon=True),
+                   threading.Thread(target=submit_loop, name="hmmgpu-submit", daemon=True),
+                   threading.Thread(target=finish_loop, name="hmmgpu-finish", daemon=True)]
+        threads += [threading.Thread(target=worker, name=f"hmmgpu-worker-{k}", daemon=True)
+                    for k in range(self.threads)]
+        for t in threads:
+            t.start()
+        try:
+            index = 0
+            while True:
+                with done:
+                    while index not in results and not failure and not (n_models[0] is not None and index >= n_models[0]):
+                        done.wait(0.1)
+                    if failure:
+                        raise failure[0]
+                    if index not in results:
+                        break  # every model delivered
+                    value = results.pop(index)
+                if isinstance(value, _Failed):
+                    raise value.error
+                yield value
+                slots.release()
+                index += 1
+        finally:
+            stop.set()
+            for _ in range(self.threads):
+                work.put((np.iinfo(np.int64).max, 0, None))
+            for t in threads[3:]:
+                t.join()
+
+
+def _outside(result, covered: np.ndarray):
+    """The cascade's ``result`` without the targets of the mask ``covered`` (searched on
+    pyhmmer's whole pipeline by a head start): survivors and counters of the others."""
+    from dataclasses import replace
+
+    if result.past_msv is None or result.past_bias is None:
+        raise HmmgpuError("internal: a head start needs the targets past each filter")
+    survivors = result.survivors[~covered[result.survivors]]
+    past_msv = result.past_msv[~covered[result.past_msv]]
+    past_bias = result.past_bias[~covered[result.past_bias]]
+    return replace(result, survivors=survivors, n_past_msv=int(past_msv.size), n_past_bias=int(past_bias.size),
+                   n_past_vit=int(survivors.size), past_msv=past_msv, past_bias=past_bias)

@@ -1,0 +1,238 @@
+"""Where a search runs: the one routing plan of the CLI and the API.
+
+Every decision about *where* work runs is made here, above the devices: which filter stage
+(:mod:`hmmgpu.stages.protocol`) a search gets for ``--backend auto|cuda|numba|hmmer``, whether
+the GPU process starts before the database is read, whether a search takes pyhmmer's route
+before it reads its database, and what a GPU that fails to start means. ``auto`` takes the GPU
+only when pyhmmer's route is estimated (:mod:`hmmgpu.costs`) to take longer than starting it.
+"""
+from __future__ import annotations
+
+import os
+
+from hmmgpu.costs import GPU_ROUTE_SECONDS, KERNEL_COMPILE_SECONDS, cpu_route_seconds, small_on_average
+from hmmgpu.cpu.backends import HmmerBackend, NumbaBackend
+from hmmgpu.errors import DeviceUnavailable, HmmgpuError
+from hmmgpu.stages.protocol import Backend, CascadeBackend
+
+
+def cuda_available(device: int = 0) -> bool:
+    """A usable CUDA GPU with this id is present (asks the CUDA driver; imports nothing heavy)."""
+    try:
+        from hmmgpu.gpu.runtime.context import cuda_available as probe
+    except ImportError:
+        return False
+    return probe(device)
+
+
+def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> CascadeBackend | None:
+    """The GPU process started before the database is read (it reads the file itself, so
+    both start-ups overlap), for a search that :func:`cpu_route_before_reading` left
+    undecided, when ``select_backend`` may take the GPU: ``--backend cuda``, or ``auto`` on a
+    GPU machine whose database's residues can be estimated from the file. None otherwise; the
+    caller passes the result to :func:`select_backend` as ``started``, which stops it if the
+    exact count says the CPU."""
+    from hmmgpu.formats.inputs import rereadable
+
+    if source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not rereadable(source):
+        return None
+    if options.backend == "auto" and residues_estimate(source) is None:
+        return None
+    from hmmgpu.gpu.runtime.context import cuda_driver_present
+
+    if not cuda_driver_present():
+        return None
+    from hmmgpu.gpu.process import CudaProcessBackend
+
+    return CudaProcessBackend(source=(source, fmt), lanes=options.lanes, device=options.device,
+                              lengths=model_lengths)
+
+
+def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
+    """Why the search takes pyhmmer's route whatever the database's exact size, or None when
+    that waits for the database to be read: ``--backend hmmer`` (""), ``auto`` with one query,
+    or ``auto`` with work that, by the database's residues estimated from the file
+    (:func:`residues_estimate`: its size, an upper bound for a plain FASTA file, or, when half
+    as many would decide, the share of residue bytes in its head), has models small on average
+    or a CPU route estimated under :data:`GPU_ROUTE_SECONDS` (both tests pass only more easily
+    with fewer residues), or ``auto`` where no CUDA driver loads (or ``HMMGPU_NO_GPU`` is set).
+    An estimate too low for a file whose head is unlike the rest costs time, not exactness.
+    A search so decided need not read the file before it starts: fewer models than threads
+    search it piece by piece (:class:`~hmmgpu.formats.seqdb.FastaPieces`)."""
+    if options.backend != "auto":
+        return "" if options.backend == "hmmer" else None
+    if not model_lengths:
+        return None
+    if pyhmmer_route(options, len(model_lengths), source):
+        return _ONE_QUERY
+    residues = residues_estimate(source)
+    if residues is not None:
+        def small(count: float) -> str | None:
+            return _small_work(float(sum(model_lengths)) * count, len(model_lengths), count, options.threads)
+
+        reason = small(residues)
+        if reason is None and small(residues / 2) is not None:
+            sampled = residues_estimate(source, sample=True)
+            reason = None if sampled is None else small(sampled)
+        if reason is not None:
+            return reason
+    from hmmgpu.gpu.runtime.context import cuda_driver_present
+
+    return _NO_GPU if os.environ.get("HMMGPU_NO_GPU") is not None or not cuda_driver_present() else None
+
+
+def _small_work(cells: float, queries: int | None, residues: float, threads: int) -> str | None:
+    """Why ``auto`` takes pyhmmer's route for ``queries`` models (when known) of ``cells``
+    model cells in all against ``residues``, or None: small models, or little work (for a GPU
+    route that would first compile its kernels: :data:`KERNEL_COMPILE_SECONDS`)."""
+    if queries and small_on_average(cells, queries):
+        return _SMALL_MODELS
+    seconds = cpu_route_seconds(cells, residues, threads)
+    if seconds <= GPU_ROUTE_SECONDS:
+        return _SMALL_WORK
+    if seconds <= GPU_ROUTE_SECONDS + KERNEL_COMPILE_SECONDS:
+        from hmmgpu.gpu.runtime.build import any_compiled
+
+        if not any_compiled():
+            return _COLD_KERNELS
+    return None
+
+
+#: The reasons the backend line gives for ``auto``'s choice of pyhmmer's route.
+_ONE_QUERY = "one query runs on every thread before the GPU could start"
+_SMALL_MODELS = "the models are small against this database (the GPU's cost per model is higher)"
+_SMALL_WORK = "the work is too small to pay for the GPU"
+_COLD_KERNELS = "the work is too small to pay for compiling the GPU kernels first (hmmgpu warmup compiles them)"
+_NO_GPU = "no CUDA GPU found"
+
+
+#: The bytes of a plain file's head that :func:`residues_estimate` reads with ``sample=True``.
+RESIDUE_SAMPLE_BYTES = 1 << 20
+
+
+def residues_estimate(source: str, sample: bool = False) -> float | None:
+    """The residues of a sequence file or made database, before reading it, or None if that
+    cannot be told: a made database records them; a plain file has at most one a byte, a gzip
+    file about two. ``sample``: for a plain file, its size times the share of its first
+    :data:`RESIDUE_SAMPLE_BYTES` (whole records) outside header lines and line ends, the
+    bytes a FASTA file's residues come from (a bound for a file that small; for a larger one,
+    an estimate that a head unlike the rest of the file gets wrong). Scanning the whole file
+    instead took 0.3-0.5 s for 29 M residues on the H200 machine."""
+    import json
+
+    from hmmgpu.formats.inputs import META_FILE, is_database_dir
+
+    try:
+        if is_database_dir(source):
+            with open(os.path.join(source, META_FILE)) as fh:
+                return float(json.load(fh)["total_residues"])
+        size = os.path.getsize(source)
+        with open(source, "rb") as fh:
+            head = fh.read(RESIDUE_SAMPLE_BYTES if sample else 2)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if head[:2] == b"\x1f\x8b":
+        return 2.0 * size
+    if not sample:
+        return 1.0 * size
+    if len(head) < size:  # whole records only
+        head = head[:head.rfind(b"\n>") + 1]
+        if not head:
+            return 1.0 * size
+    import re
+
+    headers = sum(map(len, re.findall(rb"(?m)^>[^\n\r]*", head)))
+    return size * (len(head) - headers - head.count(b"\n") - head.count(b"\r")) / len(head)
+
+
+def pyhmmer_route(options, queries: int | None, source: str) -> bool:
+    """Whether the search takes pyhmmer's route whatever the database's size: ``--backend
+    hmmer``, or ``auto`` with one query against a sequence file, which pyhmmer reads and
+    searches piece by piece on every thread (:class:`~hmmgpu.formats.seqdb.FastaPieces`) before the
+    GPU process would have started. A database made by ``hmmgpu makedb`` (``source``) has no
+    such route: pyhmmer's pipeline would need every target as its sequence object (1.4 s of
+    one core for 116 M residues), where the GPU's filters leave a few percent of them; there
+    one query takes the GPU when the work pays for it, as several do."""
+    from hmmgpu.formats.inputs import is_database_dir
+
+    return options.backend == "hmmer" or (options.backend == "auto" and queries == 1
+                                          and not is_database_dir(source))
+
+
+def select_backend(options, db, cells: float | None = None, gpu_process: bool = True,
+                   started: CascadeBackend | None = None, queries: int | None = None,
+                   decided: str | None = None) -> Backend:
+    """The backend ``options.backend`` names, over ``db``.
+
+    ``auto`` takes the GPU only when the estimated CPU time of the work (``cells`` = sum of
+    model lengths x residues, when known) is well above what starting the GPU costs, and a
+    GPU is present, and there is more than one query (``queries``, when known:
+    :func:`pyhmmer_route`); otherwise pyhmmer's pipeline, the fastest exact CPU route.
+    Nothing of numba or CUDA is imported on a route that does not need it. The GPU runs in
+    a child process (:mod:`hmmgpu.gpu.process`) unless ``gpu_process`` is False (the audit,
+    which calls the stages one by one); ``started``: one already started by
+    :func:`start_gpu_early`, used if the GPU is chosen and closed otherwise; the exact count
+    then takes pyhmmer's route only for small models, not for work just under the threshold
+    (the file's estimate was over it, the GPU's start is under way, and pyhmmer's route over a
+    file already read is the slower one: 10 Pfam models against 29 M residues took 1.86 s by
+    ranges, 1.35-1.59 s on the GPU; ``engine_bench_h_c_h200_2026-11-24_threshold.json``).
+    A child is not waited for here: the engine sends models to pyhmmer's route until it is
+    ready, and the engine says what its failure to start means. ``decided``: the reason
+    :func:`cpu_route_before_reading` gave, when the caller asked it (then pyhmmer's route).
+    """
+    try:
+        backend = _select(options, db, cells, gpu_process, started, queries, decided)
+    except BaseException:
+        if started is not None:
+            started.close()
+        raise
+    if started is not None and backend is not started:
+        started.close(wait=False)
+    return backend
+
+
+def _select(options, db, cells, gpu_process, started, queries, decided) -> Backend:
+    name = options.backend
+    if name == "auto":
+        threads = options.threads
+        if decided is not None:
+            worth, reason = False, decided
+        elif pyhmmer_route(options, queries, db.source):
+            worth, reason = False, _ONE_QUERY
+        else:
+            reason = None if cells is None else _small_work(cells, queries, db.total_residues, threads)
+            if reason in (_SMALL_WORK, _COLD_KERNELS) and started is not None:
+                reason = None  # the estimate from the file started the GPU: see select_backend
+            worth = reason is None
+        if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or
+                                                                   cuda_available(options.device)):
+            try:
+                return _cuda(options, db, gpu_process, started)
+            except HmmgpuError as error:  # present but unusable (busy, out of memory, ...)
+                reason = f"the GPU could not be used: {error}"
+        elif worth:
+            reason = _NO_GPU
+        backend = HmmerBackend(db)
+        backend.description = f"backend hmmer (pyhmmer on the CPU): {reason}"
+        return backend
+    if name == "cuda":
+        if started is None and not cuda_available(options.device):
+            raise DeviceUnavailable.for_backend(options.device)
+        return _cuda(options, db, gpu_process, started)
+    if name == "numba":
+        return NumbaBackend(db, threads=options.cpus)
+    return HmmerBackend(db)
+
+
+def _cuda(options, db, gpu_process: bool, started) -> CascadeBackend:
+    """The CUDA backend: in this process, ready; or the GPU process, perhaps still starting."""
+    if gpu_process:
+        from hmmgpu.gpu.process import CudaProcessBackend
+
+        if started is None:
+            return CudaProcessBackend(db, lanes=options.lanes, device=options.device)
+        started.attach(db)
+        return started
+    from hmmgpu.gpu.backend import CudaBackend
+
+    return CudaBackend(db, lanes=options.lanes, device=options.device)

@@ -1,0 +1,138 @@
+"""HMMER's filter cascade (``p7_Pipeline`` up to the Forward filter) and its stage results.
+
+For one model and every target, in order (hmmer-filters-spec section 7.3):
+
+1. MSV (SSV first): pass when ``P(msv) <= F1``; ``n_past_msv`` counts them.
+2. Bias filter: the MSV score is re-scored against the target's composition-corrected
+   null score ``filtersc`` and must pass F1 again (without the bias filter, ``filtersc`` is
+   the null score); ``n_past_bias``.
+3. Viterbi filter, *skipped* when the bias-corrected MSV P-value is already <= F2, else
+   pass when ``P(vit) <= F2``; ``n_past_vit``.
+
+The survivors then go to pyhmmer's Forward/Backward/domain stage (:mod:`hmmgpu.cpu.pyhmmer_stage`)
+with the ``filtersc`` it recomputes itself. Each stage returns a small result object that
+turns its own integer scores into nats (:class:`MsvResult`, :class:`ViterbiResult`), so the
+cascade, the audit and the tests never decode a backend's integers themselves.
+:func:`run_cascade` is the host version over any :class:`~hmmgpu.stages.protocol.FilterBackend`;
+the CUDA backend runs the same cascade on the GPU (:mod:`hmmgpu.gpu.cascade`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hmmgpu.stages import stats
+from hmmgpu.constants import STATUS_NORESULT, STATUS_RANGE
+from hmmgpu.stages.profiles import msv_score, null_table, tjb_table, viterbi_score, xw_move_table
+
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class MsvResult:
+    """MSV (SSV first) of some targets: database indices, Easel status, integer ``xJ``."""
+
+    indices: np.ndarray  #: int64 database indices, sorted
+    status: np.ndarray  #: int8: STATUS_OK, STATUS_RANGE (+inf) or STATUS_NORESULT (SSV alone)
+    xj: np.ndarray  #: int32 J-state value (OK only)
+
+    def scores(self, lengths: np.ndarray) -> np.ndarray:
+        """Scores in nats (float32): +inf for RANGE, NaN for NORESULT, as pyhmmer reports them."""
+        L = np.asarray(lengths)[self.indices]
+        sc = msv_score(self.xj, tjb_table(max(int(L.max(initial=1)), 1))[L]) if self.indices.size else \
+            np.zeros(0, F32)
+        sc = np.asarray(sc, F32).copy()
+        sc[self.status == STATUS_RANGE] = np.inf
+        sc[self.status == STATUS_NORESULT] = np.nan
+        return sc
+
+
+@dataclass(frozen=True)
+class ViterbiResult:
+    """Viterbi filter of some targets: Easel status and the integer C-state value."""
+
+    indices: np.ndarray
+    status: np.ndarray  #: int8: STATUS_OK or STATUS_RANGE (+inf)
+    xc: np.ndarray  #: int32 C value (-32768: no path, -inf)
+
+    def scores(self, lengths: np.ndarray) -> np.ndarray:
+        """Scores in nats (float32): +inf for RANGE, -inf without a path."""
+        L = np.asarray(lengths)[self.indices]
+        sc = viterbi_score(self.xc, xw_move_table(max(int(L.max(initial=1)), 1))[L]) if self.indices.size else \
+            np.zeros(0, F32)
+        sc = np.asarray(sc, F32).copy()
+        sc[self.status == STATUS_RANGE] = np.inf
+        return sc
+
+
+@dataclass
+class StageCounts:
+    """A query's pipeline statistics, as hmmsearch prints them, and where the time went."""
+
+    query: str = ""
+    M: int = 0
+    nseqs: int = 0
+    nres: int = 0
+    n_past_msv: int = 0
+    n_past_bias: int = 0
+    n_past_vit: int = 0
+    n_past_fwd: int = 0
+    n_reported: int = 0
+    n_included: int = 0
+    seconds: dict = field(default_factory=dict)  #: busy time of each stage
+
+
+@dataclass
+class CascadeResult:
+    """What passed the filters of one model: sorted database indices and the counts, and
+    which targets passed MSV and the bias filter (database indices, any order: a scan
+    counts them per sequence)."""
+
+    survivors: np.ndarray
+    n_past_msv: int
+    n_past_bias: int
+    n_past_vit: int
+    seconds: dict = field(default_factory=dict)
+    past_msv: np.ndarray = None
+    past_bias: np.ndarray = None
+
+
+def run_cascade(backend, profile, options, db) -> CascadeResult:
+    """The filter cascade of ``profile`` over every target of ``db`` on ``backend``'s stages."""
+    mu, lam, vmu, vlam = profile.evalue_parameters[:4]
+    max_len = max(int(db.max_length), 1)
+    lengths = db.lengths
+    seconds = {}
+    clock = time.perf_counter()
+    msv = backend.msv(profile, stats.msv_thresholds(profile, max_len, options.F1))
+    usc = msv.scores(lengths)
+    null = null_table(max_len)[lengths[msv.indices]]
+    n_past_msv = int(msv.indices.size)
+    past_msv = msv.indices
+    seconds["msv"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    idx = msv.indices
+    if options.bias_filter and idx.size:
+        filtersc = backend.bias(profile, idx)
+        keep = stats.passes_gumbel(usc, filtersc, mu, lam, options.F1)
+        idx, usc, filtersc = idx[keep], usc[keep], filtersc[keep]
+    else:
+        filtersc = null
+    n_past_bias = int(idx.size)
+    past_bias = idx
+    seconds["bias"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    # where the bias-corrected MSV P-value is already <= F2, the Viterbi filter is skipped
+    need = ~stats.passes_gumbel(usc, filtersc, mu, lam, options.F2)
+    if need.any():
+        vit = backend.viterbi(profile, idx[need])
+        passed = ~need
+        passed[need] = stats.passes_gumbel(vit.scores(lengths), filtersc[need], vmu, vlam, options.F2)
+        idx = idx[passed]
+    seconds["viterbi"] = time.perf_counter() - clock
+    return CascadeResult(survivors=idx, n_past_msv=n_past_msv, n_past_bias=n_past_bias, n_past_vit=int(idx.size),
+                         seconds=seconds, past_msv=past_msv, past_bias=past_bias)

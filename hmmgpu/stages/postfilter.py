@@ -1,0 +1,288 @@
+"""The post-filter stage's plan: each query's work cut into tasks of about equal cost.
+
+What is computed
+----------------
+For one query, the targets that passed the filters (or, on pyhmmer's route, every target)
+go through the post-filter stage (Forward, Backward, domain definition, null2 and the
+scores). :class:`TaskPlanner` cuts that work into *tasks* (a query and a range of its
+targets, about :data:`TASK_SECONDS` of work each) so that every thread stays busy to the end
+of a run; :mod:`hmmgpu.stages.merge` joins the tasks' results into exactly one serial run's.
+The plan knows nothing of the device a task runs on: an implementation of
+:class:`~hmmgpu.stages.protocol.PostFilterStage` runs the tasks.
+
+Two details serve the exact merge. Each task's targets are given by their global database
+positions, and a task runs with ``Z`` fixed to its first position + 1; targets whose name
+occurs twice in one task are planned as tasks of their own, so that every hit's position
+can be found from its name. When hmmgpu's filters ran first (a *filtered* task), they
+decided exactly which targets pass MSV, the bias filter and the Viterbi filter, so pyhmmer
+runs with ``F1 = F2 = 1`` and its counters for those stages are replaced by hmmgpu's.
+
+The constants below are measured speeds and cut sizes; how they were measured is in
+docs/performance.md ("The cost model").
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from hmmgpu.costs import CPU_CELLS_PER_SECOND
+
+#: Work per task, in seconds on one thread (estimated): small enough to balance the end of
+#: a run over every thread, large enough that the per-task cost (a block, the merge, and
+#: the moments each task needs the GIL) stays small. Measured on the 16-core GPU machine
+#: with 600 Pfam models: 0.1 s (1,346 tasks) ran 25% faster than 0.03 s (4,482 tasks).
+TASK_SECONDS = 0.1
+#: The smallest task of pyhmmer's route (its whole pipeline over a range of a query's
+#: targets), in seconds on one thread by :data:`~hmmgpu.costs.CPU_CELLS_PER_SECOND`.
+PIPELINE_TASK_SECONDS = 0.1
+#: pyhmmer's route cuts the run's work into about this many tasks per thread: its tasks take
+#: at most the run's estimated time (every model's, when their lengths are known) over
+#: ``RANGE_SHARES`` x threads, and at least :data:`PIPELINE_TASK_SECONDS`. Enough to balance
+#: the end of a run, whatever the models' lengths; no more, because each task costs (a
+#: profile configured, hits serialized and merged). Measured on the 16-core H200 machine, 20
+#: Pfam models against 29 M residues with one, two and four ranges a query: 2.66, 1.69 and
+#: 1.30 s for 13.2-14.5 CPU-seconds (``benchmarks/results/scaling_probe_after_h200_2026-11-24.json``);
+#: the 600 models cut by 0.1 s alone (997 tasks against 618) took 20.5 s against 18.6 s.
+RANGE_SHARES = 4
+#: Estimated speed of pyhmmer's post-filter stage (Forward, Backward, domain definition) per
+#: thread, in model cells (M x L) per second.
+FORWARD_CELLS_PER_SECOND = 7.0e7
+#: Smallest task of a query that is split to keep every thread busy (fewer queries than
+#: threads), in model cells: a hit-rich model's whole pipeline runs several times slower per
+#: cell than :data:`~hmmgpu.costs.CPU_CELLS_PER_SECOND`, so one query alone (a single-model
+#: search of a large database) cannot rely on the estimate to cut it into enough tasks.
+SPLIT_MIN_CELLS = 1.0e8
+#: A FASTA file searched piece by piece (:class:`~hmmgpu.formats.seqdb.FastaPieces`) is cut by guided
+#: self-scheduling: each piece is a 1 / (threads x :data:`PIECE_SHARES`) share of the bytes not
+#: yet cut, between :data:`PIECE_BYTES_MIN` and :data:`PIECE_BYTES_MAX`. The pieces are searched
+#: in file order, so the first are large (fewer per-piece costs) and the last small: a costly
+#: stretch near the end of the file keeps one thread busy for less time after the others are
+#: done. Measured on the 16-core H200 machine, one Pfam model against 116 M residues, three runs
+#: each against 16 equal pieces per thread: medians 1.52 s against 1.66 s (PF00005; level in a
+#: second run), 2.23 s against 2.46 s (PF07690), level for PF00873 and PF05088, and 0.64 s
+#: against 0.99 s for the short PF00096 (M 23; hmmsearch 0.87 s) (benchmarks/results/pieces_probe_*).
+#: A piece also holds at least :data:`PIECE_CELLS_MIN` model cells (M x residues), so that a
+#: short model's pieces keep their fixed costs (a temporary file, Easel's reader, a merge)
+#: small (PF00096: 0.64 s against 0.72 s without); from M = 137 up, :data:`PIECE_BYTES_MIN`
+#: is the larger.
+PIECE_SHARES = 8
+PIECE_BYTES_MIN = 128 << 10
+PIECE_CELLS_MIN = 1.75e7
+PIECE_BYTES_MAX = 4 << 20
+#: pyhmmer's route over ranges of a database held as arrays (a made database) needs the
+#: targets as pyhmmer reads them. Making every target a sequence object once costs about
+#: :data:`SEQUENCE_SECONDS` each, holding the GIL (0.41 s for 77,801 targets on one core of a
+#: 2-core machine, 1.86 s for 311,204 on the 16-core H200 machine), so the other threads wait;
+#: writing a range as FASTA text that Easel reads in C (:meth:`~hmmgpu.formats.seqdb.SequenceDB.fasta_text`)
+#: costs about :data:`TEXT_SECONDS_PER_RESIDUE` a residue and query, in every thread at once
+#: (29 M residues: 0.24 s on one core, 0.12 s on two, and 0.01 s more of Easel's reading per
+#: 2.3 M). A run takes the text when its queries' text, spread over its threads, costs less.
+SEQUENCE_SECONDS = 5.5e-6
+TEXT_SECONDS_PER_RESIDUE = 1.2e-8
+
+
+def piece_bytes(left_bytes: float, model_length: int, threads: int) -> int:
+    """The bytes of the next piece of a FASTA file searched with a model of ``model_length``
+    on ``threads`` threads, with ``left_bytes`` of its text not yet cut into pieces (a residue
+    being at most a byte)."""
+    share = left_bytes / (max(1, threads) * PIECE_SHARES)
+    least = max(PIECE_BYTES_MIN, PIECE_CELLS_MIN / max(1, model_length))
+    return int(min(max(share, least), PIECE_BYTES_MAX))
+
+
+@dataclass
+
+
+@dataclass
+class Task:
+    """One query's targets ``positions`` (sorted database indices) for one pyhmmer run."""
+
+    query: object  #: the engine's Query (index, hmm)
+    positions: np.ndarray
+    z_fixed: float  #: the Z the task runs with (its first position + 1)
+    filtered: bool  #: hmmgpu's filters ran first (F1 = F2 = 1 in pyhmmer)
+    part: int = 0  #: this task's number among its query's tasks
+    piece: int | None = None  #: the piece of a file searched piece by piece (then ``positions`` is empty)
+
+
+@dataclass
+class TaskResult:
+    """What a task gives back: its hits, as ``TopHits.__getstate__()`` ready to merge, or, for
+    a query's only task over every target from the first, the ``TopHits`` themselves (already
+    one serial run's whole result)."""
+
+    state: dict = None
+    hits: object = None  #: the whole result (``TopHits``), when there is nothing to merge
+    cpu_seconds: float = 0.0  #: CPU time the task took
+    filtered: bool = False  #: the task ran after hmmgpu's filters (its filter counters are not HMMER's)
+    #: a piece's result: (state, index in the piece of each hit's target that HMMER's keep rule
+    #: may drop, by name) for each pyhmmer run over it (one, but for names repeated in it)
+    piece_parts: list = None
+
+
+class TaskPlanner:
+    """Cuts each query's work over one database into tasks of about equal cost."""
+
+    def __init__(self, db, options, threads: int = 0, model_lengths=None):
+        self.db = db
+        self.options = options
+        queries = len(model_lengths) if model_lengths else None
+        #: tasks each query is cut into at least (when the work allows): every one of the
+        #: engine's ``threads`` busy when there are fewer queries (``model_lengths``: the run's
+        #: models' lengths, when known)
+        self.min_parts = -(-threads // queries) if queries and threads > queries else 1
+        #: the longest range task on pyhmmer's route, in seconds (:data:`RANGE_SHARES`); None
+        #: when the run's models are not known (a query is then cut into at most RANGE_SHARES)
+        self.range_seconds = None if not queries or db.pieces is not None else max(
+            PIPELINE_TASK_SECONDS,
+            float(sum(model_lengths)) * db.total_residues / CPU_CELLS_PER_SECOND / (RANGE_SHARES * max(1, threads)))
+        self.threads = threads
+        self._queries = queries
+        self.by_position = options.by_evalue and options.Z is None
+
+    @functools.cached_property
+    def ranges_as_text(self) -> bool:
+        """pyhmmer's route reads each range of targets as FASTA text (:func:`_ranges_as_text`);
+        decided when a range is first planned, not on the filters' route, which has none."""
+        return _ranges_as_text(self.db, self._queries, self.threads)
+
+    @property
+    def ranges_make_sequences(self) -> bool:
+        """pyhmmer's route over ranges would first make every target a sequence object, one at
+        a time under the interpreter lock (:data:`SEQUENCE_SECONDS`): a database held as arrays
+        whose ranges are not read as FASTA text."""
+        return held_as_arrays(self.db) and not self.ranges_as_text
+
+    @functools.cached_property
+    def _everything(self) -> np.ndarray:
+        """Every target's position (one task of a query over the whole database; shared, so read-only)."""
+        everything = np.arange(self.db.n, dtype=np.int64)
+        everything.setflags(write=False)
+        return everything
+
+    @functools.cached_property
+    def _cumulative_lengths(self) -> np.ndarray:
+        return np.cumsum(self.db.lengths, dtype=np.int64)
+
+    def plan(self, query, positions=None) -> list:
+        """The tasks of ``query``: its survivors ``positions`` (filtered), or every target. A
+        list: on pyhmmer's route over a file searched piece by piece, a task per piece."""
+        if positions is None and self.db.pieces is not None:
+            return [Task(query=query, positions=np.zeros(0, np.int64), z_fixed=1.0, filtered=False, part=k, piece=k)
+                    for k in range(len(self.db.pieces))]
+        M = query.hmm.M
+        lengths = self.db.lengths
+        if positions is None:  # pyhmmer's whole pipeline over contiguous ranges of targets
+            cells = float(self.db.total_residues) * M
+            seconds = cells / CPU_CELLS_PER_SECOND
+            longest = self.range_seconds or max(PIPELINE_TASK_SECONDS, seconds / RANGE_SHARES)
+            parts = max(seconds // longest, min(self.min_parts, cells // SPLIT_MIN_CELLS))
+            parts = int(min(max(1, parts), max(1, self.db.n // 64)))
+            if parts == 1:   # every model against a small database: nothing to cut
+                return [self._task(query, self._everything, False)]
+            if self.ranges_as_text:
+                return self._tasks(query, self._guided_ranges(M), filtered=False)
+            cuts = np.searchsorted(self._cumulative_lengths, self.db.total_residues * np.arange(1, parts) / parts)
+            bounds = _distinct(np.concatenate([[0], cuts, [self.db.n]]))
+            ranges = [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+            if not ranges:
+                ranges = [np.zeros(0, np.int64)]
+            return self._tasks(query, ranges, filtered=False)
+        positions = np.asarray(positions, np.int64)
+        if positions.size == 0:
+            return self._tasks(query, [positions], filtered=True)
+        cost = lengths[positions].astype(np.float64) * M / FORWARD_CELLS_PER_SECOND
+        cum = np.cumsum(cost)
+        cells = float(cum[-1]) * FORWARD_CELLS_PER_SECOND
+        parts = max(1, int(cum[-1] // TASK_SECONDS), int(min(self.min_parts, cells // SPLIT_MIN_CELLS, positions.size)))
+        cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="right")
+        groups = [g for g in np.split(positions, _distinct(cuts)) if g.size]
+        return self._tasks(query, groups, filtered=True)
+
+    def _guided_ranges(self, M: int) -> list:
+        """Ranges of consecutive targets, cut as a FASTA file's pieces are (:func:`piece_bytes`,
+        a residue for a byte): they shrink towards the end of the database. A small database
+        is still cut into :attr:`min_parts` (when it holds :data:`SPLIT_MIN_CELLS` a part)."""
+        cumulative, n, total = self._cumulative_lengths, self.db.n, self.db.total_residues
+        most = total / max(1, min(self.min_parts, float(total) * M // SPLIT_MIN_CELLS))
+        bounds = [0]
+        while bounds[-1] < n:
+            done = int(cumulative[bounds[-1] - 1]) if bounds[-1] else 0
+            step = min(piece_bytes(total - done, M, self.threads), most)
+            stop = int(np.searchsorted(cumulative, done + step)) + 1
+            bounds.append(min(max(stop, bounds[-1] + 1), n))
+        return [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def _tasks(self, query, groups, filtered: bool) -> list:
+        tasks = []
+        for g in groups:
+            if self.by_position and g.size > 1 and (filtered or g[0] > 0):
+                # survivors are few: all are checked; of a range, those whose name the database repeats
+                suspects = g if filtered else g[self.db.repeated_names[g]]
+                singles = _repeated_names(self.db, suspects)
+                if singles.size:
+                    for p in singles:
+                        tasks.append(self._task(query, np.array([p]), filtered))
+                    g = np.setdiff1d(g, singles)
+                    if not filtered:  # a range task searches consecutive targets: the rest, as runs
+                        tasks.extend(self._task(query, run, filtered) for run in _runs(g))
+                        continue
+                    if not g.size:
+                        continue
+            tasks.append(self._task(query, g, filtered))
+        for k, t in enumerate(tasks):
+            t.part = k
+        return tasks
+
+    @staticmethod
+    def _task(query, positions, filtered) -> Task:
+        first = int(positions[0]) + 1 if positions.size else 1
+        return Task(query=query, positions=positions, z_fixed=float(first), filtered=filtered)
+
+
+def held_as_arrays(db) -> bool:
+    """``db`` holds its targets as arrays (a made database, or one read by the numpy reader or
+    from a pyhmmer block), not as the sequence objects Easel read (or as a file's pieces)."""
+    from hmmgpu.formats.seqdb import EaselSequenceDB, SequenceDB
+
+    return isinstance(db, SequenceDB) and not isinstance(db, EaselSequenceDB)
+
+
+def _ranges_as_text(db, queries: int | None, threads: int) -> bool:
+    """Whether pyhmmer's route reads each range of ``db``'s targets as FASTA text rather than
+    as sequence objects made once for the whole run (:data:`SEQUENCE_SECONDS`): for a database
+    held as arrays that :meth:`~hmmgpu.formats.seqdb.SequenceDB.fasta_text` can write, in a run of
+    ``queries`` (known) few enough for ``threads``."""
+    if not queries or not held_as_arrays(db) or not db.n:
+        return False
+    text_seconds = queries * db.total_residues * TEXT_SECONDS_PER_RESIDUE / max(1, threads)
+    return text_seconds < db.n * SEQUENCE_SECONDS and db.writes_as_fasta
+
+
+def _distinct(ascending: np.ndarray) -> np.ndarray:
+    """The distinct values of an ascending array (``np.unique`` without its sort, and without
+    the import of ``numpy.ma`` it makes in numpy 2: 7 ms of a small search)."""
+    ascending = np.asarray(ascending)
+    return ascending[np.concatenate([[True], ascending[1:] != ascending[:-1]])] if ascending.size else ascending
+
+
+def _runs(ascending: np.ndarray) -> list:
+    """The runs of consecutive values of an ascending array of distinct positions."""
+    return np.split(ascending, np.flatnonzero(np.diff(ascending) != 1) + 1) if ascending.size else []
+
+
+def names_of(db, positions: np.ndarray) -> list:
+    """The target names of ``positions``."""
+    return [db.name(p) for p in positions.tolist()]
+
+
+def _repeated_names(db, positions: np.ndarray) -> np.ndarray:
+    """The positions whose target name occurs more than once among ``positions`` (on the
+    route over ranges, only those whose name occurs twice in the database are passed)."""
+    from hmmgpu.formats.seqdb import repeated
+
+    if positions.size < 2:
+        return np.zeros(0, np.int64)
+    return np.asarray(positions, np.int64)[repeated(names_of(db, positions))]
