@@ -20,9 +20,9 @@ import hmmgpu
 from hmmgpu.cli import main
 from hmmgpu.formats.seqdb import SequenceDB
 from tests.helpers import PROTEOME, ROOT, SAMPLES
-from tests.test_report import assert_same_report, real_pfam_inputs
-from tests.test_scan import first_sequences, pressed, without_tail
-from tests.test_seqdb import uniprot_record
+from tests.report.test_report import assert_same_report, real_pfam_inputs
+from tests.search.test_scan import first_sequences, pressed, without_tail
+from tests.formats.test_seqdb import uniprot_record
 
 HMMSEARCH, HMMSCAN = shutil.which("hmmsearch"), shutil.which("hmmscan")
 pytestmark = pytest.mark.skipif(HMMSEARCH is None or HMMSCAN is None, reason="HMMER binaries (pip 'hmmer') missing")

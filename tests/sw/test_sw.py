@@ -291,7 +291,7 @@ def test_query_profile_layout():
 def test_kernels_exact_under_simulator(tmp_path):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "sw_kernel_checks.py"), "simulator_sw_checks"],
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "sw" / "sw_kernel_checks.py"), "simulator_sw_checks"],
                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "simulator checks OK" in p.stdout

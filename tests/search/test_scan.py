@@ -19,7 +19,7 @@ from hmmgpu.cli import main
 from hmmgpu.search.scan import CascadeNarrowing, ProfileDatabase, Survivors, scan, scan_sequence
 from hmmgpu.formats.seqdb import SequenceDB
 from tests.helpers import PROTEOME, SAMPLES
-from tests.test_report import assert_same_report, parse
+from tests.report.test_report import assert_same_report, parse
 
 HMMSCAN, HMMPRESS = shutil.which("hmmscan"), shutil.which("hmmpress")
 pytestmark = pytest.mark.skipif(HMMSCAN is None or HMMPRESS is None,

@@ -16,7 +16,7 @@ from hmmgpu.errors import HmmgpuError
 from hmmgpu.formats.inputs import META_FILE, read_bytes
 from hmmgpu.formats.seqdb import EaselSequenceDB, SequenceDB, is_database_dir, open_database
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROTEOME = ROOT / "pfam_samples" / "938293.PRJEB85.HG003687.faa"
 QUIRKS = ROOT / "tests" / "data" / "seqdb" / "quirks.fa"
 AMINO = pyhmmer.easel.Alphabet.amino()

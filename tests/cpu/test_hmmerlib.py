@@ -15,7 +15,7 @@ from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 
-SAMPLES = Path(__file__).resolve().parent.parent / "pfam_samples"
+SAMPLES = Path(__file__).resolve().parents[2] / "pfam_samples"
 MODELS = ["PF02826", "LuxC", "Thioesterase", "KR"]
 LOG2 = 0.69314718055994529
 ABC = Alphabet.amino()

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.kernel_checks import check_cascade, check_msv, check_vit, msv_stage, sample_case, vit_case, vit_stage
+from tests.gpu.kernel_checks import check_cascade, check_msv, check_vit, msv_stage, sample_case, vit_case, vit_stage
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LANES = ["16x2", "8x4"]
 
 

@@ -1,7 +1,7 @@
 """Exactness checks of the GPU kernels against HMMER (pyhmmer, libhmmer) and hmmgpu.cpu.filters.
 
 Used by the tests on a GPU (``pytest -m gpu``) and, under numba's CUDA simulator, by
-``tests/test_kernels.py`` (which runs ``python tests/kernel_checks.py`` with
+``tests/gpu/test_kernels.py`` (which runs ``python tests/gpu/kernel_checks.py`` with
 ``NUMBA_ENABLE_CUDASIM=1`` in a subprocess, since the simulator is chosen at numba import).
 """
 from __future__ import annotations
@@ -430,7 +430,7 @@ def simulator_gpu_process_checks():
 
     from hmmgpu.cli import main
 
-    samples = Path(__file__).resolve().parent.parent / "pfam_samples"
+    samples = Path(__file__).resolve().parents[2] / "pfam_samples"
     with pyhmmer.plan7.HMMFile(samples / "PF02826.hmm") as fh:
         model = fh.read()
     with pyhmmer.easel.SequenceFile(str(next(samples.glob("*.faa"))), digital=True) as fh:

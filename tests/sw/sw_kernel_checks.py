@@ -1,6 +1,6 @@
 """Exactness checks of the Smith-Waterman GPU scan against pyopal and parasail (the references'
-own code). Run on a GPU by ``tests/test_sw_gpu.py`` and, under numba's CUDA simulator, by
-``tests/test_sw.py`` (``python tests/sw_kernel_checks.py NAME`` with ``NUMBA_ENABLE_CUDASIM=1``)."""
+own code). Run on a GPU by ``tests/sw/test_sw_gpu.py`` and, under numba's CUDA simulator, by
+``tests/sw/test_sw.py`` (``python tests/sw/sw_kernel_checks.py NAME`` with ``NUMBA_ENABLE_CUDASIM=1``)."""
 from __future__ import annotations
 
 import numpy as np

@@ -66,7 +66,7 @@ def test_cuda_audit_zero_disagreements(lanes, capsys):
 def test_packing_on_the_device_equals_the_hosts():
     """The database's slots packed on the GPU equal the host's packing, byte for byte (80,010
     targets), and the host's packing and chunks are chosen where the budget says."""
-    from tests.kernel_checks import packing_checks
+    from tests.gpu.kernel_checks import packing_checks
 
     rows = {label: chunks for label, _, chunks in packing_checks(scale=2000)}
     assert rows["device"] == rows["host"] == 1 and rows["chunked"] > 1

@@ -11,7 +11,7 @@ import numpy as np
 from hmmgpu.gpu.runtime import tuning
 from hmmgpu.gpu.msv.launch import stripe_words
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_import_light():
@@ -188,7 +188,7 @@ def test_shape_tables_cover_models():
 def _simulate(checks: str, tmp_path) -> str:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "kernel_checks.py"), checks], env=env, cwd=ROOT,
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "kernel_checks.py"), checks], env=env, cwd=ROOT,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "simulator checks OK" in p.stdout
