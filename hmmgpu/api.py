@@ -64,15 +64,16 @@ class Pipeline:
     hmmsearch program's float mode (subnormals flushed to zero), as ``hmmgpu search`` does.
     """
 
-    def __init__(self, sequences, *, ftz: bool = False, cells: float | None = None, **options):
-        from hmmgpu.search.routing import select_backend
+    def __init__(self, sequences, *, ftz: bool = False, model_lengths=None, **options):
         from hmmgpu.formats.checks import check_target_lengths
+        from hmmgpu.search.routing import SearchPlan
 
         self.options = SearchOptions.from_kwargs(**options)
         self.ftz = ftz
         self.db = open_sequences(sequences)
         check_target_lengths(self.db)
-        self.backend = select_backend(self.options, self.db, cells=cells)
+        #: ``model_lengths``: the lengths of the models to come, when known (``auto`` weighs the work)
+        self.backend = SearchPlan(self.options, model_lengths).backend(self.db)
         self.notice = self.backend.description
         self._filters = None
         self.stats = None
@@ -141,14 +142,10 @@ def hmmsearch(queries, sequences, **options) -> Iterator:
     ``backend``, ``lanes``, ``cpus``, ``device``).
     """
     hmms = _queries(queries)
-    cells = None
-    if isinstance(hmms, (list, tuple)):
-        db = open_sequences(sequences)
-        sequences = db
-        cells = float(sum(h.M for h in hmms)) * db.total_residues
-    with Pipeline(sequences, cells=cells, **options) as pli:
-        if isinstance(hmms, (list, tuple)):
-            pli.backend.prepare_for([h.M for h in hmms])
+    lengths = [h.M for h in hmms] if isinstance(hmms, (list, tuple)) else None
+    with Pipeline(sequences, model_lengths=lengths, **options) as pli:
+        if lengths:
+            pli.backend.prepare_for(lengths)
         for _, hits in pli.search_hmms(hmms):
             yield hits
 

@@ -212,51 +212,46 @@ def _run_outputs(args, program: str, query_file: str, target_file: str, progress
 
 
 @contextlib.contextmanager
-def _stopped_on_error(process):
-    """Stop a GPU process started early (:func:`~hmmgpu.search.routing.start_gpu_early`, or None) when
-    the block fails; once a backend has taken it, the backend stops it."""
+def _abandoned_on_error(plan):
+    """Stop the GPU process a plan started early when the block fails; once a backend has
+    taken it, the backend stops it."""
     try:
         yield
     except BaseException:
-        if process is not None:
-            process.close(wait=False)
+        plan.abandon()
         raise
 
 
 def cmd_search(args) -> int:
     """Run ``hmmgpu search``."""
-    from hmmgpu.search.routing import cpu_route_before_reading, start_gpu_early
     from hmmgpu.formats.hmmfile import model_lengths
+    from hmmgpu.search.routing import SearchPlan
 
     options = search_options(args)
     timeline = _Timeline(args.started)
     # The GPU process, where the work may need it, starts before this process imports numpy,
     # pyhmmer and the engine (0.3-0.4 s on the GPU machine), so that its start-up overlaps them.
     lengths = None if args.hmmfile == "-" else model_lengths(args.hmmfile)
-    decided = None if args.seqdb == "-" else cpu_route_before_reading(options, args.seqdb, lengths)
-    early = None if decided is not None else start_gpu_early(options, args.seqdb, args.seqformat, lengths)
+    plan = SearchPlan.before_reading(options, args.seqdb, args.seqformat, lengths)
     timeline.mark("model lengths")
-    with _stopped_on_error(early):
-        from hmmgpu.search.routing import select_backend
+    with _abandoned_on_error(plan):
+        from hmmgpu.distributed.processes import WorkerProcesses
         from hmmgpu.formats.checks import check_target_lengths
-        from hmmgpu.search.engine import SearchEngine
-        from hmmgpu.distributed.processes import WorkerProcesses, worker_processes
         from hmmgpu.formats.hmmfile import read_models
-        from hmmgpu.report.outputs import formatted
         from hmmgpu.formats.seqdb import open_database
+        from hmmgpu.report.outputs import formatted
+        from hmmgpu.search.engine import SearchEngine
 
         opened = contextlib.ExitStack()
         outputs = opened.enter_context(_run_outputs(args, "search", args.hmmfile, args.seqdb, "searching", options))
     with opened:
-        queries = len(lengths) if lengths else None
-        with _stopped_on_error(early):
-            db = _file_pieces(args, options, lengths, decided)
+        with _abandoned_on_error(plan):
+            db = plan.pieces()
             if db is None:
                 db = open_database(args.seqdb, args.seqformat)
                 check_target_lengths(db)
         timeline.mark("database read" if db.pieces is None else "database cut into pieces")
-        cells = None if lengths is None or db.pieces is not None else float(sum(lengths)) * db.total_residues
-        backend = select_backend(options, db, cells=cells, started=early, queries=queries, decided=decided)
+        backend = plan.backend(db)
         timeline.mark("backend ready")
         try:
             if lengths:
@@ -267,10 +262,10 @@ def cmd_search(args) -> int:
             if db.looks_like_nucleotide():
                 print(f"hmmgpu: warning: {args.seqdb} looks like nucleotide sequence; searching it as protein "
                       "(as hmmsearch would)", file=sys.stderr)
-            processes = worker_processes(options, db, backend, lengths, args.seqdb)
+            processes = plan.worker_processes(db, backend, args.seqdb)
             if processes:
                 search = WorkerProcesses(args.seqdb, args.seqformat, options, outputs.formatter,
-                                         processes=processes, queries=queries)
+                                         processes=processes, queries=plan.queries)
                 for blocks in search.search(args.hmmfile):
                     outputs.write(blocks)
                 stats = search.stats
@@ -286,20 +281,6 @@ def cmd_search(args) -> int:
     for line in stats.lines(shown) + [timeline.line()]:
         print(f"# hmmgpu: {line}", file=sys.stderr)
     return 0
-
-
-def _file_pieces(args, options, lengths, decided):
-    """The database as pieces of its file that pyhmmer reads and searches itself, in every
-    thread (:class:`~hmmgpu.formats.seqdb.FastaPieces`), when the search is of fewer models than
-    threads on pyhmmer's route decided before reading the file (``decided``: the reason, or
-    None) and the file is ASCII FASTA; None otherwise (it is then read here first)."""
-    from hmmgpu.stages.postfilter import piece_bytes
-    from hmmgpu.formats.seqdb import FastaPieces
-
-    if (decided is None or not lengths or options.cpus == 0 or len(lengths) >= options.threads or args.seqdb == "-"
-            or (args.seqformat or "fasta").lower() != "fasta"):
-        return None
-    return FastaPieces.open(args.seqdb, lambda left: piece_bytes(left, max(lengths), options.threads))
 
 
 class _Timeline:
@@ -320,21 +301,20 @@ class _Timeline:
 
 def cmd_scan(args) -> int:
     """Run ``hmmgpu scan``: each query sequence against every model (hmmscan)."""
-    from hmmgpu.stages.protocol import CascadeBackend
-    from hmmgpu.search.routing import select_backend
     from hmmgpu.formats.checks import check_target_lengths
     from hmmgpu.formats.hmmfile import model_lengths
     from hmmgpu.report.text import Query, Stopwatch
-    from hmmgpu.search.scan import CascadeNarrowing, ProfileDatabase, scan
     from hmmgpu.formats.seqdb import open_database
+    from hmmgpu.search.routing import SearchPlan
+    from hmmgpu.search.scan import CascadeNarrowing, ProfileDatabase, scan
+    from hmmgpu.stages.protocol import CascadeBackend
 
     options = search_options(args)
     with _run_outputs(args, "scan", args.seqfile, args.hmmdb, "scanning", options) as outputs:
         db = open_database(args.seqfile, args.seqformat)
         check_target_lengths(db)
         lengths = None if args.hmmdb == "-" else model_lengths(args.hmmdb)
-        cells = None if lengths is None else float(sum(lengths)) * db.total_residues
-        backend = select_backend(options, db, cells=cells)
+        backend = SearchPlan(options, lengths).backend(db)
         try:
             narrowing = CascadeNarrowing(db, backend, options) if isinstance(backend, CascadeBackend) else None
             if narrowing is not None and lengths:

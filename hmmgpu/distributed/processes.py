@@ -31,10 +31,9 @@ it, once every query before it is written, as the engine does.
 
 When
 ----
-:func:`worker_processes` decides: on pyhmmer's route (no filter backend), for a model file
-whose average model is small against the database
-(:data:`~hmmgpu.costs.SMALL_MODEL_CELLS`), of at least :data:`MIN_MODELS` models, with
-at least :data:`MIN_PROCESSES` threads allowed, and a database a second reader can read (not
+:meth:`hmmgpu.search.routing.SearchPlan.worker_processes` decides: on pyhmmer's route (no
+filter backend), for a model file whose average model is small against the database, of
+many models, with enough threads allowed, and a database a second reader can read (not
 standard input); a worker process per thread.
 """
 from __future__ import annotations
@@ -53,18 +52,6 @@ from typing import Iterator
 
 from hmmgpu.errors import HmmgpuError, WorkerError
 
-#: Worker processes are used from this many threads (``--cpu``) up. On two cores the engine's
-#: threads are faster (local, 600 Pfam models x the sample proteome: 2.91 s against 3.08 s
-#: in two processes): the interpreter work is a small share of two cores' work.
-MIN_PROCESSES = 4
-#: ... and for this many models or more. Starting the processes (an interpreter, the imports
-#: and the database in each) costs about 0.4 s before the first model, which a few hundred
-#: models do not pay back. Measured on the 16-core H200 machine, Pfam models x the sample
-#: proteome, 16 processes against the engine's 16 threads (pyhmmer.hmmsearch in brackets):
-#: 600 models 1.27-1.64 s against 1.29-1.55 s (1.45-1.69 s), 1,200 models 2.55-2.78 s against
-#: 2.51-2.56 s (2.87 s), 3,000 models 4.51 s against 5.32-5.98 s (6.26 s), 19,800 models
-#: 16.2-19.4 s against 31.1-40.0 s (38.5-51.0 s).
-MIN_MODELS = 2000
 #: Batches of models: about this many per worker process over the run, of at most
 #: :data:`BATCH_MODELS_MAX` models each (larger batches cost fewer hand-offs; smaller ones
 #: balance the end of the run).
@@ -74,22 +61,6 @@ BATCH_MODELS_MAX = 16
 #: it never waits for the next), and batches per worker not yet delivered in order, at most.
 BATCHES_QUEUED_PER_PROCESS = 2
 BATCHES_IN_FLIGHT_PER_PROCESS = 4
-
-
-def worker_processes(options, db, backend, lengths, database: str) -> int:
-    """How many worker processes search the models of this run: 0 (the engine's threads in
-    this process) unless the search takes this route (see the module header). ``lengths``:
-    the models' lengths (None: not known before reading); ``database``: the target source."""
-    from hmmgpu.stages.protocol import CascadeBackend
-    from hmmgpu.costs import small_on_average
-    from hmmgpu.formats.inputs import rereadable
-
-    threads = 0 if options.cpus == 0 else options.threads
-    if (isinstance(backend, CascadeBackend) or db.pieces is not None or not lengths or threads < MIN_PROCESSES
-            or database == "-" or not rereadable(database)):
-        return 0
-    small = small_on_average(sum(lengths) * float(db.total_residues), len(lengths))
-    return threads if small and len(lengths) >= MIN_MODELS else 0
 
 
 @dataclass(frozen=True)
@@ -344,7 +315,7 @@ def _batches(records, size: int) -> Iterator[list]:
         yield batch
 
 
-__all__ = ["WorkerProcesses", "worker_processes", "MIN_PROCESSES"]
+__all__ = ["WorkerProcesses"]
 
 
 if __name__ == "__main__":

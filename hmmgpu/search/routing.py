@@ -1,10 +1,14 @@
 """Where a search runs: the one routing plan of the CLI and the API.
 
-Every decision about *where* work runs is made here, above the devices: which filter stage
-(:mod:`hmmgpu.stages.protocol`) a search gets for ``--backend auto|cuda|numba|hmmer``, whether
-the GPU process starts before the database is read, whether a search takes pyhmmer's route
-before it reads its database, and what a GPU that fails to start means. ``auto`` takes the GPU
-only when pyhmmer's route is estimated (:mod:`hmmgpu.costs`) to take longer than starting it.
+Every decision about *where* work runs is made here, above the devices, and
+:class:`SearchPlan` is the one object the command line, the Python API and the distributed
+layer ask: which filter stage (:mod:`hmmgpu.stages.protocol`) a search gets for
+``--backend auto|cuda|numba|hmmer`` (:meth:`SearchPlan.backend`), whether the GPU process
+starts before the database is read and whether a search takes pyhmmer's route before it reads
+its database (:meth:`SearchPlan.before_reading`), whether a file is searched piece by piece
+(:meth:`SearchPlan.pieces`), and whether small models go to worker processes
+(:meth:`SearchPlan.worker_processes`). ``auto`` takes the GPU only when pyhmmer's route is
+estimated (:mod:`hmmgpu.costs`) to take longer than starting it.
 """
 from __future__ import annotations
 
@@ -14,6 +18,90 @@ from hmmgpu.costs import GPU_ROUTE_SECONDS, KERNEL_COMPILE_SECONDS, cpu_route_se
 from hmmgpu.cpu.backends import HmmerBackend, NumbaBackend
 from hmmgpu.errors import DeviceUnavailable, HmmgpuError
 from hmmgpu.stages.protocol import Backend, CascadeBackend
+
+
+#: Worker processes are used from this many threads (``--cpu``) up: on two cores the engine's
+#: threads are faster (the interpreter's work is a small share of two cores' work).
+MIN_PROCESSES = 4
+#: ... and for this many models or more: starting the processes (an interpreter and the imports
+#: each) pays back only over many small models (docs/performance.md, "The cost model").
+MIN_MODELS = 2000
+
+
+class SearchPlan:
+    """Where one search runs, decided in two steps.
+
+    Before its database is read (:meth:`before_reading`), from the files alone: whether the
+    search takes pyhmmer's route whatever the database's exact size (``decided``: the reason,
+    or None), and otherwise a GPU process started at once (``early``), so that its start-up
+    overlaps the reading. Once the database is open: the filter stage (:meth:`backend`) and the
+    worker processes (:meth:`worker_processes`). ``model_lengths``: the models' lengths when
+    known before the search; ``queries``: the count of the one-query rule
+    (:func:`pyhmmer_route`; None where it does not apply, as in hmmscan and the API).
+    """
+
+    def __init__(self, options, model_lengths=None, *, queries: int | None = None, source: str | None = None,
+                 fmt: str | None = None, decided: str | None = None, early: CascadeBackend | None = None):
+        self.options = options
+        self.model_lengths = model_lengths
+        self.queries = queries
+        self.source, self.fmt = source, fmt
+        self.decided, self.early = decided, early
+
+    @classmethod
+    def before_reading(cls, options, source: str, fmt: str | None, model_lengths) -> "SearchPlan":
+        """The plan of ``hmmgpu search`` before its database ``source`` is read (a GPU process
+        may be started here: :meth:`abandon` stops it if the search fails before a backend
+        takes it)."""
+        decided = None if source == "-" else cpu_route_before_reading(options, source, model_lengths)
+        early = None if decided is not None else start_gpu_early(options, source, fmt, model_lengths)
+        return cls(options, model_lengths, queries=len(model_lengths) if model_lengths else None, source=source,
+                   fmt=fmt, decided=decided, early=early)
+
+    def pieces(self):
+        """The database as pieces of its file that pyhmmer reads and searches itself, in every
+        thread (:class:`~hmmgpu.formats.seqdb.FastaPieces`), when the search is of fewer models
+        than threads on pyhmmer's route decided before reading the file and the file is ASCII
+        FASTA; None otherwise (it is then read first)."""
+        from hmmgpu.formats.seqdb import FastaPieces
+        from hmmgpu.stages.postfilter import piece_bytes
+
+        options, lengths = self.options, self.model_lengths
+        if (self.decided is None or not lengths or options.cpus == 0 or len(lengths) >= options.threads
+                or self.source in (None, "-") or (self.fmt or "fasta").lower() != "fasta"):
+            return None
+        return FastaPieces.open(self.source, lambda left: piece_bytes(left, max(lengths), options.threads))
+
+    def backend(self, db, gpu_process: bool = True) -> Backend:
+        """The filter stage over ``db`` (:func:`select_backend`, with what this plan knows)."""
+        lengths = self.model_lengths
+        cells = None if lengths is None or db.pieces is not None else float(sum(lengths)) * db.total_residues
+        started, self.early = self.early, None  # the backend owns (or has stopped) the early process now
+        return select_backend(self.options, db, cells=cells, gpu_process=gpu_process, started=started,
+                              queries=self.queries, decided=self.decided)
+
+    def worker_processes(self, db, backend, database: str) -> int:
+        """How many worker processes search the models of this run
+        (:mod:`hmmgpu.distributed.processes`): 0 (the engine's threads in this process) unless
+        it is pyhmmer's route (no filter stage of hmmgpu's) for a model file whose average model
+        is small against the database (:func:`~hmmgpu.costs.small_on_average`), of at least
+        :data:`MIN_MODELS` models, with at least :data:`MIN_PROCESSES` threads allowed, and a
+        ``database`` a second reader can read (not standard input); then a process per thread."""
+        from hmmgpu.formats.inputs import rereadable
+
+        options, lengths = self.options, self.model_lengths
+        threads = 0 if options.cpus == 0 else options.threads
+        if (isinstance(backend, CascadeBackend) or db.pieces is not None or not lengths or threads < MIN_PROCESSES
+                or database == "-" or not rereadable(database)):
+            return 0
+        small = small_on_average(sum(lengths) * float(db.total_residues), len(lengths))
+        return threads if small and len(lengths) >= MIN_MODELS else 0
+
+    def abandon(self) -> None:
+        """Stop a GPU process this plan started early that no backend has taken."""
+        if self.early is not None:
+            self.early.close(wait=False)
+            self.early = None
 
 
 def cuda_available(device: int = 0) -> bool:

@@ -5,6 +5,7 @@ import re
 import pytest
 
 from hmmgpu.distributed import processes as fanout
+from hmmgpu.search import routing
 from hmmgpu.cpu.backends import HmmerBackend, NumbaBackend
 from hmmgpu.cli import main
 from hmmgpu.errors import HmmgpuError
@@ -26,8 +27,8 @@ def _steady(data: bytes) -> bytes:
 @pytest.fixture
 def processes_for_two_cpus(monkeypatch):
     """``--cpu 2`` takes worker processes on a sample-sized file (the defaults ask more)."""
-    monkeypatch.setattr(fanout, "MIN_PROCESSES", 2)
-    monkeypatch.setattr(fanout, "MIN_MODELS", 2)
+    monkeypatch.setattr(routing, "MIN_PROCESSES", 2)
+    monkeypatch.setattr(routing, "MIN_MODELS", 2)
 
 
 def _models_file(tmp_path, copies=4, bad_model=None, truncated=False):
@@ -113,17 +114,20 @@ def test_which_searches_take_worker_processes(tmp_path):
     db = Db()
     options = SearchOptions(backend="hmmer", cpus=16)
     hmmer = HmmerBackend(db)
-    lengths = [200] * fanout.MIN_MODELS
-    assert fanout.worker_processes(options, db, hmmer, lengths, str(PROTEOME)) == 16
-    assert fanout.worker_processes(options.replace(cpus=4), db, hmmer, lengths, str(PROTEOME)) == 4
-    assert fanout.worker_processes(options, db, hmmer, lengths[1:], str(PROTEOME)) == 0     # too few models
-    assert fanout.worker_processes(options, db, hmmer, [2000] * len(lengths), str(PROTEOME)) == 0  # large models
-    assert fanout.worker_processes(options.replace(cpus=2), db, hmmer, lengths, str(PROTEOME)) == 0
-    assert fanout.worker_processes(options.replace(cpus=0), db, hmmer, lengths, str(PROTEOME)) == 0
-    assert fanout.worker_processes(options, db, hmmer, None, str(PROTEOME)) == 0             # lengths unknown
-    assert fanout.worker_processes(options, db, hmmer, lengths, "-") == 0
-    assert fanout.worker_processes(options, db, hmmer, lengths, str(tmp_path / "gone.fa")) == 0
-    assert fanout.worker_processes(options, db, NumbaBackend.__new__(NumbaBackend), lengths, str(PROTEOME)) == 0
+    lengths = [200] * routing.MIN_MODELS
+
+    def worker_processes(options, db, backend, lengths, database):
+        return routing.SearchPlan(options, lengths).worker_processes(db, backend, database)
+    assert worker_processes(options, db, hmmer, lengths, str(PROTEOME)) == 16
+    assert worker_processes(options.replace(cpus=4), db, hmmer, lengths, str(PROTEOME)) == 4
+    assert worker_processes(options, db, hmmer, lengths[1:], str(PROTEOME)) == 0     # too few models
+    assert worker_processes(options, db, hmmer, [2000] * len(lengths), str(PROTEOME)) == 0  # large models
+    assert worker_processes(options.replace(cpus=2), db, hmmer, lengths, str(PROTEOME)) == 0
+    assert worker_processes(options.replace(cpus=0), db, hmmer, lengths, str(PROTEOME)) == 0
+    assert worker_processes(options, db, hmmer, None, str(PROTEOME)) == 0             # lengths unknown
+    assert worker_processes(options, db, hmmer, lengths, "-") == 0
+    assert worker_processes(options, db, hmmer, lengths, str(tmp_path / "gone.fa")) == 0
+    assert worker_processes(options, db, NumbaBackend.__new__(NumbaBackend), lengths, str(PROTEOME)) == 0
 
 
 def test_a_worker_that_cannot_read_the_database_reports_it_in_one_line(tmp_path):
