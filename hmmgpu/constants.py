@@ -14,7 +14,7 @@ STATUS_OK = 0
 STATUS_RANGE = 16  #: eslERANGE: score overflowed the integer range -> +inf, always passes
 STATUS_NORESULT = 19  #: eslENORESULT: SSV cannot decide, the J-state MSV must run
 
-#: Byte (MSV/SSV) and word (Viterbi filter) quantization (hmmer-filters-spec.md sections 2 and 5).
+#: Byte (MSV/SSV) and word (Viterbi filter) quantization (docs/algorithms.md §3 and §6).
 LOG2 = 0.69314718055994529
 SCALE_B = np.float32(3.0 / LOG2)
 BASE_B = 190

@@ -37,7 +37,7 @@ def consensus_codes(hmm) -> np.ndarray:
 
 
 def adversarial_block(hmm, seed: int = 7) -> DigitalSequenceBlock:
-    """Targets that exercise every corner of the filters (spec section 10.7)."""
+    """Targets that exercise every corner of the filters (docs/algorithms.md §13)."""
     rng = np.random.default_rng(seed)
     cons = consensus_codes(hmm)
     seqs = {

@@ -1,8 +1,8 @@
 """Exact CPU filters (numba, parallel over sequences): the reference the GPU kernels must equal.
 
-Each function follows ``hmmer-filters-spec.md``: SSV with HMMER's SSV-first decision logic
-(section 4), the J-state MSV (section 3), the Viterbi filter (section 6), the bias filter
-(section 7.2) and the Gumbel/exponential P-values (section 7.3). Filters return Easel status
+Each function follows docs/algorithms.md: SSV with HMMER's SSV-first decision logic (§5),
+the J-state MSV (§4), the Viterbi filter (§7), the bias filter (§8) and the
+Gumbel/exponential P-values (§9). Filters return Easel status
 codes and the integer state value from which :mod:`hmmgpu.stages.profiles` computes the float score.
 """
 from __future__ import annotations

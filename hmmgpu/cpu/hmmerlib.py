@@ -1,7 +1,7 @@
 """HMMER's own filter functions through ctypes: the reference oracle for tests and ``hmmgpu audit``.
 
 The C libraries are the ones the pyhmmer wheel ships (``pyhmmer.libs/liblib{easel,hmmer}.so``).
-Each model is configured exactly as hmmsearch configures it (hmmer-filters-spec.md §1.3), and each
+Each model is configured exactly as hmmsearch configures it (docs/algorithms.md §2.2), and each
 target gets ``p7_bg_SetLength`` and ``p7_oprofile_ReconfigLength`` before it is scored.
 
 Struct offsets in ``P7_OPROFILE`` were measured with ``offsetof`` against the wheel's headers

@@ -3,7 +3,7 @@
 What is computed
 ----------------
 For every target that passed MSV (the MSV kernel's output list), one thread computes
-HMMER's bias filter score ``filtersc`` (``p7_bg_FilterScore``, hmmer-filters-spec 7.2): a
+HMMER's bias filter score ``filtersc`` (``p7_bg_FilterScore``, docs/algorithms.md §8.2-§8.3): a
 scaled two-state Forward over the target in float arithmetic, with a double ``log`` per
 residue, plus the length-model terms. It then takes the pipeline's next decisions with
 ``s = (float)((usc - filtersc) / log 2)`` (``usc``: the MSV score from the integer ``xJ``):

@@ -1,6 +1,6 @@
 """HMMER's filter cascade (``p7_Pipeline`` up to the Forward filter) and its stage results.
 
-For one model and every target, in order (hmmer-filters-spec section 7.3):
+For one model and every target, in order (docs/algorithms.md §9.3):
 
 1. MSV (SSV first): pass when ``P(msv) <= F1``; ``n_past_msv`` counts them.
 2. Bias filter: the MSV score is re-scored against the target's composition-corrected

@@ -1,8 +1,8 @@
 """Quantized profile tables of HMMER 3.4's filters, built from a pyhmmer HMM.
 
-Everything here follows ``hmmer-filters-spec.md``: byte costs for SSV/MSV (section 2),
-word scores for the Viterbi filter (section 5), per-length scalars (section 1.3), and a
-striped layout for vector kernels (section 2.7). Tables are per node (node ``k`` in
+Everything here follows docs/algorithms.md: byte costs for SSV/MSV (§3), word scores for
+the Viterbi filter (§6), per-length scalars (§2.2), and a striped layout for vector kernels
+(§3.6). Tables are per node (node ``k`` in
 column ``k - 1``) unless striped.
 
 Float steps reproduce C exactly: float32 products and quotients through numpy float32,
@@ -168,7 +168,7 @@ def stripe(per_node: np.ndarray, n_lanes: int, pad) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ByteProfile:
-    """SSV/MSV byte costs (spec section 2): ``cost`` uint8 (KP, M), ``ssv_cost`` int8 (KP, M)."""
+    """SSV/MSV byte costs (docs/algorithms.md §3): ``cost`` uint8 (KP, M), ``ssv_cost`` int8 (KP, M)."""
 
     M: int
     cost: np.ndarray
@@ -195,7 +195,7 @@ class ByteProfile:
 
 @dataclass(frozen=True)
 class WordProfile:
-    """Viterbi-filter words (spec section 5): ``rw`` int16 (KP, M); ``tw`` int16 (8, M), rows :data:`TW_ROWS`."""
+    """Viterbi-filter words (docs/algorithms.md §6): ``rw`` int16 (KP, M); ``tw`` int16 (8, M), rows :data:`TW_ROWS`."""
 
     M: int
     rw: np.ndarray
@@ -255,7 +255,7 @@ def bias_emission_odds(bg_freq: np.ndarray, compo: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class BiasProfile:
-    """The bias filter's two-state HMM of one model (``p7_bg_SetFilter``, spec 7.2)."""
+    """The bias filter's two-state HMM of one model (``p7_bg_SetFilter``, docs/algorithms.md §8.2)."""
 
     emission_odds: np.ndarray  #: float32 (29, 2): ``eo[x][state]`` as ``esl_hmm_Configure`` makes it
     t10: np.float32  #: model state -> background state
@@ -429,12 +429,12 @@ def _check_len(max_len: int) -> int:
 
 
 def tjb_table(max_len: int) -> np.ndarray:
-    """``tjb_b`` (uint8) for every target length 0..max_len (spec 2.5)."""
+    """``tjb_b`` (uint8) for every target length 0..max_len (docs/algorithms.md §3.4)."""
     return _length_tables(_check_len(max_len))[0][: max_len + 1]
 
 
 def xw_move_table(max_len: int) -> np.ndarray:
-    """Viterbi-filter N/C/J move word (int16) for every target length (spec 5.4)."""
+    """Viterbi-filter N/C/J move word (int16) for every target length (docs/algorithms.md §6.3)."""
     return _length_tables(_check_len(max_len))[1][: max_len + 1]
 
 
@@ -445,7 +445,7 @@ def bias_length_terms(max_len: int) -> tuple:
 
 
 def null_table(max_len: int) -> np.ndarray:
-    """Null model score ``p7_bg_NullOne`` in nats (float32) for every target length (spec 7.1)."""
+    """Null model score ``p7_bg_NullOne`` in nats (float32) for every target length (docs/algorithms.md §8.1)."""
     return _length_tables(_check_len(max_len))[2][: max_len + 1]
 
 

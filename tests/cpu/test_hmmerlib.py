@@ -1,4 +1,4 @@
-"""The ctypes oracle (hmmgpu.cpu.hmmerlib) against pyhmmer and the numbers in hmmer-filters-spec.md."""
+"""The ctypes oracle (hmmgpu.cpu.hmmerlib) against pyhmmer and the numbers in docs/algorithms.md (§14)."""
 import math
 from pathlib import Path
 
@@ -92,7 +92,7 @@ def test_word_tables(model):
     assert tables["ddbound"] == om.ddbound_w
     msc = np.asarray(profile.emission_scores)[:, 0:2 * (M + 1):2]  # [x][k], k = 0..M
     assert np.array_equal(tables["rw"], wordify(msc[:, 1:]))
-    # transitions from the HMM: tsc[k][t] = f32(log(t_k)) for k = 1..M-1 (row 0 is -inf), spec 1.1 and 5.2
+    # transitions from the HMM: tsc[k][t] = f32(log(t_k)) for k = 1..M-1 (row 0 is -inf), docs/algorithms.md §2.1 and §6.2
     t = np.asarray(hmm.transition_probabilities)
     tsc = np.full((M + 1, 7), -np.inf, dtype=np.float32)
     tsc[1:M] = [[math.log(float(p)) if p > 0 else -math.inf for p in row] for row in t[1:M]]
@@ -118,7 +118,7 @@ def test_worked_example_pf02826():
         assert words["rw"][0, 0] == -206 and words["ddbound"] == 6350
         assert bytes_["bias"] == 15 and bytes_["tbm"] == 42 and bytes_["rbv"][0, 0] == 16
         assert bytes_["sbv"][0, 0] == 1
-        nodes = [1 + 12 * z for z in range(15)]  # spec 2.7: rbv[A][0..14] are nodes 1, 13, ..., 169
+        nodes = [1 + 12 * z for z in range(15)]  # docs/algorithms.md §3.6: rbv[A][0..14] are nodes 1, 13, ..., 169
         expected = [16, 15, 15, 16, 15, 16, 15, 17, 17, 18, 9, 17, 16, 18, 17]
         assert list(bytes_["rbv"][0, np.array(nodes) - 1]) == expected
 
@@ -156,7 +156,7 @@ def test_degenerate_targets_do_not_abort():
             assert oracle.viterbi_filter(codes)[0] in (STATUS_OK, STATUS_RANGE)
             assert math.isfinite(oracle.bias_filter_score(codes))
             assert len(oracle.score_all([codes])) == 1
-        assert oracle.msv(np.full(1, 27, np.uint8)) == (STATUS_OK, pytest.approx(-13.859, abs=1e-3))  # spec 4.4
+        assert oracle.msv(np.full(1, 27, np.uint8)) == (STATUS_OK, pytest.approx(-13.859, abs=1e-3))  # docs/algorithms.md §5.4
         rows = oracle.score_all([np.zeros(0, np.uint8)])
         assert math.isnan(rows["null"][0]) and rows["vf_status"][0] == 0 and math.isnan(rows["vf"][0])
         with pytest.raises(ValueError):
@@ -228,7 +228,7 @@ def test_pipeline_counts(model, proteome):
         n_vit += 1
     counters = Pipeline(ABC).search_hmm(hmm, DigitalSequenceBlock(ABC, proteome)).__getstate__()["pipeline"]
     assert (n_msv, n_bias, n_vit) == (counters["n_past_msv"], counters["n_past_bias"], counters["n_past_vit"])
-    if name == "PF02826":  # spec 4.4 and 7.6
+    if name == "PF02826":  # docs/algorithms.md §5.4 and §11.5
         assert (n_msv, n_bias, n_vit) == (130, 130, 48)
         assert np.count_nonzero(rows["ssv_status"] == STATUS_NORESULT) == 31
         assert np.count_nonzero(rows["ssv_status"] == STATUS_RANGE) == 4

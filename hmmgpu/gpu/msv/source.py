@@ -10,13 +10,13 @@ reproduces that decision exactly. For every target (a "position" of the resident
 the ``ssv`` kernel computes:
 
 * the SSV maximum ``t`` of ``U(i,k) = max(0, U(i-1,k-1) + bias - cost[x_i][k])`` over every
-  cell, in unbounded integers (``hmmer-filters-spec`` 4.3 proves this equals HMMER's
+  cell, in unbounded integers (docs/algorithms.md §5.2 proves this equals HMMER's
   saturating byte code wherever no overflow occurs, and that the overflow tests become
   comparisons of ``t``), then HMMER's decision logic in integers: OK with the score value
   ``xJ``, RANGE (overflow: +inf, always passes) or NORESULT;
 * for the NORESULT targets, in the same warp right away, the J-state MSV
   ``S(i,k) = max(0, max(S(i-1,k-1), B) + bias - cost) ``, with ``E``, ``J`` and ``B`` updated
-  per row, exactly as ``p7_MSVFilter`` (spec section 3).
+  per row, exactly as ``p7_MSVFilter`` (docs/algorithms.md §4).
 
 A target passes when its status is RANGE or ``xJ >= thr[L]``: ``thr`` is the per-length
 integer form of the F1 test (:func:`hmmgpu.stages.stats.msv_thresholds`), exact because the
@@ -35,7 +35,7 @@ Data layout
 A lane group of ``G`` threads works on one target (32/G targets per warp). With 16-bit
 lanes (``16x2``, two per 32-bit word) or 8-bit lanes (``8x4``), the group has ``G*P`` lanes
 and every thread holds ``Q`` words; model node ``k`` lives in word ``q = (k-1) mod Q`` of
-lane ``z = (k-1) div Q`` (HMMER's striping, spec 2.7, over the group's lanes). Moving from
+lane ``z = (k-1) div Q`` (HMMER's striping, docs/algorithms.md §3.6, over the group's lanes). Moving from
 row ``i-1`` to row ``i`` shifts every lane's last word into the next lane's word 0: a shuffle
 and a funnel shift (``shift_up16``). The model table is uint32 ``[x][q][g]`` (one row of
 words per residue code, rows padded against bank conflicts), in shared memory when it fits.
@@ -183,7 +183,7 @@ def _dp(e: Emitter, spec: MsvSpec, kind: str, table: str, words: str) -> None:
             e(f"{v}0 = {_cell(spec, kind, 'sh', f'{table}[tb]')}")
             if ssv:
                 _fold(spec, e, "R", [f"u_{q}" for q in range(Q)])
-            else:  # J-state MSV: the row maximum decides the J and B update (spec section 3)
+            else:  # J-state MSV: the row maximum decides the J and B update (docs/algorithms.md §4.1)
                 e(f"rm = {v}0")
                 _fold(spec, e, "rm", [f"w_{q}" for q in range(1, Q)])
                 e(f"Rall = {vmax}(Rall, rm)", f"t = {hmax}(rm)",
@@ -234,7 +234,7 @@ def _ssv_body(e: Emitter, spec: MsvSpec) -> None:
     """SSV on the group's target, its decision, and the J-state MSV where SSV cannot decide."""
     e("pre_ok = valid and (tjb + tbm + tec + bias < 127)")
     _dp(e, spec, "ssv", "stab", "nw if pre_ok else int32(0)")
-    # SSV's decision (spec 4.2 on the unbounded maximum t), in every thread of the group
+    # SSV's decision (docs/algorithms.md §5.3 on the unbounded maximum t), in every thread of the group
     e("st = OK", "xj = 0")
     with e.block("if not pre_ok:"):
         e("st = NORESULT")

@@ -15,7 +15,7 @@ it leaves to the CPU reference (below). Row by row (residue ``x`` of the target)
 * ``E`` = the row's largest M; ``C = max(C, E - 500)``, ``J = max(J, E - 500)`` and the next
   row's ``B = max(J, N) + move(L)``;
 * the *lazy-F* test: only when ``max D + ddbound > B`` are the D->D paths propagated along
-  the row, ``D(k) = max(D(k), D(k-1) + tDD(k-1))`` (HMMER's own bound, spec 5.5 and 6).
+  the row, ``D(k) = max(D(k), D(k-1) + tDD(k-1))`` (HMMER's own bound, docs/algorithms.md §6.4 and §7.3).
 
 Data layout
 -----------
