@@ -103,8 +103,8 @@ def test_bcast_and_casts():
 def _device_results(a, b, c, dpx):
     from numba import cuda
 
-    L = lanes
-    add16, max16, addmax16, max3_16 = (L.impl16(n, dpx) for n in ("add16", "max16", "addmax16", "max3_16"))
+    L = lanes.helpers("dpx" if dpx else "swar")
+    add16, max16, addmax16, max3_16 = L.add16, L.max16, L.addmax16, L.max3_16
     hmax16, addus8, subus8, maxu8, hmaxu8 = L.hmax16, L.addus8, L.subus8, L.maxu8, L.hmaxu8
     add32, shift16, shift8 = L.add32, L.shift16, L.shift8
 

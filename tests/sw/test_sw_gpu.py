@@ -76,6 +76,7 @@ def test_real_proteins_every_score(shared_data):
 def test_saturated_pairs_rescored_exactly():
     """Scores above 32,767 (long identical pairs): flagged on the GPU, exact after rescoring."""
     from hmmgpu.gpu.sw.launch import GpuScanner
+    from hmmgpu.sw.cpu import rescorer
     from hmmgpu.sw.matrices import load
 
     rng = np.random.default_rng(9)
@@ -83,7 +84,7 @@ def test_saturated_pairs_rescored_exactly():
     seqs = [q, q[::-1].copy(), np.concatenate([q[:3000], q[3100:]]), rng.integers(0, 20, 5000).astype(np.uint8),
             np.tile(np.array([18], np.uint8), 4000)]
     db = make_db(seqs)
-    sc = GpuScanner(db, load("BLOSUM62"), 11, 1)
+    sc = GpuScanner(db, load("BLOSUM62"), 11, 1, rescore=rescorer(db, load("BLOSUM62"), 11, 1))
     got = sc.scores_many([q, np.tile(np.array([18], np.uint8), 3500)])
     assert sc.last["saturated"] >= 2
     assert np.array_equal(got[0], parasail_scores(q, db, "BLOSUM62", 11, 1))
