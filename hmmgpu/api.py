@@ -114,7 +114,7 @@ class Pipeline:
         filters = self.backend
         if not isinstance(filters, CascadeBackend):
             if self._filters is None:
-                self._filters = NumbaBackend(self.db, threads=self.options.cpus or None)
+                self._filters = NumbaBackend(self.db, threads=self.options.run.cpus or None)
             filters = self._filters
         result = filters.submit(filters.prepare(hmm), self.options).result()
         self.counts = StageCounts(query=str(hmm.name), M=hmm.M, nseqs=self.db.n, nres=self.db.total_residues,

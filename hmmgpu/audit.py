@@ -145,7 +145,7 @@ def run_audit(hmmfile, seqdb, options, show=5, console=None) -> bool:
     console = console or Console()
     db = open_database(seqdb)
     check_target_lengths(db)
-    backend = select_backend(options, db, gpu_process=False)
+    backend = select_backend(options.run, db, gpu_process=False)
     ok = True
     try:
         for hmm in (model.hmm for model in read_models(hmmfile)):

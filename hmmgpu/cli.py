@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shlex
 import sys
 import time
@@ -23,10 +24,12 @@ from dataclasses import MISSING, fields
 
 from hmmgpu._version import __version__
 from hmmgpu.errors import DeviceUnavailable, HmmgpuError, InputError
-from hmmgpu.options import GROUPS, ReportOptions, SearchOptions, choices
+from hmmgpu.host import stop_on_signals
+from hmmgpu.options import GROUPS, ReportOptions, RunOptions, SearchOptions, choices
+from hmmgpu.preflight import finish_interrupted, prepare_run
 
 #: Options that ``SearchOptions`` holds but the command line spells otherwise.
-_SPECIAL = {"bit_cutoffs", "bias_filter", "null2"}
+_SPECIAL = {"bit_cutoffs", "bias_filter", "null2", "run"}
 #: hmmsearch's incompatible option pairs (esl_getopts "incomp" lists), by destination name.
 _THRESHOLDS = ("E", "T", "domE", "domT", "incE", "incT", "incdomE", "incdomT")
 _INCOMPATIBLE = [("E", "T"), ("domE", "domT"), ("incE", "incT"), ("incdomE", "incdomT")] + \
@@ -41,8 +44,17 @@ def _spelled(dest: str) -> str:
     return _SPELLING.get(dest, f"--{dest}")
 
 
+#: A negative number as an option's value, as Easel reads one (``-T -inf``, ``-T -1e3``):
+#: argparse's own pattern takes only ``-1000`` and ``-1.5``, and reads the others as options.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|inf(inity)?|nan)$", re.IGNORECASE)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with each error raised as one line rather than printed after the usage."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message):
         raise InputError(message)
@@ -77,7 +89,7 @@ def _switch(group, flag: str, help: str, dest: str | None = None) -> None:
 def add_search_options(parser: argparse.ArgumentParser) -> None:
     """hmmsearch's threshold, filter and execution options, from :class:`SearchOptions`."""
     groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items() if key != "output"}
-    for f in fields(SearchOptions):
+    for f in (*fields(SearchOptions), *fields(RunOptions)):
         if f.name in _SPECIAL:
             continue
         meta = f.metadata
@@ -119,7 +131,8 @@ def add_output_options(parser: argparse.ArgumentParser, program: str) -> None:
 
 def search_options(args) -> SearchOptions:
     """The :class:`SearchOptions` of parsed arguments (hmmsearch's incompatibilities checked)."""
-    given = {f.name for f in fields(SearchOptions) if getattr(args, f.name, None) is not None}
+    given = {f.name for cls in (SearchOptions, RunOptions) for f in fields(cls)
+             if f.name != "run" and getattr(args, f.name, None) is not None}
     flags = given | {k for k in ("cut_ga", "cut_tc", "cut_nc", "nobias", "max", "notextw") if getattr(args, k, False)}
     if getattr(args, "textw", None) is not None:
         flags.add("textw")
@@ -136,7 +149,7 @@ def search_options(args) -> SearchOptions:
         values["null2"] = False
     if args.max:
         values.update(F1=1.0, F2=1.0, F3=1.0, bias_filter=False)
-    return SearchOptions(**values)
+    return SearchOptions.from_kwargs(**values)
 
 
 def report_options(args) -> ReportOptions:
@@ -323,10 +336,13 @@ def cmd_scan(args) -> int:
             survivors = narrowing.survivors() if narrowing else None
         finally:
             backend.close(wait=False)
-        threads = "no worker threads" if options.cpus == 0 else f"{options.threads} threads"
+        threads = "no worker threads" if options.run.cpus == 0 else f"{options.run.threads} threads"
         filters = f"hmmgpu's filters on {backend.description[len('backend '):]}, then " if narrowing else ""
         print(f"# hmmgpu {__version__}: scan of {len(database)} models: {filters}pyhmmer's hmmscan pipeline on the "
               f"CPU ({threads})", file=sys.stderr)
+        if db.looks_like_nucleotide():
+            print(f"hmmgpu: warning: {args.seqfile} looks like nucleotide sequence; scanning it as protein "
+                  "(as hmmscan would)", file=sys.stderr)
         watch = Stopwatch().start()
         for i, hits in scan(db, database, options, narrow=survivors.__getitem__ if survivors else None):
             query = Query(name=db.name(i), accession=db.accession(i) or None, description=db.description(i) or None,
@@ -350,6 +366,11 @@ def cmd_makedb(args) -> int:
         return 0
     if not (args.fasta and args.out):
         raise InputError("makedb needs a sequence file and an output directory (or --check DIR)")
+    from hmmgpu.formats.outfiles import refuse_inputs
+    from hmmgpu.formats.seqdb import check_destination
+
+    refuse_inputs({"output directory": args.out}, [args.fasta])
+    check_destination(args.out)   # before the input is read
     db = SequenceDB.from_file(args.fasta, args.tformat or "fasta")
     db.save(args.out)
     print(f"{args.out}: {db.n} sequences, {db.total_residues} residues ({time.perf_counter() - start:.2f}s)")
@@ -360,7 +381,7 @@ def cmd_audit(args) -> int:
     """Run ``hmmgpu audit``: exit 1 on any disagreement."""
     from hmmgpu.audit import run_audit
 
-    options = SearchOptions(backend=args.backend, lanes=args.lanes, cpus=args.cpus, device=args.device)
+    options = SearchOptions.from_kwargs(backend=args.backend, lanes=args.lanes, cpus=args.cpus, device=args.device)
     return 0 if run_audit(args.hmmfile, args.seqdb, options, show=args.show) else 1
 
 
@@ -401,6 +422,7 @@ _COMMANDS = {"search": cmd_search, "scan": cmd_scan, "makedb": cmd_makedb, "audi
 PROCESS_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1"}
 
 
+@stop_on_signals()   # SIGTERM stops a run as Ctrl-C does: outputs removed, one line, exit status 143
 def main(argv=None) -> int:
     """Entry point of the ``hmmgpu`` console script."""
     started = time.perf_counter()
@@ -411,6 +433,7 @@ def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         args.command_line = shlex.join(["hmmgpu", *argv])
         args.started = started
+        prepare_run(args)
         if args.command == "sw":
             from hmmgpu.sw.cli import run as run_sw
 
@@ -425,9 +448,8 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"hmmgpu: error: {e.filename or ''}: {e.strerror or e}".replace(": :", ":"), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("hmmgpu: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as interrupt:   # Ctrl-C or SIGTERM
+        return finish_interrupted(interrupt)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,15 @@
-"""What this process runs on: the cores it may use, and hmmsearch's floating-point mode.
+"""What this process runs on: the cores it may use, the signals that stop it, and hmmsearch's
+floating-point mode.
 
 :func:`usable_cores` is the number of CPU threads a search takes by default (the modules
 that size thread pools ask it here, not through the options).
+
+Signals: the command line (:func:`stop_on_signals`) makes SIGTERM stop a run as SIGINT
+(Ctrl-C) does: each raises :class:`Interrupted`, a ``KeyboardInterrupt``, in the main thread,
+so that every ``with`` block on the way out runs (output files discarded, workers stopped).
+A few steps must not be cut in two by it: a temporary file created but not yet recorded for
+removal, or outputs half renamed into place. They run under :func:`signals_deferred`, which
+holds a signal back until the step is over.
 
 Flush-to-zero: ``hmmsearch`` calls ``impl_Init()``, which sets the MXCSR flush-to-zero bit in every
 thread, so a subnormal result (an E-value below 2.2e-308, say) becomes 0. pyhmmer leaves
@@ -19,10 +27,89 @@ import ctypes.util
 import functools
 import os
 import platform
+import signal
+import threading
 
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity where the system has one), at least one."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+#: The signals that stop a run, as Ctrl-C does.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT or SIGTERM (:func:`stop_on_signals`)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's status of a process stopped by this signal: 130 (SIGINT), 143 (SIGTERM)."""
+        return 128 + self.signum
+
+    @property
+    def message(self) -> str:
+        """One line for standard error."""
+        return "interrupted" if self.signum == signal.SIGINT else f"terminated ({signal.Signals(self.signum).name})"
+
+
+class _SignalState:
+    received: int | None = None  #: the first stopping signal received
+    deferring = 0  #: depth of signals_deferred() blocks in the main thread
+    pending: int | None = None  #: a signal held back by them
+
+
+def _on_signal(signum, frame) -> None:
+    if _SignalState.received is None:
+        _SignalState.received = signum
+    if _SignalState.deferring:
+        _SignalState.pending = signum
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """For the block, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (the
+    previous handlers come back after it). Elsewhere than in the main thread it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _on_signal) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _SignalState.received = _SignalState.pending = None
+
+
+def interrupted() -> bool:
+    """A stopping signal has been received (under :func:`stop_on_signals`): the process is
+    on its way out, and need not wait for work it no longer wants."""
+    return _SignalState.received is not None
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Hold a stopping signal received during the block back until the block is over, then
+    raise its :class:`Interrupted`. Only the main thread's blocks defer (Python runs signal
+    handlers there); elsewhere the block just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _SignalState.deferring += 1
+    try:
+        yield
+    finally:
+        _SignalState.deferring -= 1
+        if not _SignalState.deferring and _SignalState.pending is not None:
+            signum, _SignalState.pending = _SignalState.pending, None
+            raise Interrupted(signum)
 
 
 _FTZ = 0x8000  # MXCSR bit 15

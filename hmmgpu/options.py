@@ -1,10 +1,12 @@
 """Every option of a search, written once: its name, default, valid range, choices and help.
 
-Two frozen, keyword-only dataclasses hold them. :class:`SearchOptions` decides *what* is
-computed (thresholds, filters, statistics: pyhmmer's names and defaults, so that
-``SearchOptions(**kwargs)`` takes what ``pyhmmer.plan7.Pipeline`` takes) and *where* it runs
-(backend, lanes, CPU threads, GPU device). :class:`ReportOptions` decides how the readable
-report looks. The command line (:mod:`hmmgpu.cli`) builds its arguments from the field
+Three frozen, keyword-only dataclasses hold them, as pyhmmer keeps its ``PipelineOptions``
+apart from ``backend`` and ``cpus``. :class:`SearchOptions` decides *what* is computed
+(thresholds, filters, statistics: pyhmmer's names and defaults, so that
+:meth:`SearchOptions.from_kwargs` takes what ``pyhmmer.plan7.Pipeline`` takes);
+:class:`RunOptions` decides *where* it runs (backend, lanes, CPU threads, GPU device), and a
+search's options carry it as ``options.run``; the routing plan (:mod:`hmmgpu.search.routing`)
+reads only that. :class:`ReportOptions` decides how the readable report looks. The command line (:mod:`hmmgpu.cli`) builds its arguments from the field
 metadata below, so a default, a choice or a help text is never written twice; the Python
 API passes the same names as keyword arguments.
 
@@ -79,33 +81,29 @@ class SearchOptions:
                               flag="-Z", group="other", check=_POSITIVE)
     domZ: float | None = _option(None, "number of significant targets for domain E-values", group="other",
                                  check=_POSITIVE)
-    backend: Backend = _option("auto", "where the filters run: cuda (GPU), numba (hmmgpu's CPU filters), hmmer "
-                               "(pyhmmer end to end) or auto (the fastest exact route for the work)", group="run")
-    lanes: Lanes = _option("auto", "GPU lanes per 32-bit word (auto: 16x2 on sm_90 and newer, else 8x4)", group="run")
-    cpus: int | None = _option(None, "CPU threads (default: all cores; 0: no worker threads, as hmmsearch)",
-                               flag="--cpu", group="run", check=_NONNEGATIVE)
-    device: int = _option(0, "CUDA device id of the GPU", group="run", check=_NONNEGATIVE)
+    run: "RunOptions" = field(default_factory=lambda: RunOptions(), metadata=dict(
+        help="where the search runs", flag="", group="run"))
 
     def __post_init__(self):
         _validate(self)
 
     @classmethod
     def from_kwargs(cls, **kwargs) -> "SearchOptions":
-        """Options from keyword arguments; an unknown name is a one-line :class:`HmmgpuError`."""
-        names = {f.name for f in fields(cls)}
+        """Options from keyword arguments, :class:`RunOptions`' names among them (``backend``,
+        ``cpus``, ...); an unknown name is a one-line :class:`~hmmgpu.errors.InputError`."""
+        run = {name: kwargs.pop(name) for name in RUN_FIELDS if name in kwargs}
+        names = {f.name for f in fields(cls)} - {"run"}
         unknown = sorted(set(kwargs) - names)
         if unknown:
             raise InputError(f"unknown search option(s): {', '.join(unknown)}")
-        return cls(**kwargs)
+        return cls(**kwargs, run=RunOptions(**run))
 
     def replace(self, **changes) -> "SearchOptions":
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed, :class:`RunOptions`' among them (validated again)."""
+        run = {name: changes.pop(name) for name in RUN_FIELDS if name in changes}
+        if run:
+            changes["run"] = replace(self.run, **run)
         return replace(self, **changes)
-
-    @property
-    def threads(self) -> int:
-        """Worker threads to use: ``cpus``, all cores by default, at least one."""
-        return usable_cores() if self.cpus is None else max(1, self.cpus)
 
     def pipeline_kwargs(self, **overrides) -> dict:
         """Keyword arguments for ``pyhmmer.plan7.Pipeline`` (every threshold and filter option)."""
@@ -119,6 +117,28 @@ class SearchOptions:
         return self.T is None and self.bit_cutoffs is None
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """Where a search runs: hmmgpu's backend and GPU settings, and the CPU threads."""
+
+    backend: Backend = _option("auto", "where the filters run: cuda (GPU), numba (hmmgpu's CPU filters), hmmer "
+                               "(pyhmmer end to end) or auto (the fastest exact route for the work)", group="run")
+    lanes: Lanes = _option("auto", "GPU lanes per 32-bit word (auto: 16x2 on sm_90 and newer, else 8x4)", group="run")
+    cpus: int | None = _option(None, "CPU threads (default: all cores; 0: no worker threads, as hmmsearch)",
+                               flag="--cpu", group="run", check=_NONNEGATIVE)
+    device: int = _option(0, "CUDA device id of the GPU", group="run", check=_NONNEGATIVE)
+
+    def __post_init__(self):
+        _validate(self)
+
+    @property
+    def threads(self) -> int:
+        """Worker threads to use: ``cpus``, all cores by default, at least one."""
+        return usable_cores() if self.cpus is None else max(1, self.cpus)
+
+
+#: The fields of :class:`RunOptions`, which :meth:`SearchOptions.from_kwargs` also takes.
+RUN_FIELDS = ("backend", "lanes", "cpus", "device")
 #: The fields that ``pyhmmer.plan7.Pipeline`` takes.
 PIPELINE_FIELDS = ("E", "T", "domE", "domT", "incE", "incT", "incdomE", "incdomT", "bit_cutoffs",
                    "F1", "F2", "F3", "bias_filter", "null2", "seed", "Z", "domZ")
@@ -162,9 +182,9 @@ def _flag(f) -> str:
     return flag if flag else f"--{f.name}"
 
 
-def option_flag(name: str, cls=SearchOptions) -> str:
+def option_flag(name: str) -> str:
     """The command-line spelling of the option called ``name``."""
-    return _flag(next(f for f in fields(cls) if f.name == name))
+    return _flag(next(f for cls in (SearchOptions, RunOptions) for f in fields(cls) if f.name == name))
 
 
 def choices(name: str) -> tuple:
@@ -172,5 +192,5 @@ def choices(name: str) -> tuple:
     return _literal_choices(name)
 
 
-__all__ = ["SearchOptions", "ReportOptions", "Backend", "Lanes", "BitCutoffs", "PIPELINE_FIELDS", "GROUPS",
+__all__ = ["SearchOptions", "RunOptions", "RUN_FIELDS", "ReportOptions", "Backend", "Lanes", "BitCutoffs", "PIPELINE_FIELDS", "GROUPS",
            "option_flag", "choices"]

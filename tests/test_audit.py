@@ -26,7 +26,7 @@ def test_audit_reports_a_broken_stage(monkeypatch, capsys):
         return out
 
     monkeypatch.setattr(cpu_filters, "bias_filter", off_by_one_ulp)
-    assert run_audit(str(SAMPLES / "PF02826.hmm"), str(PROTEOME), SearchOptions(backend="numba")) is False
+    assert run_audit(str(SAMPLES / "PF02826.hmm"), str(PROTEOME), SearchOptions.from_kwargs(backend="numba")) is False
     out = capsys.readouterr().out
     assert "DISAGREEMENTS FOUND" in out
     assert "bias filter" in out

@@ -26,6 +26,7 @@ pyhmmer 0.12.3 runs it, rules worked out byte by byte against ``pyhmmer.easel.Se
   ``.`` and ``_`` to the gap, ``*`` and ``~`` to their codes, space, tab, ``\\r`` and ``\\n`` are
   skipped; every other byte, ``-`` and digits included, is an error.
 """
+import errno
 import functools
 import hashlib
 import io
@@ -33,6 +34,9 @@ import json
 import mmap
 import os
 import re
+import shutil
+import stat
+import tempfile
 from typing import Literal
 
 import numpy as np
@@ -41,6 +45,7 @@ import pyhmmer
 from hmmgpu.constants import AMINO_SYMBOLS, MAX_TARGET_LENGTH
 from hmmgpu.errors import DatabaseError, HmmgpuError, InputError
 from hmmgpu.formats.inputs import META_FILE, is_database_dir, label_of, memory_tmpdir, read_bytes
+from hmmgpu.host import signals_deferred
 
 FORMAT_NAME = "hmmgpu-seqdb"
 FORMAT_VERSION = 2
@@ -542,29 +547,54 @@ class SequenceDB:
 
         The metadata records, for each array file, its size, modification time and the SHA-256
         of its data, which :meth:`load` checks.
+
+        The database is written to a temporary directory beside ``outdir`` (in the same parent,
+        so on the same file system) and put in its place in one step at the end (a rename; over
+        an existing database, an exchange of the two directories): a save that fails or is
+        interrupted leaves what was at ``outdir`` as it was, and no temporary directory behind.
+        ``outdir`` may be absent, an empty directory or a database (even one half written by an
+        older hmmgpu): :func:`check_destination`.
         """
         outdir = os.fspath(outdir)
+        check_destination(outdir)
         if is_database_dir(outdir) and os.path.isdir(self.source) and os.path.samefile(outdir, self.source):
             raise DatabaseError(f"{outdir}: cannot save a database over itself")
-        meta_path = os.path.join(outdir, META_FILE)
-        files = {}
+        target = os.path.realpath(outdir)   # a link to a database: the database it names is replaced
+        building = None
         try:
-            os.makedirs(outdir, exist_ok=True)
-            if os.path.exists(meta_path):   # an interrupted save must not look like a database
-                os.remove(meta_path)
-            for key, dtype in _ARRAYS.items():
-                array = np.ascontiguousarray(self._arrays()[key], dtype=dtype)
-                path = os.path.join(outdir, key + ".npy")
-                np.save(path, array)
-                files[key] = dict(_stamp(path), sha256=_sha256(array))
-            meta = dict(format=FORMAT_NAME, version=FORMAT_VERSION, n=self.n, total_residues=self.total_residues,
-                        max_length=self.max_length, source=os.path.basename(self.source), files=files,
-                        facts=dict(writes_as_fasta=bool(self.writes_as_fasta),
-                                   repeated_names=int(np.count_nonzero(self.repeated_names))))
-            with open(meta_path, "w") as fh:
-                json.dump(meta, fh, indent=1)
+            with signals_deferred():   # the temporary directory is removed on the way out, however that goes
+                building = tempfile.mkdtemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.",
+                                            suffix=".partial")
+            self._write(building)
+            os.chmod(building, _directory_mode(target))
+            with signals_deferred():
+                _swap_in(building, target)
         except OSError as exc:
             raise DatabaseError(f"{outdir}: cannot write database: {exc.strerror or _one_line(exc)}") from None
+        finally:
+            if building is not None and os.path.isdir(building):
+                with signals_deferred():
+                    shutil.rmtree(building, ignore_errors=True)
+
+    def _write(self, outdir: str) -> None:
+        """The arrays and the metadata, written into the directory ``outdir``."""
+        files = {}
+        for key, dtype in _ARRAYS.items():
+            array = np.ascontiguousarray(self._arrays()[key], dtype=dtype)
+            path = os.path.join(outdir, key + ".npy")
+            with open(path, "wb") as fh:   # on disk before the directory is swapped in
+                np.save(fh, array)
+                fh.flush()
+                os.fsync(fh.fileno())
+            files[key] = dict(_stamp(path), sha256=_sha256(array))
+        meta = dict(format=FORMAT_NAME, version=FORMAT_VERSION, n=self.n, total_residues=self.total_residues,
+                    max_length=self.max_length, source=os.path.basename(self.source), files=files,
+                    facts=dict(writes_as_fasta=bool(self.writes_as_fasta),
+                               repeated_names=int(np.count_nonzero(self.repeated_names))))
+        with open(os.path.join(outdir, META_FILE), "w") as fh:
+            json.dump(meta, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
 
     @classmethod
     def load(cls, path, *, check: Literal["quick", "full"] = "quick") -> "SequenceDB":
@@ -896,6 +926,88 @@ def _is_ascii(data) -> bool:
 
 #: The bytes each thread of :func:`_is_ascii` checks at a time.
 _ASCII_PIECE = 16 << 20
+
+
+#: The names a made database's directory holds.
+DATABASE_FILES = frozenset([META_FILE, *(key + ".npy" for key in _ARRAYS)])
+
+
+def check_destination(outdir) -> None:
+    """One-line :class:`~hmmgpu.errors.InputError` unless ``outdir`` is a place ``makedb`` may
+    write a database: absent, an empty directory, or a directory of a database's files only
+    (a database, whole or half written), which is then replaced whole. Anything else (a file,
+    a directory with other files) is refused rather than replaced."""
+    outdir = os.fspath(outdir)
+    target = os.path.realpath(outdir)
+    if not os.path.lexists(target):
+        if not os.path.isdir(os.path.dirname(target)):
+            raise InputError(f"{outdir}: cannot write database: its parent directory does not exist")
+        return
+    if not os.path.isdir(target):
+        raise InputError(f"{outdir}: exists and is not a directory (makedb writes a database directory)")
+    try:
+        others = sorted(set(os.listdir(target)) - DATABASE_FILES)
+    except OSError as exc:
+        raise InputError(f"{outdir}: cannot write database: {exc.strerror}") from None
+    if others:
+        raise InputError(f"{outdir}: exists and is not a hmmgpu database (it holds {others[0]!r}); makedb replaces "
+                         "only a database or an empty directory")
+
+
+def _directory_mode(target: str) -> int:
+    """The permissions of a database directory put at ``target``: the old one's, or those
+    ``mkdir`` gives (0777 less the umask)."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o777 & ~umask
+
+
+def _swap_in(building: str, target: str) -> None:
+    """Put the directory ``building`` at ``target`` in one step: a rename where ``target`` is
+    absent or an empty directory; over a database, Linux's ``renameat2(RENAME_EXCHANGE)``
+    exchanges the two (then the old one, now at ``building``, is removed). Where the system
+    cannot exchange, the old database is first renamed aside, then the new one into place
+    (the old one comes back if that fails)."""
+    try:
+        os.rename(building, target)   # absent, or an empty directory, which rename replaces
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    if _exchange(building, target):
+        shutil.rmtree(building, ignore_errors=True)
+        return
+    aside = tempfile.mkdtemp(dir=os.path.dirname(target), prefix=f".{os.path.basename(target)}.", suffix=".old")
+    os.rename(target, aside)
+    try:
+        os.rename(building, target)
+    except OSError:
+        os.rename(aside, target)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Exchange two paths atomically (Linux ``renameat2`` with ``RENAME_EXCHANGE``); False where
+    the C library or the file system cannot."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(error, os.strerror(error), b)
 
 
 def _sha256(array: np.ndarray) -> str:

@@ -7,7 +7,8 @@ per query (written by HMMER's own formatter through pyhmmer) and the ``#`` tail;
 a search, the ``-A`` alignments of each query's included domains.
 
 Files are opened at the start through :class:`~hmmgpu.formats.outfiles.OutputFiles`, so they
-appear only if the whole run succeeds. Each query's E-values are formatted in hmmsearch's
+appear only if the whole run succeeds; an output that names an input is refused first, and
+one that cannot be opened removes those opened before it. Each query's E-values are formatted in hmmsearch's
 float mode (flush-to-zero), as HMMER formats them. A progress bar on standard error (shown
 only on a terminal) is cleared around every write of a report that goes to a terminal.
 """
@@ -22,7 +23,7 @@ from typing import Iterator, Literal, Mapping
 from hmmgpu.host import flush_to_zero
 from hmmgpu.report.hitlist import read_tophits
 from hmmgpu.options import ReportOptions
-from hmmgpu.formats.outfiles import OutputFiles
+from hmmgpu.formats.outfiles import OutputFiles, refuse_inputs
 from hmmgpu.report.progress import ProgressBar
 from hmmgpu.report.text import (REPORT_END, Program, Query, Stopwatch, alignment_note, program_header, query_report, tabular_tail, write_alignment)
 
@@ -107,10 +108,17 @@ class RunOutputs:
         self.program, self.query_file, self.target_file = program, query_file, target_file
         self.settings = dict(settings)
         self.command_line = command_line
+        refuse_inputs({("--" if option in TABLE_FORMATS else "") + option: path for option, path in paths.items()},
+                      (query_file, target_file))
         self._files = OutputFiles()
-        self.report = self._files.open(paths["-o"], "-o") if paths.get("-o") else sys.stdout.buffer
-        self.alignment = self._files.open(paths["-A"], "-A") if paths.get("-A") else None
-        self.tables = {kind: self._files.open(paths[kind], f"--{kind}") for kind in TABLE_FORMATS if paths.get(kind)}
+        try:   # an output that cannot be opened: those opened before it are removed
+            self.report = self._files.open(paths["-o"], "-o") if paths.get("-o") else sys.stdout.buffer
+            self.alignment = self._files.open(paths["-A"], "-A") if paths.get("-A") else None
+            self.tables = {kind: self._files.open(paths[kind], f"--{kind}") for kind in TABLE_FORMATS
+                           if paths.get(kind)}
+        except BaseException:
+            self._files.discard()
+            raise
         self.progress = ProgressBar(None, progress, report=self.report)
         self.queries = 0
         #: how each query is formatted; ``-o /dev/null`` (how scripts keep only the tables): the

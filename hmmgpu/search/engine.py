@@ -76,6 +76,7 @@ import numpy as np
 from hmmgpu.stages.protocol import CascadeBackend
 from hmmgpu.costs import small_on_average
 from hmmgpu.errors import DeviceUnavailable, HmmgpuError
+from hmmgpu.host import interrupted
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 
 
@@ -289,15 +290,15 @@ class SearchEngine:
         self.options = options
         self.backend = backend
         self.ftz = ftz
-        self.threads = 0 if options.cpus == 0 else options.threads
+        self.threads = 0 if options.run.cpus == 0 else options.run.threads
         self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
         self.forward = PyhmmerStage(db, options, ftz=ftz, threads=self.threads, model_lengths=model_lengths)
         queries = len(model_lengths) if model_lengths else None
         self.filtered = isinstance(backend, CascadeBackend)
         #: models may go to pyhmmer's whole pipeline while the backend starts (see the module header)
-        self.reroute = options.backend == "auto" and queries is not None and queries < self.threads
+        self.reroute = options.run.backend == "auto" and queries is not None and queries < self.threads
         #: small models may go there whenever the backend is behind
-        self.share = options.backend == "auto" and self.threads > 0
+        self.share = options.run.backend == "auto" and self.threads > 0
         self.stats = EngineStats(threads=max(1, self.threads))
         self._lock = threading.Lock()
         self._start = time.perf_counter()
@@ -343,8 +344,8 @@ class SearchEngine:
                         self.stats.ready_seconds = time.perf_counter() - self._start
                     break
             except HmmgpuError as error:
-                if self.options.backend != "auto":  # auto goes on with pyhmmer's route
-                    raise (DeviceUnavailable.for_backend(self.options.device)
+                if self.options.run.backend != "auto":  # auto goes on with pyhmmer's route
+                    raise (DeviceUnavailable.for_backend(self.options.run.device)
                            if isinstance(error, DeviceUnavailable) else error) from None
                 self.filtered = False
                 self.stats.fallback = f"the GPU could not be used: {error}"
@@ -647,8 +648,9 @@ class SearchEngine:
             stop.set()
             for _ in range(self.threads):
                 work.put((np.iinfo(np.int64).max, 0, None))
-            for t in threads[3:]:
-                t.join()
+            if not interrupted():   # a process stopped by a signal need not wait for the tasks under way
+                for t in threads[3:]:
+                    t.join()
 
 
 def _outside(result, covered: np.ndarray):

@@ -38,6 +38,8 @@ class SearchPlan:
     worker processes (:meth:`worker_processes`). ``model_lengths``: the models' lengths when
     known before the search; ``queries``: the count of the one-query rule
     (:func:`pyhmmer_route`; None where it does not apply, as in hmmscan and the API).
+    ``options``: the search's :class:`~hmmgpu.options.SearchOptions`, of which the plan reads
+    only where it runs (``options.run``).
     """
 
     def __init__(self, options, model_lengths=None, *, queries: int | None = None, source: str | None = None,
@@ -53,8 +55,8 @@ class SearchPlan:
         """The plan of ``hmmgpu search`` before its database ``source`` is read (a GPU process
         may be started here: :meth:`abandon` stops it if the search fails before a backend
         takes it)."""
-        decided = None if source == "-" else cpu_route_before_reading(options, source, model_lengths)
-        early = None if decided is not None else start_gpu_early(options, source, fmt, model_lengths)
+        decided = None if source == "-" else cpu_route_before_reading(options.run, source, model_lengths)
+        early = None if decided is not None else start_gpu_early(options.run, source, fmt, model_lengths)
         return cls(options, model_lengths, queries=len(model_lengths) if model_lengths else None, source=source,
                    fmt=fmt, decided=decided, early=early)
 
@@ -67,17 +69,17 @@ class SearchPlan:
         from hmmgpu.stages.postfilter import piece_bytes
 
         options, lengths = self.options, self.model_lengths
-        if (self.decided is None or not lengths or options.cpus == 0 or len(lengths) >= options.threads
+        if (self.decided is None or not lengths or options.run.cpus == 0 or len(lengths) >= options.run.threads
                 or self.source in (None, "-") or (self.fmt or "fasta").lower() != "fasta"):
             return None
-        return FastaPieces.open(self.source, lambda left: piece_bytes(left, max(lengths), options.threads))
+        return FastaPieces.open(self.source, lambda left: piece_bytes(left, max(lengths), options.run.threads))
 
     def backend(self, db, gpu_process: bool = True) -> Backend:
         """The filter stage over ``db`` (:func:`select_backend`, with what this plan knows)."""
         lengths = self.model_lengths
         cells = None if lengths is None or db.pieces is not None else float(sum(lengths)) * db.total_residues
         started, self.early = self.early, None  # the backend owns (or has stopped) the early process now
-        return select_backend(self.options, db, cells=cells, gpu_process=gpu_process, started=started,
+        return select_backend(self.options.run, db, cells=cells, gpu_process=gpu_process, started=started,
                               queries=self.queries, decided=self.decided)
 
     def worker_processes(self, db, backend, database: str) -> int:
@@ -90,7 +92,7 @@ class SearchPlan:
         from hmmgpu.formats.inputs import rereadable
 
         options, lengths = self.options, self.model_lengths
-        threads = 0 if options.cpus == 0 else options.threads
+        threads = 0 if options.run.cpus == 0 else options.run.threads
         if (isinstance(backend, CascadeBackend) or db.pieces is not None or not lengths or threads < MIN_PROCESSES
                 or database == "-" or not rereadable(database)):
             return 0
@@ -113,7 +115,7 @@ def cuda_available(device: int = 0) -> bool:
     return probe(device)
 
 
-def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> CascadeBackend | None:
+def start_gpu_early(run, source: str, fmt: str | None, model_lengths) -> CascadeBackend | None:
     """The GPU process started before the database is read (it reads the file itself, so
     both start-ups overlap), for a search that :func:`cpu_route_before_reading` left
     undecided, when ``select_backend`` may take the GPU: ``--backend cuda``, or ``auto`` on a
@@ -122,9 +124,9 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
     exact count says the CPU."""
     from hmmgpu.formats.inputs import rereadable
 
-    if source == "-" or options.backend not in ("cuda", "auto") or not model_lengths or not rereadable(source):
+    if source == "-" or run.backend not in ("cuda", "auto") or not model_lengths or not rereadable(source):
         return None
-    if options.backend == "auto" and residues_estimate(source) is None:
+    if run.backend == "auto" and residues_estimate(source) is None:
         return None
     from hmmgpu.gpu.runtime.context import cuda_driver_present
 
@@ -132,11 +134,11 @@ def start_gpu_early(options, source: str, fmt: str | None, model_lengths) -> Cas
         return None
     from hmmgpu.gpu.process import CudaProcessBackend
 
-    return CudaProcessBackend(source=(source, fmt), lanes=options.lanes, device=options.device,
+    return CudaProcessBackend(source=(source, fmt), lanes=run.lanes, device=run.device,
                               lengths=model_lengths)
 
 
-def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
+def cpu_route_before_reading(run, source: str, model_lengths) -> str | None:
     """Why the search takes pyhmmer's route whatever the database's exact size, or None when
     that waits for the database to be read: ``--backend hmmer`` (""), ``auto`` with one query,
     or ``auto`` with work that, by the database's residues estimated from the file
@@ -147,16 +149,16 @@ def cpu_route_before_reading(options, source: str, model_lengths) -> str | None:
     An estimate too low for a file whose head is unlike the rest costs time, not exactness.
     A search so decided need not read the file before it starts: fewer models than threads
     search it piece by piece (:class:`~hmmgpu.formats.seqdb.FastaPieces`)."""
-    if options.backend != "auto":
-        return "" if options.backend == "hmmer" else None
+    if run.backend != "auto":
+        return "" if run.backend == "hmmer" else None
     if not model_lengths:
         return None
-    if pyhmmer_route(options, len(model_lengths), source):
+    if pyhmmer_route(run, len(model_lengths), source):
         return _ONE_QUERY
     residues = residues_estimate(source)
     if residues is not None:
         def small(count: float) -> str | None:
-            return _small_work(float(sum(model_lengths)) * count, len(model_lengths), count, options.threads)
+            return _small_work(float(sum(model_lengths)) * count, len(model_lengths), count, run.threads)
 
         reason = small(residues)
         if reason is None and small(residues / 2) is not None:
@@ -178,12 +180,20 @@ def _small_work(cells: float, queries: int | None, residues: float, threads: int
     seconds = cpu_route_seconds(cells, residues, threads)
     if seconds <= GPU_ROUTE_SECONDS:
         return _SMALL_WORK
-    if seconds <= GPU_ROUTE_SECONDS + KERNEL_COMPILE_SECONDS:
+    if seconds <= GPU_ROUTE_SECONDS + KERNEL_COMPILE_SECONDS and _gpu_may_be_present():
         from hmmgpu.gpu.runtime.build import any_compiled
 
-        if not any_compiled():
+        if not any_compiled():   # (without a GPU, nothing to compile: the reason is then that)
             return _COLD_KERNELS
     return None
+
+
+def _gpu_may_be_present() -> bool:
+    """A CUDA driver loads and ``HMMGPU_NO_GPU`` is unset: a GPU may be there (without one,
+    the backend line must not suggest ``hmmgpu warmup``)."""
+    from hmmgpu.gpu.runtime.context import cuda_driver_present
+
+    return os.environ.get("HMMGPU_NO_GPU") is None and cuda_driver_present()
 
 
 #: The reasons the backend line gives for ``auto``'s choice of pyhmmer's route.
@@ -233,7 +243,7 @@ def residues_estimate(source: str, sample: bool = False) -> float | None:
     return size * (len(head) - headers - head.count(b"\n") - head.count(b"\r")) / len(head)
 
 
-def pyhmmer_route(options, queries: int | None, source: str) -> bool:
+def pyhmmer_route(run, queries: int | None, source: str) -> bool:
     """Whether the search takes pyhmmer's route whatever the database's size: ``--backend
     hmmer``, or ``auto`` with one query against a sequence file, which pyhmmer reads and
     searches piece by piece on every thread (:class:`~hmmgpu.formats.seqdb.FastaPieces`) before the
@@ -243,14 +253,14 @@ def pyhmmer_route(options, queries: int | None, source: str) -> bool:
     one query takes the GPU when the work pays for it, as several do."""
     from hmmgpu.formats.inputs import is_database_dir
 
-    return options.backend == "hmmer" or (options.backend == "auto" and queries == 1
+    return run.backend == "hmmer" or (run.backend == "auto" and queries == 1
                                           and not is_database_dir(source))
 
 
-def select_backend(options, db, cells: float | None = None, gpu_process: bool = True,
+def select_backend(run, db, cells: float | None = None, gpu_process: bool = True,
                    started: CascadeBackend | None = None, queries: int | None = None,
                    decided: str | None = None) -> Backend:
-    """The backend ``options.backend`` names, over ``db``.
+    """The backend ``run.backend`` (:class:`~hmmgpu.options.RunOptions`) names, over ``db``.
 
     ``auto`` takes the GPU only when the estimated CPU time of the work (``cells`` = sum of
     model lengths x residues, when known) is well above what starting the GPU costs, and a
@@ -269,7 +279,7 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     :func:`cpu_route_before_reading` gave, when the caller asked it (then pyhmmer's route).
     """
     try:
-        backend = _select(options, db, cells, gpu_process, started, queries, decided)
+        backend = _select(run, db, cells, gpu_process, started, queries, decided)
     except BaseException:
         if started is not None:
             started.close()
@@ -279,13 +289,13 @@ def select_backend(options, db, cells: float | None = None, gpu_process: bool = 
     return backend
 
 
-def _select(options, db, cells, gpu_process, started, queries, decided) -> Backend:
-    name = options.backend
+def _select(run, db, cells, gpu_process, started, queries, decided) -> Backend:
+    name = run.backend
     if name == "auto":
-        threads = options.threads
+        threads = run.threads
         if decided is not None:
             worth, reason = False, decided
-        elif pyhmmer_route(options, queries, db.source):
+        elif pyhmmer_route(run, queries, db.source):
             worth, reason = False, _ONE_QUERY
         else:
             reason = None if cells is None else _small_work(cells, queries, db.total_residues, threads)
@@ -293,9 +303,9 @@ def _select(options, db, cells, gpu_process, started, queries, decided) -> Backe
                 reason = None  # the estimate from the file started the GPU: see select_backend
             worth = reason is None
         if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or
-                                                                   cuda_available(options.device)):
+                                                                   cuda_available(run.device)):
             try:
-                return _cuda(options, db, gpu_process, started)
+                return _cuda(run, db, gpu_process, started)
             except HmmgpuError as error:  # present but unusable (busy, out of memory, ...)
                 reason = f"the GPU could not be used: {error}"
         elif worth:
@@ -304,23 +314,23 @@ def _select(options, db, cells, gpu_process, started, queries, decided) -> Backe
         backend.description = f"backend hmmer (pyhmmer on the CPU): {reason}"
         return backend
     if name == "cuda":
-        if started is None and not cuda_available(options.device):
-            raise DeviceUnavailable.for_backend(options.device)
-        return _cuda(options, db, gpu_process, started)
+        if started is None and not cuda_available(run.device):
+            raise DeviceUnavailable.for_backend(run.device)
+        return _cuda(run, db, gpu_process, started)
     if name == "numba":
-        return NumbaBackend(db, threads=options.cpus)
+        return NumbaBackend(db, threads=run.cpus)
     return HmmerBackend(db)
 
 
-def _cuda(options, db, gpu_process: bool, started) -> CascadeBackend:
+def _cuda(run, db, gpu_process: bool, started) -> CascadeBackend:
     """The CUDA backend: in this process, ready; or the GPU process, perhaps still starting."""
     if gpu_process:
         from hmmgpu.gpu.process import CudaProcessBackend
 
         if started is None:
-            return CudaProcessBackend(db, lanes=options.lanes, device=options.device)
+            return CudaProcessBackend(db, lanes=run.lanes, device=run.device)
         started.attach(db)
         return started
     from hmmgpu.gpu.backend import CudaBackend
 
-    return CudaBackend(db, lanes=options.lanes, device=options.device)
+    return CudaBackend(db, lanes=run.lanes, device=run.device)

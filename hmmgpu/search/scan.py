@@ -271,20 +271,20 @@ def scan(sequences, database: ProfileDatabase, options: SearchOptions = SearchOp
          narrow: Callable[[int], Survivors | None] | None = None) -> Iterator[tuple[int, object]]:
     """Scan every sequence of a :class:`~hmmgpu.formats.seqdb.SequenceDB`; yield ``(index, TopHits)``
     in input order. ``narrow(i)`` may name the models to run for sequence ``i`` (``None``:
-    all). Runs in ``options.threads`` threads; ``options.cpus == 0`` scans in this thread."""
+    all). Runs in ``options.run.threads`` threads; ``options.run.cpus == 0`` scans in this thread."""
     def one(i: int):
         survivors = None if narrow is None else narrow(i)
         subset = () if survivors is None else (survivors.indices, survivors.counts)
         return i, scan_sequence(sequences.digital_sequence(i), database, options, *subset)
 
-    if options.cpus == 0:
+    if options.run.cpus == 0:
         yield from map(one, range(sequences.n))
         return
-    with ThreadPoolExecutor(options.threads) as pool:
+    with ThreadPoolExecutor(options.run.threads) as pool:
         pending: deque = deque()
         for i in range(sequences.n):
             pending.append(pool.submit(one, i))
-            if len(pending) > 4 * options.threads:
+            if len(pending) > 4 * options.run.threads:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()

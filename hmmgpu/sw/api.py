@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 
 from hmmgpu.constants import AMINO_SYMBOLS
-from hmmgpu.errors import HmmgpuError
+from hmmgpu.errors import HmmgpuError, InputError
 from hmmgpu.sw import matrices
 from hmmgpu.sw.matrices import Matrix, MatrixName
 from hmmgpu.sw.stats import KarlinAltschul
@@ -124,6 +124,28 @@ def query_codes(seq) -> np.ndarray:
     return codes
 
 
+def check_threads(threads) -> None:
+    """One-line :class:`~hmmgpu.errors.InputError` unless ``threads`` is None or an integer >= 0
+    (as ``hmmgpu search`` checks ``--cpu``)."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
+                                or threads < 0):
+        raise InputError(f"--cpu must be >= 0 (got {threads})")
+
+
+def looks_like_nucleotide(queries) -> bool:
+    """The first 10,000 residues of the queries (``(name, codes)`` pairs) look like DNA or RNA,
+    by the test ``hmmgpu search`` applies to its targets."""
+    from hmmgpu.formats.seqdb import SequenceDB
+
+    head, count = [], 0
+    for _, codes in queries:
+        if count >= 10_000:
+            break
+        head.append(codes[:10_000 - count])
+        count += head[-1].size
+    return bool(head) and SequenceDB.head_looks_like_nucleotide(np.concatenate(head))
+
+
 def _read_queries(queries) -> list:
     """(name, codes) of every query (a FASTA path, a SequenceDB, texts, (name, text) or (name, codes)
     pairs); HmmgpuError for an empty query or none at all."""
@@ -171,6 +193,7 @@ class SwSearch:
             raise HmmgpuError(f"-E must be a positive number, not {evalue!r}")
         if backend not in ("auto", "cuda", "cpu"):
             raise HmmgpuError(f"backend must be auto, cuda or cpu, not {backend!r}")
+        check_threads(threads)
         self.max_hits = int(max_hits)
         self.evalue = float(evalue)
         self.alignments = int(alignments)

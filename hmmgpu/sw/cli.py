@@ -29,28 +29,45 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--outfmt", type=int, choices=[0, 6], default=0,
                    help="0: readable report with alignments (default); 6: BLAST tabular, 12 standard columns")
     p.add_argument("--alignments", type=int, default=50, help="alignments shown per query in the report")
-    p.add_argument("-o", dest="output", default=None, help="write the output to this file (default stdout)")
+    p.add_argument("-o", dest="output", default=None,
+                   help="write the output to this file (default stdout); it appears when the run is done")
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],
                    help="where the scan runs (default: the GPU if one is found, else pyopal on the CPU)")
-    p.add_argument("--device", type=int, default=0, help="CUDA device id")
+    p.add_argument("--device", type=int, default=None, help="CUDA device id (default 0)")
     p.add_argument("--cpu", type=int, default=None, dest="threads", help="CPU threads of the CPU route")
     return p
 
 
 def run(args) -> int:
-    """Execute ``hmmgpu sw``; returns the exit status."""
+    """Execute ``hmmgpu sw``; returns the exit status.
+
+    The output (``-o``) is written as ``hmmgpu search`` writes its outputs: to a temporary file
+    beside it, renamed into place when every query is done (a failed or interrupted run leaves
+    an existing file as it was), and refused when it names an input.
+    """
+    import io
+
     from hmmgpu._version import __version__
+    from hmmgpu.formats.outfiles import OutputFiles, refuse_inputs
     from hmmgpu.sw.output import format_report, write_tabular
-    from hmmgpu.sw.api import SwSearch, _read_queries
+    from hmmgpu.sw.api import SwSearch, _read_queries, check_threads, looks_like_nucleotide
 
     try:
-        queries = _read_queries(args.queries)
-        with SwSearch(args.db, matrix=args.matrix, gap_open=args.gapopen, gap_extend=args.gapextend,
-                      max_hits=args.max_hits, evalue=args.evalue, backend=args.backend, device=args.device,
-                      threads=args.threads, alignments=args.alignments) as s:
-            print(f"# hmmgpu {__version__}: {s.notice}", file=sys.stderr)
-            out = open(args.output, "w") if args.output else sys.stdout
-            try:
+        check_threads(args.threads)
+        refuse_inputs({"-o": args.output}, (args.queries, args.db))
+        with OutputFiles() as files:
+            out = io.TextIOWrapper(files.open(args.output, "-o"), encoding="utf-8") if args.output else sys.stdout
+            queries = _read_queries(args.queries)
+            device = 0 if args.device is None else args.device
+            with SwSearch(args.db, matrix=args.matrix, gap_open=args.gapopen, gap_extend=args.gapextend,
+                          max_hits=args.max_hits, evalue=args.evalue, backend=args.backend, device=device,
+                          threads=args.threads, alignments=args.alignments) as s:
+                print(f"# hmmgpu {__version__}: {s.notice}", file=sys.stderr)
+                for what, path, nucleotide in (("queries", args.queries, looks_like_nucleotide(queries)),
+                                               ("database", args.db, s.db.looks_like_nucleotide())):
+                    if nucleotide:
+                        print(f"hmmgpu: warning: {path} ({what}) looks like nucleotide sequence; aligning it as "
+                              "protein", file=sys.stderr)
                 start = time.perf_counter()
                 for hits in s.iter_search(queries):
                     if args.outfmt == 6:
@@ -61,9 +78,7 @@ def run(args) -> int:
                 if args.outfmt != 6:
                     out.write(f"[ok] {len(queries)} quer{'y' if len(queries) == 1 else 'ies'} in "
                               f"{time.perf_counter() - start:.2f}s\n")
-            finally:
-                if out is not sys.stdout:
-                    out.close()
+                out.flush()
     except HmmgpuError as e:
         print(f"hmmgpu: error: {e}", file=sys.stderr)
         return 2
@@ -75,6 +90,15 @@ def run(args) -> int:
 
 def main(argv=None) -> int:
     """``python -m hmmgpu.sw ...``: the command without the rest of hmmgpu's parser."""
+    from hmmgpu.host import stop_on_signals
+    from hmmgpu.preflight import finish_interrupted, prepare_run
+
     parser = argparse.ArgumentParser(prog="hmmgpu")
     add_parser(parser.add_subparsers(dest="command", required=True))
-    return run(parser.parse_args(["sw", *(sys.argv[1:] if argv is None else argv)]))
+    with stop_on_signals():
+        try:
+            args = parser.parse_args(["sw", *(sys.argv[1:] if argv is None else argv)])
+            prepare_run(args)
+            return run(args)
+        except KeyboardInterrupt as interrupt:
+            return finish_interrupted(interrupt)

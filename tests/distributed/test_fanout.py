@@ -112,7 +112,7 @@ def test_which_searches_take_worker_processes(tmp_path):
         pieces, total_residues = None, 1_000_000
 
     db = Db()
-    options = SearchOptions(backend="hmmer", cpus=16)
+    options = SearchOptions.from_kwargs(backend="hmmer", cpus=16)
     hmmer = HmmerBackend(db)
     lengths = [200] * routing.MIN_MODELS
 

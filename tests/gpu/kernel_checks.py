@@ -330,7 +330,7 @@ def check_cascade(hmm, db, lanes="auto", **options):
     from hmmgpu.options import SearchOptions
     from hmmgpu.stages.profiles import ModelProfile
 
-    opts = SearchOptions(backend="cuda", cpus=1, lanes=lanes, **options)
+    opts = SearchOptions.from_kwargs(backend="cuda", cpus=1, lanes=lanes, **options)
     backend = CudaBackend(db, lanes=lanes)
     ours = next(iter(SearchEngine(db, opts, backend).search([hmm])))
     ref = pyhmmer.plan7.Pipeline(hmm.alphabet, **opts.pipeline_kwargs()).search_hmm(hmm, db.block())
@@ -405,7 +405,7 @@ def simulator_gpu_process_checks():
     cases = [vit_case(M, seed, 3, 12, long_cases=False) for M, seed in ((24, 11), (40, 3), (17, 5))]
     hmms = [c[0] for c in cases]
     db = cases[0][2]
-    opts = SearchOptions(backend="cuda", cpus=2, E=100.0)
+    opts = SearchOptions.from_kwargs(backend="cuda", cpus=2, E=100.0)
     backend = CudaProcessBackend(db)
     try:
         backend.prepare_for([h.M for h in hmms])

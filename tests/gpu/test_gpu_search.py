@@ -59,7 +59,7 @@ def test_cuda_tables_equal_hmmsearch_real_pfam(tmp_path, model, lanes):
 
 @pytest.mark.parametrize("lanes", ["8x4", "16x2"])
 def test_cuda_audit_zero_disagreements(lanes, capsys):
-    assert run_audit(str(SAMPLES / "samples.hmm"), str(PROTEOME), SearchOptions(backend="cuda", lanes=lanes)) is True
+    assert run_audit(str(SAMPLES / "samples.hmm"), str(PROTEOME), SearchOptions.from_kwargs(backend="cuda", lanes=lanes)) is True
     assert "cuda" in capsys.readouterr().out
 
 
@@ -85,7 +85,7 @@ def test_gpu_process_runs_the_exported_kernels_without_numba():
     with pyhmmer.plan7.HMMFile(SAMPLES / "samples.hmm") as fh:
         hmms = list(fh)
     db = SequenceDB.from_fasta(PROTEOME)
-    opts = SearchOptions(backend="cuda", cpus=4)
+    opts = SearchOptions.from_kwargs(backend="cuda", cpus=4)
     for attempt in ("compiles what is missing", "finds every kernel exported"):
         backend = CudaProcessBackend(db)
         try:

@@ -57,7 +57,7 @@ def parse(args, program="search"):
         else:
             raise ValueError(flag)
     given["--cpu"] = ("0", 0)
-    return SearchOptions(**search), ReportOptions(**report), header_settings(program, given)
+    return SearchOptions.from_kwargs(**search), ReportOptions(**report), header_settings(program, given)
 
 
 def hmmgpu_run(hmmfile, seqfile, args, alignment=None, output="ref.out"):

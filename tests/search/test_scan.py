@@ -221,12 +221,12 @@ def test_subset_accounting_and_filter_counts(tmp_path):
 def test_threads_keep_input_order(tmp_path):
     database = ProfileDatabase.read(SAMPLES / "samples.hmm")
     db = SequenceDB.from_fasta(first_sequences(tmp_path, 60))
-    serial = [(i, tables_of(h)) for i, h in scan(db, database, SearchOptions(cpus=0))]
-    threaded = [(i, tables_of(h)) for i, h in scan(db, database, SearchOptions(cpus=2))]
+    serial = [(i, tables_of(h)) for i, h in scan(db, database, SearchOptions.from_kwargs(cpus=0))]
+    threaded = [(i, tables_of(h)) for i, h in scan(db, database, SearchOptions.from_kwargs(cpus=2))]
     assert serial == threaded and [i for i, _ in serial] == list(range(60))
     hitting = {i: [k for k, name in enumerate(database.names) if name in tables_of(h)] for i, h in enumerate(
         scan_sequence(db.digital_sequence(i), database) for i in range(60))}
-    narrowed = [(i, tables_of(h)) for i, h in scan(db, database, SearchOptions(cpus=2),
+    narrowed = [(i, tables_of(h)) for i, h in scan(db, database, SearchOptions.from_kwargs(cpus=2),
                                                    narrow=lambda i: Survivors(hitting[i]))]
     assert narrowed == serial
 

@@ -234,7 +234,7 @@ def _auto_route(monkeypatch, residues: float, warm: bool = True, source: str = "
         monkeypatch.setattr(build, "any_compiled", lambda: True)
     monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
     monkeypatch.setattr(backends, "cuda_available", lambda device: True)
-    monkeypatch.setattr(backends, "_cuda", lambda options, db, gpu_process, started: started or "gpu")
+    monkeypatch.setattr(backends, "_cuda", lambda run, db, gpu_process, started: started or "gpu")
     options = SimpleNamespace(backend="auto", threads=16, device=0)
     db = SimpleNamespace(total_residues=residues, source=source)
 
@@ -440,8 +440,8 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
     for mode in ("cuda", "auto"):
         child = _StartingBackend(db, error=f"{gpu_process.NO_DEVICE} 0")
         assert isinstance(child, CascadeBackend)
-        options = SearchOptions(backend=mode, cpus=3)
-        assert backends.select_backend(options, db, 1e15, started=child) is child and child.attached is db
+        options = SearchOptions.from_kwargs(backend=mode, cpus=3)
+        assert backends.select_backend(options.run, db, 1e15, started=child) is child and child.attached is db
         engine = SearchEngine(db, options, child)
         if mode == "cuda":
             with pytest.raises(HmmgpuError, match=r"^--backend cuda: no usable CUDA GPU with id 0 \(try"):
@@ -496,7 +496,7 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
         monkeypatch.setattr(costs, "SMALL_MODEL_CELLS", 5e8 if small else 0.0)
         monkeypatch.setattr(engine_module, "REROUTE_AFTER_SECONDS", delay)
         backend = _StartingBackend(db, answers_before_ready=2)
-        engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=cpus), backend,
+        engine = SearchEngine(db, SearchOptions.from_kwargs(backend=backend_name, cpus=cpus), backend,
                               model_lengths=[h.M for h in hmms])
         for ours, ref in zip(engine.search(hmms), expected):
             assert len(ours.hits) == len(ref)
@@ -551,7 +551,7 @@ def test_a_head_start_on_the_whole_pipeline_gives_a_serial_run(references, tmp_p
         return outcome
 
     monkeypatch.setattr(PyhmmerStage, "run", counted)
-    engine = SearchEngine(db, SearchOptions(backend="auto", cpus=3, E=E), backend, model_lengths=[hmm.M])
+    engine = SearchEngine(db, SearchOptions.from_kwargs(backend="auto", cpus=3, E=E), backend, model_lengths=[hmm.M])
     assert len(engine.forward.plan(SimpleNamespace(hmm=hmm))) > 5
     result = next(engine.search([hmm]))
     assert len(result.hits) == len(expected)
@@ -598,7 +598,7 @@ def test_small_models_go_to_pyhmmer_while_the_backend_is_behind(monkeypatch, ref
     assert max(h.M for h in hmms) * db.total_residues <= small  # all small here
     for backend_name, limit, rerouted in (("auto", small, 3), ("auto", 0.0, 0), ("cuda", small, 0)):
         monkeypatch.setattr(costs, "SMALL_MODEL_CELLS", limit)
-        engine = SearchEngine(db, SearchOptions(backend=backend_name, cpus=8), _BehindBackend(db, behind=3))
+        engine = SearchEngine(db, SearchOptions.from_kwargs(backend=backend_name, cpus=8), _BehindBackend(db, behind=3))
         for ours, ref in zip(engine.search(hmms), expected):
             assert hits_table(ours.hits) == hits_table(ref) and hits_table(ours.hits, "domains") == hits_table(ref, "domains")
             assert_same_pipeline(ours.pipeline, ref, COUNTER_KEYS)
@@ -714,7 +714,7 @@ def test_a_file_searched_piece_by_piece_gives_a_serial_run(references, tmp_path,
     expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, renamed)
     db = FastaPieces.open(path, 30_000)
     assert len(db.pieces) > 10
-    options = SearchOptions(backend="hmmer", cpus=cpus, E=E)
+    options = SearchOptions.from_kwargs(backend="hmmer", cpus=cpus, E=E)
     engine = SearchEngine(db, options, HmmerBackend(db), model_lengths=[hmm.M])
     ours = next(engine.search([hmm])).hits
     assert len(expected) < len(PyhmmerPipeline(AMINO, Z=1, E=E).search_hmm(hmm, renamed))  # the rule drops some
@@ -760,7 +760,7 @@ def test_ranges_of_a_made_database_give_a_serial_run(references, tmp_path, monke
         monkeypatch.setattr(forward_stage, "TEXT_SECONDS_PER_RESIDUE", 1.0)
     hmm, E, renamed, expected, db = _made_database_case(references, tmp_path, monkeypatch)
     n = len(renamed)
-    engine = SearchEngine(db, SearchOptions(backend="hmmer", cpus=3, E=E), HmmerBackend(db), model_lengths=[hmm.M])
+    engine = SearchEngine(db, SearchOptions.from_kwargs(backend="hmmer", cpus=3, E=E), HmmerBackend(db), model_lengths=[hmm.M])
     assert engine.forward.ranges_as_text == as_text
     tasks = engine.forward.plan(SimpleNamespace(hmm=hmm))
     assert len(tasks) > 5 and all(np.all(np.diff(t.positions) == 1) for t in tasks)
