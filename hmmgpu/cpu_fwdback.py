@@ -68,9 +68,17 @@ of FTZ is covered):
 went non-finite), for which libhmmer returns ``eslERANGE``. :data:`ANY_TINY` is a
 diagnostic of this reference only: some float result, anywhere, was tiny (the naive
 rule, which flags far more targets).
+
+On real data (``benchmarks/fwdback_flags.py``: 30,848 Viterbi-filter survivors of 53
+Pfam and CUDAMPF models among 77,801 proteins) this reference equals libhmmer in every
+score bit and every special-state row; no target was flagged RANGE or SUBNORMAL, 1,852
+(6.0%) TINY_ROWS (exactly the targets whose rows differ under flush-to-zero), and 26,766
+(87%) met some subnormal (ANY_TINY). On the sample proteome every row ended the D->D
+carry passes after the first one, and the skipped passes would have changed no D.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -142,7 +150,7 @@ class ForwardTables:
         return cls(M=int(t["M"]), rfv=t["rfv"], tfv=t["tfv"], xe_move=np.float32(t["xf"][0, 0]),
                    xe_loop=np.float32(t["xf"][0, 1]), nj=np.float32(t["nj"]))
 
-    @property
+    @functools.cached_property
     def tbm_min(self) -> np.float32:
         """The smallest B->M transition of a real node (the row's absorption check)."""
         Q = self.Q

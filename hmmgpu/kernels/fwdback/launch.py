@@ -96,7 +96,10 @@ class ForwardStage:
     def run(self, model, indices, rows: bool = False) -> ForwardResults:
         """``p7_ForwardParser`` of ``model`` (a :class:`hmmgpu.hmmerlib.HmmerModel`) on each
         target of ``indices`` (database indices of non-empty targets); with ``rows`` the
-        special-state rows too."""
+        special-state rows too. The kernel's values are IEEE's (pyhmmer's mode); the targets
+        libhmmer recomputes run in the calling thread's floating-point mode (inside
+        :func:`hmmgpu.fpenv.flush_to_zero`, hmmsearch's), which for every other target gives
+        the same score (:mod:`hmmgpu.cpu_fwdback`, exactness flags)."""
         db = self.resident.db
         idx = np.asarray(indices, np.int64)
         n = idx.size

@@ -61,14 +61,17 @@ What the kernel cannot promise is handed to the host (flags, :mod:`hmmgpu.cpu_fw
   the rescaled values are never tiny (``0 < v <= FLT_MIN``); the row checks
   ``f32(xB min tBM) >= 2^-101``, which makes every tiny term of the M sum vanish in it; a
   tiny D->D carry must leave the D it meets unchanged; a tiny ``xN pmove`` must leave ``xB``
-  unchanged. On the Viterbi-filter survivors of 53 real models (Pfam and the CUDAMPF
-  models) against 77,801 real proteins no target was flagged, while the naive rule (any
-  subnormal result anywhere: the D->D carries decay to subnormals on every long model)
-  would flag nearly all of them.
+  unchanged. Measured with the CPU reference (``benchmarks/fwdback_flags.py``) on 30,848
+  targets, the Viterbi-filter survivors of the shared data's 53 models (29 Pfam, 24
+  CUDAMPF; M = 23..2405) among its 77,801 real proteins: no target was flagged RANGE or
+  SUBNORMAL, and each one's score equals libhmmer's with and without flush-to-zero. The
+  naive rule (any subnormal result anywhere: the D->D carries decay into subnormals on
+  most rows of long models) would have flagged 26,766 of them (87%).
 * ``TINY_ROWS`` (information, not a fallback): a stored special value, in practice N,
   which every rescaling divides, is subnormal. The score and every other value are then
   the same under flush-to-zero, and hmmsearch's rows are these rows with the subnormal
-  entries set to 0.
+  entries set to 0. 1,852 of the 30,848 targets (6.0%): exactly those whose rows libhmmer
+  writes differently under flush-to-zero.
 
 Why the code looks as it does
 -----------------------------
