@@ -40,12 +40,21 @@ _OM_XW = 48  # int16_t [4][2], [E, N, J, C][MOVE, LOOP]
 _OM_SCALE_W = 64  # float
 _OM_BASE_W = 68  # int16_t
 _OM_DDBOUND_W = 70  # int16_t
+_OM_RFV = 80  # __m128 **: Forward match emission odds [Kp][Q4]
+_OM_TFV = 88  # __m128 *: Forward transitions [8*Q4]
+_OM_XF = 96  # float [4][2], [E, N, J, C][MOVE, LOOP]
 _OM_EVPARAM = 272  # float [6]: MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA
 _OM_COMPO = 320  # float [20]
 _OM_ABC = 400  # const ESL_ALPHABET *
 _OM_M = 412  # int
 _OM_MODE = 436  # int
+_OM_NJ = 440  # float: expected J uses (1 multihit, 0 unihit)
 _HMM_M = 0  # P7_HMM.M (int)
+# P7_OMX field offsets (x86-64, impl_sse.h; sizeof(P7_OMX) == 112).
+_OX_M = 0  # int
+_OX_L = 4  # int
+_OX_XMX = 72  # float *: [i * 6 + (E N J B C SCALE)]
+_OX_TOTSCALE = 92  # float
 
 _XW_N, _MOVE = 1, 0  # p7O_N, p7O_MOVE
 _EXTRA_SB = 17  # p7O_EXTRA_SB
@@ -79,6 +88,7 @@ _PROTOTYPES = {
     "p7_SSVFilter": (_c.c_int, [_p, _c.c_int, _p, _p]),
     "p7_MSVFilter": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
     "p7_ViterbiFilter": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
+    "p7_ForwardParser": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
 }
 
 _HANDLER_TYPE = _c.CFUNCTYPE(None, _c.c_int, _c.c_int, _c.c_char_p, _c.c_int, _c.c_char_p, _p)
@@ -369,6 +379,44 @@ class HmmerModel:
         return (_read(_c.c_uint8, self._om + _OM_TJB_B),
                 _read(_c.c_int16, self._om + _OM_XW + 2 * (2 * _XW_N + _MOVE)),
                 self._null(dsq, n))
+
+    # --- Forward (hmmer-postfilter-spec.md sections 1 and 2) -------------------------------
+
+    def forward_parser(self, codes) -> tuple:
+        """``p7_ForwardParser`` as ``p7_Pipeline`` runs it before the Forward filter (the model
+        reconfigured to the target's length, the one-row matrix grown to it): (status, score in
+        nats (float32; NaN unless status is OK), the special-state rows ``xmx`` float32 [L+1, 6]
+        (E N J B C SCALE), ``totscale``). Status RANGE (NaN, underflow or overflow of the final
+        C) is returned, not raised. Runs in the calling thread's floating-point mode
+        (:func:`hmmgpu.host.flush_to_zero` gives hmmsearch's)."""
+        dsq, n = self._target(codes)
+        sc = _c.c_float(math.nan)
+        status = _check(_state["lib"].p7_ForwardParser(dsq.ctypes.data, n, self._om, self._ox, _c.byref(sc)),
+                        "p7_ForwardParser", (STATUS_OK, STATUS_RANGE))
+        ox = self._ox
+        if _read(_c.c_int, ox + _OX_M) != self.M or _read(_c.c_int, ox + _OX_L) != n:
+            raise RuntimeError("P7_OMX layout of the loaded libhmmer differs from the one hmmerlib expects")
+        xmx = np.frombuffer(_c.string_at(_read(_c.c_void_p, ox + _OX_XMX), 4 * 6 * (n + 1)), dtype=np.float32)
+        score = np.float32(sc.value) if status == STATUS_OK else np.float32(math.nan)
+        return status, score, xmx.reshape(n + 1, 6).copy(), np.float32(_read(_c.c_float, ox + _OX_TOTSCALE))
+
+    def forward_tables(self) -> dict:
+        """HMMER's own striped Forward tables (``p7_oprofile_Convert``'s ``fb_conversion``):
+        'M', 'Q', 'rfv' float32 [Kp][Q][4], 'tfv' float32 [8Q][4] (per q: BM MM IM DM MD MI II,
+        then the Q DD vectors), 'xf' float32 [4][2] ([E N J C][MOVE LOOP], for the length of the
+        last target) and 'nj'. Lane z of vector q is node q + 1 + z Q."""
+        q = max(2, (self.M - 1) // 4 + 1)
+        om = self._om
+        rfv = self._vectors(_OM_RFV, q, 4, np.float32).reshape(KP, q, 4)
+        tfv = np.frombuffer(_c.string_at(_read(_c.c_void_p, om + _OM_TFV), 16 * 8 * q), dtype=np.float32)
+        xf = np.array((_c.c_float * 8).from_address(om + _OM_XF), dtype=np.float32).reshape(4, 2)
+        return dict(M=self.M, Q=q, rfv=np.ascontiguousarray(rfv), tfv=tfv.reshape(8 * q, 4).copy(), xf=xf,
+                    nj=np.float32(_read(_c.c_float, om + _OM_NJ)))
+
+    def forward_specials(self, L) -> np.ndarray:
+        """``om->xf`` [E N J C][MOVE LOOP] (float32) after ``p7_oprofile_ReconfigLength(om, L)``."""
+        self._target(np.zeros(int(L), dtype=np.uint8))
+        return np.array((_c.c_float * 8).from_address(self._om + _OM_XF), dtype=np.float32).reshape(4, 2)
 
     def evalue_parameters(self) -> tuple:
         """``om->evparam``: (MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA)."""

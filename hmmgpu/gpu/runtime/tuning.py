@@ -35,6 +35,13 @@ TARGET_WARPS_PER_SM = 48
 #: Bias filter kernel: threads per block (one thread per target) and blocks per SM.
 BIAS_BLOCK = 128
 BIAS_BLOCKS_PER_SM = 4
+#: Forward parser kernel (:mod:`.fwdback`): threads per block (one thread per target), the
+#: global scratch its rows may take (12 Q floats per thread: it sets the number of threads
+#: of a launch), and the residues of the targets of one launch at most (room for their scale
+#: factors and rows).
+FWD_BLOCK = 128
+FWD_SCRATCH_BYTES = 256 << 20
+FWD_BATCH_RESIDUES = 1 << 24
 #: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
 PACK_BLOCK = 256
 PACK_BLOCKS_PER_SM = 8

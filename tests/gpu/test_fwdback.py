@@ -1,0 +1,281 @@
+"""The Forward parser, bit for bit against HMMER's own ``p7_ForwardParser`` (libhmmer through
+hmmgpu.cpu.hmmerlib): the CPU reference (hmmgpu.cpu.fwdback) on real models and proteins and on
+generated ones, the GPU kernel (hmmgpu.gpu.runtime.context.fwdback) under numba's CUDA simulator, and on
+a GPU (``pytest -m gpu``)."""
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hmmgpu.cpu import fwdback as ref
+from hmmgpu.host import flush_to_zero
+from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
+from tests.helpers import MODEL_NAMES, PROTEOME, adversarial_block, sample_hmm, sampled_hmm
+
+pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
+ROOT = Path(__file__).resolve().parents[2]
+STATUS_OK, STATUS_RANGE = 0, 16
+
+
+def bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def zero_tiny(rows):
+    """``rows`` with every subnormal (or FLT_MIN) entry set to 0: what flush-to-zero stores."""
+    out = rows.copy()
+    out[(out > 0) & (out <= ref.FLT_MIN)] = 0
+    return out
+
+
+def compare(model, tables, codes, ftz=True) -> ref.ForwardResult:
+    """The CPU reference against libhmmer on one target, in IEEE mode (pyhmmer's) and, for a
+    target the reference does not send to the host, in flush-to-zero mode (hmmsearch's)."""
+    mine = ref.parse(tables, codes)
+    status, score, xmx, _ = model.forward_parser(codes)
+    what = f"L={codes.size} M={tables.M} flags={mine.flags}"
+    if mine.flags & ref.RANGE:
+        assert status == STATUS_RANGE and np.isnan(mine.score), what
+        return mine
+    assert status == STATUS_OK, what
+    assert bits(mine.score) == bits(score), what
+    assert np.array_equal(bits(mine.xmx), bits(xmx)), what
+    assert np.array_equal(bits(mine.scales), bits(xmx[1:, 5][xmx[1:, 5] != 1])), what
+    pmove = ref.length_specials(codes.size)[0]
+    assert bits(ref.forward_score(mine.scales, mine.xc, pmove)) == bits(score), what
+    assert bits(np.float32(mine.xc)) == bits(xmx[-1, 4]), what
+    if ftz and not mine.needs_host:
+        with flush_to_zero():
+            status2, score2, xmx2, _ = model.forward_parser(codes)
+        assert status2 == STATUS_OK and bits(score2) == bits(score), what
+        assert np.array_equal(bits(zero_tiny(mine.xmx)), bits(xmx2)), what
+        # TINY_ROWS is exactly "hmmsearch's rows differ from pyhmmer's"
+        assert bool(mine.flags & ref.TINY_ROWS) == (not np.array_equal(bits(xmx), bits(xmx2))), what
+    return mine
+
+
+@pytest.fixture(scope="module")
+def proteome():
+    from hmmgpu.formats.seqdb import SequenceDB
+
+    return SequenceDB.from_fasta(PROTEOME)
+
+
+# ------------------------------------------------------------------------------------------
+# tables and per-length constants
+# ------------------------------------------------------------------------------------------
+def test_length_specials_equal_hmmer():
+    """pmove = 3/(L+3) and ploop = 1 - pmove in float, as p7_oprofile_ReconfigLength sets N, J, C."""
+    lengths = np.concatenate([np.arange(1, 2001), np.random.default_rng(1).integers(2001, 100001, 300), [100000]])
+    pmove, ploop = ref.length_specials(lengths)
+    with HmmerModel(sample_hmm("PF02826")) as model:
+        for L, mv, lp in zip(lengths.tolist(), pmove, ploop):
+            xf = model.forward_specials(L)
+            assert np.array_equal(bits(xf[1:, 0]), bits([mv] * 3)) and np.array_equal(bits(xf[1:, 1]), bits([lp] * 3)), L
+            assert bits(xf[0, 0]) == bits(xf[0, 1]) == bits(0.5)
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_forward_tables_equal_pyhmmer(name):
+    """The ctypes read of om->rfv / om->tfv equals pyhmmer's view of the same tables; padding
+    lanes are 0; the model meets the flags' conditions."""
+    from pyhmmer.plan7 import Background, Profile
+
+    hmm = sample_hmm(name)
+    profile = Profile(hmm.M, hmm.alphabet)
+    profile.configure(hmm, Background(hmm.alphabet), L=100)
+    om = profile.to_optimized()
+    with HmmerModel(hmm) as model:
+        t = model.forward_tables()
+        tables = ref.ForwardTables.from_hmmer(model)
+    Q = ref.nqf(hmm.M)
+    assert t["rfv"].shape == (29, Q, 4) and t["tfv"].shape == (8 * Q, 4) and t["nj"] == 1
+    assert np.array_equal(bits(np.asarray(om.rfv)).reshape(29, Q, 4), bits(t["rfv"]))
+    assert np.array_equal(bits(np.asarray(om.tfv)).reshape(8 * Q, 4), bits(t["tfv"]))
+    k = np.arange(Q)[:, None] + 1 + np.arange(4)[None, :] * Q
+    assert (t["rfv"][:, k > hmm.M] == 0).all() and (t["tfv"][7 * Q:][k >= hmm.M] == 0).all()
+    assert tables.exactness_conditions() is None and tables.tbm_min > 0
+
+
+# ------------------------------------------------------------------------------------------
+# the CPU reference against libhmmer
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_cpu_reference_equals_libhmmer_on_the_proteome(name, proteome):
+    """Every target of the sample proteome (2,100 real proteins), score and every special-state
+    row bit for bit, in both floating-point modes; the homologs rescale."""
+    with HmmerModel(sample_hmm(name)) as model:
+        tables = ref.ForwardTables.from_hmmer(model)
+        results = [compare(model, tables, proteome.codes(i)) for i in range(proteome.n)]
+    flags = np.array([r.flags for r in results])
+    rescaled = sum(r.scales.size > 0 for r in results)
+    assert not (flags & ref.HOST).any()
+    assert rescaled >= (0 if name == "Thioesterase" else 1)
+    if name in ("PF02826", "KR"):  # homologs whose N state goes subnormal after many rescalings
+        assert (flags & ref.TINY_ROWS).any()
+
+
+def test_cpu_reference_equals_libhmmer_long_model(proteome):
+    """A sampled model of M = 1203 (301 vectors) on every 7th protein and the 20 longest."""
+    hmm = sampled_hmm(1203, 9)
+    longest = np.argsort(-np.asarray(proteome.lengths), kind="stable")[:20]
+    with HmmerModel(hmm) as model:
+        tables = ref.ForwardTables.from_hmmer(model)
+        for i in sorted(set(range(0, proteome.n, 7)) | set(longest.tolist())):
+            compare(model, tables, proteome.codes(i))
+
+
+@pytest.mark.parametrize("name", ["PF02826", "sampled"])
+def test_cpu_reference_adversarial_targets(name):
+    """Length 1, stops only (libhmmer: eslERANGE), all X, degenerate codes, gaps and missing
+    data, a strong homolog repeated (many rescalings), 20,000 random residues, every code."""
+    hmm = sample_hmm(name) if name != "sampled" else sampled_hmm(30, 4)
+    with HmmerModel(hmm) as model:
+        tables = ref.ForwardTables.from_hmmer(model)
+        out = {str(seq.name): compare(model, tables, np.asarray(seq.sequence, np.uint8))
+               for seq in adversarial_block(hmm)}
+    assert out["stop_only"].flags & ref.RANGE and out["stop_one"].flags & ref.RANGE
+    assert out["consensus_x3"].scales.size > 0
+
+
+def test_subnormal_rows_go_to_the_host():
+    """150 '*' between residues: every M and D is 0 and the I cells decay to subnormals, which
+    raises SUBNORMAL (libhmmer recomputes the target); the reference's values are still
+    pyhmmer's."""
+    hmm = sampled_hmm(18, 2)
+    codes = np.concatenate([np.full(4, 3), np.full(150, 27), np.full(4, 5)]).astype(np.uint8)
+    with HmmerModel(hmm) as model:
+        mine = compare(model, ref.ForwardTables.from_hmmer(model), codes)
+    assert mine.flags & ref.SUBNORMAL and mine.needs_host
+
+
+@settings(max_examples=60, deadline=None)
+@given(M=st.integers(1, 130), seed=st.integers(1, 10 ** 6),
+       codes=st.lists(st.integers(0, 28), min_size=1, max_size=250))
+def test_cpu_reference_equals_libhmmer_generated(M, seed, codes):
+    """Sampled models of any size (Q from 2, padding lanes, below and above the M >= 100 early
+    exit) against arbitrary digital sequences (every code, gaps, stops, missing data)."""
+    with HmmerModel(sampled_hmm(M, seed)) as model:
+        compare(model, ref.ForwardTables.from_hmmer(model), np.array(codes, np.uint8))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(1, 10 ** 6), start=st.integers(0, 170), n=st.integers(1, 400))
+def test_cpu_reference_equals_libhmmer_homolog_fragments(proteome, seed, start, n):
+    """PF02826 against windows of its proteome homologs with random point changes (rescaled rows
+    at varying places)."""
+    rng = np.random.default_rng(seed)
+    hits = [828, 1471, 112, 1210, 1327, 1616, 1121, 441]  # homologs of PF02826 in the proteome
+    target = proteome.codes(hits[seed % len(hits)]).copy()
+    window = target[start:start + n] if start < target.size else target
+    window = window.copy()
+    flips = rng.integers(0, window.size, max(1, window.size // 20))
+    window[flips] = rng.integers(0, 20, flips.size)
+    with HmmerModel(sample_hmm("PF02826")) as model:
+        compare(model, ref.ForwardTables.from_hmmer(model), window)
+
+
+# ------------------------------------------------------------------------------------------
+# the kernel
+# ------------------------------------------------------------------------------------------
+_FLOAT_ARRAYS = {"scratch", "tfv", "rfv", "pmove_by_length", "ploop_by_length", "out_rows", "out_scales", "out_xc"}
+
+
+def test_kernel_source_rounds_every_float_operation():
+    """In the generated kernel no float value meets a plain ``*``, ``+``, ``-`` or ``/`` (which
+    numba-cuda would be free to contract into a fused multiply-add): every float operation goes
+    through fmul/fadd/fdiv (``__f*_rn``). The GPU test checks the PTX itself."""
+    from hmmgpu.gpu.fwdback.source import FwdSpec
+
+    tree = ast.parse(FwdSpec().source("cuda"))
+    kernel = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel")
+    floats = {"xe_move", "xe_loop", "tbm_min", "F0", "F1", "FMIN", "ABSORB", "RESCALE_AT"}
+    for node in ast.walk(kernel):  # names bound to float values: results of fmul/fadd/fdiv, float reads
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            v = node.value
+            if (isinstance(v, ast.Call) and getattr(v.func, "id", "") in ("fmul", "fadd", "fdiv")) or (
+                    isinstance(v, ast.Subscript) and getattr(v.value, "id", "") in _FLOAT_ARRAYS) or (
+                    isinstance(v, ast.Name) and v.id in floats):
+                floats.add(node.targets[0].id)
+    assert {"sv", "xE", "xN", "xC", "xJ", "xB", "mpv1", "dcv3", "xEv2", "pmove", "d", "s"} <= floats
+    arithmetic = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+
+    def is_float(side) -> bool:
+        if isinstance(side, ast.Name):
+            return side.id in floats
+        if isinstance(side, ast.Subscript):
+            return getattr(side.value, "id", "") in _FLOAT_ARRAYS
+        if isinstance(side, ast.Call):
+            return getattr(side.func, "id", "") in ("fmul", "fadd", "fdiv") or getattr(side.func, "attr", "") == "float32"
+        return False
+
+    checked = 0
+    for node in ast.walk(kernel):
+        if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, arithmetic):
+            operands = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.target, node.value]
+            assert not any(is_float(side) for side in operands), ast.unparse(node)
+            checked += 1
+    assert checked > 50  # the integer index arithmetic
+    assert "fma" not in FwdSpec().source("cuda")
+
+
+def test_kernel_exact_under_simulator(tmp_path):
+    """The kernel under numba's CUDA simulator (tests/gpu/fwdback_checks.py): sampled models with
+    M = 18 and 101 and KR (M = 262) with two real homologs, every score and special-state row
+    equal to libhmmer's, flags, final C and scale factors equal to the CPU reference's;
+    rescaling, a range error, a subnormal fallback, several targets per thread, launches and
+    chunks."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "fwdback_checks.py"), "simulator_fwd_checks"],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
+    rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
+    assert set(rows) == {"M18", "M18 one thread", "M18 chunked, 2 threads", "M101", "KR"}, p.stdout
+    assert rows["M18"] == dict(n=7, host=2, rescaled=1, range=1, tiny_rows=0)
+    assert rows["M18 one thread"] == dict(rows["M18"], launches=1, threads=1)
+    chunked = rows["M18 chunked, 2 threads"]
+    assert chunked["chunks"] > 1 and chunked["launches"] > chunked["chunks"] and chunked["threads"] == 2
+    assert rows["M101"]["rescaled"] == 1 and rows["M101"]["host"] == 0
+    assert rows["KR"] == dict(n=2, host=0, rescaled=2, range=0, tiny_rows=1)
+
+
+@pytest.mark.gpu
+def test_kernel_exact_on_gpu(proteome):
+    """On a GPU: the four pfam_samples models against every target of the sample proteome
+    (2,100 real proteins), sampled models from M = 1 to 2600 with short targets, and a chunked
+    database with a small scratch budget; every score and special-state row equals libhmmer's,
+    flags, final C and scale factors the CPU reference's. The kernel's PTX holds no fused
+    multiply-add and no flush-to-zero operation."""
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.context import cuda_available
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.gpu.fwdback.source import FwdSpec
+    from tests.gpu.fwdback_checks import check_forward, forward_stage, fwd_case
+
+    if not cuda_available():
+        pytest.skip("no CUDA GPU")
+    device = GpuDevice.open(0)
+    kernel = build.numba_kernel(FwdSpec(), device.lane_binding)
+    ptx = kernel.inspect_asm()
+    ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
+    assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx
+    assert "fma." not in ptx and ".ftz" not in ptx
+    stage = forward_stage(proteome)
+    for name in MODEL_NAMES:
+        report = check_forward(stage, sample_hmm(name), proteome)
+        print(name, report)
+        assert report["n"] == proteome.n and report["host"] == 0
+    for M, seed in ((1, 1), (2, 2), (5, 3), (99, 4), (100, 5), (400, 6), (2600, 7)):
+        hmm, db = fwd_case(M, seed, n_random=30, max_len=400, homolog=3 * M, stops=True)
+        print(M, check_forward(forward_stage(db), hmm, db))
+        report = check_forward(forward_stage(db, max_bytes=4000, scratch_bytes=48 * ref.nqf(M) * 3,
+                                             batch_residues=500), hmm, db)
+        print(M, "chunked", report)
