@@ -93,13 +93,8 @@ START_POLL_SECONDS = 0.005
 #: runs :data:`~hmmgpu.gpu.cascade.SLOTS` at once.
 SHARE_BACKLOG = 8
 #: How long into a search a backend still starting is waited for before models that are not
-#: small and get no head start (:meth:`SearchEngine.head_start`; one with a head start waits
-#: no longer once its ranges are all claimed) go to pyhmmer's whole pipeline instead
-#: (seconds): longer than a start with the kernel
-#: cache warm (the filters were ready 0.19-0.43 s into the search on the 16-core H200 machine),
-#: much shorter than one that compiles (about 8 s). Rerouting at once sent 6 of 10 Pfam models
-#: against 29 M residues to the whole pipeline, 2.16 s against 1.47 s on the GPU alone
-#: (``benchmarks/results/engine_bench_h_d_readme_h200_2026-11-24_sample.json``).
+#: small and get no head start (:meth:`SearchEngine.head_start`) go to pyhmmer's whole
+#: pipeline instead (seconds): longer than a warm start, much shorter than one that compiles.
 REROUTE_AFTER_SECONDS = 1.0
 
 

@@ -17,7 +17,7 @@ can be found from its name. When hmmgpu's filters ran first (a *filtered* task),
 decided exactly which targets pass MSV, the bias filter and the Viterbi filter, so pyhmmer
 runs with ``F1 = F2 = 1`` and its counters for those stages are replaced by hmmgpu's.
 
-The constants below are measured speeds and cut sizes; how they were measured is in
+The constants below are measured speeds and cut sizes; how each was measured is in
 docs/performance.md ("The cost model").
 """
 from __future__ import annotations
@@ -29,56 +29,34 @@ import numpy as np
 
 from hmmgpu.costs import CPU_CELLS_PER_SECOND
 
-#: Work per task, in seconds on one thread (estimated): small enough to balance the end of
-#: a run over every thread, large enough that the per-task cost (a block, the merge, and
-#: the moments each task needs the GIL) stays small. Measured on the 16-core GPU machine
-#: with 600 Pfam models: 0.1 s (1,346 tasks) ran 25% faster than 0.03 s (4,482 tasks).
+#: Work per task, in seconds on one thread (estimated): small enough to balance the end of a
+#: run over every thread, large enough that the per-task cost (a block, the merge, the GIL) stays small.
 TASK_SECONDS = 0.1
 #: The smallest task of pyhmmer's route (its whole pipeline over a range of a query's
 #: targets), in seconds on one thread by :data:`~hmmgpu.costs.CPU_CELLS_PER_SECOND`.
 PIPELINE_TASK_SECONDS = 0.1
-#: pyhmmer's route cuts the run's work into about this many tasks per thread: its tasks take
-#: at most the run's estimated time (every model's, when their lengths are known) over
-#: ``RANGE_SHARES`` x threads, and at least :data:`PIPELINE_TASK_SECONDS`. Enough to balance
-#: the end of a run, whatever the models' lengths; no more, because each task costs (a
-#: profile configured, hits serialized and merged). Measured on the 16-core H200 machine, 20
-#: Pfam models against 29 M residues with one, two and four ranges a query: 2.66, 1.69 and
-#: 1.30 s for 13.2-14.5 CPU-seconds (``benchmarks/results/scaling_probe_after_h200_2026-11-24.json``);
-#: the 600 models cut by 0.1 s alone (997 tasks against 618) took 20.5 s against 18.6 s.
+#: pyhmmer's route cuts a run's estimated time into about this many tasks per thread (each at
+#: least :data:`PIPELINE_TASK_SECONDS`): enough to balance the end of a run, no more.
 RANGE_SHARES = 4
 #: Estimated speed of pyhmmer's post-filter stage (Forward, Backward, domain definition) per
 #: thread, in model cells (M x L) per second.
 FORWARD_CELLS_PER_SECOND = 7.0e7
 #: Smallest task of a query that is split to keep every thread busy (fewer queries than
-#: threads), in model cells: a hit-rich model's whole pipeline runs several times slower per
-#: cell than :data:`~hmmgpu.costs.CPU_CELLS_PER_SECOND`, so one query alone (a single-model
-#: search of a large database) cannot rely on the estimate to cut it into enough tasks.
+#: threads), in model cells: one hit-rich query alone cannot rely on the time estimate.
 SPLIT_MIN_CELLS = 1.0e8
-#: A FASTA file searched piece by piece (:class:`~hmmgpu.formats.seqdb.FastaPieces`) is cut by guided
-#: self-scheduling: each piece is a 1 / (threads x :data:`PIECE_SHARES`) share of the bytes not
-#: yet cut, between :data:`PIECE_BYTES_MIN` and :data:`PIECE_BYTES_MAX`. The pieces are searched
-#: in file order, so the first are large (fewer per-piece costs) and the last small: a costly
-#: stretch near the end of the file keeps one thread busy for less time after the others are
-#: done. Measured on the 16-core H200 machine, one Pfam model against 116 M residues, three runs
-#: each against 16 equal pieces per thread: medians 1.52 s against 1.66 s (PF00005; level in a
-#: second run), 2.23 s against 2.46 s (PF07690), level for PF00873 and PF05088, and 0.64 s
-#: against 0.99 s for the short PF00096 (M 23; hmmsearch 0.87 s) (benchmarks/results/pieces_probe_*).
-#: A piece also holds at least :data:`PIECE_CELLS_MIN` model cells (M x residues), so that a
-#: short model's pieces keep their fixed costs (a temporary file, Easel's reader, a merge)
-#: small (PF00096: 0.64 s against 0.72 s without); from M = 137 up, :data:`PIECE_BYTES_MIN`
-#: is the larger.
+#: A FASTA file searched piece by piece (:class:`~hmmgpu.formats.seqdb.FastaPieces`) is cut by
+#: guided self-scheduling: each piece a 1 / (threads x :data:`PIECE_SHARES`) share of the bytes
+#: not yet cut, between :data:`PIECE_BYTES_MIN` and :data:`PIECE_BYTES_MAX`, and at least
+#: :data:`PIECE_CELLS_MIN` model cells, so the last pieces are small and short models' pieces
+#: keep their fixed costs small.
 PIECE_SHARES = 8
 PIECE_BYTES_MIN = 128 << 10
 PIECE_CELLS_MIN = 1.75e7
 PIECE_BYTES_MAX = 4 << 20
-#: pyhmmer's route over ranges of a database held as arrays (a made database) needs the
-#: targets as pyhmmer reads them. Making every target a sequence object once costs about
-#: :data:`SEQUENCE_SECONDS` each, holding the GIL (0.41 s for 77,801 targets on one core of a
-#: 2-core machine, 1.86 s for 311,204 on the 16-core H200 machine), so the other threads wait;
-#: writing a range as FASTA text that Easel reads in C (:meth:`~hmmgpu.formats.seqdb.SequenceDB.fasta_text`)
-#: costs about :data:`TEXT_SECONDS_PER_RESIDUE` a residue and query, in every thread at once
-#: (29 M residues: 0.24 s on one core, 0.12 s on two, and 0.01 s more of Easel's reading per
-#: 2.3 M). A run takes the text when its queries' text, spread over its threads, costs less.
+#: pyhmmer's route over ranges of a database held as arrays makes each target a sequence
+#: object once, about :data:`SEQUENCE_SECONDS` each under the GIL, or writes each range as
+#: FASTA text that Easel reads in C, about :data:`TEXT_SECONDS_PER_RESIDUE` a residue and
+#: query in every thread at once; a run takes the cheaper (:meth:`TaskPlanner.ranges_as_text`).
 SEQUENCE_SECONDS = 5.5e-6
 TEXT_SECONDS_PER_RESIDUE = 1.2e-8
 
