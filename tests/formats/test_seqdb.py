@@ -402,6 +402,42 @@ def test_save_refuses_to_overwrite_its_own_files(tmp_path):
     assert SequenceDB.load(tmp_path / "copy").n == loaded.n
 
 
+def test_save_replaces_an_old_database_whole(tmp_path):
+    """A save over a database (whole, or half written: its files only) swaps the new one in:
+    none of the old files stay, nothing is left beside it; a link to a database replaces the
+    database it names and stays a link; an empty directory is taken as it is."""
+    small = SequenceDB.from_fasta(QUIRKS)
+    big = SequenceDB.digitize_fasta(PROTEOME.read_bytes(), str(PROTEOME))
+    out = tmp_path / "db"
+    big.save(out)
+    small.save(out)
+    assert SequenceDB.load(out, check="full").n == small.n
+    assert sorted(os.listdir(tmp_path)) == ["db"]
+    os.remove(out / META_FILE)   # as a save cut short by an older hmmgpu left it
+    big.save(out)
+    assert SequenceDB.load(out, check="full").n == big.n
+    os.symlink(out, tmp_path / "link")
+    small.save(tmp_path / "link")
+    assert os.path.islink(tmp_path / "link") and SequenceDB.load(out, check="full").n == small.n
+    (tmp_path / "empty").mkdir()
+    small.save(tmp_path / "empty")
+    assert sorted(os.listdir(tmp_path)) == ["db", "empty", "link"]
+
+
+def test_save_refuses_what_is_not_a_database(tmp_path):
+    """A file, a directory holding other files, or a missing parent: one-line errors, and the
+    file or directory is left as it was."""
+    db = SequenceDB.from_fasta(QUIRKS)
+    (tmp_path / "file").write_text("mine\n")
+    assert_error(lambda: db.save(tmp_path / "file"), tmp_path / "file", "is not a directory")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "notes.txt").write_text("mine\n")
+    assert_error(lambda: db.save(tmp_path / "dir"), tmp_path / "dir", "is not a hmmgpu database", "notes.txt")
+    assert_error(lambda: db.save(tmp_path / "no" / "db"), tmp_path / "no" / "db", "parent directory does not exist")
+    assert (tmp_path / "file").read_text() == (tmp_path / "dir" / "notes.txt").read_text() == "mine\n"
+    assert sorted(os.listdir(tmp_path)) == ["dir", "file"] and os.listdir(tmp_path / "dir") == ["notes.txt"]
+
+
 # ---------------------------------------------------------------- made databases are checked at open
 
 
