@@ -63,11 +63,11 @@ def run(args) -> int:
                           max_hits=args.max_hits, evalue=args.evalue, backend=args.backend, device=device,
                           threads=args.threads, alignments=args.alignments) as s:
                 print(f"# hmmgpu {__version__}: {s.notice}", file=sys.stderr)
-                for what, path, nucleotide in (("queries", args.queries, looks_like_nucleotide(queries)),
-                                               ("database", args.db, s.db.looks_like_nucleotide())):
-                    if nucleotide:
-                        print(f"hmmgpu: warning: {path} ({what}) looks like nucleotide sequence; aligning it as "
-                              "protein", file=sys.stderr)
+                for path, nucleotide in ((args.queries, looks_like_nucleotide(queries)),
+                                         (args.db, s.db.looks_like_nucleotide())):
+                    if nucleotide:   # as hmmgpu search warns of its targets
+                        print(f"hmmgpu: warning: {path} looks like nucleotide sequence; aligning it as protein",
+                              file=sys.stderr)
                 start = time.perf_counter()
                 for hits in s.iter_search(queries):
                     if args.outfmt == 6:

@@ -295,3 +295,40 @@ def test_kernels_exact_under_simulator(tmp_path):
                        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "simulator checks OK" in p.stdout
+
+
+def test_cli_output_is_whole_or_nothing(tmp_path):
+    """``-o FILE`` is written as ``hmmgpu search`` writes its outputs: an error after the run
+    began (a bad second query file record) leaves an existing FILE as it was and no temporary
+    file; a run that succeeds replaces it whole, keeping its permissions."""
+    out = tmp_path / "hits.txt"
+    out.write_text("yesterday's hits\n")
+    os.chmod(out, 0o640)
+    bad = tmp_path / "bad.fa"
+    bad.write_text(">a\nMKVLAAGIVG\n>b\nMKV1LA\n")
+    p = _cli(tmp_path, "-o", str(out), str(bad), str(PROTEOME), "--backend", "cpu")
+    assert p.returncode == 2 and p.stderr.splitlines()[-1].startswith("hmmgpu: error: "), p.stderr
+    assert out.read_text() == "yesterday's hits\n"
+    assert sorted(os.listdir(tmp_path)) == ["bad.fa", "hits.txt"]
+    good = tmp_path / "good.fa"
+    good.write_text(">qq\nMKVLAAGIVGLLLAACSSEKKAEEAKPAAEQ\n")
+    p = _cli(tmp_path, "-o", str(out), "--outfmt", "6", str(good), str(PROTEOME), "--backend", "cpu")
+    assert p.returncode == 0, p.stderr
+    rows = out.read_text().splitlines()
+    assert rows and all(row.startswith("qq\t") for row in rows)
+    assert oct(os.stat(out).st_mode & 0o777) == oct(0o640)
+    assert sorted(os.listdir(tmp_path)) == ["bad.fa", "good.fa", "hits.txt"]
+    p = _cli(tmp_path, "-o", str(tmp_path / "missing" / "x.txt"), str(good), str(PROTEOME), "--backend", "cpu")
+    assert p.returncode == 2 and "-o " in p.stderr and "cannot open for writing" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_cli_refuses_a_negative_cpu_as_search_does(tmp_path):
+    q = tmp_path / "q.fa"
+    q.write_text(">a\nMKV\n")
+    p = _cli(tmp_path, "--cpu", "-1", str(q), str(PROTEOME))
+    assert p.returncode == 2 and p.stderr.strip() == "hmmgpu: error: --cpu must be >= 0 (got -1)", p.stderr
+    from hmmgpu.sw.api import SwSearch
+
+    with pytest.raises(ValueError, match="--cpu must be >= 0"):
+        SwSearch(str(PROTEOME), threads=-2)
