@@ -187,6 +187,15 @@ def test_bad_options(capsys, case):
         one_line_error(capsys, ["scan", *args, DB, HMM], *fragments)
 
 
+@pytest.mark.parametrize("args", [["-T", "-inf"], ["-T", "-1000", "--domT", "-1e3"], ["--incT", "-Infinity"]],
+                         ids=["T_inf", "T_1000_domT", "incT_inf"])
+def test_negative_thresholds_equal_hmmsearch(tmp_path, capsys, args):
+    """Negative numbers (``-inf`` and exponents too) are option values, as Easel reads them."""
+    ref = run_hmmer(HMMSEARCH, tmp_path, [*args, HMM, DB])
+    ours = run_hmmgpu(tmp_path, ["search", *args, HMM, DB], capsys)
+    assert_same_run(ours, ref)
+
+
 def test_cpu_zero_is_accepted(tmp_path, capsys):
     assert main(["search", "--cpu", "0", "-o", str(tmp_path / "r"), HMM, DB]) == 0
 
@@ -363,10 +372,12 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
 
 
 
-def test_auto_searches_a_few_small_models_piece_by_piece(tmp_path, capsys):
+def test_auto_searches_a_few_small_models_piece_by_piece(tmp_path, capsys, monkeypatch):
     """With fewer models than threads and work that the file's size already puts on pyhmmer's
     route, ``auto`` does not read the file first: it is cut into pieces that pyhmmer reads in
-    every thread, as with ``--backend hmmer``; the report and tables are hmmsearch's."""
+    every thread, as with ``--backend hmmer``; the report and tables are hmmsearch's. (As on a
+    machine of 8 cores: ``--cpu`` above the cores is capped to them.)"""
+    monkeypatch.setattr("hmmgpu.preflight.usable_cores", lambda: 8)
     args = ["--cpu", "8", str(SAMPLES / "samples.hmm"), str(PROTEOME)]
     ref = run_hmmer(HMMSEARCH, tmp_path, args)
     ours = run_hmmgpu(tmp_path, ["search", *args], capsys)
