@@ -1,38 +1,35 @@
-"""Smith-Waterman benchmark in one run: CUDASW++4 (built here from its source), hmmgpu sw (GPU)
-and pyopal (16 threads), the classic 20 CUDASW++ queries against the real proteins and against
-a random database; GCUPS per query and overall; exactness checks; JSON, plot and a table.
+"""sw: the Smith-Waterman search (hmmgpu sw, GPU) against CUDASW++4 and pyopal.
 
-Usage (GPU machine)::
+The 20 classic CUDASW++ queries (from CUDASW++4's archive) against the real proteins and a
+random database (``workloads.json``'s ``sw``; ``--smoke`` for a quick run), BLOSUM62, gap costs
+11/1 in BLAST's meaning. CUDASW++4 (``--cudasw``: a folder with CUDASW4-*.tar.gz and build.sh,
+../shared/tools/cudasw4, or .bench/cudasw4 on the GPU machine) is built here from its source.
+hmmgpu's GCUPS count the whole scan per query (profile upload, launches, the copy of the
+scores back, rescoring; kernels compiled in a warm-up first); CUDASW++4's are its own "Scan
+time" numbers; pyopal's, 16 threads, on a random subsample of the database. Checks: every
+sampled score equals pyopal's; CUDASW++4's top 10 equal hmmgpu's at the gap costs it really
+uses (its ``align`` ignores --gop/--gex and scores BLAST's 10/1). Writes
+``sw_<device>_<date>.json`` and ``.png``; ``--table FILE`` prints the docs' table of a result.
 
-    python benchmarks/bench_sw.py --cudasw shared/tools/cudasw4 --real shared/data/seqs/public_proteins.fa.gz \
-        --out bench-sw [--random-n 1000000 --random-len 1024 --queries 20 --pyopal-targets 3000] [--smoke]
-    python benchmarks/bench_sw.py --table bench-sw/bench_sw.json     # the README table from a result
-
-``--cudasw`` is a folder with CUDASW4-*.tar.gz and build.sh (shared/tools/cudasw4). Results are
-written to OUT/bench_sw.json after every step (a failure leaves what was measured, with the
-error). hmmgpu's GCUPS count the scan (kernels, transfers and rescoring; the kernels are
-compiled in a warm-up before timing); CUDASW++4's are its own "Scan time" numbers; pyopal's
-are measured on a random subsample of the database with 16 threads. GCUPS = query length x
-database residues / seconds.
+``--sass`` (no GPU; ptxas, and nvdisasm for the loop counts) profiles the cell loop of every
+shape of ``tuning.SW_SHAPES`` (``sw_sass_<date>.json``). ``--shape-sweep`` (GPU) times every
+shape (G, Q) on random targets, one tile and three: the data of ``tuning.SW_SHAPE_GCUPS``
+(``sw_shapes_<device>_<date>.json``).
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import re
 import subprocess
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
 import numpy as np
-from provenance import commit
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT, WORKLOADS, header, resolve, result_path, save, say, today
+
 #: The gap costs of every tool here, with BLAST's meaning (a gap of length k costs open + k x extend).
 GAP_OPEN, GAP_EXTEND = 11, 1
 #: The gap costs CUDASW++4 (37a394c) actually scores with, in BLAST's meaning: its ``align``
@@ -43,13 +40,33 @@ GAP_OPEN, GAP_EXTEND = 11, 1
 CUDASW4_GAP_OPEN = 10
 
 
-def _save(res, out):
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_sw.json").write_text(json.dumps(res, indent=1, default=str))
+def add_arguments(ap) -> None:
+    default = ROOT / ".bench" / "cudasw4"
+    ap.add_argument("--cudasw", type=Path, default=default if default.exists() else ROOT.parent / "shared" / "tools" /
+                    "cudasw4", help="folder with CUDASW4-*.tar.gz and build.sh")
+    ap.add_argument("--smoke", action="store_true", help="workloads.json's sw smoke: 3 queries, 5,000 x 256 random")
+    ap.add_argument("--queries", type=int, help="the first N of the 20 classic queries")
+    ap.add_argument("--random-n", type=int, help="random database: sequences (0: none)")
+    ap.add_argument("--random-len", type=int, help="random database: length of each")
+    ap.add_argument("--pyopal-targets", type=int, help="targets of pyopal's subsample")
+    ap.add_argument("--no-real", action="store_true", help="only the random database")
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--table", type=Path, help="print the markdown table of a result file and exit")
+    ap.add_argument("--sass", nargs="*", metavar="G,Q", help="profile the cell loop (no GPU): these shapes, or all")
+    ap.add_argument("--sass-dir", help="with --sass: write each shape's loop SASS here")
+    ap.add_argument("--shape-sweep", action="store_true", help="time every kernel shape on random targets (GPU)")
 
 
-def _say(*a):
-    print(*a, flush=True)
+def _scanner(db, gap_open: int, gap_extend: int, device: int, **kw):
+    """A GPU scanner as ``hmmgpu sw`` makes it: saturated targets rescored on the CPU."""
+    from hmmgpu.gpu.sw.launch import GpuScanner
+    from hmmgpu.sw.cpu import rescorer
+    from hmmgpu.sw.matrices import load
+
+    matrix = load("BLOSUM62")
+    return GpuScanner(db, matrix, gap_open, gap_extend, device=device,
+                      rescore=rescorer(db, matrix, gap_open, gap_extend), **kw)
 
 
 def build_cudasw(src: Path, work: Path) -> Path:
@@ -104,11 +121,8 @@ def run_cudasw(bin_dir: Path, fasta: Path, queries: Path, work: Path) -> dict:
 
 
 def run_hmmgpu(db, queries, device: int) -> tuple:
-    from hmmgpu.gpu.sw.launch import GpuScanner
-    from hmmgpu.sw.matrices import load
-
     t = time.perf_counter()
-    sc = GpuScanner(db, load("BLOSUM62"), GAP_OPEN, GAP_EXTEND, device=device)
+    sc = _scanner(db, GAP_OPEN, GAP_EXTEND, device)
     upload = time.perf_counter() - t
     t = time.perf_counter()
     sc.scores_many([q[:1] for q in queries] + [q for q in queries])  # warm-up: compiles every shape used
@@ -131,10 +145,7 @@ def run_hmmgpu(db, queries, device: int) -> tuple:
 
 
 def _gpu_scores(db, queries, device: int, gap_open: int, gap_extend: int) -> list:
-    from hmmgpu.gpu.sw.launch import GpuScanner
-    from hmmgpu.sw.matrices import load
-
-    sc = GpuScanner(db, load("BLOSUM62"), gap_open, gap_extend, device=device)
+    sc = _scanner(db, gap_open, gap_extend, device)
     try:
         return sc.scores_many(list(queries))
     finally:
@@ -175,7 +186,7 @@ def _subset(db, idx):
                       source="<subset>")
 
 
-def bench_database(name, fasta, queries_path, args, res, out, cudasw_bin, work):
+def bench_database(name, fasta, queries_path, args, res, out: Path, cudasw_bin, work):
     from hmmgpu.formats.seqdb import SequenceDB
     from hmmgpu.sw.api import _read_queries
 
@@ -185,10 +196,10 @@ def bench_database(name, fasta, queries_path, args, res, out, cudasw_bin, work):
     queries = [c for _, c in qs]
     entry.update(fasta=str(fasta), sequences=db.n, residues=db.total_residues,
                  queries=[dict(name=n, length=int(c.size)) for n, c in qs])
-    _save(res, out)
+    save(res, out)
     for step in ("hmmgpu", "pyopal", "cudasw4"):
         try:
-            _say(f"[{name}] {step} ...")
+            say(f"[{name}] {step} ...")
             if step == "hmmgpu":
                 entry["hmmgpu"], gpu_scores = run_hmmgpu(db, queries, args.device)
             elif step == "pyopal":
@@ -210,10 +221,10 @@ def bench_database(name, fasta, queries_path, args, res, out, cudasw_bin, work):
                                                               for i in bad[:3]})
         except Exception as exc:  # noqa: BLE001 - recorded in the JSON, the run goes on
             entry[step + "_error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            _say(f"[{name}] {step} FAILED: {entry[step + '_error']}")
+            say(f"[{name}] {step} FAILED: {entry[step + '_error']}")
             if step == "hmmgpu":
                 break
-        _save(res, out)
+        save(res, out)
 
 
 def _first_queries(path, n, work):
@@ -262,68 +273,121 @@ def plot(res, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cudasw", type=Path, help="folder with CUDASW4-*.tar.gz and build.sh")
-    ap.add_argument("--real", type=Path, help="real proteins FASTA (plain or gzip)")
-    ap.add_argument("--out", type=Path, default=Path("bench-sw"))
-    ap.add_argument("--queries", type=int, default=20, help="first N of the 20 classic queries")
-    ap.add_argument("--random-n", type=int, default=1_000_000, help="random database: sequences (0: none)")
-    ap.add_argument("--random-len", type=int, default=1024, help="random database: length of each")
-    ap.add_argument("--pyopal-targets", type=int, default=3000, help="targets of pyopal's subsample")
-    ap.add_argument("--threads", type=int, default=16)
-    ap.add_argument("--device", type=int, default=0)
-    ap.add_argument("--smoke", action="store_true", help="quick: 3 queries, 5,000 x 256 random, 500 pyopal targets")
-    ap.add_argument("--table", type=Path, help="print the markdown table of a bench_sw.json and exit")
-    args = ap.parse_args(argv)
+def shape_sweep(args) -> int:
+    """Kernel time of every shape (G, Q) on random targets, the first C and 3 C residues of the
+    longest classic query (C = G x Q columns: one tile and three), best of three; GCUPS over the
+    padded columns. A further tile's cost is the difference of the two."""
+    from hmmgpu.formats.seqdb import SequenceDB
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.gpu.sw.source import SwSpec
+    from hmmgpu.sw.api import _read_queries
+
+    w = WORKLOADS["sw"]["shape_sweep"]
+    shapes = [(G, Q) for G in w["G"] for Q in w["Q"]]
+    dev = GpuDevice.open(args.device)
+    t = time.perf_counter()
+    build.compile_ahead([SwSpec(*s) for s in shapes], dev, processes=16)
+    say(f"compiled in {time.perf_counter() - t:.1f} s")
+    path = result_path(Path(args.out), "sw_shapes")
+    result = header("sw --shape-sweep")
+    result.update(device_description=dev.description, rows=[])
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        long_q = max((c for _, c in _read_queries(queries_from_tarball(args.cudasw, work))), key=len)
+        rnd = work / "random.fasta"
+        random_fasta(rnd, w["targets"], w["length"])
+        db = SequenceDB.from_fasta(rnd)
+    result["residues"] = int(db.total_residues)
+    for G, Q in shapes:
+        C = G * Q
+        sc = _scanner(db, GAP_OPEN, GAP_EXTEND, args.device, shape=(G, Q))
+        row = dict(G=G, Q=Q, C=C)
+        for tiles in w["tiles"]:
+            q = long_q[:tiles * C]
+            sc.scores_many([q])
+            ms = []
+            for _ in range(3):
+                sc.scores_many([q])
+                ms.append(sc.last["kernel_ms"])
+            row[f"t{tiles}_ms"] = round(min(ms), 3)
+            row[f"gcups{tiles}"] = round(tiles * C * db.total_residues / (min(ms) / 1e3) / 1e9, 1)
+        sc.close()
+        result["rows"].append(row)
+        save(result, path)
+        say(row)
+    say(f"wrote {path}")
+    return 0
+
+
+def sass(args) -> int:
+    import ptx
+
+    ptx.fake_device()
+    from hmmgpu.gpu.runtime import tuning
+    from hmmgpu.gpu.sw.source import SwSpec
+
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.sass] or list(tuning.SW_SHAPES)
+    result = header("sw --sass")
+    result.update(device="ptxas_sm90", hardware=ptx.H200, shapes=[])
+    path = Path(args.out) / f"sw_sass_{today()}.json"
+    with tempfile.TemporaryDirectory() as d:
+        for G, Q in shapes:
+            r = ptx.sw_report(SwSpec(G, Q), d)
+            say(ptx.sw_line(r))
+            for k, lp in r.get("loop", {}).items():
+                if lp and args.sass_dir:
+                    Path(args.sass_dir).mkdir(parents=True, exist_ok=True)
+                    (Path(args.sass_dir) / f"{r['kernel']}.{k}.loop.sass").write_text(lp["sass"] + "\n")
+                lp.pop("sass", None)
+            result["shapes"].append(r)
+            save(result, path)
+    say(f"wrote {path}")
+    return 0
+
+
+def main(args) -> int:
     if args.table:
         print(table(json.loads(args.table.read_text())))
         return 0
-    if args.smoke:
-        args.queries, args.random_n, args.random_len, args.pyopal_targets = 3, 5000, 256, 500
-    import hmmgpu
-
-    res = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), command=" ".join(sys.argv),
-               commit=commit(),
-               versions=dict(hmmgpu=hmmgpu._version.__version__, numpy=np.__version__, python=sys.version.split()[0]),
-               args={k: str(v) for k, v in vars(args).items()}, databases={})
-    for mod in ("numba", "numba_cuda", "pyopal"):
-        try:
-            res["versions"][mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001
-            res["versions"][mod] = None
-    out = args.out
-    _save(res, out)
+    if args.sass is not None:
+        return sass(args)
+    if args.shape_sweep:
+        return shape_sweep(args)
+    w = dict(WORKLOADS["sw"]["smoke" if args.smoke else "default"])
+    for key in ("queries", "random_n", "random_len", "pyopal_targets"):
+        if getattr(args, key) is not None:
+            w[key] = getattr(args, key)
+    args.queries, args.random_n, args.random_len, args.pyopal_targets = (w["queries"], w["random_n"], w["random_len"],
+                                                                         w["pyopal_targets"])
+    out = result_path(Path(args.out), "sw")
+    res = header("sw")
+    res.update(workload=w, databases={})
+    save(res, out)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        cudasw_bin, queries = None, None
-        if args.cudasw:
-            try:
-                queries = queries_from_tarball(args.cudasw, work)
-                _say("building CUDASW++4 ...")
-                cudasw_bin = build_cudasw(args.cudasw, work / "build")
-            except Exception as exc:  # noqa: BLE001
-                res["cudasw4_build_error"] = str(exc)
-                _say("CUDASW++4 build FAILED:", exc)
-        if queries is None:
-            raise SystemExit("need --cudasw (its tarball holds the 20 classic queries)")
-        _save(res, out)
-        if args.real:
-            bench_database("real", args.real, queries, args, res, out, cudasw_bin, work)
+        cudasw_bin = None
+        queries = queries_from_tarball(args.cudasw, work)
+        try:
+            say("building CUDASW++4 ...")
+            cudasw_bin = build_cudasw(args.cudasw, work / "build")
+        except Exception as exc:  # noqa: BLE001 - recorded; hmmgpu and pyopal still run
+            res["cudasw4_build_error"] = str(exc)
+            say("CUDASW++4 build FAILED:", exc)
+        save(res, out)
+        if w.get("real") and not args.no_real:
+            bench_database("real", resolve(w["real"]), queries, args, res, out, cudasw_bin, work)
         if args.random_n:
             rnd = work / f"random_{args.random_n}x{args.random_len}.fasta"
             random_fasta(rnd, args.random_n, args.random_len)
             bench_database(f"random {args.random_n}x{args.random_len}", rnd, queries, args, res, out, cudasw_bin, work)
     res["wall_seconds"] = time.perf_counter() - start
-    _save(res, out)
+    save(res, out)
     try:
-        plot(res, out / "bench_sw.png")
+        plot(res, out.with_suffix(".png"))
     except Exception as exc:  # noqa: BLE001
-        _say("plot skipped:", exc)
+        say("plot skipped:", exc)
     print(table(res))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    bad = [n for n, e in res["databases"].items() if e.get("check_pyopal", {}).get("mismatches") or "hmmgpu_error" in e]
+    return 1 if bad else 0
