@@ -233,6 +233,7 @@ def _auto_route(monkeypatch, residues: float, warm: bool = True, source: str = "
     if warm:
         monkeypatch.setattr(build, "any_compiled", lambda: True)
     monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
+    monkeypatch.setattr("hmmgpu.gpu.runtime.context.cuda_driver_present", lambda: True)
     monkeypatch.setattr(backends, "cuda_available", lambda device: True)
     monkeypatch.setattr(backends, "_cuda", lambda run, db, gpu_process, started: started or "gpu")
     options = SimpleNamespace(backend="auto", threads=16, device=0)
