@@ -172,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
                                  "by `hmmgpu makedb`")
     add_output_options(s, "search")
     add_search_options(s)
+    dask = s.add_argument_group("over a dask cluster (a database made by `hmmgpu makedb` on a path every worker reads)")
+    dask.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                      help="search over the workers of the dask scheduler at ADDRESS (tcp://host:8786)")
+    dask.add_argument("--scheduler-file", dest="scheduler_file", default=None, metavar="PATH",
+                      help="... or of the scheduler that `dask scheduler --scheduler-file PATH` describes")
 
     c = sub.add_parser("scan", allow_abbrev=False,
                        help="search protein sequences against a profile database, like hmmscan")
@@ -241,6 +246,14 @@ def cmd_search(args) -> int:
     from hmmgpu.search.routing import SearchPlan
 
     options = search_options(args)
+    if args.scheduler is not None or args.scheduler_file is not None:   # over a dask cluster
+        from hmmgpu.distributed.cluster import local_command_line, search_command
+
+        args.command_line = local_command_line(args.command_line)   # the tables' tail: as in one process
+        return search_command(args.hmmfile, args.seqdb, options, scheduler=args.scheduler,
+                              scheduler_file=args.scheduler_file, seqformat=args.seqformat,
+                              outputs=lambda: _run_outputs(args, "search", args.hmmfile, args.seqdb, "searching",
+                                                           options))
     timeline = _Timeline(args.started)
     # The GPU process, where the work may need it, starts before this process imports numpy,
     # pyhmmer and the engine (0.3-0.4 s on the GPU machine), so that its start-up overlaps them.

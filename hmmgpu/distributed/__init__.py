@@ -1,1 +1,9 @@
-"""Searches spread over worker processes (and later GPUs and clusters), merged exactly."""
+"""Searches spread over worker processes and dask clusters (later GPUs), merged exactly.
+
+``hmmgpu.distributed.hmmsearch(queries, database, client=client, **options)`` searches a
+database made by ``hmmgpu makedb`` over a ``dask.distributed.Client``'s workers
+(:mod:`hmmgpu.distributed.cluster`, which imports dask only when it searches).
+"""
+from hmmgpu.distributed.cluster import hmmsearch
+
+__all__ = ["hmmsearch"]

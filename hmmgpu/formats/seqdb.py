@@ -386,6 +386,26 @@ class SequenceDB:
         indices = range(self.n) if indices is None else indices
         return sequence_block([self.digital_sequence(int(i)) for i in indices])
 
+    def shard(self, first: int, end: int) -> "SequenceDB":
+        """Targets ``first`` .. ``end - 1`` as a database of their own, made of views of these
+        arrays (a target's position there is its position here less ``first``): the shard a
+        dask worker runs hmmgpu's filters over (:mod:`hmmgpu.distributed.cluster`)."""
+        first, end = int(first), int(end)
+        lengths = np.asarray(self.lengths[first:end])
+        begin = int(self.offsets[first]) if end > first else 0
+
+        def strings(blob, offsets):
+            at = np.asarray(offsets[first:end + 1], dtype=np.int64)
+            return blob[int(at[0]):int(at[-1])], at - at[0]
+
+        names, name_offsets = strings(self.names_blob, self.name_offsets)
+        descriptions, description_offsets = strings(self.descriptions_blob, self.description_offsets)
+        accessions, accession_offsets = strings(self.accessions_blob, self.accession_offsets)
+        return SequenceDB(self.residues[begin:begin + int(lengths.sum())], lengths, names, name_offsets,
+                          descriptions, description_offsets, source=self.source,
+                          offsets=np.asarray(self.offsets[first:end]) - begin,
+                          accessions=accessions, accession_offsets=accession_offsets)
+
     @functools.cached_property
     def writes_as_fasta(self) -> bool:
         """:meth:`fasta_text` gives text that Easel reads back into exactly these targets: no

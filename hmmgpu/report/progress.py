@@ -57,6 +57,11 @@ class ProgressBar:
         finally:
             self._progress.start()
 
+    def row(self, what: str, total: int | None = None) -> "ProgressRow":
+        """Another bar in this one's display, drawn and cleared with it (a search over a dask
+        cluster counts its tasks there, under the queries written); a no-op where this is."""
+        return ProgressRow(self._progress, what, total)
+
     def __enter__(self) -> "ProgressBar":
         if self._progress is not None:
             self._progress.start()
@@ -67,4 +72,22 @@ class ProgressBar:
             self._progress.stop()
 
 
-__all__ = ["ProgressBar"]
+class ProgressRow:
+    """One more bar of a :class:`ProgressBar` (:meth:`ProgressBar.row`)."""
+
+    def __init__(self, progress, what: str, total: int | None):
+        self._progress = progress
+        self._task = None if progress is None else progress.add_task(what, total=total)
+
+    def advance(self, steps: int = 1) -> None:
+        """``steps`` more done."""
+        if self._progress is not None:
+            self._progress.update(self._task, advance=steps)
+
+    def total(self, total: int | None) -> None:
+        """The number of steps, once known (or grown)."""
+        if self._progress is not None:
+            self._progress.update(self._task, total=total)
+
+
+__all__ = ["ProgressBar", "ProgressRow"]

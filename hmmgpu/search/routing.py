@@ -16,7 +16,7 @@ import os
 
 from hmmgpu.costs import GPU_ROUTE_SECONDS, KERNEL_COMPILE_SECONDS, cpu_route_seconds, small_on_average
 from hmmgpu.cpu.backends import HmmerBackend, NumbaBackend
-from hmmgpu.errors import DeviceUnavailable, HmmgpuError
+from hmmgpu.errors import DeviceUnavailable, HmmgpuError, InputError
 from hmmgpu.stages.protocol import Backend, CascadeBackend
 
 
@@ -334,3 +334,26 @@ def _cuda(run, db, gpu_process: bool, started) -> CascadeBackend:
     from hmmgpu.gpu.backend import CudaBackend
 
     return CudaBackend(db, lanes=run.lanes, device=run.device)
+
+
+def cluster_route(run) -> str:
+    """What the workers of a search over a dask cluster (:mod:`hmmgpu.distributed.cluster`)
+    run on their shards, in words; ``--backend cuda`` is refused: GPU workers (dask-cuda)
+    are not available yet, and ``auto`` takes the CPU route there."""
+    if run.backend == "cuda":
+        raise InputError("--backend cuda is not available on a dask cluster yet (GPU workers through dask-cuda "
+                         "are a later step); the cluster runs the CPU route (--backend auto, hmmer or numba)")
+    if run.backend == "numba":
+        return "hmmgpu's exact CPU filters, then pyhmmer's Forward/domain stage"
+    return "pyhmmer's whole pipeline on the CPU"
+
+
+def shard_backend(run, shard_db) -> CascadeBackend | None:
+    """The filter stage a dask worker runs over one shard of a search's database
+    (:mod:`hmmgpu.distributed.cluster`): a :class:`~hmmgpu.stages.protocol.CascadeBackend`
+    over ``shard_db()`` (the shard as a database of its own) whose survivors go to pyhmmer's
+    Forward/domain stage, or None for pyhmmer's whole pipeline (:func:`cluster_route`). A GPU
+    worker's backend will be returned here."""
+    if run.backend == "numba":
+        return NumbaBackend(shard_db(), threads=1)
+    return None

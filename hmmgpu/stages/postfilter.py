@@ -179,6 +179,15 @@ class TaskPlanner:
         groups = [g for g in np.split(positions, _distinct(cuts)) if g.size]
         return self._tasks(query, groups, filtered=True)
 
+    def plan_shard(self, query, first: int, end: int, survivors=None) -> list:
+        """The tasks of ``query`` over one shard of the database, the targets ``first`` ..
+        ``end - 1`` (a dask worker's: :mod:`hmmgpu.distributed.cluster`), as one task:
+        pyhmmer's whole pipeline over the range, or the filters' ``survivors`` in it (database
+        positions). A target whose name occurs twice in it is a task of its own, as in :meth:`plan`."""
+        if survivors is None:
+            return self._tasks(query, [np.arange(first, end, dtype=np.int64)], filtered=False)
+        return self._tasks(query, [np.asarray(survivors, np.int64)], filtered=True)
+
     def _guided_ranges(self, M: int) -> list:
         """Ranges of consecutive targets, cut as a FASTA file's pieces are (:func:`piece_bytes`,
         a residue for a byte): they shrink towards the end of the database. A small database

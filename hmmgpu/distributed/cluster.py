@@ -1,0 +1,794 @@
+"""Searches over a dask.distributed cluster: model batches x database shards, merged exactly.
+
+What it is for
+--------------
+A Pfam-A annotation of a large metagenome outgrows one machine. This module spreads one
+``hmmgpu search`` over the workers of a dask cluster (``dask scheduler`` and ``dask worker``,
+``LocalCluster``, dask-jobqueue's ``SLURMCluster``...) and writes exactly what one process
+writes: the same report, the same three tables, byte for byte but the timing lines.
+
+How the work is cut
+-------------------
+The database is one made by ``hmmgpu makedb`` on a path every worker can read. It is cut
+into *shards*, ranges ``[first, end)`` of its targets of about equal residues, and the models
+into *batches* of consecutive models; a *task* is one batch against one shard
+(:func:`plan_work`: a task's cost is the sum of its models' lengths times its shard's residues,
+see docs/scale-out.md). Each shard has a home worker, so that every worker opens its shards
+once and keeps them (:class:`_HeldDatabase`, a cache per worker process keyed by the database's
+path and identity); a task may still run elsewhere (dask steals work from a busy worker, and
+runs again elsewhere the tasks of a worker that was lost).
+
+On its worker, a task runs for each model of its batch the post-filter stage over the shard's
+targets as one :class:`~hmmgpu.stages.postfilter.Task` with *global* positions (HMMER's rule
+in ``shard.h``: an object's id is its position in the original database): on the CPU route,
+pyhmmer's whole pipeline with Z fixed to ``first + 1`` exactly as
+:class:`~hmmgpu.stages.postfilter.TaskPlanner` does for its ranges, the hits HMMER's keep rule
+would drop at their global position removed (:func:`~hmmgpu.stages.merge.drop_unkept`). It
+returns the ``TopHits`` state (:class:`~hmmgpu.stages.postfilter.TaskResult`): small and
+picklable. A worker-side filter stage (:func:`~hmmgpu.search.routing.shard_backend`: hmmgpu's
+numba filters now, a GPU's later) plugs in before it: its survivors in the shard go to the
+post-filter stage as one filtered task, and its counters come back with the hits.
+
+This process merges each model's results in shard order with
+:func:`~hmmgpu.stages.merge.merge_results`, with the database's *global* target count and
+residues (Z and domZ are global, so E-values, thresholds and the kept hits equal one serial
+run's), and yields the models in query order; the command line formats them with the same
+formatter as a run in one process.
+
+Faults
+------
+Tasks are pure (a batch and a shard give the same result wherever they run), so a worker lost
+mid-run only costs its tasks, which the scheduler runs again elsewhere; the output does not
+change. A scheduler that cannot be reached within :data:`CONNECT_SECONDS`, a worker that cannot
+open the database (or has another database at the path), and a task that fails are each one
+line (:class:`~hmmgpu.errors.HmmgpuError`); a fault in the model file is raised once every
+model before it is delivered, as in one process.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import sys
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from collections.abc import Iterator
+
+from hmmgpu._version import __version__
+from hmmgpu.costs import CPU_CELLS_PER_SECOND
+from hmmgpu.errors import DatabaseError, HmmgpuError, InputError, WorkerError
+
+#: The cost model's rate: model cells (model length x residues) per second on one worker thread
+#: (pyhmmer's whole pipeline, :data:`~hmmgpu.costs.CPU_CELLS_PER_SECOND`).
+CELLS_PER_SECOND = CPU_CELLS_PER_SECOND
+
+#: A task's estimated work, in seconds on one worker thread: the run's work over
+#: :data:`TASKS_PER_THREAD` tasks a thread, at least :data:`TASK_SECONDS_MIN` (dask's cost per
+#: task, about a millisecond of the scheduler's, and the merge's per task stay small) and at
+#: most :data:`TASK_SECONDS_MAX` (a lost worker costs at most that much work again, a thread).
+TASK_SECONDS_MIN = 2.0
+TASK_SECONDS_MAX = 60.0
+TASKS_PER_THREAD = 4
+#: Shards: at least one a worker process (each holds its home shards), more where one model
+#: against a shard would be more than a task; none under :data:`SHARD_RESIDUES_MIN` residues.
+SHARDS_PER_PROCESS = 1
+SHARD_RESIDUES_MIN = 2_000_000
+#: Models in a batch at most (a batch goes to the cluster as one object: about 50 kB a Pfam model).
+BATCH_MODELS_MAX = 128
+#: Batches submitted and not yet delivered: enough for two tasks a worker thread, and at
+#: least this many (results leave in query order; memory stays flat however many models).
+BATCHES_IN_FLIGHT_MIN = 2
+#: Seconds to reach the scheduler before the run stops with a one-line error.
+CONNECT_SECONDS = 10.0
+#: Shards a worker process keeps as pyhmmer sequences, at most (bytes, estimated), and
+#: databases it keeps open at most; the least recently used go first.
+SHARD_CACHE_BYTES = 4 << 30
+DATABASES_HELD = 2
+#: Estimated bytes of one target held as a pyhmmer sequence, besides its residues.
+_BYTES_PER_TARGET = 300
+
+
+# ---------------------------------------------------------------- the database and its shards
+@dataclass(frozen=True)
+class DatabaseRef:
+    """A made database as the tasks name it: where it is, which one it is, and its size."""
+
+    path: str  #: absolute path, the same on every worker
+    identity: str  #: SHA-256 of its metadata (sizes, times and checksums of every array)
+    n: int  #: targets
+    residues: int
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Targets ``first`` .. ``end - 1`` of the database (global positions)."""
+
+    index: int
+    first: int
+    end: int
+    residues: int
+
+
+def database_identity(path: str) -> str:
+    """The identity of the made database at ``path``: the SHA-256 of its metadata file, which
+    records every array's size, time stamp and checksum (a remade database has another)."""
+    from hmmgpu.formats.inputs import META_FILE
+
+    try:
+        with open(os.path.join(path, META_FILE), "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except OSError as error:
+        raise DatabaseError(f"{path}: cannot read the database: {error.strerror or error}") from None
+
+
+def open_shared_database(database: str, seqformat: str | None = None) -> tuple:
+    """(:class:`DatabaseRef`, the database opened here) for a search over a cluster: a
+    database made by ``hmmgpu makedb`` (one-line errors otherwise)."""
+    from hmmgpu.formats.inputs import is_database_dir
+    from hmmgpu.formats.seqdb import SequenceDB
+
+    database = os.fspath(database)
+    if database == "-" or not is_database_dir(database):
+        raise InputError(f"{database}: a search over a dask cluster needs a database made by `hmmgpu makedb` "
+                         "(on a path every worker can read), not a sequence file")
+    if seqformat is not None:
+        raise InputError(f"{database}: --tformat applies to sequence files, not to a made database")
+    path = os.path.abspath(database)
+    identity = database_identity(path)
+    db = SequenceDB.load(path)
+    return DatabaseRef(path=path, identity=identity, n=db.n, residues=db.total_residues), db
+
+
+def cut_shards(lengths, count: int) -> list:
+    """The database of target ``lengths`` cut into ``count`` shards (at most; one a target at
+    most) of about equal residues, in order."""
+    import numpy as np
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = int(lengths.size)
+    count = max(1, min(int(count), n))
+    cumulative = np.cumsum(lengths)
+    total = int(cumulative[-1]) if n else 0
+    cuts = np.searchsorted(cumulative, total * np.arange(1, count) / count, side="left") + 1 if n else []
+    bounds = sorted({0, *(int(min(c, n)) for c in cuts), n})
+    shards = []
+    for first, end in zip(bounds[:-1], bounds[1:]):
+        residues = int(cumulative[end - 1] - (cumulative[first - 1] if first else 0))
+        shards.append(Shard(index=len(shards), first=first, end=end, residues=residues))
+    return shards or [Shard(index=0, first=0, end=0, residues=0)]
+
+
+@dataclass
+class WorkPlan:
+    """How a search is cut into tasks (:func:`plan_work`)."""
+
+    shards: list
+    task_seconds: float  #: a task's estimated work (seconds on one worker thread)
+    models_per_batch: int | None = None  #: a fixed batch size (else batches by cost)
+
+    @property
+    def shard_residues(self) -> float:
+        """The average shard's residues."""
+        return sum(s.residues for s in self.shards) / len(self.shards)
+
+    def batch_sizes(self, lengths) -> list:
+        """The sizes of the batches that models of these ``lengths`` are cut into, in order."""
+        sizes, cut = [], _BatchCut(self)
+        for M in lengths:
+            if cut.full():
+                sizes.append(cut.size)
+                cut.reset()
+            cut.add(M)
+        return sizes + [cut.size] * (cut.size > 0)
+
+
+class _BatchCut:
+    """A batch being filled: it is full once it holds :data:`BATCH_MODELS_MAX` models (or the
+    plan's fixed size), or once its cost on the average shard reaches the plan's task."""
+
+    def __init__(self, plan: WorkPlan):
+        self.plan = plan
+        self.cells = plan.task_seconds * CELLS_PER_SECOND
+        self.reset()
+
+    def reset(self) -> None:
+        self.size, self.length = 0, 0
+
+    def full(self) -> bool:
+        if not self.size:
+            return False
+        if self.plan.models_per_batch is not None:
+            return self.size >= self.plan.models_per_batch
+        return self.size >= BATCH_MODELS_MAX or self.length * self.plan.shard_residues >= self.cells
+
+    def add(self, M: int) -> None:
+        self.size += 1
+        self.length += int(M)
+
+
+def plan_work(lengths, db_lengths, *, processes: int, threads: int, shards: int | None = None,
+              models_per_batch: int | None = None) -> WorkPlan:
+    """The shards and batches of a search of models of ``lengths`` (None: not known before the
+    search, as for models from standard input) against a database of target ``db_lengths``, on
+    ``processes`` worker processes of ``threads`` threads in all (docs/scale-out.md).
+
+    A task's work is the sum of its models' lengths times its shard's residues, over
+    :data:`CELLS_PER_SECOND`; tasks are sized so that every thread gets
+    :data:`TASKS_PER_THREAD` of them (between :data:`TASK_SECONDS_MIN` and
+    :data:`TASK_SECONDS_MAX`). There is a shard per worker process at least
+    (:data:`SHARDS_PER_PROCESS`), more where one model against a shard would be more than a
+    task, none under :data:`SHARD_RESIDUES_MIN` residues; ``shards`` and ``models_per_batch``
+    set them instead."""
+    import numpy as np
+
+    db_lengths = np.asarray(db_lengths, dtype=np.int64)
+    residues, n = float(db_lengths.sum()), int(db_lengths.size)
+    threads, processes = max(1, int(threads)), max(1, int(processes))
+    known = bool(lengths)
+    if known:
+        total = float(sum(lengths)) * residues / CELLS_PER_SECOND
+        task = min(max(total / (threads * TASKS_PER_THREAD), TASK_SECONDS_MIN), TASK_SECONDS_MAX)
+        average = float(sum(lengths)) / len(lengths)
+    else:
+        task, average = TASK_SECONDS_MAX, 0.0
+    if shards is None:
+        wanted = max(processes * SHARDS_PER_PROCESS, math.ceil(average * residues / CELLS_PER_SECOND / task))
+        shards = min(wanted, max(1, math.ceil(residues / SHARD_RESIDUES_MIN)))
+    if models_per_batch is not None and models_per_batch < 1:
+        raise InputError(f"models_per_batch must be at least 1 (got {models_per_batch})")
+    if shards < 1:
+        raise InputError(f"shards must be at least 1 (got {shards})")
+    return WorkPlan(shards=cut_shards(db_lengths, min(int(shards), max(1, n))), task_seconds=task,
+                    models_per_batch=models_per_batch)
+
+
+# ---------------------------------------------------------------- the worker's side
+@dataclass
+class ShardResult:
+    """What one task (a batch against a shard) gives back: for each model of the batch, its
+    task results in database order and, after a filter stage, its filter counters."""
+
+    shard: int
+    parts: list  #: per model: list of :class:`~hmmgpu.stages.postfilter.TaskResult`
+    counts: list  #: per model: (past MSV, past bias, past Viterbi), or None (no hmmgpu filters)
+    worker: str = ""
+    seconds: float = 0.0  #: the task's wall time on its worker
+    cpu_seconds: float = 0.0
+
+
+class _ShardSequences:
+    """The targets of one shard as pyhmmer sequences, made once; given to
+    :class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage` as its sequence cache (its range and
+    position blocks come from these, with global positions)."""
+
+    def __init__(self, db, first: int, end: int):
+        from pyhmmer.easel import Alphabet
+
+        from hmmgpu.formats.seqdb import sequence_block
+
+        self.db, self.first, self.end = db, first, end
+        self.alphabet = Alphabet.amino()
+        self.sequences = [db.digital_sequence(i) for i in range(first, end)]
+        self.whole = sequence_block(self.sequences)
+        self.bytes = int(db.lengths[first:end].sum()) + _BYTES_PER_TARGET * (end - first)
+
+    def block(self, positions):
+        """A block of the targets ``positions`` (global, inside the shard), in that order."""
+        from hmmgpu.formats.seqdb import sequence_block
+
+        return sequence_block([self.sequences[p - self.first] for p in positions.tolist()])
+
+    def range_block(self, start: int, stop: int):
+        """A block of the consecutive targets ``start`` .. ``stop - 1`` (global, inside the shard)."""
+        from hmmgpu.formats.seqdb import sequence_block
+
+        if (start, stop) == (self.first, self.end):
+            return self.whole
+        return sequence_block(self.sequences[start - self.first:stop - self.first])
+
+
+class _HeldDatabase:
+    """A made database opened by a worker process, and the shards of it the worker holds."""
+
+    def __init__(self, ref: DatabaseRef):
+        from hmmgpu.formats.seqdb import SequenceDB
+
+        identity = database_identity(ref.path)
+        if identity != ref.identity:
+            raise DatabaseError(f"{ref.path}: the database here is not the one the search was started with "
+                                "(remade, or another copy at this path)")
+        self.db = SequenceDB.load(ref.path)
+        if (self.db.n, self.db.total_residues) != (ref.n, ref.residues):
+            raise DatabaseError(f"{ref.path}: the database here is not the one the search was started with")
+        self._shards: OrderedDict = OrderedDict()  # (first, end) -> _ShardSequences, least recently used first
+        self._filters: dict = {}  # (first, end, backend) -> the shard's filter stage
+        self._lock = threading.Lock()
+
+    def sequences(self, shard: Shard) -> _ShardSequences:
+        """The shard's targets as pyhmmer sequences, made on first use and kept
+        (:data:`SHARD_CACHE_BYTES` in all, the least recently used shards dropped first)."""
+        key = (shard.first, shard.end)
+        with self._lock:
+            held = self._shards.get(key)
+            if held is None:
+                held = self._shards[key] = _ShardSequences(self.db, shard.first, shard.end)
+                while len(self._shards) > 1 and sum(s.bytes for s in self._shards.values()) > SHARD_CACHE_BYTES:
+                    dropped = next(iter(self._shards))
+                    del self._shards[dropped]
+                    for k in [k for k in self._filters if k[:2] == dropped]:
+                        self._filters.pop(k).close()
+            self._shards.move_to_end(key)
+            return held
+
+    def filters(self, shard: Shard, run):
+        """The shard's filter stage for the run options ``run``
+        (:func:`~hmmgpu.search.routing.shard_backend`), made on first use and kept; None: pyhmmer's
+        whole pipeline."""
+        from hmmgpu.search.routing import shard_backend
+
+        key = (shard.first, shard.end, run.backend)
+        with self._lock:
+            if key not in self._filters:
+                self._filters[key] = shard_backend(run, lambda: self.db.shard(shard.first, shard.end))
+            return self._filters[key]
+
+
+_HELD: OrderedDict = OrderedDict()  # (path, identity) -> _HeldDatabase, in this worker process
+_HELD_LOCK = threading.Lock()
+
+
+def _held_database(ref: DatabaseRef) -> _HeldDatabase:
+    """This worker process's open copy of the database ``ref`` (opened once, kept)."""
+    key = (ref.path, ref.identity)
+    with _HELD_LOCK:
+        held = _HELD.get(key)
+        if held is None:
+            try:
+                held = _HeldDatabase(ref)
+            except HmmgpuError as error:
+                raise DatabaseError(f"dask worker {_worker_name()} cannot open the database: {error}") from None
+            except OSError as error:
+                raise DatabaseError(f"dask worker {_worker_name()} cannot open the database: "
+                                    f"{ref.path}: {error.strerror or error}") from None
+            _HELD[key] = held
+            while len(_HELD) > DATABASES_HELD:
+                _HELD.popitem(last=False)
+        _HELD.move_to_end(key)
+        return held
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"process {os.getpid()}"
+
+
+def search_shard(ref: DatabaseRef, shard: Shard, models: list, options, ftz: bool, version: str) -> ShardResult:
+    """One task, on a worker: each model of ``models`` ((index, hmm, mmu), in order) against
+    the targets of ``shard``, as one task of the post-filter stage with global positions (see
+    the module header). ``version``: the client's hmmgpu, which the worker's must be."""
+    from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
+    from hmmgpu.host import flush_to_zero
+    from hmmgpu.search.engine import Query
+
+    if version != __version__:
+        raise WorkerError(f"dask worker {_worker_name()} runs hmmgpu {__version__}, the search hmmgpu {version}; "
+                          "install the same version everywhere")
+    start, cpu = time.perf_counter(), time.thread_time()
+    held = _held_database(ref)
+    filters = held.filters(shard, options.run)
+    stage = PyhmmerStage(held.db, options, threads=1)
+    if filters is None:   # pyhmmer's whole pipeline: the shard's sequences, kept across tasks
+        stage.sequences = held.sequences(shard)
+    parts, counts = [], []
+    with flush_to_zero(ftz):
+        for index, hmm, mmu in models:
+            query = Query(index=index, hmm=hmm)
+            if filters is None:
+                tasks = stage.plan_shard(query, shard.first, shard.end)
+                counts.append(None)
+            else:
+                cascade = filters.submit(filters.prepare(hmm, mmu), options).result()
+                tasks = stage.plan_shard(query, shard.first, shard.end, survivors=cascade.survivors + shard.first)
+                counts.append((cascade.n_past_msv, cascade.n_past_bias, cascade.n_past_vit))
+            parts.append([stage.run(task) for task in tasks])
+    return ShardResult(shard=shard.index, parts=parts, counts=counts, worker=_worker_name(),
+                       seconds=time.perf_counter() - start, cpu_seconds=time.thread_time() - cpu)
+
+
+def _given(models: list) -> list:
+    """A batch's models, as a task's result (:meth:`ClusterSearch._submit`)."""
+    return models
+
+
+# ---------------------------------------------------------------- the client's side
+@dataclass
+class _Counts:
+    """A model's filter counters summed over its shards (what :func:`merge_results` takes)."""
+
+    n_past_msv: int = 0
+    n_past_bias: int = 0
+    n_past_vit: int = 0
+
+
+@dataclass
+class ClusterStats:
+    """Where the time of a search over a cluster went."""
+
+    description: str = ""
+    wall_seconds: float = 0.0
+    queries: int = 0
+    tasks: int = 0
+    shards: int = 0
+    batches: int = 0
+    processes: int = 0
+    threads: int = 0
+    task_seconds: float = 0.0  #: the tasks' wall time on their workers, summed
+    cpu_seconds: float = 0.0  #: ... and their CPU time
+    merge_seconds: float = 0.0  #: this process's time merging the shards' results
+    workers_used: set = field(default_factory=set)  #: the workers that ran a task
+
+    def lines(self) -> list:
+        busy = self.task_seconds / (self.threads * self.wall_seconds) if self.threads and self.wall_seconds else 0.0
+        return [(f"queries {self.queries}, wall {self.wall_seconds:.2f} s, {self.tasks} tasks ({self.batches} model "
+                 f"batches x {self.shards} database shards) on {len(self.workers_used)} dask workers "
+                 f"({self.processes} at the start, {self.threads} threads)"),
+                (f"busy: tasks {self.task_seconds:.2f} s ({100 * busy:.0f}% of threads x wall; CPU "
+                 f"{self.cpu_seconds:.2f} s), merge here {self.merge_seconds:.2f} s")]
+
+
+class _Batch:
+    """A batch of models submitted as one task a shard, and the shards' results so far."""
+
+    def __init__(self, number: int, models: list, futures: list, given=None):
+        self.number, self.models, self.futures, self.given = number, models, futures, given
+        self.results: list = [None] * len(futures)
+
+    @property
+    def complete(self) -> bool:
+        return all(r is not None for r in self.results)
+
+
+class ClusterSearch:
+    """A search of many models against one made database over a dask cluster.
+
+    ``ClusterSearch(client, database, options, ftz=..., model_lengths=..., shards=...,
+    models_per_batch=...)``; :meth:`search` yields each model's
+    :class:`~hmmgpu.search.engine.SearchResult` in query order, equal to one serial hmmsearch's;
+    :attr:`stats` says where the time went. ``progress``: an object whose ``advance()`` is
+    called as each task finishes and ``total(n)`` as the number of tasks is known (a
+    :class:`~hmmgpu.report.progress.ProgressRow`); ``notice(line)``: told when the search
+    waits for a worker to join; ``opened``: :func:`open_shared_database`'s answer, when the
+    caller has it.
+    """
+
+    def __init__(self, client, database, options, *, ftz: bool = False, model_lengths=None,
+                 shards: int | None = None, models_per_batch: int | None = None, progress=None,
+                 opened: tuple | None = None, notice=None):
+        from hmmgpu.search.routing import cluster_route
+
+        self.client, self.options, self.ftz = client, options, ftz
+        self.route = cluster_route(options.run)
+        self.ref, self.db = opened if opened is not None else open_shared_database(database)
+        workers = self._workers()
+        if not workers:
+            if notice is not None:
+                notice("waiting for a dask worker to join the cluster")
+            client.wait_for_workers(1)
+            workers = self._workers()
+        threads = sum(workers.values())
+        self.plan = plan_work(model_lengths, self.db.lengths, processes=len(workers), threads=threads,
+                              shards=shards, models_per_batch=models_per_batch)
+        shard_count = len(self.plan.shards)
+        #: tasks in all, when the models are known before the search
+        self.tasks_total = len(self.plan.batch_sizes(model_lengths)) * shard_count if model_lengths else None
+        self.window = max(BATCHES_IN_FLIGHT_MIN, math.ceil(2 * threads / shard_count))
+        self.progress = progress
+        self._homes: dict = {}
+        self._home_shards(workers)
+        self._token = hashlib.sha256(f"{os.getpid()} {time.time_ns()} {id(self)}".encode()).hexdigest()[:12]
+        address = getattr(getattr(client, "scheduler", None), "address", None) or "?"
+        self.stats = ClusterStats(shards=shard_count, processes=len(workers), threads=threads)
+        self.description = (f"dask cluster at {address}: {len(workers)} workers, {threads} threads; "
+                            f"{self.ref.n} targets in {shard_count} shards; {self.route}")
+        self.stats.description = self.description
+
+    def _workers(self) -> dict:
+        """The cluster's workers now: address -> threads."""
+        info = self.client.scheduler_info(n_workers=-1)
+        return {address: int(w.get("nthreads", 1)) for address, w in info.get("workers", {}).items()}
+
+    def _home_shards(self, workers: dict) -> None:
+        """Give each shard without a live home the worker with the fewest threads' worth of
+        shards (each worker then opens its shards once; a task may still run elsewhere)."""
+        if not workers:
+            return
+        load = {address: 0.0 for address in workers}
+        for shard, home in self._homes.items():
+            if home in load:
+                load[home] += 1.0 / workers[home]
+        for shard in self.plan.shards:
+            if self._homes.get(shard.index) not in load:
+                home = min(sorted(load), key=lambda a: load[a])
+                self._homes[shard.index] = home
+                load[home] += 1.0 / workers[home]
+
+    def _submit(self, number: int, models: list, seen: dict) -> _Batch:
+        """Batch ``number``'s tasks: its models go to the cluster once, as a task of their own
+        (the scheduler keeps it, so that a worker lost with them makes them again), and each
+        shard's task takes them from the worker that holds them."""
+        if number and number % 8 == 0:   # workers may have come or gone: shards without a home get one
+            self._home_shards(self._workers())
+        given = self.client.submit(_given, models, key=f"hmmgpu-models-{self._token}-b{number}", priority=-number,
+                                   pure=False)
+        futures = []
+        for shard in self.plan.shards:
+            key = f"hmmgpu-search-{self._token}-b{number}-s{shard.index}"
+            future = self.client.submit(search_shard, self.ref, shard, given, self.options, self.ftz, __version__,
+                                        key=key,
+                                        workers=[self._homes[shard.index]] if shard.index in self._homes else None,
+                                        allow_other_workers=True, priority=-number, pure=False)
+            seen[future.key] = (number, shard.index)
+            futures.append(future)
+        return _Batch(number, models, futures, given)
+
+    def _models(self, models, faults: list) -> Iterator[list]:
+        """Batches of checked models ((index, hmm, mmu), in order); a fault in the model file or
+        in a model ends them, and is kept in ``faults`` to be raised once they are delivered."""
+        from hmmgpu.formats.checks import check_model
+
+        cut = _BatchCut(self.plan)   # as :meth:`WorkPlan.batch_sizes` cuts the lengths known before
+        batch: list = []
+        items = iter(models)
+        index = 0
+        while True:
+            try:
+                item = next(items)
+                hmm = getattr(item, "hmm", item)
+                check_model(hmm, self.options)
+            except StopIteration:
+                break
+            except HmmgpuError as error:
+                faults.append(error)
+                break
+            if cut.full():
+                yield batch
+                batch = []
+                cut.reset()
+            batch.append((index, hmm, getattr(item, "mmu", None)))
+            cut.add(hmm.M)
+            index += 1
+        if batch:
+            yield batch
+
+    def search(self, models) -> Iterator:
+        """Search every model of the iterable ``models`` (pyhmmer ``HMM`` objects, or the
+        models :func:`~hmmgpu.formats.hmmfile.read_models` yields); yield
+        :class:`~hmmgpu.search.engine.SearchResult` in query order."""
+        from distributed import as_completed
+
+        start = time.perf_counter()
+        faults: list = []
+        batches = self._models(models, faults)
+        pending: dict = {}
+        seen: dict = {}
+        finished = as_completed(loop=self.client.loop)
+        submitted = delivered = 0
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and submitted - delivered < self.window:
+                    models_of_batch = next(batches, None)
+                    if models_of_batch is None:
+                        exhausted = True
+                        break
+                    pending[submitted] = batch = self._submit(submitted, models_of_batch, seen)
+                    for future in batch.futures:
+                        finished.add(future)
+                    submitted += 1
+                    self.stats.batches = submitted
+                    self.stats.tasks += len(batch.futures)
+                    if self.progress is not None and self.tasks_total is None:
+                        self.progress.total(self.stats.tasks)
+                if delivered == submitted:
+                    break
+                future = next(finished)
+                number, shard = seen.pop(future.key)
+                result = _result(future)
+                future.release()
+                pending[number].results[shard] = result
+                self.stats.task_seconds += result.seconds
+                self.stats.cpu_seconds += result.cpu_seconds
+                self.stats.workers_used.add(result.worker)
+                if self.progress is not None:
+                    self.progress.advance()
+                while delivered in pending and pending[delivered].complete:
+                    batch = pending.pop(delivered)
+                    batch.given.release()
+                    yield from self._merged(batch)
+                    delivered += 1
+        finally:
+            for batch in pending.values():
+                self.client.cancel([f for f in [*batch.futures, batch.given] if not f.done()])
+            self.stats.wall_seconds = time.perf_counter() - start
+        if faults:
+            raise faults[0]
+
+    def _merged(self, batch: _Batch) -> Iterator:
+        """The batch's models, each merged over the shards (global n and residues)."""
+        from hmmgpu.host import flush_to_zero
+        from hmmgpu.search.engine import SearchResult
+        from hmmgpu.stages.merge import merge_results
+
+        for j, (index, hmm, _) in enumerate(batch.models):
+            t0 = time.perf_counter()
+            parts = [part for shard in batch.results for part in shard.parts[j]]
+            counts = None
+            if any(shard.counts[j] is not None for shard in batch.results):
+                counts = _Counts()
+                for shard in batch.results:
+                    msv, bias, vit = shard.counts[j]
+                    counts.n_past_msv += msv
+                    counts.n_past_bias += bias
+                    counts.n_past_vit += vit
+            with flush_to_zero(self.ftz):
+                hits, pipeline = merge_results(hmm, parts, self.ref.n, self.ref.residues, self.options, counts)
+            if pipeline is None:
+                pipeline = hits.__getstate__()["pipeline"]
+            self.stats.merge_seconds += time.perf_counter() - t0
+            self.stats.queries += 1
+            yield SearchResult(index=index, hmm=hmm, hits=hits, pipeline=pipeline)
+
+
+def _result(future):
+    """A finished task's :class:`ShardResult`; its failure as one line."""
+    from distributed import KilledWorker
+
+    try:
+        return future.result()
+    except HmmgpuError:
+        raise
+    except KilledWorker:
+        raise WorkerError("dask workers were lost running the same task again and again (out of memory?); "
+                          "the search stopped") from None
+    except Exception as error:  # noqa: BLE001 - a task's own fault, or the scheduler gone: one line
+        cause = " ".join(str(error).split())
+        raise WorkerError(f"a task on the dask cluster failed: {type(error).__name__}"
+                          + (f": {cause}" if cause else "")) from None
+
+
+def connect(scheduler: str | None = None, scheduler_file: str | None = None, timeout: float | None = None):
+    """A ``dask.distributed.Client`` of the scheduler at the address ``scheduler``, or the one
+    described by dask's ``scheduler_file``; a one-line error when it cannot be reached within
+    ``timeout`` seconds (:data:`CONNECT_SECONDS`)."""
+    import asyncio
+    import json
+
+    timeout = CONNECT_SECONDS if timeout is None else timeout
+    if (scheduler is None) == (scheduler_file is None):
+        raise InputError("give the dask scheduler's address or its scheduler file (one of them)")
+    try:
+        from distributed import Client
+        from distributed.comm import connect as comm_connect
+    except ImportError:
+        raise InputError("a search over a dask cluster needs dask.distributed: pip install 'hmmgpu[dask]'") from None
+    address = scheduler
+    if scheduler_file is not None:
+        try:
+            with open(scheduler_file) as fh:
+                address = json.load(fh)["address"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            reason = getattr(error, "strerror", None) or "not a dask scheduler file"
+            raise InputError(f"--scheduler-file {scheduler_file}: {reason} (`dask scheduler --scheduler-file "
+                             "PATH` writes it)") from None
+
+    async def probe():
+        comm = await comm_connect(address, timeout=timeout)
+        await comm.close()
+
+    try:
+        asyncio.run(probe())
+        return Client(address, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError, ValueError, asyncio.TimeoutError) as error:
+        reason = " ".join(str(error).split())
+        said = "" if not reason or reason.startswith("Timed out") else f" ({reason})"
+        raise HmmgpuError(f"cannot reach the dask scheduler at {address} within {timeout:g} s{said}") from None
+
+
+# ---------------------------------------------------------------- the API and the command line
+def hmmsearch(queries, database, *, client, shards: int | None = None, models_per_batch: int | None = None,
+              ftz: bool = False, progress=None, **options) -> Iterator:
+    """Search each query model against a made database over a dask cluster; yield one
+    pyhmmer ``TopHits`` per query, in order, equal to :func:`hmmgpu.hmmsearch`'s (and to one
+    serial hmmsearch's).
+
+    ``queries``: a pyhmmer ``HMM``, an iterable of them, or an HMM file path. ``database``: a
+    directory made by ``hmmgpu makedb`` that every worker can read at the same path.
+    ``client``: a ``dask.distributed.Client``. ``shards`` and ``models_per_batch`` override
+    how the work is cut (:func:`plan_work`). ``ftz``: pyhmmer's stage in the hmmsearch
+    program's float mode, as ``hmmgpu search`` runs it. Options: pyhmmer's names, as
+    :func:`hmmgpu.hmmsearch` takes them (``backend``: ``auto``, ``hmmer`` or ``numba``)."""
+    from hmmgpu.api import _queries
+    from hmmgpu.formats.checks import check_target_lengths
+    from hmmgpu.formats.hmmfile import model_lengths, read_models
+    from hmmgpu.options import SearchOptions
+
+    search_options = SearchOptions.from_kwargs(**options)
+    if isinstance(queries, (str, os.PathLike)):   # read one model at a time; their lengths planned first
+        path = os.fspath(queries)
+        models, lengths = read_models(path), None if path == "-" else model_lengths(path)
+    else:
+        models = _queries(queries)
+        lengths = [h.M for h in models] if isinstance(models, (list, tuple)) else None
+    opened = open_shared_database(database)
+    check_target_lengths(opened[1])
+    search = ClusterSearch(client, database, search_options, ftz=ftz, model_lengths=lengths, shards=shards,
+                           models_per_batch=models_per_batch, progress=progress, opened=opened)
+    for result in search.search(models):
+        yield result.hits
+
+
+#: The options that say which cluster a search runs on, left out of the command line the
+#: tables' tail records (:func:`local_command_line`).
+CLUSTER_OPTIONS = ("--scheduler", "--scheduler-file")
+
+
+def local_command_line(command_line: str) -> str:
+    """``command_line`` without :data:`CLUSTER_OPTIONS` and their values: the command a
+    search in one process would have been given. The tables' tail records it, so that a
+    search's outputs do not depend on the cluster it ran on."""
+    import shlex
+
+    words, kept = shlex.split(command_line), []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in CLUSTER_OPTIONS:
+            skip = True
+        elif not word.startswith(tuple(option + "=" for option in CLUSTER_OPTIONS)):
+            kept.append(word)
+    return shlex.join(kept)
+
+
+def search_command(hmmfile: str, database: str, options, *, scheduler: str | None, scheduler_file: str | None,
+                   seqformat: str | None, outputs) -> int:
+    """``hmmgpu search --scheduler ADDRESS`` (or ``--scheduler-file PATH``): the models of
+    ``hmmfile`` against the made ``database`` over the cluster, written by ``outputs()`` (the
+    run's :class:`~hmmgpu.report.outputs.RunOutputs`) as a search in one process writes them."""
+    from hmmgpu.formats.checks import check_target_lengths
+    from hmmgpu.formats.hmmfile import model_lengths, read_models
+    from hmmgpu.report.outputs import formatted
+    from hmmgpu.search.routing import cluster_route
+
+    if scheduler is not None and scheduler_file is not None:
+        raise InputError("option --scheduler is incompatible with --scheduler-file")
+    cluster_route(options.run)
+    opened = open_shared_database(database, seqformat)
+    check_target_lengths(opened[1])
+    lengths = None if hmmfile == "-" else model_lengths(hmmfile)
+    client = connect(scheduler, scheduler_file)
+    try:
+        search = ClusterSearch(client, database, options, ftz=True, model_lengths=lengths, opened=opened,
+                               notice=lambda line: print(f"# hmmgpu: {line}", file=sys.stderr))
+        print(f"# hmmgpu {__version__}: {search.description}", file=sys.stderr)
+        if opened[1].looks_like_nucleotide():
+            print(f"hmmgpu: warning: {database} looks like nucleotide sequence; searching it as protein "
+                  "(as hmmsearch would)", file=sys.stderr)
+        with outputs() as out:
+            search.progress = out.progress.row("tasks", search.tasks_total)
+            for blocks in formatted(search.search(read_models(hmmfile)), out.formatter):
+                out.write(blocks)
+    finally:
+        client.close()
+    for line in search.stats.lines():
+        print(f"# hmmgpu: {line}", file=sys.stderr)
+    return 0
+
+
+__all__ = ["hmmsearch", "ClusterSearch", "connect", "plan_work", "search_shard", "DatabaseRef", "Shard"]
