@@ -11,6 +11,16 @@ sampled score equals pyopal's; CUDASW++4's top 10 equal hmmgpu's at the gap cost
 uses (its ``align`` ignores --gop/--gex and scores BLAST's 10/1). Writes
 ``sw_<device>_<date>.json`` and ``.png``; ``--table FILE`` prints the docs' table of a result.
 
+``--e2e`` (GPU) times whole ``hmmgpu sw`` commands against CUDASW++4's ``align``, wall time of
+each process, both on databases made beforehand, top 10 per query: the 20 classic queries
+(hmmgpu from empty kernel and numba caches first: the cold start; then warm, median of
+``--repeats``) and ``--e2e-queries`` real proteins drawn from the database (default 2,000).
+Both score with BLAST's gap costs 10/1 (what CUDASW++4's ``align`` really uses; checked
+against pyopal on a few of its pairs), and every query's top-10 scores are compared. Writes
+``sw_e2e_<device>_<date>.json`` with exactly the keys the issue names and
+``sw_e2e_<device>_<date>.txt`` with the details (every run's time, hmmgpu's ``--stats`` lines,
+the lists that differ).
+
 ``--sass`` (no GPU; ptxas, and nvdisasm for the loop counts) profiles the cell loop of every
 shape of ``tuning.SW_SHAPES`` (``sw_sass_<date>.json``). ``--shape-sweep`` (GPU) times every
 shape (G, Q) on random targets, one tile and three: the data of ``tuning.SW_SHAPE_GCUPS``
@@ -19,8 +29,10 @@ shape (G, Q) on random targets, one tile and three: the data of ``tuning.SW_SHAP
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -56,6 +68,11 @@ def add_arguments(ap) -> None:
     ap.add_argument("--sass", nargs="*", metavar="G,Q", help="profile the cell loop (no GPU): these shapes, or all")
     ap.add_argument("--sass-dir", help="with --sass: write each shape's loop SASS here")
     ap.add_argument("--shape-sweep", action="store_true", help="time every kernel shape on random targets (GPU)")
+    ap.add_argument("--e2e", action="store_true", help="whole commands against CUDASW++4's align, cold and warm (GPU)")
+    ap.add_argument("--e2e-queries", type=int, default=2000, help="with --e2e: real proteins as queries (0: none)")
+    ap.add_argument("--repeats", type=int, default=3, help="with --e2e: warm runs of the 20 queries (median)")
+    ap.add_argument("--streams", type=int, nargs="*", default=[1, 2],
+                    help="streams of the batched scan timed besides the per-query one (default 1 and 2)")
 
 
 def _scanner(db, gap_open: int, gap_extend: int, device: int, **kw):
@@ -120,7 +137,7 @@ def run_cudasw(bin_dir: Path, fasta: Path, queries: Path, work: Path) -> dict:
                 overall_gcups=float(tot.group(2)) if tot else None, top_scores=top)
 
 
-def run_hmmgpu(db, queries, device: int) -> tuple:
+def run_hmmgpu(db, queries, device: int, streams=(1, 2)) -> tuple:
     t = time.perf_counter()
     sc = _scanner(db, GAP_OPEN, GAP_EXTEND, device)
     upload = time.perf_counter() - t
@@ -140,8 +157,19 @@ def run_hmmgpu(db, queries, device: int) -> tuple:
     tot = sum(r["seconds"] for r in per)
     cells = sum(q.size for q in queries) * n_res
     sc.close()
+    batched = {}
+    for n in streams:  # every query in one call: batches, several streams, one wait per batch
+        b = _scanner(db, GAP_OPEN, GAP_EXTEND, device, streams=n)
+        b.scores_many(queries[:1])
+        t = time.perf_counter()
+        got = b.scores_many(queries)
+        dt = time.perf_counter() - t
+        batched[str(n)] = dict(seconds=round(dt, 4), gcups=round(cells / dt / 1e9, 1),
+                               gpu_busy_ms=round(b.last["kernel_ms"], 2), equal=all(np.array_equal(x, y)
+                                                                                  for x, y in zip(got, scores)))
+        b.close()
     return dict(per_query=per, total_seconds=tot, overall_gcups=cells / tot / 1e9, upload_seconds=upload,
-                warmup_seconds=warm, device=sc.description), scores
+                warmup_seconds=warm, device=sc.description, batched_by_streams=batched), scores
 
 
 def _gpu_scores(db, queries, device: int, gap_open: int, gap_extend: int) -> list:
@@ -201,7 +229,7 @@ def bench_database(name, fasta, queries_path, args, res, out: Path, cudasw_bin, 
         try:
             say(f"[{name}] {step} ...")
             if step == "hmmgpu":
-                entry["hmmgpu"], gpu_scores = run_hmmgpu(db, queries, args.device)
+                entry["hmmgpu"], gpu_scores = run_hmmgpu(db, queries, args.device, args.streams)
             elif step == "pyopal":
                 entry["pyopal"], idx, cpu_scores = run_pyopal(db, queries, args.pyopal_targets, args.threads)
                 bad = sum(int((g[idx] != c).sum()) for g, c in zip(gpu_scores, cpu_scores))
@@ -346,7 +374,158 @@ def sass(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- whole commands (--e2e)
+
+#: The e2e JSON's keys, exactly (issue 34).
+E2E_KEYS = ("device", "date", "commit", "queries", "residues", "hmmgpu_s", "cudasw4_s", "hmmgpu_cold_s",
+            "hmmgpu_2000_s", "cudasw4_2000_s", "top10_equal", "top10_total", "command")
+
+
+def _hmmgpu_sw(queries: Path, db: Path, out: Path) -> list:
+    return [sys.executable, "-m", "hmmgpu", "sw", "--outfmt", "6", "--max-hits", "10", "-E", "1e30", "--gapopen",
+            str(CUDASW4_GAP_OPEN), "--gapextend", str(GAP_EXTEND), "--stats", "-o", str(out), str(queries), str(db)]
+
+
+def _cudasw_align(bin_dir: Path, queries: Path, db: Path, out: Path) -> list:
+    return [str(bin_dir / "align"), "--query", str(queries), "--db", str(db), "--top", "10", "--dpx", "--tsv",
+            "--of", str(out)]
+
+
+def _cudasw_top(tsv: Path) -> dict:
+    """CUDASW++4's top scores per query (0-based), with the first word of each target's header."""
+    top = {}
+    for line in tsv.read_text().splitlines()[1:]:
+        f = line.split("\t")
+        top.setdefault(int(f[0]), []).append((int(f[4]), f[6].split()[0] if f[6].split() else ""))
+    return top
+
+
+def _hmmgpu_top(db, queries_fasta: Path, device: int) -> list:
+    """hmmgpu's top-10 raw scores of every query (the API, as the command makes them; the
+    tabular output has bit scores only)."""
+    from hmmgpu.sw.api import SwSearch
+
+    with SwSearch(db, gap_open=CUDASW4_GAP_OPEN, gap_extend=GAP_EXTEND, max_hits=10, evalue=1e30, backend="cuda",
+                  device=device, tracebacks=0) as s:
+        return [[(int(v), n) for v, n in zip(h.score.tolist(), h.target_name.tolist())]
+                for h in s.iter_search(str(queries_fasta))]
+
+
+def _sample_proteins(db, n: int, path: Path, seed: int = 2000) -> Path:
+    from hmmgpu.constants import AMINO_SYMBOLS
+
+    idx = np.sort(np.random.default_rng(seed).choice(np.flatnonzero(np.asarray(db.lengths) > 0), n, replace=False))
+    letters = np.frombuffer(AMINO_SYMBOLS.encode(), np.uint8)
+    with open(path, "wb") as fh:
+        for i in idx.tolist():
+            fh.write(b">" + db.name(i) + b"\n" + letters[np.asarray(db.codes(i))].tobytes() + b"\n")
+    return path
+
+
+def e2e(args) -> int:
+    """Whole ``hmmgpu sw`` commands against CUDASW++4's ``align`` (see the module text)."""
+    from common import median_run, timed
+
+    from hmmgpu.formats.seqdb import open_database
+
+    w = WORKLOADS["sw"]["default"]
+    real = resolve(w["real"])
+    path = result_path(Path(args.out), "sw_e2e")
+    log_path = path.with_suffix(".txt")
+    log = []
+
+    def note(*parts):
+        line = " ".join(str(p) for p in parts)
+        log.append(line)
+        say(line)
+        log_path.write_text("\n".join(log) + "\n")
+
+    head = header("sw --e2e")
+    result = dict.fromkeys(E2E_KEYS)
+    result.update(device=head["device"], date=today(), commit=head["commit"], queries=20)
+    work = Path(tempfile.mkdtemp(prefix="hmmgpu-sw-e2e-"))
+    env = dict(os.environ, HMMGPU_CACHE_DIR=str(work / "cache"), NUMBA_CACHE_DIR=str(work / "numba"))
+    os.environ["HMMGPU_CACHE_DIR"] = env["HMMGPU_CACHE_DIR"]  # this process's own scans use the same kernels
+    note(f"# hmmgpu sw --e2e on {head['device']}, commit {head['commit']}, {head['cores']} cores; work {work}")
+    bin_dir = build_cudasw(args.cudasw, work / "build")
+    q20 = queries_from_tarball(args.cudasw, work)
+    hdb, cdb = work / "hdb", work / "cdb"
+    timed([sys.executable, "-m", "hmmgpu", "makedb", str(real), str(hdb)])
+    cdb.mkdir()
+    timed([str(bin_dir / "makedb"), str(real), str(cdb / "db")])
+    db = open_database(hdb)
+    result["residues"] = int(db.total_residues)
+    qn = _sample_proteins(db, args.e2e_queries, work / f"proteins{args.e2e_queries}.fa") if args.e2e_queries else None
+    cmd20 = _hmmgpu_sw(q20, hdb, work / "h20.tsv")
+    result["command"] = (f"python3 benchmarks/run.py sw --e2e; hmmgpu: {' '.join(cmd20[1:])}; CUDASW++4: "
+                         + " ".join(_cudasw_align(bin_dir, q20, cdb / "db", work / "c20.tsv")))
+    save(result, path)
+    # cold: empty kernel and numba caches (a fresh machine), then the same caches warm
+    cold = timed(cmd20, env)
+    result["hmmgpu_cold_s"] = cold["seconds"]
+    note("hmmgpu cold, 20 queries:", cold["seconds"], "s;", *[f"\n  {x}" for x in cold["stats"]])
+    warm = median_run(cmd20, args.repeats, env)
+    result["hmmgpu_s"] = warm["seconds"]
+    note("hmmgpu warm, 20 queries:", warm.get("all_seconds", warm["seconds"]), "s; median run:",
+         *[f"\n  {x}" for x in warm["stats"]])
+    cud = median_run(_cudasw_align(bin_dir, q20, cdb / "db", work / "c20.tsv"), args.repeats, env)
+    result["cudasw4_s"] = cud["seconds"]
+    note("CUDASW++4 align, 20 queries:", cud.get("all_seconds", cud["seconds"]), "s")
+    save(result, path)
+    tops = [(q20, work / "c20.tsv")]
+    if qn is not None:
+        from hmmgpu.gpu.runtime.device import GpuDevice
+        from hmmgpu.gpu.sw.launch import compile_for
+        from hmmgpu.sw.api import _read_queries
+
+        extra = compile_for([c.size for _, c in _read_queries(qn)], GpuDevice.open(args.device))
+        note(f"{extra} more kernels compiled for the {args.e2e_queries} proteins (not timed)")
+        big = timed(_hmmgpu_sw(qn, hdb, work / "hN.tsv"), env)
+        result["hmmgpu_2000_s"] = big["seconds"]
+        note(f"hmmgpu warm, {args.e2e_queries} queries:", big["seconds"], "s;", *[f"\n  {x}" for x in big["stats"]])
+        cbig = timed(_cudasw_align(bin_dir, qn, cdb / "db", work / "cN.tsv"), env)
+        result["cudasw4_2000_s"] = cbig["seconds"]
+        note(f"CUDASW++4 align, {args.e2e_queries} queries:", cbig["seconds"], "s")
+        tops.append((qn, work / "cN.tsv"))
+        save(result, path)
+    # the comparison: CUDASW++4's gap costs on a few of its pairs, then every query's top 10
+    from hmmgpu.sw.api import _read_queries
+    from hmmgpu.sw.cpu import pair_scores
+    from hmmgpu.sw.matrices import load
+
+    names = {db.name(i).decode(errors="replace"): i for i in range(db.n)}
+    c20 = _cudasw_top(work / "c20.tsv")
+    q20codes = _read_queries(q20)
+    for qi in range(min(5, len(q20codes))):
+        score, name = c20.get(qi, [(None, "")])[0]
+        if name in names:
+            t = db.codes(names[name])
+            got = {f"{o}/{e}": int(pair_scores(q20codes[qi][1], [t], load("BLOSUM62"), o, e)[0]) for o, e in ((10, 1),
+                                                                                                             (11, 1))}
+            note(f"gap costs: query {qi} x {name}: CUDASW++4 {score}, pyopal (BLAST's open/extend) {got}")
+    equal = total = 0
+    for queries_fasta, tsv in tops:
+        theirs = _cudasw_top(tsv)
+        ours = _hmmgpu_top(db, queries_fasta, args.device)
+        for qi, hits in enumerate(ours):
+            a = sorted((v for v, _ in hits), reverse=True)
+            b = sorted((v for v, _ in theirs.get(qi, [])), reverse=True)
+            total += 1
+            if a == b:
+                equal += 1
+            else:
+                note(f"top 10 differ, {queries_fasta.name} query {qi}: hmmgpu {hits} CUDASW++4 {theirs.get(qi, [])}")
+    result.update(top10_equal=equal, top10_total=total)
+    note(f"top-10 score lists equal for {equal} of {total} queries")
+    save(result, path)
+    assert tuple(result) == E2E_KEYS
+    say(json.dumps(result, indent=1))
+    return 0
+
+
 def main(args) -> int:
+    if args.e2e:
+        return e2e(args)
     if args.table:
         print(table(json.loads(args.table.read_text())))
         return 0

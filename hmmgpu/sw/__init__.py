@@ -8,7 +8,7 @@ queries.
 """
 from __future__ import annotations
 
-_API = ("search", "SwSearch", "QueryHits", "SwParams", "Alignment")
+_API = ("search", "SwSearch", "QueryHits", "SwParams", "SwStats", "Alignment")
 #: The substitution matrices (NCBI's), by name.
 MATRICES = ("BLOSUM45", "BLOSUM50", "BLOSUM62", "BLOSUM80", "PAM30", "PAM70", "PAM250")
 

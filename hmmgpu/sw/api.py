@@ -10,7 +10,11 @@ an exact traceback (:mod:`.traceback`) that must reproduce the scan's score.
 """
 from __future__ import annotations
 
+import math
 import os
+import queue
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -99,20 +103,6 @@ class QueryHits:
         })
 
 
-def _column_counts(alns, q, db, by_code):
-    out = np.zeros((6, len(alns)), np.int64)
-    for r, (ti, aln) in enumerate(alns):
-        qa, ta = aln.columns(q, db.codes(ti))
-        both = (qa >= 0) & (ta >= 0)
-        same = both & (qa == ta)
-        pos = np.zeros(both.size, bool)
-        pos[both] = by_code[qa[both], ta[both]] > 0
-        ops = aln.ops
-        runs = int(np.count_nonzero((ops != 0) & np.concatenate([[True], ops[1:] != ops[:-1]])))
-        out[:, r] = (ops.size, same.sum(), pos.sum(), both.sum() - same.sum(), runs, ops.size - both.sum())
-    return out
-
-
 def query_codes(seq) -> np.ndarray:
     """Easel codes of a query given as text (letters of either case, ``*``); HmmgpuError otherwise."""
     raw = seq.encode() if isinstance(seq, str) else bytes(seq)
@@ -173,18 +163,149 @@ def _read_queries(queries) -> list:
     return out
 
 
+#: Cells (query residues x target residues) of one traceback task at least: a query's hits go to
+#: the threads in groups of about this much work (one hit per task for long queries).
+TRACEBACK_TASK_CELLS = 4_000_000
+#: Queries whose hits are selected but not yet handed to the caller, at most (the scan waits).
+MAX_PENDING_QUERIES = 512
+#: The queries are scanned in windows of this many, the longest of a window first, so that
+#: the costliest tracebacks run beside the scans of the rest instead of after the last scan
+#: (hits are still handed out in query order; at most MAX_PENDING_QUERIES).
+SCAN_WINDOW = 256
+
+
+class SwStats:
+    """Where a search's time went (``hmmgpu sw --stats``): seconds per step, thread-safe.
+
+    Steps overlap: the scan runs in a thread beside the tracebacks (a pool of threads) and the
+    caller's output, so the steps need not add up to the wall time. ``GPU scan`` is the union
+    of the GPU's busy intervals measured with CUDA events; ``tracebacks`` is busy time summed
+    over the threads; ``waiting`` is the time the caller waited for the next query's hits.
+    """
+
+    STEPS = ("reading", "database", "GPU set-up", "kernels compiled", "profiles", "GPU scan", "scan (pyopal)",
+             "rescoring", "selection", "tracebacks", "formatting", "waiting")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.seconds = dict.fromkeys(self.STEPS, 0.0)
+        self.counts = dict(queries=0, query_residues=0, targets=0, residues=0, batches=0, hits=0, traced=0,
+                           rescored=0, kernels_compiled=0)
+        self.gpu_intervals: list = []
+        self.threads = 1
+        self.backend = ""
+        self.gpu = False
+        self.started = time.perf_counter()
+        self.wall = 0.0
+
+    def add(self, step: str, seconds: float) -> None:
+        with self._lock:
+            self.seconds[step] = self.seconds.get(step, 0.0) + float(seconds)
+
+    def count(self, key: str, n: int) -> None:
+        with self._lock:
+            self.counts[key] = self.counts.get(key, 0) + int(n)
+
+    def gpu_seconds(self) -> float:
+        """The union of the GPU's busy intervals (seconds)."""
+        from hmmgpu.gpu.sw.launch import _union_ms
+
+        return _union_ms(self.gpu_intervals) / 1e3
+
+    def lines(self) -> list:
+        """Two or three lines (without a prefix) for the end of a run."""
+        c, s = self.counts, dict(self.seconds)
+        cells = float(c["query_residues"]) * float(c["residues"])
+        wall = self.wall or (time.perf_counter() - self.started)
+        gpu = self.gpu_seconds()
+        s["GPU scan"] = gpu
+        rate = lambda t: f" ({cells / t / 1e9:,.0f} GCUPS)" if t > 0 and cells else ""  # noqa: E731
+        notes = {"GPU scan": " (CUDA events)" + rate(gpu), "scan (pyopal)": rate(s["scan (pyopal)"]),
+                 "rescoring": f" ({c['rescored']} targets)",
+                 "tracebacks": f" (busy, {self.threads} thread{'s' * (self.threads > 1)})",
+                 "kernels compiled": f" ({c['kernels_compiled']})"}
+        always = ("GPU scan" if self.gpu else "scan (pyopal)", "profiles" if self.gpu else "", "selection",
+                  "tracebacks", "formatting")
+        if not c["kernels_compiled"]:
+            s["kernels compiled"] = 0.0
+        shown = [f"{step} {s[step]:.2f} s{notes.get(step, '')}" for step in self.STEPS if s[step] > 0 or step in always]
+        return [
+            f"{c['queries']} quer{'y' if c['queries'] == 1 else 'ies'} ({c['query_residues']:,} residues) x "
+            f"{c['targets']:,} targets ({c['residues']:,} residues): {cells:.3g} cells in {c['batches']} "
+            f"batch{'es' * (c['batches'] != 1)}; {c['hits']:,} hits, {c['traced']:,} traced back; {self.backend}",
+            f"wall {wall:.2f} s: " + ", ".join(shown),
+            "steps overlap (scans in a thread, tracebacks in a pool, output in the main thread): they need not "
+            "add up to the wall time",
+        ]
+
+
+def min_score(ka: KarlinAltschul, space: float, evalue: float) -> int:
+    """The smallest positive raw score whose E-value (``ka.evalues``) is at most ``evalue``:
+    E-values fall as scores rise, so a hit's E-value test is a score threshold."""
+    def passes(v):
+        return float(ka.evalues(np.array([v]), space)[0]) <= evalue
+
+    guess = math.log(max(ka.K * space / evalue, 1e-300)) / ka.lam
+    v = max(1, int(math.floor(guess)) - 2) if math.isfinite(guess) else 1
+    while v > 1 and passes(v - 1):
+        v -= 1
+    while not passes(v):
+        v += 1
+    return v
+
+
+def select(scores: np.ndarray, positions: np.ndarray, thresholds, k: int) -> list:
+    """Each row's hits: (database indices, scores) of the at most ``k`` targets scoring at least
+    the row's threshold, best first (score, then database index). ``scores``: a batch of rows
+    over the columns ``positions``. One comparison over the whole batch finds the targets at or
+    above their row's threshold (few, for a threshold from an E-value); only where a row has
+    more than ``k`` of them are they partitioned to the best ``k`` (ties at the k-th score all
+    kept), and only those are sorted."""
+    b, n = scores.shape
+    thr = np.minimum(np.asarray(thresholds, np.int64), np.iinfo(scores.dtype).max).astype(scores.dtype)
+    rows, cols = np.nonzero(scores >= thr.reshape(b, 1))
+    bounds = np.searchsorted(rows, np.arange(b + 1))
+    out = []
+    for r in range(b):
+        c = cols[bounds[r]:bounds[r + 1]]
+        sc = scores[r, c]
+        if c.size > k:
+            kth = np.partition(sc, c.size - k)[c.size - k]
+            keep = sc >= kth
+            c, sc = c[keep], sc[keep]
+        idx = positions[c].astype(np.int64)
+        order = np.lexsort((idx, -sc.astype(np.int64)))[:k]
+        out.append((idx[order], sc[order].astype(np.int32)))
+    return out
+
+
+class _Selected:
+    """One query's selected hits and the futures of their tracebacks (in hit order)."""
+
+    __slots__ = ("name", "q", "space", "idx", "sc", "futures", "traced")
+
+    def __init__(self, name, q, space, idx, sc, futures, traced):
+        self.name, self.q, self.space, self.idx, self.sc, self.futures, self.traced = \
+            name, q, space, idx, sc, futures, traced
+
+
 class SwSearch:
     """A database opened for Smith-Waterman searches (resident on the GPU with backend cuda).
 
     Keyword arguments hold every default: BLOSUM62, BLAST's gap costs 11/1 (a gap of length
     k costs ``gap_open + k * gap_extend``), at most 500 hits per query with E-value <= 10.
     ``backend`` "auto" uses the GPU when one is found, else pyopal on ``threads`` CPU threads.
+    ``tracebacks``: hits traced back per query (default all; the report shows only
+    ``alignments``): the hits after them keep their scores and E-values, with coordinates and
+    counts 0 and no alignment. Tracebacks run on ``threads`` threads (default: every core).
     """
 
     def __init__(self, database, *, matrix: MatrixName = "BLOSUM62", gap_open: int = 11, gap_extend: int = 1,
                  max_hits: int = 500, evalue: float = 10.0, backend: Backend = "auto", device: int = 0,
-                 threads: int | None = None, alignments: int = 50):
+                 threads: int | None = None, alignments: int = 50, tracebacks: int | None = None,
+                 stats: SwStats | None = None, scanner=None):
         from hmmgpu.formats.seqdb import SequenceDB, open_database
+        from hmmgpu.host import usable_cores
 
         self.params = SwParams.resolve(matrix, gap_open, gap_extend)
         if isinstance(max_hits, bool) or not isinstance(max_hits, (int, np.integer)) or max_hits < 1:
@@ -197,31 +318,50 @@ class SwSearch:
         self.max_hits = int(max_hits)
         self.evalue = float(evalue)
         self.alignments = int(alignments)
+        self.tracebacks = None if tracebacks is None else max(0, int(tracebacks))
+        self.stats = stats or SwStats()
+        self.threads = int(threads or usable_cores())
+        self.stats.threads = self.threads
+        _warm_tracebacks()
+        t = time.perf_counter()
         self.db = database if isinstance(database, SequenceDB) else open_database(database)
         self.n_residues = int(self.db.total_residues)
-        if backend == "auto":
-            from hmmgpu.gpu.runtime.context import cuda_available
+        self.stats.add("database", time.perf_counter() - t)
+        if scanner is not None:  # tests and benchmarks: an object with batches(), scores_many(), close()
+            self.scanner = scanner
+            self.notice = f"Smith-Waterman on {getattr(scanner, 'description', type(scanner).__name__)}"
+            backend = getattr(scanner, "backend", "cpu")
+        else:
+            backend = self._open_scanner(backend, device, threads)
+        self.backend = backend
+        self.stats.backend = self.notice
+        self.stats.gpu = backend == "cuda"
+        self._pool = None
 
+    def _open_scanner(self, backend: str, device: int, threads) -> str:
+        """Open the GPU scanner (database uploaded) or pyopal's; returns the backend used."""
+        from hmmgpu.gpu.runtime.context import cuda_available
+
+        if backend == "auto":
             backend = "cuda" if cuda_available(device) else "cpu"
+        params = self.params
         if backend == "cuda":
-            from hmmgpu.gpu.runtime.context import cuda_available
             from hmmgpu.gpu.sw.launch import GpuScanner
+            from hmmgpu.sw.cpu import rescorer
 
             if not cuda_available(device):
                 raise HmmgpuError(f"backend cuda: no usable CUDA GPU with id {device}")
-            from hmmgpu.sw.cpu import rescorer
-
-            params = self.params
+            t = time.perf_counter()
             self.scanner = GpuScanner(self.db, params.matrix, params.gap_open, params.gap_extend, device=device,
                                       rescore=rescorer(self.db, params.matrix, params.gap_open, params.gap_extend))
             self.notice = f"Smith-Waterman on {self.scanner.description}"
+            self.stats.add("GPU set-up", time.perf_counter() - t)
         else:
             from hmmgpu.sw.cpu import CpuScanner
 
-            self.scanner = CpuScanner(self.db, self.params.matrix, self.params.gap_open, self.params.gap_extend,
-                                      threads=threads)
+            self.scanner = CpuScanner(self.db, params.matrix, params.gap_open, params.gap_extend, threads=threads)
             self.notice = f"Smith-Waterman on the CPU (pyopal, {self.scanner.threads} threads)"
-        self.backend = backend
+        return backend
 
     def __enter__(self):
         return self
@@ -230,8 +370,18 @@ class SwSearch:
         self.close()
 
     def close(self) -> None:
-        """Free the scanner's resources (thread pool, device memory)."""
+        """Free the scanner's resources (thread pools, device memory)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
         self.scanner.close()
+
+    def _threads(self):
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="hmmgpu-sw-traceback")
+        return self._pool
 
     def scores(self, query) -> np.ndarray:
         """Every target's optimal local score against ``query`` (text or Easel codes; int32 by index)."""
@@ -245,42 +395,220 @@ class SwSearch:
         return list(self.iter_search(queries))
 
     def iter_search(self, queries):
-        """As :meth:`search`, one :class:`QueryHits` at a time."""
-        qs = _read_queries(queries)
-        codes = [c for _, c in qs]
-        for (name, q), scores in zip(qs, self.scanner.scores_many(codes)):
-            yield self.hits(name, q, scores)
+        """As :meth:`search`, one :class:`QueryHits` at a time, in query order.
 
-    def hits(self, name: str, q: np.ndarray, scores: np.ndarray) -> QueryHits:
-        """The hit list of one query from its scan scores (statistics, selection, tracebacks)."""
+        The queries are scanned in batches in a thread (:meth:`GpuScanner.batches
+        <hmmgpu.gpu.sw.launch.GpuScanner.batches>`), window by window of :data:`SCAN_WINDOW`
+        queries, the longest of a window first; as each batch's scores arrive, every query's
+        hits are selected from them and their tracebacks handed to a pool of threads; this
+        generator waits only for the query it yields next, so the scans of later batches, the
+        tracebacks and the caller's work on the hits all overlap."""
+        t = time.perf_counter()
+        qs = _read_queries(queries)
+        self.stats.add("reading", time.perf_counter() - t)
+        yield from _Pipeline(self, qs).run()
+
+    def _space(self, m: int) -> float:
+        return self.params.ka.search_space(m, self.n_residues, self.db.n)
+
+    def _traced(self, h: int) -> int:
+        return h if self.tracebacks is None else min(h, self.tracebacks)
+
+    def _submit(self, q, idx, sc, traced, pool) -> list:
+        """Traceback tasks of the first ``traced`` hits, a few hits per task (about
+        :data:`TRACEBACK_TASK_CELLS` cells), in hit order: [(hits in it, future)]."""
+        tasks, group, cells = [], [], 0
+        lengths = self.db.lengths
+        profile = None
+        for ti, s in zip(idx[:traced].tolist(), sc[:traced].tolist()):
+            group.append((ti, s))
+            cells += int(q.size) * int(lengths[ti])
+            if cells >= TRACEBACK_TASK_CELLS:
+                tasks.append(group)
+                group, cells = [], 0
+        if group:
+            tasks.append(group)
+        if tasks:
+            from hmmgpu.sw.traceback import query_profile
+
+            profile = query_profile(q, self.params.matrix.by_code)
+        return [(len(g), pool.submit(self._trace, q, profile, g)) for g in tasks]
+
+    def _trace(self, q, profile, group) -> list:
+        """(alignment, counts) of each (target index, scan score) of ``group`` (a pool task)."""
+        t = time.perf_counter()
         p = self.params
-        space = p.ka.search_space(q.size, self.n_residues, self.db.n)
-        cand = np.flatnonzero(scores > 0)
-        ev = p.ka.evalues(scores[cand], space)
-        keep = ev <= self.evalue
-        cand, ev = cand[keep], ev[keep]
-        order = np.lexsort((cand, -scores[cand]))[: self.max_hits]
-        idx = cand[order].astype(np.int64)
-        sc = scores[idx].astype(np.int32)
-        alns = []
-        for ti, s in zip(idx.tolist(), sc.tolist()):
-            aln = align(q, self.db.codes(ti), p.matrix.by_code, p.gap_open, p.gap_extend)
+        out = []
+        for ti, s in group:
+            target = self.db.codes(ti)
+            aln = align(q, target, p.matrix.by_code, p.gap_open, p.gap_extend, profile=profile)
             if aln.score != s:
                 raise HmmgpuError(f"internal error: traceback score {aln.score} differs from the scan's {s} "
                                   f"for target {self.db.name(ti)!r}")
+            out.append((aln, aln.counts(q, target, p.matrix.by_code)))
+        self.stats.add("tracebacks", time.perf_counter() - t)
+        return out
+
+    def _hits(self, sel: _Selected) -> QueryHits:
+        """A query's :class:`QueryHits` once its tracebacks are done."""
+        p = self.params
+        traced = []
+        for _, fut in sel.futures:
+            traced += fut.result()
+        h = int(sel.idx.size)
+        counts = np.zeros((6, h), np.int64)
+        coords = np.zeros((4, h), np.int64)
+        alns = []
+        for r, (aln, cnt) in enumerate(traced):
+            counts[:, r] = cnt
+            coords[:, r] = (aln.q_start, aln.q_end, aln.t_start, aln.t_end)
             alns.append(aln)
-        counts = _column_counts(list(zip(idx.tolist(), alns)), q, self.db, p.matrix.by_code)
-        names = np.array([self.db.name(i).decode(errors="replace") for i in idx.tolist()], dtype=object)
+        names = np.array([self.db.name(i).decode(errors="replace") for i in sel.idx.tolist()], dtype=object)
+        sc = sel.sc
+        return QueryHits(query_name=sel.name, query_length=int(sel.q.size), query_codes=sel.q,
+                         search_space=sel.space, target_index=sel.idx, target_name=names, score=sc,
+                         bits=p.ka.bit_scores(sc), evalue=p.ka.evalues(sc, sel.space), q_start=coords[0],
+                         q_end=coords[1], t_start=coords[2], t_end=coords[3], length=counts[0],
+                         identities=counts[1], positives=counts[2], mismatch=counts[3], gapopen=counts[4],
+                         gaps=counts[5], alignments=alns)
 
-        def coord(attr):
-            return np.array([getattr(a, attr) for a in alns], dtype=np.int64)
+    def hits(self, name: str, q: np.ndarray, scores: np.ndarray) -> QueryHits:
+        """The hit list of one query from its scan scores by database index (statistics,
+        selection, tracebacks), as :meth:`iter_search` makes it."""
+        from concurrent.futures import Future
 
-        return QueryHits(query_name=name, query_length=int(q.size), query_codes=q, search_space=space,
-                         target_index=idx, target_name=names, score=sc, bits=p.ka.bit_scores(sc),
-                         evalue=p.ka.evalues(sc, space), q_start=coord("q_start"), q_end=coord("q_end"),
-                         t_start=coord("t_start"), t_end=coord("t_end"), length=counts[0], identities=counts[1],
-                         positives=counts[2], mismatch=counts[3], gapopen=counts[4], gaps=counts[5],
-                         alignments=alns)
+        q = np.asarray(q, np.uint8)
+        space = self._space(q.size)
+        (idx, sc), = select(np.asarray(scores, np.int32)[None, :], np.arange(scores.size, dtype=np.int64),
+                            [min_score(self.params.ka, space, self.evalue)], self.max_hits)
+        traced = self._traced(idx.size)
+        fut = Future()
+        fut.set_result(self._trace(q, None, list(zip(idx[:traced].tolist(), sc[:traced].tolist()))) if traced else [])
+        return self._hits(_Selected(name, q, space, idx, sc, [(traced, fut)], traced))
+
+
+class _Pipeline:
+    """One :meth:`SwSearch.iter_search` call: the scan thread (batches, selection, tracebacks
+    handed to the pool) and the caller's generator (hits in query order)."""
+
+    _END = object()
+
+    def __init__(self, search: SwSearch, qs: list):
+        self.s = search
+        self.qs = qs
+        lengths = np.array([q.size for _, q in qs], np.int64)
+        #: scan order: window by window, longest query first (stable)
+        self.order = np.concatenate([w + np.argsort(-lengths[w:w + SCAN_WINDOW], kind="stable")
+                                     for w in range(0, len(qs), SCAN_WINDOW)]) if qs else np.zeros(0, np.int64)
+        self.out = queue.Queue()
+        self.stop = threading.Event()
+        self.room = threading.BoundedSemaphore(MAX_PENDING_QUERIES)
+
+    def _scan(self) -> None:
+        s, st = self.s, self.s.stats
+        pool = s._threads()
+        ka = s.params.ka
+        codes = [self.qs[i][1] for i in self.order.tolist()]
+        try:
+            batches = s.scanner.batches(codes)
+            try:
+                for batch in batches:
+                    if self.stop.is_set():
+                        break
+                    t = time.perf_counter()
+                    st.count("batches", 1)
+                    st.add("profiles", batch.profile_seconds)
+                    st.add("scan (pyopal)", batch.scan_seconds)
+                    st.add("rescoring", batch.rescore_seconds)
+                    st.count("rescored", batch.rescored)
+                    st.gpu_intervals += batch.gpu_intervals
+                    rows = self.order[batch.start:batch.start + len(batch)].tolist()
+                    spaces = [s._space(self.qs[i][1].size) for i in rows]
+                    chosen = select(batch.scores, batch.positions,
+                                    [min_score(ka, sp, s.evalue) for sp in spaces], s.max_hits)
+                    del batch
+                    st.add("selection", time.perf_counter() - t)
+                    for i, space, (idx, sc) in zip(rows, spaces, chosen):
+                        while not self.room.acquire(timeout=0.1):
+                            if self.stop.is_set():
+                                return
+                        name, q = self.qs[i]
+                        traced = s._traced(idx.size)
+                        st.count("hits", idx.size)
+                        st.count("traced", traced)
+                        self.out.put((i, _Selected(name, q, space, idx, sc, s._submit(q, idx, sc, traced, pool),
+                                                   traced)))
+            finally:
+                batches.close()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self.out.put(exc)
+            return
+        self.out.put(self._END)
+
+    def run(self):
+        s, st = self.s, self.s.stats
+        c = [q for _, q in self.qs]
+        st.count("queries", len(c))
+        st.count("query_residues", sum(int(q.size) for q in c))
+        st.counts["targets"], st.counts["residues"] = int(s.db.n), int(s.n_residues)
+        if hasattr(s.scanner, "compile_ahead"):
+            t = time.perf_counter()
+            st.count("kernels_compiled", s.scanner.compile_ahead(c))
+            st.add("kernels compiled", time.perf_counter() - t)
+        thread = threading.Thread(target=self._scan, name="hmmgpu-sw-scan", daemon=True)
+        thread.start()
+        ready = {}  # selected out of query order, by query index
+        try:
+            for i in range(len(self.qs)):
+                t = time.perf_counter()
+                while i not in ready:
+                    item = self.out.get()
+                    if item is self._END:
+                        raise RuntimeError("internal error: the scan ended before every query's hits")
+                    if isinstance(item, BaseException):
+                        raise item
+                    ready[item[0]] = item[1]
+                hits = s._hits(ready.pop(i))
+                st.add("waiting", time.perf_counter() - t)
+                self.room.release()
+                yield hits
+        finally:
+            self.stop.set()
+            if thread.is_alive():
+                while True:  # unblock the scan thread
+                    try:
+                        item = self.out.get(timeout=0.05)
+                    except queue.Empty:
+                        if not thread.is_alive():
+                            break
+                        continue
+                    if isinstance(item, tuple):
+                        ready[item[0]] = item[1]
+                    if item is self._END or isinstance(item, BaseException):
+                        break
+                thread.join()
+            for sel in ready.values():
+                for _, fut in sel.futures:
+                    fut.cancel()
+
+
+def _warm_tracebacks() -> None:
+    """Import numba and load the traceback passes in a thread (once per process)."""
+    global _WARMING
+    if _WARMING is None:
+        from hmmgpu.sw.traceback import warm
+
+        def run():
+            try:
+                warm()
+            except Exception:  # noqa: BLE001 - the first traceback reports it
+                pass
+
+        _WARMING = threading.Thread(target=run, name="hmmgpu-sw-numba", daemon=True)
+        _WARMING.start()
+
+
+_WARMING = None
 
 
 def search(queries, database, *, matrix: MatrixName = "BLOSUM62", gap_open: int = 11, gap_extend: int = 1,
@@ -297,4 +625,4 @@ def search(queries, database, *, matrix: MatrixName = "BLOSUM62", gap_open: int 
         return s.search(queries)
 
 
-__all__ = ["search", "SwSearch", "QueryHits", "SwParams", "Alignment", "Backend"]
+__all__ = ["search", "SwSearch", "QueryHits", "SwParams", "SwStats", "Alignment", "Backend"]

@@ -34,7 +34,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],
                    help="where the scan runs (default: the GPU if one is found, else pyopal on the CPU)")
     p.add_argument("--device", type=int, default=None, help="CUDA device id (default 0)")
-    p.add_argument("--cpu", type=int, default=None, dest="threads", help="CPU threads of the CPU route")
+    p.add_argument("--cpu", type=int, default=None, dest="threads",
+                   help="CPU threads: the scan on the CPU route, the tracebacks on both (default: every core)")
+    p.add_argument("--stats", action="store_true",
+                   help="print where the time went on standard error (lines starting '# hmmgpu sw:')")
     return p
 
 
@@ -43,25 +46,41 @@ def run(args) -> int:
 
     The output (``-o``) is written as ``hmmgpu search`` writes its outputs: to a temporary file
     beside it, renamed into place when every query is done (a failed or interrupted run leaves
-    an existing file as it was), and refused when it names an input.
+    an existing file as it was), and refused when it names an input. The report (``--outfmt
+    0``) traces back only the hits whose alignments it shows (``--alignments``); tabular rows
+    need every hit's.
     """
     import io
+    import threading
 
+    started = getattr(args, "started", None) or time.perf_counter()
     from hmmgpu._version import __version__
     from hmmgpu.formats.outfiles import OutputFiles, refuse_inputs
     from hmmgpu.sw.output import format_report, write_tabular
-    from hmmgpu.sw.api import SwSearch, _read_queries, check_threads, looks_like_nucleotide
+    from hmmgpu.sw.api import SwSearch, SwStats, _read_queries, _warm_tracebacks, check_threads, looks_like_nucleotide
 
     try:
         check_threads(args.threads)
         refuse_inputs({"-o": args.output}, (args.queries, args.db))
+        _warm_tracebacks()  # numba's import and the traceback passes' load, in a thread from the start
+        device = 0 if args.device is None else args.device
+        if args.backend != "cpu":  # the driver's start-up and the device's context beside the reading
+            from hmmgpu.gpu.runtime.context import open_primary_context
+
+            threading.Thread(target=open_primary_context, args=(device,), daemon=True).start()
+        stats = SwStats()
+        stats.started = started
         with OutputFiles() as files:
             out = io.TextIOWrapper(files.open(args.output, "-o"), encoding="utf-8") if args.output else sys.stdout
+            t = time.perf_counter()
             queries = _read_queries(args.queries)
-            device = 0 if args.device is None else args.device
+            stats.add("reading", time.perf_counter() - t)
+            if args.backend != "cpu":
+                _compile_kernels(queries, device, stats)
             with SwSearch(args.db, matrix=args.matrix, gap_open=args.gapopen, gap_extend=args.gapextend,
                           max_hits=args.max_hits, evalue=args.evalue, backend=args.backend, device=device,
-                          threads=args.threads, alignments=args.alignments) as s:
+                          threads=args.threads, alignments=args.alignments,
+                          tracebacks=None if args.outfmt == 6 else max(args.alignments, 0), stats=stats) as s:
                 print(f"# hmmgpu {__version__}: {s.notice}", file=sys.stderr)
                 for path, nucleotide in ((args.queries, looks_like_nucleotide(queries)),
                                          (args.db, s.db.looks_like_nucleotide())):
@@ -70,15 +89,21 @@ def run(args) -> int:
                               file=sys.stderr)
                 start = time.perf_counter()
                 for hits in s.iter_search(queries):
+                    t = time.perf_counter()
                     if args.outfmt == 6:
                         write_tabular(out, hits)
                     else:
                         out.write(format_report(hits, s.db, s.params, args.alignments))
                     out.flush()
+                    stats.add("formatting", time.perf_counter() - t)
                 if args.outfmt != 6:
                     out.write(f"[ok] {len(queries)} quer{'y' if len(queries) == 1 else 'ies'} in "
                               f"{time.perf_counter() - start:.2f}s\n")
                 out.flush()
+        if args.stats:
+            stats.wall = time.perf_counter() - started
+            for line in stats.lines():
+                print(f"# hmmgpu sw: {line}", file=sys.stderr)
     except HmmgpuError as e:
         print(f"hmmgpu: error: {e}", file=sys.stderr)
         return 2
@@ -86,6 +111,22 @@ def run(args) -> int:
         print(f"hmmgpu: error: {e.filename or ''}: {e.strerror or e}".replace(": :", ":"), file=sys.stderr)
         return 2
     return 0
+
+
+def _compile_kernels(queries, device: int, stats) -> None:
+    """On a GPU, compile the kernels the queries need that the cache lacks (a fresh machine
+    without ``hmmgpu warmup``), all at once in parallel processes, before the database's upload
+    needs the first of them."""
+    from hmmgpu.gpu.runtime.context import cuda_available
+
+    if not cuda_available(device):
+        return  # the CPU route ("auto"), or SwSearch reports the missing device ("cuda")
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from hmmgpu.gpu.sw.launch import compile_for
+
+    t = time.perf_counter()
+    stats.count("kernels_compiled", compile_for([q.size for _, q in queries], GpuDevice.open(device)))
+    stats.add("kernels compiled", time.perf_counter() - t)
 
 
 def main(argv=None) -> int:

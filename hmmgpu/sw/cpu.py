@@ -10,6 +10,7 @@ becomes pyopal's ``open + extend / extend``.
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 
@@ -106,6 +107,22 @@ class CpuScanner:
     def scores_many(self, queries) -> list:
         """:meth:`scores` of every query."""
         return [self.scores(q) for q in queries]
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Database index of each column of a batch: the database order."""
+        return np.arange(self.db.n, dtype=np.int64)
+
+    def batches(self, queries, plan=None):
+        """:class:`~hmmgpu.gpu.sw.batches.ScoreBatch` of one query at a time (pyopal threads
+        over the targets), as :meth:`hmmgpu.gpu.sw.launch.GpuScanner.batches` gives them."""
+        from hmmgpu.gpu.sw.batches import ScoreBatch
+
+        positions = self.positions
+        for i, q in enumerate(queries):
+            t = time.perf_counter()
+            row = self.scores(q)
+            yield ScoreBatch(start=i, scores=row[None, :], positions=positions, scan_seconds=time.perf_counter() - t)
 
     def close(self) -> None:
         """Stop the thread pool."""

@@ -115,8 +115,114 @@ def reused_buffers(db, q):
     for batch in ([q[:9]], [q], [q[:9], q, q]):
         for b, got in zip(batch, sc.scores_many(batch)):
             assert np.array_equal(got, want[b.size]), "a repeated query scored differently"
-        assert not sc.counters.copy_to_host().any(), "work counters not back at zero"
+        assert not any(c.copy_to_host().any() for c in sc.counters), "work counters not back at zero"
     return rep
+
+
+def check_batches(scanner, queries, db, plan=None, matrix="BLOSUM62", gap_open=11, gap_extend=1):
+    """:meth:`GpuScanner.batches` over ``queries``: batches in order, covering every query
+    once, the rows by position equal parasail's scores of the targets at those positions."""
+    got, starts, rescored = [None] * len(queries), [], 0
+    for batch in scanner.batches(queries, plan=plan):
+        starts.append((batch.start, len(batch)))
+        rescored += batch.rescored
+        assert batch.scores.shape == (len(batch), scanner.positions.size)
+        for r, row in enumerate(batch.scores):
+            got[batch.start + r] = (row, batch.positions)
+    assert [s for s, _ in starts] == sorted(s for s, _ in starts) and sum(n for _, n in starts) == len(queries)
+    for q, (row, positions) in zip(queries, got):
+        ref = parasail_scores(q, db, matrix, gap_open, gap_extend)
+        bad = np.flatnonzero(row != ref[positions])
+        if bad.size:
+            raise AssertionError(f"{bad.size} batched scores differ from parasail, e.g. position {bad[0]}: "
+                                 f"{row[bad[0]]} vs {ref[positions[bad[0]]]}")
+    return dict(queries=len(queries), rows=[n for _, n in starts], rescored=rescored)
+
+
+def batched_checks():
+    """The batched path: mixed-length queries (one tile and several, the kernel each picks, and a
+    forced narrow shape) in batches over three streams (a stream with no query too), saturated
+    targets in a batch rescored, a chunked database, and the plan's batches."""
+    from hmmgpu.gpu.sw import batches
+    from hmmgpu.gpu.sw.launch import GpuScanner, stream_groups
+    from hmmgpu.sw.cpu import rescorer
+    from hmmgpu.sw.matrices import load
+
+    m = load("BLOSUM62")
+    q, db = tiny_case(7, 5, 24, 40)
+    mixed = [q[:3], q, q[:1], q[5:35]]
+    out = []
+    sc = GpuScanner(db, m, 11, 1, streams=3)
+    out.append(("batches, kernel per query, 3 streams", check_batches(sc, mixed, db, plan=[(0, 2), (2, 3), (3, 4)])))
+    assert not any(c.copy_to_host().any() for c in sc.counters), "work counters not back at zero"
+    out.append(("batches, tiled (g8 q2), one stream idle",
+                check_batches(GpuScanner(db, m, 11, 1, shape=(8, 2), streams=3), mixed[:2], db, plan=[(0, 2)])))
+    rep = check_batches(GpuScanner(db, m, 11, 1, limit=25, rescore=rescorer(db, m, 11, 1), shape=(8, 2)),
+                        mixed, db, plan=[(0, 3), (3, 4)])
+    assert rep["rescored"] > 0, "no saturated target in the batches"
+    out.append(("batches, tiled, saturated targets rescored", rep))
+    ch = GpuScanner(db, m, 11, 1, max_bytes=150, shape=(8, 2))
+    assert ch.resident.n_chunks > 1
+    out.append(("batches, chunked database, tiled", check_batches(ch, mixed, db, plan=[(0, 1), (1, 4)])))
+    # the plan: every query once, in order; rows capped by memory
+    lens = [5, 900, 3000, 40, 40, 40, 7000, 1]
+    for cells, rows in ((1e6, 100), (5e5, 2), (float("inf"), 3)):
+        p = batches.plan(lens, 1000, 100, cells=cells, score_bytes=rows * 400)
+        assert [lo for lo, _ in p] == [0] + [hi for _, hi in p[:-1]] and p[-1][1] == len(lens), p
+        assert all(hi - lo <= rows for lo, hi in p), p
+    assert stream_groups([1, 1, 1, 1], 2) == [(0, 2), (2, 4)]
+    assert stream_groups([10], 3) == [(0, 1), (1, 1), (1, 1)]
+    assert stream_groups([1, 100, 1], 2) in ([(0, 2), (2, 3)], [(0, 1), (1, 3)])
+    out.append(("plans", dict(ok=True)))
+    return out
+
+
+def pipeline_checks():
+    """The search pipeline on the simulated GPU: hits (scores, E-values, tracebacks) equal the
+    CPU route's with the queries cut into several batches; the command's --stats lines."""
+    import argparse
+    import contextlib
+    import io
+    import tempfile
+    from pathlib import Path
+
+    import hmmgpu.sw as sw
+    from hmmgpu.gpu.sw import batches
+    from hmmgpu.sw.cli import add_parser, run
+
+    q, db = tiny_case(8, 6, 30, 36)
+    queries = [("a", q), ("b", q[:4]), ("c", q[3:30]), ("d", q[::-1].copy())]
+    out = []
+    saved = batches.BATCH_CELLS
+    batches.BATCH_CELLS = 300.0  # one or two queries per batch here
+    try:
+        g = sw.search(queries, db, backend="cuda", max_hits=4, evalue=1e3)
+        c = sw.search(queries, db, backend="cpu", max_hits=4, evalue=1e3, threads=1)
+        for x, y in zip(g, c):
+            assert x.to_frame().equals(y.to_frame()), (x.query_name, x.to_frame(), y.to_frame())
+        out.append(("pipeline GPU = CPU", dict(queries=len(g), hits=sum(len(h) for h in g))))
+        rng = np.random.default_rng(3)
+        with tempfile.TemporaryDirectory() as tmp:
+            dbf, qf = Path(tmp) / "db.fa", Path(tmp) / "q.fa"
+            seqs = [rng.integers(0, 20, int(n)) for n in rng.integers(5, 25, 6)]
+            dbf.write_text("".join(f">t{i}\n{text(t)}\n" for i, t in enumerate(seqs)))
+            qf.write_text(f">x\n{text(seqs[2])}\n>y\n{text(seqs[4][:8])}\n")
+            parser = argparse.ArgumentParser(prog="hmmgpu")
+            add_parser(parser.add_subparsers(dest="command"))
+            err, res = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(res):
+                rc = run(parser.parse_args(["sw", str(qf), str(dbf), "--backend", "cuda", "--outfmt", "6", "--stats"]))
+        lines = [ln for ln in err.getvalue().splitlines() if ln.startswith("# hmmgpu sw: ")]
+        assert rc == 0 and len(lines) == 3, err.getvalue()
+        assert "2 queries" in lines[0] and "6 targets" in lines[0] and "traced back" in lines[0], lines
+        for step in ("wall", "reading", "database", "GPU set-up", "profiles", "GPU scan", "(CUDA events)", "selection",
+                     "tracebacks", "formatting"):
+            assert step in lines[1], (step, lines[1])
+        assert res.getvalue().startswith("x\tt2\t100.000"), res.getvalue()
+        out.append(("--stats on the GPU route", dict(lines=len(lines))))
+    finally:
+        batches.BATCH_CELLS = saved
+    return out
 
 
 if __name__ == "__main__":

@@ -297,6 +297,17 @@ def test_kernels_exact_under_simulator(tmp_path):
     assert "simulator checks OK" in p.stdout
 
 
+def test_batched_kernels_exact_under_simulator(tmp_path):
+    """The batched scan (batches over several streams, mixed lengths and tiles, saturated
+    targets, a chunked database) and the search pipeline on it, under the simulator."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "sw" / "sw_kernel_checks.py"), "batched_checks",
+                        "pipeline_checks"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
+
+
 def test_cli_output_is_whole_or_nothing(tmp_path):
     """``-o FILE`` is written as ``hmmgpu search`` writes its outputs: an error after the run
     began (a bad second query file record) leaves an existing FILE as it was and no temporary
@@ -332,3 +343,173 @@ def test_cli_refuses_a_negative_cpu_as_search_does(tmp_path):
 
     with pytest.raises(ValueError, match="--cpu must be >= 0"):
         SwSearch(str(PROTEOME), threads=-2)
+
+
+# ---------------------------------------------------------------- the batched search pipeline
+
+
+def _naive_hits(scores, space, ka, evalue, k):
+    """The selection as the search used to make it: positive scores with E-value <= evalue,
+    best first (score, then database index), at most k."""
+    cand = np.flatnonzero(scores > 0)
+    cand = cand[ka.evalues(scores[cand], space) <= evalue]
+    return cand[np.lexsort((cand, -scores[cand]))][:k]
+
+
+def test_select_ties_and_thresholds():
+    """One comparison over a batch, partitions where a row has more candidates than k: the same
+    hits as sorting each whole row, with ties at the k-th score broken by database index
+    whatever the column order (the GPU's columns are longest target first)."""
+    from hmmgpu.sw.api import select
+
+    rng = np.random.default_rng(4)
+    for trial in range(40):
+        b, n = int(rng.integers(1, 6)), int(rng.integers(0, 300))
+        scores = rng.integers(0, 12 if trial % 2 else 400, (b, n)).astype(np.int32)
+        positions = rng.permutation(n).astype(np.int64)
+        thresholds = rng.integers(0, 14, b)
+        for k in (1, 3, 50, n + 5):
+            got = select(scores, positions, thresholds, k)
+            for r in range(b):
+                by_index = np.zeros(n, np.int64)
+                by_index[positions] = scores[r]
+                keep = np.flatnonzero(by_index >= thresholds[r])
+                want = keep[np.lexsort((keep, -by_index[keep]))][:k]
+                assert np.array_equal(got[r][0], want) and np.array_equal(got[r][1], by_index[want])
+
+
+def test_min_score_is_the_evalue_filter():
+    from hmmgpu.sw.api import SwParams, min_score
+
+    rng = np.random.default_rng(8)
+    for name, go, ge in (("BLOSUM62", 11, 1), ("PAM30", 9, 1), ("BLOSUM45", 13, 3)):
+        ka = SwParams.resolve(name, go, ge).ka
+        for _ in range(30):
+            space = float(10 ** rng.uniform(1, 14))
+            evalue = float(10 ** rng.uniform(-30, 4))
+            s = np.arange(1, 2000)
+            passing = s[ka.evalues(s, space) <= evalue]
+            assert min_score(ka, space, evalue) == passing[0]
+            assert (ka.evalues(np.arange(1, passing[0]), space) > evalue).all()
+
+
+class _FakeScanner:
+    """Scores computed beforehand (``rows``, one per query of ``queries``), served as the GPU
+    scanner serves them: batches of rows over columns in another order, optionally failing at
+    one batch."""
+
+    backend = "cpu"
+    description = "a fake scanner"
+
+    def __init__(self, queries, rows, plan, fail_at=None, seed=0):
+        self.rows = {q.tobytes(): row for (_, q), row in zip(queries, rows)}
+        self.plan, self.fail_at = plan, fail_at
+        self.positions = np.random.default_rng(seed).permutation(rows.shape[1]).astype(np.int64)
+        self.closed = False
+        self.order = []
+
+    def batches(self, queries, plan=None):
+        from hmmgpu.gpu.sw.batches import ScoreBatch
+
+        assert len(queries) == self.plan[-1][1]
+        self.order = [q.size for q in queries]
+        for i, (lo, hi) in enumerate(self.plan):
+            if i == self.fail_at:
+                raise HmmgpuError("the fake scanner failed")
+            rows = np.stack([self.rows[q.tobytes()] for q in queries[lo:hi]])
+            yield ScoreBatch(start=lo, scores=rows[:, self.positions], positions=self.positions)
+
+    def scores_many(self, queries):
+        return [self.rows[q.tobytes()] for q in queries]
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture(scope="module")
+def proteome_scores(proteome):
+    """pyopal's scores of 7 proteome queries (lengths 50-700) against the whole proteome."""
+    from hmmgpu.sw.cpu import CpuScanner
+    from hmmgpu.sw.matrices import load
+
+    picks = [5, 17, 300, 901, 1500, 2001, 77]
+    queries = [(f"q{i}", np.asarray(proteome.codes(i))) for i in picks]
+    sc = CpuScanner(proteome, load("BLOSUM62"), 11, 1, threads=2)
+    rows = np.stack(sc.scores_many([q for _, q in queries]))
+    sc.close()
+    return queries, rows
+
+
+def test_pipeline_equals_the_per_query_search(proteome, proteome_scores):
+    """Batches of mixed sizes, columns in another order, tracebacks in threads: every query's
+    hits (order, scores, E-values, coordinates, counts) equal the naive per-query selection
+    traced back one by one; the CPU route gives the same."""
+    from hmmgpu.sw.api import SwSearch
+    from hmmgpu.sw.traceback import align
+
+    queries, rows = proteome_scores
+    fake = _FakeScanner(queries, rows, [(0, 1), (1, 4), (4, 5), (5, 7)])
+    with SwSearch(proteome, max_hits=25, evalue=5.0, scanner=fake, threads=3) as s:
+        got = s.search(queries)
+        assert fake.order == sorted(fake.order, reverse=True), "the longest queries are not scanned first"
+        ka, by_code = s.params.ka, s.params.matrix.by_code
+        for (name, q), row, h in zip(queries, rows, got):
+            space = ka.search_space(q.size, proteome.total_residues, proteome.n)
+            want = _naive_hits(row, space, ka, 5.0, 25)
+            assert h.query_name == name and np.array_equal(h.target_index, want) and len(h) > 0
+            assert np.array_equal(h.score, row[want]) and np.allclose(h.evalue, ka.evalues(row[want], space))
+            for r, ti in enumerate(want.tolist()):
+                t = proteome.codes(ti)
+                a = align(q, t, by_code, 11, 1)
+                assert (h.q_start[r], h.q_end[r], h.t_start[r], h.t_end[r]) == (a.q_start, a.q_end, a.t_start, a.t_end)
+                assert np.array_equal(h.alignments[r].ops, a.ops)
+                assert tuple(int(v[r]) for v in (h.length, h.identities, h.positives, h.mismatch, h.gapopen,
+                                                  h.gaps)) == a.counts(q, t, by_code)
+            one = s.hits(name, q, row)
+            assert one.to_frame().equals(h.to_frame())
+    assert fake.closed
+    with SwSearch(proteome, max_hits=25, evalue=5.0, backend="cpu", threads=2) as s:
+        for x, y in zip(s.search(queries[:3]), got[:3]):
+            assert x.to_frame().equals(y.to_frame())
+
+
+def test_pipeline_errors_and_early_stop(proteome, proteome_scores):
+    """A scan that fails reaches the caller as its own error; a caller that stops early leaves
+    the search usable (the scan thread stopped, its lock free); traced hits only where asked."""
+    from hmmgpu.sw.api import SwSearch
+    from hmmgpu.sw.output import format_report
+
+    queries, rows = proteome_scores
+    fake = _FakeScanner(queries, rows, [(0, 2), (2, 3), (3, 7)], fail_at=1)
+    with SwSearch(proteome, max_hits=10, scanner=fake, threads=2) as s:
+        it = s.iter_search(queries)
+        assert next(it).query_name == "q5"  # in the first batch (the two longest queries)
+        with pytest.raises(HmmgpuError, match="the fake scanner failed"):
+            next(it)  # q17 comes in a later batch
+    fake = _FakeScanner(queries, rows, [(0, 1), (1, 7)])
+    with SwSearch(proteome, max_hits=10, scanner=fake, threads=2) as s:
+        it = s.iter_search(queries)
+        first = next(it)
+        it.close()
+        again = s.search(queries)
+        assert again[0].to_frame().equals(first.to_frame()) and len(again) == len(queries)
+    with SwSearch(proteome, max_hits=10, scanner=_FakeScanner(queries, rows, [(0, 7)]), threads=2, tracebacks=2) as s:
+        short = s.search(queries)
+    for full, part in zip(again, short):
+        assert np.array_equal(full.score, part.score) and len(part.alignments) == min(2, len(full))
+        assert (part.q_start[2:] == 0).all() and (part.length[2:] == 0).all()
+        assert format_report(part, proteome, s.params, 2) == format_report(full, proteome, s.params, 2)
+
+
+def test_cli_stats_lines(tmp_path):
+    q = tmp_path / "q.fa"
+    q.write_text(">qq first query\nMKVLAAGIVGLLLAACSSEKKAEEAKPAAEQ\n>q2\nMSTNPKPQRKTKRNTNRRPQDVKFPGG\n")
+    p = _cli(tmp_path, str(q), str(PROTEOME), "--backend", "cpu", "--outfmt", "6", "--stats", "--max-hits", "5")
+    assert p.returncode == 0, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("# hmmgpu sw: ")]
+    assert len(lines) == 3, p.stderr
+    assert lines[0].startswith("# hmmgpu sw: 2 queries (58 residues) x 2,100 targets") and "traced back" in lines[0]
+    for step in ("wall", "reading", "database", "scan (pyopal)", "GCUPS", "selection", "tracebacks", "formatting"):
+        assert step in lines[1], (step, lines[1])
+    p = _cli(tmp_path, str(q), str(PROTEOME), "--backend", "cpu", "--outfmt", "6", "--max-hits", "5")
+    assert p.returncode == 0 and "# hmmgpu sw: " not in p.stderr
