@@ -409,6 +409,9 @@ def cmd_warmup(args) -> int:
     print(f"hmmgpu: Python bytecode of {len(compiled)} packages and modules up to date "
           f"({time.perf_counter() - start:.1f}s)" + (f"; {len(refused)} in directories this user cannot write "
                                                      f"(the first: {refused[0]})" if refused else ""), flush=True)
+    from hmmgpu.sw.traceback import warm as warm_sw_traceback
+
+    warm_sw_traceback()  # the Smith-Waterman traceback's compiled passes (numba, cached on disk), GPU or not
     if not cuda_available(args.device):
         raise DeviceUnavailable(f"warmup: no usable CUDA GPU with id {args.device} (the Python bytecode is written; "
                           "no GPU kernel was compiled)")
