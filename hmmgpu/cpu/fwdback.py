@@ -1,5 +1,5 @@
 """HMMER 3.4's Forward parser (``p7_ForwardParser``, impl_sse) on the CPU: the plain reference
-beside the GPU kernel (:mod:`hmmgpu.gpu.runtime.context.fwdback`), lane for lane.
+beside the GPU kernel (:mod:`hmmgpu.gpu.fwdback`), lane for lane.
 
 HMMER keeps a generic implementation beside its vector code; this module is that habit
 for hmmgpu's Forward: a serial numba function that computes what ``forward_engine`` (with
@@ -8,7 +8,9 @@ lanes of the striped layout explicitly. Its functions carry the names of the ste
 kernel's row (:func:`main_pass`, :func:`dd_first_pass`, :func:`dd_carry_passes`,
 :func:`sum_e`, :func:`update_specials`, :func:`rescale_row`), and it raises the same
 exactness flags, so that the kernel can be checked against it step by step and both
-against libhmmer (``hmmgpu.cpu.hmmerlib.HmmerModel.forward_parser``).
+against libhmmer (``hmmgpu.cpu.hmmerlib.HmmerModel.forward_parser``). The parts that need no
+numba (the flags, :class:`ForwardTables`, :func:`length_specials`, :func:`forward_score`) live
+in :mod:`hmmgpu.stages.forward` and are re-exported here.
 
 Layout and tables (hmmer-postfilter-spec.md, section 1)
 --------------------------------------------------------
@@ -78,98 +80,18 @@ carry passes after the first one, and the skipped passes would have changed no D
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
-#: Flag: the final xC is NaN, zero or infinite (libhmmer: eslERANGE), or xE went non-finite.
-RANGE = 1
-#: Flag: a subnormal result could change the score or a kept value between IEEE and FTZ modes.
-SUBNORMAL = 2
-#: Flag: a stored special-state value (in practice N) is subnormal; nothing else depends on it.
-TINY_ROWS = 4
-#: Diagnostic flag of the reference only: some float result anywhere was subnormal (or FLT_MIN).
-ANY_TINY = 8
-#: The flags that send a target to libhmmer on the host.
-HOST = RANGE | SUBNORMAL
-
-#: Columns of a row of special states (HMMER's p7X_ order).
-XE, XN, XJ, XB, XC, XSCALE = range(6)
-#: Smallest normal float32 (2^-126); values in (0, FLT_MIN] count as tiny.
-FLT_MIN = np.float32(2.0 ** -126)
-#: A sum of at least this absorbs a tiny term (half its ulp is at least 2^-125 > FLT_MIN).
-ABSORB = np.float32(2.0 ** -101)
-#: HMMER rescales a row when xE exceeds this.
-RESCALE_AT = np.float32(1.0e4)
-#: Models of at least this many nodes stop the D->D carry passes early.
-DD_EARLY_EXIT_M = 100
+from hmmgpu.stages.forward import (  # noqa: F401 - the shared parts, re-exported
+    ABSORB, ANY_TINY, DD_EARLY_EXIT_M, FLT_MIN, HOST, RANGE, RESCALE_AT, STATUS_OK, STATUS_RANGE, STATUS_UNSURE,
+    SUBNORMAL, TINY_ROWS, XB, XC, XE, XJ, XN, XSCALE, ForwardTables, forward_score, length_specials, nqf)
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
-
-
-def nqf(M: int) -> int:
-    """HMMER's ``p7O_NQF(M)``: float vectors per row."""
-    return max(2, (int(M) - 1) // 4 + 1)
-
-
-def length_specials(lengths, nj=1.0) -> tuple:
-    """(pmove, ploop) float32 for target lengths ``lengths`` (``nj = 1``: multihit), as
-    ``p7_oprofile_ReconfigRestLength`` computes them: ``(2 + nj) / ((float) L + 2 + nj)``
-    and ``1 - pmove``, in float."""
-    L = np.asarray(lengths, dtype=np.float32)
-    f = np.float32
-    with np.errstate(all="ignore"):
-        pmove = (f(2.0) + f(nj)) / ((L + f(2.0)) + f(nj))
-        ploop = f(1.0) - pmove
-    return pmove.astype(np.float32), ploop.astype(np.float32)
-
-
-@dataclass(frozen=True, eq=False)
-class ForwardTables:
-    """A model's striped Forward tables (HMMER's own, spec section 1.2)."""
-
-    M: int
-    rfv: np.ndarray  #: float32 [Kp][Q][4]: match emission odds
-    tfv: np.ndarray  #: float32 [8Q][4]: BM MM IM DM MD MI II per q, then DD
-    xe_move: np.float32  #: xf[E][MOVE] (0.5 multihit)
-    xe_loop: np.float32  #: xf[E][LOOP] (0.5 multihit)
-    nj: np.float32 = np.float32(1.0)  #: expected uses of J (1 multihit): sets pmove
-
-    @property
-    def Q(self) -> int:
-        return int(self.rfv.shape[1])
-
-    @classmethod
-    def from_hmmer(cls, model) -> "ForwardTables":
-        """The tables of a :class:`hmmgpu.cpu.hmmerlib.HmmerModel` (read from its ``om``)."""
-        t = model.forward_tables()
-        return cls(M=int(t["M"]), rfv=t["rfv"], tfv=t["tfv"], xe_move=np.float32(t["xf"][0, 0]),
-                   xe_loop=np.float32(t["xf"][0, 1]), nj=np.float32(t["nj"]))
-
-    @functools.cached_property
-    def tbm_min(self) -> np.float32:
-        """The smallest B->M transition of a real node (the row's absorption check)."""
-        Q = self.Q
-        k = np.arange(Q)[:, None] + 1 + np.arange(4)[None, :] * Q  # node of [q][z]
-        return np.float32(self.tfv[0:7 * Q:7][k <= self.M].min())
-
-    def exactness_conditions(self) -> str | None:
-        """Why the flags' argument would not hold for this model, or None: the D->D
-        transitions must be at most 1, no table entry may be subnormal, tBM must be positive."""
-        tables = np.concatenate([self.rfv.reshape(-1), self.tfv.reshape(-1)])
-        if not np.isfinite(tables).all() or (tables < 0).any():
-            return "a negative or non-finite table entry"
-        if ((tables > 0) & (tables <= FLT_MIN)).any():
-            return "a subnormal table entry"
-        if (self.tfv[7 * self.Q:] > 1).any():
-            return "a D->D transition above 1"
-        if not self.tbm_min > 0:
-            return "a B->M transition of 0"
-        return None
 
 
 # ----------------------------------------------------------------------------------------
@@ -416,18 +338,6 @@ def forward_parser(codes, M, rfv, tfv, pmove, ploop, xe_move, xe_loop, tbm_min, 
     return flags, xC, nscale, totscale, score
 
 
-def forward_score(scales, xc, pmove) -> np.float32:
-    """The Forward score (float32 nats) from the scale factors of the rescaled rows (in row
-    order) and the final ``xC``, formed as ``forward_engine`` forms it: ``totscale`` summed
-    in double and rounded to float at every row, then ``f32(totscale + log(f32(xC pmove)))``,
-    with libm's double ``log`` (Python's ``math.log``)."""
-    tot = np.float32(0.0)
-    for s in np.asarray(scales, np.float32).tolist():
-        tot = np.float32(float(tot) + math.log(s))
-    last = float(np.float32(np.float32(xc) * np.float32(pmove)))
-    return np.float32(float(tot) + math.log(last))
-
-
 @dataclass
 class ForwardResult:
     """One target's Forward parser: flags, score (nats, float32), final xC, scale factors,
@@ -459,5 +369,35 @@ def parse(tables: ForwardTables, codes, rows: bool = True) -> ForwardResult:
                          xmx=xmx if rows else None)
 
 
+def score_targets(tables: ForwardTables, db, indices, model=None) -> tuple:
+    """The Forward score of each target of ``indices`` (database indices of non-empty targets
+    of ``db``), as the GPU forms it: the reference's final ``xC`` and scale factors, the
+    score from them with libm's ``log`` (:func:`forward_score`). Returns (status int32,
+    scores float32 nats, how many libhmmer computed). A target the flags send to the host
+    (:data:`HOST`, a tiny last product, or every target of a model whose tables the flags'
+    argument does not cover) is computed by ``model`` (a :class:`hmmgpu.cpu.hmmerlib.HmmerModel`,
+    in the calling thread's float mode), or, without one, gets :data:`STATUS_UNSURE` and no
+    score."""
+    idx = np.asarray(indices, np.int64)
+    status = np.zeros(idx.size, np.int32)
+    scores = np.full(idx.size, np.nan, np.float32)
+    covered = tables.exactness_conditions() is None
+    recomputed = 0
+    for j, t in enumerate(idx.tolist()):
+        codes = db.codes(t)
+        if covered:
+            mine = parse(tables, codes, rows=False)
+            pmove = length_specials(codes.size, tables.nj)[0]
+            if not (mine.flags & HOST) and np.float32(mine.xc * pmove) > FLT_MIN:
+                scores[j] = forward_score(mine.scales, mine.xc, pmove)
+                continue
+        if model is None:
+            status[j] = STATUS_UNSURE
+            continue
+        status[j], scores[j] = model.forward_parser(codes)[:2]
+        recomputed += 1
+    return status, scores, recomputed
+
+
 __all__ = ["ForwardTables", "ForwardResult", "forward_parser", "forward_score", "length_specials", "parse", "nqf",
-           "RANGE", "SUBNORMAL", "TINY_ROWS", "ANY_TINY", "HOST"]
+           "score_targets", "RANGE", "SUBNORMAL", "TINY_ROWS", "ANY_TINY", "HOST", "STATUS_UNSURE"]

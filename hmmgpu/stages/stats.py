@@ -11,9 +11,10 @@ The GPU never evaluates ``exp`` or ``log`` for these decisions. Instead:
   function of L), and the P-value falls as ``xJ`` rises, so it is exactly "``xJ >= thr[L]``"
   for a per-length integer threshold (:func:`msv_thresholds`, found by bisection with the
   very float/double steps of the pipeline).
-* The bias-corrected MSV test and the Viterbi filter test compare a float bit score ``s``
-  computed on the GPU with IEEE float/double operations (exact) against a threshold on
-  ``s``: the P-value is a decreasing function of ``s``, so the test is ``s >= s*``.
+* The bias-corrected MSV test, the Viterbi filter test and the Forward filter test (F3,
+  :func:`passes_exponential`) compare a float bit score ``s`` computed with IEEE
+  float/double operations (exact) against a threshold on ``s``: the P-value is a
+  decreasing function of ``s``, so the test is ``s >= s*``.
   :func:`score_threshold` returns a band ``[lo, hi)`` of float values around ``s*``: below
   ``lo`` every score fails, at or above ``hi`` every score passes, and a score inside the
   band (a few dozen float steps wide) is decided on the host with the pipeline's own double
@@ -41,6 +42,15 @@ def gumbel_surv(x: float, mu: float, lam: float) -> float:
     if abs(ey) < 5e-9:
         return -ey
     return 1.0 - _cexp(ey)
+
+
+def exp_surv(x: float, tau: float, lam: float) -> float:
+    """Easel's ``esl_exp_surv``: P(S > x) for an exponential tail with location tau and scale
+    lambda, in double: 1 below tau, else ``exp(-lambda (x - tau))`` (glibc's ``exp``, which is
+    Python's ``math.exp``)."""
+    if x < tau:
+        return 1.0
+    return _cexp(-lam * (x - tau))
 
 
 def _cexp(v: float) -> float:
@@ -72,6 +82,20 @@ def passes_gumbel(scores, null, mu: float, lam: float, F: float) -> np.ndarray:
     out = s >= hi
     for j in np.flatnonzero((s >= lo) & (s < hi)):
         out[j] = gumbel_surv(float(s[j]), mu, lam) <= F
+    return out
+
+
+def passes_exponential(scores, null, tau: float, lam: float, F: float) -> np.ndarray:
+    """``exp_surv(bits(score - null), tau, lam) <= F`` for arrays (nats in): ``p7_Pipeline``'s
+    Forward filter, ``seq_score = (fwdsc - filtersc) / eslCONST_LOG2`` (a float) and
+    ``P = esl_exp_surv(seq_score, FTAU, FLAMBDA)`` (a double), passing when ``P <= F3``.
+    Certain outside the band of :func:`score_threshold`, computed with the pipeline's double
+    arithmetic inside it; a NaN score fails."""
+    s = bits_array(scores, null)
+    lo, hi = score_threshold(tau, lam, F, "exponential")
+    out = s >= hi
+    for j in np.flatnonzero((s >= lo) & (s < hi)):
+        out[j] = exp_surv(float(s[j]), tau, lam) <= F
     return out
 
 
@@ -123,14 +147,18 @@ BAND_STEPS = 32
 
 
 @functools.lru_cache(maxsize=4096)
-def score_threshold(mu: float, lam: float, F: float) -> tuple:
+def score_threshold(mu: float, lam: float, F: float, tail: str = "gumbel") -> tuple:
     """``(lo, hi)`` float32 bit scores: ``s < lo`` fails ``P <= F``, ``s >= hi`` passes it, and a
-    score in ``[lo, hi)`` must be decided on the host (:func:`passes`).
+    score in ``[lo, hi)`` must be decided on the host (:func:`passes`). ``tail``: the P-value's
+    distribution, ``gumbel`` (MSV, Viterbi filter: :func:`gumbel_surv`) or ``exponential``
+    (Forward: :func:`exp_surv`, with ``mu`` its tau).
 
     ``lo = -inf`` when every finite score may pass, ``hi = +inf`` when none surely does.
     """
+    surv = {"gumbel": gumbel_surv, "exponential": exp_surv}[tail]
+
     def ok(s: float) -> bool:
-        return gumbel_surv(s, mu, lam) <= F
+        return surv(s, mu, lam) <= F
 
     # bracket the crossing on float32 bit patterns, then bisect (Python floats hold float32
     # values exactly; struct converts between a float32 and its bit pattern)
@@ -170,5 +198,5 @@ def _from_ordinal(n: int) -> float:
     return _FLOAT32.unpack(_INT32.pack(n if n >= 0 else (-n) | -0x80000000))[0]
 
 
-__all__ = ["gumbel_surv", "bits", "bits_array", "passes_gumbel", "msv_thresholds", "score_threshold", "passes",
-           "BAND_STEPS"]
+__all__ = ["gumbel_surv", "exp_surv", "bits", "bits_array", "passes_gumbel", "passes_exponential", "msv_thresholds",
+           "score_threshold", "passes", "BAND_STEPS"]

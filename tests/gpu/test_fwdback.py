@@ -101,6 +101,12 @@ def test_forward_tables_equal_pyhmmer(name):
     k = np.arange(Q)[:, None] + 1 + np.arange(4)[None, :] * Q
     assert (t["rfv"][:, k > hmm.M] == 0).all() and (t["tfv"][7 * Q:][k >= hmm.M] == 0).all()
     assert tables.exactness_conditions() is None and tables.tbm_min > 0
+    # the Forward gate reads them from pyhmmer's profile (a libhmmer model costs 20x more)
+    mine = ref.ForwardTables.from_optimized(om)
+    assert (mine.M, mine.Q) == (tables.M, tables.Q) and mine.nj == tables.nj == 1
+    assert bits(mine.xe_move) == bits(tables.xe_move) == bits(mine.xe_loop) == bits(tables.xe_loop) == bits(0.5)
+    assert np.array_equal(bits(mine.rfv), bits(tables.rfv)) and np.array_equal(bits(mine.tfv), bits(tables.tfv))
+    assert bits(mine.tbm_min) == bits(tables.tbm_min)
 
 
 # ------------------------------------------------------------------------------------------
@@ -153,6 +159,34 @@ def test_subnormal_rows_go_to_the_host():
     with HmmerModel(hmm) as model:
         mine = compare(model, ref.ForwardTables.from_hmmer(model), codes)
     assert mine.flags & ref.SUBNORMAL and mine.needs_host
+
+
+@pytest.mark.parametrize("M,seed", [(1, 1), (2, 2), (5, 3), (18, 2), (101, 5)])
+def test_score_targets_equal_libhmmer(M, seed):
+    """The CPU Forward gate's scores (:func:`hmmgpu.cpu.fwdback.score_targets`, with tables read
+    from pyhmmer's profile): libhmmer's bit for bit where the status is OK; the targets the
+    flags send to the host are left undecided without a model (a '*'-only target: eslERANGE;
+    150 '*' between residues: subnormal I cells) and are libhmmer's own with one."""
+    from hmmgpu.stages.profiles import configured_profile
+    from tests.gpu.fwdback_checks import fwd_case
+
+    hmm, db = fwd_case(M, seed, n_random=6, max_len=60, homolog=3 * M, stops=True)
+    tables = ref.ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
+    idx = np.arange(db.n)
+    status, scores, recomputed = ref.score_targets(tables, db, idx)
+    with HmmerModel(hmm) as model:
+        expected = [model.forward_parser(db.codes(i))[:2] for i in idx]
+        status2, scores2, recomputed2 = ref.score_targets(tables, db, idx, model)
+    unsure = status == ref.STATUS_UNSURE
+    assert recomputed == 0 and recomputed2 == unsure.sum() >= 1 and set(status2) <= {STATUS_OK, STATUS_RANGE}
+    assert np.isnan(scores[unsure]).all() and (status[~unsure] == STATUS_OK).all()
+    for j, (st, sc) in enumerate(expected):
+        assert status2[j] == st
+        if st == STATUS_OK:
+            assert bits(scores2[j]) == bits(sc)
+            assert unsure[j] or bits(scores[j]) == bits(sc)
+        else:
+            assert unsure[j]
 
 
 @settings(max_examples=60, deadline=None)

@@ -42,3 +42,49 @@ def test_msv_thresholds_equal_a_search_of_every_value(name, F1):
             assert passing == list(range(passing[0], 256)), L
     others = np.setdiff1d(np.arange(int(lengths.max()) + 1), lengths)
     assert (got[others] == 256).all()
+
+
+@pytest.mark.parametrize("tau,lam,F", [(-3.5, 0.71, 1e-5), (-4.2, 0.69, 1e-3), (-2.0, 0.7, 0.5), (-5.1, 0.72, 1e-12),
+                                       (-3.5, 0.71, 1.0)])
+def test_exponential_threshold_brackets_the_forward_filter_test(tau, lam, F):
+    """The Forward filter's band (``esl_exp_surv``): below it every bit score fails P <= F3, at
+    its top it passes, and inside it the decision changes once; F3 = 1 passes everything."""
+    lo, hi = stats.score_threshold(tau, lam, F, "exponential")
+    if F >= 1.0:
+        assert lo == hi == -np.inf
+        assert stats.passes_exponential(np.array([-1e30, -20.0, 0.0, 5.0], F32), np.zeros(4, F32), tau, lam, F).all()
+        return
+    below = float(np.nextafter(F32(lo), F32(-np.inf)))
+    assert stats.exp_surv(below, tau, lam) > F
+    assert stats.exp_surv(hi, tau, lam) <= F
+    s, decisions = F32(lo), []
+    while s < hi:
+        decisions.append(stats.exp_surv(float(s), tau, lam) <= F)
+        s = np.nextafter(s, F32(np.inf))
+    assert decisions == sorted(decisions) and decisions[-1] and not decisions[0]
+    assert stats.exp_surv(tau - 1.0, tau, lam) == 1.0
+
+
+def test_passes_exponential_equals_the_pipelines_arithmetic():
+    """``passes_exponential`` on arrays equals p7_Pipeline's steps per target: a float
+    subtraction, a double division by log 2 stored in a float, esl_exp_surv in double, P <= F3;
+    around the threshold (every float step of the band), far from it and at a P-value equal to
+    F3 itself (which passes)."""
+    tau, lam = float(F32(-3.7)), float(F32(0.7113))
+    F = 1e-5
+    lo, hi = stats.score_threshold(tau, lam, F, "exponential")
+    rng = np.random.default_rng(3)
+    band = [F32(lo)]
+    while band[-1] < hi:
+        band.append(np.nextafter(band[-1], F32(np.inf)))
+    bits = np.concatenate([np.array(band, F32), rng.uniform(-30, 60, 2000).astype(F32)])
+    null = rng.uniform(-8, -1, bits.size).astype(F32)
+    fwd = (bits.astype(np.float64) * stats.LOG2 + null).astype(F32)  # nats whose bit score lies near ``bits``
+    got = stats.passes_exponential(fwd, null, tau, lam, F)
+    want = [stats.exp_surv(stats.bits(float(f), float(n)), tau, lam) <= F for f, n in zip(fwd, null)]
+    assert got.tolist() == want
+    assert 0 < got.sum() < got.size
+    s = stats.bits(float(fwd[0]), float(null[0]))
+    P = stats.exp_surv(s, tau, lam)  # F3 equal to a target's own P-value: it passes (P <= F3)
+    assert stats.passes_exponential(fwd[:1], null[:1], tau, lam, P)[0]
+    assert not stats.passes_exponential(fwd[:1], null[:1], tau, lam, float(np.nextafter(P, 0.0)))[0]

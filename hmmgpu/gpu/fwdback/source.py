@@ -107,7 +107,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hmmgpu.cpu.fwdback import ABSORB, DD_EARLY_EXIT_M, FLT_MIN, RANGE, RESCALE_AT, SUBNORMAL, TINY_ROWS
+from hmmgpu.stages.forward import ABSORB, DD_EARLY_EXIT_M, FLT_MIN, RANGE, RESCALE_AT, SUBNORMAL, TINY_ROWS
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 
