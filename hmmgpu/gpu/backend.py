@@ -16,11 +16,9 @@ if TYPE_CHECKING:
 
 
 class CudaBackend(FilterBackend):
-    """The GPU kernels over a database resident on one device (explicit id); the cascade ends
-    with the Forward gate unless ``forward_gate`` is False."""
+    """The GPU kernels over a database resident on one device (explicit id)."""
 
-    def __init__(self, db, lanes: str = "auto", device: int = 0, max_bytes: int | None = None,
-                 forward_gate: bool = True):
+    def __init__(self, db, lanes: str = "auto", device: int = 0, max_bytes: int | None = None):
         super().__init__(db)
         from hmmgpu.gpu.cascade import GpuCascade
         from hmmgpu.gpu.runtime.device import GpuDevice
@@ -32,7 +30,7 @@ class CudaBackend(FilterBackend):
             self.resident = ResidentDatabase(db, self.device, max_bytes=max_bytes)
         #: seconds of the set-up: the database packed and copied to the device, and the rest
         self.setup_seconds = dict(upload=time.perf_counter() - clock)
-        self.gpu = GpuCascade(self.resident, lanes=lanes, forward_gate=forward_gate)
+        self.gpu = GpuCascade(self.resident, lanes=lanes)
         self.setup_seconds["cascade"] = time.perf_counter() - clock - self.setup_seconds["upload"]
         self.lanes = self.gpu.lanes
         self.description = f"backend cuda on {self.device.description} ({self.lanes} lanes)"
@@ -54,10 +52,6 @@ class CudaBackend(FilterBackend):
         status, xc = self.gpu.viterbi(profile, idx)
         return ViterbiResult(idx, status, xc)
 
-    def forward(self, profile, indices, fallback: bool = False):
-        """The Forward parser kernel (:meth:`hmmgpu.gpu.cascade.GpuCascade.forward`)."""
-        return self.gpu.forward(profile, indices, fallback)
-
     def cascade(self, profile, options):
         return self.gpu.run(profile, options)
 
@@ -71,8 +65,7 @@ class CudaBackend(FilterBackend):
         self.gpu.compile_for(lengths)
 
     def details(self) -> dict:
-        return dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds),
-                    forward_gate=dict(self.gpu.forward_counts))
+        return dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds))
 
     def close(self, wait: bool = True) -> None:
         self.gpu.close()

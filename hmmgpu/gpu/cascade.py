@@ -1,4 +1,4 @@
-"""The filter cascade on the GPU: MSV, bias filter, Viterbi filter and the Forward gate, model after model.
+"""The filter cascade on the GPU: MSV, bias filter and Viterbi filter, model after model.
 
 For each model the host uploads its tables and launches three kernels on one stream:
 the SSV/MSV kernel over every position (:mod:`.msv`) writes the targets that pass F1; the
@@ -17,21 +17,11 @@ arithmetic: the decisions inside the P-value bands, the few targets whose bias s
 Viterbi filter the kernels flagged, the fallback targets of the J-state MSV, and models
 whose shape or scores the kernels do not take (run on the CPU reference entirely).
 
-Then, on the Viterbi filter's survivors, the Forward filter (F3) as a gate: the Forward
-parser kernel (:mod:`.fwdback`) scores them, the host forms each score with libm's ``log``
-and decides ``P <= F3`` exactly as ``p7_Pipeline`` does
-(:func:`hmmgpu.stages.cascade.forward_gate`), and only the passers (with the few targets the
-kernel cannot promise bit for bit, left undecided) go on to pyhmmer's stage, which no longer
-runs Forward, Backward and domain definition on the targets that fail. In this first
-version the gate's kernel is launched synchronously when the model is finished
-(:meth:`Ticket.result`), on a stream of its own while the other models' kernels run.
-
 A database larger than the GPU's memory budget is processed chunk after chunk, each model
 synchronously (correct, slower).
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -39,12 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from hmmgpu.stages import stats
-from hmmgpu.stages.cascade import CascadeResult, ForwardResult, MsvResult, ViterbiResult, forward_gate, run_cascade
+from hmmgpu.stages.cascade import CascadeResult, MsvResult, ViterbiResult, run_cascade
 from hmmgpu.stages.profiles import null_table, tjb_table, xw_move_table
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.bias import BiasSpec, Decision, length_tables
 from hmmgpu.gpu.bias import ARGS as BIAS_ARGS
-from hmmgpu.gpu.fwdback.source import FwdSpec
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.gpu.msv.launch import MsvKernels, MsvStage, model_tables, scalars
 from hmmgpu.gpu.msv.source import NX as MSV_NX
@@ -66,14 +55,14 @@ _N_COUNTERS = _VIT_WORK + 1
 
 def all_specs(device, lanes: str = "auto") -> list:
     """Every kernel shape of the cascade on ``device`` (``hmmgpu warmup``), the packing of its
-    database and the Forward gate included."""
-    return MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec(), PackSpec(), FwdSpec()]
+    database included."""
+    return MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec(), PackSpec()]
 
 
 def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
-    """The kernel specialisations models of these lengths use (the bias kernel, the
-    database's packing and the Forward gate's kernel included)."""
-    specs = [BiasSpec(), PackSpec(), FwdSpec()]
+    """The kernel specialisations models of these lengths use (the bias kernel and the
+    database's packing included)."""
+    specs = [BiasSpec(), PackSpec()]
     for M in sorted(set(int(m) for m in lengths)):
         specs += [s for s in (msv.spec(M), vit.spec(M)) if s is not None]
     return list(dict.fromkeys(specs))
@@ -166,10 +155,9 @@ class Ticket:
 
 
 class GpuCascade:
-    """The filter cascade of any number of models over one resident database
-    (``forward_gate=False``: without the Forward gate, the Viterbi filter's survivors go on)."""
+    """The filter cascade of any number of models over one resident database."""
 
-    def __init__(self, resident, lanes: str = "auto", forward_gate: bool = True):
+    def __init__(self, resident, lanes: str = "auto"):
         self.resident = resident
         self.device = resident.device
         rt = self.device.runtime
@@ -180,17 +168,7 @@ class GpuCascade:
         self.vit_stage = VitStage(resident)
         #: time of each kernel, summed over models (kernels of models in flight together
         #: overlap, so this is more than the GPU's busy time, :attr:`gpu_ms`)
-        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0, forward=0.0)
-        self.forward_gate = forward_gate
-        #: the Forward gate's decisions, summed over models: passed and failed F3, and left
-        #: undecided (sent on to pyhmmer's stage)
-        self.forward_counts = dict(passed=0, failed=0, unsure=0)
-        self._forward_stage = None
-        self._forward_lock = threading.Lock()  #: one gate at a time (its stage keeps a stream and tables)
-        #: numba's CUDA simulator runs a kernel in the launching thread and keeps one kernel
-        #: context for the process: launches from two threads (a model's filters while the
-        #: gate of an earlier one runs) are taken one at a time there (a GPU needs no lock)
-        self._simulated = threading.RLock() if self.device.simulator else contextlib.nullcontext()
+        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0)
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0)  #: the host's side of the cascade
         self._bias_kernel = None
@@ -269,58 +247,6 @@ class GpuCascade:
         """(status, C) of the Viterbi filter kernel on ``indices``."""
         return self.vit_stage.run(profile, indices)
 
-    def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:
-        """The Forward parser kernel on ``indices`` (database indices of non-empty targets),
-        with HMMER's own tables (from pyhmmer's optimized profile of ``profile.hmm``); the
-        targets it cannot promise bit for bit get ``STATUS_UNSURE``, or with ``fallback`` are
-        computed by libhmmer (in the calling thread's float mode). Adds its kernel time to
-        :attr:`kernel_ms` and the GPU's busy intervals."""
-        from hmmgpu.gpu.fwdback.launch import ForwardStage
-        from hmmgpu.stages.forward import ForwardTables
-        from hmmgpu.stages.profiles import configured_profile
-
-        idx = np.asarray(indices, np.int64)
-        tables = ForwardTables.from_optimized(configured_profile(profile.hmm).to_optimized())
-        model = None
-        if fallback:
-            from hmmgpu.cpu.hmmerlib import HmmerModel
-
-            model = HmmerModel(profile.hmm)
-        try:
-            with self._forward_lock:
-                if self._forward_stage is None:
-                    self._forward_stage = ForwardStage(self.resident)
-                stage = self._forward_stage
-                with self._simulated:
-                    got = stage.run(model, idx, tables=tables, fallback=fallback, epoch=self._epoch)
-                last = dict(stage.last)
-        finally:
-            if model is not None:
-                model.close()
-        with self._lock:
-            self.kernel_ms["forward"] += last["kernel_ms"]
-            self._busy.extend(last["spans"])
-        recomputed = int(got.host.sum()) if fallback else 0
-        return ForwardResult(idx, got.status, got.scores, recomputed)
-
-    def _gate(self, profile, options, survivors, filtersc) -> tuple:
-        """The Forward gate on one model's Viterbi-filter survivors (sorted) and their
-        ``filtersc``: (the targets sent on, the :class:`~hmmgpu.stages.cascade.ForwardGate`), or
-        (``survivors``, None) without the gate."""
-        if not self.forward_gate or not survivors.size or profile.hmm is None:
-            return survivors, None
-        kept, gate = forward_gate(profile, options, self.forward(profile, survivors), filtersc)
-        self._count(gate)
-        return kept, gate
-
-    def _count(self, gate) -> None:
-        """Add a model's Forward gate decisions to :attr:`forward_counts`."""
-        if gate is None:
-            return
-        with self._lock:
-            for name, value in (("passed", gate.passed), ("failed", gate.failed), ("unsure", int(gate.unsure.size))):
-                self.forward_counts[name] += value
-
     # ------------------------------------------------------------ the cascade
     def run(self, profile, options) -> CascadeResult:
         """The cascade of one model, waiting for it."""
@@ -333,10 +259,7 @@ class GpuCascade:
         if msv_spec is None or not self.resident.resident:
             # too long for the kernel shapes, or a chunked database: synchronously
             backend = _StageBackend(self, use_gpu_msv=msv_spec is not None)
-            with self._simulated:
-                result = run_cascade(backend, profile, options, self.resident.db)
-            self._count(result.forward)
-            return Ticket(self, profile, options, done=result)
+            return Ticket(self, profile, options, done=run_cascade(backend, profile, options, self.resident.db))
 
         while True:  # the ring is full: the oldest must be finished first (here, or by another thread)
             with self._lock:
@@ -369,7 +292,7 @@ class GpuCascade:
         s = slot.stream
         out = slot.outputs
         start, after_msv, after_bias, stop, copied = slot.events
-        with self._simulated, self.device.activate():
+        with self.device.activate():
             slot.upload(host_tables, s)
             slot.counters.copy_to_device(slot.zeros, stream=s)
             start.record(s)
@@ -453,13 +376,8 @@ class GpuCascade:
             filtersc = np.concatenate([filtersc, np.zeros(k, np.float32)])
             decision = np.concatenate([decision, np.full(k, Decision.HOST, np.int8)])
             vsc = np.concatenate([vsc, np.full(k, np.nan, np.float32)])
-        survivors, past_bias, survivors_fsc = _decide(profile, options, db, self.max_length, reference, pos, usc,
-                                                      filtersc, decision, vsc)
-        order = np.argsort(survivors, kind="stable")
-        past_vit, survivors_fsc = survivors[order], survivors_fsc[order]
-        host_s = time.perf_counter() - t0
-        survivors, gate = self._gate(profile, options, past_vit, survivors_fsc)
-        t1 = time.perf_counter()
+        survivors, past_bias = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc,
+                                       decision, vsc)
         gpu_s = 0.0
         kernel_ms = {}
         if not self.device.simulator:
@@ -468,9 +386,7 @@ class GpuCascade:
                 kernel_ms[name] = rt.elapsed_ms(a, b)
                 gpu_s += kernel_ms[name] / 1e3
             span = (rt.elapsed_ms(self._epoch, ev[0]), rt.elapsed_ms(self._epoch, ev[3]))
-        seconds = dict(gpu=gpu_s, host=host_s + time.perf_counter() - t1)
-        if gate is not None:
-            seconds["forward"] = t1 - t0 - host_s
+        seconds = dict(gpu=gpu_s, host=time.perf_counter() - t0)
         with self._lock:  # the slot may be reused from here on
             self._in_flight.remove(ticket)
             if kernel_ms:
@@ -479,23 +395,20 @@ class GpuCascade:
                 self.kernel_ms[name] += ms
             self.host_seconds["wait"] += waited
             self.host_seconds["finish"] += seconds["host"]
-        return CascadeResult(survivors=survivors, n_past_msv=int(pos.size), n_past_bias=int(past_bias.size),
-                             n_past_vit=int(past_vit.size), seconds=seconds, past_msv=pos, past_bias=past_bias,
-                             past_vit=past_vit, forward=gate)
+        return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=int(past_bias.size),
+                             n_past_vit=int(survivors.size), seconds=seconds, past_msv=pos, past_bias=past_bias)
 
     def close(self) -> None:
         for ticket in list(self._in_flight):
             ticket.result()
         self._slots = []
         self._db_tables = {}
-        self._forward_stage = None
         self.resident.close()
 
 
 def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, decision, vsc):
     """The host's part of the cascade for the targets that passed MSV: (survivors, the
-    targets that passed the bias filter, the survivors' ``filtersc``, which the Forward gate
-    takes).
+    targets that passed the bias filter).
 
     ``usc``: MSV scores (nats); ``filtersc``: the GPU's bias scores (decided targets);
     ``decision``: the bias kernel's :class:`Decision`; ``vsc``: the GPU's Viterbi filter
@@ -521,7 +434,7 @@ def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, dec
         vsc[redo] = reference.viterbi(pos[redo])
     if need.any():
         survive[np.flatnonzero(need)[stats.passes_gumbel(vsc[need], filtersc[need], vmu, vlam, options.F2)]] = True
-    return pos[survive], pos[alive], filtersc[survive]
+    return pos[survive], pos[alive]
 
 
 class _Reference:
@@ -584,11 +497,6 @@ class _StageBackend:
     def viterbi(self, profile, indices):
         idx = np.asarray(indices, np.int64)
         return ViterbiResult(idx, *self.gpu.vit_stage.run(profile, idx))
-
-    def forward(self, profile, indices, fallback: bool = False):
-        if not (self.gpu.forward_gate or fallback) or profile.hmm is None:
-            return None
-        return self.gpu.forward(profile, indices, fallback)
 
 
 __all__ = ["GpuCascade", "Ticket", "all_specs", "SLOTS"]
