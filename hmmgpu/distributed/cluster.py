@@ -713,7 +713,8 @@ def hmmsearch(queries, database, *, client, shards: int | None = None, models_pe
     how the work is cut (:func:`plan_work`). ``ftz``: pyhmmer's stage in the hmmsearch
     program's float mode, as ``hmmgpu search`` runs it. Options: pyhmmer's names, as
     :func:`hmmgpu.hmmsearch` takes them (``backend``: ``auto``, ``hmmer`` or ``numba``)."""
-    from hmmgpu.api import _queries
+    from pyhmmer.plan7 import HMM
+
     from hmmgpu.formats.checks import check_target_lengths
     from hmmgpu.formats.hmmfile import model_lengths, read_models
     from hmmgpu.options import SearchOptions
@@ -723,7 +724,7 @@ def hmmsearch(queries, database, *, client, shards: int | None = None, models_pe
         path = os.fspath(queries)
         models, lengths = read_models(path), None if path == "-" else model_lengths(path)
     else:
-        models = _queries(queries)
+        models = [queries] if isinstance(queries, HMM) else queries
         lengths = [h.M for h in models] if isinstance(models, (list, tuple)) else None
     opened = open_shared_database(database)
     check_target_lengths(opened[1])
