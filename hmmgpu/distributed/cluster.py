@@ -408,15 +408,6 @@ def _given(models: list) -> list:
 
 # ---------------------------------------------------------------- the client's side
 @dataclass
-class _Counts:
-    """A model's filter counters summed over its shards (what :func:`merge_results` takes)."""
-
-    n_past_msv: int = 0
-    n_past_bias: int = 0
-    n_past_vit: int = 0
-
-
-@dataclass
 class ClusterStats:
     """Where the time of a search over a cluster went."""
 
@@ -623,6 +614,7 @@ class ClusterSearch:
         """The batch's models, each merged over the shards (global n and residues)."""
         from hmmgpu.host import flush_to_zero
         from hmmgpu.search.engine import SearchResult
+        from hmmgpu.stages.cascade import StageCounts
         from hmmgpu.stages.merge import merge_results
 
         for j, (index, hmm, _) in enumerate(batch.models):
@@ -630,7 +622,7 @@ class ClusterSearch:
             parts = [part for shard in batch.results for part in shard.parts[j]]
             counts = None
             if any(shard.counts[j] is not None for shard in batch.results):
-                counts = _Counts()
+                counts = StageCounts()  # the filter counters summed over the shards
                 for shard in batch.results:
                     msv, bias, vit = shard.counts[j]
                     counts.n_past_msv += msv
