@@ -127,9 +127,14 @@ class RunOptions:
     cpus: int | None = _option(None, "CPU threads (default: all cores; 0: no worker threads, as hmmsearch)",
                                flag="--cpu", group="run", check=_NONNEGATIVE)
     device: int = _option(0, "CUDA device id of the GPU", group="run", check=_NONNEGATIVE)
+    devices: str | None = _option(None, "search on several GPUs at once: all, or their ids (0,2); one GPU process "
+                                  "each, the database resident on each, output identical to one GPU's", group="run",
+                                  metavar="all|IDS")
 
     def __post_init__(self):
         _validate(self)
+        if self.devices is not None:
+            object.__setattr__(self, "devices", devices_text(self.devices))
 
     @property
     def threads(self) -> int:
@@ -138,10 +143,55 @@ class RunOptions:
 
 
 #: The fields of :class:`RunOptions`, which :meth:`SearchOptions.from_kwargs` also takes.
-RUN_FIELDS = ("backend", "lanes", "cpus", "device")
+RUN_FIELDS = ("backend", "lanes", "cpus", "device", "devices")
+
+
+def devices_text(devices) -> str:
+    """``--devices`` (``devices=`` in the API) in one spelling: ``"all"``, or the distinct ids
+    in the order given, joined by commas (``"0,2"``), from that text, an int or ids in a list;
+    which GPUs exist is asked where the search starts (:func:`hmmgpu.search.routing.device_ids`)."""
+    if isinstance(devices, str):
+        text = devices.strip()
+        if text.lower() == "all":
+            return "all"
+        words = [w.strip() for w in text.split(",")]
+    elif isinstance(devices, int) and not isinstance(devices, bool):
+        words = [str(devices)]
+    else:
+        try:
+            words = [str(d) for d in devices]
+        except TypeError:
+            words = [repr(devices)]
+    if not words or not all(w.isdigit() for w in words):
+        raise InputError(f"--devices: {devices!r} is not 'all' or a list of GPU ids such as 0,2")
+    return ",".join(dict.fromkeys(str(int(w)) for w in words))
 #: The fields that ``pyhmmer.plan7.Pipeline`` takes.
 PIPELINE_FIELDS = ("E", "T", "domE", "domT", "incE", "incT", "incdomE", "incdomT", "bit_cutoffs",
                    "F1", "F2", "F3", "bias_filter", "null2", "seed", "Z", "domZ")
+
+
+#: The options that spread a search over a dask cluster or several GPUs, left out of the
+#: command line the tables' tail records (:func:`local_command_line`).
+PLACEMENT_OPTIONS = ("--scheduler", "--scheduler-file", "--devices")
+
+
+def local_command_line(command_line: str) -> str:
+    """``command_line`` without :data:`PLACEMENT_OPTIONS` and their values: the command a
+    search in one process on one GPU would have been given. The tables' tail records it
+    (:class:`~hmmgpu.report.outputs.RunOutputs`), so that a search's outputs do not depend on the
+    cluster or the GPUs it ran on."""
+    import shlex
+
+    words, kept = shlex.split(command_line), []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in PLACEMENT_OPTIONS:
+            skip = True
+        elif not word.startswith(tuple(option + "=" for option in PLACEMENT_OPTIONS)):
+            kept.append(word)
+    return shlex.join(kept)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,5 +242,5 @@ def choices(name: str) -> tuple:
     return _literal_choices(name)
 
 
-__all__ = ["SearchOptions", "RunOptions", "RUN_FIELDS", "ReportOptions", "Backend", "Lanes", "BitCutoffs", "PIPELINE_FIELDS", "GROUPS",
+__all__ = ["SearchOptions", "RunOptions", "RUN_FIELDS", "devices_text", "PLACEMENT_OPTIONS", "local_command_line", "ReportOptions", "Backend", "Lanes", "BitCutoffs", "PIPELINE_FIELDS", "GROUPS",
            "option_flag", "choices"]

@@ -59,6 +59,7 @@ from collections.abc import Iterator
 from hmmgpu._version import __version__
 from hmmgpu.costs import CPU_CELLS_PER_SECOND
 from hmmgpu.errors import DatabaseError, HmmgpuError, InputError, WorkerError
+from hmmgpu.options import local_command_line  # (the command line finds it here)
 
 #: The cost model's rate: model cells (model length x residues) per second on one worker thread
 #: (pyhmmer's whole pipeline, :data:`~hmmgpu.costs.CPU_CELLS_PER_SECOND`).
@@ -328,10 +329,13 @@ class _HeldDatabase:
         whole pipeline."""
         from hmmgpu.search.routing import shard_backend
 
-        key = (shard.first, shard.end, run.backend)
+        key = (shard.first, shard.end, run.backend, run.lanes)
         with self._lock:
             if key not in self._filters:
-                self._filters[key] = shard_backend(run, lambda: self.db.shard(shard.first, shard.end))
+                try:
+                    self._filters[key] = shard_backend(run, self.db, shard.first, shard.end)
+                except HmmgpuError as error:
+                    raise type(error)(f"dask worker {_worker_name()}: {error}") from None
             return self._filters[key]
 
 
@@ -386,14 +390,17 @@ def search_shard(ref: DatabaseRef, shard: Shard, models: list, options, ftz: boo
     if filters is None:   # pyhmmer's whole pipeline: the shard's sequences, kept across tasks
         stage.sequences = held.sequences(shard)
     parts, counts = [], []
+    # every model's filters queued at once (a GPU runs several in flight), then taken in order
+    tickets = [None] * len(models) if filters is None else [filters.submit(filters.prepare(hmm, mmu), options)
+                                                              for _, hmm, mmu in models]
     with flush_to_zero(ftz):
-        for index, hmm, mmu in models:
+        for (index, hmm, _), ticket in zip(models, tickets):
             query = Query(index=index, hmm=hmm)
-            if filters is None:
+            if ticket is None:
                 tasks = stage.plan_shard(query, shard.first, shard.end)
                 counts.append(None)
-            else:
-                cascade = filters.submit(filters.prepare(hmm, mmu), options).result()
+            else:   # the shard's positions made global before the merge
+                cascade = ticket.result()
                 tasks = stage.plan_shard(query, shard.first, shard.end, survivors=cascade.survivors + shard.first)
                 counts.append((cascade.n_past_msv, cascade.n_past_bias, cascade.n_past_vit))
             parts.append([stage.run(task) for task in tasks])
@@ -726,29 +733,6 @@ def hmmsearch(queries, database, *, client, shards: int | None = None, models_pe
         yield result.hits
 
 
-#: The options that say which cluster a search runs on, left out of the command line the
-#: tables' tail records (:func:`local_command_line`).
-CLUSTER_OPTIONS = ("--scheduler", "--scheduler-file")
-
-
-def local_command_line(command_line: str) -> str:
-    """``command_line`` without :data:`CLUSTER_OPTIONS` and their values: the command a
-    search in one process would have been given. The tables' tail records it, so that a
-    search's outputs do not depend on the cluster it ran on."""
-    import shlex
-
-    words, kept = shlex.split(command_line), []
-    skip = False
-    for word in words:
-        if skip:
-            skip = False
-        elif word in CLUSTER_OPTIONS:
-            skip = True
-        elif not word.startswith(tuple(option + "=" for option in CLUSTER_OPTIONS)):
-            kept.append(word)
-    return shlex.join(kept)
-
-
 def search_command(hmmfile: str, database: str, options, *, scheduler: str | None, scheduler_file: str | None,
                    seqformat: str | None, outputs) -> int:
     """``hmmgpu search --scheduler ADDRESS`` (or ``--scheduler-file PATH``): the models of
@@ -784,4 +768,5 @@ def search_command(hmmfile: str, database: str, options, *, scheduler: str | Non
     return 0
 
 
-__all__ = ["hmmsearch", "ClusterSearch", "connect", "plan_work", "search_shard", "DatabaseRef", "Shard"]
+__all__ = ["hmmsearch", "ClusterSearch", "connect", "plan_work", "search_shard", "DatabaseRef", "Shard",
+           "local_command_line"]

@@ -22,7 +22,7 @@ from typing import Iterator, Literal, Mapping
 
 from hmmgpu.host import flush_to_zero
 from hmmgpu.report.hitlist import read_tophits
-from hmmgpu.options import ReportOptions
+from hmmgpu.options import ReportOptions, local_command_line
 from hmmgpu.formats.outfiles import OutputFiles, refuse_inputs
 from hmmgpu.report.progress import ProgressBar
 from hmmgpu.report.text import (REPORT_END, Program, Query, Stopwatch, alignment_note, program_header, query_report, tabular_tail, write_alignment)
@@ -97,7 +97,8 @@ class RunOutputs:
     ``paths`` maps ``"-o"``, ``"-A"`` and the table kinds to the paths given (absent: not
     written; no ``-o``: the report goes to standard output). ``settings`` are the options
     the header shows (see :func:`hmmgpu.report.text.header_settings`); ``command_line`` goes to
-    the tables' tail. ``filter_thresholds``: the F1, F2, F3 the statistics show, for hits
+    the tables' tail, less the options that spread a run (:func:`local_command_line`).
+    ``filter_thresholds``: the F1, F2, F3 the statistics show, for hits
     that did not come out of one pyhmmer pipeline run with them (hmmgpu's filter backends
     run pyhmmer's stage with its own filters off).
     """
@@ -107,7 +108,7 @@ class RunOutputs:
                  progress: str, filter_thresholds: tuple[float, float, float] | None = None):
         self.program, self.query_file, self.target_file = program, query_file, target_file
         self.settings = dict(settings)
-        self.command_line = command_line
+        self.command_line = local_command_line(command_line)
         refuse_inputs({("--" if option in TABLE_FORMATS else "") + option: path for option, path in paths.items()},
                       (query_file, target_file))
         self._files = OutputFiles()

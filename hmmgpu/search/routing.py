@@ -8,7 +8,10 @@ starts before the database is read and whether a search takes pyhmmer's route be
 its database (:meth:`SearchPlan.before_reading`), whether a file is searched piece by piece
 (:meth:`SearchPlan.pieces`), and whether small models go to worker processes
 (:meth:`SearchPlan.worker_processes`). ``auto`` takes the GPU only when pyhmmer's route is
-estimated (:mod:`hmmgpu.costs`) to take longer than starting it.
+estimated (:mod:`hmmgpu.costs`) to take longer than starting it. ``--devices`` names several
+GPUs for the GPU route (:func:`device_ids`): one GPU process each, joined by
+:class:`~hmmgpu.search.multidevice.MultiDeviceBackend`. On a dask worker, :func:`shard_backend`
+gives the filter stage of its shard: the worker's GPU where it has one, else its CPU.
 """
 from __future__ import annotations
 
@@ -132,10 +135,51 @@ def start_gpu_early(run, source: str, fmt: str | None, model_lengths) -> Cascade
 
     if not cuda_driver_present():
         return None
+    ids = device_ids(run)
+    if ids is None or len(ids) == 1:
+        return device_backend(run, run.device if ids is None else ids[0], source=(source, fmt), lengths=model_lengths)
+    from hmmgpu.search.multidevice import MultiDeviceBackend
+
+    return MultiDeviceBackend(None, {d: device_backend(run, d, source=(source, fmt), lengths=model_lengths)
+                                     for d in ids})
+
+
+def device_backend(run, device: int, db=None, *, source: tuple | None = None, lengths=None,
+                   span: tuple | None = None) -> CascadeBackend:
+    """The GPU process of one device (:class:`~hmmgpu.gpu.process.CudaProcessBackend`), over
+    ``db`` or the sequence file ``source = (path, format)``; ``span``: only the targets
+    ``first`` .. ``end - 1`` of a made database (a dask worker's shard)."""
     from hmmgpu.gpu.process import CudaProcessBackend
 
-    return CudaProcessBackend(source=(source, fmt), lanes=run.lanes, device=run.device,
-                              lengths=model_lengths)
+    shard = {} if span is None else dict(span=span)
+    return CudaProcessBackend(db, source=source, lanes=run.lanes, device=device, lengths=lengths, **shard)
+
+
+def device_ids(run) -> tuple | None:
+    """The GPUs that ``--devices`` names (``run.devices``: ``all`` or ids), checked against the
+    GPUs this machine has; None without ``--devices``. A one-line
+    :class:`~hmmgpu.errors.DeviceUnavailable` for an id the machine lacks (or for ``all``
+    without any GPU), and an :class:`~hmmgpu.errors.InputError` with a backend that runs no
+    GPU. ``HMMGPU_NO_GPU`` hides every GPU."""
+    if run.devices is None:
+        return None
+    if run.backend in ("hmmer", "numba"):
+        raise InputError(f"--devices names GPUs for the GPU route; --backend {run.backend} runs none "
+                         "(use --backend auto or cuda)")
+    from hmmgpu.gpu.runtime.context import cuda_device_count
+
+    count = 0 if os.environ.get("HMMGPU_NO_GPU") is not None else cuda_device_count()
+    have = "no CUDA GPU" if count == 0 else f"{count} CUDA GPU{'s' * (count > 1)} (ids 0-{count - 1})"
+    if run.devices == "all":
+        if count == 0:
+            raise DeviceUnavailable("--devices all: no CUDA GPU found")
+        return tuple(range(count))
+    ids = tuple(int(d) for d in run.devices.split(","))
+    missing = [d for d in ids if d >= count]
+    if missing:
+        raise DeviceUnavailable(f"--devices {run.devices}: no CUDA GPU with id {','.join(map(str, missing))} "
+                                f"(this machine has {have})")
+    return ids
 
 
 def cpu_route_before_reading(run, source: str, model_lengths) -> str | None:
@@ -279,6 +323,7 @@ def select_backend(run, db, cells: float | None = None, gpu_process: bool = True
     :func:`cpu_route_before_reading` gave, when the caller asked it (then pyhmmer's route).
     """
     try:
+        device_ids(run)   # --devices naming a GPU the machine lacks: an error whatever the route
         backend = _select(run, db, cells, gpu_process, started, queries, decided)
     except BaseException:
         if started is not None:
@@ -302,8 +347,8 @@ def _select(run, db, cells, gpu_process, started, queries, decided) -> Backend:
             if reason in (_SMALL_WORK, _COLD_KERNELS) and started is not None:
                 reason = None  # the estimate from the file started the GPU: see select_backend
             worth = reason is None
-        if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or
-                                                                   cuda_available(run.device)):
+        if worth and os.environ.get("HMMGPU_NO_GPU") is None and (started is not None or run.devices is not None
+                                                                   or cuda_available(run.device)):
             try:
                 return _cuda(run, db, gpu_process, started)
             except HmmgpuError as error:  # present but unusable (busy, out of memory, ...)
@@ -314,7 +359,7 @@ def _select(run, db, cells, gpu_process, started, queries, decided) -> Backend:
         backend.description = f"backend hmmer (pyhmmer on the CPU): {reason}"
         return backend
     if name == "cuda":
-        if started is None and not cuda_available(run.device):
+        if started is None and run.devices is None and not cuda_available(run.device):
             raise DeviceUnavailable.for_backend(run.device)
         return _cuda(run, db, gpu_process, started)
     if name == "numba":
@@ -323,14 +368,18 @@ def _select(run, db, cells, gpu_process, started, queries, decided) -> Backend:
 
 
 def _cuda(run, db, gpu_process: bool, started) -> CascadeBackend:
-    """The CUDA backend: in this process, ready; or the GPU process, perhaps still starting."""
+    """The CUDA backend: in this process, ready; or the GPU process, perhaps still starting; or,
+    with ``--devices`` naming several GPUs, a GPU process on each (:func:`device_ids`)."""
     if gpu_process:
-        from hmmgpu.gpu.process import CudaProcessBackend
+        if started is not None:
+            started.attach(db)
+            return started
+        ids = device_ids(run)
+        if ids is None or len(ids) == 1:
+            return device_backend(run, run.device if ids is None else ids[0], db)
+        from hmmgpu.search.multidevice import MultiDeviceBackend
 
-        if started is None:
-            return CudaProcessBackend(db, lanes=run.lanes, device=run.device)
-        started.attach(db)
-        return started
+        return MultiDeviceBackend(db, {d: device_backend(run, d, db) for d in ids})
     from hmmgpu.gpu.backend import CudaBackend
 
     return CudaBackend(db, lanes=run.lanes, device=run.device)
@@ -338,22 +387,31 @@ def _cuda(run, db, gpu_process: bool, started) -> CascadeBackend:
 
 def cluster_route(run) -> str:
     """What the workers of a search over a dask cluster (:mod:`hmmgpu.distributed.cluster`)
-    run on their shards, in words; ``--backend cuda`` is refused: GPU workers (dask-cuda)
-    are not available yet, and ``auto`` takes the CPU route there."""
-    if run.backend == "cuda":
-        raise InputError("--backend cuda is not available on a dask cluster yet (GPU workers through dask-cuda "
-                         "are a later step); the cluster runs the CPU route (--backend auto, hmmer or numba)")
+    run on their shards, in words (:func:`shard_backend` decides on each worker)."""
     if run.backend == "numba":
         return "hmmgpu's exact CPU filters, then pyhmmer's Forward/domain stage"
+    if run.backend == "cuda":
+        return "hmmgpu's filters on each worker's GPU (dask-cuda workers), then pyhmmer's Forward/domain stage"
+    if run.backend == "auto":
+        return ("hmmgpu's filters on the GPU of each worker that has one (dask-cuda workers), then pyhmmer's "
+                "Forward/domain stage; pyhmmer's whole pipeline on the CPU of the others")
     return "pyhmmer's whole pipeline on the CPU"
 
 
-def shard_backend(run, shard_db) -> CascadeBackend | None:
-    """The filter stage a dask worker runs over one shard of a search's database
-    (:mod:`hmmgpu.distributed.cluster`): a :class:`~hmmgpu.stages.protocol.CascadeBackend`
-    over ``shard_db()`` (the shard as a database of its own) whose survivors go to pyhmmer's
-    Forward/domain stage, or None for pyhmmer's whole pipeline (:func:`cluster_route`). A GPU
-    worker's backend will be returned here."""
+def shard_backend(run, db, first: int, end: int) -> CascadeBackend | None:
+    """The filter stage a dask worker runs over the shard ``first`` .. ``end - 1`` of a search's
+    made database ``db`` (:mod:`hmmgpu.distributed.cluster`): a
+    :class:`~hmmgpu.stages.protocol.CascadeBackend` over the shard as a database of its own,
+    whose survivors go to pyhmmer's Forward/domain stage, or None for pyhmmer's whole pipeline
+    (:func:`cluster_route`). A worker with a GPU (``auto`` or ``cuda``) runs the GPU process
+    on its first visible device, which a dask-cuda worker's ``CUDA_VISIBLE_DEVICES`` makes its
+    own GPU, with the shard resident there; ``cuda`` on a worker without one is a one-line error."""
     if run.backend == "numba":
-        return NumbaBackend(shard_db(), threads=1)
+        return NumbaBackend(db.shard(first, end), threads=1)
+    if run.backend in ("auto", "cuda"):
+        if os.environ.get("HMMGPU_NO_GPU") is None and cuda_available(0):
+            return device_backend(run, 0, db.shard(first, end), span=(first, end))
+        if run.backend == "cuda":
+            raise DeviceUnavailable("--backend cuda: this dask worker has no usable CUDA GPU (start GPU workers with "
+                                    "`dask cuda worker`)")
     return None

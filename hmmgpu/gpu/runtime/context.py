@@ -14,7 +14,7 @@ import os
 from hmmgpu.gpu.runtime import libcuda
 from hmmgpu.gpu.runtime.libcuda import primary_context
 
-__all__ = ["cuda_available", "cuda_driver_present", "open_primary_context", "simulator_enabled"]
+__all__ = ["cuda_available", "cuda_device_count", "cuda_driver_present", "open_primary_context", "simulator_enabled"]
 
 def simulator_enabled() -> bool:
     """numba's CUDA simulator is on: ``NUMBA_ENABLE_CUDASIM=1`` when numba was imported, or,
@@ -55,6 +55,18 @@ def cuda_available(device: int = 0) -> bool:
     count = ctypes.c_int(0)
     return (driver is not None and driver.cuInit(0) == 0 and driver.cuDeviceGetCount(ctypes.byref(count)) == 0
             and 0 <= device < count.value)
+
+
+def cuda_device_count() -> int:
+    """How many CUDA GPUs the driver sees (``CUDA_VISIBLE_DEVICES`` applied; 0 without a
+    driver; 1 under the simulator, which stands in for one GPU of any id)."""
+    if _simulator_requested():
+        return 1
+    driver = libcuda.load()
+    count = ctypes.c_int(0)
+    if driver is None or driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
 
 
 def open_primary_context(device: int = 0) -> bool:

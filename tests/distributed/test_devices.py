@@ -1,0 +1,148 @@
+"""Several devices searching together (``--devices``, ``devices=``) write exactly what one device writes.
+
+There is no GPU in CI, so the devices' backends here are hmmgpu's exact CPU filters
+(``NumbaBackend``), one per "device", made where routing makes a GPU process
+(``routing.device_backend``), with the machine said to have two GPUs. Everything else is the
+real route: the options, the routing plan, :class:`~hmmgpu.search.multidevice.MultiDeviceBackend`
+(its shared queue, feeders and collectors), the engine, the merge and the outputs. Each
+device holds at most one model at a time, so that both take models. The report and the
+three tables equal a one-device run byte for byte (but the per-query timing lines), and the
+tables equal hmmsearch's row for row; hmmscan's narrowing over two devices gives the same
+survivors as over one. Errors: ``--devices`` naming a GPU the machine lacks is one line.
+"""
+import shutil
+import subprocess
+
+import pytest
+
+import hmmgpu
+import hmmgpu.search.multidevice as multidevice
+from hmmgpu.cli import build_parser, main
+from hmmgpu.cpu.backends import NumbaBackend
+from hmmgpu.formats.hmmfile import read_models
+from hmmgpu.formats.seqdb import SequenceDB
+from hmmgpu.gpu.runtime import context
+from hmmgpu.options import SearchOptions
+from hmmgpu.search import routing
+from hmmgpu.search.scan import CascadeNarrowing, ProfileDatabase
+from tests.distributed.test_cluster import MODELS, OUTPUTS, _search, _steady
+from tests.helpers import PIPELINE_KEYS, PROTEOME, assert_same_pipeline, hits_table
+from tests.search.test_scan import first_sequences, without_tail
+
+HMMSEARCH = shutil.which("hmmsearch")
+
+
+@pytest.fixture
+def two_devices(monkeypatch):
+    """A machine with two "GPUs" whose backends are hmmgpu's exact CPU filters, each holding at
+    most one model at a time; the made backends, by device, in ``made``."""
+    made = {}
+
+    def device_backend(run, device, db=None, **kwargs):
+        made.setdefault(device, []).append(NumbaBackend(db))
+        return made[device][-1]
+
+    monkeypatch.setattr(routing, "device_backend", device_backend)
+    monkeypatch.setattr(context, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(multidevice, "MODELS_AHEAD_PER_DEVICE", 1)
+    return made
+
+
+def test_two_devices_write_what_one_writes_and_hmmsearch(tmp_path, capsys, two_devices):
+    code, err, ours = _search(tmp_path / "devices", ["--backend", "cuda", "--devices", "all", "--cpu", "2",
+                                                      str(MODELS), str(PROTEOME)], capsys)
+    assert code == 0, err
+    assert "backend numba on 2 devices (ids 0,1): numba (hmmgpu's exact CPU filters); numba" in err
+    assert sorted(two_devices) == [0, 1]
+    code, err, one = _search(tmp_path / "one", ["--backend", "cuda", "--devices", "1", "--cpu", "2", str(MODELS),
+                                                 str(PROTEOME)], capsys)
+    assert code == 0, err
+    assert set(ours) == set(OUTPUTS.values())
+    for name in OUTPUTS.values():   # the tables' tail too: --devices is left out of the recorded command
+        assert _steady(ours[name]) == _steady(one[name]), name
+    if HMMSEARCH is not None:
+        flags = [x for flag, name in OUTPUTS.items() if flag != "-o" for x in (flag, f"ref.{name}")]
+        subprocess.run([HMMSEARCH, "--cpu", "0", "-o", "/dev/null", *flags, str(MODELS), str(PROTEOME)],
+                       check=True, cwd=tmp_path)
+        for flag, name in OUTPUTS.items():
+            if flag != "-o":
+                assert without_tail(ours[name]) == without_tail((tmp_path / f"ref.{name}").read_bytes()), name
+
+
+def test_api_devices_equal_one_device(two_devices):
+    hmms = hmmgpu.read_hmms(MODELS) * 2
+    with hmmgpu.Pipeline(str(PROTEOME), backend="cuda", devices=[1, 0], cpus=2) as pipeline:
+        ours = [hits for _, hits in pipeline.search_hmms(hmms)]
+        ran = {device: part["models"] for device, part in pipeline.backend.details().items()}
+    assert sum(ran.values()) == len(hmms) and all(ran.values()), ran   # both devices took models
+    with hmmgpu.Pipeline(str(PROTEOME), backend="cuda", devices="0", cpus=2) as pipeline:   # one device
+        ref = [hits for _, hits in pipeline.search_hmms(hmms)]
+    for a, b in zip(ours, ref, strict=True):
+        for fmt in ("targets", "domains", "pfam"):
+            assert hits_table(a, fmt) == hits_table(b, fmt)
+        assert_same_pipeline(a, b, PIPELINE_KEYS)
+
+
+def test_scan_narrowing_over_two_devices(tmp_path, two_devices):
+    """hmmscan's narrowing: each model's cascade on one of two devices, the survivors and
+    counters per sequence those of one device."""
+    db = SequenceDB.from_fasta(first_sequences(tmp_path, 300))
+    options = SearchOptions.from_kwargs(backend="cuda", devices="0,1")
+    backend = routing.select_backend(options.run, db)
+    assert isinstance(backend, multidevice.MultiDeviceBackend)
+    one = NumbaBackend(db)
+    try:
+        narrowed = [CascadeNarrowing(db, b, options) for b in (backend, one)]
+        for model in read_models(str(MODELS)):
+            for narrowing in narrowed:
+                narrowing.add(model)
+        ours, ref = (n.survivors() for n in narrowed)
+    finally:
+        backend.close()
+    assert [(list(a.indices), a.counts) for a in ours] == [(list(b.indices), b.counts) for b in ref]
+    assert len(ProfileDatabase.read(str(MODELS))) == 4
+
+
+def _scan_argv(seqs, models) -> list:
+    """The inputs of ``hmmgpu scan`` in the order its parser takes them."""
+    scan = next(a for a in build_parser()._subparsers._group_actions if a.choices).choices["scan"]
+    names = [a.dest for a in scan._actions if not a.option_strings]
+    return [str(seqs) if name.startswith("seq") else str(models) for name in names]
+
+
+def test_scan_command_over_two_devices(tmp_path, monkeypatch, two_devices):
+    seqs = first_sequences(tmp_path, 200)
+    outputs = {}
+    for label, run in (("devices", ["--backend", "cuda", "--devices", "0,1"]), ("one", ["--backend", "cuda",
+                                                                                       "--devices", "1"])):
+        (tmp_path / label).mkdir()
+        monkeypatch.chdir(tmp_path / label)   # the same output names: the tables' tail records them
+        assert main(["scan", *run, "--cpu", "2", "-o", "report", "--tblout", "tbl", "--domtblout", "domtbl"]
+                    + _scan_argv(seqs, MODELS)) == 0
+        outputs[label] = {name: (tmp_path / label / name).read_bytes() for name in ("report", "tbl", "domtbl")}
+    for name in ("report", "tbl", "domtbl"):
+        assert _steady(outputs["devices"][name]) == _steady(outputs["one"][name]), name
+    assert sorted(two_devices) == [0, 1]
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--devices", "7"], "hmmgpu: error: --devices 7: no CUDA GPU with id 7 (this machine has 2 CUDA GPUs (ids 0-1))"),
+    (["--devices", "0,2,3"], "hmmgpu: error: --devices 0,2,3: no CUDA GPU with id 2,3 (this machine has 2 CUDA GPUs "
+                             "(ids 0-1))"),
+    (["--devices", "0,x"], "hmmgpu: error: --devices: '0,x' is not 'all' or a list of GPU ids such as 0,2"),
+    (["--devices", "all", "--backend", "hmmer"], "hmmgpu: error: --devices names GPUs for the GPU route; --backend "
+                                                 "hmmer runs none (use --backend auto or cuda)"),
+])
+def test_devices_errors_are_one_line(tmp_path, capsys, monkeypatch, args, line):
+    monkeypatch.setattr(context, "cuda_device_count", lambda: 2)
+    assert main(["search", *args, "--tblout", str(tmp_path / "t.tbl"), str(MODELS), str(PROTEOME)]) != 0
+    assert capsys.readouterr().err.strip().splitlines()[-1] == line
+    assert not (tmp_path / "t.tbl").exists()
+
+
+def test_devices_without_any_gpu(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HMMGPU_NO_GPU", "1")
+    for devices, said in (("7", "--devices 7: no CUDA GPU with id 7 (this machine has no CUDA GPU)"),
+                          ("all", "--devices all: no CUDA GPU found")):
+        assert main(["search", "--devices", devices, str(MODELS), str(PROTEOME)]) != 0
+        assert capsys.readouterr().err.strip().splitlines()[-1] == f"hmmgpu: error: {said}"
