@@ -16,6 +16,7 @@ import subprocess
 import pytest
 
 import hmmgpu
+import hmmgpu.distributed
 import hmmgpu.search.multidevice as multidevice
 from hmmgpu.cli import build_parser, main
 from hmmgpu.cpu.backends import NumbaBackend
@@ -146,3 +147,28 @@ def test_devices_without_any_gpu(tmp_path, capsys, monkeypatch):
                           ("all", "--devices all: no CUDA GPU found")):
         assert main(["search", "--devices", devices, str(MODELS), str(PROTEOME)]) != 0
         assert capsys.readouterr().err.strip().splitlines()[-1] == f"hmmgpu: error: {said}"
+
+
+def test_dask_workers_with_a_gpu_run_the_gpu_route(tmp_path, monkeypatch, two_devices):
+    """A dask worker with a GPU runs its shard through the GPU process's route
+    (``routing.shard_backend``: ``device_backend`` over the shard, positions made global before
+    the merge): here in worker threads of this process, whose "GPU" is hmmgpu's CPU filters.
+    The merged hits equal one process's; every shard got a backend of its own."""
+    distributed = pytest.importorskip("distributed")
+    from hmmgpu.formats.seqdb import SequenceDB as Made
+
+    made = tmp_path / "proteome"
+    Made.from_fasta(PROTEOME).save(made)
+    monkeypatch.setattr(routing, "cuda_available", lambda device=0: True)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+                                  worker_dashboard_address=":0") as lc, \
+            distributed.Client(lc, set_as_default=False) as client:
+        ours = list(hmmgpu.distributed.hmmsearch(str(MODELS), str(made), client=client, shards=3,
+                                                 models_per_batch=2, backend="cuda"))
+    assert sum(len(made_here) for made_here in two_devices.values()) == 3   # a backend a shard, on "device" 0
+    with hmmgpu.Pipeline(str(PROTEOME), backend="cuda", devices="0") as pipeline:
+        ref = [hits for _, hits in pipeline.search_hmms(hmmgpu.read_hmms(MODELS))]
+    for a, b in zip(ours, ref, strict=True):
+        for fmt in ("targets", "domains"):
+            assert hits_table(a, fmt) == hits_table(b, fmt)
+        assert_same_pipeline(a, b, PIPELINE_KEYS)
