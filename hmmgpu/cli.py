@@ -7,9 +7,13 @@ options, their defaults, choices and help come from :class:`hmmgpu.options.Searc
 
 Every option records the string it was given as well as its value: HMMER's report header
 lists an option only when that string differs from the default's (Easel's
-``esl_opt_IsUsed()``), and the header is reproduced exactly. Every error, from a mistyped
-option to a damaged input file, is one line ``hmmgpu: error: ...`` on standard error and
-exit status 2.
+``esl_opt_IsUsed()``), and the header is reproduced exactly. Long options may be shortened
+to any unambiguous prefix, as Easel's getopts allows (``--domtbl`` for ``--domtblout``);
+hmmsearch's options that hmmgpu lacks are known to the parser, so that a prefix ambiguous
+for hmmsearch is ambiguous here too, and are refused when given. The sequence file's format
+is the one given (``--tformat``, ``--qformat``) or the one Easel would guess
+(:mod:`hmmgpu.formats.seqformat`). Every error, from a mistyped option to a damaged input
+file, is one line ``hmmgpu: error: ...`` on standard error and exit status 1, HMMER's.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import time
 from dataclasses import MISSING, fields
 
 from hmmgpu._version import __version__
-from hmmgpu.errors import DeviceUnavailable, HmmgpuError, InputError
+from hmmgpu.errors import ERROR_STATUS, DeviceUnavailable, HmmgpuError, InputError
 from hmmgpu.host import stop_on_signals
 from hmmgpu.options import GROUPS, ReportOptions, RunOptions, SearchOptions, choices
 from hmmgpu.preflight import finish_interrupted, prepare_run
@@ -38,6 +42,10 @@ _INCOMPATIBLE = [("E", "T"), ("domE", "domT"), ("incE", "incT"), ("incdomE", "in
     [("max", f) for f in ("F1", "F2", "F3", "nobias")] + [("textw", "notextw")]
 _SPELLING = {"E": "-E", "T": "-T", "Z": "-Z", "cpus": "--cpu"}
 _TYPES = {"float": float, "float | None": float, "int": int, "int | None": int}
+#: hmmsearch's options (in the ``hmmer`` package's build) that hmmgpu does not implement:
+#: known to the parser, so that abbreviations are ambiguous where hmmsearch finds them so
+#: (``--r``), and refused when given. hmmscan has none.
+_NOT_IMPLEMENTED = {"search": ("--restrictdb_stkey", "--restrictdb_n", "--ssifile"), "scan": ()}
 
 
 def _spelled(dest: str) -> str:
@@ -80,6 +88,13 @@ class _Given(argparse.Action):
         given = dict(getattr(namespace, "given", None) or {})
         given[self.option_strings[0]] = (text, value)
         namespace.given = given
+
+
+class _NotImplemented(argparse.Action):
+    """An hmmsearch option that hmmgpu does not implement: an error when given."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise InputError(f"{self.option_strings[0]} (an hmmsearch option) is not supported by hmmgpu")
 
 
 def _switch(group, flag: str, help: str, dest: str | None = None) -> None:
@@ -126,7 +141,10 @@ def add_output_options(parser: argparse.ArgumentParser, program: str) -> None:
     fmt = "--tformat" if program == "search" else "--qformat"
     out.add_argument(fmt, dest="seqformat", action=_Given, default=None, metavar="FORMAT",
                      help=f"{'target' if program == 'search' else 'query'} sequence file format, as Easel names it "
-                          "(fasta, embl, genbank, uniprot, stockholm, ...): no autodetection")
+                          "(fasta, embl, genbank, uniprot, stockholm, afa, ncbi, ...; default: guessed as Easel "
+                          "guesses it)")
+    for flag in _NOT_IMPLEMENTED[program]:
+        parser.add_argument(flag, action=_NotImplemented, help=argparse.SUPPRESS)
 
 
 def search_options(args) -> SearchOptions:
@@ -165,11 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hmmgpu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    s = sub.add_parser("search", allow_abbrev=False,
+    s = sub.add_parser("search",
                        help="search profile HMM(s) against a protein database, like hmmsearch")
     s.add_argument("hmmfile", help="profile HMM file (one or more models; plain, gzip, binary; - for stdin)")
-    s.add_argument("seqdb", help="protein sequences: FASTA (plain or gzip; - for stdin) or a database made "
-                                 "by `hmmgpu makedb`")
+    s.add_argument("seqdb", help="protein sequences (FASTA, EMBL, UniProt, GenBank, alignments; plain or gzip; "
+                                 "- for stdin) or a database made by `hmmgpu makedb`")
     add_output_options(s, "search")
     add_search_options(s)
     dask = s.add_argument_group("over a dask cluster (a database made by `hmmgpu makedb` on a path every worker reads)")
@@ -178,10 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
     dask.add_argument("--scheduler-file", dest="scheduler_file", default=None, metavar="PATH",
                       help="... or of the scheduler that `dask scheduler --scheduler-file PATH` describes")
 
-    c = sub.add_parser("scan", allow_abbrev=False,
+    c = sub.add_parser("scan",
                        help="search protein sequences against a profile database, like hmmscan")
-    c.add_argument("seqfile", help="query protein sequences (FASTA, plain or gzip; - for stdin)")
-    c.add_argument("hmmdb", help="profile HMM database: plain, gzip or hmmpress-ed")
+    c.add_argument("hmmdb", help="profile HMM database: hmmpress-ed (found by its base name), plain or gzip; "
+                                 "- for stdin")
+    c.add_argument("seqfile", help="query protein sequences (FASTA, EMBL, UniProt, GenBank, alignments; plain or "
+                                   "gzip; - for stdin)")
     add_output_options(c, "scan")
     add_search_options(c)
 
@@ -189,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="digitize a protein FASTA into a memory-mapped database, or check one")
     m.add_argument("fasta", nargs="?", help="protein sequence file (FASTA, plain or gzip; - for stdin)")
     m.add_argument("out", nargs="?", help="output directory")
-    m.add_argument("--tformat", default=None, metavar="FORMAT", help="sequence file format (default: fasta)")
+    m.add_argument("--tformat", default=None, metavar="FORMAT",
+                   help="sequence file format (default: guessed as Easel guesses it)")
     m.add_argument("--check", default=None, metavar="DIR",
                    help="verify every checksum of the made database DIR (residues included)")
 
@@ -220,7 +241,8 @@ def _run_outputs(args, program: str, query_file: str, target_file: str, progress
     from hmmgpu.report.text import header_settings
 
     if query_file == target_file == "-":
-        raise InputError("either input may be '-' (to read from standard input), but not both")
+        both = "<hmmfile> or <seqdb>" if program == "search" else "<hmmdb> or <seqfile>"
+        raise InputError(f"Either {both} may be '-' (to read from stdin), but not both")
     paths = {"-o": args.output, "-A": getattr(args, "alignment", None), "tblout": args.tblout,
              "domtblout": args.domtblout, "pfamtblout": args.pfamtblout}
     return RunOutputs(program, query_file, target_file, paths={k: v for k, v in paths.items() if v},
@@ -243,6 +265,7 @@ def _abandoned_on_error(plan):
 def cmd_search(args) -> int:
     """Run ``hmmgpu search``."""
     from hmmgpu.formats.hmmfile import model_lengths
+    from hmmgpu.formats.seqformat import sequence_format
     from hmmgpu.search.routing import SearchPlan
 
     options = search_options(args)
@@ -258,7 +281,8 @@ def cmd_search(args) -> int:
     # The GPU process, where the work may need it, starts before this process imports numpy,
     # pyhmmer and the engine (0.3-0.4 s on the GPU machine), so that its start-up overlaps them.
     lengths = None if args.hmmfile == "-" else model_lengths(args.hmmfile)
-    plan = SearchPlan.before_reading(options, args.seqdb, args.seqformat, lengths)
+    seqformat = sequence_format(args.seqdb, args.seqformat)
+    plan = SearchPlan.before_reading(options, args.seqdb, seqformat, lengths)
     timeline.mark("model lengths")
     with _abandoned_on_error(plan):
         from hmmgpu.distributed.processes import WorkerProcesses
@@ -274,7 +298,7 @@ def cmd_search(args) -> int:
         with _abandoned_on_error(plan):
             db = plan.pieces()
             if db is None:
-                db = open_database(args.seqdb, args.seqformat)
+                db = open_database(args.seqdb, seqformat)
                 check_target_lengths(db)
         timeline.mark("database read" if db.pieces is None else "database cut into pieces")
         backend = plan.backend(db)
@@ -290,7 +314,7 @@ def cmd_search(args) -> int:
                       "(as hmmsearch would)", file=sys.stderr)
             processes = plan.worker_processes(db, backend, args.seqdb)
             if processes:
-                search = WorkerProcesses(args.seqdb, args.seqformat, options, outputs.formatter,
+                search = WorkerProcesses(args.seqdb, seqformat, options, outputs.formatter,
                                          processes=processes, queries=plan.queries)
                 for blocks in search.search(args.hmmfile):
                     outputs.write(blocks)
@@ -325,10 +349,22 @@ class _Timeline:
         return "timeline: " + ", ".join(f"{step} {seconds:.2f} s" for step, seconds in self._steps)
 
 
+def check_scan_order(hmmdb: str, seqfile: str) -> None:
+    """The one-line error of ``hmmgpu scan`` given its files in the other order (earlier
+    versions of hmmgpu took the sequences first): ``hmmdb`` is no HMM file and ``seqfile`` is one."""
+    from hmmgpu.formats.hmmfile import looks_like_hmm_file
+
+    if looks_like_hmm_file(seqfile) and not looks_like_hmm_file(hmmdb):
+        raise InputError(f"{seqfile} is an HMM file and {hmmdb} is not: the two files look swapped (hmmgpu scan "
+                         "takes the profile database first, then the sequences, as hmmscan does: "
+                         "hmmgpu scan [options] hmmdb seqfile)")
+
+
 def cmd_scan(args) -> int:
     """Run ``hmmgpu scan``: each query sequence against every model (hmmscan)."""
     from hmmgpu.formats.checks import check_target_lengths
     from hmmgpu.formats.hmmfile import model_lengths
+    from hmmgpu.formats.seqformat import sequence_format
     from hmmgpu.report.text import Query, Stopwatch
     from hmmgpu.formats.seqdb import open_database
     from hmmgpu.search.routing import SearchPlan
@@ -336,8 +372,10 @@ def cmd_scan(args) -> int:
     from hmmgpu.stages.protocol import CascadeBackend
 
     options = search_options(args)
+    check_scan_order(args.hmmdb, args.seqfile)
+    seqformat = sequence_format(args.seqfile, args.seqformat)
     with _run_outputs(args, "scan", args.seqfile, args.hmmdb, "scanning", options) as outputs:
-        db = open_database(args.seqfile, args.seqformat)
+        db = open_database(args.seqfile, seqformat)
         check_target_lengths(db)
         lengths = None if args.hmmdb == "-" else model_lengths(args.hmmdb)
         backend = SearchPlan(options, lengths).backend(db)
@@ -384,7 +422,7 @@ def cmd_makedb(args) -> int:
 
     refuse_inputs({"output directory": args.out}, [args.fasta])
     check_destination(args.out)   # before the input is read
-    db = SequenceDB.from_file(args.fasta, args.tformat or "fasta")
+    db = SequenceDB.from_file(args.fasta, args.tformat)
     db.save(args.out)
     print(f"{args.out}: {db.n} sequences, {db.total_residues} residues ({time.perf_counter() - start:.2f}s)")
     return 0
@@ -457,13 +495,13 @@ def main(argv=None) -> int:
         return _COMMANDS[args.command](args)
     except HmmgpuError as e:
         print(f"hmmgpu: error: {e}", file=sys.stderr)
-        return 2
+        return ERROR_STATUS
     except BrokenPipeError:   # the reader of the report went away (| head): stop quietly, as HMMER does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as e:
         print(f"hmmgpu: error: {e.filename or ''}: {e.strerror or e}".replace(": :", ":"), file=sys.stderr)
-        return 2
+        return ERROR_STATUS
     except KeyboardInterrupt as interrupt:   # Ctrl-C or SIGTERM
         return finish_interrupted(interrupt)
 

@@ -10,8 +10,13 @@ so ``except ValueError`` catches bad input from hmmgpu as it does from pyhmmer.
 class HmmgpuError(Exception):
     """A user-facing error: bad input, missing file, unsupported option, a failed device.
 
-    The command line prints ``hmmgpu: error: <message>`` and exits with status 2.
+    The command line prints ``hmmgpu: error: <message>`` and exits with :data:`ERROR_STATUS`.
     """
+
+
+#: The exit status of the command line after an error: 1, as HMMER's programs exit on any
+#: error (a bad option included).
+ERROR_STATUS = 1
 
 
 class InputError(HmmgpuError, ValueError):
@@ -35,4 +40,4 @@ class WorkerError(HmmgpuError, RuntimeError):
     """A worker process (the GPU process, or a process of a fanned-out search) failed or stopped."""
 
 
-__all__ = ["HmmgpuError", "InputError", "DatabaseError", "DeviceUnavailable", "WorkerError"]
+__all__ = ["ERROR_STATUS", "HmmgpuError", "InputError", "DatabaseError", "DeviceUnavailable", "WorkerError"]

@@ -2,7 +2,7 @@
 
 Reports are compared line by line (less the banner and timing lines), tables byte for byte
 (less their '#' tail, whose program, version, command line, directory and date differ),
-and bad input must give one line on stderr and exit status 2.
+and bad input must give one line on stderr and exit status 1 (HMMER's).
 """
 import gzip
 import os
@@ -17,7 +17,7 @@ from pyhmmer.easel import Alphabet, SequenceFile
 from pyhmmer.plan7 import HMMFile, Pipeline as PyhmmerPipeline
 
 import hmmgpu
-from hmmgpu.cli import main
+from hmmgpu.cli import ERROR_STATUS, main
 from hmmgpu.formats.seqdb import SequenceDB
 from tests.helpers import PROTEOME, ROOT, SAMPLES
 from tests.report.test_report import assert_same_report, real_pfam_inputs
@@ -137,16 +137,16 @@ def test_scan_equals_hmmscan(tmp_path, capsys, args):
     ref = run_hmmer(HMMSCAN, tmp_path, [*args, str(models), str(seqs)])
     gz = tmp_path / "models.hmm.gz"
     gz.write_bytes(gzip.compress((SAMPLES / "samples.hmm").read_bytes()))
-    assert_same_run(run_hmmgpu(tmp_path, ["scan", *args, str(seqs), str(models)], capsys), ref)
-    ours = run_hmmgpu(tmp_path, ["scan", *args, str(seqs), str(gz)], capsys)
+    assert_same_run(run_hmmgpu(tmp_path, ["scan", *args, str(models), str(seqs)], capsys), ref)
+    ours = run_hmmgpu(tmp_path, ["scan", *args, str(gz), str(seqs)], capsys)
     assert_same_run((ours[0].replace(str(gz).encode(), str(models).encode()), ours[1]), ref)
 
 
-# ---------------------------------------------------------------- bad input: one line, exit 2
+# ---------------------------------------------------------------- bad input: one line, exit 1
 
 
 def one_line_error(capsys, argv, *fragments):
-    assert main(argv) == 2
+    assert main(argv) == ERROR_STATUS
     err = capsys.readouterr().err.strip().splitlines()
     errors = [line for line in err if line.startswith("hmmgpu: error: ")]
     assert len(errors) == 1 and "Traceback" not in "\n".join(err), err
@@ -184,7 +184,7 @@ def test_bad_options(capsys, case):
     args, *fragments = BAD_OPTIONS[case]
     one_line_error(capsys, ["search", *args, HMM, DB], *fragments)
     if case != "bad_tformat":
-        one_line_error(capsys, ["scan", *args, DB, HMM], *fragments)
+        one_line_error(capsys, ["scan", *args, HMM, DB], *fragments)
 
 
 @pytest.mark.parametrize("args", [["-T", "-inf"], ["-T", "-1000", "--domT", "-1e3"], ["--incT", "-Infinity"]],
@@ -243,9 +243,9 @@ def test_makedb_check(tmp_path, capsys):
 
 
 def test_errors_from_a_real_process(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "hmmgpu", "scan", "-E", "0", DB, HMM], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "hmmgpu", "scan", "-E", "0", HMM, DB], capture_output=True,
                           text=True, cwd=ROOT)
-    assert done.returncode == 2 and done.stderr.strip() == "hmmgpu: error: -E must be > 0 (got 0)"
+    assert done.returncode == 1 and done.stderr.strip() == "hmmgpu: error: -E must be > 0 (got 0)"
 
 
 def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
@@ -328,7 +328,7 @@ def test_a_gpu_process_started_early_is_stopped_when_the_search_cannot_go_on(mon
 def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeypatch, tmp_path, capsys):
     """`hmmgpu warmup` writes the compiled bytecode of the packages a search imports (here a
     package of its own), which a process under PYTHONDONTWRITEBYTECODE then runs from; without
-    a GPU it says so in one line and exits 2, the bytecode written."""
+    a GPU it says so in one line and exits 1, the bytecode written."""
     import importlib.util
 
     from hmmgpu import bytecode
@@ -347,7 +347,7 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
     assert not {"_pytest", "hypothesis"} & {os.path.basename(s) for s in sources}
     code = main(["warmup"])
     out, err = capsys.readouterr()
-    assert code == 2
+    assert code == ERROR_STATUS
     assert out.startswith("hmmgpu: Python bytecode of ") and "packages and modules up to date" in out
     assert err.strip().splitlines() == ["hmmgpu: error: warmup: no usable CUDA GPU with id 0 (the Python bytecode "
                                         "is written; no GPU kernel was compiled)"]
@@ -365,7 +365,7 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
     # a package in a directory this user cannot write is named, not written, and not an error
     writable = os.access
     monkeypatch.setattr(bytecode.os, "access", lambda path, mode: "warm_probe" not in str(path) and writable(path, mode))
-    assert main(["warmup"]) == 2
+    assert main(["warmup"]) == ERROR_STATUS
     out = capsys.readouterr().out
     assert f"1 in directories this user cannot write (the first: {package})" in out
 

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from hmmgpu.cli import main
+from hmmgpu.cli import ERROR_STATUS, main
 from hmmgpu.formats.seqdb import SequenceDB
 from hmmgpu.host import Interrupted, signals_deferred, stop_on_signals
 from tests.helpers import PROTEOME, ROOT, SAMPLES
@@ -32,7 +32,7 @@ def _messages(err: str) -> list:
     return [line for line in err.splitlines() if not line.startswith("# hmmgpu")]
 
 
-def one_line_error(capsys, argv, *fragments, status=2):
+def one_line_error(capsys, argv, *fragments, status=ERROR_STATUS):
     assert main(argv) == status
     lines = _messages(capsys.readouterr().err)
     assert len(lines) == 1 and lines[0].startswith("hmmgpu: error: "), lines
@@ -121,7 +121,7 @@ def _mid_run(tmp_path, program):
     tables = ["--cpu", "2", "--max", "-o", "r.txt", "--tblout", "t.tbl"]
     if program == "search":
         return ["search", *tables, str(models), DB], 2
-    return ["scan", *tables, DB, str(models)], 2
+    return ["scan", *tables, str(models), DB], 2
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -143,7 +143,7 @@ def test_a_signal_while_reading_standard_input_removes_the_outputs(tmp_path, pro
     for name in ("r.txt", "t.tbl"):
         (tmp_path / name).write_text(OLD)
     argv = {"search": ["search", "-o", "r.txt", "--tblout", "t.tbl", HMM, "-"],
-            "scan": ["scan", "-o", "r.txt", "--tblout", "t.tbl", "-", HMM],
+            "scan": ["scan", "-o", "r.txt", "--tblout", "t.tbl", HMM, "-"],
             "sw": ["sw", "-o", "r.txt", "-", DB]}[program]
     before = _listing(tmp_path)
     process = _start(tmp_path, argv, stdin=subprocess.PIPE)
@@ -178,7 +178,7 @@ def test_an_output_that_cannot_be_opened_leaves_no_temporary_file(tmp_path, caps
     """``-o r.txt --tblout /nonexistent/x.tbl``: one line, and neither r.txt's temporary file
     nor anything else left in its directory; an old r.txt is untouched."""
     (tmp_path / "r.txt").write_text(OLD)
-    inputs = [HMM, DB] if program == "search" else [DB, HMM]
+    inputs = [HMM, DB]
     one_line_error(capsys, [program, "-o", str(tmp_path / "r.txt"), "--tblout", "/nonexistent/x.tbl", *inputs],
                    "--tblout /nonexistent/x.tbl: cannot open for writing")
     assert _listing(tmp_path) == {"r.txt": OLD.encode()}
@@ -198,8 +198,8 @@ def test_an_output_that_names_an_input_is_refused(tmp_path, capsys, monkeypatch)
              ["search", "-o", "./in.fa", "m.hmm", str(fasta)],
              ["search", "-A", str(tmp_path / "link.fa"), "m.hmm", "in.fa"],
              ["search", "--domtblout", "m.hmm", "m.hmm", "in.fa"],
-             ["scan", "--pfamtblout", "sub/../in.fa", "in.fa", "m.hmm"],
-             ["scan", "-o", "m.hmm", "in.fa", "m.hmm"],
+             ["scan", "--pfamtblout", "sub/../in.fa", "m.hmm", "in.fa"],
+             ["scan", "-o", "m.hmm", "m.hmm", "in.fa"],
              ["sw", "-o", "link.fa", "in.fa", DB],
              ["sw", "-o", "in.fa", DB, "in.fa"],
              ["makedb", "in.fa", "./in.fa"]]
@@ -345,7 +345,7 @@ def test_sw_refuses_a_negative_cpu_as_search_does(tmp_path, capsys):
 
 def test_nucleotide_queries_are_warned_about_in_scan_and_sw(tmp_path, capsys):
     dna = _write(tmp_path / "dna.fa", b">d1\nACGTACGTTGCAACGTAGCTAGCTAGGCTAACGTACGATCG\n>d2\nGGCATCGATCGATCGTAGCTAGCATCGAT\n")
-    assert main(["scan", "-o", str(tmp_path / "r.txt"), str(dna), HMM]) == 0
+    assert main(["scan", "-o", str(tmp_path / "r.txt"), HMM, str(dna)]) == 0
     assert f"hmmgpu: warning: {dna} looks like nucleotide sequence; scanning it as protein (as hmmscan would)" \
         in capsys.readouterr().err
     assert main(["sw", "-o", str(tmp_path / "s.txt"), str(dna), DB]) == 0
@@ -364,7 +364,7 @@ def test_a_device_without_its_gpu_is_said(tmp_path, capsys):
         pytest.skip("this machine has a GPU 7")
     query = str(_write(tmp_path / "q.fa", b">q\nMKVLA\n"))
     for argv in (["search", "--device", "7", "-o", str(tmp_path / "r.txt"), HMM, DB],
-                 ["scan", "--device", "7", "-o", str(tmp_path / "r.txt"), query, HMM],
+                 ["scan", "--device", "7", "-o", str(tmp_path / "r.txt"), HMM, query],
                  ["sw", "--device", "7", "-o", str(tmp_path / "s.txt"), query, DB]):
         assert main(argv) == 0
         said = [line for line in _messages(capsys.readouterr().err) if "--device" in line]

@@ -197,14 +197,14 @@ def test_binary_hmm_reader(tmp_path_factory, small_block, data):
 
 
 def cli(argv, capfd) -> int:
-    """Run the command line; on failure, check the one-line error and exit status 2."""
-    from hmmgpu.cli import main
+    """Run the command line; on failure, check the one-line error and exit status 1."""
+    from hmmgpu.cli import ERROR_STATUS, main
 
     code = main(argv)
     err = capfd.readouterr().err
     if code != 0:
         lines = [line for line in err.splitlines() if line.strip()]
-        assert code == 2 and len([x for x in lines if x.startswith("hmmgpu: error: ")]) == 1, err
+        assert code == ERROR_STATUS and len([x for x in lines if x.startswith("hmmgpu: error: ")]) == 1, err
         assert "Traceback" not in err
     return code
 

@@ -31,6 +31,7 @@ distributions sum to 1 (within 1e-3; hmmbuild's five decimals stay within 1e-4).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -88,10 +89,39 @@ def model_records(source="-") -> tuple[str, Iterator[tuple[int, bytes]]]:
     label = label_of(source)
     path = os.fspath(source)
     if path != "-":
-        check_readable(path, "an HMM file")
         if os.path.exists(path + ".h3m"):   # pressed: HMMER reads the models from the .h3m file
+            check_pressed(path)
             return f"{label}.h3m", _binary_records(read_bytes(path + ".h3m"), f"{label}.h3m")
+        check_readable(path, "an HMM file")
     return label, _file_records(source, label)
+
+
+#: The files ``hmmpress`` writes beside the HMM file ``NAME``: ``NAME.h3m`` (the models,
+#: binary), ``NAME.h3i`` (their index), ``NAME.h3f`` and ``NAME.h3p`` (the optimized profiles).
+PRESSED_SUFFIXES = (".h3m", ".h3i", ".h3f", ".h3p")
+
+
+def check_pressed(path: str) -> None:
+    """A pressed database is found by its base name, as HMMER finds it (``p7_hmmfile_Open``):
+    ``path`` itself may be gone, but every file ``hmmpress`` wrote beside it must be there."""
+    for suffix in PRESSED_SUFFIXES:
+        check_readable(path + suffix, "a pressed HMM file")
+
+
+def looks_like_hmm_file(path: str) -> bool:
+    """Whether ``path`` (not standard input) is a profile HMM file at first sight: pressed,
+    or starting as HMMER's text or binary format does, plain or gzip. Only for hints: the
+    reader itself checks every model."""
+    if path == "-" or os.path.isdir(path):
+        return False
+    if os.path.exists(path + ".h3m"):
+        return True
+    try:
+        with contextlib.closing(byte_chunks(path, "an HMM file")) as chunks:
+            head = next(chunks, b"")
+    except HmmgpuError:
+        return False
+    return head.lstrip()[:5] == b"HMMER" or (len(head) >= 4 and struct.unpack_from("<I", head)[0] in _MAGIC)
 
 
 def _file_records(source, label: str) -> Iterator[tuple[int, bytes]]:

@@ -1,8 +1,9 @@
 """The protein sequence database: FASTA (plain or gzip) digitized like Easel, or a made, memory-mapped DB.
 
 Sources: a FASTA file, plain or gzip (by its magic bytes), ``-`` or ``/dev/stdin`` (all of
-standard input is read), any other format Easel reads (``--tformat``, through pyhmmer), or
-a directory made by ``hmmgpu makedb``. Names, accessions and descriptions are kept as
+standard input is read), any other format Easel reads (named by ``--tformat`` or guessed as
+Easel guesses it, :mod:`hmmgpu.formats.seqformat`; read through pyhmmer), or a directory
+made by ``hmmgpu makedb``. Names, accessions and descriptions are kept as
 bytes end to end, as Easel keeps them: a description with a byte that is not UTF-8 is
 searched and printed as hmmsearch prints it.
 
@@ -45,6 +46,7 @@ import pyhmmer
 from hmmgpu.constants import AMINO_SYMBOLS, MAX_TARGET_LENGTH
 from hmmgpu.errors import DatabaseError, HmmgpuError, InputError
 from hmmgpu.formats.inputs import META_FILE, is_database_dir, label_of, memory_tmpdir, read_bytes
+from hmmgpu.formats.seqformat import PATH_ONLY_FORMATS, format_name, guess_format
 from hmmgpu.host import signals_deferred
 
 FORMAT_NAME = "hmmgpu-seqdb"
@@ -52,9 +54,6 @@ FORMAT_VERSION = 2
 _ARRAYS = dict(residues=np.uint8, offsets=np.int64, lengths=np.int64, order=np.int64, names=np.uint8,
                name_offsets=np.int64, descriptions=np.uint8, description_offsets=np.int64,
                accessions=np.uint8, accession_offsets=np.int64)
-#: ``--tformat`` values: the sequence and alignment formats Easel reads (hmmsearch's list).
-SEQUENCE_FORMATS = ("fasta", "embl", "genbank", "ddbj", "uniprot", "daemon", "hmmpgmd", "stockholm", "pfam",
-                    "a2m", "psiblast", "selex", "afa", "clustal", "clustallike", "phylip", "phylips")
 
 _AMINO = pyhmmer.easel.Alphabet.amino()
 _SKIP = 254     # lookup value: byte ignored inside sequence lines
@@ -474,7 +473,11 @@ class SequenceDB:
         ASCII text is read by Easel itself (:class:`EaselSequenceDB`) unless ``arrays`` (the
         caller wants the arrays, not pyhmmer's sequences: the GPU process); other bytes, and
         text Easel refuses (for the one-line error naming line and culprit), by the numpy reader."""
-        data = read_bytes(path, "a sequence file")
+        return cls._from_fasta_bytes(read_bytes(path, "a sequence file"), path, arrays)
+
+    @classmethod
+    def _from_fasta_bytes(cls, data, path, arrays: bool) -> "SequenceDB":
+        """:meth:`from_fasta` of the bytes ``data`` already read from ``path``."""
         if not arrays and _is_ascii(data):
             db = EaselSequenceDB.read(data, path)
             if db is not None:
@@ -514,18 +517,27 @@ class SequenceDB:
                    source=os.fspath(path))
 
     @classmethod
-    def from_file(cls, path, format: str = "fasta", *, arrays: bool = False) -> "SequenceDB":
-        """Read a sequence file in any format Easel reads (``--tformat``); FASTA by :meth:`from_fasta`."""
-        format = format.lower()
+    def from_file(cls, path, format: str | None = None, *, arrays: bool = False) -> "SequenceDB":
+        """Read a sequence file in any format Easel reads: ``format`` as ``--tformat`` names it,
+        or None to guess it as Easel does (:mod:`hmmgpu.formats.seqformat`); FASTA is read by
+        :meth:`from_fasta`, the other formats by pyhmmer."""
+        format = None if format is None else format_name(format)
         if format == "fasta":
             return cls.from_fasta(path, arrays=arrays)
-        if format not in SEQUENCE_FORMATS:
-            raise InputError(f"{format} is not a recognized sequence database file format "
-                              f"(choose from {', '.join(SEQUENCE_FORMATS)})")
         label = label_of(path)
-        data = read_bytes(path, "a sequence file")
+        if format in PATH_ONLY_FORMATS:
+            if os.fspath(path) == "-":
+                raise InputError(f"--tformat {format}: a database of several files cannot be read from standard input")
+            source = os.fspath(path)
+        else:
+            data = read_bytes(path, "a sequence file")
+            if format is None:
+                format = guess_format(os.fspath(path), data, plain_file=isinstance(data, mmap.mmap))
+                if format == "fasta":
+                    return cls._from_fasta_bytes(data, path, arrays)
+            source = io.BytesIO(data)
         try:
-            with pyhmmer.easel.SequenceFile(io.BytesIO(data), format=format, digital=True, alphabet=_AMINO) as fh:
+            with pyhmmer.easel.SequenceFile(source, format=format, digital=True, alphabet=_AMINO) as fh:
                 block = fh.read_block()
         except EOFError:
             block = pyhmmer.easel.DigitalSequenceBlock(_AMINO)
@@ -1093,12 +1105,13 @@ def check_database(path) -> SequenceDB:
 
 
 def open_database(path, format: str | None = None, *, arrays: bool = False) -> SequenceDB:
-    """Open a made database directory, or read a sequence file (FASTA, plain or gzip, or
-    ``format``, as ``--tformat``); ``-`` reads standard input. ``arrays``: read FASTA
-    straight into the arrays (for a GPU upload; see :meth:`SequenceDB.from_fasta`)."""
+    """Open a made database directory, or read a sequence file (plain or gzip) in ``format``
+    (as ``--tformat`` names it; None: guessed as Easel guesses it); ``-`` reads standard
+    input. ``arrays``: read FASTA straight into the arrays (for a GPU upload; see
+    :meth:`SequenceDB.from_fasta`)."""
     path = os.fspath(path)
     if path != "-" and os.path.isdir(path):
         if format is not None:
             raise InputError(f"{path}: --tformat applies to sequence files, not to a made database")
         return SequenceDB.load(path)
-    return SequenceDB.from_file(path, format or "fasta", arrays=arrays)
+    return SequenceDB.from_file(path, format, arrays=arrays)

@@ -177,7 +177,9 @@ def program_header(program: Program, query_file: str, target_file: str,
         if isinstance(label, tuple):
             label = label[0 if program == "search" else 1]
         if flag == "--seed" and value == 0:
-            label, fmt = "random number seed:              one-time arbitrary", None
+            # hmmsearch.c and hmmscan.c print this line, then (their test falls through to
+            # the else branch) "set to: 0" as well
+            out.append(_header_line("random number seed:              one-time arbitrary", None, value))
         elif flag == "--cpu" and program == "scan":
             label, fmt = "multithread parallelization:", (b"off" if value == 0 else b"%d workers")
         out.append(_header_line(label, fmt, value))

@@ -9,7 +9,7 @@ import argparse
 import sys
 import time
 
-from hmmgpu.errors import HmmgpuError
+from hmmgpu.errors import ERROR_STATUS, HmmgpuError
 from hmmgpu.sw import MATRICES
 
 
@@ -106,10 +106,10 @@ def run(args) -> int:
                 print(f"# hmmgpu sw: {line}", file=sys.stderr)
     except HmmgpuError as e:
         print(f"hmmgpu: error: {e}", file=sys.stderr)
-        return 2
+        return ERROR_STATUS
     except OSError as e:
         print(f"hmmgpu: error: {e.filename or ''}: {e.strerror or e}".replace(": :", ":"), file=sys.stderr)
-        return 2
+        return ERROR_STATUS
     return 0
 
 

@@ -22,7 +22,7 @@ distributed = pytest.importorskip("distributed")
 
 import hmmgpu  # noqa: E402
 import hmmgpu.distributed  # noqa: E402
-from hmmgpu.cli import main  # noqa: E402
+from hmmgpu.cli import ERROR_STATUS, main  # noqa: E402
 from hmmgpu.distributed import cluster  # noqa: E402
 from hmmgpu.formats.seqdb import SequenceDB  # noqa: E402
 from tests.helpers import PIPELINE_KEYS, PROTEOME, ROOT, SAMPLES, assert_same_pipeline, hits_table  # noqa: E402
@@ -246,7 +246,7 @@ def test_a_worker_killed_mid_run_changes_nothing(tmp_path, capsys, made, one_pro
 # ---------------------------------------------------------------- one-line errors
 def _error(capsys, argv) -> str:
     """The one error line of a failed run (after the line naming the cluster, once it was reached)."""
-    assert main(argv) == 2
+    assert main(argv) == ERROR_STATUS
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) <= 2 and lines[:-1] == [line for line in lines if line.startswith("# hmmgpu ")], lines
     return lines[-1]

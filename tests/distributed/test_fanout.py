@@ -7,7 +7,7 @@ import pytest
 from hmmgpu.distributed import processes as fanout
 from hmmgpu.search import routing
 from hmmgpu.cpu.backends import HmmerBackend, NumbaBackend
-from hmmgpu.cli import main
+from hmmgpu.cli import ERROR_STATUS, main
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.options import ReportOptions, SearchOptions
 from hmmgpu.report.outputs import QueryFormatter
@@ -99,7 +99,7 @@ def test_a_fault_stops_the_worker_processes_where_the_engine_stops(tmp_path, cap
         assert table.read_text() == "an older table\n"
         results.append((code, err.strip().splitlines()[-1], _steady(out.encode())))
     (code, said, report), engine = results
-    assert code == 2 and said.startswith("hmmgpu: error:") and "Traceback" not in said
+    assert code == ERROR_STATUS and said.startswith("hmmgpu: error:") and "Traceback" not in said
     assert ("model 11" in said) if fault == "bad_model" else ("truncated" in said)
     assert results[0] == engine
     assert report.count(b"\nQuery:  ") == (10 if fault == "bad_model" else 15)

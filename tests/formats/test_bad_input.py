@@ -1,4 +1,4 @@
-"""Bad input: one clear line on stderr, exit status 2, never a traceback or silent output."""
+"""Bad input: one clear line on stderr, exit status 1 (HMMER's), never a traceback or silent output."""
 import gzip
 import re
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hmmgpu.cli import main
+from hmmgpu.cli import ERROR_STATUS, main
 from tests.helpers import PROTEOME, ROOT, SAMPLES
 
 GOOD_HMM = str(SAMPLES / "PF02826.hmm")
@@ -57,7 +57,7 @@ def test_case_list_is_complete(tmp_path):
 @pytest.mark.parametrize("case", CASE_NAMES)
 def test_bad_input_one_line_error(case, tmp_path, capsys):
     argv, needle = _cases(tmp_path)[case]
-    assert main(["search", "--backend", "numba"] + argv[1:] if argv[0] == "search" else argv) == 2
+    assert main(["search", "--backend", "numba"] + argv[1:] if argv[0] == "search" else argv) == ERROR_STATUS
     err = capsys.readouterr().err.strip().splitlines()
     errors = [line for line in err if line.startswith("hmmgpu: error:")]
     assert len(errors) == 1, err
@@ -75,6 +75,6 @@ def test_zero_length_sequences_count_in_Z(tmp_path):
 def test_error_exit_code_from_real_process(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hmmgpu.cli", "search", GOOD_HMM, str(tmp_path / "none.fa")],
                           capture_output=True, text=True)
-    assert proc.returncode == 2
+    assert proc.returncode == ERROR_STATUS
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"hmmgpu: error: {tmp_path / 'none.fa'}: no such file")

@@ -220,12 +220,15 @@ def test_empty_file(tmp_path, data):
 
 def test_hmm_file_is_not_fasta(tmp_path):
     path = ROOT / "pfam_samples" / "KR.hmm"
-    assert_error(lambda: open_database(path), path, "not a FASTA file: line 1 starts with 'HMMER3")
+    assert_error(lambda: open_database(path), path, "unrecognized sequence file format (line 1 starts with 'HMMER3",
+                 "--tformat")
+    assert_error(lambda: open_database(path, "fasta"), path, "not a FASTA file: line 1 starts with 'HMMER3")
 
 
 def test_binary_garbage_is_not_fasta(tmp_path):
     path = write(tmp_path, bytes(range(256)) * 4, name="garbage.bin")
-    assert_error(lambda: open_database(path), path, "not a FASTA file", "expected '>'")
+    assert_error(lambda: open_database(path), path, "unrecognized sequence file format")
+    assert_error(lambda: open_database(path, "fasta"), path, "not a FASTA file", "expected '>'")
 
 
 def test_missing_file(tmp_path):

@@ -118,7 +118,7 @@ def test_scan_command_with_filter_cascade(tmp_path):
     argv = ["scan", "--backend", "numba", "-o", str(tmp_path / "ours.out")]
     for kind in TABLES:
         argv += [f"--{kind}", str(tmp_path / f"ours.{kind}")]
-    assert main(argv + [str(seqs), str(models)]) == 0
+    assert main(argv + [str(models), str(seqs)]) == 0
     for kind in TABLES:
         assert without_tail((tmp_path / f"ours.{kind}").read_bytes()) == ref_tables[kind], kind
 

@@ -233,7 +233,7 @@ def test_cli_bad_input_one_line(tmp_path, case, argv, fasta):
     if argv == ["--db-missing"]:
         argv, db = [], str(tmp_path / "nope.fa")
     p = _cli(tmp_path, str(q), db, "--backend", "cpu", *argv)
-    assert p.returncode == 2, (case, p.stdout, p.stderr)
+    assert p.returncode == 1, (case, p.stdout, p.stderr)
     lines = [ln for ln in p.stderr.splitlines() if not ln.startswith("# hmmgpu")]
     assert len(lines) == 1 and lines[0].startswith("hmmgpu: error: "), p.stderr
     assert "Traceback" not in p.stderr
@@ -318,7 +318,7 @@ def test_cli_output_is_whole_or_nothing(tmp_path):
     bad = tmp_path / "bad.fa"
     bad.write_text(">a\nMKVLAAGIVG\n>b\nMKV1LA\n")
     p = _cli(tmp_path, "-o", str(out), str(bad), str(PROTEOME), "--backend", "cpu")
-    assert p.returncode == 2 and p.stderr.splitlines()[-1].startswith("hmmgpu: error: "), p.stderr
+    assert p.returncode == 1 and p.stderr.splitlines()[-1].startswith("hmmgpu: error: "), p.stderr
     assert out.read_text() == "yesterday's hits\n"
     assert sorted(os.listdir(tmp_path)) == ["bad.fa", "hits.txt"]
     good = tmp_path / "good.fa"
@@ -330,7 +330,7 @@ def test_cli_output_is_whole_or_nothing(tmp_path):
     assert oct(os.stat(out).st_mode & 0o777) == oct(0o640)
     assert sorted(os.listdir(tmp_path)) == ["bad.fa", "good.fa", "hits.txt"]
     p = _cli(tmp_path, "-o", str(tmp_path / "missing" / "x.txt"), str(good), str(PROTEOME), "--backend", "cpu")
-    assert p.returncode == 2 and "-o " in p.stderr and "cannot open for writing" in p.stderr, p.stderr
+    assert p.returncode == 1 and "-o " in p.stderr and "cannot open for writing" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr
 
 
@@ -338,7 +338,7 @@ def test_cli_refuses_a_negative_cpu_as_search_does(tmp_path):
     q = tmp_path / "q.fa"
     q.write_text(">a\nMKV\n")
     p = _cli(tmp_path, "--cpu", "-1", str(q), str(PROTEOME))
-    assert p.returncode == 2 and p.stderr.strip() == "hmmgpu: error: --cpu must be >= 0 (got -1)", p.stderr
+    assert p.returncode == 1 and p.stderr.strip() == "hmmgpu: error: --cpu must be >= 0 (got -1)", p.stderr
     from hmmgpu.sw.api import SwSearch
 
     with pytest.raises(ValueError, match="--cpu must be >= 0"):
