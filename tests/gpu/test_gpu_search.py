@@ -117,6 +117,6 @@ def test_cuda_scan_equals_hmmscan(tmp_path):
     subprocess.run([HMMSCAN, "--cpu", "0", "-o", "/dev/null", "--tblout", str(ref["tblout"]), "--domtblout",
                     str(ref["domtblout"]), str(models), str(PROTEOME)], check=True)
     assert main(["scan", "--backend", "cuda", "-o", str(tmp_path / "report"), "--tblout", str(ours["tblout"]),
-                 "--domtblout", str(ours["domtblout"]), str(PROTEOME), str(models)]) == 0
+                 "--domtblout", str(ours["domtblout"]), str(models), str(PROTEOME)]) == 0
     for kind in ref:
         assert _rows(ours[kind]) == _rows(ref[kind]), kind
