@@ -18,7 +18,18 @@ Parts (``--parts``, all by default; settings in ``workloads.json``'s ``scaling``
 * ``slices``: PF00005's whole pipeline over N equal slices of the proteins, in N threads
   (slices made by pyhmmer's ``block[a:b]`` or by :func:`hmmgpu.formats.seqdb.sequence_block`) and in
   N processes, and over the whole set on one thread;
-* ``hmmsearch``: ``hmmsearch --cpu 1`` and ``--cpu N`` with PF00005 (the child's CPU time).
+* ``hmmsearch``: ``hmmsearch --cpu 1`` and ``--cpu N`` with PF00005 (the child's CPU time);
+* ``scale`` (only when named: ``--parts scale``; issue 33): the 600 Pfam-35 models against the
+  real proteins written 4 times (116 M residues) as a made database, in one run of each: on one
+  GPU, with ``--devices all``, and through a dask ``LocalCUDACluster`` of one worker a GPU
+  (``hmmgpu search --scheduler``; without dask-cuda, ``dask worker`` processes with
+  ``CUDA_VISIBLE_DEVICES`` set one GPU each, as dask-cuda sets it); every CPU core in each
+  (the cluster's workers share them). The three runs' report-free outputs (``--tblout``,
+  ``--domtblout``, ``--pfamtblout``, written under the same names in a folder a run) are
+  compared byte for byte but the tables' directory and date lines. Writes
+  ``scale_<device>_<date>.json`` with exactly the keys device, gpus, date, commit, residues,
+  one_gpu_s, devices_all_s, dask_s, identical, command, and ``scale_<device>_<date>.log``
+  with the rest (versions, each run's command and statistics lines, the cluster used).
 
 The stage lines give wall seconds, the tasks' CPU seconds (user and system, from
 ``getrusage(RUSAGE_THREAD)``), minor page faults and context switches. Writes
@@ -28,6 +39,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -35,15 +47,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from common import (ROOT, WORKLOADS, compare_tables, cores, engine_stats, gpu_count, header, hmmsearch_binary,
-                    resolve, result_path, save, say, timed, work_dir, write_models, write_proteins)
+from common import (ROOT, WORKLOADS, compare_tables, cores, device_name, engine_stats, gpu_count, header,
+                    hmmsearch_binary, now, residues, resolve, result_path, save, say, timed, work_dir, write_models,
+                    write_proteins)
 
-PARTS = ("threads", "gpus", "ranges", "survivors", "slices", "hmmsearch")
+PARTS = ("threads", "gpus", "ranges", "survivors", "slices", "hmmsearch", "scale")
+#: The parts run when none are named (``scale`` needs a host with several GPUs and a run of its own).
+DEFAULT_PARTS = PARTS[:-1]
 
 
 def add_arguments(ap) -> None:
     w = WORKLOADS["scaling"]
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
+    ap.add_argument("--parts", default=",".join(DEFAULT_PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     ap.add_argument("--threads", type=int, default=cores(), help="N: the most threads (default: the usable cores)")
     ap.add_argument("--search-models", type=int, default=w["search_models"])
     ap.add_argument("--bytes", type=int, default=0, help="only the first BYTES of the proteins (a quick trial)")
@@ -238,12 +253,163 @@ def part_stage(args, out, say_line, work, parts, seqs) -> None:
                                        sys=round(after.ru_stime - before.ru_stime, 3)))
 
 
+#: The scale part's outputs, each written under this name in the run's own folder (the tables'
+#: tail records the command line, which then names the same files in every run).
+SCALE_OUTPUTS = {"--tblout": "tbl", "--domtblout": "domtbl", "--pfamtblout": "pfamtbl"}
+#: Lines of the tables that differ between any two runs: the tail's directory and date.
+_RUN_LINES = re.compile(rb"^# (Current dir|Date):")
+
+
+def _scale_outputs_equal(folders: list) -> bool:
+    """Whether the runs in ``folders`` wrote the same outputs byte for byte (each non-empty), but
+    the tail's directory and date lines."""
+    def steady(path: Path) -> bytes:
+        data = path.read_bytes() if path.exists() else b""
+        return b"".join(line for line in data.splitlines(True) if not _RUN_LINES.match(line))
+
+    for name in SCALE_OUTPUTS.values():
+        first = steady(folders[0] / name)
+        if not first or any(steady(folder / name) != first for folder in folders[1:]):
+            return False
+    return True
+
+
+class _GpuCluster:
+    """A dask cluster of one worker a GPU on this host, ``threads`` threads each: dask-cuda's
+    ``LocalCUDACluster``, or, without dask-cuda, ``dask scheduler`` and one ``dask worker`` a
+    GPU with ``CUDA_VISIBLE_DEVICES`` set to it (what dask-cuda sets). ``address``; ``kind``
+    says which; ``close()``."""
+
+    def __init__(self, gpus: int, threads: int, env: dict, work: Path):
+        self.processes, self.cluster = [], None
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError as error:
+            self.kind = f"dask scheduler + {gpus} dask worker processes, one GPU each (dask_cuda: {error})"
+            self._start_processes(gpus, threads, env, work)
+        else:
+            self.kind = f"dask_cuda.LocalCUDACluster(n_workers={gpus}, threads_per_worker={threads})"
+            self.cluster = LocalCUDACluster(n_workers=gpus, threads_per_worker=threads, dashboard_address=None)
+            self.address = self.cluster.scheduler_address
+
+    def _start_processes(self, gpus, threads, env, work) -> None:
+        import json
+        import shutil
+
+        dask = shutil.which("dask") or "dask"
+        scheduler_file = work / "scheduler.json"
+        scheduler_file.unlink(missing_ok=True)
+        self.processes.append(subprocess.Popen([dask, "scheduler", "--scheduler-file", scheduler_file, "--port", "0",
+                                                "--no-dashboard", "--no-show"], env=env, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
+        for _ in range(600):
+            if scheduler_file.exists() and scheduler_file.stat().st_size:
+                break
+            time.sleep(0.05)
+        self.address = json.loads(scheduler_file.read_text())["address"]
+        for g in range(gpus):
+            self.processes.append(subprocess.Popen(
+                [dask, "worker", self.address, "--nthreads", str(threads), "--no-dashboard"],
+                env=dict(env, CUDA_VISIBLE_DEVICES=str(g)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        from distributed import Client
+
+        with Client(self.address, set_as_default=False, timeout=60) as client:
+            client.wait_for_workers(gpus, timeout=120)
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+        for process in reversed(self.processes):
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def part_scale(args, out: Path) -> Path:
+    """The ``scale`` part (see the module header): its result file's path."""
+    import json
+
+    w = WORKLOADS["scaling"]["scale"]
+    os.environ["NCCL_NVLS_ENABLE"] = "0"   # kept off for every process started below (no library here brings NCCL)
+    env = _env()
+    os.environ["PYTHONPATH"] = env["PYTHONPATH"]   # the cluster's workers import hmmgpu from this checkout
+    work = work_dir("scale")
+    gpus = gpu_count()
+    threads = args.threads
+    log_path = result_path(out, "scale", ext="log")
+    log = open(log_path, "w")
+
+    def note(line) -> None:
+        say("scale", line)
+        log.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+        log.flush()
+
+    note(dict(header("scale"), settings=w, gpus=gpus, threads=threads, nccl_nvls_enable=os.environ["NCCL_NVLS_ENABLE"]))
+    if gpus < 1:
+        raise SystemExit("part scale needs a GPU (nvidia-smi lists none)")
+    clock = time.perf_counter()
+    fasta = write_proteins(resolve(w["proteins"]), work / "proteins.fa", copies=w["copies"])
+    total = residues(fasta)
+    if total < w["residues_min"]:
+        raise SystemExit(f"{total} residues, fewer than the {w['residues_min']} asked for: raise copies")
+    models = write_models(resolve(w["models"]), work / "models.hmm")
+    db = work / "proteins.db"
+    subprocess.run(["rm", "-rf", str(db)], check=True)
+    made = timed([sys.executable, "-m", "hmmgpu", "makedb", fasta, db], env=env)
+    fasta.unlink()
+    warm = timed([sys.executable, "-m", "hmmgpu", "warmup"], env=env, check=False)
+    note(dict(prepared_s=round(time.perf_counter() - clock, 1), residues=total, makedb_s=made["seconds"],
+              warmup_s=warm["seconds"], warmup_rc=warm["returncode"]))
+    search = [sys.executable, "-m", "hmmgpu", "search", "-o", os.devnull,
+              *[x for flag, name in SCALE_OUTPUTS.items() for x in (flag, name)]]
+    runs, folders = {}, []
+
+    def run(label, extra) -> float:
+        folder = work / label
+        subprocess.run(["rm", "-rf", str(folder)], check=True)
+        folder.mkdir()
+        folders.append(folder)
+        got = timed(search + extra + [models, db], env=env, cwd=folder, check=False)
+        note(dict(run=label, seconds=got["seconds"], returncode=got["returncode"], command=got["command"],
+                  peak_rss_mb=got["peak_rss_mb"], peak_gpu_mb=got["peak_gpu_mb"], stats=got["stats"],
+                  stderr_tail=got.get("stderr_tail")))
+        runs[label] = got
+        return got["seconds"] if got["returncode"] == 0 else None
+
+    one = run("one_gpu", [])
+    every = run("devices_all", ["--devices", "all"])
+    cluster = _GpuCluster(gpus, max(1, threads // gpus), env, work)
+    try:
+        note(dict(cluster=cluster.kind, address=cluster.address))
+        dask = run("dask", ["--scheduler", cluster.address])
+    finally:
+        cluster.close()
+    identical = all(r["returncode"] == 0 for r in runs.values()) and _scale_outputs_equal(folders)
+    note(dict(outputs={folder.name: {name: (folder / name).stat().st_size if (folder / name).exists() else None
+                                     for name in SCALE_OUTPUTS.values()} for folder in folders}))
+    result = dict(device=device_name(), gpus=gpus, date=now(), commit=header("scale")["commit"], residues=total,
+                  one_gpu_s=one, devices_all_s=every, dask_s=dask, identical=identical, command=" ".join(sys.argv))
+    path = result_path(out, "scale")
+    save(result, path)
+    note(dict(result=result))
+    log.close()
+    return path
+
+
 def main(args) -> int:
     w = WORKLOADS["scaling"]
     parts = args.parts.split(",")
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise SystemExit(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    if parts == ["scale"]:
+        say(f"wrote {part_scale(args, Path(args.out))}")
+        return 0
+    if "scale" in parts:
+        raise SystemExit("part scale runs alone: --parts scale")
     work = work_dir("scaling")
     seqs = write_proteins(resolve(w["proteins"]), work / "proteins.fa")
     if args.bytes:

@@ -236,13 +236,13 @@ class GpuMemory:
 GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
 
 
-def timed(cmd, env=None, check: bool = True) -> dict:
-    """Run one process: wall seconds, peak RSS (MB; GNU time where present, else ``wait4``),
-    peak GPU memory, and its stderr's ``# hmmgpu`` lines."""
+def timed(cmd, env=None, check: bool = True, cwd=None) -> dict:
+    """Run one process (in the folder ``cwd``): wall seconds, peak RSS (MB; GNU time where
+    present, else ``wait4``), peak GPU memory, and its stderr's ``# hmmgpu`` lines."""
     with tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as peak, GpuMemory() as gpu:
         launch = [GNU_TIME, "-f", "%M", "-o", peak.name] if GNU_TIME else []
         start = time.perf_counter()
-        proc = subprocess.Popen(launch + [str(c) for c in cmd], env=env, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(launch + [str(c) for c in cmd], env=env, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         code = os.waitstatus_to_exitcode(status)
@@ -254,7 +254,7 @@ def timed(cmd, env=None, check: bool = True) -> dict:
     peak_kb = int(reported[-1]) if GNU_TIME and reported and reported[-1].isdigit() else usage.ru_maxrss
     stats = [line.split(": ", 1)[1] for line in stderr.splitlines() if line.startswith("# hmmgpu") and ": " in line]
     return dict(seconds=round(wall, 3), peak_rss_mb=round(peak_kb / 1024, 1), peak_gpu_mb=gpu.peak, returncode=code,
-                stats=stats, command=" ".join(map(str, cmd)))
+                stats=stats, command=" ".join(map(str, cmd)), **({"stderr_tail": stderr[-2000:]} if code else {}))
 
 
 def median_run(cmd, times: int, env=None) -> dict:

@@ -18,6 +18,8 @@
 #   kernels        benchmarks/run.py kernels ${BENCH_KERNELS_ARGS}
 #   sw             benchmarks/run.py sw ${BENCH_SW_ARGS}
 #   scaling        benchmarks/run.py scaling ${BENCH_SCALING_ARGS}
+#   scale          benchmarks/run.py scaling --parts scale: 600 Pfam models x 116 M residues on one GPU, with
+#                  --devices all and through a LocalCUDACluster, outputs compared (issue 33) -> scale_<device>_<date>.json
 #   bench:SCRIPT   an ad hoc script of .bench, sourced
 # Each phase runs under the time left of SESSION_SECONDS (default 585: the run tool stops a command at
 # 600 s), so that what a phase wrote comes back even when the whole does not fit. The session's own
@@ -28,6 +30,7 @@ mkdir -p "$OUT"
 START=$(date +%s)
 SESSION_SECONDS=${SESSION_SECONDS:-585}
 export PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0  # NVLink multicast off for anything that brings NCCL (the machines' rule)
 if ls .whl/*.whl >/dev/null 2>&1; then  # none: the machine's own packages (a run elsewhere)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
       >/tmp/pip.log 2>&1 || { cat /tmp/pip.log; exit 1; }
@@ -144,6 +147,9 @@ sys.exit(0 if a == b and a else 1)" ;;
       timeout "$t" python3 benchmarks/run.py sw --out "$OUT" --cudasw .bench/cudasw4 ${BENCH_SW_ARGS:-} ;;
     scaling)
       log scaling; timeout "$t" python3 benchmarks/run.py scaling --out "$OUT" ${BENCH_SCALING_ARGS:-} ;;
+    scale)
+      log scale: one GPU, --devices all and a LocalCUDACluster on $(nvidia-smi -L | wc -l) GPUs
+      timeout "$t" python3 benchmarks/run.py scaling --parts scale --out "$OUT" ;;
     bench:*)
       log ad hoc script ${name#bench:} from .bench; source ".bench/${name#bench:}" ;;
     *) echo "unknown phase $name"; return 2 ;;

@@ -9,6 +9,7 @@
 #   e2e116   e2e at 116 M residues without hmmsearch                                      ~4 min
 #   kernels  the filter kernels' GCUPS                                                    ~5-8 min
 #   scaling  threads, GPUs and pyhmmer's stage                                            ~6-9 min
+#   scale    600 Pfam x 116 M residues: one GPU, --devices all, LocalCUDACluster (2-4 GPUs) ~5-7 min
 #   sw       Smith-Waterman GPU tests and the benchmark against CUDASW++4                 ~8 min
 # PHASEs given after the profile replace its phases (see gpu_session.sh for the list).
 #
@@ -19,7 +20,8 @@
 #   .whl/                          cp312 manylinux wheels of what the machine lacks (it has numpy 2.5,
 #                                  numba, numba-cuda, pytest, hypothesis, matplotlib, psutil, rich):
 #                                  pyhmmer, hmmer, pyopal (+ archspec, its CPU detection), scoring-matrices,
-#                                  numpy < 2.5 (pinned as pyproject.toml does), parasail (sw tests)
+#                                  numpy < 2.5 (pinned as pyproject.toml does), parasail (sw tests), dask,
+#                                  distributed and dask-cuda with their missing needs (scale)
 # Downloaded wheels are kept in ${HMMGPU_WHEEL_CACHE:-~/.cache/hmmgpu-bench-wheels}. Everything that travels
 # (tracked and untracked files not ignored, .bench, .whl) must stay within 64 MiB: checked at the end.
 # The checkout may be shared: without --clean nothing already in .bench/ or .whl/ is removed (but another
@@ -39,9 +41,13 @@ case "$PROFILE" in
   e2e116)  DATA="seqs pfam_db"; WHEELS="$BASE"; PHASES="e2e:pfam600_116M"; SECONDS_EST=260 ;;
   kernels) DATA="seqs pfam cudampf"; WHEELS="$BASE"; PHASES="kernels"; SECONDS_EST=450 ;;
   scaling) DATA="seqs pfam pfam_db"; WHEELS="$BASE"; PHASES="scaling"; SECONDS_EST=500 ;;
+  scale)   DATA="seqs pfam_db"; PHASES="scale"; SECONDS_EST=420
+           # dask-cuda 26.10 and the dask it was made for (the machine has its other needs: pynvml, cuda-core, ...);
+           # no hmmer wheel (no hmmsearch in this profile): the data and wheels stay under 64 MiB with --clean
+           WHEELS="${BASE/hmmer==3.4.0.2 /} dask==2026.7.1 distributed==2026.7.1 dask-cuda==26.10.0 tornado==6.6.1 tblib==3.2.2 zict==3.0.0 locket==1.0.0 partd==1.4.2" ;;
   sw)      DATA="seqs"; WHEELS="pyhmmer==0.12.3 pyopal==0.7.3 archspec==0.2.7 scoring-matrices==0.3.5 numpy<2.5 parasail==1.3.4"
            PHASES="swtests sw"; SECONDS_EST=480 ;;
-  *) echo "unknown profile $PROFILE (check, e2e116, kernels, scaling, sw)" >&2; exit 2 ;;
+  *) echo "unknown profile $PROFILE (check, e2e116, kernels, scaling, scale, sw)" >&2; exit 2 ;;
 esac
 [ $# -gt 0 ] && PHASES="$*"
 

@@ -135,6 +135,8 @@ class RunOptions:
         _validate(self)
         if self.devices is not None:
             object.__setattr__(self, "devices", devices_text(self.devices))
+            if self.device != 0:
+                raise InputError("--device and --devices: give one of them (--devices N is --device N)")
 
     @property
     def threads(self) -> int:

@@ -1,4 +1,4 @@
-"""Searches spread over worker processes and dask clusters (later GPUs), merged exactly.
+"""Searches spread over worker processes and dask clusters (CPU and GPU workers), merged exactly.
 
 ``hmmgpu.distributed.hmmsearch(queries, database, client=client, **options)`` searches a
 database made by ``hmmgpu makedb`` over a ``dask.distributed.Client``'s workers

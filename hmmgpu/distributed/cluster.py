@@ -25,9 +25,11 @@ pyhmmer's whole pipeline with Z fixed to ``first + 1`` exactly as
 :class:`~hmmgpu.stages.postfilter.TaskPlanner` does for its ranges, the hits HMMER's keep rule
 would drop at their global position removed (:func:`~hmmgpu.stages.merge.drop_unkept`). It
 returns the ``TopHits`` state (:class:`~hmmgpu.stages.postfilter.TaskResult`): small and
-picklable. A worker-side filter stage (:func:`~hmmgpu.search.routing.shard_backend`: hmmgpu's
-numba filters now, a GPU's later) plugs in before it: its survivors in the shard go to the
-post-filter stage as one filtered task, and its counters come back with the hits.
+picklable. A worker-side filter stage (:func:`~hmmgpu.search.routing.shard_backend`: on a
+worker with a GPU, a dask-cuda worker, the GPU process with the shard resident on its GPU;
+hmmgpu's numba filters with ``--backend numba``) plugs in before it: the task queues its
+models' cascades at once, and each model's survivors in the shard, made global positions,
+go to the post-filter stage as one filtered task; its counters come back with the hits.
 
 This process merges each model's results in shard order with
 :func:`~hmmgpu.stages.merge.merge_results`, with the database's *global* target count and

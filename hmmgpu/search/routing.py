@@ -152,7 +152,7 @@ def device_backend(run, device: int, db=None, *, source: tuple | None = None, le
     from hmmgpu.gpu.process import CudaProcessBackend
 
     shard = {} if span is None else dict(span=span)
-    return CudaProcessBackend(db, source=source, lanes=run.lanes, device=device, lengths=lengths, **shard)
+    return CudaProcessBackend(db=db, source=source, lanes=run.lanes, device=device, lengths=lengths, **shard)
 
 
 def device_ids(run) -> tuple | None:
