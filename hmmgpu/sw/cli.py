@@ -34,6 +34,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "cuda", "cpu"],
                    help="where the scan runs (default: the GPU if one is found, else pyopal on the CPU)")
     p.add_argument("--device", type=int, default=None, help="CUDA device id (default 0)")
+    p.add_argument("--devices", default=None, metavar="all|IDS",
+                   help="search on several GPUs at once: all, or their ids (0,2); a process each, the database "
+                        "resident on each, output identical to one GPU's")
     p.add_argument("--cpu", type=int, default=None, dest="threads",
                    help="CPU threads: the scan on the CPU route, the tracebacks on both (default: every core)")
     p.add_argument("--stats", action="store_true",
@@ -54,16 +57,15 @@ def run(args) -> int:
     import threading
 
     started = getattr(args, "started", None) or time.perf_counter()
-    from hmmgpu._version import __version__
     from hmmgpu.formats.outfiles import OutputFiles, refuse_inputs
-    from hmmgpu.sw.output import format_report, write_tabular
-    from hmmgpu.sw.api import SwSearch, SwStats, _read_queries, _warm_tracebacks, check_threads, looks_like_nucleotide
+    from hmmgpu.sw.api import SwStats, _read_queries, _warm_tracebacks, check_threads
 
     try:
         check_threads(args.threads)
         refuse_inputs({"-o": args.output}, (args.queries, args.db))
         _warm_tracebacks()  # numba's import and the traceback passes' load, in a thread from the start
-        device = 0 if args.device is None else args.device
+        devices = None if args.devices is None else _devices(args)
+        device = devices[0] if devices else 0 if args.device is None else args.device
         if args.backend != "cpu":  # the driver's start-up and the device's context beside the reading
             from hmmgpu.gpu.runtime.context import open_primary_context
 
@@ -77,29 +79,12 @@ def run(args) -> int:
             stats.add("reading", time.perf_counter() - t)
             if args.backend != "cpu":
                 _compile_kernels(queries, device, stats)
-            with SwSearch(args.db, matrix=args.matrix, gap_open=args.gapopen, gap_extend=args.gapextend,
-                          max_hits=args.max_hits, evalue=args.evalue, backend=args.backend, device=device,
-                          threads=args.threads, alignments=args.alignments,
-                          tracebacks=None if args.outfmt == 6 else max(args.alignments, 0), stats=stats) as s:
-                print(f"# hmmgpu {__version__}: {s.notice}", file=sys.stderr)
-                for path, nucleotide in ((args.queries, looks_like_nucleotide(queries)),
-                                         (args.db, s.db.looks_like_nucleotide())):
-                    if nucleotide:   # as hmmgpu search warns of its targets
-                        print(f"hmmgpu: warning: {path} looks like nucleotide sequence; aligning it as protein",
-                              file=sys.stderr)
-                start = time.perf_counter()
-                for hits in s.iter_search(queries):
-                    t = time.perf_counter()
-                    if args.outfmt == 6:
-                        write_tabular(out, hits)
-                    else:
-                        out.write(format_report(hits, s.db, s.params, args.alignments))
-                    out.flush()
-                    stats.add("formatting", time.perf_counter() - t)
-                if args.outfmt != 6:
-                    out.write(f"[ok] {len(queries)} quer{'y' if len(queries) == 1 else 'ies'} in "
-                              f"{time.perf_counter() - start:.2f}s\n")
-                out.flush()
+            if devices is not None and len(devices) > 1:
+                from hmmgpu.sw.devices import write_on_devices
+
+                write_on_devices(args, devices, queries, out)
+            else:
+                _search_on_one(args, device, queries, out, stats)
         if args.stats:
             stats.wall = time.perf_counter() - started
             for line in stats.lines():
@@ -111,6 +96,45 @@ def run(args) -> int:
         print(f"hmmgpu: error: {e.filename or ''}: {e.strerror or e}".replace(": :", ":"), file=sys.stderr)
         return ERROR_STATUS
     return 0
+
+
+def _devices(args) -> tuple:
+    """The GPUs ``--devices`` names, checked (one-line errors); ``--device`` with it is refused."""
+    from hmmgpu.sw.devices import device_ids
+
+    if args.device is not None:
+        raise HmmgpuError("--device and --devices: give one of them (--devices N is --device N)")
+    return device_ids(args.devices, args.backend)
+
+
+def _search_on_one(args, device: int, queries: list, out, stats) -> None:
+    """The search on one device (or the CPU), its output written to ``out`` in query order."""
+    from hmmgpu._version import __version__
+    from hmmgpu.sw.api import SwSearch, looks_like_nucleotide
+    from hmmgpu.sw.output import done_line, format_report, write_tabular
+
+    with SwSearch(args.db, matrix=args.matrix, gap_open=args.gapopen, gap_extend=args.gapextend,
+                  max_hits=args.max_hits, evalue=args.evalue, backend=args.backend, device=device,
+                  threads=args.threads, alignments=args.alignments,
+                  tracebacks=None if args.outfmt == 6 else max(args.alignments, 0), stats=stats) as s:
+        print(f"# hmmgpu {__version__}: {s.notice}", file=sys.stderr)
+        for path, nucleotide in ((args.queries, looks_like_nucleotide(queries)),
+                                 (args.db, s.db.looks_like_nucleotide())):
+            if nucleotide:   # as hmmgpu search warns of its targets
+                print(f"hmmgpu: warning: {path} looks like nucleotide sequence; aligning it as protein",
+                      file=sys.stderr)
+        start = time.perf_counter()
+        for hits in s.iter_search(queries):
+            t = time.perf_counter()
+            if args.outfmt == 6:
+                write_tabular(out, hits)
+            else:
+                out.write(format_report(hits, s.db, s.params, args.alignments))
+            out.flush()
+            stats.add("formatting", time.perf_counter() - t)
+        if args.outfmt != 6:
+            out.write(done_line(len(queries), time.perf_counter() - start))
+        out.flush()
 
 
 def _compile_kernels(queries, device: int, stats) -> None:

@@ -116,3 +116,8 @@ def format_report(hits, db, params, show_alignments: int) -> str:
               f"Lambda {params.ka.lam}  K {params.ka.K}  H {params.ka.H}\n")
     out.write(f"Effective search space used: {int(hits.search_space)}\n\n")
     return out.getvalue()
+
+
+def done_line(queries: int, seconds: float) -> str:
+    """The report's last line: the queries searched and the seconds it took."""
+    return f"[ok] {queries} quer{'y' if queries == 1 else 'ies'} in {seconds:.2f}s\n"
