@@ -2,7 +2,15 @@
 
 Imported by :func:`hmmgpu.sw.traceback.passes` on first use only: importing numba costs a few
 tenths of a second, which ``hmmgpu sw`` spends in a thread beside its start-up. The module
-text describes the algorithm; ``profile[x, j - 1]`` is ``S(x, q_j)`` for target code ``x``.
+text of :mod:`hmmgpu.sw.traceback` describes the algorithm; ``profile[x, j - 1]`` is
+``S(x, q_j)`` for target code ``x``.
+
+:func:`trace_group` traces back a group of hits of one query in one call: for each hit, the
+pass that finds the end cell (stopping there, the scan's score being known), the walk, the
+alignment's columns, BLAST's counts and the check that the columns score the scan's score.
+One call per group of hits, not per hit, keeps the Python interpreter's lock out of the
+threads' way: the only Python work per hit left is the :class:`~hmmgpu.sw.traceback.Alignment`
+made from the results.
 """
 from __future__ import annotations
 
@@ -10,13 +18,21 @@ import numpy as np
 from numba import njit
 
 NEG = -(1 << 30)
+#: Columns of :func:`trace_group`'s result rows.
+STATUS, SCORE, Q_START, Q_END, T_START, T_END, LENGTH, IDENTITIES, POSITIVES, MISMATCH, GAPOPEN, GAPS, OPS_AT = \
+    range(13)
+FIELDS = 13
+#: Statuses: the hit traced back; no cell reached the scan's score; a cell passed it; the
+#: columns do not score the scan's score.
+OK, NOT_REACHED, EXCEEDED, RESCORE = 0, 1, 2, 3
 
 
 @njit(cache=True, nogil=True)
-def forward(profile, t, go, ge, k, HC, FC):
-    """Every row of the recurrence over the whole rectangle: the best score and its end cell
-    (the first cell, rows in order, columns within a row, to reach it), with H and F of rows
-    0, k, 2k, ... kept in ``HC`` and ``FC`` (full width)."""
+def forward(profile, t, go, ge, k, HC, FC, stop):
+    """The recurrence over the rows in order, score only, with H and F of rows 0, k, 2k, ...
+    kept in ``HC`` and ``FC`` (full width); it stops at the first cell (rows in order, columns
+    within a row) whose H reaches ``stop``. Returns (H there, or the best H of all cells when
+    none does; its row; its column)."""
     m = profile.shape[1]
     n = t.shape[0]
     H = np.zeros(m + 1, np.int64)
@@ -52,6 +68,8 @@ def forward(profile, t, go, ge, k, HC, FC):
             left = h
             if h > rbest:
                 rbest, rj = h, j
+                if h >= stop:
+                    return h, i, j
         if rbest > best:
             best, bi, bj = rbest, i, rj
         if i % k == 0:
@@ -63,15 +81,12 @@ def forward(profile, t, go, ge, k, HC, FC):
 
 
 @njit(cache=True, nogil=True)
-def block(profile, t, go, ge, r0, r1, m, HC, FC, c, dirs):
-    """Rows r0+1..r1 over columns 1..m from checkpoint ``c`` (row r0): a direction byte per
-    cell into dirs[0:r1-r0, 1:m+1] (bits 0-1: where H came from, 0 zero, 1 diagonal, 2 E,
-    3 F; bit 2: E extended; bit 3: F extended)."""
-    H = np.empty(m + 1, np.int64)
-    F = np.empty(m + 1, np.int64)
-    for j in range(m + 1):
-        H[j] = HC[c, j]
-        F[j] = FC[c, j]
+def block(profile, t, go, ge, r0, r1, m, H, F, dirs, stop):
+    """Rows r0+1..r1 over columns 1..m from H and F of row r0 (``H``, ``F``: updated in
+    place), a direction byte per cell into dirs[0:r1-r0, 1:m+1] (bits 0-1: where H came
+    from, 0 zero, 1 diagonal, 2 E, 3 F; bit 2: E extended; bit 3: F extended). It stops at
+    the first cell whose H reaches ``stop`` and returns (H there, its row, its column), or
+    (0, 0, 0) when none does."""
     for i in range(r0 + 1, r1 + 1):
         row = profile[t[i - 1]]
         d = dirs[i - r0 - 1]
@@ -80,49 +95,44 @@ def block(profile, t, go, ge, r0, r1, m, HC, FC, c, dirs):
         left = 0
         for j in range(1, m + 1):
             up = H[j]
-            code = 0
             eo = left - go
             ee = E - ge
-            if ee > eo:
-                E = ee
-                code |= 4
-            else:
-                E = eo
+            ext_e = ee > eo
+            E = ee if ext_e else eo
             fo = up - go
             fe = F[j] - ge
-            if fe > fo:
-                f = fe
-                code |= 8
-            else:
-                f = fo
+            ext_f = fe > fo
+            f = fe if ext_f else fo
             F[j] = f
             dg = diag + row[j - 1]
-            h = 0
-            if dg > 0:
-                h = dg
-                code |= 1
-            if E > h:
-                h = E
-                code = (code & 12) | 2
-            if f > h:
-                h = f
-                code = (code & 12) | 3
+            h = dg if dg > 0 else 0
+            src = 1 if dg > 0 else 0
+            src = 2 if E > h else src
+            h = E if E > h else h
+            src = 3 if f > h else src
+            h = f if f > h else h
+            code = src | (4 if ext_e else 0) | (8 if ext_f else 0)
             diag = up
             H[j] = h
             left = h
             d[j] = code
+            if h >= stop:
+                return h, i, j
+    return 0, 0, 0
 
 
 @njit(cache=True, nogil=True)
-def walk(profile, t, go, ge, bi, bj, k, HC, FC, dirs, ops):
+def walk(profile, t, go, ge, bi, bj, k, HC, FC, dirs, ops, cur):
     """Walk back from (bi, bj), filling ``ops`` from the alignment's end; returns (columns, i, j)
-    with (i, j) the last cell before the alignment's start. Each block of ``k`` rows the walk
-    enters is recomputed up to the column where it enters (cells to the right of the walk
-    feed none it visits)."""
+    with (i, j) the last cell before the alignment's start. ``cur``: the block of ``k`` rows
+    whose directions ``dirs`` already holds (-1: none). Each other block the walk enters is
+    recomputed from its kept row up to the column where the walk enters it (cells to the right
+    of the walk feed none it visits)."""
     i, j = bi, bj
     state = 0  # 0: H, 1: E, 2: F
     nops = 0
-    cur = -1
+    H = np.empty(bj + 1, np.int64)
+    F = np.empty(bj + 1, np.int64)
     while i > 0 and j > 0:
         b = (i - 1) // k
         if b != cur:
@@ -130,7 +140,10 @@ def walk(profile, t, go, ge, bi, bj, k, HC, FC, dirs, ops):
             r1 = b * k + k
             if r1 > bi:
                 r1 = bi
-            block(profile, t, go, ge, b * k, r1, j, HC, FC, b, dirs)
+            for c in range(j + 1):
+                H[c] = HC[b, c]
+                F[c] = FC[b, c]
+            block(profile, t, go, ge, b * k, r1, j, H, F, dirs, 1 << 62)
         code = dirs[i - 1 - b * k, j]
         if state == 0:
             src = code & 3
@@ -156,3 +169,94 @@ def walk(profile, t, go, ge, bi, bj, k, HC, FC, dirs, ops):
                 state = 0
             i -= 1
     return nops, i, j
+
+
+@njit(cache=True, nogil=True)
+def best_score(profile, t, go, ge):
+    """The optimal local score (one score-only pass, nothing kept)."""
+    HC = np.empty((1, profile.shape[1] + 1), np.int32)
+    FC = np.empty((1, profile.shape[1] + 1), np.int32)
+    return forward(profile, t, go, ge, t.shape[0] + 1, HC, FC, 1 << 62)[0]
+
+
+@njit(cache=True, nogil=True)
+def _trace_one(profile, q, by_code, t, go, ge, score, dir_bytes, ops, out):
+    """One hit (see :func:`trace_group`): ``ops`` receives its columns in order; fills ``out``
+    (one result row) and returns the number of columns."""
+    m, n = profile.shape[1], t.shape[0]
+    if n * (m + 1) <= dir_bytes:
+        # one pass with a direction byte per cell, up to the end cell; the walk reads them
+        k = n
+        HC = np.zeros((1, m + 1), np.int32)
+        FC = np.full((1, m + 1), NEG, np.int32)
+        H = np.zeros(m + 1, np.int64)
+        F = np.full(m + 1, NEG, np.int64)
+        dirs = np.empty((n, m + 1), np.uint8)
+        h, bi, bj = block(profile, t, go, ge, 0, n, m, H, F, dirs, score)
+        cur = 0
+    else:
+        # kept rows about sqrt(n) apart (further where they would pass dir_bytes), blocks
+        # recomputed by the walk
+        k = max(1, int(np.sqrt(n)), -(-n * (m + 1) * 8 // dir_bytes))
+        HC = np.empty((n // k + 1, m + 1), np.int32)
+        FC = np.empty((n // k + 1, m + 1), np.int32)
+        h, bi, bj = forward(profile, t, go, ge, k, HC, FC, score)
+        if h < score:
+            bi = 0
+        dirs = np.empty((k, m + 1), np.uint8)
+        cur = -1
+    out[SCORE] = h
+    if bi == 0:
+        out[STATUS] = NOT_REACHED
+        return 0
+    if h > score:
+        out[STATUS] = EXCEEDED
+        return 0
+    rev = np.empty(bi + bj, np.uint8)
+    nops, i, j = walk(profile, t, go, ge, bi, bj, k, HC, FC, dirs, rev, cur)
+    ident = pos = aligned = runs = total = 0
+    prev = 0
+    ti, qj = i, j
+    for c in range(nops):
+        op = rev[nops - 1 - c]
+        ops[c] = op
+        if op == 0:
+            a, b = q[qj], t[ti]
+            s = by_code[a, b]
+            total += s
+            aligned += 1
+            if a == b:
+                ident += 1
+            if s > 0:
+                pos += 1
+            qj += 1
+            ti += 1
+        else:
+            if op != prev:
+                runs += 1
+            if op == 1:
+                qj += 1
+            else:
+                ti += 1
+        prev = op
+    gaps = nops - aligned
+    out[STATUS] = OK if total - ge * gaps - (go - ge) * runs == score else RESCORE
+    out[Q_START], out[Q_END], out[T_START], out[T_END] = j + 1, bj, i + 1, bi
+    out[LENGTH], out[IDENTITIES], out[POSITIVES] = nops, ident, pos
+    out[MISMATCH], out[GAPOPEN], out[GAPS] = aligned - ident, runs, gaps
+    return nops
+
+
+@njit(cache=True, nogil=True)
+def trace_group(profile, q, by_code, residues, starts, scores, go, ge, dir_bytes, ops, out):
+    """Trace back hits of one query: target h is ``residues[starts[h]:starts[h + 1]]`` and its
+    scan score ``scores[h]``. Row h of ``out`` (FIELDS columns) receives the status,
+    coordinates (1-based, inclusive), counts, and where its columns start in ``ops`` (each
+    hit's columns follow the last's; ``ops`` holds at least the sum of the hits' lengths).
+    Returns the number of columns written."""
+    at = 0
+    for h in range(scores.shape[0]):
+        t = residues[starts[h]:starts[h + 1]]
+        out[h, OPS_AT] = at
+        at += _trace_one(profile, q, by_code, t, go, ge, scores[h], dir_bytes, ops[at:], out[h])
+    return at

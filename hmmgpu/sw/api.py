@@ -25,7 +25,7 @@ from hmmgpu.errors import HmmgpuError, InputError
 from hmmgpu.sw import matrices
 from hmmgpu.sw.matrices import Matrix, MatrixName
 from hmmgpu.sw.stats import KarlinAltschul
-from hmmgpu.sw.traceback import Alignment, align
+from hmmgpu.sw.traceback import Alignment, query_profile, trace_hits
 
 Backend = Literal["auto", "cuda", "cpu"]
 _QUERY_TABLE = np.full(256, 255, np.uint8)
@@ -257,26 +257,21 @@ def min_score(ka: KarlinAltschul, space: float, evalue: float) -> int:
 def select(scores: np.ndarray, positions: np.ndarray, thresholds, k: int) -> list:
     """Each row's hits: (database indices, scores) of the at most ``k`` targets scoring at least
     the row's threshold, best first (score, then database index). ``scores``: a batch of rows
-    over the columns ``positions``. One comparison over the whole batch finds the targets at or
-    above their row's threshold (few, for a threshold from an E-value); only where a row has
-    more than ``k`` of them are they partitioned to the best ``k`` (ties at the k-th score all
-    kept), and only those are sorted."""
+    over the columns ``positions``. One compiled call for the whole batch
+    (:func:`hmmgpu.sw._select_jit.top_hits`: two reads of a row and a sort of the few targets at
+    or above its k-th best score)."""
+    from hmmgpu.sw import _select_jit
+
     b, n = scores.shape
-    thr = np.minimum(np.asarray(thresholds, np.int64), np.iinfo(scores.dtype).max).astype(scores.dtype)
-    rows, cols = np.nonzero(scores >= thr.reshape(b, 1))
-    bounds = np.searchsorted(rows, np.arange(b + 1))
-    out = []
-    for r in range(b):
-        c = cols[bounds[r]:bounds[r + 1]]
-        sc = scores[r, c]
-        if c.size > k:
-            kth = np.partition(sc, c.size - k)[c.size - k]
-            keep = sc >= kth
-            c, sc = c[keep], sc[keep]
-        idx = positions[c].astype(np.int64)
-        order = np.lexsort((idx, -sc.astype(np.int64)))[:k]
-        out.append((idx[order], sc[order].astype(np.int32)))
-    return out
+    k = max(0, min(int(k), n))
+    hit_index = np.zeros((b, k), np.int64)
+    hit_score = np.zeros((b, k), np.int32)
+    counts = np.zeros(b, np.int64)
+    if b and k:
+        thr = np.asarray(thresholds, np.int64)
+        _select_jit.top_hits(np.require(scores, np.int32, ["C"]), np.require(positions, np.int64, ["C", "W"]), thr,
+                             k, hit_index, hit_score, counts)
+    return [(hit_index[r, :c], hit_score[r, :c]) for r, c in enumerate(counts.tolist())]
 
 
 class _Selected:
@@ -429,40 +424,36 @@ class SwSearch:
         if group:
             tasks.append(group)
         if tasks:
-            from hmmgpu.sw.traceback import query_profile
-
+            q = np.require(q, np.uint8, ["C", "W"])
             profile = query_profile(q, self.params.matrix.by_code)
         return [(len(g), pool.submit(self._trace, q, profile, g)) for g in tasks]
 
-    def _trace(self, q, profile, group) -> list:
-        """(alignment, counts) of each (target index, scan score) of ``group`` (a pool task)."""
+    def _trace(self, q, profile, group) -> tuple:
+        """(BLAST's counts, alignments) of each (target index, scan score) of ``group`` (a pool
+        task: one compiled call, :func:`~hmmgpu.sw.traceback.trace_hits`)."""
         t = time.perf_counter()
         p = self.params
-        out = []
-        for ti, s in group:
-            target = self.db.codes(ti)
-            aln = align(q, target, p.matrix.by_code, p.gap_open, p.gap_extend, profile=profile)
-            if aln.score != s:
-                raise HmmgpuError(f"internal error: traceback score {aln.score} differs from the scan's {s} "
-                                  f"for target {self.db.name(ti)!r}")
-            out.append((aln, aln.counts(q, target, p.matrix.by_code)))
+        idx = [ti for ti, _ in group]
+        out = trace_hits(q, [self.db.codes(ti) for ti in idx], [s for _, s in group], p.matrix.by_code, p.gap_open,
+                         p.gap_extend, profile=profile,
+                         label=lambda h: f"target {self.db.name(idx[h]).decode(errors='replace')!r}")
         self.stats.add("tracebacks", time.perf_counter() - t)
         return out
 
     def _hits(self, sel: _Selected) -> QueryHits:
         """A query's :class:`QueryHits` once its tracebacks are done."""
         p = self.params
-        traced = []
-        for _, fut in sel.futures:
-            traced += fut.result()
         h = int(sel.idx.size)
-        counts = np.zeros((6, h), np.int64)
-        coords = np.zeros((4, h), np.int64)
-        alns = []
-        for r, (aln, cnt) in enumerate(traced):
-            counts[:, r] = cnt
-            coords[:, r] = (aln.q_start, aln.q_end, aln.t_start, aln.t_end)
-            alns.append(aln)
+        counts = np.zeros((h, 6), np.int64)
+        coords = np.zeros((h, 4), np.int64)
+        alns, at = [], 0
+        for n, fut in sel.futures:
+            cnt, part = fut.result()
+            counts[at:at + n] = cnt
+            coords[at:at + n] = [(a.q_start, a.q_end, a.t_start, a.t_end) for a in part]
+            alns += part
+            at += n
+        counts, coords = counts.T, coords.T
         names = np.array([self.db.name(i).decode(errors="replace") for i in sel.idx.tolist()], dtype=object)
         sc = sel.sc
         return QueryHits(query_name=sel.name, query_length=int(sel.q.size), query_codes=sel.q,
@@ -483,7 +474,7 @@ class SwSearch:
                             [min_score(self.params.ka, space, self.evalue)], self.max_hits)
         traced = self._traced(idx.size)
         fut = Future()
-        fut.set_result(self._trace(q, None, list(zip(idx[:traced].tolist(), sc[:traced].tolist()))) if traced else [])
+        fut.set_result(self._trace(q, None, list(zip(idx[:traced].tolist(), sc[:traced].tolist()))))
         return self._hits(_Selected(name, q, space, idx, sc, [(traced, fut)], traced))
 
 
@@ -593,7 +584,8 @@ class _Pipeline:
 
 
 def _warm_tracebacks() -> None:
-    """Import numba and load the traceback passes in a thread (once per process)."""
+    """Import numba and load (or compile, on a fresh machine) the search's compiled passes in a
+    thread, once per process: the tracebacks', the selection's and the GPU profiles' builder."""
     global _WARMING
     if _WARMING is None:
         from hmmgpu.sw.traceback import warm
@@ -601,7 +593,15 @@ def _warm_tracebacks() -> None:
         def run():
             try:
                 warm()
-            except Exception:  # noqa: BLE001 - the first traceback reports it
+                select(np.zeros((1, 1), np.int32), np.zeros(1, np.int64), [1], 1)
+                from hmmgpu.gpu.sw import profiles
+                from hmmgpu.gpu.sw.launch import spec_for
+
+                specs = [spec_for(1)]
+                tiles, words = profiles.layout([1], specs)
+                profiles.build([np.zeros(1, np.uint8)], matrices.load("BLOSUM62").by_code, specs, tiles, words,
+                               np.zeros(int(words[-1]), np.uint32))
+            except Exception:  # noqa: BLE001 - the first use reports it
                 pass
 
         _WARMING = threading.Thread(target=run, name="hmmgpu-sw-numba", daemon=True)

@@ -1,4 +1,4 @@
-"""Exact Smith-Waterman traceback of a reported hit: coordinates and alignment.
+"""Exact Smith-Waterman traceback of the reported hits: coordinates, alignment, BLAST's counts.
 
 Recurrences (query residue j = 1..m across, target residue i = 1..n down; ``go`` = open +
 extend is the cost of a gap's first residue, ``ge`` = extend of every further one)::
@@ -12,19 +12,28 @@ target rows in order and query columns within a row (smallest target end, then s
 query end). The walk back prefers, at every cell, the diagonal, then E, then F, and in a
 gap state the gap's opening over its extension; it stops where H falls to 0.
 
-Two passes, memory bounded for any lengths. The first pass runs the recurrence over the
-whole rectangle with two rows, finds the score and the end cell, and keeps H and F of every
-``k``-th row (``k`` about the square root of the target's length, larger where those rows
-would pass :data:`CHECKPOINT_BYTES`). The walk then recomputes one block of ``k`` rows at a
-time from the row kept above it, storing a direction byte per cell of that block only, and
-only up to the column where the walk enters the block: no cell right of the walk feeds one it
-visits. The query's scores against every target letter (:func:`query_profile`) are made once
-per query and shared by its hits. The passes are compiled by numba (:mod:`._traceback_jit`)
-and hold no GIL, so tracebacks of several hits run in parallel threads.
+What a hit costs. The scan already knows the hit's score, so the pass that finds the end
+cell stops there: the first cell whose H reaches the score is the end (no cell can pass it;
+one that does, or none reaching it, means the scan and the traceback disagree, an error).
+Rows below the end, and the rest of its row, are never computed. While the rows up to the
+end fit in :data:`DIRECTION_BYTES` (one byte per cell), that same pass stores a direction
+byte per cell, and the walk back reads them: one pass over the cells before the end, and
+nothing else. Longer pairs keep memory bounded: the pass keeps H and F of every ``k``-th
+row only (``k`` about the square root of the target's length, larger where those rows would
+pass :data:`DIRECTION_BYTES`), and the walk recomputes one block of ``k`` rows at a time from
+the row kept above it, storing directions for that block only and only up to the column
+where the walk enters it: no cell right of the walk feeds one it visits. Both ways compute
+the same recurrence in the same order, so they give the same alignment.
+
+A query's hits are traced back a group at a time in one compiled call
+(:func:`trace_hits`): the end pass, the walk, the alignment's columns, BLAST's counts and a
+check that the columns score the scan's score, for every hit of the group, without the
+Python interpreter's lock, so groups run in parallel threads without waiting on each other.
+The query's scores against every target letter (:func:`query_profile`) are made once per
+query and shared by its hits. The passes are compiled by numba (:mod:`._traceback_jit`).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,9 +42,9 @@ from hmmgpu.errors import HmmgpuError
 
 #: Alignment column kinds of :attr:`Alignment.ops`.
 ALIGNED, QUERY_GAP_IN_TARGET, TARGET_GAP_IN_QUERY = 0, 1, 2
-#: Bytes the kept rows of one traceback may take at most (H and F, 4 bytes each per column):
-#: above it the rows are kept further apart.
-CHECKPOINT_BYTES = 32 << 20
+#: Bytes one traceback may keep at most: a direction byte per cell up to the end cell when they
+#: fit, else the kept rows (H and F, 4 bytes each per column).
+DIRECTION_BYTES = 16 << 20
 
 
 def passes():
@@ -53,7 +62,7 @@ def warm() -> None:
 
     m = load("BLOSUM62").by_code
     q = np.array([1, 2, 3], np.uint8)
-    align(q, q, m, 11, 1, profile=query_profile(q, m))
+    align(q, q, m, 11, 1)
 
 
 def query_profile(q: np.ndarray, by_code: np.ndarray) -> np.ndarray:
@@ -95,42 +104,53 @@ class Alignment:
         return ops.size, int(same.sum()), pos, aligned - int(same.sum()), runs, ops.size - aligned
 
 
+def trace_hits(q: np.ndarray, targets, scores, by_code: np.ndarray, gap_open: int, gap_extend: int,
+               profile: np.ndarray | None = None, direction_bytes: int = DIRECTION_BYTES, label=None) -> tuple:
+    """Trace back hits of query codes ``q``: ``targets`` (codes of each) with their scan
+    ``scores`` (each the optimal local score). Returns (counts, alignments): counts an int64
+    array, one row per hit: (columns, identities, positives, mismatches, gap runs, gap
+    columns), BLAST's counts; alignments one :class:`Alignment` each. One compiled call for
+    the whole group. HmmgpuError when a score is not what the recurrence gives (``label(h)``
+    names hit h in the message)."""
+    jit = passes()
+    # writable arrays throughout (numba would compile the passes once more for read-only ones)
+    q = np.require(q, np.uint8, ["C", "W"])
+    profile = query_profile(q, by_code) if profile is None else np.require(profile, np.int32, ["C", "W"])
+    by = np.require(by_code, np.int32, ["C", "W"])
+    scores = np.require(scores, np.int64, ["C", "W"])
+    lengths = np.array([len(t) for t in targets], np.int64)
+    starts = np.zeros(lengths.size + 1, np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    residues = np.concatenate([np.asarray(t, np.uint8) for t in targets]) if len(targets) else np.zeros(0, np.uint8)
+    ops = np.empty(int(starts[-1]) + q.size * lengths.size, np.uint8)
+    out = np.zeros((lengths.size, jit.FIELDS), np.int64)
+    go, ge = int(gap_open) + int(gap_extend), int(gap_extend)
+    jit.trace_group(profile, q, by, residues, starts, scores, go, ge, int(direction_bytes), ops, out)
+    bad = np.flatnonzero(out[:, jit.STATUS] != jit.OK)
+    if bad.size:
+        h = int(bad[0])
+        why = {jit.NOT_REACHED: "no cell reaches it", jit.EXCEEDED: f"a cell reaches {int(out[h, jit.SCORE])}",
+               jit.RESCORE: "the alignment's columns score differently"}[int(out[h, jit.STATUS])]
+        raise HmmgpuError(f"internal error: {label(h) if label else f'hit {h}'}: the scan's score {int(scores[h])} is not the traceback's ({why})")
+    alignments = []
+    for h in range(lengths.size):
+        r = out[h]
+        at = int(r[jit.OPS_AT])
+        alignments.append(Alignment(int(scores[h]), int(r[jit.Q_START]), int(r[jit.Q_END]), int(r[jit.T_START]),
+                                    int(r[jit.T_END]), ops[at:at + int(r[jit.LENGTH])]))
+    return out[:, jit.LENGTH:jit.GAPS + 1], alignments
+
+
 def align(q: np.ndarray, t: np.ndarray, by_code: np.ndarray, gap_open: int, gap_extend: int,
           profile: np.ndarray | None = None) -> Alignment:
     """The optimal local alignment of query codes ``q`` and target codes ``t`` (see the module
-    text); ``profile``: the query's :func:`query_profile`, when several targets share it."""
+    text): a score-only pass finds the score, then :func:`trace_hits` the alignment."""
     jit = passes()
-    # writable copies where needed (a made database's targets are read-only views, which numba
-    # would compile the passes for once more)
     q = np.require(q, np.uint8, ["C", "W"])
     t = np.require(t, np.uint8, ["C", "W"])
     profile = query_profile(q, by_code) if profile is None else np.require(profile, np.int32, ["C", "W"])
     go, ge = int(gap_open) + int(gap_extend), int(gap_extend)
-    m, n = q.size, t.size
-    if not m or not n:
-        return Alignment(0, 0, 0, 0, 0, np.zeros(0, np.uint8))
-    k = max(1, int(math.isqrt(n)), -(-n * (m + 1) * 8 // CHECKPOINT_BYTES))
-    HC = np.empty((n // k + 1, m + 1), np.int32)
-    FC = np.empty((n // k + 1, m + 1), np.int32)
-    best, bi, bj = jit.forward(profile, t, go, ge, k, HC, FC)
+    best = int(jit.best_score(profile, t, go, ge)) if q.size and t.size else 0
     if best <= 0:
         return Alignment(0, 0, 0, 0, 0, np.zeros(0, np.uint8))
-    dirs = np.empty((k, bj + 1), np.uint8)
-    ops = np.empty(bi + bj, np.uint8)
-    nops, i, j = jit.walk(profile, t, go, ge, bi, bj, k, HC, FC, dirs, ops)
-    ops = ops[:nops][::-1].copy()
-    aln = Alignment(int(best), int(j) + 1, int(bj), int(i) + 1, int(bi), ops)
-    if rescore(aln, q, t, by_code, gap_open, gap_extend) != best:
-        raise HmmgpuError("internal error: traceback does not reproduce the alignment score")
-    return aln
-
-
-def rescore(aln: Alignment, q, t, by_code, gap_open: int, gap_extend: int) -> int:
-    """The score of an alignment's columns (a check of the walk): matrix scores of the aligned
-    columns, ``gap_extend`` per gap column and ``gap_open`` more where a gap run begins."""
-    qa, ta = aln.columns(q, t)
-    ops = aln.ops
-    both = ops == 0
-    opens = (ops != 0) & (ops != np.concatenate([[0], ops[:-1]]).astype(ops.dtype))
-    return (int(np.asarray(by_code, np.int64)[qa[both], ta[both]].sum()) - int(gap_extend) * int((~both).sum())
-            - int(gap_open) * int(opens.sum()))
+    return trace_hits(q, [t], [best], by_code, gap_open, gap_extend, profile=profile)[1][0]

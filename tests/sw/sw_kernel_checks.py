@@ -128,7 +128,7 @@ def check_batches(scanner, queries, db, plan=None, matrix="BLOSUM62", gap_open=1
         rescored += batch.rescored
         assert batch.scores.shape == (len(batch), scanner.positions.size)
         for r, row in enumerate(batch.scores):
-            got[batch.start + r] = (row, batch.positions)
+            got[batch.start + r] = (row.copy(), batch.positions)  # the scores are valid until the next batch
     assert [s for s, _ in starts] == sorted(s for s, _ in starts) and sum(n for _, n in starts) == len(queries)
     for q, (row, positions) in zip(queries, got):
         ref = parasail_scores(q, db, matrix, gap_open, gap_extend)

@@ -67,9 +67,69 @@ def test_cpu_route_every_proteome_score(proteome):
     sc.close()
 
 
-def test_traceback_matches_parasail():
+def _rescore(aln, q, t, by_code, gap_open, gap_extend) -> int:
+    """The score of an alignment's columns: matrix scores of the aligned columns, gap_extend
+    per gap column and gap_open more where a gap run begins."""
+    qa, ta = aln.columns(q, t)
+    ops = aln.ops
+    both = ops == 0
+    opens = (ops != 0) & (ops != np.concatenate([[0], ops[:-1]]).astype(ops.dtype))
+    return (int(np.asarray(by_code, np.int64)[qa[both], ta[both]].sum()) - gap_extend * int((~both).sum())
+            - gap_open * int(opens.sum()))
+
+
+def _reference_alignment(q, t, by_code, gap_open, gap_extend):
+    """The alignment by hmmgpu.sw.traceback's definition, from the whole matrices in Python:
+    (score, q_start, q_end, t_start, t_end, ops) with the end the first cell (rows, then
+    columns) reaching the maximum, the walk preferring diagonal, E, F and a gap's opening."""
+    go, ge, neg = gap_open + gap_extend, gap_extend, -(1 << 30)
+    m, n = q.size, t.size
+    H = np.zeros((n + 1, m + 1), np.int64)
+    E = np.full((n + 1, m + 1), neg, np.int64)
+    F = np.full((n + 1, m + 1), neg, np.int64)
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            E[i, j] = max(E[i, j - 1] - ge, H[i, j - 1] - go)
+            F[i, j] = max(F[i - 1, j] - ge, H[i - 1, j] - go)
+            H[i, j] = max(0, H[i - 1, j - 1] + by_code[q[j - 1], t[i - 1]], E[i, j], F[i, j])
+    best = int(H.max())
+    if best <= 0:
+        return 0, 0, 0, 0, 0, []
+    bi, bj = (int(v) for v in np.argwhere(H == best)[0])
+    i, j, state, ops = bi, bj, "H", []
+    while i > 0 and j > 0:
+        if state == "H":
+            dg = H[i - 1, j - 1] + by_code[q[j - 1], t[i - 1]]
+            h, src = (dg, "D") if dg > 0 else (0, None)
+            if E[i, j] > h:
+                h, src = E[i, j], "E"
+            if F[i, j] > h:
+                src = "F"
+            if src is None:
+                break
+            if src == "D":
+                ops.append(0)
+                i, j = i - 1, j - 1
+            else:
+                state = src
+        elif state == "E":
+            ops.append(1)
+            state = "E" if E[i, j - 1] - ge > H[i, j - 1] - go else "H"
+            j -= 1
+        else:
+            ops.append(2)
+            state = "F" if F[i - 1, j] - ge > H[i - 1, j] - go else "H"
+            i -= 1
+    return best, j + 1, bj, i + 1, bi, ops[::-1]
+
+
+def test_traceback_matches_parasail_and_the_definition():
+    """Scores and end cells equal parasail's; the alignments (coordinates and every column)
+    equal the definition's, computed from the whole matrices; a group of hits traced back in
+    one call, with the direction bytes of one pass or the kept rows and recomputed blocks,
+    gives the same alignments and BLAST's counts."""
     from hmmgpu.sw.matrices import load
-    from hmmgpu.sw.traceback import align, rescore
+    from hmmgpu.sw.traceback import align, trace_hits
 
     m = load("BLOSUM62")
     rng = np.random.default_rng(11)
@@ -84,9 +144,34 @@ def test_traceback_matches_parasail():
         a = align(q, t, m.by_code, go, ge)
         r = parasail.sw_trace_scan_32(text(q), text(t), go + ge, ge, parasail.blosum62)
         assert a.score == r.score
+        ref = _reference_alignment(q, t, m.by_code, go, ge)
+        assert (a.score, a.q_start, a.q_end, a.t_start, a.t_end, a.ops.tolist()) == ref
         if a.score:
             assert (a.q_end - 1, a.t_end - 1) == (r.end_query, r.end_ref)
-            assert rescore(a, q, t, m.by_code, go, ge) == a.score
+            assert _rescore(a, q, t, m.by_code, go, ge) == a.score
+            for limit in (1, 1 << 24):  # kept rows and recomputed blocks; one pass with directions
+                counts, alns = trace_hits(q, [t, q, t], [a.score, align(q, q, m.by_code, go, ge).score, a.score],
+                                          m.by_code, go, ge, direction_bytes=limit)
+                assert [x.ops.tolist() for x in alns[::2]] == [ref[5]] * 2
+                assert [tuple(c) for c in counts[::2]] == [a.counts(q, t, m.by_code)] * 2
+                assert alns[1].score == _reference_alignment(q, q, m.by_code, go, ge)[0]
+
+
+def test_traceback_refuses_a_wrong_scan_score():
+    """A scan score the recurrence does not give (no cell reaches it, or one passes it) is an
+    error naming the hit."""
+    from hmmgpu.sw.matrices import load
+    from hmmgpu.sw.traceback import align, trace_hits
+
+    m = load("BLOSUM62").by_code
+    rng = np.random.default_rng(3)
+    q = rng.integers(0, 20, 60).astype(np.uint8)
+    t = np.concatenate([rng.integers(0, 20, 5), q]).astype(np.uint8)
+    s = align(q, t, m, 11, 1).score
+    for wrong, why in ((s + 1, "no cell reaches it"), (s - 1, f"a cell reaches {s}")):
+        for limit in (1, 1 << 24):
+            with pytest.raises(HmmgpuError, match=f"target 7: the scan's score {wrong} .*{why}"):
+                trace_hits(q, [t], [wrong], m, 11, 1, direction_bytes=limit, label=lambda h: f"target {h + 7}")
 
 
 def test_traceback_long_pair_bounded_memory():
@@ -270,22 +355,34 @@ def test_tile_shapes():
 
 
 def test_query_profile_layout():
-    from hmmgpu.gpu.sw.launch import query_profile
-    from hmmgpu.gpu.sw.source import NROWS, PAD_SCORE, SwSpec, row_words
+    """A batch's profiles, one after the other in one buffer: every word as the kernel reads it
+    (scores of query columns k*C + 2w and k*C + 2w + 1 against code x; padding columns and the
+    padding row PAD_SCORE; the row's words after the tile's C/2 zero)."""
+    from hmmgpu.gpu.sw import profiles
+    from hmmgpu.gpu.sw.source import NROWS, PAD_ROW, PAD_SCORE, SwSpec, row_words
     from hmmgpu.sw.matrices import load
 
     m = load("BLOSUM62")
-    q = np.random.default_rng(1).integers(0, 29, 100).astype(np.int64)
-    spec = SwSpec(8, 6)
-    words, tiles = query_profile(q, m.by_code, spec)
-    assert tiles == 3
-    w = words.reshape(NROWS, tiles, row_words(8, 6))
-    for x in (0, 5, 28, 29):
-        for j in (0, 1, 47, 48, 99, 100, 143):
-            k, c = divmod(j, spec.C)
-            v = int(w[x, k, c // 2]) >> (16 * (c % 2)) & 0xFFFF
-            v = v - 65536 if v >= 32768 else v
-            assert v == (m.by_code[q[j], x] if (j < 100 and x < 29) else PAD_SCORE)
+    rng = np.random.default_rng(1)
+    queries = [rng.integers(0, 29, L).astype(np.uint8) for L in (100, 1, 48, 49, 300)]
+    specs = [SwSpec(8, 6), SwSpec(8, 6), SwSpec(8, 6), SwSpec(16, 10), SwSpec(32, 14)]
+    tiles, words = profiles.layout([q.size for q in queries], specs)
+    assert tiles.tolist() == [3, 1, 1, 1, 1]
+    out = np.full(int(words[-1]) + 3, 7, np.uint32)
+    profiles.build(queries, m.by_code, specs, tiles, words, out)
+    assert out[-3:].tolist() == [7, 7, 7]
+    for q, spec, T, a, b in zip(queries, specs, tiles.tolist(), words[:-1], words[1:]):
+        PW = row_words(spec.G, spec.Q)
+        assert b - a == NROWS * T * PW
+        w = out[a:b].reshape(NROWS, T, PW)
+        assert not w[:, :, spec.C // 2:].any()
+        half = w[:, :, :spec.C // 2].astype(np.int64)
+        pairs = np.stack([half & 0xFFFF, half >> 16], axis=-1).reshape(NROWS, T * spec.C)
+        pairs = np.where(pairs >= 32768, pairs - 65536, pairs)
+        want = np.full((NROWS, T * spec.C), PAD_SCORE)
+        want[:m.by_code.shape[0], :q.size] = np.asarray(m.by_code)[:, q]
+        want[PAD_ROW] = PAD_SCORE
+        assert np.array_equal(pairs, want)
 
 
 def test_kernels_exact_under_simulator(tmp_path):
@@ -357,9 +454,9 @@ def _naive_hits(scores, space, ka, evalue, k):
 
 
 def test_select_ties_and_thresholds():
-    """One comparison over a batch, partitions where a row has more candidates than k: the same
-    hits as sorting each whole row, with ties at the k-th score broken by database index
-    whatever the column order (the GPU's columns are longest target first)."""
+    """The compiled selection over a batch: the same hits as sorting each whole row, with ties
+    at the k-th score broken by database index whatever the column order (the GPU's columns
+    are longest target first)."""
     from hmmgpu.sw.api import select
 
     rng = np.random.default_rng(4)

@@ -36,7 +36,7 @@ class ScoreBatch:
     of length 0 have no column and score 0)."""
 
     start: int
-    scores: np.ndarray  #: int32 (queries, columns)
+    scores: np.ndarray  #: int32 (queries, columns); on the GPU valid until the next batch is asked for
     positions: np.ndarray  #: int64 database index of each column
     specs: list = field(default_factory=list)  #: kernel of each query (names; empty on the CPU)
     gpu_ms: float = 0.0  #: GPU busy time of the batch's scans (CUDA events; 0 on the CPU and the simulator)

@@ -1,4 +1,4 @@
-"""Host side of the Smith-Waterman scan: query profiles, tiles, launches, saturated targets.
+"""Host side of the Smith-Waterman scan: batches, tiles, launches, saturated targets.
 
 :class:`GpuScanner` keeps a database resident on one device (one upload for any number of
 queries) and returns every target's exact score for each query: the 16-bit kernel of
@@ -10,7 +10,8 @@ not import the application above it).
 Many queries in flight
 ----------------------
 :meth:`GpuScanner.batches` takes the queries in batches (:func:`.batches.plan`). For a batch,
-the host builds every query profile into one page-locked buffer; on each of a few streams
+the host builds every query profile into one page-locked buffer (:mod:`.profiles`, one
+compiled call); on each of a few streams
 (:data:`STREAMS`, each with its own work counters and tile boundary columns) it uploads its
 share of the profiles in one copy, queues the launches of its queries (each query's scores
 into its own row of the batch's score matrix on the device) and the copy of its rows back
@@ -28,6 +29,7 @@ compiles those a call needs (in parallel processes) before the first launch.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,8 +41,9 @@ from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.gpu.resident import ResidentDatabase
 from hmmgpu.gpu.sw import batches as batching
+from hmmgpu.gpu.sw import profiles
 from hmmgpu.gpu.sw.batches import ScoreBatch
-from hmmgpu.gpu.sw.source import ARGS, N_COUNTERS, NROWS, PAD_ROW, PAD_SCORE, SwSpec, row_words
+from hmmgpu.gpu.sw.source import ARGS, N_COUNTERS, SwSpec, row_words
 
 
 #: Streams a batch's queries are spread over (each query's launches stay on one stream).
@@ -70,25 +73,10 @@ def compile_for(lengths, device, shape: tuple | None = None, notice=None) -> int
     return build.compile_ahead(specs_for(lengths, shape), device, notice=notice)
 
 
+@functools.lru_cache(maxsize=None)
 def spec_for(query_length: int) -> SwSpec:
-    """The kernel specialisation a query of this length uses."""
+    """The kernel specialisation a query of this length uses (each length's worked out once)."""
     return SwSpec(*tuning.sw_shape(query_length))
-
-
-def query_profile(q: np.ndarray, by_code: np.ndarray, spec: SwSpec) -> tuple:
-    """(profile words, tiles): row x, tile k, word w holds the 16-bit scores of query columns
-    ``k*C + 2w`` (low half) and ``k*C + 2w + 1`` against residue code x; rows are
-    ``tiles * row_words`` words long; padding columns and the padding row score PAD_SCORE."""
-    C = spec.C
-    tiles = max(1, -(-q.size // C))
-    cols = np.full((NROWS, tiles * C), PAD_SCORE, np.int64)
-    cols[:by_code.shape[0], :q.size] = np.asarray(by_code, np.int64)[:, q]  # S(x, q_j) == S(q_j, x)
-    cols[PAD_ROW] = PAD_SCORE
-    pairs = (cols[:, 0::2] & 0xFFFF) | ((cols[:, 1::2] & 0xFFFF) << 16)
-    PW = row_words(spec.G, spec.Q)
-    words = np.zeros((NROWS, tiles, PW), np.uint32)
-    words[:, :, :C // 2] = pairs.reshape(NROWS, tiles, C // 2).astype(np.uint32)
-    return np.ascontiguousarray(words.reshape(-1)), tiles
 
 
 def stream_groups(work, streams: int) -> list:
@@ -226,22 +214,14 @@ class GpuScanner:
             slot.hprof = rt.pinned_array(max(words, 1), np.uint32)
 
     def _prepare(self, queries, start: int, slot: _Slot, columns: int) -> _Unit:
-        """Build the batch's profiles into ``slot``'s page-locked buffer (host work only)."""
+        """Build the batch's profiles into ``slot``'s page-locked buffer (host work only: one
+        compiled call, :func:`.profiles.build`)."""
         t = time.perf_counter()
-        plans = []
-        for q in queries:
-            spec = self.spec(int(q.size))
-            prof, tiles = query_profile(np.asarray(q, np.int64), self.matrix.by_code, spec)
-            plans.append((spec, prof, tiles))
-        words = sum(p.size for _, p, _ in plans)
-        self._grow(slot, len(plans), columns, words)
-        at = 0
-        offsets = []
-        for spec, prof, tiles in plans:
-            slot.hprof[at:at + prof.size] = prof
-            offsets.append((at, at + prof.size))
-            at += prof.size
-        plans = [(spec, tiles, off) for (spec, _, tiles), off in zip(plans, offsets)]
+        specs = [self.spec(int(q.size)) for q in queries]
+        tiles, words = profiles.layout([q.size for q in queries], specs)
+        self._grow(slot, len(specs), columns, int(words[-1]))
+        profiles.build(queries, self.matrix.by_code, specs, tiles, words, slot.hprof)
+        plans = [(spec, int(k), (int(a), int(b))) for spec, k, a, b in zip(specs, tiles, words[:-1], words[1:])]
         # the streams take the groups in turn from batch to batch, so that a batch of one query
         # runs beside the end of the batch before it
         S = len(self.streams)
@@ -280,8 +260,9 @@ class GpuScanner:
         return unit
 
     def _collect(self, unit: _Unit) -> tuple:
-        """Wait for a queued unit: (scores rows x chunk columns, a fresh array; GPU busy intervals
-        in ms from the scanner's origin)."""
+        """Wait for a queued unit: (scores rows x chunk columns, a view of the slot's page-locked
+        buffer, valid until the slot's next batch is queued; GPU busy intervals in ms from the
+        scanner's origin)."""
         rt = self.device.runtime
         intervals = []
         for s, r0, r1 in unit.groups:
@@ -291,13 +272,15 @@ class GpuScanner:
             done.synchronize()
             intervals.append((rt.elapsed_ms(self.origin, start), rt.elapsed_ms(self.origin, stop)))
         n = unit.chunk.n
-        return unit.slot.hscores[:unit.rows * n].reshape(unit.rows, n).copy(), intervals
+        return unit.slot.hscores[:unit.rows * n].reshape(unit.rows, n), intervals
 
     def _finish(self, unit: _Unit, queries, scores, intervals) -> ScoreBatch:
         """The batch's :class:`~.batches.ScoreBatch`, saturated targets rescored exactly."""
         t = time.perf_counter()
         rescored = 0
-        rows, cols = np.nonzero(scores >= self.limit)
+        rows = cols = np.zeros(0, np.int64)
+        if scores.size and int(scores.max()) >= self.limit:  # one read, then where only if needed
+            rows, cols = np.nonzero(scores >= self.limit)
         if rows.size:
             if self.rescore is None:
                 raise RuntimeError(f"{rows.size} targets reached the 16-bit limit and no rescore function was given")
@@ -313,7 +296,9 @@ class GpuScanner:
     def batches(self, queries, plan=None):
         """Yield a :class:`~.batches.ScoreBatch` per batch of ``queries`` (Easel codes), in order:
         every target's exact score, one row per query (see the module text). ``plan``: the
-        (lo, hi) query ranges (default :func:`.batches.plan`)."""
+        (lo, hi) query ranges (default :func:`.batches.plan`). A batch's scores are a view of the
+        scanner's page-locked buffer (no copy), valid until the next batch is asked for: copy
+        what is kept longer."""
         queries = [np.asarray(q) for q in queries]
         res = self.resident
         if plan is None:
