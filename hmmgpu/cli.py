@@ -69,7 +69,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Given(argparse.Action):
-    """Store an option's value and record the string given for it (``given[flag]``)."""
+    """Store an option's value and record the string given for it (``given[flag]``). An
+    option given twice is an error, as in Easel's getopts."""
 
     def __init__(self, option_strings, dest, convert=str, **kwargs):
         super().__init__(option_strings, dest, **kwargs)
@@ -84,8 +85,10 @@ class _Given(argparse.Action):
                 value = self.convert(values)
             except ValueError:
                 raise argparse.ArgumentError(self, f"invalid {self.convert.__name__} value: {values!r}") from None
-        setattr(namespace, self.dest, value)
         given = dict(getattr(namespace, "given", None) or {})
+        if self.option_strings[0] in given:
+            raise InputError(f"option {self.option_strings[0]} has already been set on the command line")
+        setattr(namespace, self.dest, value)
         given[self.option_strings[0]] = (text, value)
         namespace.given = given
 

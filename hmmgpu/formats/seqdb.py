@@ -535,7 +535,9 @@ class SequenceDB:
                 format = guess_format(os.fspath(path), data, plain_file=isinstance(data, mmap.mmap))
                 if format == "fasta":
                     return cls._from_fasta_bytes(data, path, arrays)
-            source = io.BytesIO(data)
+            # a plain file is opened by Easel itself (some of its readers, SELEX's, fail on a
+            # Python file object); standard input and gzip are given as bytes
+            source = os.fspath(path) if isinstance(data, mmap.mmap) else io.BytesIO(data)
         try:
             with pyhmmer.easel.SequenceFile(source, format=format, digital=True, alphabet=_AMINO) as fh:
                 block = fh.read_block()

@@ -1,0 +1,132 @@
+"""`hmmgpu search`/`scan` as drop-ins for hmmsearch/hmmscan: argument order, pressed databases
+by base name, sequence formats guessed as Easel guesses them, abbreviated options, exit status
+and the ``--seed 0`` header, each beside HMMER 3.4's own program."""
+import shutil
+import subprocess
+
+import pytest
+
+from hmmgpu.cli import ERROR_STATUS, main
+from tests.helpers import PROTEOME, SAMPLES
+from tests.search.test_scan import first_sequences, pressed, without_tail
+from tests.test_cli import HMMSCAN, HMMSEARCH, assert_same_run, one_line_error, run_hmmer, run_hmmgpu
+
+HMMALIGN = shutil.which("hmmalign")
+pytestmark = pytest.mark.skipif(HMMSEARCH is None or HMMSCAN is None or HMMALIGN is None,
+                                reason="HMMER binaries (pip 'hmmer') missing")
+MODEL = SAMPLES / "LuxC.hmm"
+
+
+def _aligned(tmp_path, fmt: str, name: str):
+    """The first 60 proteins aligned to LuxC by hmmalign, written in ``fmt`` to ``name``."""
+    seqs = first_sequences(tmp_path, 60)
+    path = tmp_path / name
+    subprocess.run([HMMALIGN, "--outformat", fmt, "-o", str(path), str(MODEL), str(seqs)], check=True,
+                   capture_output=True)
+    return path
+
+
+def _genbank(tmp_path):
+    path = tmp_path / "proteins.gbk"
+    path.write_text("LOCUS       seqA                      30 aa            linear   BCT 01-JAN-2000\n"
+                    "DEFINITION  first protein.\nACCESSION   ACC00001\nVERSION     ACC00001.1\nORIGIN      \n"
+                    "        1 mkvlaatlla gcaaaqavsp eeaktlaaaa\n//\n"
+                    "LOCUS       seqB                      12 aa            linear   BCT 01-JAN-2000\n"
+                    "DEFINITION  second.\nACCESSION   ACC00002\nORIGIN      \n        1 mkkllpqrst vw\n//\n")
+    return path
+
+
+@pytest.mark.parametrize("fmt,name", [("stockholm", "ali.sto"), ("pfam", "ali.pfam"), ("clustal", "ali.aln"),
+                                      ("phylip", "ali.phy"), ("selex", "ali.slx"), ("psiblast", "ali.pb")])
+def test_alignment_formats_are_guessed_as_hmmsearch_guesses_them(tmp_path, capsys, fmt, name):
+    _aligned(tmp_path, fmt, name)
+    ref = run_hmmer(HMMSEARCH, tmp_path, [str(MODEL), name])
+    assert b"Target sequences:                         60 " in ref[0]
+    assert_same_run(run_hmmgpu(tmp_path, ["search", "--backend", "hmmer", str(MODEL), name], capsys), ref)
+
+
+def test_genbank_and_scan_queries_are_guessed(tmp_path, capsys):
+    gbk = _genbank(tmp_path)
+    ref = run_hmmer(HMMSEARCH, tmp_path, ["--acc", str(MODEL), gbk.name])
+    assert_same_run(run_hmmgpu(tmp_path, ["search", "--acc", str(MODEL), gbk.name], capsys), ref)
+    models = pressed(tmp_path, (SAMPLES / "samples.hmm").read_bytes())
+    ali = _aligned(tmp_path, "stockholm", "queries.sto")
+    ref = run_hmmer(HMMSCAN, tmp_path, [str(models), ali.name])
+    assert_same_run(run_hmmgpu(tmp_path, ["scan", str(models), ali.name], capsys), ref)
+
+
+@pytest.mark.parametrize("fmt", ["afa", "a2m"])
+def test_aligned_fasta_is_fasta_unless_named(tmp_path, capsys, fmt):
+    """Aligned FASTA (and A2M) is guessed to be FASTA, whose reader refuses its gaps (HMMER's
+    i23-bad-fasta); ``--tformat afa`` (``a2m``) reads it."""
+    path = _aligned(tmp_path, fmt, f"ali.{fmt}")
+    assert subprocess.run([HMMSEARCH, str(MODEL), str(path)], capture_output=True).returncode == 1
+    one_line_error(capsys, ["search", str(MODEL), str(path)], "invalid character '-'")
+    ref = run_hmmer(HMMSEARCH, tmp_path, ["--tformat", fmt, str(MODEL), path.name])
+    assert_same_run(run_hmmgpu(tmp_path, ["search", "--tformat", fmt, str(MODEL), path.name], capsys), ref)
+
+
+def test_ncbi_blast_database(tmp_path, capsys):
+    """``--tformat ncbi`` reads a BLAST database by its base name (HMMER's 20aa-alitest)."""
+    data = SAMPLES.parent / "tests" / "data" / "hmmer_testsuite" / "testsuite"
+    for suffix in ("pin", "phr", "psq"):
+        shutil.copy(data / f"20aa-alitest.{suffix}", tmp_path)
+    args = ["--tformat", "ncbi", str(data / "20aa.hmm"), "20aa-alitest"]
+    ref = run_hmmer(HMMSEARCH, tmp_path, args)
+    assert b"Target sequences:                          4 " in ref[0]
+    assert_same_run(run_hmmgpu(tmp_path, ["search", *args], capsys), ref)
+
+
+def test_unrecognized_format(tmp_path, capsys):
+    path = tmp_path / "notes.txt"
+    path.write_text("some notes\n>not first\nACDE\n")
+    assert subprocess.run([HMMSEARCH, str(MODEL), str(path)], capture_output=True).returncode == 1
+    one_line_error(capsys, ["search", str(MODEL), str(path)], "unrecognized sequence file format",
+                   "line 1 starts with 'some notes'", "--tformat")
+
+
+def test_scan_finds_a_pressed_database_by_its_base_name(tmp_path, capsys):
+    models = pressed(tmp_path, (SAMPLES / "samples.hmm").read_bytes())
+    seqs = first_sequences(tmp_path, 50)
+    ref = run_hmmer(HMMSCAN, tmp_path, [str(models), str(seqs)])
+    models.unlink()   # only the files hmmpress wrote are left
+    assert_same_run(run_hmmgpu(tmp_path, ["scan", str(models), str(seqs)], capsys), ref)
+    (tmp_path / "models.hmm.h3f").unlink()
+    one_line_error(capsys, ["scan", str(models), str(seqs)], "models.hmm.h3f: no such file")
+
+
+def test_scan_arguments_in_the_old_order(tmp_path, capsys):
+    one_line_error(capsys, ["scan", str(PROTEOME), str(MODEL)], "look swapped", "hmmgpu scan [options] hmmdb seqfile")
+
+
+@pytest.mark.parametrize("abbreviation", ["--noal", "--nob", "--m", "--cut_g", "--incdomE"])
+def test_abbreviated_long_options(tmp_path, capsys, abbreviation):
+    value = ["0.001"] if abbreviation == "--incdomE" else []
+    ref = run_hmmer(HMMSEARCH, tmp_path, [abbreviation, *value, str(MODEL), str(PROTEOME)])
+    assert_same_run(run_hmmgpu(tmp_path, ["search", abbreviation, *value, str(MODEL), str(PROTEOME)], capsys), ref)
+
+
+def test_abbreviated_table_option(tmp_path, capsys):
+    subprocess.run([HMMSEARCH, "-o", "/dev/null", "--domtbl", "ref.dtbl", str(MODEL), str(PROTEOME)], cwd=tmp_path,
+                   check=True)
+    assert main(["search", "-o", "/dev/null", "--domtbl", str(tmp_path / "our.dtbl"), str(MODEL), str(PROTEOME)]) == 0
+    assert without_tail((tmp_path / "our.dtbl").read_bytes()) == without_tail((tmp_path / "ref.dtbl").read_bytes())
+
+
+@pytest.mark.parametrize("argv,said", [(["--inc", "1"], "ambiguous option: --inc could match"),
+                                       (["-E", "1", "-E", "2"], "option -E has already been set"),
+                                       (["--max", "--ma"], "option --max has already been set"),
+                                       (["--r", "1"], "ambiguous option: --r could match"),
+                                       (["--nonsense"], "unrecognized arguments: --nonsense"),
+                                       (["--ssifile", "x"], "--ssifile (an hmmsearch option) is not supported")])
+def test_bad_options_exit_as_hmmsearch_exits(capsys, argv, said):
+    done = subprocess.run([HMMSEARCH, *argv, str(MODEL), str(PROTEOME)], capture_output=True)
+    expected = 0 if argv[0] == "--ssifile" else 1   # hmmsearch takes --ssifile alone and ignores it
+    assert done.returncode == expected and ERROR_STATUS == 1
+    one_line_error(capsys, ["search", *argv, str(MODEL), str(PROTEOME)], said)
+
+
+def test_seed_zero_header(tmp_path, capsys):
+    ref = run_hmmer(HMMSEARCH, tmp_path, ["--seed", "0", str(MODEL), str(PROTEOME)])
+    assert b"# random number seed:              one-time arbitrary\n# random number seed set to:       0\n" in ref[0]
+    assert_same_run(run_hmmgpu(tmp_path, ["search", "--seed", "0", str(MODEL), str(PROTEOME)], capsys), ref)
