@@ -157,7 +157,7 @@ def test_a_worker_process_that_dies_is_a_one_line_error(tmp_path, capsys, proces
     code = main(["search", "--backend", "hmmer", "--cpu", "2", "--tblout", str(table), "-o", "/dev/null",
                  str(_models_file(tmp_path)), str(PROTEOME)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err[-1] == ("hmmgpu: error: a worker process stopped unexpectedly (out of memory?); "
+    assert code == ERROR_STATUS and err[-1] == ("hmmgpu: error: a worker process stopped unexpectedly (out of memory?); "
                                      "try fewer threads with --cpu")
     assert "Traceback" not in "\n".join(err)
     assert table.read_text() == "an older table\n"
