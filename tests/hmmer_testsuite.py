@@ -6,7 +6,9 @@
 build is needed. The other HMMER programs (hmmbuild, hmmpress, hmmemit, phmmer, ...) are the
 ``hmmer`` package's binaries on ``PATH``; ``--easel DIR`` names a directory holding Easel's
 miniapps (``esl-shuffle``, ``esl-reformat``, ``esl-sfetch``, ``esl-afetch``), which that
-package does not ship. Steps that need a missing program are reported, never counted as passed.
+package does not ship (default: ``HMMER_SRC/easel/miniapps``, where ``./configure && make``
+in a HMMER release tree builds them). Steps that need a missing program are reported, never
+counted as passed.
 
 HMMER's suite is ``testsuite/testsuite.sqc``, read by Easel's ``sqc``: ``prep`` lines make
 inputs, ``exercise`` lines run a command that must exit 0. ``@src/X@`` names a program of
@@ -307,16 +309,18 @@ def summary(outcomes: list, missing: set) -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("hmmer_source", type=Path, help="HMMER 3.4's source tree")
-    parser.add_argument("--easel", type=Path, default=None, help="a directory holding Easel's miniapps")
+    parser.add_argument("--easel", type=Path, default=None,
+                        help="a directory holding Easel's miniapps (default: HMMER_SRC/easel/miniapps)")
     parser.add_argument("--sqc", type=Path, default=None, help="the sqc file (default: HMMER_SRC/testsuite/testsuite.sqc)")
     parser.add_argument("--keep", type=Path, default=None, help="work in this directory and keep it")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     source = args.hmmer_source.resolve()
+    easel = args.easel or source / "easel" / "miniapps"
     with tempfile.TemporaryDirectory(prefix="hmmer-testsuite.") as scratch:
         work = (args.keep or Path(scratch)).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        suite = Suite(source=source, work=work, easel=args.easel, verbose=args.verbose)
+        suite = Suite(source=source, work=work, easel=easel, verbose=args.verbose)
         suite.set_up()
         suite.run_sqc(args.sqc or source / "testsuite" / "testsuite.sqc")
     for line in summary(suite.outcomes, suite.missing):
