@@ -75,6 +75,9 @@ def test_ncbi_blast_database(tmp_path, capsys):
     ref = run_hmmer(HMMSEARCH, tmp_path, args)
     assert b"Target sequences:                          4 " in ref[0]
     assert_same_run(run_hmmgpu(tmp_path, ["search", *args], capsys), ref)
+    one_line_error(capsys, ["search", "--tformat", "ncbi", str(data / "20aa.hmm"), str(tmp_path / "none")],
+                   "no NCBI BLAST protein database of this name")
+    one_line_error(capsys, ["search", "--tformat", "ncbi", str(data / "20aa.hmm"), "-"], "standard input")
 
 
 def test_unrecognized_format(tmp_path, capsys):

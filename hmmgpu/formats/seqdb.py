@@ -529,6 +529,8 @@ class SequenceDB:
             if os.fspath(path) == "-":
                 raise InputError(f"--tformat {format}: a database of several files cannot be read from standard input")
             source = os.fspath(path)
+            if not any(os.path.exists(source + suffix) for suffix in (".pin", ".pal")):
+                raise InputError(f"{label}: no NCBI BLAST protein database of this name ({label}.pin or {label}.pal)")
         else:
             data = read_bytes(path, "a sequence file")
             if format is None:
