@@ -33,6 +33,11 @@ next ones waiting. A faster device, or one that drew short models, comes back fo
 sooner, so the devices finish together without any static split: at the end each holds at
 most its budget, about 0.3 s of one H100's work for 600 Pfam models against 116 M residues.
 
+The same object with one device serves a dask worker's GPU (:func:`~hmmgpu.search.routing.shard_backend`):
+the GPU process takes one submitting and one waiting thread, and the feeder and collector
+let every task thread of the worker submit and wait at once, none of them blocked on a full
+socket while the GPU process waits for its answers to be read.
+
 The queue is first in, first out, not largest first. The engine waits for the models' results
 in query order and feeds pyhmmer's threads from them, so a model held back behind larger ones
 would stall everything after it; dealing in query order keeps the CPU threads fed from the

@@ -405,12 +405,19 @@ def shard_backend(run, db, first: int, end: int) -> CascadeBackend | None:
     whose survivors go to pyhmmer's Forward/domain stage, or None for pyhmmer's whole pipeline
     (:func:`cluster_route`). A worker with a GPU (``auto`` or ``cuda``) runs the GPU process
     on its first visible device, which a dask-cuda worker's ``CUDA_VISIBLE_DEVICES`` makes its
-    own GPU, with the shard resident there; ``cuda`` on a worker without one is a one-line error."""
+    own GPU, with the shard resident there (behind a one-device
+    :class:`~hmmgpu.search.multidevice.MultiDeviceBackend`, which lets the worker's threads
+    share it); ``cuda`` on a worker without one is a one-line error."""
     if run.backend == "numba":
         return NumbaBackend(db.shard(first, end), threads=1)
     if run.backend in ("auto", "cuda"):
         if os.environ.get("HMMGPU_NO_GPU") is None and cuda_available(0):
-            return device_backend(run, 0, db.shard(first, end), span=(first, end))
+            from hmmgpu.search.multidevice import MultiDeviceBackend
+
+            # the GPU process serves one submitting and one waiting thread: the worker's task
+            # threads share it through the feeder and collector of a one-device MultiDeviceBackend
+            shard = db.shard(first, end)
+            return MultiDeviceBackend(shard, {0: device_backend(run, 0, shard, span=(first, end))})
         if run.backend == "cuda":
             raise DeviceUnavailable("--backend cuda: this dask worker has no usable CUDA GPU (start GPU workers with "
                                     "`dask cuda worker`)")
