@@ -21,6 +21,14 @@ against pyopal on a few of its pairs), and every query's top-10 scores are compa
 ``sw_e2e_<device>_<date>.txt`` with the details (every run's time, hmmgpu's ``--stats`` lines,
 the lists that differ).
 
+``--host`` (no GPU) times the host's steps of a search on this machine's CPU, as the GPU
+route runs them: the query profiles of the 20 classic queries and of ``--e2e-queries``
+proteins (default 2,000) drawn from the database, the selection of the top 10 from batches
+of real score rows, and the tracebacks of the real top-10 hits of the 20 classic queries and
+of every 20th of the proteins (their scores from pyopal on ``--threads`` threads; gap costs
+10/1 as ``--e2e``), each group of hits as the pipeline's pool runs it, on one thread (CPU
+time) and on ``--threads``. Writes ``sw_host_<device>_<date>.json``.
+
 ``--sass`` (no GPU; ptxas, and nvdisasm for the loop counts) profiles the cell loop of every
 shape of ``tuning.SW_SHAPES`` (``sw_sass_<date>.json``). ``--shape-sweep`` (GPU) times every
 shape (G, Q) on random targets, one tile and three: the data of ``tuning.SW_SHAPE_GCUPS``
@@ -69,7 +77,9 @@ def add_arguments(ap) -> None:
     ap.add_argument("--sass-dir", help="with --sass: write each shape's loop SASS here")
     ap.add_argument("--shape-sweep", action="store_true", help="time every kernel shape on random targets (GPU)")
     ap.add_argument("--e2e", action="store_true", help="whole commands against CUDASW++4's align, cold and warm (GPU)")
-    ap.add_argument("--e2e-queries", type=int, default=2000, help="with --e2e: real proteins as queries (0: none)")
+    ap.add_argument("--e2e-queries", type=int, default=2000,
+                    help="with --e2e: real proteins as queries (0: none); with --host: proteins profiled")
+    ap.add_argument("--host", action="store_true", help="the host's steps of a search on the CPU (no GPU)")
     ap.add_argument("--repeats", type=int, default=3, help="with --e2e: warm runs of the 20 queries (median)")
     ap.add_argument("--streams", type=int, nargs="*", default=[1, 2],
                     help="streams of the batched scan timed besides the per-query one (default 1 and 2)")
@@ -523,7 +533,125 @@ def e2e(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- the host's steps (--host)
+
+
+def _best_cpu(fn, repeats: int = 3) -> float:
+    """The least CPU time (seconds, this thread) of ``repeats`` calls of ``fn``."""
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - t)
+    return best
+
+
+def _host_profiles(queries) -> dict:
+    from hmmgpu.gpu.sw import profiles
+    from hmmgpu.gpu.sw.launch import spec_for
+    from hmmgpu.sw.matrices import load
+
+    by_code = load("BLOSUM62").by_code
+    specs = [spec_for(q.size) for q in queries]
+    tiles, words = profiles.layout([q.size for q in queries], specs)
+    out = np.zeros(int(words[-1]), np.uint32)
+    cpu = _best_cpu(lambda: profiles.build(queries, by_code, specs, tiles, words, out))
+    return dict(queries=len(queries), words=int(words[-1]), cpu_seconds=round(cpu, 4),
+                us_per_query=round(cpu / max(len(queries), 1) * 1e6, 1))
+
+
+def _host_hits(db, queries, threads: int) -> list:
+    """(query, database indices, scores) of each query's top 10 (pyopal, gap costs 10/1), and one
+    batch of score rows (the first 16 queries') for the selection."""
+    from hmmgpu.sw.api import select
+    from hmmgpu.sw.cpu import CpuScanner
+    from hmmgpu.sw.matrices import load
+
+    scanner = CpuScanner(db, load("BLOSUM62"), CUDASW4_GAP_OPEN, GAP_EXTEND, threads=threads)
+    out, rows = [], []
+    for q in queries:
+        row = scanner.scores(q)
+        if len(rows) < 16:
+            rows.append(row)
+        (idx, sc), = select(row[None, :], np.arange(db.n, dtype=np.int64), [1], 10)
+        out.append((q, idx, sc))
+    scanner.close()
+    return out, np.array(rows)
+
+
+def _host_tracebacks(db, hits, threads: int) -> dict:
+    """The hits' tracebacks as the pipeline's pool runs them (SwSearch._submit's groups)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hmmgpu.sw.api import TRACEBACK_TASK_CELLS, SwSearch
+    from hmmgpu.sw.traceback import query_profile
+
+    class NoScanner:
+        description, backend = "none", "cpu"
+
+        def close(self):
+            pass
+
+    s = SwSearch(db, gap_open=CUDASW4_GAP_OPEN, gap_extend=GAP_EXTEND, scanner=NoScanner(), threads=threads)
+    tasks, cells = [], 0
+    for q, idx, sc in hits:
+        q = np.require(q, np.uint8, ["C", "W"])
+        profile, group, acc = query_profile(q, s.params.matrix.by_code), [], 0
+        for ti, v in zip(idx.tolist(), sc.tolist()):
+            group.append((ti, v))
+            acc += q.size * int(db.lengths[ti])
+            cells += q.size * int(db.lengths[ti])
+            if acc >= TRACEBACK_TASK_CELLS:
+                tasks.append((q, profile, group))
+                group, acc = [], 0
+        if group:
+            tasks.append((q, profile, group))
+    s._trace(*tasks[0])  # the compiled passes loaded
+    cpu = _best_cpu(lambda: [s._trace(*task) for task in tasks], 1)
+    with ThreadPoolExecutor(threads) as pool:
+        t = time.perf_counter()
+        list(pool.map(lambda task: s._trace(*task), tasks))
+        wall = time.perf_counter() - t
+    s.close()
+    n = sum(len(g) for _, _, g in tasks)
+    return dict(hits=n, tasks=len(tasks), cells=cells, cpu_seconds_1_thread=round(cpu, 3),
+                ms_per_hit=round(cpu / n * 1e3, 3), ns_per_cell=round(cpu / cells * 1e9, 2),
+                wall_seconds_threads=round(wall, 3), threads=threads)
+
+
+def host(args) -> int:
+    """The host's steps of a search on the CPU (see the module text)."""
+    from hmmgpu.formats.seqdb import open_database
+    from hmmgpu.sw.api import _read_queries, select
+
+    res = header("sw --host")
+    path = result_path(Path(args.out), "sw_host")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        subprocess.run([sys.executable, "-m", "hmmgpu", "makedb", str(resolve(WORKLOADS["sw"]["default"]["real"])),
+                        str(work / "hdb")], check=True, capture_output=True)
+        db = open_database(work / "hdb")
+        q20 = [q for _, q in _read_queries(queries_from_tarball(args.cudasw, work))]
+        qn = [q for _, q in _read_queries(_sample_proteins(db, args.e2e_queries, work / "proteins.fa"))]
+        res["profiles"] = {"20 classic": _host_profiles(q20), f"{len(qn)} proteins": _host_profiles(qn)}
+        save(res, path)
+        say(res["profiles"])
+        res["tracebacks"] = {}
+        for name, queries in (("20 classic", q20), (f"every 20th of {len(qn)} proteins", qn[::20])):
+            hits, rows = _host_hits(db, queries, args.threads)
+            res["tracebacks"][name] = _host_tracebacks(db, hits, args.threads)
+            positions = np.arange(db.n, dtype=np.int64)
+            cpu = _best_cpu(lambda: select(rows, positions, [1] * len(rows), 10))
+            res["tracebacks"][name]["selection_ms_per_row"] = round(cpu / len(rows) * 1e3, 3)
+            save(res, path)
+            say(name, res["tracebacks"][name])
+    say(f"wrote {path}")
+    return 0
+
+
 def main(args) -> int:
+    if args.host:
+        return host(args)
     if args.e2e:
         return e2e(args)
     if args.table:

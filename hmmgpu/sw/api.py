@@ -25,6 +25,7 @@ from hmmgpu.errors import HmmgpuError, InputError
 from hmmgpu.sw import matrices
 from hmmgpu.sw.matrices import Matrix, MatrixName
 from hmmgpu.sw.stats import KarlinAltschul
+from hmmgpu.sw.timing import SwStats
 from hmmgpu.sw.traceback import Alignment, query_profile, trace_hits
 
 Backend = Literal["auto", "cuda", "cpu"]
@@ -174,71 +175,6 @@ MAX_PENDING_QUERIES = 512
 SCAN_WINDOW = 256
 
 
-class SwStats:
-    """Where a search's time went (``hmmgpu sw --stats``): seconds per step, thread-safe.
-
-    Steps overlap: the scan runs in a thread beside the tracebacks (a pool of threads) and the
-    caller's output, so the steps need not add up to the wall time. ``GPU scan`` is the union
-    of the GPU's busy intervals measured with CUDA events; ``tracebacks`` is busy time summed
-    over the threads; ``waiting`` is the time the caller waited for the next query's hits.
-    """
-
-    STEPS = ("reading", "database", "GPU set-up", "kernels compiled", "profiles", "GPU scan", "scan (pyopal)",
-             "rescoring", "selection", "tracebacks", "formatting", "waiting")
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.seconds = dict.fromkeys(self.STEPS, 0.0)
-        self.counts = dict(queries=0, query_residues=0, targets=0, residues=0, batches=0, hits=0, traced=0,
-                           rescored=0, kernels_compiled=0)
-        self.gpu_intervals: list = []
-        self.threads = 1
-        self.backend = ""
-        self.gpu = False
-        self.started = time.perf_counter()
-        self.wall = 0.0
-
-    def add(self, step: str, seconds: float) -> None:
-        with self._lock:
-            self.seconds[step] = self.seconds.get(step, 0.0) + float(seconds)
-
-    def count(self, key: str, n: int) -> None:
-        with self._lock:
-            self.counts[key] = self.counts.get(key, 0) + int(n)
-
-    def gpu_seconds(self) -> float:
-        """The union of the GPU's busy intervals (seconds)."""
-        from hmmgpu.gpu.sw.launch import _union_ms
-
-        return _union_ms(self.gpu_intervals) / 1e3
-
-    def lines(self) -> list:
-        """Two or three lines (without a prefix) for the end of a run."""
-        c, s = self.counts, dict(self.seconds)
-        cells = float(c["query_residues"]) * float(c["residues"])
-        wall = self.wall or (time.perf_counter() - self.started)
-        gpu = self.gpu_seconds()
-        s["GPU scan"] = gpu
-        rate = lambda t: f" ({cells / t / 1e9:,.0f} GCUPS)" if t > 0 and cells else ""  # noqa: E731
-        notes = {"GPU scan": " (CUDA events)" + rate(gpu), "scan (pyopal)": rate(s["scan (pyopal)"]),
-                 "rescoring": f" ({c['rescored']} targets)",
-                 "tracebacks": f" (busy, {self.threads} thread{'s' * (self.threads > 1)})",
-                 "kernels compiled": f" ({c['kernels_compiled']})"}
-        always = ("GPU scan" if self.gpu else "scan (pyopal)", "profiles" if self.gpu else "", "selection",
-                  "tracebacks", "formatting")
-        if not c["kernels_compiled"]:
-            s["kernels compiled"] = 0.0
-        shown = [f"{step} {s[step]:.2f} s{notes.get(step, '')}" for step in self.STEPS if s[step] > 0 or step in always]
-        return [
-            f"{c['queries']} quer{'y' if c['queries'] == 1 else 'ies'} ({c['query_residues']:,} residues) x "
-            f"{c['targets']:,} targets ({c['residues']:,} residues): {cells:.3g} cells in {c['batches']} "
-            f"batch{'es' * (c['batches'] != 1)}; {c['hits']:,} hits, {c['traced']:,} traced back; {self.backend}",
-            f"wall {wall:.2f} s: " + ", ".join(shown),
-            "steps overlap (scans in a thread, tracebacks in a pool, output in the main thread): they need not "
-            "add up to the wall time",
-        ]
-
-
 def min_score(ka: KarlinAltschul, space: float, evalue: float) -> int:
     """The smallest positive raw score whose E-value (``ka.evalues``) is at most ``evalue``:
     E-values fall as scores rise, so a hit's E-value test is a score threshold."""
@@ -257,21 +193,25 @@ def min_score(ka: KarlinAltschul, space: float, evalue: float) -> int:
 def select(scores: np.ndarray, positions: np.ndarray, thresholds, k: int) -> list:
     """Each row's hits: (database indices, scores) of the at most ``k`` targets scoring at least
     the row's threshold, best first (score, then database index). ``scores``: a batch of rows
-    over the columns ``positions``. One compiled call for the whole batch
-    (:func:`hmmgpu.sw._select_jit.top_hits`: two reads of a row and a sort of the few targets at
-    or above its k-th best score)."""
-    from hmmgpu.sw import _select_jit
-
+    over the columns ``positions``. One partition over the batch gives every row's k-th best
+    score; a row's candidates are the targets at or above the larger of that score and its
+    threshold (the best ``k`` and their ties: few), and only those are sorted. numpy does the
+    passes over the scores without holding the interpreter's lock, and the scan's thread needs
+    no compiled code (numba loads meanwhile in a thread of its own, for the tracebacks)."""
     b, n = scores.shape
-    k = max(0, min(int(k), n))
-    hit_index = np.zeros((b, k), np.int64)
-    hit_score = np.zeros((b, k), np.int32)
-    counts = np.zeros(b, np.int64)
-    if b and k:
-        thr = np.asarray(thresholds, np.int64)
-        _select_jit.top_hits(np.require(scores, np.int32, ["C"]), np.require(positions, np.int64, ["C", "W"]), thr,
-                             k, hit_index, hit_score, counts)
-    return [(hit_index[r, :c], hit_score[r, :c]) for r, c in enumerate(counts.tolist())]
+    cut = np.asarray(thresholds, np.int64).reshape(b)
+    if 0 < k < n:
+        cut = np.maximum(cut, np.partition(scores, n - k, axis=1)[:, n - k])
+    cut = np.minimum(cut, np.iinfo(scores.dtype).max).astype(scores.dtype)
+    out = []
+    for r in range(b):
+        row = scores[r]
+        c = np.flatnonzero(row >= cut[r])
+        sc = row[c]
+        idx = positions[c].astype(np.int64)
+        order = np.lexsort((idx, -sc.astype(np.int64)))[:k]
+        out.append((idx[order], sc[order].astype(np.int32)))
+    return out
 
 
 class _Selected:
@@ -513,6 +453,7 @@ class _Pipeline:
                     st.add("rescoring", batch.rescore_seconds)
                     st.count("rescored", batch.rescored)
                     st.gpu_intervals += batch.gpu_intervals
+                    st.arrived("scores")
                     rows = self.order[batch.start:batch.start + len(batch)].tolist()
                     spaces = [s._space(self.qs[i][1].size) for i in rows]
                     chosen = select(batch.scores, batch.positions,
@@ -561,8 +502,14 @@ class _Pipeline:
                     ready[item[0]] = item[1]
                 hits = s._hits(ready.pop(i))
                 st.add("waiting", time.perf_counter() - t)
+                st.arrived("hits")
                 self.room.release()
                 yield hits
+            if st.counts["traced"] and _WARMING is not None:
+                _WARMING.join()  # done but for align()'s score pass, which the tracebacks do not use
+            loaded = getattr(_WARMING, "seconds", None)
+            if loaded is not None:
+                st.seconds["traceback passes loaded"] = loaded
         finally:
             self.stop.set()
             if thread.is_alive():
@@ -584,25 +531,19 @@ class _Pipeline:
 
 
 def _warm_tracebacks() -> None:
-    """Import numba and load (or compile, on a fresh machine) the search's compiled passes in a
-    thread, once per process: the tracebacks', the selection's and the GPU profiles' builder."""
+    """Import numba and load (or compile, on a fresh machine) the traceback passes in a thread
+    (once per process)."""
     global _WARMING
     if _WARMING is None:
         from hmmgpu.sw.traceback import warm
 
         def run():
+            t = time.perf_counter()
             try:
                 warm()
-                select(np.zeros((1, 1), np.int32), np.zeros(1, np.int64), [1], 1)
-                from hmmgpu.gpu.sw import profiles
-                from hmmgpu.gpu.sw.launch import spec_for
-
-                specs = [spec_for(1)]
-                tiles, words = profiles.layout([1], specs)
-                profiles.build([np.zeros(1, np.uint8)], matrices.load("BLOSUM62").by_code, specs, tiles, words,
-                               np.zeros(int(words[-1]), np.uint32))
-            except Exception:  # noqa: BLE001 - the first use reports it
+            except Exception:  # noqa: BLE001 - the first traceback reports it
                 pass
+            _WARMING.seconds = time.perf_counter() - t  # --stats: traceback passes loaded
 
         _WARMING = threading.Thread(target=run, name="hmmgpu-sw-numba", daemon=True)
         _WARMING.start()

@@ -57,11 +57,13 @@ def passes():
 
 def warm() -> None:
     """Import numba and load (or compile, on a fresh machine) the compiled passes: ``hmmgpu sw``
-    calls this in a thread while it starts, so the first traceback does not wait for it."""
+    calls this in a thread while it starts, so the first traceback does not wait for it. The
+    group's passes come first (the pipeline's tracebacks), :func:`align`'s score pass last."""
     from hmmgpu.sw.matrices import load
 
     m = load("BLOSUM62").by_code
-    q = np.array([1, 2, 3], np.uint8)
+    q = np.array([1, 2, 3], np.uint8)  # C, D, E: every residue scores positive against itself
+    trace_hits(q, [q], [int(sum(m[c, c] for c in q.tolist()))], m, 11, 1)
     align(q, q, m, 11, 1)
 
 

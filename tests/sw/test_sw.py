@@ -3,6 +3,7 @@ tabular rows against the references (parasail, pyopal, NCBI BLAST+), the API, th
 errors, and the GPU kernels under numba's CUDA simulator (subprocess)."""
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -606,7 +607,15 @@ def test_cli_stats_lines(tmp_path):
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("# hmmgpu sw: ")]
     assert len(lines) == 3, p.stderr
     assert lines[0].startswith("# hmmgpu sw: 2 queries (58 residues) x 2,100 targets") and "traced back" in lines[0]
-    for step in ("wall", "reading", "database", "scan (pyopal)", "GCUPS", "selection", "tracebacks", "formatting"):
+    for step in ("wall", "reading", "database", "scan (pyopal)", "GCUPS", "selection", "tracebacks", "formatting",
+                 "traceback passes loaded"):
         assert step in lines[1], (step, lines[1])
+    if sys.platform.startswith("linux"):  # the process's start-up, from /proc
+        assert re.search(r": start-up \d+\.\d\d s, reading", lines[1]), lines[1]
+    arrived = re.search(r"scores arrived from (\S+) s to (\S+) s, the last hits were ready at (\S+) s$", lines[2])
+    assert arrived, lines[2]
+    first, last, hits = (float(v) for v in arrived.groups())
+    wall = float(re.search(r"wall (\S+) s", lines[1]).group(1))
+    assert 0 <= first <= last <= hits <= wall, lines
     p = _cli(tmp_path, str(q), str(PROTEOME), "--backend", "cpu", "--outfmt", "6", "--max-hits", "5")
     assert p.returncode == 0 and "# hmmgpu sw: " not in p.stderr

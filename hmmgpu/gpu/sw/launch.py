@@ -10,8 +10,8 @@ not import the application above it).
 Many queries in flight
 ----------------------
 :meth:`GpuScanner.batches` takes the queries in batches (:func:`.batches.plan`). For a batch,
-the host builds every query profile into one page-locked buffer (:mod:`.profiles`, one
-compiled call); on each of a few streams
+the host builds every query profile into one page-locked buffer (:mod:`.profiles`, in
+place); on each of a few streams
 (:data:`STREAMS`, each with its own work counters and tile boundary columns) it uploads its
 share of the profiles in one copy, queues the launches of its queries (each query's scores
 into its own row of the batch's score matrix on the device) and the copy of its rows back
@@ -214,8 +214,8 @@ class GpuScanner:
             slot.hprof = rt.pinned_array(max(words, 1), np.uint32)
 
     def _prepare(self, queries, start: int, slot: _Slot, columns: int) -> _Unit:
-        """Build the batch's profiles into ``slot``'s page-locked buffer (host work only: one
-        compiled call, :func:`.profiles.build`)."""
+        """Build the batch's profiles into ``slot``'s page-locked buffer (host work only,
+        :func:`.profiles.build`)."""
         t = time.perf_counter()
         specs = [self.spec(int(q.size)) for q in queries]
         tiles, words = profiles.layout([q.size for q in queries], specs)
