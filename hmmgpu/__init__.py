@@ -1,11 +1,11 @@
 """hmmgpu: HMMER3 protein search with exact answers, with GPU filter kernels.
 
-``hmmgpu.hmmsearch(queries, sequences, **options)`` yields pyhmmer ``TopHits``;
+``hmmgpu.hmmsearch(queries, sequences, **options)`` and ``hmmgpu.hmmscan`` yield pyhmmer ``TopHits``;
 ``hmmgpu.Pipeline`` keeps a database open (on the GPU) across many models.
 """
 from hmmgpu._version import __version__
 
-_API = ("hmmsearch", "Pipeline", "read_hmms", "open_sequences")
+_API = ("hmmsearch", "hmmscan", "Pipeline", "read_hmms", "open_sequences")
 
 
 def __getattr__(name):  # import numba and pyhmmer only when the API is used

@@ -1,12 +1,18 @@
-"""Python API beside pyhmmer: ``hmmsearch`` yielding ``TopHits``, and a reusable ``Pipeline``.
+"""Python API beside pyhmmer: ``hmmsearch`` and ``hmmscan`` yielding ``TopHits``, and a reusable ``Pipeline``.
 
-Options take pyhmmer's names and defaults (:class:`~hmmgpu.options.SearchOptions`), plus
-``backend``, ``lanes``, ``cpus`` and ``device``. Results are pyhmmer ``TopHits`` equal to a
-full ``pyhmmer.hmmsearch``/``hmmsearch`` run over the whole database.
+``hmmsearch`` and ``hmmscan`` drop in for pyhmmer's: the same arguments with pyhmmer's
+meaning (:mod:`hmmgpu.pyhmmer_compat`), and ``TopHits`` equal to a full
+``pyhmmer.hmmsearch``/``hmmsearch`` (``hmmscan``) run. hmmgpu's own choice of route is their
+keyword ``engine`` (pyhmmer's ``backend`` is its parallel backend). ``Pipeline`` takes
+:class:`~hmmgpu.options.SearchOptions`' names, ``backend``, ``lanes``, ``cpus`` and ``device``
+among them, as the command line does.
 """
 from __future__ import annotations
 
+import collections.abc
 import os
+from contextlib import ExitStack
+from itertools import groupby
 from typing import Iterable, Iterator
 
 from hmmgpu.errors import InputError
@@ -46,13 +52,10 @@ def open_sequences(sequences):
 
 
 def _queries(queries) -> Iterable:
+    """The query models of a search: an HMM file's (a path), a single model's, or ``queries``."""
     if isinstance(queries, (str, os.PathLike)):
         return iter_hmms(queries)
-    from pyhmmer.plan7 import HMM
-
-    if isinstance(queries, HMM):
-        return [queries]
-    return queries
+    return queries if isinstance(queries, collections.abc.Iterable) else [queries]
 
 
 class Pipeline:
@@ -64,11 +67,14 @@ class Pipeline:
     hmmsearch program's float mode (subnormals flushed to zero), as ``hmmgpu search`` does.
     """
 
-    def __init__(self, sequences, *, ftz: bool = False, model_lengths=None, **options):
+    def __init__(self, sequences, *, ftz: bool = False, model_lengths=None,
+                 search_options: SearchOptions | None = None, **options):
         from hmmgpu.formats.checks import check_target_lengths
         from hmmgpu.search.routing import SearchPlan
 
-        self.options = SearchOptions.from_kwargs(**options)
+        if search_options is not None and options:
+            raise TypeError("Pipeline takes search_options or option keywords, not both")
+        self.options = search_options or SearchOptions.from_kwargs(**options)
         self.ftz = ftz
         self.db = open_sequences(sequences)
         check_target_lengths(self.db)
@@ -133,21 +139,172 @@ class Pipeline:
         self.close()
 
 
-def hmmsearch(queries, sequences, **options) -> Iterator:
-    """Search each query model against the sequences; yield one pyhmmer ``TopHits`` per query.
+def hmmsearch(queries, sequences, *, cpus: int = 0, callback=None, backend: str = "threading", parallel=None,
+              **options) -> Iterator:
+    """``pyhmmer.hmmsearch`` with hmmgpu's engine: yield one pyhmmer ``TopHits`` per query, in order.
 
-    ``queries``: a pyhmmer ``HMM``, an iterable of them, or an HMM file path.
-    ``sequences``: a FASTA path, a ``hmmgpu makedb`` database, a ``SequenceDB`` or a pyhmmer
-    ``DigitalSequenceBlock``. Options: :class:`SearchOptions`' names (pyhmmer's, plus
-    ``backend``, ``lanes``, ``cpus``, ``device``).
+    Takes what ``pyhmmer.hmmsearch`` takes, with pyhmmer's meaning, and gives its results:
+    ``queries``: an ``HMM``, ``Profile`` or ``OptimizedProfile``, or an iterable of them (an
+    ``HMMFile``), or hmmgpu's HMM file path; ``sequences``: a ``DigitalSequenceBlock``, an
+    iterable of ``DigitalSequence``, a digital ``SequenceFile``, or hmmgpu's FASTA path, made
+    database or ``SequenceDB``. ``cpus``, ``callback``, ``backend`` (``"threading"``,
+    ``"multiprocessing"``) and ``parallel`` are pyhmmer's (:class:`~hmmgpu.pyhmmer_compat.Dispatch`);
+    ``options``: pyhmmer's pipeline options, and hmmgpu's ``engine`` (``"auto"``, ``"cuda"``,
+    ``"numba"``, ``"hmmer"``: the command line's ``--backend``), ``lanes`` and ``device``.
+    Calibrated protein HMMs run on hmmgpu's engine; other queries on pyhmmer's own function
+    (:func:`~hmmgpu.pyhmmer_compat.engine_searches`).
     """
-    hmms = _queries(queries)
-    lengths = [h.M for h in hmms] if isinstance(hmms, (list, tuple)) else None
-    with Pipeline(sequences, model_lengths=lengths, **options) as pli:
+    from hmmgpu.pyhmmer_compat import Dispatch, Targets, search_options
+
+    dispatch = Dispatch(cpus=cpus, callback=callback, backend=backend, parallel=parallel)
+    search, extra = search_options(options, dispatch)
+    queries = _queries(queries)
+    targets, queries = Targets.of(sequences, extra.get("alphabet"), queries)
+    return _called_back(_search(queries, targets, search, extra, dispatch), callback)
+
+
+def _search(queries, targets, options: SearchOptions, extra: dict, dispatch) -> Iterator:
+    """The ``(query, TopHits)`` of :func:`hmmsearch`: runs of consecutive queries on hmmgpu's
+    engine or on pyhmmer's function, one ``Pipeline`` kept open across the engine's runs."""
+    import pyhmmer
+
+    from hmmgpu.pyhmmer_compat import check_query, engine_searches
+
+    def on_engine(query) -> bool:
+        check_query(query, targets.alphabet, options)
+        return targets.engine_ready and engine_searches(query, extra)
+
+    with ExitStack() as stack:
+        pipeline = None
+        for engine, run in _runs(queries, on_engine):
+            if engine:
+                lengths = [hmm.M for hmm in run] if isinstance(run, list) else None
+                if pipeline is None:
+                    pipeline = stack.enter_context(Pipeline(targets.database(), model_lengths=lengths,
+                                                            search_options=options))
+                if lengths:
+                    pipeline.backend.prepare_for(lengths)
+                results = pipeline.search_hmms(run)
+            else:
+                found = pyhmmer.hmmsearch(run, targets.block(), **dispatch.pyhmmer_kwargs("hmmsearch"),
+                                          **options.pipeline_kwargs(), **extra)
+                results = ((hits.query, hits) for hits in found)
+            yield from results
+
+
+def _called_back(results, callback) -> Iterator:
+    """The ``TopHits`` of ``results`` (``(query, TopHits)`` pairs), calling ``callback(query,
+    n)`` before the n-th is yielded, in the caller's thread, as pyhmmer does with one thread."""
+    for count, (query, hits) in enumerate(results, start=1):
+        if callback is not None:
+            callback(query, count)
+        yield hits
+
+
+def _runs(queries, key) -> Iterator:
+    """``(key, run)`` for each run of consecutive queries with the same ``key(query)``; a run
+    is a list when ``queries`` is one, else an iterator to use up before the next run."""
+    listed = isinstance(queries, (list, tuple))
+    for value, run in groupby(queries, key):
+        yield value, list(run) if listed else run
+
+
+def hmmscan(queries, profiles, *, cpus: int = 0, callback=None, backend: str = "threading", **options) -> Iterator:
+    """``pyhmmer.hmmscan`` with hmmgpu's filters: yield one pyhmmer ``TopHits`` per query sequence.
+
+    Takes what ``pyhmmer.hmmscan`` takes, with pyhmmer's meaning, and gives its results:
+    ``queries``: a ``DigitalSequence`` or an iterable of them (a block, a digital
+    ``SequenceFile``), or hmmgpu's FASTA path, made database or ``SequenceDB``; ``profiles``:
+    ``HMM``, ``Profile`` or ``OptimizedProfile`` objects, an ``OptimizedProfileBlock``, an
+    ``HMMPressedFile``, or hmmgpu's profile file path. ``cpus``, ``callback``, ``backend`` and
+    ``options`` as for :func:`hmmsearch`. Where ``engine`` gives hmmgpu's filters (the GPU, or
+    ``numba``) and the profiles are calibrated protein HMMs or a path, the filters choose the
+    models each sequence is scanned with (:mod:`hmmgpu.search.scan`); otherwise pyhmmer's own
+    function scans.
+    """
+    from hmmgpu.pyhmmer_compat import Dispatch, search_options
+
+    dispatch = Dispatch(cpus=cpus, callback=callback, backend=backend)
+    search, extra = search_options(options, dispatch)
+    return _called_back(_scan(queries, profiles, search, extra, dispatch), callback)
+
+
+def _scan(queries, profiles, options: SearchOptions, extra: dict, dispatch) -> Iterator:
+    """The ``(query, TopHits)`` of :func:`hmmscan`: hmmgpu's filtered scan where it applies,
+    else pyhmmer's."""
+    import pyhmmer
+
+    from hmmgpu.search.scan import ProfileDatabase
+
+    from pyhmmer.easel import DigitalSequence, DigitalSequenceBlock, SequenceFile
+
+    if not isinstance(queries, (str, os.PathLike, DigitalSequence, DigitalSequenceBlock, SequenceFile, list, tuple)):
+        queries = list(queries)   # both routes may need them
+    filtered = _filtered_scan(queries, profiles, options, extra)
+    if filtered is not None:
+        yield from ((hits.query, hits) for hits in filtered)
+        return
+    if isinstance(queries, (str, os.PathLike)):
+        queries = open_sequences(queries).block()
+    if isinstance(profiles, (str, os.PathLike)):
+        profiles = ProfileDatabase.read(profiles).block
+    found = pyhmmer.hmmscan(queries, profiles, **dispatch.pyhmmer_kwargs("hmmscan"), **options.pipeline_kwargs(),
+                            **extra)
+    yield from ((hits.query, hits) for hits in found)
+
+
+def _filtered_scan(queries, profiles, options: SearchOptions, extra: dict):
+    """The ``TopHits`` of a scan that hmmgpu's filters narrow, or None where they do not apply:
+    pyhmmer-only options, profiles that are not calibrated protein HMMs (or a path), a model
+    without the cutoffs asked for (pyhmmer then decides when to raise), query sequences that
+    are not protein, or a route (``engine``) without hmmgpu's filters."""
+    from pyhmmer.easel import DigitalSequence
+
+    from hmmgpu.formats.hmmfile import Model, model_lengths
+    from hmmgpu.pyhmmer_compat import Targets, engine_searches, has_cutoffs
+    from hmmgpu.search.routing import SearchPlan
+    from hmmgpu.search.scan import CascadeNarrowing, ProfileDatabase, scan
+    from hmmgpu.stages.protocol import CascadeBackend
+
+    if extra or options.run.backend == "hmmer":
+        return None
+    if isinstance(profiles, (str, os.PathLike)):
+        lengths = model_lengths(os.fspath(profiles))
+
+        def read(each):
+            return ProfileDatabase.read(profiles, each=each)
+    elif isinstance(profiles, (list, tuple)) and all(engine_searches(hmm, extra) and hmm.alphabet.is_amino()
+                                                     and (options.bit_cutoffs is None
+                                                          or has_cutoffs(hmm, options.bit_cutoffs))
+                                                     for hmm in profiles):
+        lengths = [hmm.M for hmm in profiles]
+
+        def read(each):
+            models = (Model(hmm=hmm, index=i, mmu=None) for i, hmm in enumerate(profiles))
+            return ProfileDatabase.from_models(models, "<HMMs>", each=each)
+    else:
+        return None
+    if isinstance(queries, DigitalSequence):
+        queries = [queries]
+    if isinstance(queries, list) and not all(isinstance(query, DigitalSequence) for query in queries):
+        return None   # pyhmmer's route says which query it cannot scan
+    sequences, _ = Targets.of(queries, queries=profiles if isinstance(profiles, (list, tuple)) else ())
+    if not sequences.engine_ready:
+        return None
+    db = sequences.database()
+    backend = SearchPlan(options, lengths).backend(db)
+    if not isinstance(backend, CascadeBackend):
+        backend.close()
+        return None
+    try:
+        narrowing = CascadeNarrowing(db, backend, options)
         if lengths:
-            pli.backend.prepare_for(lengths)
-        for _, hits in pli.search_hmms(hmms):
-            yield hits
+            backend.prepare_for(lengths)
+        database = read(narrowing.add)
+        survivors = narrowing.survivors()
+    finally:
+        backend.close(wait=False)
+    return (hits for _, hits in scan(db, database, options, narrow=survivors.__getitem__, ftz=False))
 
 
-__all__ = ["hmmsearch", "Pipeline", "read_hmms", "iter_hmms", "open_sequences"]
+__all__ = ["hmmsearch", "hmmscan", "Pipeline", "read_hmms", "iter_hmms", "open_sequences"]

@@ -472,6 +472,22 @@ class SearchEngine:
                 results[index] = value
                 done.notify_all()
 
+        def put(channel, entry) -> None:  # into a bounded queue, unless the search stops first
+            while True:
+                try:
+                    return channel.put(entry, timeout=0.1)
+                except queue.Full:
+                    if stop.is_set():
+                        return None
+
+        def get(channel):  # the next entry, or None once the search stops
+            while True:
+                try:
+                    return channel.get(timeout=0.1)
+                except queue.Empty:
+                    if stop.is_set():
+                        return None
+
         def prepare_loop():
             count = 0
             try:
@@ -485,7 +501,7 @@ class SearchEngine:
                     except StopIteration:
                         break
                     except HmmgpuError as error:   # a fault in the model file: raised after the models before it
-                        to_filter.put((count, _Failed(count, error)))
+                        put(to_filter, (count, _Failed(count, error)))
                         count += 1
                         break
                     t0, c0 = time.perf_counter(), time.thread_time()
@@ -496,7 +512,7 @@ class SearchEngine:
                     self.stats.prepare_seconds += time.perf_counter() - t0
                     self.stats.cpu_seconds["prepare"] += time.thread_time() - c0
                     if self.filtered or isinstance(query, _Failed):
-                        to_filter.put((count, query))
+                        put(to_filter, (count, query))
                     else:   # no filters to start: its tasks go to the workers from here
                         queue_tasks(query, None)
                     count += 1
@@ -504,7 +520,7 @@ class SearchEngine:
                 fail(error)
             finally:
                 n_models[0] = count
-                to_filter.put(None)
+                put(to_filter, None)
 
         def timed(stage_seconds: str, cpu_stage: str, fn, *args):
             t0, c0 = time.perf_counter(), time.thread_time()
@@ -543,7 +559,7 @@ class SearchEngine:
             # once, so that idle() counts them for the next model
             try:
                 while True:
-                    entry = to_filter.get()
+                    entry = get(to_filter)
                     if entry is None or stop.is_set():
                         break
                     index, query = entry
@@ -569,7 +585,7 @@ class SearchEngine:
             # its remaining work into tasks for the workers
             try:
                 while True:
-                    entry = to_finish.get()
+                    entry = get(to_finish)
                     if entry is None or stop.is_set():
                         break
                     query, ticket = entry
@@ -644,7 +660,7 @@ class SearchEngine:
             for _ in range(self.threads):
                 work.put((np.iinfo(np.int64).max, 0, None))
             if not interrupted():   # a process stopped by a signal need not wait for the tasks under way
-                for t in threads[3:]:
+                for t in threads:   # none is left behind (the stages' queues give way once stopped)
                     t.join()
 
 

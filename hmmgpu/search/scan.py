@@ -90,33 +90,39 @@ class ProfileDatabase:
     def read(cls, source, each: Callable | None = None) -> "ProfileDatabase":
         """Every model of a profile file, configured as ``hmmpress`` configures it; ``each``
         is called with every model (a :class:`~hmmgpu.formats.hmmfile.Model`) as it is read."""
+        return cls.from_models(read_models(source), str(source), each)
+
+    @classmethod
+    def from_models(cls, models, source: str, each: Callable | None = None) -> "ProfileDatabase":
+        """The database of checked ``models`` (:class:`~hmmgpu.formats.hmmfile.Model`), as :meth:`read`."""
         from pyhmmer.plan7 import Background, Profile
 
         background = Background(_amino())
         profiles, names = [], []
-        for model in read_models(source):
+        for model in models:
             profile = Profile(model.hmm.M, model.hmm.alphabet)
             profile.configure(model.hmm, background)
             profiles.append(profile.to_optimized())
             names.append(hmm_strings(model.hmm)[0])
             if each is not None:
                 each(model)
-        return cls(profiles, names, str(source))
+        return cls(profiles, names, source)
 
 
 def scan_sequence(sequence, database: ProfileDatabase, options: SearchOptions = SearchOptions(),
-                  indices: Sequence[int] | None = None, filter_counts: Mapping[str, int] | None = None):
+                  indices: Sequence[int] | None = None, filter_counts: Mapping[str, int] | None = None,
+                  ftz: bool = True):
     """Scan one digital sequence; return hmmscan's ``TopHits`` for it.
 
     ``indices``: the sorted 0-based positions of the models to run (``None``: all); the
     result is the full scan's as long as every model that can hit the sequence is among
     them. ``filter_counts``: accounting counters (:data:`FILTER_COUNTERS`) to report
-    instead of pyhmmer's on the subset.
+    instead of pyhmmer's on the subset. ``ftz``: in hmmscan's float mode (False: pyhmmer's).
     """
     from pyhmmer.errors import MissingCutoffs
 
     try:
-        return _scan(sequence, database, options, indices, filter_counts or {})
+        return _scan(sequence, database, options, indices, filter_counts or {}, ftz)
     except MissingCutoffs as exc:   # hmmscan stops too, when such a model reaches the domain stage
         raise HmmgpuError(f"{database.source}: model '{exc.model_name}' has no {_CUTOFF_LINE[exc.bit_cutoffs]} "
                           f"line, needed by --cut_{_CUTOFF_LINE[exc.bit_cutoffs].lower()}") from None
@@ -125,11 +131,12 @@ def scan_sequence(sequence, database: ProfileDatabase, options: SearchOptions = 
 _CUTOFF_LINE = {"gathering": "GA", "trusted": "TC", "noise": "NC"}
 
 
-def _scan(sequence, database: ProfileDatabase, options: SearchOptions, indices, filter_counts: Mapping[str, int]):
+def _scan(sequence, database: ProfileDatabase, options: SearchOptions, indices, filter_counts: Mapping[str, int],
+          ftz: bool):
     from pyhmmer.plan7 import OptimizedProfileBlock, Pipeline
 
     kwargs = options.pipeline_kwargs()
-    with flush_to_zero():
+    with flush_to_zero(ftz):
         if indices is None and not filter_counts:
             return Pipeline(_amino(), **kwargs).scan_seq(sequence, database.block)
         positions = np.arange(len(database)) if indices is None else np.asarray(indices, dtype=np.int64)
@@ -268,14 +275,15 @@ class CascadeNarrowing:
 
 
 def scan(sequences, database: ProfileDatabase, options: SearchOptions = SearchOptions(),
-         narrow: Callable[[int], Survivors | None] | None = None) -> Iterator[tuple[int, object]]:
+         narrow: Callable[[int], Survivors | None] | None = None, ftz: bool = True) -> Iterator[tuple[int, object]]:
     """Scan every sequence of a :class:`~hmmgpu.formats.seqdb.SequenceDB`; yield ``(index, TopHits)``
     in input order. ``narrow(i)`` may name the models to run for sequence ``i`` (``None``:
-    all). Runs in ``options.run.threads`` threads; ``options.run.cpus == 0`` scans in this thread."""
+    all). Runs in ``options.run.threads`` threads; ``options.run.cpus == 0`` scans in this thread.
+    ``ftz``: in hmmscan's float mode (False: pyhmmer's, as ``pyhmmer.hmmscan``)."""
     def one(i: int):
         survivors = None if narrow is None else narrow(i)
-        subset = () if survivors is None else (survivors.indices, survivors.counts)
-        return i, scan_sequence(sequences.digital_sequence(i), database, options, *subset)
+        subset = (None, None) if survivors is None else (survivors.indices, survivors.counts)
+        return i, scan_sequence(sequences.digital_sequence(i), database, options, *subset, ftz=ftz)
 
     if options.run.cpus == 0:
         yield from map(one, range(sequences.n))

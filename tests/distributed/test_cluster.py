@@ -132,7 +132,7 @@ def test_api_equals_one_process(made, local_cluster, shards, models_per_batch):
     _, client = local_cluster
     ours = list(hmmgpu.distributed.hmmsearch(str(MODELS), str(made), client=client, shards=shards,
                                              models_per_batch=models_per_batch))
-    ref = list(hmmgpu.hmmsearch(str(MODELS), str(made), backend="hmmer"))
+    ref = list(hmmgpu.hmmsearch(str(MODELS), str(made), engine="hmmer"))
     assert len(ours) == len(ref) == 4
     for a, b in zip(ours, ref):
         assert len(a) == len(b)   # kept-but-unreported hits included
@@ -150,7 +150,7 @@ def test_a_filter_stage_on_the_workers(made):
             distributed.Client(lc, set_as_default=False) as client:
         ours = list(hmmgpu.distributed.hmmsearch(str(MODELS), str(made), client=client, shards=3,
                                                  models_per_batch=3, backend="numba"))
-    ref = list(hmmgpu.hmmsearch(str(MODELS), str(made), backend="hmmer"))
+    ref = list(hmmgpu.hmmsearch(str(MODELS), str(made), engine="hmmer"))
     for a, b in zip(ours, ref):
         assert len(a) == len(b)
         assert hits_table(a, "domains") == hits_table(b, "domains")

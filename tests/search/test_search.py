@@ -116,7 +116,7 @@ def test_api_hmmsearch_equals_pyhmmer(kind, references, tmp_path):
     if kind == "made":
         SequenceDB.from_fasta(PROTEOME).save(tmp_path / "db")
         sequences = tmp_path / "db"
-    results = list(hmmgpu.hmmsearch(hmms, sequences, backend="numba"))
+    results = list(hmmgpu.hmmsearch(hmms, sequences, engine="numba"))
     assert len(results) == len(expected)
     for ours, ref in zip(results, expected):
         assert hits_table(ours) == hits_table(ref)
@@ -128,14 +128,14 @@ def test_api_hmmsearch_equals_pyhmmer(kind, references, tmp_path):
 
 def test_api_hmmer_backend_equals_pyhmmer(references):
     hmms, block, expected = references
-    for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="hmmer"), expected):
+    for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, engine="hmmer"), expected):
         assert hits_table(ours) == hits_table(ref)
 
 
 def test_api_options_use_pyhmmer_names(references):
     hmms, block, _ = references
     expected = list(pyhmmer.hmmsearch(hmms, block, cpus=1, E=1e-3, bias_filter=False, Z=5000))
-    for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="numba", E=1e-3, bias_filter=False, Z=5000), expected):
+    for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, engine="numba", E=1e-3, bias_filter=False, Z=5000), expected):
         assert hits_table(ours, "domains") == hits_table(ref, "domains")
 
 
@@ -174,7 +174,7 @@ def test_flush_to_zero_mode_is_scoped():
 def test_parallel_forward_stage_equals_serial_run(references, cpus):
     """Survivors split over threads, merged: the same hits, kept set, Z and domZ as one serial run."""
     hmms, block, expected = references
-    for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, backend="numba", cpus=cpus), expected):
+    for ours, ref in zip(hmmgpu.hmmsearch(hmms, block, engine="numba", cpus=cpus), expected):
         assert len(ours) == len(ref)
         assert hits_table(ours, "domains") == hits_table(ref, "domains")
         assert_same_pipeline(ours, ref)
@@ -615,7 +615,7 @@ def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path)
     with HMMFile(SAMPLES / "PF02826.hmm") as f:
         hmm = f.read()
     db = SequenceDB.from_fasta(PROTEOME)
-    hits = next(hmmgpu.hmmsearch([hmm], db, backend="numba"))
+    hits = next(hmmgpu.hmmsearch([hmm], db, engine="numba"))
     names = {h.name if isinstance(h.name, bytes) else h.name.encode() for h in hits.reported}
     headers = [b"odd|name:1 two  spaces   and trailing   ", b"tab\tdesc", b"gt>in>name has > in desc",
                b"x", b"unicode_\xc3\xa9 caf\xc3\xa9", b"brackets[1] (desc) {x}"]
@@ -629,7 +629,7 @@ def test_odd_names_descriptions_and_residues_survive_the_pyhmmer_stage(tmp_path)
     fasta.write_bytes(b"".join(records))
     with SequenceFile(str(fasta), format="fasta", digital=True, alphabet=AMINO) as f:
         expected = next(pyhmmer.hmmsearch([hmm], f.read_block(), cpus=1))
-    ours = next(hmmgpu.hmmsearch([hmm], str(fasta), backend="numba", cpus=3))
+    ours = next(hmmgpu.hmmsearch([hmm], str(fasta), engine="numba", cpus=3))
     assert len(expected.reported) >= 10
     assert len(ours) == len(expected)
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
