@@ -81,13 +81,72 @@ def forward(profile, t, go, ge, k, HC, FC, stop):
 
 
 @njit(cache=True, nogil=True)
+def _cell(diag, up, left, E, F_up, score, go, ge):
+    """One cell of the recurrence from its neighbours: (H, E, F, direction byte)."""
+    eo = left - go
+    ee = E - ge
+    ext_e = ee > eo
+    E = ee if ext_e else eo
+    fo = up - go
+    fe = F_up - ge
+    ext_f = fe > fo
+    f = fe if ext_f else fo
+    dg = diag + score
+    h = dg if dg > 0 else 0
+    src = 1 if dg > 0 else 0
+    src = 2 if E > h else src
+    h = E if E > h else h
+    src = 3 if f > h else src
+    h = f if f > h else h
+    return h, E, f, src | (4 if ext_e else 0) | (8 if ext_f else 0)
+
+
+@njit(cache=True, nogil=True)
 def block(profile, t, go, ge, r0, r1, m, H, F, dirs, stop):
     """Rows r0+1..r1 over columns 1..m from H and F of row r0 (``H``, ``F``: updated in
     place), a direction byte per cell into dirs[0:r1-r0, 1:m+1] (bits 0-1: where H came
     from, 0 zero, 1 diagonal, 2 E, 3 F; bit 2: E extended; bit 3: F extended). It stops at
-    the first cell whose H reaches ``stop`` and returns (H there, its row, its column), or
-    (0, 0, 0) when none does."""
-    for i in range(r0 + 1, r1 + 1):
+    the first cell (rows in order, columns within a row) whose H reaches ``stop`` and returns
+    (H there, its row, its column), or (0, 0, 0) when none does.
+
+    Rows go two at a time, the second one column behind the first: cell (i, j) and cell
+    (i + 1, j - 1) depend on none of each other, so the processor overlaps the two chains of
+    dependent operations along the rows (each cell waits for its left neighbour). The second
+    row reads the first's H and F from the same arrays, written one step earlier."""
+    i = r0 + 1
+    while i < r1:
+        row_a, row_b = profile[t[i - 1]], profile[t[i]]
+        dir_a, dir_b = dirs[i - r0 - 1], dirs[i - r0]
+        diag_a = diag_b = 0
+        E_a = E_b = NEG
+        left_a = left_b = 0
+        stop_b, stop_h = 0, 0
+        for j in range(1, m + 2):
+            if j <= m:
+                up = H[j]
+                h, E_a, f, code = _cell(diag_a, up, left_a, E_a, F[j], row_a[j - 1], go, ge)
+                F[j] = f
+                H[j] = h
+                diag_a = up
+                left_a = h
+                dir_a[j] = code
+                if h >= stop:
+                    return h, i, j
+            if j >= 2:
+                c = j - 1
+                up = H[c]
+                h, E_b, f, code = _cell(diag_b, up, left_b, E_b, F[c], row_b[c - 1], go, ge)
+                F[c] = f
+                H[c] = h
+                diag_b = up
+                left_b = h
+                dir_b[c] = code
+                if h >= stop and stop_b == 0:
+                    stop_b, stop_h = c, h
+        if stop_b:
+            return stop_h, i + 1, stop_b
+        i += 2
+    if i == r1:
         row = profile[t[i - 1]]
         d = dirs[i - r0 - 1]
         diag = 0
@@ -95,25 +154,10 @@ def block(profile, t, go, ge, r0, r1, m, H, F, dirs, stop):
         left = 0
         for j in range(1, m + 1):
             up = H[j]
-            eo = left - go
-            ee = E - ge
-            ext_e = ee > eo
-            E = ee if ext_e else eo
-            fo = up - go
-            fe = F[j] - ge
-            ext_f = fe > fo
-            f = fe if ext_f else fo
+            h, E, f, code = _cell(diag, up, left, E, F[j], row[j - 1], go, ge)
             F[j] = f
-            dg = diag + row[j - 1]
-            h = dg if dg > 0 else 0
-            src = 1 if dg > 0 else 0
-            src = 2 if E > h else src
-            h = E if E > h else h
-            src = 3 if f > h else src
-            h = f if f > h else h
-            code = src | (4 if ext_e else 0) | (8 if ext_f else 0)
-            diag = up
             H[j] = h
+            diag = up
             left = h
             d[j] = code
             if h >= stop:

@@ -23,7 +23,10 @@ row only (``k`` about the square root of the target's length, larger where those
 pass :data:`DIRECTION_BYTES`), and the walk recomputes one block of ``k`` rows at a time from
 the row kept above it, storing directions for that block only and only up to the column
 where the walk enters it: no cell right of the walk feeds one it visits. Both ways compute
-the same recurrence in the same order, so they give the same alignment.
+the same recurrence in the same order, so they give the same alignment. The direction pass
+computes rows two at a time, the second one column behind the first, so that the two
+rows' chains of dependent operations overlap in the processor (3.6-4.2 ns a cell instead
+of 6.5 on the development machine).
 
 A query's hits are traced back a group at a time in one compiled call
 (:func:`trace_hits`): the end pass, the walk, the alignment's columns, BLAST's counts and a
