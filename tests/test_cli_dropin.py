@@ -3,11 +3,12 @@ by base name, sequence formats guessed as Easel guesses them, abbreviated option
 and the ``--seed 0`` header, each beside HMMER 3.4's own program."""
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from hmmgpu.cli import ERROR_STATUS, main
-from tests.helpers import PROTEOME, SAMPLES
+from tests.helpers import PROTEOME, ROOT, SAMPLES
 from tests.search.test_scan import first_sequences, pressed, without_tail
 from tests.test_cli import HMMSCAN, HMMSEARCH, assert_same_run, one_line_error, run_hmmer, run_hmmgpu
 
@@ -133,3 +134,24 @@ def test_seed_zero_header(tmp_path, capsys):
     ref = run_hmmer(HMMSEARCH, tmp_path, ["--seed", "0", str(MODEL), str(PROTEOME)])
     assert b"# random number seed:              one-time arbitrary\n# random number seed set to:       0\n" in ref[0]
     assert_same_run(run_hmmgpu(tmp_path, ["search", "--seed", "0", str(MODEL), str(PROTEOME)], capsys), ref)
+
+
+def test_streams_are_read_once(tmp_path):
+    """Inputs that are pipes (bash's process substitution) are read once, by their reader:
+    nothing looks at their first bytes beforehand (the format guess, the scan order check,
+    the models' lengths, the file pieces), so the run sees them whole."""
+    models = pressed(tmp_path, (SAMPLES / "samples.hmm").read_bytes())
+    seqs = first_sequences(tmp_path, 60)
+    run_hmmer(HMMSCAN, tmp_path, [str(models), str(seqs)])
+    (tmp_path / "search").mkdir()
+    run_hmmer(HMMSEARCH, tmp_path / "search", [str(SAMPLES / "samples.hmm"), str(seqs)])
+    hmmgpu = f"PYTHONPATH={ROOT} {sys.executable} -m hmmgpu"
+    for program, reference in (("scan", tmp_path), ("search", tmp_path / "search")):
+        line = (f"{hmmgpu} {program} -o /dev/null --tblout {tmp_path / 'ours.tbl'} "
+                f"<(cat {SAMPLES / 'samples.hmm'}) <(cat {seqs})")
+        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert without_tail((tmp_path / "ours.tbl").read_bytes()) == without_tail((reference / "ref.tblout").read_bytes())
+    ali = _aligned(tmp_path, "stockholm", "ali.sto")
+    done = subprocess.run(["bash", "-c", f"{hmmgpu} search {MODEL} <(cat {ali})"], capture_output=True, text=True)
+    assert done.returncode == ERROR_STATUS and "unrecognized sequence file format" in done.stderr, done.stderr

@@ -111,11 +111,14 @@ def check_pressed(path: str) -> None:
 def looks_like_hmm_file(path: str) -> bool:
     """Whether ``path`` (not standard input) is a profile HMM file at first sight: pressed,
     or starting as HMMER's text or binary format does, plain or gzip. Only for hints: the
-    reader itself checks every model."""
-    if path == "-" or os.path.isdir(path):
+    reader itself checks every model. A stream (a pipe, ``/dev/stdin``) is not looked into:
+    its bytes can be read only once."""
+    if path == "-":
         return False
     if os.path.exists(path + ".h3m"):
         return True
+    if not os.path.isfile(path):
+        return False
     try:
         with contextlib.closing(byte_chunks(path, "an HMM file")) as chunks:
             head = next(chunks, b"")
@@ -324,7 +327,10 @@ def model_lengths(path: str) -> list | None:
     held whole) and cut at its ``//`` lines where :func:`model_records` cuts it, and each
     record's header alone is searched for its LENG line: a search for that line through the
     whole text took 1.5 s of a 20,000-model file on the 16-core machine, before anything
-    else could start."""
+    else could start. None for a stream (a pipe, ``/dev/stdin``), whose bytes only the reader
+    of the models may take."""
+    if not os.path.isfile(path):
+        return None
     lengths = []
     try:
         chunks = byte_chunks(path, "an HMM file")

@@ -799,11 +799,12 @@ class FastaPieces:
     @classmethod
     def open(cls, path, piece_bytes) -> "FastaPieces | None":
         """The pieces of an ASCII FASTA file (plain or gzip); None for anything else (standard
-        input, a made database, other bytes: :func:`open_database` reads those whole).
+        input or another stream, a made database, other bytes: :func:`open_database` reads
+        those whole; a stream is not read here, since its bytes can be read only once).
         ``piece_bytes``: the bytes per piece, or a function that gives the next piece's bytes
         from the bytes of text not yet cut (a gzip file's text size is known once it is read)."""
         path = os.fspath(path)
-        if path == "-" or os.path.isdir(path):
+        if path == "-" or not os.path.isfile(path):
             return None
         data = read_bytes(path, "a sequence file")
         if not _is_ascii(data) or not _LEADING_SPACE.match(data).end() < len(data):

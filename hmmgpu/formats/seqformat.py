@@ -90,8 +90,9 @@ def _easel_alignment_format(path: str) -> str | None:
 
 def sequence_format(path: str, given: str | None) -> str | None:
     """The format a sequence input will be read in: ``given`` (checked), else Easel's guess
-    for a file; None for standard input (guessed when its bytes are read) and for a
-    directory (a database made by ``hmmgpu makedb``, or an error when opened)."""
+    for a regular file; None for a stream (standard input, a pipe: guessed when its bytes
+    are read, which can be done only once) and for a directory (a database made by
+    ``hmmgpu makedb``, or an error when opened)."""
     if given is not None:
         return format_name(given)
     path = os.fspath(path)
@@ -101,12 +102,11 @@ def sequence_format(path: str, given: str | None) -> str | None:
         mode = os.stat(path).st_mode
     except OSError:
         return None   # the reader says why
-    if stat.S_ISDIR(mode):
+    if not stat.S_ISREG(mode):
         return None
     with contextlib.closing(byte_chunks(path, "a sequence file")) as chunks:
         head = next(chunks, b"")
-    plain = stat.S_ISREG(mode) and _magic(path) != GZIP_MAGIC
-    return guess_format(path, head, plain_file=plain)
+    return guess_format(path, head, plain_file=_magic(path) != GZIP_MAGIC)
 
 
 def _magic(path: str) -> bytes:
