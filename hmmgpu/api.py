@@ -150,7 +150,7 @@ def hmmsearch(queries, sequences, *, cpus: int = 0, callback=None, backend: str 
     database or ``SequenceDB``. ``cpus``, ``callback``, ``backend`` (``"threading"``,
     ``"multiprocessing"``) and ``parallel`` are pyhmmer's (:class:`~hmmgpu.pyhmmer_compat.Dispatch`);
     ``options``: pyhmmer's pipeline options, and hmmgpu's ``engine`` (``"auto"``, ``"cuda"``,
-    ``"numba"``, ``"hmmer"``: the command line's ``--backend``), ``lanes`` and ``device``.
+    ``"numba"``, ``"hmmer"``: the command line's ``--backend``), ``lanes``, ``device`` and ``devices``.
     Calibrated protein HMMs run on hmmgpu's engine; other queries on pyhmmer's own function
     (:func:`~hmmgpu.pyhmmer_compat.engine_searches`).
     """
@@ -172,7 +172,7 @@ def _search(queries, targets, options: SearchOptions, extra: dict, dispatch) -> 
 
     def on_engine(query) -> bool:
         check_query(query, targets.alphabet, options)
-        return targets.engine_ready and engine_searches(query, extra)
+        return engine_searches(query, extra) and targets.engine_ready
 
     with ExitStack() as stack:
         pipeline = None
@@ -233,19 +233,21 @@ def _scan(queries, profiles, options: SearchOptions, extra: dict, dispatch) -> I
     """The ``(query, TopHits)`` of :func:`hmmscan`: hmmgpu's filtered scan where it applies,
     else pyhmmer's."""
     import pyhmmer
-
-    from hmmgpu.search.scan import ProfileDatabase
-
     from pyhmmer.easel import DigitalSequence, DigitalSequenceBlock, SequenceFile
 
-    if not isinstance(queries, (str, os.PathLike, DigitalSequence, DigitalSequenceBlock, SequenceFile, list, tuple)):
+    from hmmgpu.formats.seqdb import SequenceDB
+    from hmmgpu.search.scan import ProfileDatabase
+
+    if isinstance(queries, (str, os.PathLike)):
+        queries = open_sequences(queries)   # read once, whichever route scans them
+    elif not isinstance(queries, (SequenceDB, DigitalSequence, DigitalSequenceBlock, SequenceFile, list, tuple)):
         queries = list(queries)   # both routes may need them
     filtered = _filtered_scan(queries, profiles, options, extra)
     if filtered is not None:
         yield from ((hits.query, hits) for hits in filtered)
         return
-    if isinstance(queries, (str, os.PathLike)):
-        queries = open_sequences(queries).block()
+    if isinstance(queries, SequenceDB):
+        queries = queries.block()
     if isinstance(profiles, (str, os.PathLike)):
         profiles = ProfileDatabase.read(profiles).block
     found = pyhmmer.hmmscan(queries, profiles, **dispatch.pyhmmer_kwargs("hmmscan"), **options.pipeline_kwargs(),
@@ -288,7 +290,7 @@ def _filtered_scan(queries, profiles, options: SearchOptions, extra: dict):
         queries = [queries]
     if isinstance(queries, list) and not all(isinstance(query, DigitalSequence) for query in queries):
         return None   # pyhmmer's route says which query it cannot scan
-    sequences, _ = Targets.of(queries, queries=profiles if isinstance(profiles, (list, tuple)) else ())
+    sequences, _ = Targets.of(queries, models=profiles if isinstance(profiles, (list, tuple)) else ())
     if not sequences.engine_ready:
         return None
     db = sequences.database()

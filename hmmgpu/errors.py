@@ -3,7 +3,11 @@
 Every one is a user-facing problem that the command line prints as one line
 (``hmmgpu: error: <message>``) with a non-zero exit status, never a traceback. As in
 pyhmmer, each kind also derives from the built-in exception a Python caller would expect,
-so ``except ValueError`` catches bad input from hmmgpu as it does from pyhmmer.
+so ``except ValueError`` catches bad input from hmmgpu as it does from pyhmmer. Where the
+Python drop-ins ``hmmgpu.hmmsearch``/``hmmscan`` refuse what pyhmmer refuses, they raise
+pyhmmer's own type as well: :mod:`hmmgpu.pyhmmer_compat` defines ``AlphabetMismatch`` and
+``MissingCutoffs``, each an :class:`InputError` and pyhmmer's class of that name (they need
+pyhmmer, which this module, imported by everything, does not import).
 """
 
 

@@ -33,8 +33,8 @@ The results never depend on the route: the engine's ``TopHits`` equal pyhmmer's
 from __future__ import annotations
 
 import os
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 from typing import Callable, Literal, get_args
 
 from pyhmmer import errors as pyhmmer_errors
@@ -65,7 +65,7 @@ class Dispatch:
     """pyhmmer's dispatch keywords of ``hmmsearch``/``hmmscan``, with pyhmmer's defaults and meaning."""
 
     cpus: int = 0  #: threads: 0 or less for all cores, 1 for none beside the calling thread
-    callback: Callable | None = None  #: called as ``callback(query, n)`` after the n-th query's result
+    callback: Callable | None = None  #: called as ``callback(query, n)`` when the n-th query's result is ready
     backend: ParallelBackend = "threading"  #: pyhmmer's parallel backend (on pyhmmer's route)
     parallel: Parallel | None = None  #: pyhmmer's parallel strategy (on pyhmmer's route; None: pyhmmer's choice)
 
@@ -98,7 +98,7 @@ class Dispatch:
 
 def search_options(options: dict, dispatch: Dispatch) -> tuple[SearchOptions, dict]:
     """The :class:`SearchOptions` of a call's pipeline ``options`` (pyhmmer's names, and
-    hmmgpu's ``engine`` and :data:`HMMGPU_KEYWORDS`), and the options only pyhmmer's route takes
+    hmmgpu's :data:`HMMGPU_KEYWORDS`), and the options only pyhmmer's route takes
     (:data:`PYHMMER_ONLY`). An unknown name is a ``TypeError``, as in pyhmmer."""
     unknown = sorted(set(options) - set(PIPELINE_FIELDS) - set(PYHMMER_ONLY) - set(HMMGPU_KEYWORDS))
     if unknown:
@@ -124,18 +124,19 @@ class Targets:
         self._db = None
 
     @classmethod
-    def of(cls, sequences, alphabet=None, queries=()) -> tuple["Targets", object]:
-        """The targets ``sequences`` as pyhmmer reads them: a block, a digital ``SequenceFile``
+    def of(cls, sequences, alphabet=None, models=()) -> tuple["Targets", object]:
+        """The sequences ``sequences`` as pyhmmer reads them: a block, a digital ``SequenceFile``
         (read again from its path, as pyhmmer's workers do, so the caller's handle is left as it
         was), or any iterable of digital sequences (in ``alphabet``, else the first of
-        ``queries``', else amino); or hmmgpu's: a path or a ``SequenceDB`` (amino). Returns the
-        targets and ``queries``, the same items still to come where the first was looked at."""
+        ``models``', the models they meet, else amino); or hmmgpu's: a path or a ``SequenceDB``
+        (amino). Returns them and ``models``, the same items still to come where the first was
+        looked at."""
         from pyhmmer.easel import Alphabet, DigitalSequenceBlock, SequenceFile
 
         from hmmgpu.formats.seqdb import SequenceDB
 
         if isinstance(sequences, (str, os.PathLike, SequenceDB)):
-            return cls(Alphabet.amino(), source=sequences), queries
+            return cls(Alphabet.amino(), source=sequences), models
         if isinstance(sequences, SequenceFile):
             if sequences.name is None:
                 raise InputError("expected named `SequenceFile` for targets")
@@ -143,15 +144,15 @@ class Targets:
                 raise InputError("expected digital mode `SequenceFile` for targets")
             with SequenceFile(sequences.name, format=sequences.format, digital=True,
                               alphabet=alphabet or sequences.alphabet) as again:
-                return cls(again.alphabet, block=again.read_block()), queries
+                return cls(again.alphabet, block=again.read_block()), models
         if isinstance(sequences, DigitalSequenceBlock):
             if alphabet is not None and sequences.alphabet != alphabet:
                 raise AlphabetMismatch(alphabet, sequences.alphabet)   # as pyhmmer's pipeline does, later
-            return cls(sequences.alphabet, block=sequences), queries
+            return cls(sequences.alphabet, block=sequences), models
         if alphabet is None:
-            first, queries = _first(queries)
+            first, models = _first(models)
             alphabet = getattr(first, "alphabet", None) or Alphabet.amino()
-        return cls(alphabet, block=DigitalSequenceBlock(alphabet, sequences)), queries
+        return cls(alphabet, block=DigitalSequenceBlock(alphabet, sequences)), models
 
     def database(self):
         """The targets as hmmgpu's :class:`~hmmgpu.formats.seqdb.SequenceDB` (made once)."""

@@ -4,7 +4,8 @@ pyhmmer's own tests (tests/test_pyhmmer_suite.py) check results to printed preci
 every hit is compared with ``pyhmmer.hmmsearch``'s/``pyhmmer.hmmscan``'s bit for bit
 (:func:`assert_same_hits`), for each kind of input pyhmmer takes, on hmmgpu's routes without
 a GPU (``auto``, which is then pyhmmer's route in hmmgpu's engine, and ``numba``, hmmgpu's CPU
-filters), and each error is checked to be both pyhmmer's type and hmmgpu's.
+filters; ``cuda`` on a GPU machine, ``pytest -m gpu``), and each error is checked to be both
+pyhmmer's type and hmmgpu's.
 """
 from __future__ import annotations
 
@@ -21,7 +22,18 @@ import hmmgpu
 from hmmgpu.errors import HmmgpuError, InputError
 from tests.helpers import AMINO, PROTEOME, SAMPLES, assert_same_pipeline, hits_table
 
-ENGINES = ["auto", "numba"]
+ENGINES = ["auto", "numba", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(autouse=True)
+def _gpu_present(request):
+    """A test of ``engine="cuda"`` (``pytest -m gpu``) runs only where a CUDA GPU is."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("engine") == "cuda":
+        from hmmgpu.gpu.runtime.context import cuda_available
+
+        if not cuda_available():
+            pytest.skip("no CUDA GPU")
 
 
 def assert_same_hits(ours, ref) -> None:
@@ -187,6 +199,10 @@ def test_hmmscan_equals_pyhmmer(engine, models, proteome):
         ours = list(hmmgpu.hmmscan(queries, profiles, engine=engine, cpus=1, E=1e3, domE=1e3))
         ref = list(pyhmmer.hmmscan(queries, rre, cpus=1, E=1e3, domE=1e3))
         for a, b in zip(ours, ref, strict=True):
+            assert_same_hits(a, b)
+    ref = list(pyhmmer.hmmscan(proteome, models, cpus=2))
+    for sequences in (str(PROTEOME), hmmgpu.open_sequences(str(PROTEOME))):   # hmmgpu's own inputs
+        for a, b in zip(hmmgpu.hmmscan(sequences, models, engine=engine, cpus=2), ref, strict=True):
             assert_same_hits(a, b)
     with HMMFile(pressed) as f:
         ours = list(hmmgpu.hmmscan(queries[0], f.optimized_profiles(), engine=engine, cpus=1, E=1e3))

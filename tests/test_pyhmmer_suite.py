@@ -6,9 +6,10 @@ through the name ``pyhmmer`` of their module; each class below is pyhmmer's own,
 with that name pointing, for the test's duration, at a view of pyhmmer whose ``hmmsearch``
 and ``hmmer.hmmscan`` are hmmgpu's (:class:`_WithHmmgpu`). Every assertion is pyhmmer's.
 
-Each class runs twice: with ``engine="auto"`` (what a user gets; without a GPU that is
-pyhmmer's route inside hmmgpu's engine) and ``engine="numba"`` (hmmgpu's exact CPU filters,
-the reference of the GPU kernels, then pyhmmer's Forward/domain stage).
+Each class runs with ``engine="auto"`` (what a user gets; without a GPU that is pyhmmer's
+route inside hmmgpu's engine) and ``engine="numba"`` (hmmgpu's exact CPU filters, the
+reference of the GPU kernels, then pyhmmer's Forward/domain stage), and on a GPU machine
+(``pytest -m gpu``) with ``engine="cuda"``.
 
 One thing is changed in pyhmmer's hmmscan tests, the path of their model file: they ask
 for ``data/hmms/db/RREFam.hmm.hmm`` (the name given already ends in ``.hmm``), which does
@@ -68,6 +69,17 @@ class _Numba(_Engine):
     engine = "numba"
 
 
+class _Cuda(_Engine):
+    engine = "cuda"
+
+    def setUp(self):
+        from hmmgpu.gpu.runtime.context import cuda_available
+
+        if not cuda_available():
+            self.skipTest("no CUDA GPU")
+        super().setUp()
+
+
 class _Scan:
     hmm_file = _pressed_file
 
@@ -125,4 +137,39 @@ class TestHmmsearchReverseProcessNumba(_Numba, pyhmmer_tests.TestHmmsearchRevers
 
 
 class TestHMMScanNumba(_Scan, _Numba, pyhmmer_tests.TestHMMScan):
+    pass
+
+
+@pytest.mark.gpu
+class TestHmmsearchCuda(_Cuda, pyhmmer_tests.TestHmmsearch):
+    pass
+
+
+@pytest.mark.gpu
+class TestHmmsearchSingleCuda(_Cuda, pyhmmer_tests.TestHmmsearchSingle):
+    pass
+
+
+@pytest.mark.gpu
+class TestHmmsearchProcessCuda(_Cuda, pyhmmer_tests.TestHmmsearchProcess):
+    pass
+
+
+@pytest.mark.gpu
+class TestHmmsearchReverseCuda(_Cuda, pyhmmer_tests.TestHmmsearchReverse):
+    pass
+
+
+@pytest.mark.gpu
+class TestHmmsearchReverseSingleCuda(_Cuda, pyhmmer_tests.TestHmmsearchReverseSingle):
+    pass
+
+
+@pytest.mark.gpu
+class TestHmmsearchReverseProcessCuda(_Cuda, pyhmmer_tests.TestHmmsearchReverseProcess):
+    pass
+
+
+@pytest.mark.gpu
+class TestHMMScanCuda(_Scan, _Cuda, pyhmmer_tests.TestHMMScan):
     pass
