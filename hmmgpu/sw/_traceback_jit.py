@@ -80,15 +80,18 @@ def forward(profile, t, go, ge, k, HC, FC, stop):
     return best, bi, bj
 
 
-@njit(cache=True, nogil=True)
-def _cell(diag, up, left, E, F_up, score, go, ge):
-    """One cell of the recurrence from its neighbours: (H, E, F, direction byte)."""
+@njit(cache=True, nogil=True, inline="always")
+def _step(H, F, d, c, diag, left, E, score, go, ge):
+    """Cell c of a row from its neighbours: the row above in H[c] and F[c] (overwritten by
+    this row's), the diagonal, the left H and the running E. Its direction byte goes to d[c].
+    Returns (H, E, the row above's H: the next cell's diagonal)."""
+    up = H[c]
     eo = left - go
     ee = E - ge
     ext_e = ee > eo
     E = ee if ext_e else eo
     fo = up - go
-    fe = F_up - ge
+    fe = F[c] - ge
     ext_f = fe > fo
     f = fe if ext_f else fo
     dg = diag + score
@@ -98,7 +101,10 @@ def _cell(diag, up, left, E, F_up, score, go, ge):
     h = E if E > h else h
     src = 3 if f > h else src
     h = f if f > h else h
-    return h, E, f, src | (4 if ext_e else 0) | (8 if ext_f else 0)
+    F[c] = f
+    H[c] = h
+    d[c] = src | (4 if ext_e else 0) | (8 if ext_f else 0)
+    return h, E, up
 
 
 @njit(cache=True, nogil=True)
@@ -112,7 +118,8 @@ def block(profile, t, go, ge, r0, r1, m, H, F, dirs, stop):
     Rows go two at a time, the second one column behind the first: cell (i, j) and cell
     (i + 1, j - 1) depend on none of each other, so the processor overlaps the two chains of
     dependent operations along the rows (each cell waits for its left neighbour). The second
-    row reads the first's H and F from the same arrays, written one step earlier."""
+    row reads the first's H and F from the same arrays, written one step earlier. A last odd
+    row goes alone."""
     i = r0 + 1
     while i < r1:
         row_a, row_b = profile[t[i - 1]], profile[t[i]]
@@ -123,45 +130,23 @@ def block(profile, t, go, ge, r0, r1, m, H, F, dirs, stop):
         stop_b, stop_h = 0, 0
         for j in range(1, m + 2):
             if j <= m:
-                up = H[j]
-                h, E_a, f, code = _cell(diag_a, up, left_a, E_a, F[j], row_a[j - 1], go, ge)
-                F[j] = f
-                H[j] = h
-                diag_a = up
-                left_a = h
-                dir_a[j] = code
-                if h >= stop:
-                    return h, i, j
+                left_a, E_a, diag_a = _step(H, F, dir_a, j, diag_a, left_a, E_a, row_a[j - 1], go, ge)
+                if left_a >= stop:
+                    return left_a, i, j
             if j >= 2:
-                c = j - 1
-                up = H[c]
-                h, E_b, f, code = _cell(diag_b, up, left_b, E_b, F[c], row_b[c - 1], go, ge)
-                F[c] = f
-                H[c] = h
-                diag_b = up
-                left_b = h
-                dir_b[c] = code
-                if h >= stop and stop_b == 0:
-                    stop_b, stop_h = c, h
+                left_b, E_b, diag_b = _step(H, F, dir_b, j - 1, diag_b, left_b, E_b, row_b[j - 2], go, ge)
+                if left_b >= stop and stop_b == 0:
+                    stop_b, stop_h = j - 1, left_b
         if stop_b:
             return stop_h, i + 1, stop_b
         i += 2
     if i == r1:
-        row = profile[t[i - 1]]
-        d = dirs[i - r0 - 1]
-        diag = 0
-        E = NEG
-        left = 0
+        row, d = profile[t[i - 1]], dirs[i - r0 - 1]
+        diag, E, left = 0, NEG, 0
         for j in range(1, m + 1):
-            up = H[j]
-            h, E, f, code = _cell(diag, up, left, E, F[j], row[j - 1], go, ge)
-            F[j] = f
-            H[j] = h
-            diag = up
-            left = h
-            d[j] = code
-            if h >= stop:
-                return h, i, j
+            left, E, diag = _step(H, F, d, j, diag, left, E, row[j - 1], go, ge)
+            if left >= stop:
+                return left, i, j
     return 0, 0, 0
 
 
