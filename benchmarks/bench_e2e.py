@@ -141,7 +141,7 @@ def run_workload(name: str, args) -> dict:
             result["hmmgpu_stats"] = stats
             result["gpu_busy_s"] = stats["gpu_busy_s"]
             result["cpu_thread_s"] = round(sum(stats["cpu_seconds"].values()), 3) if stats["cpu_seconds"] else None
-            #: targets a GPU post-filter hands back to the CPU: none until there is one
+            #: Viterbi-filter survivors the GPU's Forward gate leaves to pyhmmer's stage undecided
             result["fallback_targets"] = stats["fallback_targets"] or 0
         save(result, path)
         say(f"[{name}] {tool}: {run['seconds']:.2f} s" + (f" (median of {repeats})" if repeats > 1 else ""))

@@ -120,13 +120,13 @@ class Pipeline:
         filters = self.backend
         if not isinstance(filters, CascadeBackend):
             if self._filters is None:
-                self._filters = NumbaBackend(self.db, threads=self.options.run.cpus or None)
+                self._filters = NumbaBackend(self.db, threads=self.options.run.cpus or None, forward_gate=False)
             filters = self._filters
         result = filters.submit(filters.prepare(hmm), self.options).result()
         self.counts = StageCounts(query=str(hmm.name), M=hmm.M, nseqs=self.db.n, nres=self.db.total_residues,
                                   n_past_msv=result.n_past_msv, n_past_bias=result.n_past_bias,
                                   n_past_vit=result.n_past_vit, seconds=result.seconds)
-        return self.db.block(result.survivors)
+        return self.db.block(result.survivors if result.past_vit is None else result.past_vit)
 
     def close(self):
         """Release the backend (GPU memory)."""

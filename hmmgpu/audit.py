@@ -88,6 +88,39 @@ def audit_filters(hmm, db, backend, show: int = 5) -> list:
     return results
 
 
+def audit_forward(hmm, db, backend, options, show: int = 5) -> StageAudit:
+    """Compare hmmgpu's Forward parser with HMMER's ``p7_ForwardParser`` (libhmmer), bit for
+    bit, on every target that passes the Viterbi filter (the targets of the Forward gate):
+    the status (eslERANGE where HMMER's Forward fails) and the score's float bits. hmmgpu's
+    score is the backend's: the GPU kernel with the cuda backend, the lane-exact CPU
+    reference with numba; the few targets either flags as beyond its exactness argument are
+    computed by libhmmer, as in a search, and the stage's label counts them."""
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.stages.profiles import ModelProfile
+
+    prof = ModelProfile.from_hmm(hmm)
+    where = "cuda" if hasattr(backend, "device") else "numba"
+    idx = np.asarray(backend.cascade(prof, options).past_vit, np.int64)
+    fwd = backend.forward(prof, idx, fallback=True)
+    if fwd is None or not np.array_equal(fwd.indices, idx):
+        raise HmmgpuError(f"the {where} backend did not run the Forward parser on the targets asked for")
+    with HmmerModel(hmm) as ref_model:
+        ref = [ref_model.forward_parser(db.codes(int(t)))[:2] for t in idx]
+    ref_status = np.array([st for st, _ in ref], np.int32)
+    ref_scores = np.array([sc for _, sc in ref], F32)
+    ours = np.asarray(fwd.scores, F32)
+    ok = ref_status == 0
+    same = (np.asarray(fwd.status) == ref_status) & (~ok | (ours.view(np.uint32) == ref_scores.view(np.uint32)))
+    label = f"Forward parser (p7_ForwardParser) [{where}]"
+    if fwd.recomputed:
+        label += f" ({fwd.recomputed} flagged, by libhmmer)"
+    res = StageAudit(label, compared=int(idx.size), agree=int(same.sum()))
+    for j in np.flatnonzero(~same)[:show]:
+        res.examples.append(f"{db.name(int(idx[j])).decode(errors='replace')}: hmmgpu status {int(fwd.status[j])} "
+                            f"{ours[j]!r} vs HMMER status {int(ref_status[j])} {ref_scores[j]!r}")
+    return res
+
+
 def audit_hits(hmm, db, backend, options, show: int = 5) -> StageAudit:
     """Compare hmmgpu's final hits (tblout and domtblout rows, counters) with a full pyhmmer search."""
     import pyhmmer.plan7 as p7
@@ -150,7 +183,8 @@ def run_audit(hmmfile, seqdb, options, show=5, console=None) -> bool:
     try:
         for hmm in (model.hmm for model in read_models(hmmfile)):
             check_model(hmm, options)
-            stages = audit_filters(hmm, db, backend, show) + [audit_hits(hmm, db, backend, options, show)]
+            stages = audit_filters(hmm, db, backend, show) + [audit_forward(hmm, db, backend, options, show),
+                                                               audit_hits(hmm, db, backend, options, show)]
             name = hmm.name.decode() if isinstance(hmm.name, bytes) else hmm.name
             table = Table(title=escape(f"audit of {name} (M={hmm.M}) on {db.n} targets: {backend.description}"))
             for col in ("stage", "compared", "agree", "disagree", "first disagreements"):

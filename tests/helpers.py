@@ -82,6 +82,42 @@ def assert_same_pipeline(ours, ref, keys=PIPELINE_KEYS) -> None:
         assert po[key] == pr[key], key
 
 
+def forward_pvalues(hmm, db, indices, bias_filter: bool = True) -> np.ndarray:
+    """``p7_Pipeline``'s Forward filter P-value of each target ``indices`` of ``db``, from
+    HMMER's own functions (libhmmer: ``p7_ForwardParser``, and ``p7_bg_FilterScore`` or, without
+    the bias filter, ``p7_bg_NullOne``) and its arithmetic: ``seq_score = (fwdsc - filtersc) /
+    eslCONST_LOG2`` in a float, ``esl_exp_surv`` in double. NaN where Forward fails (eslERANGE)."""
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.stages import stats
+
+    out = np.full(len(indices), np.nan)
+    with HmmerModel(hmm) as model:
+        tau, lam = model.evalue_parameters()[4:6]
+        for j, t in enumerate(np.asarray(indices).tolist()):
+            codes = db.codes(int(t))
+            status, fwdsc, _, _ = model.forward_parser(codes)
+            if status != 0:
+                continue
+            filtersc = model.bias_filter_score(codes) if bias_filter else model.null_score(codes)
+            out[j] = stats.exp_surv(stats.bits(float(fwdsc), float(filtersc)), tau, lam)
+    return out
+
+
+def narrow_f3(pvalues) -> list:
+    """F3 thresholds that fall between the Forward P-values of two targets, as narrowly as a
+    double allows: each the P-value of one target (which passes, P <= F3), and the next double
+    below it (which fails), for the smallest P-value above 1e-12 (others pass) and for
+    the middle one of those above it."""
+    p = np.unique(np.asarray(pvalues, np.float64)[np.isfinite(pvalues)])
+    p = p[(p > 1e-12) & (p < 1.0)]
+    if p.size < 2:
+        return []
+    out = []
+    for value in dict.fromkeys((float(p[0]), float(p[p.size // 2]))):
+        out += [value, float(np.nextafter(value, 0.0))]
+    return out
+
+
 def run_named_checks(namespace: dict, names) -> None:
     """The entry point of a simulator check script (run in a subprocess with the CUDA
     simulator on): each named check function's rows printed, then the line the tests expect."""

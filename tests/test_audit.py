@@ -11,7 +11,7 @@ from tests.helpers import PROTEOME, SAMPLES
 def test_audit_all_samples_agree(capsys):
     assert main(["audit", "--backend", "numba", str(SAMPLES / "samples.hmm"), str(PROTEOME)]) == 0
     out = capsys.readouterr().out
-    for stage in ("null score", "SSV", "MSV", "bias filter", "Viterbi filter", "final hits"):
+    for stage in ("null score", "SSV", "MSV", "bias filter", "Viterbi filter", "Forward parser", "final hits"):
         assert stage in out
     assert "all stages agree with HMMER" in out
     assert "2100" in out
@@ -30,3 +30,24 @@ def test_audit_reports_a_broken_stage(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "DISAGREEMENTS FOUND" in out
     assert "bias filter" in out
+
+
+def test_audit_reports_a_broken_forward_score(monkeypatch, capsys):
+    """A Forward score one ulp off on one Viterbi-filter survivor is a disagreement of the
+    Forward parser stage (and the audit fails)."""
+    from hmmgpu.cpu import fwdback
+
+    real = fwdback.score_targets
+
+    def off_by_one_ulp(*args, **kwargs):
+        status, scores, recomputed = real(*args, **kwargs)
+        scores[1] = np.nextafter(scores[1], np.float32(np.inf))
+        return status, scores, recomputed
+
+    monkeypatch.setattr(fwdback, "score_targets", off_by_one_ulp)
+    assert run_audit(str(SAMPLES / "PF02826.hmm"), str(PROTEOME), SearchOptions.from_kwargs(backend="numba")) is False
+    out = capsys.readouterr().out
+    assert "DISAGREEMENTS FOUND" in out
+    row = next(line for line in out.splitlines() if "Forward parser" in line).split("│")
+    compared, agree, disagree = (int(cell) for cell in row[2:5])
+    assert compared == 48 and agree == 47 and disagree == 1  # PF02826's Viterbi-filter survivors

@@ -24,14 +24,17 @@ class HmmerBackend(Backend):
 
 
 class NumbaBackend(FilterBackend):
-    """hmmgpu's exact CPU filters, parallel over targets (numba)."""
+    """hmmgpu's exact CPU filters, parallel over targets (numba), and the Forward gate with
+    the lane-exact CPU reference of the GPU's Forward parser (:mod:`hmmgpu.cpu.fwdback`;
+    ``forward_gate=False``: none)."""
 
-    def __init__(self, db, threads: int | None = None):
+    def __init__(self, db, threads: int | None = None, forward_gate: bool = True):
         super().__init__(db)
         if threads:
             import numba
 
             numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))
+        self.forward_gate = forward_gate
         self.description = "backend numba (hmmgpu's exact CPU filters)"
 
     def msv(self, profile, thresholds=None):
@@ -62,3 +65,28 @@ class NumbaBackend(FilterBackend):
         idx = np.asarray(indices, np.int64)
         status, xc = cpu_filters.viterbi_filter(profile, self.db, idx)
         return ViterbiResult(idx, status, xc)
+
+    def forward(self, profile, indices, fallback: bool = False):
+        """The Forward parser's CPU reference on ``indices`` (serial), with libhmmer for the
+        targets it flags when ``fallback``; None without the gate (or a model without its HMM)."""
+        import numpy as np
+
+        if not (self.forward_gate or fallback) or profile.hmm is None:
+            return None
+        from hmmgpu.cpu import fwdback
+        from hmmgpu.stages.cascade import ForwardResult
+        from hmmgpu.stages.profiles import configured_profile
+
+        idx = np.asarray(indices, np.int64)
+        tables = fwdback.ForwardTables.from_optimized(configured_profile(profile.hmm).to_optimized())
+        model = None
+        if fallback:
+            from hmmgpu.cpu.hmmerlib import HmmerModel
+
+            model = HmmerModel(profile.hmm)
+        try:
+            status, scores, recomputed = fwdback.score_targets(tables, self.db, idx, model)
+        finally:
+            if model is not None:
+                model.close()
+        return ForwardResult(idx, status, scores, recomputed)

@@ -16,9 +16,11 @@ if TYPE_CHECKING:
 
 
 class CudaBackend(FilterBackend):
-    """The GPU kernels over a database resident on one device (explicit id)."""
+    """The GPU kernels over a database resident on one device (explicit id); the cascade ends
+    with the Forward gate unless ``forward_gate`` is False."""
 
-    def __init__(self, db, lanes: str = "auto", device: int = 0, max_bytes: int | None = None):
+    def __init__(self, db, lanes: str = "auto", device: int = 0, max_bytes: int | None = None,
+                 forward_gate: bool = True):
         super().__init__(db)
         from hmmgpu.gpu.cascade import GpuCascade
         from hmmgpu.gpu.runtime.device import GpuDevice
@@ -30,7 +32,7 @@ class CudaBackend(FilterBackend):
             self.resident = ResidentDatabase(db, self.device, max_bytes=max_bytes)
         #: seconds of the set-up: the database packed and copied to the device, and the rest
         self.setup_seconds = dict(upload=time.perf_counter() - clock)
-        self.gpu = GpuCascade(self.resident, lanes=lanes)
+        self.gpu = GpuCascade(self.resident, lanes=lanes, forward_gate=forward_gate)
         self.setup_seconds["cascade"] = time.perf_counter() - clock - self.setup_seconds["upload"]
         self.lanes = self.gpu.lanes
         self.description = f"backend cuda on {self.device.description} ({self.lanes} lanes)"
@@ -52,11 +54,19 @@ class CudaBackend(FilterBackend):
         status, xc = self.gpu.viterbi(profile, idx)
         return ViterbiResult(idx, status, xc)
 
+    def forward(self, profile, indices, fallback: bool = False):
+        """The Forward parser kernel (:meth:`hmmgpu.gpu.cascade.GpuCascade.forward`)."""
+        return self.gpu.forward(profile, indices, fallback)
+
     def cascade(self, profile, options):
         return self.gpu.run(profile, options)
 
     def submit(self, profile, options):
         return self.gpu.submit(profile, options)
+
+    def flush_gates(self) -> None:
+        """Launch the Forward gates still queued (:meth:`hmmgpu.gpu.cascade.GpuCascade.flush_gates`)."""
+        self.gpu.flush_gates()
 
     def gpu_seconds(self) -> float:
         return self.gpu.gpu_ms / 1e3
@@ -65,7 +75,8 @@ class CudaBackend(FilterBackend):
         self.gpu.compile_for(lengths)
 
     def details(self) -> dict:
-        return dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds))
+        return dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds),
+                    forward_gate=dict(self.gpu.forward_counts))
 
     def close(self, wait: bool = True) -> None:
         self.gpu.close()

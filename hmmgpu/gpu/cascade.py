@@ -1,4 +1,4 @@
-"""The filter cascade on the GPU: MSV, bias filter and Viterbi filter, model after model.
+"""The filter cascade on the GPU: MSV, bias filter, Viterbi filter and the Forward gate, model after model.
 
 For each model the host uploads its tables and launches three kernels on one stream:
 the SSV/MSV kernel over every position (:mod:`.msv`) writes the targets that pass F1; the
@@ -17,11 +17,26 @@ arithmetic: the decisions inside the P-value bands, the few targets whose bias s
 Viterbi filter the kernels flagged, the fallback targets of the J-state MSV, and models
 whose shape or scores the kernels do not take (run on the CPU reference entirely).
 
+Then, on the Viterbi filter's survivors, the Forward filter (F3) as a gate: the Forward
+parser kernel (:mod:`.fwdback`) scores them, the host forms each score with libm's ``log``
+and decides ``P <= F3`` exactly as ``p7_Pipeline`` does
+(:func:`hmmgpu.stages.cascade.forward_gate`), and only the passers (with the few targets the
+kernel cannot promise bit for bit, left undecided) go on to pyhmmer's stage, which no longer
+runs Forward, Backward and domain definition on the targets that fail. The gate runs in
+batches: finishing a model's filters (:meth:`Ticket.filtered`) queues its survivors, and the
+queue is launched as one kernel over many models' targets (:meth:`GpuCascade.flush_gates`,
+:class:`~hmmgpu.gpu.fwdback.launch.ForwardBatch`) once it is large enough, or sooner while no
+batch runs, on a few streams of its own beside the filter kernels of later models; a model's
+result (:meth:`GateTicket.result`) waits for its batch. One model's survivors alone would
+occupy a few of the GPU's multiprocessors. The GPU process sends each result as soon as its
+batch is done, in model order (:mod:`hmmgpu.gpu.process`).
+
 A database larger than the GPU's memory budget is processed chunk after chunk, each model
 synchronously (correct, slower).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -29,11 +44,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hmmgpu.stages import stats
-from hmmgpu.stages.cascade import CascadeResult, MsvResult, ViterbiResult, run_cascade
+from hmmgpu.stages.cascade import CascadeResult, ForwardResult, MsvResult, ViterbiResult, forward_gate, run_cascade
 from hmmgpu.stages.profiles import null_table, tjb_table, xw_move_table
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.bias import BiasSpec, Decision, length_tables
 from hmmgpu.gpu.bias import ARGS as BIAS_ARGS
+from hmmgpu.gpu.fwdback.source import FwdSpec
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.gpu.msv.launch import MsvKernels, MsvStage, model_tables, scalars
 from hmmgpu.gpu.msv.source import NX as MSV_NX
@@ -55,14 +71,14 @@ _N_COUNTERS = _VIT_WORK + 1
 
 def all_specs(device, lanes: str = "auto") -> list:
     """Every kernel shape of the cascade on ``device`` (``hmmgpu warmup``), the packing of its
-    database included."""
-    return MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec(), PackSpec()]
+    database and the Forward gate included."""
+    return MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [BiasSpec(), PackSpec(), FwdSpec("shared"), FwdSpec("global")]
 
 
 def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
-    """The kernel specialisations models of these lengths use (the bias kernel and the
-    database's packing included)."""
-    specs = [BiasSpec(), PackSpec()]
+    """The kernel specialisations models of these lengths use (the bias kernel, the
+    database's packing and the Forward gate's kernel included)."""
+    specs = [BiasSpec(), PackSpec(), FwdSpec("shared"), FwdSpec("global")]
     for M in sorted(set(int(m) for m in lengths)):
         specs += [s for s in (msv.spec(M), vit.spec(M)) if s is not None]
     return list(dict.fromkeys(specs))
@@ -134,7 +150,8 @@ class _Slot:
 
 
 class Ticket:
-    """A model submitted to the GPU; :meth:`result` waits for it and finishes it."""
+    """A model submitted to the GPU: :meth:`filtered` waits for its filters and finishes them
+    (the Forward gate queued, :class:`GateTicket`); :meth:`result` waits for everything."""
 
     def __init__(self, cascade, profile, options, slot=None, plan=None, done=None):
         self._cascade = cascade
@@ -142,22 +159,53 @@ class Ticket:
         self.options = options
         self.slot = slot
         self.plan = plan
-        self._done = done
+        self._gated = None if done is None else GateTicket(cascade, done)
         self._lock = threading.Lock()
 
+    def filtered(self) -> "GateTicket":
+        """Wait for the GPU's filters and finish them on the host (once, in whichever thread
+        asks first); the Forward gate of the survivors is queued, not waited for."""
+        with self._lock:
+            if self._gated is None:
+                self._gated = self._cascade._finish(self)
+        return self._gated
+
     def result(self) -> CascadeResult:
-        """Wait for the GPU, finish on the host, and return the cascade's result (once, in
-        whichever thread asks first)."""
+        """The cascade's result, the Forward gate included (launched now if it is still queued)."""
+        return self.filtered().result()
+
+
+class GateTicket:
+    """A model whose filters are finished and whose Forward gate is queued or running in a
+    batch with other models' (:meth:`GpuCascade.flush_gates`): :meth:`ready` says whether its
+    batch is done (no wait), :meth:`result` waits for it and decides F3."""
+
+    def __init__(self, cascade, partial: CascadeResult, profile=None, options=None, filtersc=None):
+        self._cascade = cascade
+        self.partial = partial  #: the cascade's result before the gate (survivors: the Viterbi filter's)
+        self.profile, self.options, self.filtersc = profile, options, filtersc
+        self.batch = None  #: the :class:`~hmmgpu.gpu.fwdback.launch.ForwardBatch` it runs in
+        self.job = -1  #: its job in the batch
+        self._done = partial if filtersc is None else None
+        self._lock = threading.Lock()
+
+    def ready(self) -> bool:
+        return self._done is not None or (self.batch is not None and self.batch.done())
+
+    def result(self) -> CascadeResult:
         with self._lock:
             if self._done is None:
-                self._done = self._cascade._finish(self)
+                if self.batch is None:
+                    self._cascade.flush_gates()
+                self._done = self._cascade._decide_gate(self)
         return self._done
 
 
 class GpuCascade:
-    """The filter cascade of any number of models over one resident database."""
+    """The filter cascade of any number of models over one resident database
+    (``forward_gate=False``: without the Forward gate, the Viterbi filter's survivors go on)."""
 
-    def __init__(self, resident, lanes: str = "auto"):
+    def __init__(self, resident, lanes: str = "auto", forward_gate: bool = True):
         self.resident = resident
         self.device = resident.device
         rt = self.device.runtime
@@ -168,7 +216,20 @@ class GpuCascade:
         self.vit_stage = VitStage(resident)
         #: time of each kernel, summed over models (kernels of models in flight together
         #: overlap, so this is more than the GPU's busy time, :attr:`gpu_ms`)
-        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0)
+        self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0, forward=0.0)
+        self.forward_gate = forward_gate
+        #: the Forward gate's decisions, summed over models: passed and failed F3, and left
+        #: undecided (sent on to pyhmmer's stage)
+        self.forward_counts = dict(passed=0, failed=0, unsure=0)
+        self._forward_stage = None
+        self._forward_lock = threading.Lock()  #: guards the gate's queue and its stage
+        self._queued: list = []  #: (GateTicket, ForwardJob) of the models whose gate waits for a batch
+        self._queued_targets = 0
+        self._running: list = []  #: the batches launched and perhaps not finished
+        #: numba's CUDA simulator runs a kernel in the launching thread and keeps one kernel
+        #: context for the process: launches from two threads (a model's filters while the
+        #: gate of an earlier one runs) are taken one at a time there (a GPU needs no lock)
+        self._simulated = threading.RLock() if self.device.simulator else contextlib.nullcontext()
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0)  #: the host's side of the cascade
         self._bias_kernel = None
@@ -247,6 +308,118 @@ class GpuCascade:
         """(status, C) of the Viterbi filter kernel on ``indices``."""
         return self.vit_stage.run(profile, indices)
 
+    def _stage(self):
+        """The Forward parser stage (made at its first use; call with the gate's lock held)."""
+        from hmmgpu.gpu.fwdback.launch import ForwardStage
+
+        if self._forward_stage is None:
+            self._forward_stage = ForwardStage(self.resident)
+            self._forward_stage.epoch = self._epoch
+        return self._forward_stage
+
+    @staticmethod
+    def _forward_tables(profile):
+        """HMMER's striped Forward tables of ``profile.hmm`` (pyhmmer's optimized profile: the
+        profile's own, made with its filter tables, where it has them)."""
+        from hmmgpu.stages.forward import ForwardTables
+        from hmmgpu.stages.profiles import configured_profile
+
+        if profile.forward is not None:
+            return profile.forward
+        return ForwardTables.from_optimized(configured_profile(profile.hmm).to_optimized())
+
+    def _add_forward_time(self, kernel_ms: float, span) -> None:
+        with self._lock:
+            self.kernel_ms["forward"] += kernel_ms
+            if span is not None:
+                self._busy.append(span)
+
+    def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:
+        """The Forward parser kernel on ``indices`` (database indices of non-empty targets) of
+        one model, waiting for it, with HMMER's own tables (from pyhmmer's optimized profile of
+        ``profile.hmm``); the targets it cannot promise bit for bit get ``STATUS_UNSURE``, or
+        with ``fallback`` are computed by libhmmer (in the calling thread's float mode)."""
+        idx = np.asarray(indices, np.int64)
+        tables = self._forward_tables(profile)
+        model = None
+        if fallback:
+            from hmmgpu.cpu.hmmerlib import HmmerModel
+
+            model = HmmerModel(profile.hmm)
+        try:
+            with self._forward_lock, self._simulated:
+                stage = self._stage()
+                got = stage.run(model, idx, tables=tables, fallback=fallback)
+                last = dict(stage.last)
+        finally:
+            if model is not None:
+                model.close()
+        self._add_forward_time(last["kernel_ms"], last.get("span"))
+        recomputed = int(got.host.sum()) if fallback else 0
+        return ForwardResult(idx, got.status, got.scores, recomputed)
+
+    def _queue_gate(self, profile, options, partial: CascadeResult, filtersc) -> GateTicket:
+        """Queue the Forward gate of one model's Viterbi-filter survivors (``partial.past_vit``,
+        sorted) with their ``filtersc``; the queue is launched as one batch once it holds
+        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS` targets, or
+        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS_IDLE` while no batch runs, or when a
+        result needs it."""
+        from hmmgpu.gpu.fwdback.launch import ForwardJob
+
+        if not self.forward_gate or not partial.past_vit.size or profile.hmm is None:
+            return GateTicket(self, partial)
+        gated = GateTicket(self, partial, profile, options, filtersc)
+        job = ForwardJob(self._forward_tables(profile), partial.past_vit)
+        with self._forward_lock:
+            self._queued.append((gated, job))
+            self._queued_targets += int(partial.past_vit.size)
+            self._running = [batch for batch in self._running if not batch.done()]
+            idle = not self._running and self._queued_targets >= tuning.FWD_GATE_TARGETS_IDLE
+            if idle or self._queued_targets >= tuning.FWD_GATE_TARGETS:
+                self._launch_queued()
+        return gated
+
+    def flush_gates(self) -> None:
+        """Launch the queued Forward gates now (one batch)."""
+        with self._forward_lock:
+            self._launch_queued()
+
+    def _launch_queued(self) -> None:
+        if not self._queued:
+            return
+        with self._simulated:
+            batch = self._stage().launch([job for _, job in self._queued])
+        for k, (gated, _) in enumerate(self._queued):
+            gated.batch, gated.job = batch, k
+        self._queued, self._queued_targets = [], 0
+        self._running.append(batch)
+
+    def _decide_gate(self, gated: GateTicket) -> CascadeResult:
+        """A model's F3 decisions from its batch's scores (the batch waited for once)."""
+        from dataclasses import replace
+
+        clock = time.perf_counter()
+        batch = gated.batch
+        with self._forward_lock:
+            got = batch.results()[gated.job]
+            time_once = batch.claim_time()
+        if time_once is not None:
+            self._add_forward_time(*time_once)
+        partial = gated.partial
+        fwd = ForwardResult(partial.past_vit, got.status, got.scores, 0)
+        kept, gate = forward_gate(gated.profile, gated.options, fwd, gated.filtersc)
+        self._count(gate)
+        seconds = dict(partial.seconds, forward=time.perf_counter() - clock)
+        return replace(partial, survivors=kept, forward=gate, seconds=seconds)
+
+    def _count(self, gate) -> None:
+        """Add a model's Forward gate decisions to :attr:`forward_counts`."""
+        if gate is None:
+            return
+        with self._lock:
+            for name, value in (("passed", gate.passed), ("failed", gate.failed), ("unsure", int(gate.unsure.size))):
+                self.forward_counts[name] += value
+
     # ------------------------------------------------------------ the cascade
     def run(self, profile, options) -> CascadeResult:
         """The cascade of one model, waiting for it."""
@@ -259,14 +432,17 @@ class GpuCascade:
         if msv_spec is None or not self.resident.resident:
             # too long for the kernel shapes, or a chunked database: synchronously
             backend = _StageBackend(self, use_gpu_msv=msv_spec is not None)
-            return Ticket(self, profile, options, done=run_cascade(backend, profile, options, self.resident.db))
+            with self._simulated:
+                result = run_cascade(backend, profile, options, self.resident.db)
+            self._count(result.forward)
+            return Ticket(self, profile, options, done=result)
 
         while True:  # the ring is full: the oldest must be finished first (here, or by another thread)
             with self._lock:
                 if len(self._in_flight) < SLOTS:
                     break
                 oldest = self._in_flight[0]
-            oldest.result()
+            oldest.filtered()
         slot = self._slots[self._next]
         if slot is None:
             with self.device.activate():
@@ -292,7 +468,7 @@ class GpuCascade:
         s = slot.stream
         out = slot.outputs
         start, after_msv, after_bias, stop, copied = slot.events
-        with self.device.activate():
+        with self._simulated, self.device.activate():
             slot.upload(host_tables, s)
             slot.counters.copy_to_device(slot.zeros, stream=s)
             start.record(s)
@@ -337,8 +513,9 @@ class GpuCascade:
                          n_vit_slot=_VIT_LIST)
         self._bias_kernel[grid, block, slot.stream, 0](*args)
 
-    def _finish(self, ticket: Ticket) -> CascadeResult:
-        """Wait for a ticket's event and take the host's part of the cascade (module header)."""
+    def _finish(self, ticket: Ticket) -> GateTicket:
+        """Wait for a ticket's event and take the host's part of the filters (module header);
+        queue the Forward gate of the survivors."""
         rt = self.device.runtime
         slot = ticket.slot
         t0 = time.perf_counter()
@@ -376,8 +553,10 @@ class GpuCascade:
             filtersc = np.concatenate([filtersc, np.zeros(k, np.float32)])
             decision = np.concatenate([decision, np.full(k, Decision.HOST, np.int8)])
             vsc = np.concatenate([vsc, np.full(k, np.nan, np.float32)])
-        survivors, past_bias = _decide(profile, options, db, self.max_length, reference, pos, usc, filtersc,
-                                       decision, vsc)
+        survivors, past_bias, survivors_fsc = _decide(profile, options, db, self.max_length, reference, pos, usc,
+                                                      filtersc, decision, vsc)
+        order = np.argsort(survivors, kind="stable")
+        past_vit, survivors_fsc = survivors[order], survivors_fsc[order]
         gpu_s = 0.0
         kernel_ms = {}
         if not self.device.simulator:
@@ -395,20 +574,25 @@ class GpuCascade:
                 self.kernel_ms[name] += ms
             self.host_seconds["wait"] += waited
             self.host_seconds["finish"] += seconds["host"]
-        return CascadeResult(survivors=np.sort(survivors), n_past_msv=int(pos.size), n_past_bias=int(past_bias.size),
-                             n_past_vit=int(survivors.size), seconds=seconds, past_msv=pos, past_bias=past_bias)
+        partial = CascadeResult(survivors=past_vit, n_past_msv=int(pos.size), n_past_bias=int(past_bias.size),
+                                n_past_vit=int(past_vit.size), seconds=seconds, past_msv=pos, past_bias=past_bias,
+                                past_vit=past_vit)
+        return self._queue_gate(profile, options, partial, survivors_fsc)
 
     def close(self) -> None:
         for ticket in list(self._in_flight):
-            ticket.result()
+            ticket.filtered()
+        self.flush_gates()
         self._slots = []
         self._db_tables = {}
+        self._forward_stage = None
         self.resident.close()
 
 
 def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, decision, vsc):
     """The host's part of the cascade for the targets that passed MSV: (survivors, the
-    targets that passed the bias filter).
+    targets that passed the bias filter, the survivors' ``filtersc``, which the Forward gate
+    takes).
 
     ``usc``: MSV scores (nats); ``filtersc``: the GPU's bias scores (decided targets);
     ``decision``: the bias kernel's :class:`Decision`; ``vsc``: the GPU's Viterbi filter
@@ -434,7 +618,7 @@ def _decide(profile, options, db, max_length, reference, pos, usc, filtersc, dec
         vsc[redo] = reference.viterbi(pos[redo])
     if need.any():
         survive[np.flatnonzero(need)[stats.passes_gumbel(vsc[need], filtersc[need], vmu, vlam, options.F2)]] = True
-    return pos[survive], pos[alive]
+    return pos[survive], pos[alive], filtersc[survive]
 
 
 class _Reference:
@@ -498,5 +682,10 @@ class _StageBackend:
         idx = np.asarray(indices, np.int64)
         return ViterbiResult(idx, *self.gpu.vit_stage.run(profile, idx))
 
+    def forward(self, profile, indices, fallback: bool = False):
+        if not (self.gpu.forward_gate or fallback) or profile.hmm is None:
+            return None
+        return self.gpu.forward(profile, indices, fallback)
 
-__all__ = ["GpuCascade", "Ticket", "all_specs", "SLOTS"]
+
+__all__ = ["GpuCascade", "Ticket", "GateTicket", "all_specs", "SLOTS"]

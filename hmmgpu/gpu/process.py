@@ -117,16 +117,17 @@ def _serve(conn: Connection) -> None:
         return
     conn.send(("ready", backend.description, backend.lanes, (db.n, db.total_residues)))
     pending: collections.deque = collections.deque()  # ("model", ticket) or ("error", message)
+    gating: collections.deque = collections.deque()  # ("model", GateTicket) or ("error", message), in order
     try:
         while True:
             # take requests while the GPU has room (or must, with nothing in flight) ...
-            while not pending or (len(pending) < SLOTS and conn.poll(0)):
+            while (not pending and not gating) or (len(pending) < SLOTS and conn.poll(0)):
                 try:
                     message = conn.recv()
                 except (EOFError, OSError):
                     return
                 if message is None:
-                    _drain(conn, pending)
+                    _drain(conn, backend, pending, gating)
                     return
                 kind = message[0]
                 if kind == "model":
@@ -138,23 +139,42 @@ def _serve(conn: Connection) -> None:
                     except Exception as error:  # noqa: BLE001
                         pending.append(("error", _one_line(error)))
                 elif kind == "compile":
-                    _drain(conn, pending)
+                    _drain(conn, backend, pending, gating)
                     clock = time.perf_counter()
                     conn.send(("compiled", backend.prepare_for(message[1])))
                     startup["kernels"] = time.perf_counter() - clock
                 elif kind == "stats":
-                    _drain(conn, pending)
+                    _drain(conn, backend, pending, gating)
                     details = dict(backend.details(), startup={k: round(v, 3) for k, v in startup.items()},
                                    numba_imported="numba" in sys.modules)
                     conn.send(("stats", details, backend.gpu_seconds()))
-            # ... then finish the oldest model and send its result
-            _send_oldest(conn, pending)
+            # ... then finish the oldest model's filters (its Forward gate joins the next batch),
+            # send every result whose gate is done, and, with nothing else to do, launch the
+            # gates still queued and wait for the oldest
+            if pending:
+                gating.append(_filtered(pending.popleft()))
+            while gating and (gating[0][0] == "error" or gating[0][1].ready()):
+                _send_gated(conn, gating.popleft())
+            if gating and not pending and not conn.poll(0):
+                backend.flush_gates()
+                _send_gated(conn, gating.popleft())
     finally:
         backend.close()
 
 
-def _send_oldest(conn: Connection, pending: collections.deque) -> None:
-    kind, value = pending.popleft()
+def _filtered(entry: tuple) -> tuple:
+    """A model's filters finished (its gate queued): ("model", GateTicket), or ("error", message)."""
+    kind, value = entry
+    if kind == "error":
+        return entry
+    try:
+        return "model", value.filtered()
+    except Exception as error:  # noqa: BLE001
+        return "error", _one_line(error)
+
+
+def _send_gated(conn: Connection, entry: tuple) -> None:
+    kind, value = entry
     if kind == "error":
         conn.send(("error", value))
         return
@@ -164,9 +184,13 @@ def _send_oldest(conn: Connection, pending: collections.deque) -> None:
         conn.send(("error", _one_line(error)))
 
 
-def _drain(conn: Connection, pending: collections.deque) -> None:
+def _drain(conn: Connection, backend, pending: collections.deque, gating: collections.deque) -> None:
+    """Finish and send everything in flight, in order."""
     while pending:
-        _send_oldest(conn, pending)
+        gating.append(_filtered(pending.popleft()))
+    backend.flush_gates()
+    while gating:
+        _send_gated(conn, gating.popleft())
 
 
 def _one_line(error: BaseException) -> str:

@@ -194,6 +194,9 @@ class EngineStats:
     fallback: str = ""  #: why ``auto`` went on without the GPU, when it did
     description: str = ""  #: the backend's description at the end of the search
     targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, fwd=0, searched=0))
+    #: the Forward gate's decisions on the Viterbi filter's survivors (hmmgpu's Forward, before
+    #: pyhmmer's stage): passed F3, failed it (pyhmmer never ran on them), left undecided
+    forward_gate: dict = field(default_factory=lambda: dict(passed=0, failed=0, unsure=0))
     backend: dict = field(default_factory=dict)  #: the backend's own breakdown (GPU kernels, host side)
     #: worker processes of one thread each (:mod:`hmmgpu.distributed.processes`; 0: threads of this process),
     #: and the sum of their peak memory
@@ -207,7 +210,8 @@ class EngineStats:
         for name in ("queries", "prepare_seconds", "filter_seconds", "forward_seconds", "pipeline_seconds",
                      "tasks", "filtered_queries", "pipeline_queries", "head_start_targets", "processes_busy_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for totals, part in ((self.cpu_seconds, other.cpu_seconds), (self.targets, other.targets)):
+        for totals, part in ((self.cpu_seconds, other.cpu_seconds), (self.targets, other.targets),
+                             (self.forward_gate, other.forward_gate)):
             for key, value in part.items():
                 totals[key] += value
 
@@ -252,7 +256,17 @@ class EngineStats:
             "CPU time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.cpu_seconds.items()),
             f"targets through each stage (all queries): searched {t['searched']}, past MSV {t['msv']}, "
             f"bias {t['bias']}, Viterbi {t['vit']}, Forward {t['fwd']}",
-        ] + ([f"backend: {self.backend}"] if self.backend else [])
+        ] + ([self.forward_gate_line()] if any(self.forward_gate.values()) else []) + (
+            [f"backend: {self.backend}"] if self.backend else [])
+
+    def forward_gate_line(self) -> str:
+        """One line on the Forward gate: what hmmgpu's Forward decided, the work taken from pyhmmer."""
+        g = self.forward_gate
+        ms = (self.backend.get("kernel_ms") or {}).get("forward")
+        return (f"Forward filter on hmmgpu's side: {g['passed'] + g['failed'] + g['unsure']} Viterbi-filter "
+                f"survivors, {g['failed']} failed F3 (pyhmmer's Forward, Backward and domain stage skipped on "
+                f"them), {g['passed']} passed, {g['unsure']} left to pyhmmer undecided"
+                + (f"; Forward kernel {ms:.1f} ms" if ms else ""))
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}
@@ -388,6 +402,12 @@ class SearchEngine:
                 self.stats.head_start_targets += int(covered.sum())
         query.counts = result
         query.seconds.update(result.seconds)
+        if result.forward is not None:
+            gate = result.forward
+            with self._lock:
+                for name, value in (("passed", gate.passed), ("failed", gate.failed),
+                                    ("unsure", int(gate.unsure.size))):
+                    self.stats.forward_gate[name] += value
         return self.forward.plan(query, result.survivors)
 
     def finish(self, query: Query) -> SearchResult:
@@ -669,10 +689,13 @@ def _outside(result, covered: np.ndarray):
     pyhmmer's whole pipeline by a head start): survivors and counters of the others."""
     from dataclasses import replace
 
-    if result.past_msv is None or result.past_bias is None:
+    if result.past_msv is None or result.past_bias is None or result.past_vit is None:
         raise HmmgpuError("internal: a head start needs the targets past each filter")
     survivors = result.survivors[~covered[result.survivors]]
     past_msv = result.past_msv[~covered[result.past_msv]]
     past_bias = result.past_bias[~covered[result.past_bias]]
+    past_vit = result.past_vit[~covered[result.past_vit]]
+    gate = None if result.forward is None else result.forward.outside(covered, past_vit, survivors)
     return replace(result, survivors=survivors, n_past_msv=int(past_msv.size), n_past_bias=int(past_bias.size),
-                   n_past_vit=int(survivors.size), past_msv=past_msv, past_bias=past_bias)
+                   n_past_vit=int(past_vit.size), past_msv=past_msv, past_bias=past_bias, past_vit=past_vit,
+                   forward=gate)

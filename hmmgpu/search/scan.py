@@ -222,10 +222,12 @@ class Survivors:
 
 
 class CascadeNarrowing:
-    """hmmgpu's filter cascade (MSV, bias, Viterbi filter) of every model over the query
-    sequences, on a cascade backend (the GPU: several models in flight), turned around into
-    :class:`Survivors` per sequence: the models that pass all three filters, and the
-    sequence's filter counters (how many models it passed each filter with).
+    """hmmgpu's filter cascade (MSV, bias, Viterbi filter, and the Forward gate where the
+    backend runs it) of every model over the query sequences, on a cascade backend (the GPU:
+    several models in flight), turned around into :class:`Survivors` per sequence: the
+    models that pass the filters (those the Forward gate failed left out: they cannot hit,
+    and pyhmmer's count of Forward passers is the same without them), and the sequence's
+    counters of the first three filters (how many models it passed each filter with).
 
     The cascade decides exactly as HMMER's pipeline does for each (model, sequence) pair,
     whichever program runs it: hmmsearch and hmmscan configure the model and the null model
@@ -254,8 +256,9 @@ class CascadeNarrowing:
     def _collect(self, position: int, ticket) -> None:
         result = ticket.result()
         n = self.sequences.n
+        past_vit = result.survivors if result.past_vit is None else result.past_vit
         for name, passed in (("n_past_msv", result.past_msv), ("n_past_bias", result.past_bias),
-                             ("n_past_vit", result.survivors)):
+                             ("n_past_vit", past_vit)):
             self._counts[name] += np.bincount(np.asarray(passed, np.int64), minlength=n)
         self._models.append(np.full(result.survivors.size, position, np.int64))
         self._targets.append(np.asarray(result.survivors, np.int64))

@@ -8,11 +8,19 @@ For one model and every target, in order (docs/algorithms.md §9.3):
    the null score); ``n_past_bias``.
 3. Viterbi filter, *skipped* when the bias-corrected MSV P-value is already <= F2, else
    pass when ``P(vit) <= F2``; ``n_past_vit``.
+4. Forward filter (the *gate*, where the backend offers the Forward parser: the GPU, and
+   the numba backend's CPU reference): ``p7_ForwardParser``'s score against ``filtersc``,
+   pass when ``P(fwd) <= F3`` (:func:`forward_gate`). A target that fails is removed here:
+   pyhmmer never runs Forward (nor anything after it) on it. A target whose score the
+   backend cannot promise bit for bit (a range error, a flagged target) is left undecided
+   and sent on, as are the passers. ``n_past_fwd`` stays pyhmmer's count: it recomputes
+   Forward on what it receives and counts exactly the passers.
 
 The survivors then go to pyhmmer's Forward/Backward/domain stage (:mod:`hmmgpu.cpu.pyhmmer_stage`)
 with the ``filtersc`` it recomputes itself. Each stage returns a small result object that
-turns its own integer scores into nats (:class:`MsvResult`, :class:`ViterbiResult`), so the
-cascade, the audit and the tests never decode a backend's integers themselves.
+turns its own integer scores into nats (:class:`MsvResult`, :class:`ViterbiResult`,
+:class:`ForwardResult`), so the cascade, the audit and the tests never decode a backend's
+integers themselves.
 :func:`run_cascade` is the host version over any :class:`~hmmgpu.stages.protocol.FilterBackend`;
 the CUDA backend runs the same cascade on the GPU (:mod:`hmmgpu.gpu.cascade`).
 """
@@ -24,7 +32,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hmmgpu.stages import stats
-from hmmgpu.constants import STATUS_NORESULT, STATUS_RANGE
+from hmmgpu.constants import STATUS_NORESULT, STATUS_OK, STATUS_RANGE
+from hmmgpu.stages.forward import STATUS_UNSURE  # noqa: F401 - a ForwardResult's status, re-exported
 from hmmgpu.stages.profiles import msv_score, null_table, tjb_table, viterbi_score, xw_move_table
 
 F32 = np.float32
@@ -67,6 +76,34 @@ class ViterbiResult:
         return sc
 
 
+@dataclass(frozen=True)
+class ForwardResult:
+    """The Forward parser (``p7_ForwardParser``) of some targets: status and score in nats."""
+
+    indices: np.ndarray  #: int64 database indices
+    status: np.ndarray  #: int32: STATUS_OK, STATUS_RANGE (libhmmer's eslERANGE) or STATUS_UNSURE
+    scores: np.ndarray  #: float32 nats, libhmmer's bit for bit where the status is OK (else NaN)
+    recomputed: int = 0  #: targets whose score libhmmer computed (the backend's fallback)
+
+
+@dataclass
+class ForwardGate:
+    """What hmmgpu's Forward filter decided on one model's Viterbi-filter survivors."""
+
+    passed: int = 0  #: P <= F3: sent on (pyhmmer computes their Forward again)
+    failed: int = 0  #: P > F3: removed; pyhmmer never sees them
+    #: database indices of the targets left undecided (sent on): range errors, flagged targets
+    unsure: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    seconds: float = 0.0  #: host time of the gate (the kernel's time is the backend's)
+
+    def outside(self, covered: np.ndarray, past_vit: np.ndarray, survivors: np.ndarray) -> "ForwardGate":
+        """The gate's counts without the targets of the mask ``covered``: ``past_vit`` and
+        ``survivors`` are the Viterbi filter's survivors and the gate's, without them."""
+        unsure = self.unsure[~covered[self.unsure]]
+        return ForwardGate(passed=int(survivors.size - unsure.size), failed=int(past_vit.size - survivors.size),
+                           unsure=unsure, seconds=self.seconds)
+
+
 @dataclass
 class StageCounts:
     """A query's pipeline statistics, as hmmsearch prints them, and where the time went."""
@@ -86,9 +123,11 @@ class StageCounts:
 
 @dataclass
 class CascadeResult:
-    """What passed the filters of one model: sorted database indices and the counts, and
-    which targets passed MSV and the bias filter (database indices, any order: a scan
-    counts them per sequence)."""
+    """What passed the filters of one model: the sorted database indices that go on to the
+    post-filter stage (``survivors``: the Viterbi filter's, less those the Forward gate
+    failed) and the counts, and which targets passed MSV, the bias filter and the Viterbi
+    filter (database indices; ``past_vit`` sorted, the others in any order: a scan counts
+    them per sequence)."""
 
     survivors: np.ndarray
     n_past_msv: int
@@ -97,10 +136,35 @@ class CascadeResult:
     seconds: dict = field(default_factory=dict)
     past_msv: np.ndarray = None
     past_bias: np.ndarray = None
+    past_vit: np.ndarray = None
+    forward: ForwardGate | None = None  #: the Forward gate's decisions (None: it did not run)
+
+
+def forward_gate(profile, options, fwd: ForwardResult, filtersc) -> tuple:
+    """The Forward filter on the Viterbi filter's survivors ``fwd.indices`` (sorted) with their
+    ``filtersc`` (the bias filter's score, or the null score without it), exactly as
+    ``p7_Pipeline`` decides it (:func:`~hmmgpu.stages.stats.passes_exponential`): (the targets
+    sent on, a :class:`ForwardGate`). Targets without a certain score are sent on undecided,
+    and so is every target of a model without Forward statistics."""
+    clock = time.perf_counter()
+    idx = np.asarray(fwd.indices, np.int64)
+    tau, lam = profile.evalue_parameters[4:6]
+    decided = np.asarray(fwd.status) == STATUS_OK
+    if not (np.isfinite(tau) and np.isfinite(lam)):
+        decided[:] = False
+    keep = ~decided
+    if decided.any():
+        keep[decided] = stats.passes_exponential(np.asarray(fwd.scores, F32)[decided],
+                                                 np.asarray(filtersc, F32)[decided], tau, lam, options.F3)
+    unsure = idx[~decided]
+    gate = ForwardGate(passed=int(keep.sum()) - int(unsure.size), failed=int((~keep).sum()), unsure=unsure,
+                       seconds=time.perf_counter() - clock)
+    return idx[keep], gate
 
 
 def run_cascade(backend, profile, options, db) -> CascadeResult:
-    """The filter cascade of ``profile`` over every target of ``db`` on ``backend``'s stages."""
+    """The filter cascade of ``profile`` over every target of ``db`` on ``backend``'s stages,
+    with the Forward gate where ``backend.forward`` offers it (not None)."""
     mu, lam, vmu, vlam = profile.evalue_parameters[:4]
     max_len = max(int(db.max_length), 1)
     lengths = db.lengths
@@ -132,7 +196,18 @@ def run_cascade(backend, profile, options, db) -> CascadeResult:
         vit = backend.viterbi(profile, idx[need])
         passed = ~need
         passed[need] = stats.passes_gumbel(vit.scores(lengths), filtersc[need], vmu, vlam, options.F2)
-        idx = idx[passed]
+        idx, filtersc = idx[passed], filtersc[passed]
     seconds["viterbi"] = time.perf_counter() - clock
-    return CascadeResult(survivors=idx, n_past_msv=n_past_msv, n_past_bias=n_past_bias, n_past_vit=int(idx.size),
-                         seconds=seconds, past_msv=past_msv, past_bias=past_bias)
+
+    past_vit = survivors = idx
+    gate = None
+    if idx.size:
+        clock = time.perf_counter()
+        forward = getattr(backend, "forward", None)
+        fwd = forward(profile, idx) if forward is not None else None
+        if fwd is not None:
+            survivors, gate = forward_gate(profile, options, fwd, filtersc)
+            seconds["forward"] = time.perf_counter() - clock
+    return CascadeResult(survivors=survivors, n_past_msv=n_past_msv, n_past_bias=n_past_bias,
+                         n_past_vit=int(past_vit.size), seconds=seconds, past_msv=past_msv, past_bias=past_bias,
+                         past_vit=past_vit, forward=gate)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hmmgpu.constants import BASE_B, BASE_W, K, MAX_TARGET_LENGTH, SCALE_B, SCALE_W
+from hmmgpu.stages.forward import ForwardTables
 
 _libm = ctypes.CDLL(ctypes.util.find_library("m"))
 _libm.logf.restype = ctypes.c_float
@@ -290,6 +291,9 @@ class ModelProfile:
     evalue_parameters: tuple  #: (MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA)
     bias: BiasProfile  #: the composition bias filter's HMM
     hmm: object = field(default=None, repr=False, compare=False)  #: the pyhmmer HMM it was built from
+    #: HMMER's striped Forward tables (:class:`~hmmgpu.stages.forward.ForwardTables`), read from
+    #: the optimized profile of the configured profile it was built from
+    forward: object = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_hmm(cls, hmm, mmu: float | None = None) -> "ModelProfile":
@@ -302,9 +306,10 @@ class ModelProfile:
         configures it. ``mmu``: the model's MSV location parameter (``STATS LOCAL MSV``) when
         the caller read it from the file."""
         msc = match_scores(gm)
+        om = gm.to_optimized()
         # om->compo as p7_pli_NewModel hands it to p7_bg_SetFilter: the model's COMPO line
         # (which p7_oprofile_Convert copies), or the optimized profile's zeros without one
-        compo = hmm.composition if hmm.composition is not None else gm.to_optimized().compositions
+        compo = hmm.composition if hmm.composition is not None else om.compositions
         return cls(
             name=_text(hmm.name),
             M=hmm.M,
@@ -313,6 +318,7 @@ class ModelProfile:
             evalue_parameters=evalue_parameters(hmm, mmu),
             bias=BiasProfile.from_composition(hmm.M, np.asarray(compo, dtype=F32)[:K]),
             hmm=hmm,
+            forward=ForwardTables.from_optimized(om) if om.multihit and om.local else None,
         )
 
 

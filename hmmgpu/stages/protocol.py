@@ -5,9 +5,11 @@ stage functions declared once (``impl_sse.h``); every implementation (SSE, NEON,
 the GPU) provides the same set. hmmgpu's search is organised the same way, in two parts:
 
 * **Filter stages** (:class:`CascadeBackend`, :class:`FilterBackend`): MSV, the bias
-  filter and the Viterbi filter over one database, model after model. ``prepare`` turns an
-  HMM into what ``submit`` takes, ``submit`` returns a ticket whose ``result()`` is the
-  model's :class:`~hmmgpu.stages.cascade.CascadeResult` (its survivors and counters).
+  filter and the Viterbi filter over one database, model after model, and where the
+  backend has a Forward parser, the Forward filter (F3) as a gate on their survivors.
+  ``prepare`` turns an HMM into what ``submit`` takes, ``submit`` returns a ticket whose
+  ``result()`` is the model's :class:`~hmmgpu.stages.cascade.CascadeResult` (its survivors
+  and counters).
   Implementations: the exact CPU filters (:class:`~hmmgpu.cpu.backends.NumbaBackend`), the
   GPU in this process (:class:`~hmmgpu.gpu.backend.CudaBackend`) or in a child process
   (:class:`~hmmgpu.gpu.process.CudaProcessBackend`). :class:`~hmmgpu.cpu.backends.HmmerBackend`
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # numpy is imported where it is used: the CLI starts the GPU process before importing it
     import numpy as np
 
-    from hmmgpu.stages.cascade import CascadeResult, MsvResult, ViterbiResult
+    from hmmgpu.stages.cascade import CascadeResult, ForwardResult, MsvResult, ViterbiResult
 
 
 class Backend(ABC):
@@ -110,6 +112,14 @@ class FilterBackend(CascadeBackend):
     @abstractmethod
     def viterbi(self, profile, indices) -> "ViterbiResult":
         """Viterbi filter of the targets ``indices``."""
+
+    def forward(self, profile, indices, fallback: bool = False) -> "ForwardResult | None":
+        """The Forward parser (``p7_ForwardParser``) of the targets ``indices``, or None where
+        the backend has none (then the cascade runs no Forward gate). Scores come back only
+        where they are libhmmer's bit for bit in either float mode; the others get
+        ``STATUS_UNSURE``, unless ``fallback`` asks libhmmer to compute them (in the calling
+        thread's float mode)."""
+        return None
 
     def cascade(self, profile, options) -> "CascadeResult":
         """The filter cascade of one model over every target."""

@@ -60,7 +60,8 @@ def check_forward(stage, hmm, db, indices=None) -> dict:
                 raise AssertionError(f"{what}: scale factors differ from libhmmer's")
             report["rescaled"] += int(got.scales[j].size > 0)
             report["range"] += int(status != 0)
-            if got.reason is not None:
+            if not got.on_gpu[j]:  # the model's tables or the target's cost kept it from the kernel
+                report["not_run"] = report.get("not_run", 0) + 1
                 continue
             mine = ref.parse(tables, codes, rows=False)
             if (got.flags[j] & ~ref.ANY_TINY) != (mine.flags & ~ref.ANY_TINY):
@@ -104,25 +105,61 @@ def fwd_case(M: int, seed: int, n_random: int = 2, max_len: int = 12, homolog: i
     return hmm, SequenceDB.from_block(blk)
 
 
+def check_batch(stage, hmms, db) -> dict:
+    """Several models' targets in one batch (one launch per storage of their rows): each
+    model's scores against libhmmer's, target by target, bit for bit, where the kernel gave
+    one; every target of every model is asked for."""
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.gpu.fwdback.launch import ForwardJob
+    from hmmgpu.stages.forward import ForwardTables
+
+    idx = np.flatnonzero(np.asarray(db.lengths) > 0)
+    models = [HmmerModel(hmm) for hmm in hmms]
+    try:
+        batch = stage.launch([ForwardJob(ForwardTables.from_hmmer(model), idx) for model in models])
+        results = batch.results()
+        report = dict(models=len(hmms), n=0, host=0, launches=len(batch._launches))
+        for hmm, model, got in zip(hmms, models, results):
+            if not np.array_equal(got.indices, idx):
+                raise AssertionError("the batch returned other targets than asked")
+            for j, i in enumerate(idx):
+                status, score, _, _ = model.forward_parser(db.codes(int(i)))
+                if got.host[j]:
+                    report["host"] += 1
+                    continue
+                if status != 0 or _bits(got.scores[j]) != _bits(score):
+                    raise AssertionError(f"target {int(i)}, M={hmm.M}: batch score {got.scores[j]!r}, "
+                                         f"libhmmer {score!r} (status {status})")
+                report["n"] += 1
+    finally:
+        for model in models:
+            model.close()
+    return report
+
+
 def simulator_fwd_checks():
     """The kernel under the simulator: a model with M < 100 (all three carry passes) and one
     with M >= 100 (early exit), padding lanes in both, rows that rescale, a range error and
-    a subnormal fallback; several targets per thread, several launches and several chunks."""
+    a subnormal fallback; rows in shared memory and in global scratch, several targets per
+    thread, several chunks, and two models in one batch."""
     out = []
     hmm, db = fwd_case(18, 2, n_random=2, homolog=40, stops=True)
-    out.append(("M18", check_forward(forward_stage(db), hmm, db)))
-    stage = forward_stage(db, scratch_bytes=12 * 5 * 4)  # room for one thread: it runs every target in turn
+    out.append(("M18 shared", check_forward(forward_stage(db), hmm, db)))
+    stage = forward_stage(db, storage="global", scratch_bytes=12 * 5 * 4)  # room for one group of threads: every target in turn
     report = check_forward(stage, hmm, db)
-    report.update(launches=stage.last["launches"], threads=stage.last["threads"])
-    out.append(("M18 one thread", report))
-    stage = forward_stage(db, max_bytes=200, scratch_bytes=12 * 5 * 4 * 2, batch_residues=30)
-    if stage.resident.n_chunks < 2:
-        raise AssertionError("the small memory budget did not chunk the database")
-    report = check_forward(stage, hmm, db)
-    report.update(chunks=stage.resident.n_chunks, launches=stage.last["launches"], threads=stage.last["threads"])
-    out.append(("M18 chunked, 2 threads", report))
-    hmm, db = fwd_case(101, 5, n_random=1, max_len=6, homolog=20)
-    out.append(("M101", check_forward(forward_stage(db), hmm, db)))
+    if stage.last["groups"] != 1 or stage.last["storage"] != "global":
+        raise AssertionError(f"expected one group with its rows in global memory: {stage.last}")
+    out.append(("M18 global, one group", report))
+    for storage in ("global", "shared"):
+        stage = forward_stage(db, max_bytes=200, storage=storage, scratch_bytes=12 * 5 * 4 * 2)
+        if stage.resident.n_chunks < 2:
+            raise AssertionError("the small memory budget did not chunk the database")
+        report = check_forward(stage, hmm, db)
+        report.update(chunks=stage.resident.n_chunks, storage=stage.last["storage"])
+        out.append((f"M18 chunked, {storage}", report))
+    hmm101, db101 = fwd_case(101, 5, n_random=1, max_len=6, homolog=20)
+    out.append(("M101", check_forward(forward_stage(db101), hmm101, db101)))
+    out.append(("M18 + M101 in one batch", check_batch(forward_stage(db), [hmm, sampled_hmm(101, 5)], db)))
     # a Pfam model (M = 262) and two real homologs of the proteome: one rescaled once, one
     # rescaled 14 times whose N state goes subnormal (TINY_ROWS)
     hmm, db = real_case("KR", [261, 9])
@@ -130,6 +167,12 @@ def simulator_fwd_checks():
     if report["rescaled"] != 2 or report["tiny_rows"] != 1:
         raise AssertionError(f"KR homologs: expected 2 rescaled targets, 1 with a subnormal N: {report}")
     out.append(("KR", report))
+    hmm, db = fwd_case(18, 2, n_random=2, homolog=40, stops=True)
+    stage = forward_stage(db, max_cells=18 * 20)  # the 40-residue homolog is too costly for the GPU here
+    report = check_forward(stage, hmm, db)
+    if report.get("not_run", 0) < 1 or report["host"] < 3:
+        raise AssertionError(f"a target above max_cells was not left to libhmmer: {report}")
+    out.append(("M18, a costly target to the host", report))
     return out
 
 

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from tests.helpers import assert_same_pipeline, hits_table
+from tests.helpers import assert_same_pipeline, forward_pvalues, hits_table, narrow_f3
 
 STATUS_RANGE = 16
 
@@ -317,9 +317,44 @@ def simulator_vit_checks():
     return out
 
 
+def check_forward_gate(backend, hmm, prof, db, options, result) -> dict:
+    """The Forward gate of one model's cascade ``result`` (on ``backend``, CUDA or numba):
+    its Forward scores are libhmmer's ``p7_ForwardParser`` scores bit for bit (targets it left
+    undecided are those libhmmer fails on, or flagged), and it sent on exactly the Viterbi
+    filter's survivors whose Forward P-value, from HMMER's own functions and arithmetic, is
+    <= F3, with the undecided ones."""
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.stages.forward import STATUS_UNSURE
+
+    gate, past_vit = result.forward, result.past_vit
+    if gate is None:
+        if past_vit.size == 0 and result.survivors.size == 0:  # nothing to decide
+            return dict(passed=0, failed=0, unsure=0)
+        raise AssertionError("the cascade ran no Forward gate")
+    fwd = backend.forward(prof, past_vit)
+    with HmmerModel(hmm) as model:
+        expected = [model.forward_parser(db.codes(int(t)))[:2] for t in past_vit]
+    for t, st, sc, (ref_st, ref_sc) in zip(past_vit, fwd.status, fwd.scores, expected):
+        if st == STATUS_UNSURE:
+            continue
+        if st != ref_st or (st == 0 and np.float32(sc).view(np.uint32) != np.float32(ref_sc).view(np.uint32)):
+            raise AssertionError(f"target {t}: Forward {st} {sc!r}, libhmmer {ref_st} {ref_sc!r}")
+    decided = fwd.status != STATUS_UNSURE
+    pvalues = forward_pvalues(hmm, db, past_vit, options.bias_filter)
+    want = past_vit[~decided | (pvalues <= options.F3)]
+    if not np.array_equal(result.survivors, want):
+        raise AssertionError(f"F3 = {options.F3!r}: the gate sent on {result.survivors}, HMMER passes {want}")
+    counts = (gate.passed, gate.failed, int(gate.unsure.size))
+    if counts != (int((decided & (pvalues <= options.F3)).sum()), int((decided & ~(pvalues <= options.F3)).sum()),
+                  int((~decided).sum())) or not np.array_equal(gate.unsure, past_vit[~decided]):
+        raise AssertionError(f"gate counts {counts} differ from its decisions")
+    return dict(passed=counts[0], failed=counts[1], unsure=counts[2])
+
+
 def check_cascade(hmm, db, lanes="auto", **options):
     """The whole search on the cuda backend against a full pyhmmer search: tables, counters,
-    and every bias score the GPU decided with against the CPU reference."""
+    every bias score the GPU decided with against the CPU reference, and the Forward gate
+    (:func:`check_forward_gate`)."""
     import pyhmmer
 
     from hmmgpu.cpu import filters as cpu_filters
@@ -341,7 +376,8 @@ def check_cascade(hmm, db, lanes="auto", **options):
     # the GPU's bias scores, where it decided with them, equal the CPU reference's
     prof = ModelProfile.from_hmm(hmm)
     ticket = backend.gpu.submit(prof, opts)
-    ticket.result()
+    result = ticket.result()
+    gate = check_forward_gate(backend, hmm, prof, db, opts, result)
     h = ticket.slot.host
     n = int(h["counters"][Counter.OUT])
     pos = backend.resident.indices[h["msv_pos"][:n]]
@@ -352,8 +388,10 @@ def check_cascade(hmm, db, lanes="auto", **options):
             raise AssertionError("GPU bias filter scores differ from the CPU reference")
     backend.close()
     counters = ref.__getstate__()["pipeline"]
-    return dict(hits=len(ref), n_past=[counters[k] for k in ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")],
-                gpu_bias_scores=int(decided.sum()))
+    n_past = [counters[k] for k in ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")]
+    if gate["unsure"] == 0 and n_past[3] != gate["passed"]:
+        raise AssertionError(f"pyhmmer passed {n_past[3]} targets through Forward, the gate {gate['passed']}")
+    return dict(hits=len(ref), n_past=n_past, gpu_bias_scores=int(decided.sum()), gate=gate)
 
 
 def simulator_cascade_checks():
@@ -362,6 +400,15 @@ def simulator_cascade_checks():
     hmm, prof, db = vit_case(24, 11, 3, 12, long_cases=True)
     for options in (dict(), dict(E=1e-3), dict(F2=1.0)):
         out.append((options, check_cascade(hmm, db, **options)))
+    # every target through the filters, the all-stop ones (Forward: eslERANGE) left undecided
+    # by the gate and sent on (pyhmmer raises on them, as it would without the gate)
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.options import SearchOptions
+
+    backend = CudaBackend(db)
+    opts = SearchOptions.from_kwargs(F1=1.0, F2=1.0)
+    out.append(("undecided", check_forward_gate(backend, hmm, prof, db, opts, backend.cascade(prof, opts))))
+    backend.close()
     # every target through MSV: without the all-stop targets, on which HMMER's Forward fails
     keep = [i for i in range(db.n) if (db.codes(i) < 20).any()]
     from hmmgpu.formats.seqdb import SequenceDB
@@ -369,7 +416,56 @@ def simulator_cascade_checks():
     db = SequenceDB.from_block(db.block(keep))
     for options in (dict(F1=1.0), dict(F1=1.0, bias_filter=False)):
         out.append((options, check_cascade(hmm, db, **options)))
+    # F3 between two survivors' Forward P-values, as narrowly as a double allows: a P-value
+    # itself (that target passes) and the double below it (it fails)
+    past_vit = check_cascade_survivors(hmm, db, F1=1.0, F2=1.0)
+    for F3 in narrow_f3(forward_pvalues(hmm, db, past_vit))[:2]:
+        out.append((dict(F1=1.0, F2=1.0, F3=F3), check_cascade(hmm, db, F1=1.0, F2=1.0, F3=F3)))
     return out
+
+
+def simulator_gate_batch_checks():
+    """Several models' Forward gates in one batch: three models submitted, their filters
+    finished (gates queued), one launch for all three; each model's result equals the one it
+    gets alone, and the gate's survivors equal HMMER's F3 decisions (:func:`check_forward_gate`)."""
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.options import SearchOptions
+
+    cases = [vit_case(M, seed, 3, 12, long_cases=False) for M, seed in ((24, 11), (40, 3), (17, 5))]
+    db = cases[0][2]
+    opts = SearchOptions.from_kwargs(F1=1.0, F2=1.0)
+    backend = CudaBackend(db)
+    try:
+        profiles = [backend.prepare(hmm) for hmm, _, _ in cases]
+        gated = [backend.gpu.submit(prof, opts).filtered() for prof in profiles]
+        if any(g.batch is not None for g in gated):
+            raise AssertionError("a gate was launched before its batch filled or was flushed")
+        backend.flush_gates()
+        if len({id(g.batch) for g in gated}) != 1:
+            raise AssertionError("the three models' gates did not share one batch")
+        out = []
+        for (hmm, _, _), prof, g in zip(cases, profiles, gated):
+            together = g.result()
+            alone = backend.cascade(prof, opts)
+            if not (np.array_equal(together.survivors, alone.survivors)
+                    and np.array_equal(together.past_vit, alone.past_vit)):
+                raise AssertionError(f"M={hmm.M}: the batched gate sent on other targets than the model's own")
+            out.append((f"batched M{hmm.M}", check_forward_gate(backend, hmm, prof, db, opts, together)))
+        return out
+    finally:
+        backend.close()
+
+
+def check_cascade_survivors(hmm, db, **options):
+    """The Viterbi filter's survivors of ``hmm`` over ``db`` on the GPU cascade."""
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.options import SearchOptions
+
+    backend = CudaBackend(db)
+    try:
+        return backend.cascade(backend.prepare(hmm), SearchOptions.from_kwargs(**options)).past_vit
+    finally:
+        backend.close()
 
 
 def simulator_cascade_host_checks():

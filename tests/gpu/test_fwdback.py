@@ -218,16 +218,17 @@ def test_cpu_reference_equals_libhmmer_homolog_fragments(proteome, seed, start, 
 # ------------------------------------------------------------------------------------------
 # the kernel
 # ------------------------------------------------------------------------------------------
-_FLOAT_ARRAYS = {"scratch", "tfv", "rfv", "pmove_by_length", "ploop_by_length", "out_rows", "out_scales", "out_xc"}
+_FLOAT_ARRAYS = {"row", "model_f", "tfv", "rfv", "pmove_by_length", "ploop_by_length", "out_rows", "out_scales", "out_xc"}
 
 
-def test_kernel_source_rounds_every_float_operation():
+@pytest.mark.parametrize("storage", ["shared", "global"])
+def test_kernel_source_rounds_every_float_operation(storage):
     """In the generated kernel no float value meets a plain ``*``, ``+``, ``-`` or ``/`` (which
     numba-cuda would be free to contract into a fused multiply-add): every float operation goes
     through fmul/fadd/fdiv (``__f*_rn``). The GPU test checks the PTX itself."""
     from hmmgpu.gpu.fwdback.source import FwdSpec
 
-    tree = ast.parse(FwdSpec().source("cuda"))
+    tree = ast.parse(FwdSpec(storage).source("cuda"))
     kernel = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel")
     floats = {"xe_move", "xe_loop", "tbm_min", "F0", "F1", "FMIN", "ABSORB", "RESCALE_AT"}
     for node in ast.walk(kernel):  # names bound to float values: results of fmul/fadd/fdiv, float reads
@@ -256,15 +257,16 @@ def test_kernel_source_rounds_every_float_operation():
             assert not any(is_float(side) for side in operands), ast.unparse(node)
             checked += 1
     assert checked > 50  # the integer index arithmetic
-    assert "fma" not in FwdSpec().source("cuda")
+    assert "fma" not in FwdSpec(storage).source("cuda")
 
 
 def test_kernel_exact_under_simulator(tmp_path):
     """The kernel under numba's CUDA simulator (tests/gpu/fwdback_checks.py): sampled models with
     M = 18 and 101 and KR (M = 262) with two real homologs, every score and special-state row
     equal to libhmmer's, flags, final C and scale factors equal to the CPU reference's;
-    rescaling, a range error, a subnormal fallback, several targets per thread, launches and
-    chunks."""
+    rescaling, a range error, a subnormal fallback, rows in shared and in global memory,
+    several targets per thread, chunks, two models in one batch and a target left to the host
+    for its cost."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "fwdback_checks.py"), "simulator_fwd_checks"],
@@ -272,13 +274,19 @@ def test_kernel_exact_under_simulator(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "simulator checks OK" in p.stdout
     rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
-    assert set(rows) == {"M18", "M18 one thread", "M18 chunked, 2 threads", "M101", "KR"}, p.stdout
-    assert rows["M18"] == dict(n=7, host=2, rescaled=1, range=1, tiny_rows=0)
-    assert rows["M18 one thread"] == dict(rows["M18"], launches=1, threads=1)
-    chunked = rows["M18 chunked, 2 threads"]
-    assert chunked["chunks"] > 1 and chunked["launches"] > chunked["chunks"] and chunked["threads"] == 2
+    assert set(rows) == {"M18 shared", "M18 global, one group", "M18 chunked, global", "M18 chunked, shared", "M101",
+                         "M18 + M101 in one batch", "KR", "M18, a costly target to the host"}, p.stdout
+    assert rows["M18 shared"] == dict(n=7, host=2, rescaled=1, range=1, tiny_rows=0)
+    assert rows["M18 global, one group"] == rows["M18 shared"]
+    for storage in ("global", "shared"):
+        chunked = rows[f"M18 chunked, {storage}"]
+        assert chunked["chunks"] > 1 and chunked["storage"] == storage
+        assert {k: chunked[k] for k in rows["M18 shared"]} == rows["M18 shared"]
     assert rows["M101"]["rescaled"] == 1 and rows["M101"]["host"] == 0
+    batch = rows["M18 + M101 in one batch"]
+    assert batch["models"] == 2 and batch["n"] + batch["host"] == 14 and batch["n"] >= 10
     assert rows["KR"] == dict(n=2, host=0, rescaled=2, range=0, tiny_rows=1)
+    assert rows["M18, a costly target to the host"]["host"] == rows["M18 shared"]["host"] + 1
 
 
 @pytest.mark.gpu
@@ -297,7 +305,7 @@ def test_kernel_exact_on_gpu(proteome):
     if not cuda_available():
         pytest.skip("no CUDA GPU")
     device = GpuDevice.open(0)
-    kernel = build.numba_kernel(FwdSpec(), device.lane_binding)
+    kernel = build.numba_kernel(FwdSpec("shared"), device.lane_binding)
     ptx = kernel.inspect_asm()
     ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
     assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx
@@ -311,5 +319,5 @@ def test_kernel_exact_on_gpu(proteome):
         hmm, db = fwd_case(M, seed, n_random=30, max_len=400, homolog=3 * M, stops=True)
         print(M, check_forward(forward_stage(db), hmm, db))
         report = check_forward(forward_stage(db, max_bytes=4000, scratch_bytes=48 * ref.nqf(M) * 3,
-                                             batch_residues=500), hmm, db)
+                                             storage="global"), hmm, db)
         print(M, "chunked", report)

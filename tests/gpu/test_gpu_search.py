@@ -102,6 +102,95 @@ def test_gpu_process_runs_the_exported_kernels_without_numba():
         assert_same_pipeline(result.hits, ref)
 
 
+def _pipeline_lines(path) -> list:
+    """The pipeline statistics of a report (hmmsearch's "Passed ... filter" and target lines)."""
+    keep = (b"Query model(s):", b"Target sequences:", b"Passed MSV filter:", b"Passed bias filter:",
+            b"Passed Vit filter:", b"Passed Fwd filter:", b"Initial search space", b"Domain search space")
+    with open(path, "rb") as f:
+        return [line.split() for line in f if line.strip().startswith(keep)]
+
+
+def test_cuda_forward_gate_samples_equal_hmmsearch(tmp_path, capsys):
+    """The four pfam_samples models against the sample proteome on the GPU, the Forward gate
+    on (the default): in this process, tables (targets, domains), kept hits and every counter
+    equal a full pyhmmer search; the gate failed some Viterbi-filter survivors (pyhmmer never
+    saw them), left none undecided, passed exactly pyhmmer's n_past_fwd, and its kernel time
+    is counted; each model's gate sent on exactly the targets whose Forward P-value (HMMER's
+    functions) is <= F3, its scores libhmmer's bit for bit. Then the command line (the GPU
+    process): tables and the report's pipeline statistics equal hmmsearch's, and the run's
+    statistics show the gate."""
+    import pyhmmer
+
+    from hmmgpu.formats.seqdb import SequenceDB
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.search.engine import SearchEngine
+    from tests.gpu.kernel_checks import check_forward_gate
+
+    with pyhmmer.plan7.HMMFile(SAMPLES / "samples.hmm") as fh:
+        hmms = list(fh)
+    assert len(hmms) == 4
+    db = SequenceDB.from_fasta(PROTEOME)
+    opts = SearchOptions.from_kwargs(backend="cuda", cpus=4)
+    backend = CudaBackend(db)
+    try:
+        engine = SearchEngine(db, opts, backend)
+        results = list(engine.search(hmms))
+        details = backend.details()
+        n_past_vit = n_past_fwd = 0
+        for result, hmm in zip(results, hmms):
+            ref = pyhmmer.plan7.Pipeline(hmm.alphabet, **opts.pipeline_kwargs()).search_hmm(hmm, db.block())
+            for fmt in ("targets", "domains"):
+                assert hits_table(result.hits, fmt) == hits_table(ref, fmt), (hmm.name, fmt)
+            assert len(result.hits) == len(ref)
+            assert_same_pipeline(result.hits, ref)
+            counters = ref.__getstate__()["pipeline"]
+            n_past_vit += counters["n_past_vit"]
+            n_past_fwd += counters["n_past_fwd"]
+            prof = backend.prepare(hmm)
+            print(hmm.name, check_forward_gate(backend, hmm, prof, db, opts, backend.cascade(prof, opts)))
+    finally:
+        backend.close()
+    gate = engine.stats.forward_gate
+    assert gate["failed"] > 0 and gate["unsure"] == 0, gate
+    assert gate["passed"] == n_past_fwd and gate["passed"] + gate["failed"] == n_past_vit, gate
+    assert details["kernel_ms"]["forward"] > 0 and details["forward_gate"]["failed"] >= gate["failed"]
+    ref_out = {k: tmp_path / f"ref.{k}" for k in ("txt", "tblout", "domtblout")}
+    ours = {k: tmp_path / f"ours.{k}" for k in ("txt", "tblout", "domtblout")}
+    if HMMSEARCH is not None:
+        subprocess.run([HMMSEARCH, "--cpu", "0", "-o", str(ref_out["txt"]), "--tblout", str(ref_out["tblout"]),
+                        "--domtblout", str(ref_out["domtblout"]), str(SAMPLES / "samples.hmm"), str(PROTEOME)],
+                       check=True)
+    capsys.readouterr()
+    assert main(["search", "--backend", "cuda", "-o", str(ours["txt"]), "--tblout", str(ours["tblout"]),
+                 "--domtblout", str(ours["domtblout"]), str(SAMPLES / "samples.hmm"), str(PROTEOME)]) == 0
+    err = capsys.readouterr().err
+    assert f"{gate['failed']} failed F3" in err and "Forward kernel" in err, err
+    if HMMSEARCH is not None:
+        for kind in ("tblout", "domtblout"):
+            assert _rows(ours[kind]) == _rows(ref_out[kind]), kind
+        assert _pipeline_lines(ours["txt"]) == _pipeline_lines(ref_out["txt"]) != []
+
+
+@pytest.mark.parametrize("name", ["PF02826", "LuxC", "Thioesterase", "KR"])
+def test_cuda_forward_gate_at_narrow_f3(name):
+    """On the GPU, F3 between two Viterbi-filter survivors' Forward P-values as narrowly as a
+    double allows (a P-value itself, which passes, and the double below it, which fails):
+    the search equals pyhmmer's (tables, counters) and the gate sends on exactly HMMER's
+    passers (tests/gpu/kernel_checks.py, check_cascade)."""
+    from hmmgpu.formats.seqdb import SequenceDB
+    from tests.gpu.kernel_checks import check_cascade, check_cascade_survivors
+    from tests.helpers import forward_pvalues, narrow_f3, sample_hmm
+
+    db = SequenceDB.from_fasta(PROTEOME)
+    hmm = sample_hmm(name)
+    values = narrow_f3(forward_pvalues(hmm, db, check_cascade_survivors(hmm, db)))
+    assert len(values) == 4
+    reports = [check_cascade(hmm, db, F3=F3) for F3 in values]
+    print(name, values, reports)
+    for passes, fails in (reports[:2], reports[2:]):
+        assert fails["gate"]["failed"] > passes["gate"]["failed"]
+
+
 HMMSCAN, HMMPRESS = shutil.which("hmmscan"), shutil.which("hmmpress")
 
 

@@ -58,12 +58,12 @@ def test_the_gpu_process_opens_the_device_context_with_blocking_sync(monkeypatch
 
 def test_the_gpu_process_imports_no_numba():
     """What the GPU process imports to run exported kernels (the launch code of every family,
-    the driver runtime, the cascade) pulls in no numba: its import and kernel registries
-    were most of that process's start-up."""
+    the Forward gate's included, the driver runtime, the cascade) pulls in no numba: its
+    import and kernel registries were most of that process's start-up."""
     code = ("import sys\n"
             "import hmmgpu.gpu.process, hmmgpu.search.routing, hmmgpu.stages.profiles, hmmgpu.formats.seqdb\n"
             "import hmmgpu.gpu.cascade, hmmgpu.gpu.runtime.driver, hmmgpu.gpu.runtime.device, hmmgpu.gpu.runtime.build\n"
-            "import hmmgpu.gpu.sw.launch\n"
+            "import hmmgpu.gpu.sw.launch, hmmgpu.gpu.fwdback.launch, hmmgpu.stages.forward\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'numba'))")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=ROOT)
@@ -214,8 +214,35 @@ def test_viterbi_kernel_exact_under_simulator(tmp_path):
 
 
 def test_gpu_cascade_equals_pyhmmer_under_simulator(tmp_path):
+    """The GPU cascade (MSV, bias and Viterbi filter kernels, the Forward gate's kernel and the
+    host's part) against a full pyhmmer search: tables, counters, bias scores, Forward scores
+    bit for bit, and the gate's survivors; with F3 between two survivors' Forward P-values (a
+    P-value itself, then the double below it: that target passes, then fails); targets on
+    which HMMER's Forward fails left undecided and sent on."""
+    import ast
+
     out = _simulate("simulator_cascade_checks", tmp_path)
-    assert out.count("gpu_bias_scores") == 5
+    assert out.count("gpu_bias_scores") == 7
+    rows = [line for line in out.splitlines() if line.startswith("{")]
+    gates = [ast.literal_eval(line[line.index("} {") + 2:])["gate"] for line in rows]
+    assert all(g["unsure"] == 0 for g in gates[:3]) and sum(g["failed"] for g in gates) > 0
+    narrow = [g for line, g in zip(rows, gates) if "'F3'" in line]
+    assert len(narrow) == 2 and narrow[1]["failed"] > narrow[0]["failed"]
+    undecided = next(line for line in out.splitlines() if line.startswith("undecided"))
+    assert ast.literal_eval(undecided[len("undecided "):])["unsure"] == 2  # the two all-stop targets
+    assert narrow[0]["passed"] + narrow[0]["failed"] == narrow[1]["passed"] + narrow[1]["failed"]
+
+
+def test_forward_gates_of_several_models_share_a_batch_under_simulator(tmp_path):
+    """Three models' Forward gates launched as one batch: each model's survivors equal its own
+    run's and HMMER's F3 decisions."""
+    import ast
+
+    out = _simulate("simulator_gate_batch_checks", tmp_path)
+    rows = [line for line in out.splitlines() if line.startswith("batched M")]
+    assert len(rows) == 3
+    gates = [ast.literal_eval(line[line.index("{"):]) for line in rows]
+    assert sum(g["passed"] + g["failed"] for g in gates) > 0
 
 
 def test_gpu_process_backend_under_simulator(tmp_path):

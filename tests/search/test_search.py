@@ -21,7 +21,8 @@ from hmmgpu.cli import main
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.formats.inputs import META_FILE
 from hmmgpu.formats.seqdb import SequenceDB
-from tests.helpers import AMINO, COUNTER_KEYS, PROTEOME, SAMPLES, assert_same_pipeline, hits_table
+from tests.helpers import (AMINO, COUNTER_KEYS, PROTEOME, SAMPLES, assert_same_pipeline, forward_pvalues, hits_table,
+                           narrow_f3, sample_hmm)
 
 HMMSEARCH = shutil.which("hmmsearch")
 
@@ -213,8 +214,11 @@ def test_single_query_is_split_over_every_thread(references, backend, monkeypatc
     for hmm, ref in zip(hmms, expected):
         with hmmgpu.Pipeline(block, backend=backend, cpus=8) as pli:
             ours = pli.search_hmm(hmm)
-            # the pyhmmer route splits every target; the filtered route its few survivors, by cost
-            assert pli.stats.tasks >= (8 if backend == "hmmer" else 2)
+            # the pyhmmer route splits every target; the filtered route its few survivors (those
+            # the Forward gate sent on: one for two of the models), by cost
+            gate = pli.stats.forward_gate
+            assert pli.stats.tasks >= (8 if backend == "hmmer" else min(2, gate["passed"] + gate["unsure"]))
+            assert backend == "hmmer" or gate["passed"] == ref.__getstate__()["pipeline"]["n_past_fwd"]
         assert hits_table(ours, "domains") == hits_table(ref, "domains")
         assert_same_pipeline(ours, ref)
 
@@ -236,7 +240,7 @@ def _auto_route(monkeypatch, residues: float, warm: bool = True, source: str = "
     monkeypatch.setattr("hmmgpu.gpu.runtime.context.cuda_driver_present", lambda: True)
     monkeypatch.setattr(backends, "cuda_available", lambda device: True)
     monkeypatch.setattr(backends, "_cuda", lambda run, db, gpu_process, started: started or "gpu")
-    options = SimpleNamespace(backend="auto", threads=16, device=0)
+    options = SimpleNamespace(backend="auto", threads=16, device=0, devices=None)
     db = SimpleNamespace(total_residues=residues, source=source)
 
     def chosen(models, started=None):
@@ -329,7 +333,7 @@ def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(monk
     fasta = tmp_path / "db.fa"
     with open(fasta, "wb") as fh:
         fh.truncate(29_000_000)  # its size alone is read
-    options = SimpleNamespace(backend="auto", threads=16)
+    options = SimpleNamespace(backend="auto", threads=16, devices=None)
     decided = backends.cpu_route_before_reading
     assert decided(options, str(fasta), [180] * 5) == backends._SMALL_WORK
     assert decided(options, str(fasta), [180]) == backends._ONE_QUERY
@@ -352,8 +356,8 @@ def test_auto_takes_pyhmmer_route_before_reading_when_the_file_size_decides(monk
         made.mkdir()
         (made / META_FILE).write_text(json.dumps({"total_residues": residues}))
         assert decided(options, str(made), [180]) == reason
-    assert decided(SimpleNamespace(backend="hmmer", threads=16), str(fasta), [180] * 30) == ""
-    assert decided(SimpleNamespace(backend="cuda", threads=16), str(fasta), [180] * 10) is None
+    assert decided(SimpleNamespace(backend="hmmer", threads=16, devices=None), str(fasta), [180] * 30) == ""
+    assert decided(SimpleNamespace(backend="cuda", threads=16, devices=None), str(fasta), [180] * 10) is None
     monkeypatch.setattr(kernels, "cuda_driver_present", lambda: False)  # a machine without a GPU
     assert decided(options, str(fasta), [180] * 30) == backends._NO_GPU
     monkeypatch.setattr(kernels, "cuda_driver_present", lambda: True)
@@ -432,7 +436,7 @@ def test_the_gpu_process_starts_without_asking_the_driver_here(monkeypatch, tmp_
     monkeypatch.setattr(gpu_process, "CudaProcessBackend", lambda **kw: started.append(kw) or "child")
     fasta = tmp_path / "db.fa"
     fasta.write_bytes(b">s\nACDEF\n")
-    options = SimpleNamespace(backend="cuda", threads=16, device=0, lanes="auto")
+    options = SimpleNamespace(backend="cuda", threads=16, device=0, lanes="auto", devices=None)
     assert backends.start_gpu_early(options, str(fasta), None, [120, 300]) == "child"
     assert started[0]["lengths"] == [120, 300] and started[0]["source"] == (str(fasta), None)
 
@@ -468,7 +472,7 @@ def test_auto_starts_no_gpu_process_early_for_small_models(monkeypatch, tmp_path
     monkeypatch.delenv("HMMGPU_NO_GPU", raising=False)
     fasta = tmp_path / "db.fa"
     fasta.write_bytes(b">s\n" + b"A" * 2_000_000 + b"\n")
-    options = SimpleNamespace(backend="auto", threads=16, device=0, lanes="auto")
+    options = SimpleNamespace(backend="auto", threads=16, device=0, lanes="auto", devices=None)
     assert backends.cpu_route_before_reading(options, str(fasta), [1000] * 2000) is None
     assert backends.start_gpu_early(options, str(fasta), None, [1000] * 2000) == "child"
     assert backends.cpu_route_before_reading(options, str(fasta), [100] * 20000) == backends._SMALL_MODELS
@@ -880,3 +884,43 @@ def test_a_piece_that_cannot_be_written_is_a_one_line_error(tmp_path, monkeypatc
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0
     assert err[-1].startswith("hmmgpu: error: cannot write a piece of") and "missing" in err[-1], err
+
+
+@pytest.mark.parametrize("name,bias_filter", [("PF02826", True), ("LuxC", True), ("KR", False)])
+def test_forward_gate_decides_f3_as_hmmer(name, bias_filter):
+    """The Forward gate of the numba backend (the CPU reference of the GPU's Forward parser):
+    at the default F3 and at F3 values that fall between two Viterbi-filter survivors'
+    P-values as narrowly as a double allows (a P-value itself, which passes, and the double
+    below it), the targets it sends on are exactly those whose Forward P-value, from HMMER's
+    own functions, is <= F3; the search's tables, kept hits and every counter equal a full
+    pyhmmer search (n_past_fwd: pyhmmer's count on what the gate sent on)."""
+    from hmmgpu.options import SearchOptions
+    from hmmgpu.search.engine import SearchEngine
+
+    db = SequenceDB.from_fasta(PROTEOME)
+    hmm = sample_hmm(name)
+    backend = NumbaBackend(db)
+    base = SearchOptions.from_kwargs(backend="numba", cpus=2, bias_filter=bias_filter)
+    profile = backend.prepare(hmm)
+    past_vit = backend.cascade(profile, base).past_vit
+    pvalues = forward_pvalues(hmm, db, past_vit, bias_filter)
+    values = narrow_f3(pvalues)
+    assert len(values) == 4 and np.isfinite(pvalues).all()
+    for F3 in [1e-5] + values:
+        options = base.replace(F3=F3)
+        result = backend.cascade(profile, options)
+        gate = result.forward
+        want = past_vit[pvalues <= F3]
+        assert np.array_equal(result.past_vit, past_vit) and np.array_equal(result.survivors, want), F3
+        assert (gate.passed, gate.failed, gate.unsure.size) == (want.size, past_vit.size - want.size, 0)
+        engine = SearchEngine(db, options, backend)
+        ours = next(iter(engine.search([hmm])))
+        ref = PyhmmerPipeline(hmm.alphabet, **options.pipeline_kwargs()).search_hmm(hmm, db.block())
+        for fmt in ("targets", "domains"):
+            assert hits_table(ours.hits, fmt) == hits_table(ref, fmt), (F3, fmt)
+        assert len(ours.hits) == len(ref)
+        assert_same_pipeline(ours.hits, ref)
+        assert ref.__getstate__()["pipeline"]["n_past_fwd"] == want.size
+        assert engine.stats.forward_gate == dict(passed=want.size, failed=past_vit.size - want.size, unsure=0)
+        line = engine.stats.forward_gate_line()
+        assert f"{past_vit.size - want.size} failed F3" in line and line in engine.stats.lines()

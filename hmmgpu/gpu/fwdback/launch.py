@@ -1,24 +1,34 @@
-"""Host side of the Forward parser kernel: HMMER's tables, launches, the score, libhmmer's fallback.
+"""Host side of the Forward parser kernel: HMMER's tables, batched launches, the score.
 
-:class:`ForwardKernel` loads the kernel (:mod:`.source`) for a device and launches it on a
-work list of positions of one chunk of the resident database (:mod:`..resident`: residues
-in word-aligned slots, longest targets first). :class:`ForwardStage` runs the Forward parser
-of one model on a list of database indices: it takes the striped float tables from HMMER's
-own optimized profile (:class:`hmmgpu.stages.forward.ForwardTables`, from libhmmer's or
-pyhmmer's ``om``, uploaded as they are), cuts the targets into launches whose outputs and
-scratch stay within :mod:`..tuning`'s budgets, forms each target's score on the host from
-the kernel's scale factors and final ``xC`` (:func:`hmmgpu.stages.forward.forward_score`:
-libm's ``log``, HMMER's order), and recomputes with libhmmer's ``p7_ForwardParser`` every
-target the kernel flags (:data:`hmmgpu.stages.forward.HOST`) and every target of a model
-whose tables the flags' argument does not cover
-(:meth:`~hmmgpu.stages.forward.ForwardTables.exactness_conditions`). As the F3 gate of the
-cascade (:mod:`hmmgpu.gpu.cascade`) it runs without that fallback: such targets are left
-undecided (:data:`STATUS_UNSURE`) and pyhmmer's stage decides them itself.
+:class:`ForwardStage` runs the Forward parser kernel (:mod:`.source`) over the resident
+database (:mod:`..resident`: residues in word-aligned slots, longest targets first) for
+*jobs*: a model's striped float tables (:class:`hmmgpu.stages.forward.ForwardTables`, HMMER's
+own, from libhmmer's or pyhmmer's ``om``, uploaded as they are) and a list of database
+indices. One launch holds the targets of many models, because one model's Viterbi-filter
+survivors (about 240 targets for a Pfam model against 29 M residues) would occupy one of the
+GPU's 132 multiprocessors: :meth:`ForwardStage.launch` starts a :class:`ForwardBatch`
+(asynchronous, on a stream of its own; several batches run at once on the GPU, and with
+the filter kernels of later models), and :meth:`ForwardBatch.results` waits for it and forms
+each target's score on the host from the kernel's scale factors and final ``xC``
+(:func:`hmmgpu.stages.forward.forward_score`: libm's ``log``, HMMER's order).
+
+Within a launch the targets are taken costliest first (length x vectors, by an atomic
+counter), so the long ones start early and the short ones fill in around them. The rows live
+in shared memory where a block of 32 threads' rows fit (12 Q floats a thread: models of up to
+about 590 nodes), else in a global scratch array (a second launch). A target whose kernel run
+would take far longer than a batch (:data:`~hmmgpu.gpu.runtime.tuning.FWD_MAX_CELLS`), a target
+the kernel flags (:data:`hmmgpu.stages.forward.HOST`) and every target of a model whose tables
+the flags' argument does not cover
+(:meth:`~hmmgpu.stages.forward.ForwardTables.exactness_conditions`) get no score from the
+GPU: :meth:`ForwardStage.run` computes them with libhmmer's ``p7_ForwardParser``, and as the
+F3 gate of the cascade (:mod:`hmmgpu.gpu.cascade`) they are left undecided
+(:data:`STATUS_UNSURE`) and pyhmmer's stage decides them itself.
 
 The stage imports no numba (the GPU process runs it from exported kernels).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +41,10 @@ from hmmgpu.gpu.fwdback.source import ARGS, SCRATCH_PER_Q, FwdSpec
 #: Status of a target: libhmmer's (OK, or RANGE: the final C is NaN, 0 or infinite), or, when
 #: the stage runs without libhmmer's fallback, UNSURE (a target it would recompute; no score).
 STATUS_OK, STATUS_RANGE, STATUS_UNSURE = ref.STATUS_OK, ref.STATUS_RANGE, ref.STATUS_UNSURE
+#: Threads that run one target together, one per SSE lane (:mod:`.source`).
+GROUP = 4
+#: Threads of a block of the shared-memory kernel (one warp, eight targets: its rows are 32 x 3 Q floats).
+SHARED_BLOCK = 32
 
 
 @dataclass
@@ -40,67 +54,274 @@ class ForwardResults:
     indices: np.ndarray  #: database indices, as asked
     status: np.ndarray  #: int32: STATUS_OK, STATUS_RANGE (libhmmer's eslERANGE) or STATUS_UNSURE (no fallback)
     scores: np.ndarray  #: float32 nats (NaN unless the status is OK)
-    flags: np.ndarray  #: int32: the kernel's flags (:mod:`hmmgpu.cpu.fwdback`); all 0 for a host-only model
+    flags: np.ndarray  #: int32: the kernel's flags (:mod:`hmmgpu.cpu.fwdback`); all 0 where it did not run
     xc: np.ndarray  #: float32: the kernel's final C (0 where it did not run)
     host: np.ndarray  #: bool: recomputed by libhmmer (or, without the fallback, left undecided)
     scales: list = field(default_factory=list)  #: float32 arrays: each target's scale factors (in row order)
     rows: list | None = None  #: float32 [L+1, 6] arrays (E N J B C SCALE), when asked for
     reason: str | None = None  #: why the whole model ran on libhmmer, or None
+    on_gpu: np.ndarray | None = None  #: bool: the kernel ran the target (else: the model's tables or its cost)
 
 
-class ForwardKernel:
-    """The Forward parser kernel of one device: loading and launches."""
+@dataclass
+class ForwardJob:
+    """One model's targets in a batch: its tables and the database indices (non-empty targets)."""
 
-    def __init__(self, device):
-        self.device = device
-        self.spec = FwdSpec()
+    tables: ref.ForwardTables
+    indices: np.ndarray
 
-    def threads(self, Q: int, n_items: int, scratch_bytes: int | None = None) -> int:
-        """Threads of a launch: one per target, at most as many as the scratch budget holds."""
-        budget = tuning.FWD_SCRATCH_BYTES if scratch_bytes is None else int(scratch_bytes)
-        most = budget // (4 * SCRATCH_PER_Q * Q)
-        if self.device.simulator:  # one block of 32 threads
-            most = min(most, 32)
-        return max(1, min(n_items, most))
 
-    def launch(self, chunk, stream, *, n_threads: int, **values) -> None:
-        """Launch on ``values["items"][:n_items]`` of ``chunk`` (asynchronous); ``values`` are the
-        kernel's other arguments by name (:data:`.source.ARGS`)."""
-        kernel = build.load(self.spec, self.device)
-        block = 32 if self.device.simulator else tuning.FWD_BLOCK
-        grid = -(-n_threads // block)
-        args = arguments(ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
-                         n_threads=n_threads, **values)
-        kernel[grid, block, stream, 0](*args)
+class _Launch:
+    """One kernel launch of a batch: its items (indices into the batch's flat target list) and
+    the device arrays it writes."""
+
+    def __init__(self, items, outputs, row_base):
+        self.items, self.outputs, self.row_base = items, outputs, row_base
+
+
+class ForwardBatch:
+    """Launched jobs: :meth:`done` says whether the GPU has finished them (no wait), and
+    :meth:`results` waits and returns one :class:`ForwardResults` per job, in order (without
+    libhmmer's fallback: targets the GPU gave no score are marked in ``host``)."""
+
+    def __init__(self, stage, jobs, owner, rows, launches, stop, flat, reason, kernel_ms_start=None):
+        self.stage, self.jobs, self.rows = stage, jobs, rows
+        self._owner = owner  #: the job of each flat target, and its place in the job
+        self._launches, self._stop = launches, stop
+        self._flat = flat  #: per flat target: (database index, length, whether the GPU runs it)
+        self._reason = reason  #: per job: why the model runs on the host, or None
+        self._start = kernel_ms_start
+        self._results = None
+        self._time_claimed = False
+        self.kernel_ms = 0.0
+        self.span = None  #: (start, stop) in ms after the stage's epoch, when timed
+
+    def done(self) -> bool:
+        if self._results is not None or self._stop is None or self.stage.device.simulator:
+            return True
+        return self._stop.query()
+
+    def results(self) -> list:
+        if self._results is None:
+            self._results = self._collect()
+        return self._results
+
+    def claim_time(self) -> tuple | None:
+        """(kernel milliseconds, busy span) of the collected batch, to the first caller only."""
+        if self._results is None or self._time_claimed:
+            return None
+        self._time_claimed = True
+        return self.kernel_ms, self.span
+
+    def _collect(self) -> list:
+        stage = self.stage
+        rt = stage.device.runtime
+        idx, lengths, on_gpu = self._flat
+        n = idx.size
+        flags = np.zeros(n, np.int32)
+        xc = np.zeros(n, np.float32)
+        nscale = np.zeros(n, np.int32)
+        scales = [np.zeros(0, np.float32)] * n
+        out_rows = [None] * n if self.rows else None
+        with stage.device.activate():
+            if self._stop is not None:
+                self._stop.synchronize()
+                if self._start is not None:
+                    self.kernel_ms = rt.elapsed_ms(self._start, self._stop)
+                    if stage.epoch is not None:
+                        self.span = (rt.elapsed_ms(stage.epoch, self._start), rt.elapsed_ms(stage.epoch, self._stop))
+            for launch in self._launches:
+                got = {name: launch.outputs[name].copy_to_host() for name in ("out_flags", "out_xc", "out_nscale",
+                                                                               "out_scales")}
+                items = launch.items
+                flags[items] = got["out_flags"]
+                xc[items] = got["out_xc"]
+                nscale[items] = got["out_nscale"]
+                base = np.concatenate([[0], np.cumsum(lengths[items])[:-1]]).astype(np.int64)
+                for b, j in enumerate(items.tolist()):
+                    s = int(base[b])
+                    scales[j] = got["out_scales"][s:s + int(got["out_nscale"][b])].copy()
+                if self.rows:
+                    flat_rows = launch.outputs["out_rows"].copy_to_host()
+                    for b, j in enumerate(items.tolist()):
+                        s = int(launch.row_base[b])
+                        out_rows[j] = flat_rows[s:s + 6 * int(lengths[j] + 1)].reshape(-1, 6).copy()
+        host = ~on_gpu | ((flags & ref.HOST) != 0)
+        last = xc * stage.pmove[lengths]  # float32 products, as forward_engine's xC * xf[C][MOVE]
+        host |= ~(last > ref.FLT_MIN)  # a tiny last product: the FTZ mode could matter (never seen)
+        scores = np.full(n, np.nan, np.float32)
+        plain = np.flatnonzero(~host & (nscale == 0))  # no rescaled row: the score is log(last) alone
+        scores[plain] = np.array([math.log(v) for v in last[plain].astype(np.float64).tolist()], np.float64)
+        for j in np.flatnonzero(~host & (nscale > 0)).tolist():
+            scores[j] = ref.forward_score(scales[j], xc[j], stage.pmove[int(lengths[j])])
+        out = []
+        job_of, start = self._owner
+        for m, job in enumerate(self.jobs):
+            sl = slice(int(start[m]), int(start[m + 1]))
+            status = np.where(host[sl], STATUS_UNSURE, STATUS_OK).astype(np.int32)
+            out.append(ForwardResults(indices=idx[sl].copy(), status=status, scores=scores[sl].copy(),
+                                      flags=flags[sl].copy(), xc=xc[sl].copy(), host=host[sl].copy(),
+                                      scales=scales[sl], rows=None if out_rows is None else out_rows[sl],
+                                      reason=self._reason[m], on_gpu=on_gpu[sl].copy()))
+        return out
 
 
 class ForwardStage:
-    """The Forward parser alone over a resident database, on a list of database indices."""
+    """The Forward parser kernel over a resident database (``nj = 1``: multihit models, as
+    hmmsearch and hmmscan configure them)."""
 
-    def __init__(self, resident, scratch_bytes: int | None = None, batch_residues: int | None = None):
+    def __init__(self, resident, scratch_bytes: int | None = None, max_cells: int | None = None,
+                 storage: str | None = None):
         self.resident = resident
+        #: where the rows go: "shared" or "global" for every model, or None: shared where they fit
+        self.storage = storage
         self.device = resident.device
-        self.kernel = ForwardKernel(self.device)
-        self.scratch_bytes = scratch_bytes
-        self.batch_residues = tuning.FWD_BATCH_RESIDUES if batch_residues is None else int(batch_residues)
+        self.scratch_bytes = tuning.FWD_SCRATCH_BYTES if scratch_bytes is None else int(scratch_bytes)
+        self.max_cells = tuning.FWD_MAX_CELLS if max_cells is None else int(max_cells)
         self._position = np.full(resident.db.n, -1, np.int64)
         self._position[resident.indices] = np.arange(resident.n)
-        self._length_tables = {}
-        self._stream = None
+        self.pmove, ploop = ref.length_specials(np.arange(max(resident.max_length, 1) + 1), 1.0)
+        rt = self.device.runtime
+        with self.device.activate():
+            self._pmove_dev, self._ploop_dev = rt.to_device(self.pmove), rt.to_device(ploop)
+            self._dummy_i64 = rt.to_device(np.zeros(1, np.int64))
+            self._dummy_f32 = rt.to_device(np.zeros(1, np.float32))
+        self._streams: list = []
+        self._next_stream = 0
+        self.epoch = None  #: an event recorded by the owner: batches then record their spans after it
         self.last: dict = {}
 
-    def _lengths(self, nj) -> dict:
-        """pmove and ploop by target length, on the device (per ``nj``, once)."""
-        key = float(nj)
-        if key not in self._length_tables:
-            rt = self.device.runtime
-            pmove, ploop = ref.length_specials(np.arange(max(self.resident.max_length, 1) + 1), nj)
-            with self.device.activate():
-                self._length_tables[key] = (pmove, rt.to_device(pmove), rt.to_device(ploop))
-        return self._length_tables[key]
+    # ------------------------------------------------------------ batches
+    def launch(self, jobs, rows: bool = False) -> ForwardBatch:
+        """Start the kernel on every job's targets (asynchronously) and return the batch."""
+        if any(float(job.tables.nj) != 1.0 for job in jobs):
+            raise ValueError("the Forward parser kernel takes multihit models (nj = 1) only")
+        counts = [int(np.asarray(job.indices).size) for job in jobs]
+        start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        idx = np.concatenate([np.asarray(job.indices, np.int64) for job in jobs]) if jobs else np.zeros(0, np.int64)
+        job_of = np.repeat(np.arange(len(jobs)), counts)
+        pos = self._position[idx] if idx.size else np.zeros(0, np.int64)
+        if (pos < 0).any():
+            raise ValueError("the Forward parser was asked for zero-length targets")
+        lengths = self.resident.lengths[pos].astype(np.int64) if idx.size else np.zeros(0, np.int64)
+        reasons = [job.tables.exactness_conditions() for job in jobs]
+        Qs = np.array([job.tables.Q for job in jobs], np.int64)
+        Ms = np.array([job.tables.M for job in jobs], np.int64)
+        on_gpu = np.array([reasons[m] is None for m in job_of.tolist()], bool)
+        if idx.size:
+            on_gpu &= lengths * Ms[job_of] <= self.max_cells
+        launches, first, last = [], None, None
+        if on_gpu.any():
+            launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows)
+        return ForwardBatch(self, jobs, (job_of, start), rows, launches, last, (idx, lengths, on_gpu), reasons,
+                            kernel_ms_start=first)
 
-    def run(self, model, indices, rows: bool = False, tables=None, fallback: bool = True,
-            epoch=None) -> ForwardResults:
+    def _stream(self):
+        """The next of a few streams (batches in flight run at once), and two new events (the
+        batch's own: a stream's next batch may be launched before this one is collected)."""
+        rt = self.device.runtime
+        if len(self._streams) < tuning.FWD_STREAMS:
+            self._streams.append(rt.stream())
+        stream = self._streams[self._next_stream % len(self._streams)]
+        self._next_stream += 1
+        if self.device.simulator:
+            return stream, None, None
+        return stream, rt.event(), rt.event()
+
+    def _launch(self, jobs, job_of, pos, lengths, Qs, on_gpu, rows) -> tuple:
+        rt = self.device.runtime
+        used = np.flatnonzero(np.bincount(job_of[on_gpu], minlength=len(jobs)))
+        slot = np.full(len(jobs), -1, np.int64)
+        slot[used] = np.arange(used.size)
+        rfv = [np.ascontiguousarray(jobs[m].tables.rfv, np.float32).reshape(-1) for m in used.tolist()]
+        tfv = [np.ascontiguousarray(jobs[m].tables.tfv, np.float32).reshape(-1) for m in used.tolist()]
+        model_rfv = np.concatenate([[0], np.cumsum([a.size for a in rfv])[:-1]]).astype(np.int64)
+        model_tfv = np.concatenate([[0], np.cumsum([a.size for a in tfv])[:-1]]).astype(np.int64)
+        model_f = np.array([[jobs[m].tables.xe_move, jobs[m].tables.xe_loop, jobs[m].tables.tbm_min]
+                            for m in used.tolist()], np.float32).reshape(-1)
+        shared_q = self._shared_q()
+        with self.device.activate():
+            stream, start, stop = self._stream()
+            tables = dict(rfv=rt.to_device(np.concatenate(rfv)), tfv=rt.to_device(np.concatenate(tfv)),
+                          model_q=rt.to_device(Qs[used].astype(np.int32)),
+                          model_m=rt.to_device(np.array([jobs[m].tables.M for m in used.tolist()], np.int32)),
+                          model_rfv=rt.to_device(model_rfv), model_tfv=rt.to_device(model_tfv),
+                          model_f=rt.to_device(model_f))
+            if start is not None:
+                start.record(stream)
+            launches = []
+            q_of = Qs[job_of]
+            for chunk in self.resident.chunks():
+                in_chunk = on_gpu & (pos >= chunk.lo) & (pos < chunk.hi)
+                for storage, sel in (("shared", in_chunk & (q_of <= shared_q)), ("global", in_chunk & (q_of > shared_q))):
+                    items = np.flatnonzero(sel)
+                    if not items.size:
+                        continue
+                    cost = lengths[items] * q_of[items]
+                    items = items[np.argsort(-cost, kind="stable")]  # costliest first
+                    launches.append(self._launch_one(storage, chunk, stream, items, pos, lengths, q_of, slot[job_of],
+                                                     tables, rows))
+                if not self.resident.resident:  # the next chunk takes this one's place on the device
+                    stream.synchronize()
+            if stop is not None:
+                stop.record(stream)
+        return launches, start, stop
+
+    def _shared_q(self) -> int:
+        """The most vectors a model may have for its rows to go to shared memory (-1: none do)."""
+        if self.storage == "global":
+            return -1
+        return int(self.device.smem_per_block_optin - 1024) // (4 * SCRATCH_PER_Q * SHARED_BLOCK)
+
+    def _launch_one(self, storage, chunk, stream, items, pos, lengths, q_of, model_of, tables, rows) -> _Launch:
+        rt = self.device.runtime
+        m = items.size
+        L = lengths[items]
+        q_max = int(q_of[items].max())
+        kernel = build.load(FwdSpec(storage), self.device)
+        # a group of GROUP threads per target; under the simulator a block is one group (its warp
+        # shuffles wait for the whole block)
+        if storage == "shared":
+            block = GROUP if self.device.simulator else SHARED_BLOCK
+            shared = 4 * SCRATCH_PER_Q * q_max * block
+            if self.device.simulator:
+                blocks = min(m, 2)
+            else:
+                if shared > 48 * 1024:
+                    kernel.allow_dynamic_shared(shared)
+                per_sm = max(1, min(32, (self.device.smem_per_sm - 1024) // (shared + 1024)))
+                blocks = min(-(-m // (block // GROUP)), self.device.sm_count * per_sm)
+            n_threads = blocks * block
+            scratch = self._dummy_f32
+        else:
+            block = GROUP if self.device.simulator else tuning.FWD_BLOCK
+            most = max(1, self.scratch_bytes // (4 * SCRATCH_PER_Q * q_max * GROUP))
+            n_threads = GROUP * max(1, min(m, most, 2 if self.device.simulator else m))
+            blocks, shared = -(-n_threads // block), 0
+            scratch = rt.device_array(SCRATCH_PER_Q * q_max * n_threads, np.float32)
+        scale_base = np.concatenate([[0], np.cumsum(L)[:-1]]).astype(np.int64)
+        out = dict(out_flags=rt.device_array(m, np.int32), out_xc=rt.device_array(m, np.float32),
+                   out_nscale=rt.device_array(m, np.int32), out_scales=rt.device_array(max(int(L.sum()), 1), np.float32))
+        row_base = None
+        if rows:
+            row_base = np.concatenate([[0], np.cumsum(6 * (L + 1))[:-1]]).astype(np.int64)
+            out["out_rows"] = rt.device_array(int(6 * (L + 1).sum()), np.float32)
+            row_base_dev = rt.to_device(row_base)
+        else:
+            out["out_rows"], row_base_dev = self._dummy_f32, self._dummy_i64
+        args = arguments(ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
+                         items=rt.to_device((pos[items] - chunk.lo).astype(np.int32)),
+                         item_model=rt.to_device(model_of[items].astype(np.int32)), n_items=m,
+                         counters=rt.to_device(np.zeros(1, np.int32)), pmove_by_length=self._pmove_dev,
+                         ploop_by_length=self._ploop_dev, scratch=scratch, n_threads=n_threads,
+                         scale_base=rt.to_device(scale_base), want_rows=int(bool(rows)), row_base=row_base_dev,
+                         **tables, **out)
+        kernel[blocks, block, stream, shared](*args)
+        self.last = dict(storage=storage, threads=n_threads, groups=n_threads // GROUP, items=m)
+        return _Launch(items, out, row_base)
+
+    # ------------------------------------------------------------ one model, with libhmmer's fallback
+    def run(self, model, indices, rows: bool = False, tables=None, fallback: bool = True) -> ForwardResults:
         """``p7_ForwardParser`` of ``model`` (a :class:`hmmgpu.cpu.hmmerlib.HmmerModel`) on each
         target of ``indices`` (database indices of non-empty targets); with ``rows`` the
         special-state rows too. The kernel's values are IEEE's (pyhmmer's mode); the targets
@@ -111,132 +332,20 @@ class ForwardStage:
         ``tables``: the model's :class:`~hmmgpu.stages.forward.ForwardTables` (default: read from
         ``model``). ``fallback=False``: nothing is recomputed on the host (``model`` may then be
         None); the targets libhmmer would recompute get :data:`STATUS_UNSURE` and no score.
-        ``self.last`` records the launches, the targets left to the host and the kernel time
-        (``kernel_ms``, 0 under the simulator), and with ``epoch`` (a recorded event) each
-        launch's interval in milliseconds after it (``spans``)."""
-        db = self.resident.db
-        idx = np.asarray(indices, np.int64)
-        n = idx.size
+        ``self.last`` records the kernel time (``kernel_ms``, 0 under the simulator) and the
+        targets left to the host."""
         if tables is None:
             tables = ref.ForwardTables.from_hmmer(model)
-        reason = tables.exactness_conditions()
-        pos = self._position[idx] if n else np.zeros(0, np.int64)
-        if (pos < 0).any():
-            raise ValueError("the Forward parser was asked for zero-length targets")
-        flags = np.zeros(n, np.int32)
-        xc = np.zeros(n, np.float32)
-        scales = [np.zeros(0, np.float32)] * n
-        out_rows = [None] * n if rows else None
-        host = np.ones(n, bool) if reason is not None else np.zeros(n, bool)
-        launches = threads = 0
-        kernel_ms, spans = 0.0, []
-        if reason is None and n:
-            launches, threads, kernel_ms = self._run_kernel(tables, idx, pos, rows, flags, xc, scales, out_rows,
-                                                            epoch, spans)
-            host = (flags & ref.HOST) != 0
-        pmove = self._lengths(tables.nj)[0]
-        status = np.zeros(n, np.int32)
-        scores = np.full(n, np.nan, np.float32)
-        for j in range(n):
-            if host[j]:
-                continue
-            L = int(db.lengths[idx[j]])
-            last = np.float32(xc[j] * pmove[L])
-            if not last > ref.FLT_MIN:  # a tiny last product: the FTZ mode could matter (never seen)
-                host[j] = True
-                continue
-            scores[j] = ref.forward_score(scales[j], xc[j], pmove[L])
+        batch = self.launch([ForwardJob(tables, np.asarray(indices, np.int64))], rows=rows)
+        got = batch.results()[0]
         if fallback:
-            for j in np.flatnonzero(host):
-                st, sc, xmx, _ = model.forward_parser(db.codes(int(idx[j])))
-                status[j], scores[j] = st, sc
-                scales[j] = xmx[1:, 5][xmx[1:, 5] != 1].copy()
+            db = self.resident.db
+            for j in np.flatnonzero(got.host).tolist():
+                st, sc, xmx, _ = model.forward_parser(db.codes(int(got.indices[j])))
+                got.status[j], got.scores[j] = st, sc
+                got.scales[j] = xmx[1:, 5][xmx[1:, 5] != 1].copy()
                 if rows:
-                    out_rows[j] = xmx
-        else:
-            status[host] = STATUS_UNSURE
-        self.last = dict(reason=reason, host=int(host.sum()), launches=launches, threads=threads, kernel_ms=kernel_ms,
-                         spans=spans)
-        return ForwardResults(indices=idx, status=status, scores=scores, flags=flags, xc=xc, host=host, scales=scales,
-                              rows=out_rows, reason=reason)
-
-    def _run_kernel(self, tables, idx, pos, rows, flags, xc, scales, out_rows, epoch=None, spans=None) -> tuple:
-        """The kernel on every target (positions ``pos``), chunk by chunk and in launches of at
-        most :attr:`batch_residues` residues; fills the per-target outputs; returns (the launches,
-        the most threads of one, the kernel time in milliseconds)."""
-        rt = self.device.runtime
-        lengths = self.resident.lengths
-        _, pmove_dev, ploop_dev = self._lengths(tables.nj)
-        Q = tables.Q
-        launches = most = 0
-        kernel_ms = 0.0
-        timed = not self.device.simulator
-        with self.device.activate():
-            if self._stream is None:  # made once: a stream and two events per model would be driver calls
-                self._stream = (rt.stream(), rt.event(), rt.event()) if timed else (rt.stream(), None, None)
-            stream, start, stop = self._stream
-            rfv = rt.to_device(np.ascontiguousarray(tables.rfv, np.float32).reshape(-1))
-            tfv = rt.to_device(np.ascontiguousarray(tables.tfv, np.float32).reshape(-1))
-            dummy_i64 = rt.to_device(np.zeros(1, np.int64))
-            dummy_f32 = rt.to_device(np.zeros(1, np.float32))
-            for chunk in self.resident.chunks():
-                sel = np.flatnonzero((pos >= chunk.lo) & (pos < chunk.hi))
-                for batch in _batches(sel, lengths[pos[sel]], self.batch_residues):
-                    L = lengths[pos[batch]].astype(np.int64)
-                    m = batch.size
-                    scale_base = np.concatenate([[0], np.cumsum(L)[:-1]]).astype(np.int64)
-                    threads = self.kernel.threads(Q, m, self.scratch_bytes)
-                    most = max(most, threads)
-                    scratch = rt.device_array(SCRATCH_PER_Q * Q * threads, np.float32)
-                    out = dict(out_flags=rt.device_array(m, np.int32), out_xc=rt.device_array(m, np.float32),
-                               out_nscale=rt.device_array(m, np.int32),
-                               out_scales=rt.device_array(max(int(L.sum()), 1), np.float32))
-                    if rows:
-                        row_base = np.concatenate([[0], np.cumsum(6 * (L + 1))[:-1]]).astype(np.int64)
-                        out["out_rows"] = rt.device_array(int(6 * (L + 1).sum()), np.float32)
-                        row_base_dev = rt.to_device(row_base)
-                    else:
-                        out["out_rows"], row_base_dev = dummy_f32, dummy_i64
-                    if timed:
-                        start.record(stream)
-                    self.kernel.launch(chunk, stream, n_threads=threads,
-                                       items=rt.to_device((pos[batch] - chunk.lo).astype(np.int32)), n_items=m,
-                                       counters=rt.to_device(np.zeros(1, np.int32)), rfv=rfv, tfv=tfv, Q=Q,
-                                       M=tables.M, pmove_by_length=pmove_dev, ploop_by_length=ploop_dev,
-                                       xe_move=tables.xe_move, xe_loop=tables.xe_loop, tbm_min=tables.tbm_min,
-                                       scratch=scratch, scale_base=rt.to_device(scale_base),
-                                       want_rows=int(bool(rows)), row_base=row_base_dev, **out)
-                    if timed:
-                        stop.record(stream)
-                    stream.synchronize()
-                    if timed:
-                        kernel_ms += rt.elapsed_ms(start, stop)
-                        if epoch is not None and spans is not None:
-                            spans.append((rt.elapsed_ms(epoch, start), rt.elapsed_ms(epoch, stop)))
-                    launches += 1
-                    host = {name: out[name].copy_to_host() for name in ("out_flags", "out_xc", "out_nscale",
-                                                                        "out_scales")}
-                    flags[batch] = host["out_flags"]
-                    xc[batch] = host["out_xc"]
-                    for b, j in enumerate(batch):
-                        s = int(scale_base[b])
-                        scales[j] = host["out_scales"][s:s + int(host["out_nscale"][b])].copy()
-                    if rows:
-                        flat = out["out_rows"].copy_to_host()
-                        for b, j in enumerate(batch):
-                            s = int(row_base[b])
-                            out_rows[j] = flat[s:s + 6 * int(L[b] + 1)].reshape(-1, 6).copy()
-        return launches, most, kernel_ms
-
-
-def _batches(sel, lengths, max_residues: int):
-    """``sel`` cut into consecutive groups of at most ``max_residues`` residues (at least one
-    target each)."""
-    start, total = 0, 0
-    for k, L in enumerate(np.asarray(lengths, np.int64).tolist()):
-        if k > start and total + L > max_residues:
-            yield sel[start:k]
-            start, total = k, 0
-        total += L
-    if start < sel.size:
-        yield sel[start:]
+                    got.rows[j] = xmx
+        self.last = dict(self.last, reason=got.reason, host=int(got.host.sum()), kernel_ms=batch.kernel_ms,
+                         span=batch.span)
+        return got

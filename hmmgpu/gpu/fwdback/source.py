@@ -4,8 +4,8 @@ What is computed
 ----------------
 HMMER's ``p7_ForwardParser`` (``fwdback.c: forward_engine`` with ``do_full = 0``, the SSE
 implementation of HMMER 3.4), which ``p7_Pipeline`` runs on every target that passed the
-Viterbi filter and whose score is the F3 gate. For each target of a work list, one thread
-runs the scaled Forward recursion of the multihit local profile in float32 probability
+Viterbi filter and whose score is the F3 gate. For each target of a work list, four threads
+run the scaled Forward recursion of the multihit local profile in float32 probability
 space and returns:
 
 * the final ``xC`` (before its multiplication by ``xf[C][MOVE]``);
@@ -41,8 +41,8 @@ Why the result is exact
 The bits of HMMER's result depend on the order of its float operations, which the
 striped layout fixes: ``Q = max(2, (M-1)//4 + 1)`` vectors of 4 lanes, node ``k = q + 1 + zQ``
 in lane z of vector q. The kernel keeps that layout and that order exactly (it computes
-the four lanes of a vector one after the other, which is equivalent: within one q step
-the lanes do not read each other), and uses HMMER's own tables ``om->rfv``, ``om->tfv``
+each lane in its own thread, which is equivalent: within one q step the lanes do not read
+each other), and uses HMMER's own tables ``om->rfv``, ``om->tfv``
 (read from libhmmer's optimized profile, not recomputed with the device's ``expf``).
 Every multiply, add and divide is an explicitly rounded IEEE operation
 (``__fmul_rn``/``__fadd_rn``/``__fdiv_rn`` through libdevice): numba-cuda contracts a plain
@@ -75,33 +75,33 @@ What the kernel cannot promise is handed to the host (flags, :mod:`hmmgpu.cpu.fw
 
 Why the code looks as it does
 -----------------------------
-This is the simplest correct design, as the first step: one thread per target, emulating
-HMMER's four SSE lanes as four scalar variables (the generator writes the lanes out, so
-each lane's running values ``mpv``, ``dpv``, ``ipv``, ``dcv``, ``xEv`` live in registers). The
-row is a single buffer updated in place, as the parser's own (every read of row i-1 at q
-precedes the store of row i at q): 12 Q floats per thread (M, D, I, four lanes each) in
-global scratch memory, interleaved by thread (cell c of thread t at ``c * T + t``), so that
-the threads of a warp, which step through the same q together, touch consecutive words.
-``Q`` and ``M`` are arguments, not compile-time shapes: one kernel serves every model. Threads
-take targets from an atomic counter (the resident database lists the longest first), and
-the number of threads is chosen by the host so that the scratch stays within a budget;
-each thread runs as many targets as it claims.
+A group of four threads runs a target, thread z its SSE lane z: within one q step the four
+lanes never read each other, so each thread runs its lane's recursion exactly as HMMER's
+vector does, and the lanes meet only where HMMER's code crosses them: the right shift of
+row i-1's last vector at the row's start and of the D->D carry before each pass (a warp
+shuffle from lane z-1, 0 into lane 0), the early exit of the carry passes (a vote of the
+four lanes, as ``_mm_movemask_ps`` of the OR of their compares), and xE's horizontal sum
+(the four lane sums gathered, added in HMMER's order ``(l0 + l1) + (l2 + l3)``). The special
+states are computed by all four threads alike; lane 0 writes the outputs, and the flags of
+the four lanes are OR-ed at the end. A first version ran a target in one thread emulating
+the four lanes one after the other: the same arithmetic, but four times the latency per
+target, and on 600 Pfam models the longest targets of each batch set its length (kernel
+time 15.8 s against 3.1 s for this one on one H200, measured with the same batches).
 
-What would make it faster (in the order it would probably pay):
+Each thread's row is a single buffer updated in place, as the parser's own (every read of
+row i-1 at q precedes the store of row i at q): 3 Q floats (its lane's M, D and I), in
+shared memory when a warp's rows fit there (``storage="shared"``: models of up to about
+590 vectors), else in a global scratch array, interleaved by thread (cell c of thread t at
+``c * T + t``), so that the threads of a warp touch consecutive words. ``Q`` and ``M`` are
+per model, not compile-time shapes: one kernel serves every model, and one launch takes the
+targets of many models (:mod:`.launch`). Groups take targets from an atomic counter, costliest
+first; each group runs as many targets as it claims.
 
-* Tables in shared memory: ``rfv`` is 29 x 16Q bytes and ``tfv`` 32Q bytes, read by every
-  thread at the same q; for M up to ~400 both fit in 48 KB.
-* Rows in shared memory or registers for small Q instead of global scratch (for Q <= 8 the
-  whole row fits in a thread's registers, with the q loop unrolled by the generator).
-* Several threads per target: the four lanes of a q step are independent, so four (or 4n,
-  striping q) threads could each own a lane, exchanging only the right shift at the row
-  start and the carries of the D->D passes (warp shuffles), at the price of a 4-way
-  horizontal sum per row; the sequential dependence is along q only.
-* Fewer checks per cell: the tiny tests can be folded into one integer minimum per row
-  (``bits(v) - 1`` is below ``0x00800000`` exactly for tiny non-negative v), and most are
-  provably unnecessary for models whose tables are far from the subnormal range.
-* A compact output of the scale factors (a count and a short list per target instead of
-  room for L), and no row output on the F3 gate.
+What would make it faster: the tables in shared memory (``rfv`` is 29 x 16Q bytes and
+``tfv`` 32Q bytes, read by every group at the same q); fewer checks per cell (the tiny
+tests folded into one integer minimum per row, and most provably unnecessary for models
+whose tables are far from the subnormal range); more threads per target along q for the
+main pass (its cells read only row i-1), leaving the D->D chains and the lane sums serial.
 """
 from __future__ import annotations
 
@@ -111,20 +111,24 @@ from hmmgpu.stages.forward import ABSORB, DD_EARLY_EXIT_M, FLT_MIN, RANGE, RESCA
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 
-#: Parameters of the Forward parser kernel, in order.
+#: Parameters of the Forward parser kernel, in order. A launch holds the targets of several
+#: models: item k is target ``items[k]`` against model ``item_model[k]``, whose striped tables
+#: start at ``model_rfv[m]`` and ``model_tfv[m]`` of the concatenated ``rfv`` and ``tfv``, with
+#: ``model_q[m]`` vectors, ``model_m[m]`` nodes and the scalars ``model_f[3m:3m+3]`` (xE's move
+#: and loop transitions, the smallest B->M transition).
 ARGS = (
     Arg("residues", "uint32[:]"), Arg("word_offsets", "int64[:]"), Arg("lengths", "int32[:]"),
-    Arg("items", "int32[:]"), Arg("n_items", "int32"), Arg("counters", "int32[:]"),
-    Arg("rfv", "float32[:]"), Arg("tfv", "float32[:]"), Arg("Q", "int32"), Arg("M", "int32"),
+    Arg("items", "int32[:]"), Arg("item_model", "int32[:]"), Arg("n_items", "int32"), Arg("counters", "int32[:]"),
+    Arg("rfv", "float32[:]"), Arg("tfv", "float32[:]"), Arg("model_q", "int32[:]"), Arg("model_m", "int32[:]"),
+    Arg("model_rfv", "int64[:]"), Arg("model_tfv", "int64[:]"), Arg("model_f", "float32[:]"),
     Arg("pmove_by_length", "float32[:]"), Arg("ploop_by_length", "float32[:]"),
-    Arg("xe_move", "float32"), Arg("xe_loop", "float32"), Arg("tbm_min", "float32"),
     Arg("scratch", "float32[:]"), Arg("n_threads", "int32"),
     Arg("out_flags", "int32[:]"), Arg("out_xc", "float32[:]"), Arg("out_nscale", "int32[:]"),
     Arg("scale_base", "int64[:]"), Arg("out_scales", "float32[:]"),
     Arg("want_rows", "int32"), Arg("row_base", "int64[:]"), Arg("out_rows", "float32[:]"),
 )
-#: Floats of scratch per thread per vector of the model: M, D and I, four lanes each.
-SCRATCH_PER_Q = 12
+#: Floats of scratch per thread per vector of the model: M, D and I of the thread's lane.
+SCRATCH_PER_Q = 3
 LANES = range(4)
 
 # tfv offsets, in floats, of the transitions of vector q (relative to 28 q): 7 vectors of 4 lanes
@@ -136,77 +140,85 @@ def _tiny(v: str) -> str:
     return f"((({v}) > F0) & (({v}) <= FMIN))"
 
 
+def _from_lane(e: Emitter, out: str, v: str, src: str) -> None:
+    """``out`` = the value ``v`` of the group's lane ``src`` (a warp shuffle among its four threads)."""
+    e(f"{out} = cuda.shfl_sync(gmask, {v}, base + {src})")
+
+
 def _rsh(e: Emitter, v: str) -> None:
-    """Shift the four lanes of ``v`` right by one, 0 into lane 0 (``esl_sse_rightshift_ps``)."""
-    e(f"{v}3 = {v}2", f"{v}2 = {v}1", f"{v}1 = {v}0", f"{v}0 = F0")
+    """Shift ``v`` right by one lane across the group, 0 into lane 0 (``esl_sse_rightshift_ps``)."""
+    e(f"shifted = cuda.shfl_sync(gmask, {v}, lane - 1 if z > 0 else lane)", f"{v} = shifted if z > 0 else F0")
 
 
 def main_pass(e: Emitter) -> None:
-    """M, the delayed D store, the M->D carry and I over q = 0..Q-1 (spec 2.1)."""
+    """M, the delayed D store, the M->D carry and I over q = 0..Q-1 (spec 2.1), for this lane."""
     e("# main_pass: row i-1's last vector shifted right by a lane starts the recursion",
-      "mpv0 = F0", "dpv0 = F0", "ipv0 = F0", "a = (QQ - 1) * 4 * T + slot")
-    for z in (1, 2, 3):
-        e(f"mpv{z} = scratch[a + {z - 1} * T]", f"dpv{z} = scratch[D0 + a + {z - 1} * T]",
-          f"ipv{z} = scratch[I0 + a + {z - 1} * T]")
-    e(*(f"dcv{z} = F0" for z in LANES), *(f"xEv{z} = F0" for z in LANES), "bad = False")
+      "a = (QQ - 1) * T + slot")
+    for v, at in (("mpv", "a"), ("dpv", "D0 + a"), ("ipv", "I0 + a")):
+        e(f"last = row[{at}]")
+        _rsh(e, "last")
+        e(f"{v} = last")
+    e("dcv = F0", "xEv = F0", "bad = False")
     with e.block("for q in range(QQ):"):
-        e("c = q * 4 * T + slot", "t = q * 28", "er = eb + q * 4")
-        for z in LANES:
-            e(f"sv = fadd(fmul(xB, tfv[t + {_BM + z}]), fmul(mpv{z}, tfv[t + {_MM + z}]))",
-              f"sv = fadd(sv, fmul(ipv{z}, tfv[t + {_IM + z}]))",
-              f"sv = fadd(sv, fmul(dpv{z}, tfv[t + {_DM + z}]))",
-              f"sv = fmul(sv, rfv[er + {z}])",
-              f"xEv{z} = fadd(xEv{z}, sv)",
-              f"a = c + {z} * T",
-              f"mpv{z} = scratch[a]", f"dpv{z} = scratch[D0 + a]", f"ipv{z} = scratch[I0 + a]",
-              "scratch[a] = sv", f"scratch[D0 + a] = dcv{z}",
-              f"dcv{z} = fmul(sv, tfv[t + {_MD + z}])",
-              f"pmi = fmul(mpv{z}, tfv[t + {_MI + z}])", f"pii = fmul(ipv{z}, tfv[t + {_II + z}])",
-              "scratch[I0 + a] = fadd(pmi, pii)",
-              f"bad = bad | {_tiny('sv')} | {_tiny(f'dcv{z}')} | {_tiny('pmi')} | {_tiny('pii')}")
+        e("t = tb + q * 28 + z", "a = q * T + slot",
+          f"sv = fadd(fmul(xB, tfv[t + {_BM}]), fmul(mpv, tfv[t + {_MM}]))",
+          f"sv = fadd(sv, fmul(ipv, tfv[t + {_IM}]))",
+          f"sv = fadd(sv, fmul(dpv, tfv[t + {_DM}]))",
+          "sv = fmul(sv, rfv[eb + q * 4 + z])",
+          "xEv = fadd(xEv, sv)",
+          "mpv = row[a]", "dpv = row[D0 + a]", "ipv = row[I0 + a]",
+          "row[a] = sv", "row[D0 + a] = dcv",
+          f"dcv = fmul(sv, tfv[t + {_MD}])",
+          f"pmi = fmul(mpv, tfv[t + {_MI}])", f"pii = fmul(ipv, tfv[t + {_II}])",
+          "row[I0 + a] = fadd(pmi, pii)",
+          f"bad = bad | {_tiny('sv')} | {_tiny('dcv')} | {_tiny('pmi')} | {_tiny('pii')}")
 
 
 def _dd_step(e: Emitter, carry_only: bool) -> None:
     """One q of a D->D pass: ``D += dcv``; the carry is extended from D (first pass) or from
     itself (carry passes). A tiny carry must leave D unchanged (module header)."""
-    e("a = D0 + q * 4 * T + slot", "t = DD + q * 4")
-    for z in LANES:
-        e(f"d = scratch[a + {z} * T]", f"s = fadd(dcv{z}, d)")
-        if carry_only:
-            e("changed = changed | (s > d)")
-        e(f"bad = bad | ({_tiny(f'dcv{z}')} & (s != d))", f"scratch[a + {z} * T] = s",
-          f"dcv{z} = fmul({f'dcv{z}' if carry_only else 's'}, tfv[t + {z}])")
+    e("a = D0 + q * T + slot", "d = row[a]", "s = fadd(dcv, d)")
+    if carry_only:
+        e("changed = changed | (s > d)")
+    e(f"bad = bad | ({_tiny('dcv')} & (s != d))", "row[a] = s",
+      f"dcv = fmul({'dcv' if carry_only else 's'}, tfv[DD + q * 4 + z])")
 
 
 def dd_first_pass(e: Emitter) -> None:
     """The first D->D pass (spec 2.2)."""
     e("# dd_first_pass")
     _rsh(e, "dcv")
-    e(*(f"scratch[D0 + slot + {z} * T] = F0" for z in LANES))
+    e("row[D0 + slot] = F0")
     with e.block("for q in range(QQ):"):
         _dd_step(e, carry_only=False)
 
 
 def dd_carry_passes(e: Emitter) -> None:
-    """The three carry passes, with the early exit of models of M >= 100 (spec 2.3)."""
+    """The three carry passes, with the early exit of models of M >= 100 when no lane's D
+    changed (spec 2.3): the four lanes vote."""
     e("# dd_carry_passes")
     with e.block("for jpass in range(3):"):
         _rsh(e, "dcv")
         e("changed = False")
         with e.block("for q in range(QQ):"):
             _dd_step(e, carry_only=True)
-        with e.block(f"if M >= {DD_EARLY_EXIT_M} and not changed:"):
+        e("vote = int32(changed)", "vote = vote | cuda.shfl_xor_sync(gmask, vote, 1)",
+          "vote = vote | cuda.shfl_xor_sync(gmask, vote, 2)")
+        with e.block(f"if M >= {DD_EARLY_EXIT_M} and vote == 0:"):
             e("break")
     with e.block("if bad:"):
         e("flags |= SUBNORMAL")
 
 
 def sum_e(e: Emitter) -> None:
-    """xE: the D cells added to the lane sums, then the horizontal sum (spec 2.4)."""
+    """xE: the D cells added to the lane's sum, then the horizontal sum of the four lanes'
+    sums in HMMER's order (spec 2.4): every thread of the group gets the same xE."""
     e("# sum_e")
     with e.block("for q in range(QQ):"):
-        e("a = D0 + q * 4 * T + slot", *(f"xEv{z} = fadd(scratch[a + {z} * T], xEv{z})" for z in LANES))
-    e("xE = fadd(fadd(xEv0, xEv1), fadd(xEv2, xEv3))")
+        e("xEv = fadd(row[D0 + q * T + slot], xEv)")
+    for k in LANES:
+        _from_lane(e, f"l{k}", "xEv", str(k))
+    e("xE = fadd(fadd(l0, l1), fadd(l2, l3))")
     with e.block("if math.isinf(xE) or math.isnan(xE):"):
         e("flags |= RANGE")
 
@@ -230,13 +242,15 @@ def rescale_row(e: Emitter) -> None:
         e("xN = fdiv(xN, xE)", "xC = fdiv(xC, xE)", "xJ = fdiv(xJ, xE)", "xB = fdiv(xB, xE)", "rcp = fdiv(F1, xE)",
           "bad = " + " | ".join(_tiny(v) for v in ("xC", "xJ", "xB", "rcp")))
         with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
-            e("a = c * T + slot", "v = fmul(scratch[a], rcp)", "scratch[a] = v", f"bad = bad | {_tiny('v')}")
+            e("a = c * T + slot", "v = fmul(row[a], rcp)", "row[a] = v", f"bad = bad | {_tiny('v')}")
         with e.block("if bad:"):
             e("flags |= SUBNORMAL")
-        e("out_scales[sb + nscale] = xE", "nscale += 1", "scale = xE", "xE = F1")
+        with e.block("if z == 0:"):
+            e("out_scales[sb + nscale] = xE")
+        e("nscale += 1", "scale = xE", "xE = F1")
     with e.block("if " + " | ".join(_tiny(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
         e("flags |= TINY_ROWS")
-    with e.block("if want_rows != 0:"):
+    with e.block("if want_rows != 0 and z == 0:"):
         _store_row(e, "i", "scale")
 
 
@@ -245,27 +259,40 @@ def _store_row(e: Emitter, i: str, scale: str) -> None:
       "out_rows[o + 3] = xB", "out_rows[o + 4] = xC", f"out_rows[o + 5] = {scale}")
 
 
-def kernel_body() -> str:
+def kernel_body(spec: "FwdSpec") -> str:
     """The kernel's body (the lines under its ``def``)."""
     e = Emitter()
     e("tid = cuda.grid(1)")
     with e.block("if tid >= n_threads:"):
         e("return")
-    e("T = np.int64(n_threads)", "slot = np.int64(tid)", "QQ = np.int64(Q)",
-      "D0 = 4 * QQ * T  # the D cells of the thread's row, after the M cells",
-      "I0 = 8 * QQ * T  # and the I cells",
-      "DD = 28 * QQ  # the D->D vectors in tfv, after the 7 Q others")
+    e("lane = int32(cuda.threadIdx.x & 31)  # a group of four threads runs a target: thread z its lane z",
+      "z = lane & 3", "base = lane - z", "gmask = u32(15) << u32(base)")
+    if spec.storage == "shared":
+        e("row = cuda.shared.array(0, float32)  # the block's rows: cell c of thread t at c * T + t",
+          "T = np.int64(cuda.blockDim.x)", "slot = np.int64(cuda.threadIdx.x)")
+    else:
+        e("row = scratch  # the launch's rows: cell c of thread t at c * T + t",
+          "T = np.int64(n_threads)", "slot = np.int64(tid)")
     with e.block("while True:"):
-        e("k = cuda.atomic.add(counters, 0, 1)")
+        e("k = int32(0)")
+        with e.block("if z == 0:"):
+            e("k = cuda.atomic.add(counters, 0, 1)")
+        _from_lane(e, "k", "k", "0")
         with e.block("if k >= n_items:"):
             e("break")
         e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
-          "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]")
+          "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
+          "m = item_model[k]", "QQ = np.int64(model_q[m])", "M = model_m[m]",
+          "rb0 = model_rfv[m]", "tb = model_tfv[m]",
+          "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]", "tbm_min = model_f[3 * m + 2]",
+          "D0 = QQ * T  # the lane's D cells, after its M cells",
+          "I0 = 2 * QQ * T  # and its I cells",
+          "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others")
         with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
-            e("scratch[c * T + slot] = F0")
-        e("xE = F0", "xN = F1", "xJ = F0", "xB = pmove", "xC = F0", "flags = 0", "nscale = 0",
+            e("row[c * T + slot] = F0")
+        e("xE = F0", "xN = F1", "xJ = F0", "xB = pmove", "xC = F0", "flags = int32(0)", "nscale = 0",
           "sb = scale_base[k]", "rb = np.int64(0)")
-        with e.block("if want_rows != 0:"):
+        with e.block("if want_rows != 0 and z == 0:"):
             e("rb = row_base[k]")
             _store_row(e, "0", "F1")
         e("w = u32(0)")
@@ -273,7 +300,7 @@ def kernel_body() -> str:
             e("j = i - 1")
             with e.block("if (j & 3) == 0:"):
                 e("w = residues[wb + (j >> 2)]")
-            e("x = int32((w >> u32(8 * (j & 3))) & u32(255))", "eb = np.int64(x) * QQ * 4")
+            e("x = int32((w >> u32(8 * (j & 3))) & u32(255))", "eb = rb0 + np.int64(x) * QQ * 4")
             with e.block("if not (fmul(xB, tbm_min) >= ABSORB):"):
                 e("flags |= SUBNORMAL")
             main_pass(e)
@@ -284,23 +311,29 @@ def kernel_body() -> str:
             rescale_row(e)
         with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
             e("flags |= RANGE")
-        e("out_flags[k] = flags", "out_xc[k] = xC", "out_nscale[k] = nscale")
+        e("flags = flags | cuda.shfl_xor_sync(gmask, flags, 1)", "flags = flags | cuda.shfl_xor_sync(gmask, flags, 2)")
+        with e.block("if z == 0:"):
+            e("out_flags[k] = flags", "out_xc[k] = xC", "out_nscale[k] = nscale")
     return "".join(f"    {line}\n" if line else "\n" for line in e.text().splitlines())
 
 
 @dataclass(frozen=True)
 class FwdSpec:
-    """The Forward parser kernel (one specialisation: Q and M are arguments)."""
+    """The Forward parser kernel (a group of four threads per target, a thread per SSE lane), with its rows in shared memory (``storage="shared"``: the
+    block's threads' rows, sized by the launch) or in a global scratch array (``"global"``:
+    models whose rows do not fit a block's shared memory). Q and M are per model."""
+
+    storage: str = "shared"
 
     @property
     def name(self) -> str:
-        return "fwdback_parser_v1"
+        return f"fwdback_parser_v3_{self.storage}"
 
     def source(self, binding: str) -> str:
         return kernel_module(
-            "Forward parser kernel (HMMER's p7_ForwardParser).", binding, ARGS, kernel_body(),
-            "import math", "from hmmgpu.gpu import bias as _bias", f"_F = _bias.float_helpers({binding!r})",
-            "fmul = _F.fmul; fadd = _F.fadd; fdiv = _F.fdiv",
+            "Forward parser kernel (HMMER's p7_ForwardParser).", binding, ARGS, kernel_body(self),
+            "import math", "from numba import float32", "from hmmgpu.gpu import bias as _bias",
+            f"_F = _bias.float_helpers({binding!r})", "fmul = _F.fmul; fadd = _F.fadd; fdiv = _F.fdiv",
             f"RANGE = {RANGE}; SUBNORMAL = {SUBNORMAL}; TINY_ROWS = {TINY_ROWS}",
             "F0 = np.float32(0.0); F1 = np.float32(1.0)",
             f"FMIN = np.float32({float(FLT_MIN)!r}); ABSORB = np.float32({float(ABSORB)!r})",

@@ -47,6 +47,8 @@ from hmmgpu.gpu.runtime.libcuda import call
 #: ``CUdevice_attribute`` values read by :meth:`DriverRuntime.attribute`.
 DEVICE_ATTRIBUTES = dict(sm_count=16, smem_per_sm=81, smem_per_block_optin=97, cc_major=75, cc_minor=76)
 #: ``CUfunction_attribute`` values read by :meth:`Kernel.attribute`.
+#: ``CUDA_ERROR_NOT_READY``: what ``cuEventQuery`` returns while the work is still running.
+NOT_READY = 600
 FUNCTION_ATTRIBUTES = dict(max_threads=0, shared_static=1, local_bytes=3, registers=4, max_dynamic_shared=8)
 #: a one-dimensional array: meminfo, parent, count, item size, data, shape, stride
 ARRAY_FORMAT = "QQqqQqq"
@@ -216,6 +218,16 @@ class Event(_Handle):
     def record(self, stream=None) -> None:
         with current(self.context):
             call("cuEventRecord", self.handle, stream.handle if stream else None)
+
+    def query(self) -> bool:
+        """Whether the work before the event's record is done (``cuEventQuery``: no wait)."""
+        with current(self.context):
+            result = libcuda.load().cuEventQuery(self.handle)
+        if result == NOT_READY:
+            return False
+        if result != 0:
+            call("cuEventQuery", self.handle)  # raises with the driver's name of the error
+        return True
 
 
 class Kernel:

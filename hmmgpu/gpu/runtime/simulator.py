@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 
 
@@ -57,8 +58,14 @@ class SimulatorRuntime:
 
 @functools.lru_cache(maxsize=None)
 def install() -> None:
-    """Add the missing warp intrinsics to the simulator's fake ``cuda`` module (once)."""
+    """Add the missing warp intrinsics to the simulator's fake ``cuda`` module (once), and
+    shorten the interpreter's thread switch interval: the simulator's block manager polls its
+    threads for a barrier while it holds the interpreter lock, so at the default 5 ms each
+    barrier (every warp shuffle here) cost several switch intervals (the Forward gate of ten
+    short targets took 59 s instead of 4 s)."""
     from numba.cuda.simulator import kernelapi
+
+    sys.setswitchinterval(1e-4)
 
     mod = kernelapi.FakeCUDAModule
 

@@ -35,13 +35,22 @@ TARGET_WARPS_PER_SM = 48
 #: Bias filter kernel: threads per block (one thread per target) and blocks per SM.
 BIAS_BLOCK = 128
 BIAS_BLOCKS_PER_SM = 4
-#: Forward parser kernel (:mod:`.fwdback`): threads per block (one thread per target), the
-#: global scratch its rows may take (12 Q floats per thread: it sets the number of threads
-#: of a launch), and the residues of the targets of one launch at most (room for their scale
-#: factors and rows).
+#: Forward parser kernel (:mod:`.fwdback`): threads per block of its global-memory variant
+#: (four threads per target), the global scratch its rows may take there (3 Q floats per
+#: thread: it sets the number of threads of a launch), the largest target (residues x model
+#: nodes) it takes (a group of four threads runs a target, so the costliest set the length of
+#: a batch; larger ones are left to pyhmmer's stage: 0.5% of the Viterbi filter's survivors of
+#: 600 Pfam models against 29 M real residues), the streams its batches rotate over, and the
+#: targets the cascade collects before it launches a batch: many models' survivors together
+#: (one Pfam model's would fill a few of the GPU's multiprocessors), or fewer when no batch is
+#: running (the first results reach the worker threads sooner). Measured on one H200 with
+#: those 600 models (caps of 8, 2, 1 and 0.5 M cells: 18.6, 8.2, 7.5 and 6.4 s).
 FWD_BLOCK = 128
 FWD_SCRATCH_BYTES = 256 << 20
-FWD_BATCH_RESIDUES = 1 << 24
+FWD_MAX_CELLS = 512 << 10
+FWD_STREAMS = 8
+FWD_GATE_TARGETS = 16384
+FWD_GATE_TARGETS_IDLE = 2048
 #: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
 PACK_BLOCK = 256
 PACK_BLOCKS_PER_SM = 8
