@@ -506,7 +506,7 @@ class _Pipeline:
                 self.room.release()
                 yield hits
             if st.counts["traced"] and _WARMING is not None:
-                _WARMING.join()  # done but for align()'s score pass, which the tracebacks do not use
+                _WARMING.join()  # done, or all but done: the tracebacks ran its passes
             loaded = getattr(_WARMING, "seconds", None)
             if loaded is not None:
                 st.seconds["traceback passes loaded"] = loaded

@@ -59,15 +59,15 @@ def passes():
 
 
 def warm() -> None:
-    """Import numba and load (or compile, on a fresh machine) the compiled passes: ``hmmgpu sw``
-    calls this in a thread while it starts, so the first traceback does not wait for it. The
-    group's passes come first (the pipeline's tracebacks), :func:`align`'s score pass last."""
+    """Import numba and load (or compile, on a fresh machine) the passes a search's tracebacks
+    run (:func:`trace_hits`'s): ``hmmgpu sw`` calls this in a thread while it starts, so the
+    first traceback does not wait for it. (:func:`align`'s score pass, which a search does not
+    use, compiles at its first call.)"""
     from hmmgpu.sw.matrices import load
 
     m = load("BLOSUM62").by_code
     q = np.array([1, 2, 3], np.uint8)  # C, D, E: every residue scores positive against itself
     trace_hits(q, [q], [int(sum(m[c, c] for c in q.tolist()))], m, 11, 1)
-    align(q, q, m, 11, 1)
 
 
 def query_profile(q: np.ndarray, by_code: np.ndarray) -> np.ndarray:
