@@ -25,8 +25,7 @@ kernel cannot promise bit for bit, left undecided) go on to pyhmmer's stage, whi
 runs Forward, Backward and domain definition on the targets that fail. The gate runs in
 batches: finishing a model's filters (:meth:`Ticket.filtered`) queues its survivors, and the
 queue is launched as one kernel over many models' targets (:meth:`GpuCascade.flush_gates`,
-:class:`~hmmgpu.gpu.fwdback.launch.ForwardBatch`) once it is large enough, or sooner while no
-batch runs, on a few streams of its own beside the filter kernels of later models; a model's
+:class:`~hmmgpu.gpu.fwdback.launch.ForwardBatch`) once it is large enough, on a few streams of its own beside the filter kernels of later models; a model's
 result (:meth:`GateTicket.result`) waits for its batch. One model's survivors alone would
 occupy a few of the GPU's multiprocessors. The GPU process sends each result as soon as its
 batch is done, in model order (:mod:`hmmgpu.gpu.process`).
@@ -225,7 +224,6 @@ class GpuCascade:
         self._forward_lock = threading.Lock()  #: guards the gate's queue and its stage
         self._queued: list = []  #: (GateTicket, ForwardJob) of the models whose gate waits for a batch
         self._queued_targets = 0
-        self._running: list = []  #: the batches launched and perhaps not finished
         #: numba's CUDA simulator runs a kernel in the launching thread and keeps one kernel
         #: context for the process: launches from two threads (a model's filters while the
         #: gate of an earlier one runs) are taken one at a time there (a GPU needs no lock)
@@ -361,9 +359,7 @@ class GpuCascade:
     def _queue_gate(self, profile, options, partial: CascadeResult, filtersc) -> GateTicket:
         """Queue the Forward gate of one model's Viterbi-filter survivors (``partial.past_vit``,
         sorted) with their ``filtersc``; the queue is launched as one batch once it holds
-        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS` targets, or
-        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS_IDLE` while no batch runs, or when a
-        result needs it."""
+        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS` targets, or when a result needs it."""
         from hmmgpu.gpu.fwdback.launch import ForwardJob
 
         if not self.forward_gate or not partial.past_vit.size or profile.hmm is None:
@@ -373,9 +369,7 @@ class GpuCascade:
         with self._forward_lock:
             self._queued.append((gated, job))
             self._queued_targets += int(partial.past_vit.size)
-            self._running = [batch for batch in self._running if not batch.done()]
-            idle = not self._running and self._queued_targets >= tuning.FWD_GATE_TARGETS_IDLE
-            if idle or self._queued_targets >= tuning.FWD_GATE_TARGETS:
+            if self._queued_targets >= tuning.FWD_GATE_TARGETS:
                 self._launch_queued()
         return gated
 
@@ -392,7 +386,6 @@ class GpuCascade:
         for k, (gated, _) in enumerate(self._queued):
             gated.batch, gated.job = batch, k
         self._queued, self._queued_targets = [], 0
-        self._running.append(batch)
 
     def _decide_gate(self, gated: GateTicket) -> CascadeResult:
         """A model's F3 decisions from its batch's scores (the batch waited for once)."""

@@ -41,16 +41,17 @@ BIAS_BLOCKS_PER_SM = 4
 #: nodes) it takes (a group of four threads runs a target, so the costliest set the length of
 #: a batch; larger ones are left to pyhmmer's stage: 0.5% of the Viterbi filter's survivors of
 #: 600 Pfam models against 29 M real residues), the streams its batches rotate over, and the
-#: targets the cascade collects before it launches a batch: many models' survivors together
-#: (one Pfam model's would fill a few of the GPU's multiprocessors), or fewer when no batch is
-#: running (the first results reach the worker threads sooner). Measured on one H200 with
-#: those 600 models (caps of 8, 2, 1 and 0.5 M cells: 18.6, 8.2, 7.5 and 6.4 s).
+#: targets the cascade collects before it launches a batch (many models' survivors together:
+#: one Pfam model's would fill a few of the GPU's multiprocessors). Measured with those 600
+#: models: caps of 8, 2, 1 and 0.5 M cells took 18.6, 8.2, 7.5 and 6.4 s on one H200; batches
+#: of 8k, 16k, 32k and 64k targets 7.1-7.4 s from 16k up on one H100, and launching smaller
+#: batches whenever none ran (2k targets) 14.4 s (each small batch waits for its own longest
+#: targets).
 FWD_BLOCK = 128
 FWD_SCRATCH_BYTES = 256 << 20
 FWD_MAX_CELLS = 512 << 10
 FWD_STREAMS = 8
 FWD_GATE_TARGETS = 16384
-FWD_GATE_TARGETS_IDLE = 2048
 #: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
 PACK_BLOCK = 256
 PACK_BLOCKS_PER_SM = 8
