@@ -234,11 +234,15 @@ def test_kernel_source_rounds_every_float_operation(storage):
     for node in ast.walk(kernel):  # names bound to float values: results of fmul/fadd/fdiv, float reads
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             v = node.value
+            shuffled = (isinstance(v, ast.Call) and getattr(v.func, "attr", "") == "shfl_sync"
+                        and getattr(v.args[1], "id", "") in floats)  # a float from another lane
+            chosen = isinstance(v, ast.IfExp) and getattr(v.body, "id", "") in floats
             if (isinstance(v, ast.Call) and getattr(v.func, "id", "") in ("fmul", "fadd", "fdiv")) or (
                     isinstance(v, ast.Subscript) and getattr(v.value, "id", "") in _FLOAT_ARRAYS) or (
-                    isinstance(v, ast.Name) and v.id in floats):
+                    isinstance(v, ast.Name) and v.id in floats) or shuffled or chosen:
                 floats.add(node.targets[0].id)
-    assert {"sv", "xE", "xN", "xC", "xJ", "xB", "mpv1", "dcv3", "xEv2", "pmove", "d", "s"} <= floats
+    assert {"sv", "xE", "xN", "xC", "xJ", "xB", "mpv", "dcv", "xEv", "l0", "l3", "shifted", "pmove", "d",
+            "s"} <= floats
     arithmetic = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 
     def is_float(side) -> bool:
