@@ -59,6 +59,19 @@ def assert_same_hits(ours, ref) -> None:
     assert_same_pipeline(ours, ref)
 
 
+@pytest.fixture
+def threads() -> set:
+    """The threads alive as the test starts (tests before it may have left some)."""
+    return set(threading.enumerate())
+
+
+def assert_no_thread_left(before: set) -> None:
+    """No thread has been started since ``before`` and is still alive (pyhmmer's tests check
+    the same of the whole process)."""
+    left = set(threading.enumerate()) - before
+    assert not left, left
+
+
 @pytest.fixture(scope="module")
 def proteome():
     with SequenceFile(PROTEOME, digital=True, alphabet=AMINO) as f:
@@ -78,7 +91,7 @@ def _optimized(hmm):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_every_query_kind_equals_pyhmmer(engine, models, proteome):
+def test_every_query_kind_equals_pyhmmer(engine, models, proteome, threads):
     """HMMs, a Profile, an OptimizedProfile and a model from HMM.sample (no E-value
     parameters) in one iterable: the same TopHits as pyhmmer's, in order, with the callback
     called once per query in order."""
@@ -95,11 +108,11 @@ def test_every_query_kind_equals_pyhmmer(engine, models, proteome):
         assert_same_hits(a, b)
     assert [n for _, n in seen] == list(range(1, len(queries) + 1))
     assert [q for q, _ in seen] == [hits.query for hits in ours]
-    assert threading.active_count() == 1, threading.enumerate()
+    assert_no_thread_left(threads)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_every_target_kind_equals_pyhmmer(engine, models, proteome):
+def test_every_target_kind_equals_pyhmmer(engine, models, proteome, threads):
     """A block, a list of sequences, a digital SequenceFile (left as it was), a path, with
     options, and cpus=1 (all in the calling thread) and 0 (all cores)."""
     options = dict(E=1e-2, domE=1e-2, Z=5000, bias_filter=False)
@@ -111,11 +124,11 @@ def test_every_target_kind_equals_pyhmmer(engine, models, proteome):
             for a, b in zip(ours, ref, strict=True):
                 assert_same_hits(a, b)
         assert handle.read() is not None   # hmmgpu read the file again, by its name
-    assert threading.active_count() == 1, threading.enumerate()
+    assert_no_thread_left(threads)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_failing_callback_stops_the_search_and_its_threads(engine, models, proteome):
+def test_a_failing_callback_stops_the_search_and_its_threads(engine, models, proteome, threads):
     """pyhmmer's callback tests use models from HMM.sample, which take pyhmmer's route: here
     calibrated models on hmmgpu's engine, many in flight; the callback's error reaches the
     caller at the second query and no thread is left behind (pyhmmer's tests check that)."""
@@ -130,7 +143,7 @@ def test_a_failing_callback_stops_the_search_and_its_threads(engine, models, pro
     assert next(results) is not None
     with pytest.raises(Stop):
         next(results)
-    assert threading.active_count() == 1, threading.enumerate()
+    assert_no_thread_left(threads)
 
 
 def test_hmmfile_and_cutoffs_equal_pyhmmer(proteome):
@@ -177,7 +190,7 @@ def test_errors_are_pyhmmers_and_hmmgpus(models, proteome):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_hmmscan_equals_pyhmmer(engine, models, proteome):
+def test_hmmscan_equals_pyhmmer(engine, models, proteome, threads):
     """Sequences against HMMs (hmmgpu's filters choose the models each is scanned with, on
     ``numba``), a pressed file's optimized profiles, and a path: pyhmmer's TopHits, with
     pyhmmer's float mode (no flush to zero), and the callback once per sequence."""
@@ -208,7 +221,7 @@ def test_hmmscan_equals_pyhmmer(engine, models, proteome):
         ours = list(hmmgpu.hmmscan(queries[0], f.optimized_profiles(), engine=engine, cpus=1, E=1e3))
     assert len(ours) == 1
     assert_same_hits(ours[0], next(pyhmmer.hmmscan(queries[0], rre, cpus=1, E=1e3)))
-    assert threading.active_count() == 1, threading.enumerate()
+    assert_no_thread_left(threads)
 
 
 def test_hmmscan_errors_are_pyhmmers(models, proteome):
