@@ -305,7 +305,7 @@ def _filtered_scan(queries, profiles, options: SearchOptions, extra: dict):
         database = read(narrowing.add)
         survivors = narrowing.survivors()
     finally:
-        backend.close(wait=False)
+        backend.close()   # and its threads (several GPUs), as pyhmmer leaves none behind
     return (hits for _, hits in scan(db, database, options, narrow=survivors.__getitem__, ftz=False))
 
 
