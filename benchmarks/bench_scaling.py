@@ -284,12 +284,14 @@ class _GpuCluster:
         self.processes, self.cluster = [], None
         try:
             from dask_cuda import LocalCUDACluster
-        except ImportError as error:
-            self.kind = f"dask scheduler + {gpus} dask worker processes, one GPU each (dask_cuda: {error})"
+
+            self.cluster = LocalCUDACluster(n_workers=gpus, threads_per_worker=threads, dashboard_address=None)
+        except Exception as error:  # noqa: BLE001 - said in the log; the same workers started by hand
+            self.kind = (f"dask scheduler + {gpus} dask worker processes, one GPU each (dask_cuda: "
+                         f"{type(error).__name__}: {' '.join(str(error).split())[:300]})")
             self._start_processes(gpus, threads, env, work)
         else:
             self.kind = f"dask_cuda.LocalCUDACluster(n_workers={gpus}, threads_per_worker={threads})"
-            self.cluster = LocalCUDACluster(n_workers=gpus, threads_per_worker=threads, dashboard_address=None)
             self.address = self.cluster.scheduler_address
 
     def _start_processes(self, gpus, threads, env, work) -> None:
