@@ -10,14 +10,15 @@ the other waiting: measured on the 16-core GPU machine with 600 Pfam models, the
 threads were busy three times as long as their CPU time, and the GPU side, not the CPU
 or the GPU, set the pace of the search. Here it runs in a child process with its own GIL;
 the engine's process sends each model (about 30 KB pickled) and receives its survivors.
-One process per GPU is also how several GPUs will share a search: each child owns one
-device id.
+One process per GPU is also how several GPUs share a search (``--devices``,
+:mod:`hmmgpu.search.multidevice`): each child owns one device id.
 
 Protocol
 --------
 The child is a fresh interpreter (``python -m hmmgpu.gpu.process FD``) on one end of a
 socket pair; it inherits standard error (compile notices). The parent sends, in order:
-``("init", database path, format, lanes, device, max_bytes, model lengths or None)``, then any number of
+``("init", database path, format, lanes, device, max_bytes, model lengths or None, span or None)``
+(``span``: ``(first, end)``, only those targets of a made database: a dask worker's shard), then any number of
 ``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and
 finally ``None``. The child answers ``("ready", description, lanes, (targets, residues))``
 or ``("error", message)`` to the first, and in the order of the requests: ``("done", CascadeResult)`` or
@@ -74,7 +75,7 @@ def _serve(conn: Connection) -> None:
     """The child: set up the GPU backend, then run models until None or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes the socket
     try:
-        _, path, fmt, lanes, device, max_bytes, lengths = conn.recv()
+        _, path, fmt, lanes, device, max_bytes, lengths, span = conn.recv()
     except (EOFError, OSError):
         return
     try:
@@ -97,6 +98,8 @@ def _serve(conn: Connection) -> None:
 
             startup["imports"], clock = time.perf_counter() - clock, time.perf_counter()
             db = open_database(path, fmt, arrays=True)  # the numpy reader: the arrays to upload
+            if span is not None:
+                db = db.shard(*span)
             startup["database"], clock = time.perf_counter() - clock, time.perf_counter()
             if not driver.result():
                 raise DeviceUnavailable(f"{NO_DEVICE} {device}")
@@ -223,10 +226,12 @@ class _Ticket:
 class CudaProcessBackend(CascadeBackend):
     """The GPU cascade (:class:`~hmmgpu.gpu.backend.CudaBackend`) in a child process, on one
     device (explicit id), over ``db`` or over the sequence file ``source = (path, format)``
-    that the caller reads as well. Use from one submitting and one waiting thread at most."""
+    that the caller reads as well; ``span = (first, end)``: only those targets of the made
+    database (``db`` is then that shard, :meth:`~hmmgpu.formats.seqdb.SequenceDB.shard`). Use
+    from one submitting and one waiting thread at most."""
 
     def __init__(self, db=None, *, source: tuple | None = None, lanes: str = "auto", device: int = 0,
-                 max_bytes: int | None = None, lengths=None):
+                 max_bytes: int | None = None, lengths=None, span: tuple | None = None):
         super().__init__(db)
         self._tmpdir = None
         self._process = None
@@ -244,7 +249,8 @@ class CudaProcessBackend(CascadeBackend):
             path, fmt = source if source is not None else (self._shared_path(db), None)
             self._process, self._conn = start_child("hmmgpu.gpu.process")
             self._conn.send(("init", os.path.abspath(path), fmt, lanes, device, max_bytes,
-                             None if lengths is None else [int(m) for m in lengths]))
+                             None if lengths is None else [int(m) for m in lengths],
+                             None if span is None else (int(span[0]), int(span[1]))))
         except OSError as error:
             self.close()
             raise WorkerError(f"cannot start the GPU process: {error.strerror or error}") from None

@@ -151,8 +151,7 @@ def device_backend(run, device: int, db=None, *, source: tuple | None = None, le
     ``first`` .. ``end - 1`` of a made database (a dask worker's shard)."""
     from hmmgpu.gpu.process import CudaProcessBackend
 
-    shard = {} if span is None else dict(span=span)
-    return CudaProcessBackend(db=db, source=source, lanes=run.lanes, device=device, lengths=lengths, **shard)
+    return CudaProcessBackend(db=db, source=source, lanes=run.lanes, device=device, lengths=lengths, span=span)
 
 
 def device_ids(run) -> tuple | None:

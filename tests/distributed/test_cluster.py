@@ -262,7 +262,8 @@ def test_errors_are_one_line(tmp_path, capsys, monkeypatch, made, local_cluster)
     line = _error(capsys, ["search", "--scheduler-file", str(tmp_path / "none.json"), str(MODELS), str(made)])
     assert line.startswith(f"hmmgpu: error: --scheduler-file {tmp_path / 'none.json'}: No such file")
     line = _error(capsys, ["search", "--scheduler", lc.scheduler_address, "--backend", "cuda", str(MODELS), str(made)])
-    assert "not available on a dask cluster yet" in line
+    assert re.fullmatch(r"hmmgpu: error: dask worker tcp://\S+: --backend cuda: this dask worker has no usable CUDA "
+                        r"GPU \(start GPU workers with `dask cuda worker`\)", line), line
     # a database the workers cannot open (here: the tasks name a path that is not there)
     opened = cluster.open_shared_database(str(made))
     gone = (cluster.DatabaseRef(path=str(tmp_path / "gone"), identity=opened[0].identity, n=opened[0].n,
@@ -322,5 +323,6 @@ def test_a_shard_is_a_database_of_its_own(made):
 
 
 def test_local_command_line():
-    line = "hmmgpu search --scheduler tcp://h:8786 --tblout t.tbl --scheduler-file=s.json m.hmm 'my db'"
+    line = ("hmmgpu search --scheduler tcp://h:8786 --tblout t.tbl --scheduler-file=s.json --devices 0,2 --devices=all "
+            "m.hmm 'my db'")
     assert cluster.local_command_line(line) == "hmmgpu search --tblout t.tbl m.hmm 'my db'"
