@@ -151,7 +151,7 @@ RUN_FIELDS = ("backend", "lanes", "cpus", "device", "devices")
 def devices_text(devices) -> str:
     """``--devices`` (``devices=`` in the API) in one spelling: ``"all"``, or the distinct ids
     in the order given, joined by commas (``"0,2"``), from that text, an int or ids in a list;
-    which GPUs exist is asked where the search starts (:func:`hmmgpu.search.routing.device_ids`)."""
+    which GPUs exist is asked where the search starts (:func:`hmmgpu.gpu.runtime.context.device_ids`)."""
     if isinstance(devices, str):
         text = devices.strip()
         if text.lower() == "all":

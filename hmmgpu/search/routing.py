@@ -9,7 +9,7 @@ its database (:meth:`SearchPlan.before_reading`), whether a file is searched pie
 (:meth:`SearchPlan.pieces`), and whether small models go to worker processes
 (:meth:`SearchPlan.worker_processes`). ``auto`` takes the GPU only when pyhmmer's route is
 estimated (:mod:`hmmgpu.costs`) to take longer than starting it. ``--devices`` names several
-GPUs for the GPU route (:func:`device_ids`): one GPU process each, joined by
+GPUs for the GPU route (:func:`hmmgpu.gpu.runtime.context.device_ids`): one GPU process each, joined by
 :class:`~hmmgpu.search.multidevice.MultiDeviceBackend`. On a dask worker, :func:`shard_backend`
 gives the filter stage of its shard: the worker's GPU where it has one, else its CPU.
 """
@@ -19,7 +19,8 @@ import os
 
 from hmmgpu.costs import GPU_ROUTE_SECONDS, KERNEL_COMPILE_SECONDS, cpu_route_seconds, small_on_average
 from hmmgpu.cpu.backends import HmmerBackend, NumbaBackend
-from hmmgpu.errors import DeviceUnavailable, HmmgpuError, InputError
+from hmmgpu.errors import DeviceUnavailable, HmmgpuError
+from hmmgpu.gpu.runtime.context import device_ids
 from hmmgpu.stages.protocol import Backend, CascadeBackend
 
 
@@ -152,33 +153,6 @@ def device_backend(run, device: int, db=None, *, source: tuple | None = None, le
     from hmmgpu.gpu.process import CudaProcessBackend
 
     return CudaProcessBackend(db=db, source=source, lanes=run.lanes, device=device, lengths=lengths, span=span)
-
-
-def device_ids(run) -> tuple | None:
-    """The GPUs that ``--devices`` names (``run.devices``: ``all`` or ids), checked against the
-    GPUs this machine has; None without ``--devices``. A one-line
-    :class:`~hmmgpu.errors.DeviceUnavailable` for an id the machine lacks (or for ``all``
-    without any GPU), and an :class:`~hmmgpu.errors.InputError` with a backend that runs no
-    GPU. ``HMMGPU_NO_GPU`` hides every GPU."""
-    if run.devices is None:
-        return None
-    if run.backend in ("hmmer", "numba"):
-        raise InputError(f"--devices names GPUs for the GPU route; --backend {run.backend} runs none "
-                         "(use --backend auto or cuda)")
-    from hmmgpu.gpu.runtime.context import cuda_device_count
-
-    count = 0 if os.environ.get("HMMGPU_NO_GPU") is not None else cuda_device_count()
-    have = "no CUDA GPU" if count == 0 else f"{count} CUDA GPU{'s' * (count > 1)} (ids 0-{count - 1})"
-    if run.devices == "all":
-        if count == 0:
-            raise DeviceUnavailable("--devices all: no CUDA GPU found")
-        return tuple(range(count))
-    ids = tuple(int(d) for d in run.devices.split(","))
-    missing = [d for d in ids if d >= count]
-    if missing:
-        raise DeviceUnavailable(f"--devices {run.devices}: no CUDA GPU with id {','.join(map(str, missing))} "
-                                f"(this machine has {have})")
-    return ids
 
 
 def cpu_route_before_reading(run, source: str, model_lengths) -> str | None:
@@ -368,7 +342,7 @@ def _select(run, db, cells, gpu_process, started, queries, decided) -> Backend:
 
 def _cuda(run, db, gpu_process: bool, started) -> CascadeBackend:
     """The CUDA backend: in this process, ready; or the GPU process, perhaps still starting; or,
-    with ``--devices`` naming several GPUs, a GPU process on each (:func:`device_ids`)."""
+    with ``--devices`` naming several GPUs, a GPU process on each (:func:`hmmgpu.gpu.runtime.context.device_ids`)."""
     if gpu_process:
         if started is not None:
             started.attach(db)

@@ -51,10 +51,10 @@ BATCHES_AHEAD = 2
 
 def device_ids(devices, backend: str) -> tuple:
     """The GPUs ``--devices`` names (``all`` or ids), checked against the GPUs present as the
-    HMM search checks them (:func:`hmmgpu.search.routing.device_ids`); ``--backend cpu`` runs
+    HMM search checks them (:func:`hmmgpu.gpu.runtime.context.device_ids`); ``--backend cpu`` runs
     none (one-line errors)."""
     from hmmgpu.options import RunOptions
-    from hmmgpu.search.routing import device_ids as checked
+    from hmmgpu.gpu.runtime.context import device_ids as checked
 
     if backend == "cpu":
         raise InputError("--devices names GPUs; --backend cpu runs none (use --backend auto or cuda)")

@@ -3,18 +3,20 @@
 Probes that tell whether a GPU is there (:func:`cuda_driver_present`, :func:`cuda_available`)
 ask the driver directly through :mod:`.libcuda`; :func:`primary_context` retains a device's
 primary context once for the life of the process; :func:`simulator_enabled` says whether
-numba's CUDA simulator stands in for the GPU (CI). Import-light: importing this module needs
-neither a GPU nor numba.
+numba's CUDA simulator stands in for the GPU (CI); :func:`device_ids` checks the GPUs a
+run's ``--devices`` names against those the driver counts. Import-light: importing this
+module needs neither a GPU nor numba.
 """
 from __future__ import annotations
 
 import ctypes
 import os
 
+from hmmgpu.errors import DeviceUnavailable, InputError
 from hmmgpu.gpu.runtime import libcuda
 from hmmgpu.gpu.runtime.libcuda import primary_context
 
-__all__ = ["cuda_available", "cuda_device_count", "cuda_driver_present", "open_primary_context", "simulator_enabled"]
+__all__ = ["cuda_available", "cuda_device_count", "device_ids", "cuda_driver_present", "open_primary_context", "simulator_enabled"]
 
 def simulator_enabled() -> bool:
     """numba's CUDA simulator is on: ``NUMBA_ENABLE_CUDASIM=1`` when numba was imported, or,
@@ -79,3 +81,28 @@ def open_primary_context(device: int = 0) -> bool:
     context stays retained for the life of the process.
     """
     return _simulator_requested() or primary_context(device) is not None
+
+
+def device_ids(run) -> tuple | None:
+    """The GPUs that ``--devices`` names (``run.devices``: ``all`` or ids), checked against the
+    GPUs this machine has; None without ``--devices``. A one-line
+    :class:`~hmmgpu.errors.DeviceUnavailable` for an id the machine lacks (or for ``all``
+    without any GPU), and an :class:`~hmmgpu.errors.InputError` with a backend that runs no
+    GPU. ``HMMGPU_NO_GPU`` hides every GPU."""
+    if run.devices is None:
+        return None
+    if run.backend in ("hmmer", "numba"):
+        raise InputError(f"--devices names GPUs for the GPU route; --backend {run.backend} runs none "
+                         "(use --backend auto or cuda)")
+    count = 0 if os.environ.get("HMMGPU_NO_GPU") is not None else cuda_device_count()
+    have = "no CUDA GPU" if count == 0 else f"{count} CUDA GPU{'s' * (count > 1)} (ids 0-{count - 1})"
+    if run.devices == "all":
+        if count == 0:
+            raise DeviceUnavailable("--devices all: no CUDA GPU found")
+        return tuple(range(count))
+    ids = tuple(int(d) for d in run.devices.split(","))
+    missing = [d for d in ids if d >= count]
+    if missing:
+        raise DeviceUnavailable(f"--devices {run.devices}: no CUDA GPU with id {','.join(map(str, missing))} "
+                                f"(this machine has {have})")
+    return ids
