@@ -14,9 +14,14 @@ IEEE mode (pyhmmer's) and with flush-to-zero (hmmsearch's), and the script count
 * the targets whose rows differ between the two modes (TINY_ROWS should be exactly these);
 * rescaled targets and rows.
 
+With ``--backward`` it does the same for the Backward parser (``p7_BackwardParser`` after the
+Forward parser, the reference's :func:`hmmgpu.cpu.fwdback.backward`) on the survivors the
+Forward gate passes on (the F3 passers, which ``p7_Pipeline`` runs it on), under keys prefixed
+``b_``, and counts the targets on which Backward switched to its own scale factors.
+
 ::
 
-    PYTHONPATH=. python3 benchmarks/fwdback_flags.py --data DIR [MODEL ...]
+    PYTHONPATH=. python3 benchmarks/fwdback_flags.py --data DIR [--backward] [MODEL ...]
 
 ``DIR`` holds ``pfam/``, ``cudampf/`` and ``seqs/public_proteins.fa.gz`` (the shared data);
 MODEL restricts to files whose name contains it. About 20 minutes on one core. Result:
@@ -33,6 +38,44 @@ from pathlib import Path
 import numpy as np
 
 
+def bits(v):
+    return np.asarray(v, np.float32).view(np.uint32)
+
+
+def zero_tiny(rows):
+    """``rows`` with every subnormal (or FLT_MIN) entry set to 0: what flush-to-zero stores."""
+    from hmmgpu.cpu import fwdback as ref
+
+    out = rows.copy()
+    out[(out > 0) & (out <= ref.FLT_MIN)] = 0
+    return out
+
+
+def count_backward(c, model, tables, codes, forward) -> None:
+    """The Backward parser of one target (after ``forward``, the reference's Forward result)
+    against libhmmer's in both modes, counted into ``c`` under the ``b_`` keys."""
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.host import flush_to_zero
+
+    mine = ref.backward(tables, codes, forward)
+    status, score, xmx, totscale, own = model.backward_parser(codes)
+    with flush_to_zero():
+        status2, score2, xmx2, _, _ = model.backward_parser(codes)
+    c["b_targets"] += 1
+    for key, flag in (("b_range", ref.RANGE), ("b_subnormal", ref.SUBNORMAL), ("b_tiny_rows", ref.TINY_ROWS),
+                      ("b_any_tiny", ref.ANY_TINY)):
+        c[key] += bool(mine.flags & flag)
+    c["b_host"] += mine.needs_host
+    c["b_own_scales"] += own
+    c["b_ftz_rows_differ"] += not np.array_equal(bits(xmx), bits(xmx2))
+    same_score = bool(mine.flags & ref.RANGE) == (status == 16) and (status != 0 or bits(score) == bits(mine.score))
+    c["b_score_mismatch"] += not (same_score and bits(totscale) == bits(mine.totscale) and own == mine.has_own_scales)
+    c["b_row_mismatch"] += not np.array_equal(bits(xmx), bits(mine.xmx))
+    if not mine.needs_host:
+        c["b_ftz_mismatch"] += not (status2 == status and bits(score2) == bits(score)
+                                    and np.array_equal(bits(zero_tiny(mine.xmx)), bits(xmx2)))
+
+
 def main() -> None:
     import pyhmmer
 
@@ -47,6 +90,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--backward", action="store_true", help="check the Backward parser too")
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
     db = SequenceDB.from_fasta(a.data / "seqs" / "public_proteins.fa.gz")
@@ -55,22 +99,23 @@ def main() -> None:
     backend = NumbaBackend(db)
     keys = ("targets", "score_mismatch", "row_mismatch", "ftz_mismatch", "host", "range", "subnormal", "tiny_rows",
             "any_tiny", "ftz_rows_differ", "rescaled", "rescaled_rows")
+    if a.backward:
+        keys += ("b_targets", "b_score_mismatch", "b_row_mismatch", "b_ftz_mismatch", "b_host", "b_range",
+                 "b_subnormal", "b_tiny_rows", "b_any_tiny", "b_ftz_rows_differ", "b_own_scales")
     total = dict.fromkeys(keys, 0)
-
-    def bits(v):
-        return np.asarray(v, np.float32).view(np.uint32)
 
     for path in paths:
         with gzip.open(path, "rb") as fh, pyhmmer.plan7.HMMFile(fh) as hf:
             hmm = hf.read()
         t0 = time.time()
-        survivors = run_cascade(backend, ModelProfile.from_hmm(hmm), SearchOptions(), db).survivors
+        cascade = run_cascade(backend, ModelProfile.from_hmm(hmm), SearchOptions(), db)
+        f3_passers = set(np.asarray(cascade.survivors).tolist())
         c = dict.fromkeys(keys, 0)
         with HmmerModel(hmm) as model:
             tables = ref.ForwardTables.from_hmmer(model)
             if tables.exactness_conditions() is not None:
                 print(path.name, "host only:", tables.exactness_conditions())
-            for i in survivors:
+            for i in cascade.past_vit:
                 codes = db.codes(int(i))
                 mine = ref.parse(tables, codes)
                 status, score, xmx, _ = model.forward_parser(codes)
@@ -85,16 +130,16 @@ def main() -> None:
                 c["rescaled"] += n > 0
                 c["rescaled_rows"] += n
                 c["ftz_rows_differ"] += not np.array_equal(bits(xmx), bits(xmx2))
+                if a.backward and int(i) in f3_passers:
+                    count_backward(c, model, tables, codes, mine)
                 if mine.flags & ref.RANGE:
                     c["score_mismatch"] += status != 16
                     continue
                 c["score_mismatch"] += not (status == 0 and bits(score) == bits(mine.score))
                 c["row_mismatch"] += not np.array_equal(bits(xmx), bits(mine.xmx))
                 if not mine.needs_host:
-                    zeroed = mine.xmx.copy()
-                    zeroed[(zeroed > 0) & (zeroed <= ref.FLT_MIN)] = 0
                     c["ftz_mismatch"] += not (status2 == 0 and bits(score2) == bits(score)
-                                              and np.array_equal(bits(zeroed), bits(xmx2)))
+                                              and np.array_equal(bits(zero_tiny(mine.xmx)), bits(xmx2)))
         for key in keys:
             total[key] += c[key]
         print(path.name, f"M={hmm.M}", json.dumps(c), f"{time.time() - t0:.1f}s", flush=True)

@@ -31,6 +31,18 @@ def sampled_hmm(M: int, seed: int):
         return f.read()
 
 
+def bits(a) -> np.ndarray:
+    """The float32 bits of ``a`` (uint32), for bit-for-bit comparisons."""
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def zero_tiny(rows) -> np.ndarray:
+    """``rows`` with every subnormal (or FLT_MIN) entry set to 0: what flush-to-zero stores."""
+    out = np.array(rows, np.float32)
+    out[(out > 0) & (out <= np.float32(2.0 ** -126))] = 0
+    return out
+
+
 def consensus_codes(hmm) -> np.ndarray:
     """The most probable residue of every match state."""
     return np.asarray(hmm.match_emissions, dtype=np.float32)[1:].argmax(axis=1).astype(np.uint8)

@@ -1,5 +1,6 @@
-"""HMMER 3.4's Forward parser (``p7_ForwardParser``, impl_sse) on the CPU: the plain reference
-beside the GPU kernel (:mod:`hmmgpu.gpu.fwdback`), lane for lane.
+"""HMMER 3.4's Forward and Backward parsers (``p7_ForwardParser``, ``p7_BackwardParser``,
+impl_sse) on the CPU: the plain reference beside the GPU kernel (:mod:`hmmgpu.gpu.fwdback`),
+lane for lane.
 
 HMMER keeps a generic implementation beside its vector code; this module is that habit
 for hmmgpu's Forward: a serial numba function that computes what ``forward_engine`` (with
@@ -8,8 +9,10 @@ lanes of the striped layout explicitly. Its functions carry the names of the ste
 kernel's row (:func:`main_pass`, :func:`dd_first_pass`, :func:`dd_carry_passes`,
 :func:`sum_e`, :func:`update_specials`, :func:`rescale_row`), and it raises the same
 exactness flags, so that the kernel can be checked against it step by step and both
-against libhmmer (``hmmgpu.cpu.hmmerlib.HmmerModel.forward_parser``). The parts that need no
-numba (the flags, :class:`ForwardTables`, :func:`length_specials`, :func:`forward_score`) live
+against libhmmer (``hmmgpu.cpu.hmmerlib.HmmerModel.forward_parser``). The Backward parser
+that ``p7_Pipeline`` runs next on the F3 passers is here in the same form, its steps named
+``bwd_*`` (:func:`backward`, against ``HmmerModel.backward_parser``), ahead of its kernel.
+The parts that need no numba (the flags, :class:`ForwardTables`, :func:`length_specials`, :func:`forward_score`) live
 in :mod:`hmmgpu.stages.forward` and are re-exported here.
 
 Layout and tables (hmmer-postfilter-spec.md, section 1)
@@ -71,6 +74,37 @@ went non-finite), for which libhmmer returns ``eslERANGE``. :data:`ANY_TINY` is 
 diagnostic of this reference only: some float result, anywhere, was tiny (the naive
 rule, which flags far more targets).
 
+The Backward parser (spec section 4)
+------------------------------------
+``backward_engine`` with ``do_full = 0``, as ``p7_Pipeline`` runs it on an F3 passer after
+the Forward parser: :func:`backward_parser` (:func:`backward` on a model's tables) walks the
+rows from L down to 0 with one row of M, D, I vectors, q from Q-1 down to 0, and the left
+shift ``lsh(v) = [v1 v2 v3 0]`` where Forward shifts right. Row L (:func:`bwd_last_row`):
+C = pmove, E = C xf[E][MOVE], M = D = E, I = 0, one D->D pass from ``lsh(D[Q-1])``. A row
+i < L, reading residue i+1: the main pass (:func:`bwd_main_pass`: I, the M->D part of D, the
+M and I part of M, the lane sums of B->M), the specials (:func:`bwd_specials`: B by the
+same horizontal sum, then C, J, N, E), the {M,D}->E paths with the first D->D pass
+(:func:`bwd_dd_first_pass`), three carry passes with no early exit
+(:func:`bwd_dd_carry_passes`, also after row L), the M->D paths (:func:`bwd_md_pass`, also
+after row L). Rows are scaled by the Forward pass's own factors (``xmx[i][SCALE]`` of the
+Forward rows, row by row, :func:`bwd_rescale_row`), unless ``(double) xB > 1e16`` switched
+the target to Backward's own (``has_own_scales``, sticky: B itself where it exceeds 1e4).
+``totscale`` is *set* to ``f32(log(s_L))`` at row L, accumulated like Forward's below; row 0
+(:func:`bwd_first_row`) forms B from residue 1 and N, and the score is
+``f32((double) totscale + log((double) xN))``, with RANGE when xN is NaN, 0 or infinite.
+
+The same flags, by the same rule, with Backward's own absorbing sums: every addition of the
+parser is checked (:func:`checked_add`: SUBNORMAL when a tiny summand changed the sum, since
+under FTZ that summand is 0), and a value that is kept is never tiny: I after the main pass,
+M and D after the M->D paths, B, J, N and E, the rescaled row, ``1/s``, N at row 0 (the
+score's logarithm). The D->D carries decay as in Forward (``tDD <= 1``: a tiny carry stays
+tiny, 0 under FTZ; each addition is checked). C decays (``C ploop`` every row, divided by
+every scale factor), as Forward's N does: a tiny C is the value allowed to differ, provided
+its term ``C xf[E][MOVE]`` does not change E; a stored special value that is tiny raises
+TINY_ROWS. A target's Backward is exact in both modes when neither pass raises a
+:data:`HOST` flag (:attr:`BackwardResult.needs_host`): Backward reuses Forward's scale
+factors, and its rows then equal hmmsearch's with their subnormal entries set to 0.
+
 On real data (``benchmarks/fwdback_flags.py``: 30,848 Viterbi-filter survivors of 53
 Pfam and CUDAMPF models among 77,801 proteins) this reference equals libhmmer in every
 score bit and every special-state row; no target was flagged RANGE or SUBNORMAL, 1,852
@@ -92,6 +126,8 @@ from hmmgpu.stages.forward import (  # noqa: F401 - the shared parts, re-exporte
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
+#: Backward switches to its own scale factors when ``(double) xB`` exceeds this (not a float).
+OWN_SCALES_AT = 1.0e16
 
 
 # ----------------------------------------------------------------------------------------
@@ -241,19 +277,10 @@ def update_specials(xE, xN, xJ, xC, pmove, ploop, xe_move, xe_loop):
 
 
 @njit(cache=True)
-def rescale_row(row_m, row_d, row_i, xE, xN, xJ, xB, xC):
-    """Divide the specials by xE and multiply the row by ``1/xE`` (spec 2.5): (xN, xJ, xB, xC, flags)."""
+def scale_row(row_m, row_d, row_i, r) -> int:
+    """Multiply every cell of the row by ``r`` (a rescaling); :data:`SUBNORMAL` if a product is tiny."""
     Q = row_m.shape[0]
     flags = 0
-    xN = xN / xE
-    xC = xC / xE
-    xJ = xJ / xE
-    xB = xB / xE
-    r = _F1 / xE
-    if tiny(xC) or tiny(xJ) or tiny(xB) or tiny(r):
-        flags |= SUBNORMAL
-    if tiny(xN):
-        flags |= ANY_TINY
     for q in range(Q):
         for z in range(4):
             m = row_m[q, z] * r
@@ -264,6 +291,23 @@ def rescale_row(row_m, row_d, row_i, xE, xN, xJ, xB, xC):
             row_i[q, z] = i
             if tiny(m) or tiny(d) or tiny(i):
                 flags |= SUBNORMAL
+    return flags
+
+
+@njit(cache=True)
+def rescale_row(row_m, row_d, row_i, xE, xN, xJ, xB, xC):
+    """Divide the specials by xE and multiply the row by ``1/xE`` (spec 2.5): (xN, xJ, xB, xC, flags)."""
+    flags = 0
+    xN = xN / xE
+    xC = xC / xE
+    xJ = xJ / xE
+    xB = xB / xE
+    r = _F1 / xE
+    if tiny(xC) or tiny(xJ) or tiny(xB) or tiny(r):
+        flags |= SUBNORMAL
+    if tiny(xN):
+        flags |= ANY_TINY
+    flags |= scale_row(row_m, row_d, row_i, r)
     return xN, xJ, xB, xC, flags
 
 
@@ -369,6 +413,314 @@ def parse(tables: ForwardTables, codes, rows: bool = True) -> ForwardResult:
                          xmx=xmx if rows else None)
 
 
+# ----------------------------------------------------------------------------------------
+# The Backward parser (backward_engine, do_full = 0), step by step
+# ----------------------------------------------------------------------------------------
+@njit(cache=True, inline="always")
+def checked_add(a, b):
+    """``a + b`` and its flags: :data:`SUBNORMAL` when a tiny summand changed the sum (under
+    FTZ that summand is 0, and the sum is the other one), :data:`ANY_TINY` when one was tiny."""
+    s = a + b
+    flags = 0
+    if tiny(a) or tiny(b):
+        flags |= ANY_TINY
+        if (tiny(a) and s != b) or (tiny(b) and s != a):
+            flags |= SUBNORMAL
+    return s, flags
+
+
+@njit(cache=True)
+def _lsh(v, out):
+    """``out = lsh(v) = [v1 v2 v3 0]`` (HMMER's move_ss + shuffle(0,3,2,1))."""
+    out[0] = v[1]
+    out[1] = v[2]
+    out[2] = v[3]
+    out[3] = _F0
+
+
+@njit(cache=True)
+def bwd_last_row(row_m, row_d, row_i, tfv, xE, dcv) -> int:
+    """Row L before its carry passes (spec 4.1): M = D = xE, I = 0, then the first D->D pass
+    from ``lsh(D[Q-1])`` over q = Q-1..0; ``dcv`` comes back holding its last carry."""
+    Q = row_m.shape[0]
+    flags = 0
+    dpv = np.empty(4, np.float32)
+    for q in range(Q):
+        for z in range(4):
+            row_m[q, z] = xE
+            row_d[q, z] = xE
+            row_i[q, z] = _F0
+    _lsh(row_d[Q - 1], dpv)
+    for q in range(Q - 1, -1, -1):
+        for z in range(4):
+            dcv[z] = dpv[z] * tfv[7 * Q + q, z]
+            d, f = checked_add(row_d[q, z], dcv[z])
+            flags |= f
+            row_d[q, z] = d
+            dpv[z] = d
+    return flags
+
+
+@njit(cache=True)
+def bwd_main_pass(row_m, row_d, row_i, e, tfv, xBv) -> int:
+    """Phase 1 of a row i < L (spec 4.2), q = Q-1..0, in place: I complete, D = M->D part,
+    M = the M and I part; ``e`` is residue i+1's emission row, ``xBv`` (4 lanes) comes back
+    holding the lane sums of B->M."""
+    Q = row_m.shape[0]
+    flags = 0
+    tmmv = np.empty(4, np.float32)
+    timv = np.empty(4, np.float32)
+    tdmv = np.empty(4, np.float32)
+    mpv = np.empty(4, np.float32)
+    _lsh(tfv[1], tmmv)
+    _lsh(tfv[2], timv)
+    _lsh(tfv[3], tdmv)
+    for z in range(4):
+        xBv[z] = row_m[0, z] * e[0, z]  # scratch for the shifted M(i+1, k+1) e
+    _lsh(xBv, mpv)
+    for z in range(4):
+        xBv[z] = _F0
+    for q in range(Q - 1, -1, -1):
+        t = 7 * q
+        for z in range(4):
+            ipv = row_i[q, z]
+            i, f1 = checked_add(ipv * tfv[t + 6, z], mpv[z] * timv[z])
+            row_i[q, z] = i
+            row_d[q, z] = mpv[z] * tdmv[z]
+            mcv, f2 = checked_add(ipv * tfv[t + 5, z], mpv[z] * tmmv[z])
+            mpv[z] = row_m[q, z] * e[q, z]
+            row_m[q, z] = mcv
+            tdmv[z] = tfv[t + 3, z]
+            timv[z] = tfv[t + 2, z]
+            tmmv[z] = tfv[t + 1, z]
+            xBv[z], f3 = checked_add(xBv[z], mpv[z] * tfv[t, z])
+            flags |= f1 | f2 | f3
+            if tiny(i):
+                flags |= SUBNORMAL
+    return flags
+
+
+@njit(cache=True)
+def bwd_specials(xBv, xN, xJ, xC, pmove, ploop, xe_move, xe_loop):
+    """Phase 2 (spec 4.2): B the lane sum ``(l0 + l1) + (l2 + l3)``, then C, J, N, E in
+    HMMER's order: (xE, xN, xJ, xB, xC, flags). A tiny C (it decays like Forward's N) is
+    allowed where its E term does not change E."""
+    s01, f1 = checked_add(xBv[0], xBv[1])
+    s23, f2 = checked_add(xBv[2], xBv[3])
+    xB, f3 = checked_add(s01, s23)
+    xC = xC * ploop
+    xJ, f4 = checked_add(xB * pmove, xJ * ploop)
+    xN, f5 = checked_add(xB * pmove, xN * ploop)
+    xE, f6 = checked_add(xC * xe_move, xJ * xe_loop)
+    flags = f1 | f2 | f3 | f4 | f5 | f6
+    if tiny(xB) or tiny(xJ) or tiny(xN) or tiny(xE):
+        flags |= SUBNORMAL
+    return xE, xN, xJ, xB, xC, flags
+
+
+@njit(cache=True)
+def bwd_dd_first_pass(row_m, row_d, tfv, xE, dcv) -> int:
+    """Phase 3 (spec 4.2): the {M,D}->E paths and the first D->D pass, q = Q-1..0, from
+    ``lsh(D[0] + xE)``; ``dcv`` comes back holding the last carry."""
+    Q = row_m.shape[0]
+    flags = 0
+    dpv = np.empty(4, np.float32)
+    top = np.empty(4, np.float32)
+    for z in range(4):
+        top[z], f = checked_add(row_d[0, z], xE)
+        flags |= f
+    _lsh(top, dpv)
+    for q in range(Q - 1, -1, -1):
+        for z in range(4):
+            dcv[z] = dpv[z] * tfv[7 * Q + q, z]
+            a, f1 = checked_add(dcv[z], xE)
+            d, f2 = checked_add(row_d[q, z], a)
+            row_d[q, z] = d
+            dpv[z] = d
+            row_m[q, z], f3 = checked_add(row_m[q, z], xE)
+            flags |= f1 | f2 | f3
+    return flags
+
+
+@njit(cache=True)
+def bwd_dd_carry_passes(row_d, tfv, dcv) -> int:
+    """The three carry passes (spec 4.1, 4.2 phase 4), q = Q-1..0, no early exit: only the
+    carry is extended, ``dcv = dcv tDD``, then added to D."""
+    Q = row_d.shape[0]
+    flags = 0
+    shifted = np.empty(4, np.float32)
+    for _ in range(3):
+        _lsh(dcv, shifted)
+        dcv[:] = shifted
+        for q in range(Q - 1, -1, -1):
+            for z in range(4):
+                dcv[z] = dcv[z] * tfv[7 * Q + q, z]
+                row_d[q, z], f = checked_add(row_d[q, z], dcv[z])
+                flags |= f
+    return flags
+
+
+@njit(cache=True)
+def bwd_md_pass(row_m, row_d, tfv) -> int:
+    """The M->D paths (spec 4.1, 4.2 phase 5), q = Q-1..0: M += lsh(D)[q] tMD; M and D are
+    then final, and neither may be tiny."""
+    Q = row_m.shape[0]
+    flags = 0
+    dcv = np.empty(4, np.float32)
+    _lsh(row_d[0], dcv)
+    for q in range(Q - 1, -1, -1):
+        for z in range(4):
+            m, f = checked_add(row_m[q, z], dcv[z] * tfv[7 * q + 4, z])
+            row_m[q, z] = m
+            dcv[z] = row_d[q, z]
+            flags |= f
+            if tiny(m) or tiny(dcv[z]):
+                flags |= SUBNORMAL
+    return flags
+
+
+@njit(cache=True)
+def bwd_rescale_row(row_m, row_d, row_i, s, xE, xN, xJ, xB, xC):
+    """Divide the specials by the row's scale factor ``s`` and multiply the row by
+    ``f32(1.0 / (double) s)`` (spec 4.3): (xE, xN, xJ, xB, xC, flags)."""
+    flags = 0
+    xE = xE / s
+    xN = xN / s
+    xJ = xJ / s
+    xB = xB / s
+    xC = xC / s
+    r = np.float32(1.0 / np.float64(s))
+    if tiny(xE) or tiny(xN) or tiny(xJ) or tiny(xB) or tiny(r):
+        flags |= SUBNORMAL
+    flags |= scale_row(row_m, row_d, row_i, r)
+    return xE, xN, xJ, xB, xC, flags
+
+
+@njit(cache=True)
+def bwd_first_row(row_m, e, tfv, xN, pmove, ploop):
+    """Row 0 (spec 4.4): B the lane sum over q = 0..Q-1 of ``(M[q] e[q]) tBM[q]`` (residue 1's
+    ``e``), then N: (xB, xN, flags)."""
+    Q = row_m.shape[0]
+    flags = 0
+    xBv = np.zeros(4, np.float32)
+    for q in range(Q):
+        for z in range(4):
+            mpv = row_m[q, z] * e[q, z]
+            xBv[z], f = checked_add(xBv[z], mpv * tfv[7 * q, z])
+            flags |= f
+    s01, f1 = checked_add(xBv[0], xBv[1])
+    s23, f2 = checked_add(xBv[2], xBv[3])
+    xB, f3 = checked_add(s01, s23)
+    xN, f4 = checked_add(xB * pmove, xN * ploop)
+    flags |= f1 | f2 | f3 | f4
+    if tiny(xB) or tiny(xN):
+        flags |= SUBNORMAL
+    return xB, xN, flags
+
+
+@njit(cache=True)
+def _store_row(xmx, i, xE, xN, xJ, xB, xC, scale) -> int:
+    """Store Backward's special-state row i; :data:`TINY_ROWS` if a stored value is tiny."""
+    xmx[i, XE] = xE
+    xmx[i, XN] = xN
+    xmx[i, XJ] = xJ
+    xmx[i, XB] = xB
+    xmx[i, XC] = xC
+    xmx[i, XSCALE] = scale
+    return TINY_ROWS if tiny(xE) or tiny(xN) or tiny(xJ) or tiny(xB) or tiny(xC) else 0
+
+
+@njit(cache=True)
+def backward_parser(codes, rfv, tfv, pmove, ploop, xe_move, xe_loop, fwd_scale, xmx):
+    """``p7_BackwardParser`` on one target (digital ``codes``, no sentinels), lane for lane,
+    after the Forward parser: ``fwd_scale`` float32 [L+1] is Forward's ``xmx[:, SCALE]``.
+    ``xmx`` float32 [L+1, 6] receives the special-state rows (E N J B C SCALE). Returns
+    (flags, has_own_scales, totscale, score); the score (float32 nats) is NaN when
+    :data:`RANGE` is set."""
+    L = codes.shape[0]
+    Q = rfv.shape[1]
+    row_m = np.zeros((Q, 4), np.float32)
+    row_d = np.zeros((Q, 4), np.float32)
+    row_i = np.zeros((Q, 4), np.float32)
+    dcv = np.zeros(4, np.float32)
+    xBv = np.zeros(4, np.float32)
+    xJ = _F0
+    xB = _F0
+    xN = _F0
+    xC = pmove
+    xE = xC * xe_move
+    flags = bwd_last_row(row_m, row_d, row_i, tfv, xE, dcv)
+    flags |= bwd_dd_carry_passes(row_d, tfv, dcv)
+    flags |= bwd_md_pass(row_m, row_d, tfv)
+    s = fwd_scale[L]
+    if s > _F1:
+        xE, xN, xJ, xB, xC, f = bwd_rescale_row(row_m, row_d, row_i, s, xE, xN, xJ, xB, xC)
+        flags |= f
+    totscale = np.float32(math.log(np.float64(s)))
+    flags |= _store_row(xmx, L, xE, xN, xJ, xB, xC, s)
+    has_own = False
+    for i in range(L - 1, 0, -1):
+        flags |= bwd_main_pass(row_m, row_d, row_i, rfv[codes[i]], tfv, xBv)
+        xE, xN, xJ, xB, xC, f = bwd_specials(xBv, xN, xJ, xC, pmove, ploop, xe_move, xe_loop)
+        flags |= f
+        flags |= bwd_dd_first_pass(row_m, row_d, tfv, xE, dcv)
+        flags |= bwd_dd_carry_passes(row_d, tfv, dcv)
+        flags |= bwd_md_pass(row_m, row_d, tfv)
+        if np.float64(xB) > OWN_SCALES_AT:
+            has_own = True
+        if has_own:
+            s = xB if xB > RESCALE_AT else _F1
+        else:
+            s = fwd_scale[i]
+        if s > _F1:
+            xE, xN, xJ, xB, xC, f = bwd_rescale_row(row_m, row_d, row_i, s, xE, xN, xJ, xB, xC)
+            flags |= f
+            totscale = np.float32(np.float64(totscale) + math.log(np.float64(s)))
+        flags |= _store_row(xmx, i, xE, xN, xJ, xB, xC, s)
+    xB, xN, f = bwd_first_row(row_m, rfv[codes[0]], tfv, xN, pmove, ploop)
+    flags |= f | _store_row(xmx, 0, _F0, xN, _F0, xB, _F0, _F1)
+    if math.isnan(xN) or xN == _F0 or math.isinf(xN):
+        return flags | RANGE, has_own, totscale, np.float32(np.nan)
+    return flags, has_own, totscale, np.float32(np.float64(totscale) + math.log(np.float64(xN)))
+
+
+@dataclass
+class BackwardResult:
+    """One target's Backward parser: its own flags, the Forward pass's flags, score (nats,
+    float32), ``totscale``, ``has_own_scales`` and the special-state rows."""
+
+    flags: int
+    forward_flags: int
+    score: np.float32
+    totscale: np.float32
+    has_own_scales: bool
+    xmx: np.ndarray
+
+    @property
+    def needs_host(self) -> bool:
+        """libhmmer must recompute this target: :data:`HOST` flags in either pass (Backward
+        reuses Forward's scale factors)."""
+        return bool((self.flags | self.forward_flags) & HOST)
+
+
+def backward(tables: ForwardTables, codes, forward: ForwardResult | None = None) -> BackwardResult:
+    """:func:`backward_parser` on one target with a model's :class:`ForwardTables`, after the
+    Forward parser (``forward``, a :func:`parse` result with its rows; run here when not given)."""
+    codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    L = codes.size
+    if forward is None:
+        forward = parse(tables, codes)
+    if forward.xmx is None or forward.xmx.shape[0] != L + 1:
+        raise ValueError("the Backward parser needs the Forward parser's rows of this target")
+    pmove, ploop = length_specials(L, tables.nj)
+    xmx = np.zeros((L + 1, 6), np.float32)
+    flags, own, totscale, score = backward_parser(codes, tables.rfv, tables.tfv, np.float32(pmove), np.float32(ploop),
+                                                  tables.xe_move, tables.xe_loop,
+                                                  np.ascontiguousarray(forward.xmx[:, XSCALE]), xmx)
+    return BackwardResult(flags=int(flags), forward_flags=forward.flags, score=np.float32(score),
+                          totscale=np.float32(totscale), has_own_scales=bool(own), xmx=xmx)
+
+
 def score_targets(tables: ForwardTables, db, indices, model=None) -> tuple:
     """The Forward score of each target of ``indices`` (database indices of non-empty targets
     of ``db``), as the GPU forms it: the reference's final ``xC`` and scale factors, the
@@ -399,5 +751,5 @@ def score_targets(tables: ForwardTables, db, indices, model=None) -> tuple:
     return status, scores, recomputed
 
 
-__all__ = ["ForwardTables", "ForwardResult", "forward_parser", "forward_score", "length_specials", "parse", "nqf",
+__all__ = ["ForwardTables", "ForwardResult", "BackwardResult", "forward_parser", "backward_parser", "backward", "forward_score", "length_specials", "parse", "nqf",
            "score_targets", "RANGE", "SUBNORMAL", "TINY_ROWS", "ANY_TINY", "HOST", "STATUS_UNSURE"]

@@ -55,6 +55,7 @@ _OX_M = 0  # int
 _OX_L = 4  # int
 _OX_XMX = 72  # float *: [i * 6 + (E N J B C SCALE)]
 _OX_TOTSCALE = 92  # float
+_OX_HAS_OWN_SCALES = 96  # int: Backward switched to its own scale factors
 
 _XW_N, _MOVE = 1, 0  # p7O_N, p7O_MOVE
 _EXTRA_SB = 17  # p7O_EXTRA_SB
@@ -89,6 +90,7 @@ _PROTOTYPES = {
     "p7_MSVFilter": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
     "p7_ViterbiFilter": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
     "p7_ForwardParser": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
+    "p7_BackwardParser": (_c.c_int, [_p, _c.c_int, _p, _p, _p, _p]),
 }
 
 _HANDLER_TYPE = _c.CFUNCTYPE(None, _c.c_int, _c.c_int, _c.c_char_p, _c.c_int, _c.c_char_p, _p)
@@ -172,7 +174,7 @@ def _destripe(raw, q, lanes, m):
 class HmmerModel:
     """HMMER's own C structures for one protein model, configured as hmmsearch configures them."""
 
-    _FIELDS = ("_ox", "_om", "_gm", "_bg", "_hmm", "_abc")
+    _FIELDS = ("_oxb", "_ox", "_om", "_gm", "_bg", "_hmm", "_abc")
 
     def __init__(self, hmm):
         for name in self._FIELDS:
@@ -204,6 +206,7 @@ class HmmerModel:
         self._om = lib.p7_oprofile_Create(self.M, self._abc)
         _check(lib.p7_oprofile_Convert(self._gm, self._om), "p7_oprofile_Convert")
         self._ox = lib.p7_omx_Create(self.M, 0, 0)
+        self._oxb = lib.p7_omx_Create(self.M, 0, 0)
         if not all(getattr(self, name) for name in self._FIELDS):
             self.close()
             raise MemoryError("HMMER could not allocate the model structures")
@@ -231,8 +234,9 @@ class HmmerModel:
         lib = _state.get("lib")
         if lib is None:
             return
-        for name, destroy in zip(self._FIELDS, (lib.p7_omx_Destroy, lib.p7_oprofile_Destroy, lib.p7_profile_Destroy,
-                                                lib.p7_bg_Destroy, lib.p7_hmm_Destroy, lib.esl_alphabet_Destroy)):
+        destroyers = (lib.p7_omx_Destroy, lib.p7_omx_Destroy, lib.p7_oprofile_Destroy, lib.p7_profile_Destroy,
+                      lib.p7_bg_Destroy, lib.p7_hmm_Destroy, lib.esl_alphabet_Destroy)
+        for name, destroy in zip(self._FIELDS, destroyers):
             ptr = getattr(self, name, None)
             if ptr:
                 setattr(self, name, None)
@@ -390,15 +394,41 @@ class HmmerModel:
         C) is returned, not raised. Runs in the calling thread's floating-point mode
         (:func:`hmmgpu.host.flush_to_zero` gives hmmsearch's)."""
         dsq, n = self._target(codes)
+        return self._forward(dsq, n)
+
+    def _forward(self, dsq, n) -> tuple:
+        """``p7_ForwardParser`` into the Forward matrix on a target :meth:`_target` prepared."""
         sc = _c.c_float(math.nan)
         status = _check(_state["lib"].p7_ForwardParser(dsq.ctypes.data, n, self._om, self._ox, _c.byref(sc)),
                         "p7_ForwardParser", (STATUS_OK, STATUS_RANGE))
-        ox = self._ox
+        return (status, np.float32(sc.value) if status == STATUS_OK else np.float32(math.nan),
+                *self._rows(self._ox, n))
+
+    def _rows(self, ox, n) -> tuple:
+        """A parser matrix's special-state rows float32 [n+1, 6] and its ``totscale``."""
         if _read(_c.c_int, ox + _OX_M) != self.M or _read(_c.c_int, ox + _OX_L) != n:
             raise RuntimeError("P7_OMX layout of the loaded libhmmer differs from the one hmmerlib expects")
         xmx = np.frombuffer(_c.string_at(_read(_c.c_void_p, ox + _OX_XMX), 4 * 6 * (n + 1)), dtype=np.float32)
+        return xmx.reshape(n + 1, 6).copy(), np.float32(_read(_c.c_float, ox + _OX_TOTSCALE))
+
+    def backward_parser(self, codes) -> tuple:
+        """``p7_BackwardParser`` as ``p7_Pipeline`` runs it on an F3 passer: after
+        ``p7_ForwardParser`` on the same target, whose per-row scale factors it reuses (it runs
+        whatever the Forward status; the Forward parser's own results are :meth:`forward_parser`'s).
+        Returns (status, score in nats (float32; NaN unless status is OK), the special-state rows
+        ``xmx`` float32 [L+1, 6] (E N J B C SCALE), ``totscale``, ``has_own_scales`` (True where
+        Backward switched to its own scale factors)). Status RANGE (NaN, underflow or overflow of
+        the final N) is returned, not raised. Runs in the calling thread's floating-point mode."""
+        dsq, n = self._target(codes)
+        self._forward(dsq, n)
+        lib = _state["lib"]
+        _check(lib.p7_omx_GrowTo(self._oxb, self.M, 0, n), "p7_omx_GrowTo")
+        sc = _c.c_float(math.nan)
+        status = _check(lib.p7_BackwardParser(dsq.ctypes.data, n, self._om, self._ox, self._oxb, _c.byref(sc)),
+                        "p7_BackwardParser", (STATUS_OK, STATUS_RANGE))
+        xmx, totscale = self._rows(self._oxb, n)
         score = np.float32(sc.value) if status == STATUS_OK else np.float32(math.nan)
-        return status, score, xmx.reshape(n + 1, 6).copy(), np.float32(_read(_c.c_float, ox + _OX_TOTSCALE))
+        return status, score, xmx, totscale, bool(_read(_c.c_int, self._oxb + _OX_HAS_OWN_SCALES))
 
     def forward_tables(self) -> dict:
         """HMMER's own striped Forward tables (``p7_oprofile_Convert``'s ``fb_conversion``):

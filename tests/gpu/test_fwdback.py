@@ -16,22 +16,11 @@ from hypothesis import strategies as st
 from hmmgpu.cpu import fwdback as ref
 from hmmgpu.host import flush_to_zero
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
-from tests.helpers import MODEL_NAMES, PROTEOME, adversarial_block, sample_hmm, sampled_hmm
+from tests.helpers import MODEL_NAMES, PROTEOME, adversarial_block, bits, sample_hmm, sampled_hmm, zero_tiny
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
 STATUS_OK, STATUS_RANGE = 0, 16
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
-
-
-def zero_tiny(rows):
-    """``rows`` with every subnormal (or FLT_MIN) entry set to 0: what flush-to-zero stores."""
-    out = rows.copy()
-    out[(out > 0) & (out <= ref.FLT_MIN)] = 0
-    return out
 
 
 def compare(model, tables, codes, ftz=True) -> ref.ForwardResult:
