@@ -25,7 +25,8 @@ Forward gate passes on (the F3 passers, which ``p7_Pipeline`` runs it on), under
 
 ``DIR`` holds ``pfam/``, ``cudampf/`` and ``seqs/public_proteins.fa.gz`` (the shared data);
 MODEL restricts to files whose name contains it. About 20 minutes on one core. Result:
-``benchmarks/results/fwdback_flags_2026-11-27.log``.
+``benchmarks/results/fwdback_flags_2026-11-27.log``; with ``--backward`` (about 25 minutes on one core):
+``benchmarks/results/fwdback_flags_backward_2026-11-28.log``.
 """
 from __future__ import annotations
 
