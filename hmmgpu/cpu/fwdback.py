@@ -756,5 +756,6 @@ def score_targets(tables: ForwardTables, db, indices, model=None) -> tuple:
     return status, scores, recomputed
 
 
-__all__ = ["ForwardTables", "ForwardResult", "BackwardResult", "forward_parser", "backward_parser", "backward", "forward_score", "length_specials", "parse", "nqf",
-           "score_targets", "RANGE", "SUBNORMAL", "TINY_ROWS", "ANY_TINY", "HOST", "STATUS_UNSURE"]
+__all__ = ["ForwardTables", "ForwardResult", "BackwardResult", "forward_parser", "backward_parser", "backward",
+           "forward_score", "length_specials", "parse", "nqf", "score_targets", "RANGE", "SUBNORMAL", "TINY_ROWS",
+           "ANY_TINY", "HOST", "STATUS_UNSURE"]
