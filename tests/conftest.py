@@ -1,4 +1,4 @@
-"""Shared fixtures for the kernel tests (hmmgpu.gpu)."""
+"""Shared fixtures: the shared data folder, and the sample proteome as a ``SequenceDB``."""
 import os
 from pathlib import Path
 
@@ -21,3 +21,12 @@ def shared_data():
     if d is None:
         pytest.skip("shared data (../shared/data) not present")
     return d
+
+
+@pytest.fixture(scope="module")
+def proteome():
+    """The sample proteome (pfam_samples, 2,100 proteins) as a :class:`~hmmgpu.formats.seqdb.SequenceDB`."""
+    from hmmgpu.formats.seqdb import SequenceDB
+    from tests.helpers import PROTEOME
+
+    return SequenceDB.from_fasta(PROTEOME)

@@ -48,6 +48,20 @@ def consensus_codes(hmm) -> np.ndarray:
     return np.asarray(hmm.match_emissions, dtype=np.float32)[1:].argmax(axis=1).astype(np.uint8)
 
 
+def adversarial_results(name: str, compare) -> dict:
+    """Every target of :func:`adversarial_block` for the sample model ``name`` (or
+    ``"sampled"``: a generated model of 30 nodes) through ``compare(model, tables, codes)``
+    (a libhmmer ``HmmerModel`` and its Forward tables), by target name."""
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.stages.forward import ForwardTables
+
+    hmm = sample_hmm(name) if name != "sampled" else sampled_hmm(30, 4)
+    with HmmerModel(hmm) as model:
+        tables = ForwardTables.from_hmmer(model)
+        return {str(seq.name): compare(model, tables, np.asarray(seq.sequence, np.uint8))
+                for seq in adversarial_block(hmm)}
+
+
 def adversarial_block(hmm, seed: int = 7) -> DigitalSequenceBlock:
     """Targets that exercise every corner of the filters (docs/algorithms.md §13)."""
     rng = np.random.default_rng(seed)

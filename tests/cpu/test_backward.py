@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hmmgpu.cpu import fwdback as ref
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
 from hmmgpu.host import flush_to_zero
-from tests.helpers import MODEL_NAMES, PROTEOME, adversarial_block, bits, sample_hmm, sampled_hmm, zero_tiny
+from tests.helpers import MODEL_NAMES, adversarial_results, bits, sample_hmm, sampled_hmm, zero_tiny
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 STATUS_OK, STATUS_RANGE = 0, 16
@@ -42,13 +42,6 @@ def compare(model, tables, codes) -> ref.BackwardResult:
     return mine
 
 
-@pytest.fixture(scope="module")
-def proteome():
-    from hmmgpu.formats.seqdb import SequenceDB
-
-    return SequenceDB.from_fasta(PROTEOME)
-
-
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_backward_equals_libhmmer_on_the_proteome(name, proteome):
     """Every 7th protein of the sample proteome (300 real proteins), the 10 longest and every
@@ -71,11 +64,7 @@ def test_backward_adversarial_targets(name):
     """Length 1, stops only (libhmmer: eslERANGE in both passes), all X, degenerate codes, gaps
     and missing data, a strong homolog repeated (many rescalings), 20,000 random residues,
     every code."""
-    hmm = sample_hmm(name) if name != "sampled" else sampled_hmm(30, 4)
-    with HmmerModel(hmm) as model:
-        tables = ref.ForwardTables.from_hmmer(model)
-        out = {str(seq.name): compare(model, tables, np.asarray(seq.sequence, np.uint8))
-               for seq in adversarial_block(hmm)}
+    out = adversarial_results(name, compare)
     assert out["stop_only"].flags & ref.RANGE and out["stop_one"].flags & ref.RANGE
     assert (out["consensus_x3"].xmx[:, ref.XSCALE] > 1).sum() >= 2
     assert not out["random_20000"].needs_host

@@ -10,7 +10,7 @@ from hmmgpu.constants import STATUS_NORESULT, STATUS_OK, STATUS_RANGE
 from hmmgpu.cpu.hmmerlib import HmmerModel
 from hmmgpu.stages.profiles import ModelProfile, msv_score, null_table, tjb_table, viterbi_score, xw_move_table
 from hmmgpu.formats.seqdb import SequenceDB
-from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, adversarial_block, sample_hmm, sampled_hmm
+from tests.helpers import AMINO, MODEL_NAMES, adversarial_block, sample_hmm, sampled_hmm
 
 
 
@@ -57,11 +57,6 @@ def assert_equal_to_hmmer(hmm, db):
             f"{field}: {bad.size}/{idx.size} mismatches, first {db.name(int(idx[bad[0]]))}: "
             f"hmmgpu {ours[field][bad[0]]} vs HMMER {ref[field][bad[0]]}")
     return ours
-
-
-@pytest.fixture(scope="module")
-def proteome():
-    return SequenceDB.from_fasta(PROTEOME)
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)

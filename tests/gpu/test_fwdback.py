@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hmmgpu.cpu import fwdback as ref
 from hmmgpu.host import flush_to_zero
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
-from tests.helpers import MODEL_NAMES, PROTEOME, adversarial_block, bits, sample_hmm, sampled_hmm, zero_tiny
+from tests.helpers import MODEL_NAMES, adversarial_results, bits, sample_hmm, sampled_hmm, zero_tiny
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,13 +47,6 @@ def compare(model, tables, codes, ftz=True) -> ref.ForwardResult:
         # TINY_ROWS is exactly "hmmsearch's rows differ from pyhmmer's"
         assert bool(mine.flags & ref.TINY_ROWS) == (not np.array_equal(bits(xmx), bits(xmx2))), what
     return mine
-
-
-@pytest.fixture(scope="module")
-def proteome():
-    from hmmgpu.formats.seqdb import SequenceDB
-
-    return SequenceDB.from_fasta(PROTEOME)
 
 
 # ------------------------------------------------------------------------------------------
@@ -130,11 +123,7 @@ def test_cpu_reference_equals_libhmmer_long_model(proteome):
 def test_cpu_reference_adversarial_targets(name):
     """Length 1, stops only (libhmmer: eslERANGE), all X, degenerate codes, gaps and missing
     data, a strong homolog repeated (many rescalings), 20,000 random residues, every code."""
-    hmm = sample_hmm(name) if name != "sampled" else sampled_hmm(30, 4)
-    with HmmerModel(hmm) as model:
-        tables = ref.ForwardTables.from_hmmer(model)
-        out = {str(seq.name): compare(model, tables, np.asarray(seq.sequence, np.uint8))
-               for seq in adversarial_block(hmm)}
+    out = adversarial_results(name, compare)
     assert out["stop_only"].flags & ref.RANGE and out["stop_one"].flags & ref.RANGE
     assert out["consensus_x3"].scales.size > 0
 
