@@ -72,11 +72,11 @@ class ForwardJob:
 
 
 class _Launch:
-    """One kernel launch of a batch: its items (indices into the batch's flat target list) and
-    the device arrays it writes."""
+    """One kernel launch of a batch: its items (indices into the batch's flat target list), the
+    device arrays it writes, and where each item's scale factors and rows start in them."""
 
-    def __init__(self, items, outputs, row_base):
-        self.items, self.outputs, self.row_base = items, outputs, row_base
+    def __init__(self, items, outputs, scale_base, row_base):
+        self.items, self.outputs, self.scale_base, self.row_base = items, outputs, scale_base, row_base
 
 
 class ForwardBatch:
@@ -84,9 +84,9 @@ class ForwardBatch:
     :meth:`results` waits and returns one :class:`ForwardResults` per job, in order (without
     libhmmer's fallback: targets the GPU gave no score are marked in ``host``)."""
 
-    def __init__(self, stage, jobs, owner, rows, launches, stop, flat, reason, kernel_ms_start=None):
+    def __init__(self, stage, jobs, job_start, rows, launches, stop, flat, reason, kernel_ms_start=None):
         self.stage, self.jobs, self.rows = stage, jobs, rows
-        self._owner = owner  #: the job of each flat target, and its place in the job
+        self._job_start = job_start  #: where each job's targets start in the flat list (and the end)
         self._launches, self._stop = launches, stop
         self._flat = flat  #: per flat target: (database index, length, whether the GPU runs it)
         self._reason = reason  #: per job: why the model runs on the host, or None
@@ -137,9 +137,8 @@ class ForwardBatch:
                 flags[items] = got["out_flags"]
                 xc[items] = got["out_xc"]
                 nscale[items] = got["out_nscale"]
-                base = np.concatenate([[0], np.cumsum(lengths[items])[:-1]]).astype(np.int64)
                 for b, j in enumerate(items.tolist()):
-                    s = int(base[b])
+                    s = int(launch.scale_base[b])
                     scales[j] = got["out_scales"][s:s + int(got["out_nscale"][b])].copy()
                 if self.rows:
                     flat_rows = launch.outputs["out_rows"].copy_to_host()
@@ -155,8 +154,8 @@ class ForwardBatch:
         for j in np.flatnonzero(~host & (nscale > 0)).tolist():
             scores[j] = ref.forward_score(scales[j], xc[j], stage.pmove[int(lengths[j])])
         out = []
-        job_of, start = self._owner
-        for m, job in enumerate(self.jobs):
+        start = self._job_start
+        for m in range(len(self.jobs)):
             sl = slice(int(start[m]), int(start[m + 1]))
             status = np.where(host[sl], STATUS_UNSURE, STATUS_OK).astype(np.int32)
             out.append(ForwardResults(indices=idx[sl].copy(), status=status, scores=scores[sl].copy(),
@@ -213,7 +212,7 @@ class ForwardStage:
         launches, first, last = [], None, None
         if on_gpu.any():
             launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows)
-        return ForwardBatch(self, jobs, (job_of, start), rows, launches, last, (idx, lengths, on_gpu), reasons,
+        return ForwardBatch(self, jobs, start, rows, launches, last, (idx, lengths, on_gpu), reasons,
                             kernel_ms_start=first)
 
     def _stream(self):
@@ -318,7 +317,7 @@ class ForwardStage:
                          **tables, **out)
         kernel[blocks, block, stream, shared](*args)
         self.last = dict(storage=storage, threads=n_threads, groups=n_threads // GROUP, items=m)
-        return _Launch(items, out, row_base)
+        return _Launch(items, out, scale_base, row_base)
 
     # ------------------------------------------------------------ one model, with libhmmer's fallback
     def run(self, model, indices, rows: bool = False, tables=None, fallback: bool = True) -> ForwardResults:
