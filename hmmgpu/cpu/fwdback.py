@@ -756,6 +756,45 @@ def score_targets(tables: ForwardTables, db, indices, model=None) -> tuple:
     return status, scores, recomputed
 
 
+# ----------------------------------------------------------------------------------------
+# Full matrices (forward_engine / backward_engine with do_full = 1)
+# ----------------------------------------------------------------------------------------
+#: The states of a row of a full matrix, HMMER's p7X_ order.
+DP_M, DP_D, DP_I = 0, 1, 2
+
+
+@dataclass
+class StripedMatrix:
+    """A full striped DP matrix of a sequence (or a slice of one) of length ``Ld``, as HMMER's
+    ``P7_OMX`` holds it with every row kept: Forward, Backward, posterior probabilities
+    (``p7_Decoding``) or optimal accuracy (``p7_OptimalAccuracy``).
+
+    ``dp`` float32 [Ld+1, 3, Q, 4]: state ``s`` (:data:`DP_M`, :data:`DP_D`, :data:`DP_I`),
+    vector ``q``, lane ``z``, holding node ``k = q + 1 + z Q`` (HMMER stores a row as
+    [Q][3][4]; here the state comes first, so that ``dp[i, DP_M]`` is row i's M vectors).
+    ``xmx`` float32 [Ld+1, 6]: E N J B C SCALE (HMMER's ``p7X_`` order). ``totscale``: the
+    log of the product of the scale factors; ``has_own_scales``: a Forward matrix always
+    sets it, a Backward one when it switched to its own scale factors."""
+
+    dp: np.ndarray
+    xmx: np.ndarray
+    totscale: np.float32
+    has_own_scales: bool
+
+    @property
+    def L(self) -> int:
+        return int(self.dp.shape[0] - 1)
+
+    @property
+    def Q(self) -> int:
+        return int(self.dp.shape[2])
+
+    def cell(self, i: int, s: int, k: int) -> np.float32:
+        """The value of state ``s`` at node ``k`` (1..M) of row ``i``."""
+        Q = self.Q
+        return self.dp[i, s, (k - 1) % Q, (k - 1) // Q]
+
+
 __all__ = ["ForwardTables", "ForwardResult", "BackwardResult", "forward_parser", "backward_parser", "backward",
            "forward_score", "length_specials", "parse", "nqf", "score_targets", "RANGE", "SUBNORMAL", "TINY_ROWS",
-           "ANY_TINY", "HOST", "STATUS_UNSURE"]
+           "ANY_TINY", "HOST", "STATUS_UNSURE", "StripedMatrix", "DP_M", "DP_D", "DP_I"]

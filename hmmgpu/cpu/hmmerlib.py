@@ -56,6 +56,15 @@ _OX_L = 4  # int
 _OX_XMX = 72  # float *: [i * 6 + (E N J B C SCALE)]
 _OX_TOTSCALE = 92  # float
 _OX_HAS_OWN_SCALES = 96  # int: Backward switched to its own scale factors
+_OX_DPF = 8  # __m128 **: rows [i][q * 3 + (M D I)]
+# P7_TRACE field offsets (hmmer.h).
+_TR_N = 0  # int
+_TR_ST = 8  # char *
+_TR_K = 16  # int *
+_TR_I = 24  # int *
+_TR_PP = 32  # float *
+_NULL2_CODES = 32  # p7_MAXCODE: the null2 array p7_Null2_ByExpectation fills (Kp used)
+_PIPELINE_SEED = 42  # p7_pipeline_Create's default seed (the domaindef RNG, reseeded per region)
 
 _XW_N, _MOVE = 1, 0  # p7O_N, p7O_MOVE
 _EXTRA_SB = 17  # p7O_EXTRA_SB
@@ -91,6 +100,25 @@ _PROTOTYPES = {
     "p7_ViterbiFilter": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
     "p7_ForwardParser": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
     "p7_BackwardParser": (_c.c_int, [_p, _c.c_int, _p, _p, _p, _p]),
+    # full matrices, envelope rescoring and domain definition
+    "p7_oprofile_ReconfigUnihit": (_c.c_int, [_p, _c.c_int]),
+    "p7_oprofile_ReconfigMultihit": (_c.c_int, [_p, _c.c_int]),
+    "p7_Forward": (_c.c_int, [_p, _c.c_int, _p, _p, _p]),
+    "p7_Backward": (_c.c_int, [_p, _c.c_int, _p, _p, _p, _p]),
+    "p7_Decoding": (_c.c_int, [_p, _p, _p, _p]),
+    "p7_OptimalAccuracy": (_c.c_int, [_p, _p, _p, _p]),
+    "p7_OATrace": (_c.c_int, [_p, _p, _p, _p]),
+    "p7_Null2_ByExpectation": (_c.c_int, [_p, _p, _p]),
+    "p7_trace_CreateWithPP": (_p, []),
+    "p7_trace_Reuse": (_c.c_int, [_p]),
+    "p7_trace_Destroy": (None, [_p]),
+    "p7_domaindef_Create": (_p, [_p]),
+    "p7_domaindef_Destroy": (None, [_p]),
+    "p7_domaindef_ByPosteriorHeuristics": (_c.c_int, [_p, _p, _p, _p, _p, _p, _p, _p, _p, _c.c_int, _p, _p, _p]),
+    "esl_randomness_CreateFast": (_p, [_c.c_int]),
+    "esl_randomness_Destroy": (None, [_p]),
+    "esl_sq_CreateDigitalFrom": (_p, [_p, _c.c_char_p, _p, _c.c_int64, _c.c_char_p, _c.c_char_p, _c.c_char_p]),
+    "esl_sq_Destroy": (None, [_p]),
 }
 
 _HANDLER_TYPE = _c.CFUNCTYPE(None, _c.c_int, _c.c_int, _c.c_char_p, _c.c_int, _c.c_char_p, _p)
@@ -171,6 +199,27 @@ def _destripe(raw, q, lanes, m):
     return np.ascontiguousarray(rows.transpose(0, 2, 1).reshape(raw.shape[0], q * lanes)[:, :m])
 
 
+class _Domain(_c.Structure):
+    """HMMER's ``P7_DOMAIN`` (hmmer.h; 104 bytes)."""
+
+    _fields_ = [("ienv", _c.c_int64), ("jenv", _c.c_int64), ("iali", _c.c_int64), ("jali", _c.c_int64),
+                ("iorf", _c.c_int64), ("jorf", _c.c_int64), ("envsc", _c.c_float), ("domcorrection", _c.c_float),
+                ("dombias", _c.c_float), ("oasc", _c.c_float), ("bitscore", _c.c_float), ("lnP", _c.c_double),
+                ("is_reported", _c.c_int), ("is_included", _c.c_int), ("scores_per_pos", _p), ("ad", _p)]
+
+
+class _DomainDef(_c.Structure):
+    """HMMER's ``P7_DOMAINDEF`` (hmmer.h; 160 bytes)."""
+
+    _fields_ = [("mocc", _p), ("btot", _p), ("etot", _p), ("L", _c.c_int), ("Lalloc", _c.c_int),
+                ("n2sc", _c.POINTER(_c.c_float)), ("r", _p), ("do_reseeding", _c.c_int), ("sp", _p), ("tr", _p),
+                ("gtr", _p), ("rt1", _c.c_float), ("rt2", _c.c_float), ("rt3", _c.c_float), ("nsamples", _c.c_int),
+                ("min_overlap", _c.c_float), ("of_smaller", _c.c_int), ("max_diagdiff", _c.c_int),
+                ("min_posterior", _c.c_float), ("min_endpointp", _c.c_float), ("dcl", _c.POINTER(_Domain)),
+                ("ndom", _c.c_int), ("nalloc", _c.c_int), ("nexpected", _c.c_float), ("nregions", _c.c_int),
+                ("nclustered", _c.c_int), ("noverlaps", _c.c_int), ("nenvelopes", _c.c_int)]
+
+
 class HmmerModel:
     """HMMER's own C structures for one protein model, configured as hmmsearch configures them."""
 
@@ -234,6 +283,7 @@ class HmmerModel:
         lib = _state.get("lib")
         if lib is None:
             return
+        self._close_full()
         destroyers = (lib.p7_omx_Destroy, lib.p7_omx_Destroy, lib.p7_oprofile_Destroy, lib.p7_profile_Destroy,
                       lib.p7_bg_Destroy, lib.p7_hmm_Destroy, lib.esl_alphabet_Destroy)
         for name, destroy in zip(self._FIELDS, destroyers):
@@ -451,3 +501,209 @@ class HmmerModel:
     def evalue_parameters(self) -> tuple:
         """``om->evparam``: (MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA)."""
         return tuple(float(v) for v in (_c.c_float * 6).from_address(self._om + _OM_EVPARAM))
+
+    # --- full matrices: envelope rescoring and domain definition -----------------------------
+    # (hmmer-domaindef-spec.md sections 2.2 and 3; hmmer-postfilter-spec.md section 5.2)
+
+    _fwd = _bck = _trace = None  # full P7_OMX matrices and a P7_TRACE with pp, made on first use
+
+    def _close_full(self) -> None:
+        lib = _state["lib"]
+        for name, destroy in (("_fwd", lib.p7_omx_Destroy), ("_bck", lib.p7_omx_Destroy),
+                              ("_trace", lib.p7_trace_Destroy)):
+            ptr = getattr(self, name)
+            if ptr:
+                setattr(self, name, None)
+                destroy(ptr)
+
+    def _full(self, n) -> None:
+        """The two full matrices, grown to ``n`` rows after row 0."""
+        lib = _state["lib"]
+        for name in ("_fwd", "_bck"):
+            if getattr(self, name) is None:
+                setattr(self, name, lib.p7_omx_Create(self.M, n, n))
+                if not getattr(self, name):
+                    raise MemoryError("HMMER could not allocate a full DP matrix")
+            _check(lib.p7_omx_GrowTo(getattr(self, name), self.M, n, n), "p7_omx_GrowTo")
+        if self._trace is None:
+            self._trace = lib.p7_trace_CreateWithPP()
+
+    def _slice(self, codes, i, j, unihit):
+        """The target prepared as :meth:`_target` does, the model set to unihit or multihit at the
+        full target length (as ``p7_domaindef_ByPosteriorHeuristics`` sets it), the full matrices
+        grown: (dsq, L, address of ``dsq + i - 1``, Ld)."""
+        dsq, n = self._target(codes)
+        j = n if j is None else int(j)
+        if not 1 <= int(i) <= j <= n:
+            raise ValueError(f"slice {i}..{j} is not within 1..{n}")
+        reconfig = _state["lib"].p7_oprofile_ReconfigUnihit if unihit else _state["lib"].p7_oprofile_ReconfigMultihit
+        _check(reconfig(self._om, n), "p7_oprofile_Reconfig")
+        self._full(j - int(i) + 1)
+        return dsq, n, dsq.ctypes.data + int(i) - 1, j - int(i) + 1
+
+    def _multihit(self, n) -> None:
+        """Back to hmmsearch's configuration (multihit, length ``n``)."""
+        _check(_state["lib"].p7_oprofile_ReconfigMultihit(self._om, n), "p7_oprofile_ReconfigMultihit")
+
+    def _matrix(self, ox, n):
+        """A full P7_OMX of ``n`` rows after row 0 as a :class:`hmmgpu.cpu.fwdback.StripedMatrix`."""
+        from hmmgpu.cpu.fwdback import StripedMatrix
+
+        if _read(_c.c_int, ox + _OX_M) != self.M or _read(_c.c_int, ox + _OX_L) != n:
+            raise RuntimeError("P7_OMX layout of the loaded libhmmer differs from the one hmmerlib expects")
+        q = max(2, (self.M - 1) // 4 + 1)
+        rows = (_c.c_void_p * (n + 1)).from_address(_read(_c.c_void_p, ox + _OX_DPF))
+        dp = np.stack([np.frombuffer(_c.string_at(rows[r], 48 * q), dtype=np.float32) for r in range(n + 1)])
+        xmx, totscale = self._rows(ox, n)
+        return StripedMatrix(dp=np.ascontiguousarray(dp.reshape(n + 1, q, 3, 4).transpose(0, 2, 1, 3)), xmx=xmx,
+                             totscale=totscale, has_own_scales=bool(_read(_c.c_int, ox + _OX_HAS_OWN_SCALES)))
+
+    def _write_matrix(self, ox, mx) -> None:
+        """Copy a :class:`~hmmgpu.cpu.fwdback.StripedMatrix` into a full P7_OMX grown to its size."""
+        n = mx.L
+        _c.c_int.from_address(ox + _OX_M).value = self.M
+        _c.c_int.from_address(ox + _OX_L).value = n
+        _c.c_float.from_address(ox + _OX_TOTSCALE).value = float(mx.totscale)
+        _c.c_int.from_address(ox + _OX_HAS_OWN_SCALES).value = int(mx.has_own_scales)
+        rows = (_c.c_void_p * (n + 1)).from_address(_read(_c.c_void_p, ox + _OX_DPF))
+        hmmer_rows = np.ascontiguousarray(np.asarray(mx.dp, np.float32).transpose(0, 2, 1, 3))
+        for r in range(n + 1):
+            _c.memmove(rows[r], hmmer_rows[r].ctypes.data, hmmer_rows[r].nbytes)
+        xmx = np.ascontiguousarray(mx.xmx, np.float32)
+        _c.memmove(_read(_c.c_void_p, ox + _OX_XMX), xmx.ctypes.data, xmx.nbytes)
+
+    def _read_trace(self):
+        """The P7_TRACE as a :class:`hmmgpu.cpu.optacc.Trace`."""
+        from hmmgpu.cpu.optacc import Trace
+
+        tr = self._trace
+        n = _read(_c.c_int, tr + _TR_N)
+
+        def field(offset, dtype):
+            return np.frombuffer(_c.string_at(_read(_c.c_void_p, tr + offset), n * np.dtype(dtype).itemsize),
+                                 dtype=dtype).copy()
+
+        return Trace(st=field(_TR_ST, np.uint8), k=field(_TR_K, np.int32), i=field(_TR_I, np.int32),
+                     pp=field(_TR_PP, np.float32))
+
+    def _score_call(self, name, *args):
+        sc = _c.c_float(math.nan)
+        status = _check(getattr(_state["lib"], name)(*args, _c.byref(sc)), name, (STATUS_OK, STATUS_RANGE))
+        return status, np.float32(sc.value) if status == STATUS_OK else np.float32(math.nan)
+
+    def forward_matrix(self, codes, i=1, j=None, unihit=False) -> tuple:
+        """``p7_Forward`` (full matrix) on the slice ``dsq[i..j]`` (1-based, inclusive; the whole
+        target by default) of a target, the model multihit (as ``region_trace_ensemble`` runs it)
+        or unihit (as ``rescore_isolated_domain``), its length the FULL target length. Returns
+        (status, score in nats (float32; NaN unless OK), the :class:`StripedMatrix`). The model
+        is left configured as hmmsearch configures it (multihit)."""
+        dsq, n, sub, ld = self._slice(codes, i, j, unihit)
+        try:
+            status, score = self._score_call("p7_Forward", sub, ld, self._om, self._fwd)
+            return status, score, self._matrix(self._fwd, ld)
+        finally:
+            self._multihit(n)
+
+    def backward_matrix(self, codes, i=1, j=None, unihit=False) -> tuple:
+        """``p7_Backward`` (full matrix) after ``p7_Forward`` on the same slice, configured as
+        :meth:`forward_matrix`: (status, score (float32 nats; NaN unless OK), the Backward
+        :class:`StripedMatrix`). HMMER computes no cells of its row 0 (they hold whatever the
+        matrix held); they are returned as zeros."""
+        dsq, n, sub, ld = self._slice(codes, i, j, unihit)
+        try:
+            self._score_call("p7_Forward", sub, ld, self._om, self._fwd)
+            status, score = self._score_call("p7_Backward", sub, ld, self._om, self._fwd, self._bck)
+            bck = self._matrix(self._bck, ld)
+            bck.dp[0] = 0
+            return status, score, bck
+        finally:
+            self._multihit(n)
+
+    def envelope(self, codes, i, j) -> dict:
+        """``rescore_isolated_domain``'s calls on the envelope ``i..j`` of a target, in its order
+        and on its matrices (unihit, the full target length): ``p7_Forward`` -> 'envsc' (float32
+        nats), 'forward'; ``p7_Backward`` -> 'backward' (row 0's cells zeroed, see
+        :meth:`backward_matrix`); ``p7_Decoding`` in place of the Backward matrix ->
+        'decoding_status', 'posterior'; then, unless decoding failed (eslERANGE: the domain is
+        dropped, the keys below are None), ``p7_OptimalAccuracy`` in place of the Forward matrix
+        -> 'oasc', 'oa'; ``p7_OATrace`` -> 'trace' (a :class:`hmmgpu.cpu.optacc.Trace`, its
+        residues moved by ``i - 1`` to the target's coordinates, as rescore_isolated_domain
+        moves them); ``p7_Null2_ByExpectation`` on the posterior matrix -> 'null2' float32 [Kp]
+        (the odds ratios an unclustered envelope's n2sc is the ``logf`` of)."""
+        lib = _state["lib"]
+        dsq, n, sub, ld = self._slice(codes, i, j, True)
+        try:
+            out = dict.fromkeys(("oasc", "oa", "trace", "null2"))
+            out["forward_status"], out["envsc"] = self._score_call("p7_Forward", sub, ld, self._om, self._fwd)
+            out["forward"] = self._matrix(self._fwd, ld)
+            _check(lib.p7_Backward(sub, ld, self._om, self._fwd, self._bck, None), "p7_Backward",
+                   (STATUS_OK, STATUS_RANGE))
+            out["backward"] = self._matrix(self._bck, ld)
+            out["backward"].dp[0] = 0
+            out["decoding_status"] = _check(lib.p7_Decoding(self._om, self._fwd, self._bck, self._bck),
+                                            "p7_Decoding", (STATUS_OK, STATUS_RANGE))
+            out["posterior"] = self._matrix(self._bck, ld)
+            if out["decoding_status"] != STATUS_OK:
+                return out
+            oasc = _c.c_float()
+            _check(lib.p7_OptimalAccuracy(self._om, self._bck, self._fwd, _c.byref(oasc)), "p7_OptimalAccuracy")
+            out["oasc"], out["oa"] = np.float32(oasc.value), self._matrix(self._fwd, ld)
+            _check(lib.p7_trace_Reuse(self._trace), "p7_trace_Reuse")
+            _check(lib.p7_OATrace(self._om, self._bck, self._fwd, self._trace), "p7_OATrace")
+            out["trace"] = self._read_trace().shifted(int(i) - 1)
+            null2 = (_c.c_float * _NULL2_CODES)()
+            _check(lib.p7_Null2_ByExpectation(self._om, self._bck, null2), "p7_Null2_ByExpectation")
+            out["null2"] = np.array(null2, dtype=np.float32)[:KP]
+            return out
+        finally:
+            self._multihit(n)
+
+    def null2_by_expectation(self, posterior) -> np.ndarray:
+        """``p7_Null2_ByExpectation`` on a posterior :class:`StripedMatrix` (``p7_Decoding``'s
+        layout): the null2 odds ratios float32 [Kp]."""
+        if self._om is None:
+            raise ValueError("HmmerModel is closed")
+        self._full(posterior.L)
+        self._write_matrix(self._bck, posterior)
+        null2 = (_c.c_float * _NULL2_CODES)()
+        _check(_state["lib"].p7_Null2_ByExpectation(self._om, self._bck, null2), "p7_Null2_ByExpectation")
+        return np.array(null2, dtype=np.float32)[:KP]
+
+    def domain_definition(self, codes) -> dict:
+        """``p7_domaindef_ByPosteriorHeuristics`` on a target as ``p7_Pipeline`` runs it on an F3
+        passer (whether or not this target passes): the Forward and Backward parsers, then domain
+        definition with a fresh pipeline RNG (Easel's fast generator, seed 42, reseeded per
+        region). Returns 'status', 'nexpected', 'nregions', 'nclustered', 'noverlaps',
+        'nenvelopes', 'n2sc' float32 [L+1], and 'domains': one dict per ``dcl`` entry (ienv,
+        jenv, iali, jali, envsc, domcorrection, oasc), in ``dcl`` order."""
+        lib = _state["lib"]
+        dsq, n = self._target(codes)
+        self._forward(dsq, n)
+        _check(lib.p7_omx_GrowTo(self._oxb, self.M, 0, n), "p7_omx_GrowTo")
+        _check(lib.p7_BackwardParser(dsq.ctypes.data, n, self._om, self._ox, self._oxb, None), "p7_BackwardParser",
+               (STATUS_OK, STATUS_RANGE))
+        self._full(1)
+        rng = lib.esl_randomness_CreateFast(_PIPELINE_SEED)
+        ddef = lib.p7_domaindef_Create(rng)
+        sq = lib.esl_sq_CreateDigitalFrom(self._abc, b"target", dsq.ctypes.data, n, None, None, None)
+        try:
+            if not (rng and ddef and sq):
+                raise MemoryError("HMMER could not allocate the domain definition structures")
+            dd = _DomainDef.from_address(ddef)
+            dd.do_reseeding = 1
+            status = _check(lib.p7_domaindef_ByPosteriorHeuristics(sq, None, self._om, self._ox, self._oxb,
+                                                                    self._fwd, self._bck, ddef, self._bg, 0, None,
+                                                                    None, None),
+                            "p7_domaindef_ByPosteriorHeuristics", (STATUS_OK, STATUS_RANGE))
+            names = ("ienv", "jenv", "iali", "jali", "envsc", "domcorrection", "oasc")
+            domains = [{name: (np.float32 if name in ("envsc", "domcorrection", "oasc") else int)(
+                getattr(dd.dcl[d], name)) for name in names} for d in range(dd.ndom)]
+            return dict(status=status, nexpected=np.float32(dd.nexpected), nregions=dd.nregions,
+                        nclustered=dd.nclustered, noverlaps=dd.noverlaps, nenvelopes=dd.nenvelopes,
+                        n2sc=np.ctypeslib.as_array(dd.n2sc, shape=(n + 1,)).copy(), domains=domains)
+        finally:
+            for ptr, destroy in ((sq, lib.esl_sq_Destroy), (ddef, lib.p7_domaindef_Destroy),
+                                 (rng, lib.esl_randomness_Destroy)):
+                if ptr:
+                    destroy(ptr)
+            self._multihit(n)
