@@ -1,0 +1,246 @@
+"""hmmgpu's hits (hmmgpu.stages.hits, hmmgpu.report.alidisplay) equal pyhmmer's, byte for byte.
+
+For each target of a search, libhmmer's own domain definition (``HmmerModel.domain_definition``:
+the dcl entries, n2sc and counters p7_Pipeline sees), its null and Forward scores, and the
+optimal accuracy trace of every envelope (``HmmerModel.envelope``) go through hmmgpu's
+scoring, alignment displays, keep rule, thresholds and serialization; the resulting
+``TopHits`` state must equal pyhmmer's ``search_hmm`` state for the same search: every hit's
+serialized bytes (scores, flags, domains, alignments), the ranked order, the counts and
+domZ. Only the fields HMMER never sets in a protein search (a hit's window_length, seqidx,
+subseq_start; a domain's iorf, jorf: whatever malloc left there) are zeroed on both sides.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+import os
+import struct
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from pyhmmer.easel import DigitalSequenceBlock, SequenceFile
+from pyhmmer.plan7 import Pipeline, TopHits
+
+from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
+from hmmgpu.report.alidisplay import ModelLines, alidisplay_create
+from hmmgpu.report.hitlist import read_hit
+from hmmgpu.stages import hits
+from hmmgpu.stages.forward import ForwardTables
+from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, adversarial_block, sample_hmm
+
+pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
+
+F32 = np.float32
+#: Pipeline settings checked on every model: defaults, E-value, bit-score and Z options,
+#: the models' own cutoffs (where a model has them) and no null2.
+VARIANTS = [
+    {},
+    dict(E=1e-3, domE=1e-2, incE=1e-6, incdomE=1e-4),
+    dict(T=20.0, domT=15.0, incT=60.0, incdomT=30.0),
+    dict(Z=1e6, domZ=123.0, incE=1.0),
+    dict(bit_cutoffs="trusted"),
+    dict(null2=False, incE=10.0, incdomE=10.0),
+]
+
+
+def kahan_sum(values) -> np.float32:
+    """Easel's ``esl_vec_FSum``: a compensated float sum, in order."""
+    s = c = F32(0.0)
+    for v in np.asarray(values, np.float32).tolist():
+        y = F32(F32(v) - c)
+        t = F32(s + y)
+        c = F32(F32(t - s) - y)
+        s = t
+    return s
+
+
+def normalized(blob) -> bytes:
+    """A serialized hit with the fields p7_Pipeline never sets zeroed (see the module header)."""
+    b = bytearray(bytes(blob))
+    size, ndom = struct.unpack_from(">I", b, 0)[0], struct.unpack_from(">i", b, 72)[0]
+    b[4:8] = bytes(4)        # window_length
+    b[92:108] = bytes(16)    # seqidx, subseq_start
+    pos = size
+    for _ in range(ndom):
+        b[pos + 36:pos + 52] = bytes(16)  # iorf, jorf
+        pos += struct.unpack_from(">I", b, pos)[0]
+        pos += struct.unpack_from(">I", b, pos)[0]  # its alignment display
+    assert pos == len(b)
+    return bytes(b)
+
+
+def text(value) -> bytes:
+    return (value or "").encode()
+
+
+class Search:
+    """A model and a database, with libhmmer's post-filter results of every F3 passer that has
+    a domain (the targets p7_Pipeline may add to its hit list), computed once."""
+
+    def __init__(self, hmm, seqs):
+        self.hmm, self.seqs = hmm, seqs
+        every = Pipeline(AMINO, E=1e300, domE=1e300).search_hmm(hmm, seqs)  # keeps every such target
+        passers = {hit.name for hit in every}
+        self.targets = []
+        with HmmerModel(hmm) as model:
+            tables = ForwardTables.from_hmmer(model)
+            self.lines = ModelLines.from_hmm(hmm, tables.rfv)
+            self.tau, self.lam = model.evalue_parameters()[4:6]
+            for pos, seq in enumerate(seqs):
+                if seq.name not in passers:
+                    continue
+                codes = np.asarray(seq.sequence, np.uint8)
+                found = model.domain_definition(codes)
+                definition = SimpleNamespace(**{k: v for k, v in found.items() if k != "domains"},
+                                             domains=[SimpleNamespace(**d) for d in found["domains"]])
+                traces = [model.envelope(codes, d.ienv, d.jenv)["trace"] for d in definition.domains]
+                self.targets.append(SimpleNamespace(
+                    pos=pos, seq=seq, codes=codes, definition=definition, traces=traces,
+                    n2sc_sum=kahan_sum(found["n2sc"]), nullsc=model.null_score(codes),
+                    fwdsc=model.forward_parser(codes)[1]))
+
+    def reference(self, **kw):
+        return Pipeline(AMINO, **kw).search_hmm(self.hmm, self.seqs).__getstate__()
+
+    def ours(self, pipeline: dict) -> dict:
+        """hmmgpu's state of the search with the ``pipeline`` settings (a state's dictionary)."""
+        return hits.tophits_state(self.kept(pipeline), pipeline)
+
+    def kept(self, pipeline: dict) -> list:
+        """The hits p7_Pipeline adds to its list, in search order."""
+        kept = []
+        for t in self.targets:
+            scores = hits.score_target(t.definition.domains, t.n2sc_sum, t.codes.size, t.nullsc, t.fwdsc, self.tau,
+                                       self.lam, pipeline["do_null2"])
+            assert scores is not None  # every target here has a domain
+            Z = pipeline["Z"] if pipeline["Z_setby"] else t.pos + 1  # the running count while searching
+            if not hits.target_reportable(pipeline, scores.score, scores.lnP, Z):
+                continue
+            name, acc, desc = t.seq.name.encode(), text(t.seq.accession), text(t.seq.description)
+            alignments = [alidisplay_create(tr, self.lines, t.codes, name, acc, desc) for tr in t.traces]
+            kept.append(hits.target_hit(t.definition, scores, alignments, name, acc, desc, pipeline))
+        return kept
+
+
+def assert_same_state(ours: dict, ref: dict) -> int:
+    """The two states are equal (hits compared after :func:`normalized`); returns the domains."""
+    assert len(ours["unsrt"]) == len(ref["unsrt"])
+    for mine, theirs in zip(ours["unsrt"], ref["unsrt"]):
+        if normalized(mine) != normalized(theirs):  # a readable message first, then the bytes
+            a, b = read_hit(normalized(mine)), read_hit(normalized(theirs))
+            assert a == b
+            assert normalized(mine) == normalized(theirs)
+    for key in ("hit", "N", "Nalloc", "nreported", "nincluded", "is_sorted_by_sortkey", "is_sorted_by_seqidx",
+                "_empty"):
+        assert ours[key] == ref[key], key
+    assert ours["pipeline"]["domZ"] == ref["pipeline"]["domZ"]
+    return sum(len(read_hit(blob).domains) for blob in ref["unsrt"])
+
+
+def database(hmm) -> DigitalSequenceBlock:
+    """The sample proteome, then the model's adversarial targets (its consensus repeated, in
+    noise...: multidomain and clustered regions)."""
+    with SequenceFile(PROTEOME, digital=True, alphabet=AMINO) as f:
+        block = f.read_block()
+    block.extend(adversarial_block(hmm))
+    return block
+
+
+@functools.lru_cache(maxsize=None)
+def searched(name: str) -> Search:
+    hmm = sample_hmm(name)
+    return Search(hmm, database(hmm))
+
+
+@pytest.fixture(params=MODEL_NAMES)
+def search(request):
+    return searched(request.param)
+
+
+def test_states_equal_pyhmmers(search):
+    """Every pipeline variant: hmmgpu's state of the search is pyhmmer's."""
+    checked = 0
+    for kw in VARIANTS:
+        if "bit_cutoffs" in kw and search.hmm.cutoffs.trusted is None:
+            continue
+        ref = search.reference(**kw)
+        pipeline = dict(ref["pipeline"], domZ=0.0)  # domZ is threshold's to set
+        if pipeline["domZ_setby"]:
+            pipeline["domZ"] = ref["pipeline"]["domZ"]
+        checked += assert_same_state(search.ours(pipeline), ref)
+    assert checked > 0
+
+
+def test_annotated_model():
+    """A model with reference, structure and mask lines: the displays carry RF and CS (never
+    MM, as HMMER 3.4 makes them), and the names (an accession and description) of both sides."""
+    hmm = sample_hmm("PF02826").copy()
+    M = hmm.M
+    hmm.reference = ("x" * 7 + ".")[:M] * (M // 8) + "x" * (M % 8)
+    hmm.consensus_structure = ("HHHEE-<>" * (M // 8 + 1))[:M]
+    hmm.model_mask = ("m" * 5 + "." * 3) * (M // 8) + "m" * (M % 8)
+    hmm.accession, hmm.description = "PF02826.TEST", "a model with every annotation line"
+    with SequenceFile(PROTEOME, digital=True, alphabet=AMINO) as f:
+        block = f.read_block()
+    found = Search(hmm, block)
+    ref = found.reference()
+    pipeline = dict(ref["pipeline"], domZ=0.0)
+    assert assert_same_state(found.ours(pipeline), ref) > 0
+    display = read_hit(ref["unsrt"][0]).domains[0].alignment
+    assert display.rf and display.cs and display.mm is None and display.hmm_acc == b"PF02826.TEST"
+
+
+def libhmmer_thresholded(hmm, state: dict) -> dict:
+    """libhmmer's p7_tophits_Threshold of a state's hits (pyhmmer's merge of one TopHits resets
+    the flags, then thresholds), sorted by p7_tophits_SortBySortkey."""
+    tophits = TopHits(hmm)
+    tophits.__setstate__(dict(state, is_sorted_by_sortkey=False, hit=list(range(state["N"]))))
+    tophits.sort(by="key")
+    return tophits.merge().__getstate__()
+
+
+def test_duplicate_alignments_and_ties():
+    """HMMER's #h74 workaround (two domains with one alignment: only the better is reported,
+    the second on a tie) and the sort's tie-breaks (sortkey, then name, then the first
+    domain's start), against libhmmer's own threshold and sort on the same hits."""
+    found = searched("PF02826")
+    pipeline = dict(found.reference()["pipeline"], domZ=0.0)
+    kept = found.kept(pipeline)
+    overlapping = [h for h in kept if h.noverlaps and len(h.domains) >= 2]
+    assert overlapping
+    for hit in overlapping:  # the second domain now has the first's alignment, once better, once equal
+        first, second = hit.domains[0], hit.domains[1]
+        score = first.bitscore if hit is overlapping[0] else F32(first.bitscore + 1)
+        hit.domains[1] = dataclasses.replace(second, iali=first.iali, jali=first.jali, bitscore=score)
+    twins = kept[:4]
+    for hit in twins:  # equal sortkeys; two of them also share a name
+        hit.sortkey = twins[0].sortkey
+    twins[2].name = twins[3].name
+    ours = hits.tophits_state(kept, pipeline)
+    ref = libhmmer_thresholded(found.hmm, ours)
+    assert [normalized(b) for b in ours["unsrt"]] == [normalized(b) for b in ref["unsrt"]]
+    assert (ours["hit"], ours["nreported"], ours["nincluded"]) == (ref["hit"], ref["nreported"], ref["nincluded"])
+    tie, better = overlapping[0].domains, overlapping[-1].domains  # every domain here was reported before
+    assert tie[0].is_reported and not tie[1].is_reported and not better[0].is_reported and better[1].is_reported
+
+
+def test_flogsum_equals_libhmmers():
+    """p7_FLogsum (called through ctypes) on pairs over the table's whole range and its edges."""
+    import pyhmmer.plan7  # noqa: F401  (its import runs p7_FLogsumInit)
+
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(pyhmmer.__file__), os.pardir, "pyhmmer.libs", "liblibhmmer.so"))
+    lib.p7_FLogsum.restype, lib.p7_FLogsum.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
+    rng = np.random.default_rng(3)
+    b = np.concatenate([rng.uniform(-20.0, 1.0, 4000), -rng.uniform(15.6, 15.8, 200), [-15.7, -np.inf, 0.0, 1e-9]])
+    for a, x in zip(np.where(np.arange(b.size) % 2, 0.0, rng.uniform(-5, 5, b.size)).astype(np.float32),
+                    b.astype(np.float32)):
+        want = F32(lib.p7_FLogsum(float(a), float(x)))
+        assert hits.flogsum(a, x).view(np.uint32) == want.view(np.uint32), (a, x)
+        assert hits.flogsum(x, a).view(np.uint32) == want.view(np.uint32), (x, a)
+
+
+def test_no_domain_no_hit():
+    """A target whose domain definition found nothing is dropped (p7_Pipeline adds no hit)."""
+    assert hits.score_target([], F32(0.0), 100, F32(-10.0), F32(5.0), -4.0, 0.7) is None
