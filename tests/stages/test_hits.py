@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import io
 import os
 import struct
 from types import SimpleNamespace
@@ -24,11 +25,12 @@ from pyhmmer.easel import DigitalSequenceBlock, SequenceFile
 from pyhmmer.plan7 import Pipeline, TopHits
 
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
-from hmmgpu.report.alidisplay import ModelLines, alidisplay_create
+from hmmgpu.report.alidisplay import ModelLines, alidisplay_create, encode_posterior
 from hmmgpu.report.hitlist import read_hit
+from hmmgpu.report.text import Query, query_report, write_alignment
 from hmmgpu.stages import hits
 from hmmgpu.stages.forward import ForwardTables
-from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, adversarial_block, sample_hmm
+from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, adversarial_block, hits_table, sample_hmm
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 
@@ -173,6 +175,61 @@ def test_states_equal_pyhmmers(search):
     assert checked > 0
 
 
+def test_outputs_equal_pyhmmers():
+    """The report, the three tables and the -A alignment written from hmmgpu's state (loaded
+    into a TopHits, as the merge loads task states) are pyhmmer's."""
+    found = searched("PF02826")
+    ref = found.reference()
+    ours = found.ours(dict(ref["pipeline"], domZ=0.0))
+    outputs = []
+    for state in (ours, ref):
+        tophits = TopHits(found.hmm)
+        tophits.__setstate__(state)
+        stream = io.BytesIO()
+        nseq = write_alignment(stream, tophits, found.hmm)
+        outputs.append([query_report(Query.from_hmm(found.hmm), tophits), stream.getvalue(), nseq]
+                       + [hits_table(tophits, fmt) for fmt in ("targets", "domains", "pfam")])
+    assert outputs[0] == outputs[1] and outputs[0][2] > 0
+
+
+ALIGNMENT_FIELDS = ("hmm_from", "hmm_to", "hmm_length", "hmm_name", "hmm_accession", "hmm_sequence", "target_from",
+                    "target_to", "target_length", "target_name", "target_sequence", "identity_sequence",
+                    "posterior_probabilities")
+
+
+DOMAIN_FIELDS = ("env_from", "env_to", "score", "bias", "correction", "envelope_score", "c_evalue", "i_evalue", "pvalue",
+                 "reported", "included")
+
+
+def test_alignments_read_through_pyhmmer():
+    """Every domain's alignment, read through pyhmmer's own ``Domain.alignment`` properties
+    from hmmgpu's state, is the one pyhmmer made."""
+    found = searched("KR")
+    ref = found.reference(domE=1e300)
+    tophits = [TopHits(found.hmm) for _ in range(2)]
+    tophits[0].__setstate__(found.ours(dict(ref["pipeline"], domZ=0.0)))
+    tophits[1].__setstate__(ref)
+    domains = [[dom for hit in th for dom in hit.domains] for th in tophits]
+    assert len(domains[0]) == len(domains[1]) > 0
+    for ours, theirs in zip(*domains):
+        for name in ALIGNMENT_FIELDS:
+            assert getattr(ours.alignment, name) == getattr(theirs.alignment, name), name
+        for name in DOMAIN_FIELDS:
+            assert getattr(ours, name) == getattr(theirs, name), name
+
+
+def test_posterior_letters_equal_libhmmers():
+    """p7_alidisplay_EncodePostProb (through ctypes) on the probabilities around every step."""
+    lib = _libhmmer()
+    lib.p7_alidisplay_EncodePostProb.restype = ctypes.c_char
+    lib.p7_alidisplay_EncodePostProb.argtypes = [ctypes.c_float]
+    steps = np.arange(0.05, 1.0, 0.1, dtype=np.float32)
+    pp = np.concatenate([steps, np.nextafter(steps, F32(0)), np.nextafter(steps, F32(1)),
+                         np.linspace(0, 1, 1001, dtype=np.float32), [0.0, 1.0, 0.95, 1.5, -0.01]]).astype(np.float32)
+    want = bytes(lib.p7_alidisplay_EncodePostProb(float(p))[0] for p in pp)
+    assert encode_posterior(pp).tobytes() == want
+
+
 def test_annotated_model():
     """A model with reference, structure and mask lines: the displays carry RF and CS (never
     MM, as HMMER 3.4 makes them), and the names (an accession and description) of both sides."""
@@ -226,11 +283,18 @@ def test_duplicate_alignments_and_ties():
     assert tie[0].is_reported and not tie[1].is_reported and not better[0].is_reported and better[1].is_reported
 
 
+def _libhmmer():
+    """pyhmmer's libhmmer, for functions hmmerlib does not bind (pyhmmer's import has run
+    p7_FLogsumInit in it)."""
+    import pyhmmer.plan7  # noqa: F401
+
+    return ctypes.CDLL(os.path.join(os.path.dirname(pyhmmer.__file__), os.pardir, "pyhmmer.libs",
+                                    "liblibhmmer.so"))
+
+
 def test_flogsum_equals_libhmmers():
     """p7_FLogsum (called through ctypes) on pairs over the table's whole range and its edges."""
-    import pyhmmer.plan7  # noqa: F401  (its import runs p7_FLogsumInit)
-
-    lib = ctypes.CDLL(os.path.join(os.path.dirname(pyhmmer.__file__), os.pardir, "pyhmmer.libs", "liblibhmmer.so"))
+    lib = _libhmmer()
     lib.p7_FLogsum.restype, lib.p7_FLogsum.argtypes = ctypes.c_float, [ctypes.c_float, ctypes.c_float]
     rng = np.random.default_rng(3)
     b = np.concatenate([rng.uniform(-20.0, 1.0, 4000), -rng.uniform(15.6, 15.8, 200), [-15.7, -np.inf, 0.0, 1e-9]])
