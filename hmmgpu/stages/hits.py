@@ -17,6 +17,7 @@ domains into a hit (hmmer-domaindef-spec.md §4), and ``p7_tophits_Threshold``
 * **the hit** (:func:`target_hit`): the record ``p7_Pipeline`` adds to the hit list, with
   each domain's alignment display (:mod:`hmmgpu.report.alidisplay`), when the target is
   reportable at the pipeline's Z of the moment (:func:`target_reportable`);
+  :func:`pipeline_hit` composes the three for one target from its domain definition;
 * **thresholds** (:func:`threshold`): reported and included targets, domZ, reported and
   included domains, and HMMER's workaround of bug #h74 (of two domains with the same
   alignment coordinates only the better one is reported);
@@ -49,7 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hmmgpu.constants import LOG2
-from hmmgpu.report.alidisplay import serialize_alidisplay
+from hmmgpu.report.alidisplay import ModelLines, alidisplay_create, serialize_alidisplay
 from hmmgpu.report.hitlist import _DOMAIN, _HIT, _HIT_ACC, _HIT_DESC, IS_DUPLICATE, IS_INCLUDED, IS_REPORTED
 
 F32 = np.float32
@@ -281,6 +282,41 @@ def target_hit(definition, scores: TargetScore, alignments, name: bytes, acc: by
     return hit
 
 
+@dataclass(frozen=True, eq=False)
+class HitModel:
+    """What of a query model its hits need: the alignment display lines and the Forward tail
+    parameters (``evparam[p7_FTAU]``, ``evparam[p7_FLAMBDA]``, float32 values)."""
+
+    lines: ModelLines
+    tau: float
+    lam: float
+
+    @classmethod
+    def from_hmm(cls, hmm, rfv) -> "HitModel":
+        """The model of a pyhmmer ``HMM`` whose optimized profile has the match odds ``rfv``."""
+        ev = hmm.evalue_parameters
+        return cls(lines=ModelLines.from_hmm(hmm, rfv), tau=float(F32(ev.f_tau)), lam=float(F32(ev.f_lambda)))
+
+
+def pipeline_hit(definition, codes, name: bytes, acc: bytes | None, desc: bytes | None, nullsc, fwdsc,
+                 model: HitModel, pipeline: dict, Z: float | None = None) -> Hit | None:
+    """``p7_Pipeline`` after domain definition, on one target: its hit, or None where the
+    pipeline adds none (no domain, or not reportable at ``Z``: the pipeline's, or the running
+    target count).
+
+    ``definition``: the target's domain definition (:class:`hmmgpu.stages.domaindef.DomainDefinition`:
+    ``domains`` with their optimal accuracy ``trace``, ``n2sc_sum`` and the counters);
+    ``codes``: the target's digital residues; ``nullsc``, ``fwdsc``: its null and Forward
+    parser scores (nats)."""
+    scores = score_target(definition.domains, definition.n2sc_sum, int(np.size(codes)), nullsc, fwdsc, model.tau,
+                          model.lam, pipeline["do_null2"])
+    if scores is None or not target_reportable(pipeline, scores.score, scores.lnP, Z):
+        return None
+    alignments = [alidisplay_create(dom.trace, model.lines, codes, name, acc or b"", desc or b"")
+                  for dom in definition.domains]
+    return target_hit(definition, scores, alignments, name, acc, desc, pipeline)
+
+
 def sort_order(hits: list) -> list:
     """``p7_tophits_SortBySortkey``: the indices of ``hits`` by decreasing sortkey, then name,
     then the first domain's start (glibc's qsort is a merge sort here: stable)."""
@@ -379,6 +415,6 @@ def tophits_state(hits: list, pipeline: dict) -> dict:
     }
 
 
-__all__ = ["score_target", "flogsum", "exp_logsurv", "null2_bias", "DomainScore", "TargetScore", "target_reportable",
+__all__ = ["pipeline_hit", "HitModel", "score_target", "flogsum", "exp_logsurv", "null2_bias", "DomainScore", "TargetScore", "target_reportable",
            "target_includable", "domain_reportable", "domain_includable", "HitDomain", "Hit", "target_hit",
            "sort_order", "threshold", "serialize_hit", "tophits_state", "OMEGA"]

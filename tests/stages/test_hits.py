@@ -25,7 +25,7 @@ from pyhmmer.easel import DigitalSequenceBlock, SequenceFile
 from pyhmmer.plan7 import Pipeline, TopHits
 
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
-from hmmgpu.report.alidisplay import ModelLines, alidisplay_create, encode_posterior
+from hmmgpu.report.alidisplay import encode_posterior
 from hmmgpu.report.hitlist import read_hit
 from hmmgpu.report.text import Query, query_report, write_alignment
 from hmmgpu.stages import hits
@@ -87,21 +87,20 @@ class Search:
         passers = {hit.name for hit in every}
         self.targets = []
         with HmmerModel(hmm) as model:
-            tables = ForwardTables.from_hmmer(model)
-            self.lines = ModelLines.from_hmm(hmm, tables.rfv)
-            self.tau, self.lam = model.evalue_parameters()[4:6]
+            self.model = hits.HitModel.from_hmm(hmm, ForwardTables.from_hmmer(model).rfv)
+            assert (self.model.tau, self.model.lam) == model.evalue_parameters()[4:6]
             for pos, seq in enumerate(seqs):
                 if seq.name not in passers:
                     continue
                 codes = np.asarray(seq.sequence, np.uint8)
                 found = model.domain_definition(codes)
-                definition = SimpleNamespace(**{k: v for k, v in found.items() if k != "domains"},
-                                             domains=[SimpleNamespace(**d) for d in found["domains"]])
-                traces = [model.envelope(codes, d.ienv, d.jenv)["trace"] for d in definition.domains]
-                self.targets.append(SimpleNamespace(
-                    pos=pos, seq=seq, codes=codes, definition=definition, traces=traces,
-                    n2sc_sum=kahan_sum(found["n2sc"]), nullsc=model.null_score(codes),
-                    fwdsc=model.forward_parser(codes)[1]))
+                domains = [SimpleNamespace(**d, trace=model.envelope(codes, d["ienv"], d["jenv"])["trace"])
+                           for d in found["domains"]]
+                definition = SimpleNamespace(**{k: v for k, v in found.items() if k != "domains"}, domains=domains,
+                                             n2sc_sum=kahan_sum(found["n2sc"]))
+                self.targets.append(SimpleNamespace(pos=pos, seq=seq, codes=codes, definition=definition,
+                                                    nullsc=model.null_score(codes),
+                                                    fwdsc=model.forward_parser(codes)[1]))
 
     def reference(self, **kw):
         return Pipeline(AMINO, **kw).search_hmm(self.hmm, self.seqs).__getstate__()
@@ -114,15 +113,12 @@ class Search:
         """The hits p7_Pipeline adds to its list, in search order."""
         kept = []
         for t in self.targets:
-            scores = hits.score_target(t.definition.domains, t.n2sc_sum, t.codes.size, t.nullsc, t.fwdsc, self.tau,
-                                       self.lam, pipeline["do_null2"])
-            assert scores is not None  # every target here has a domain
+            assert t.definition.domains  # every target here has a domain
             Z = pipeline["Z"] if pipeline["Z_setby"] else t.pos + 1  # the running count while searching
-            if not hits.target_reportable(pipeline, scores.score, scores.lnP, Z):
-                continue
-            name, acc, desc = t.seq.name.encode(), text(t.seq.accession), text(t.seq.description)
-            alignments = [alidisplay_create(tr, self.lines, t.codes, name, acc, desc) for tr in t.traces]
-            kept.append(hits.target_hit(t.definition, scores, alignments, name, acc, desc, pipeline))
+            hit = hits.pipeline_hit(t.definition, t.codes, t.seq.name.encode(), text(t.seq.accession),
+                                    text(t.seq.description), t.nullsc, t.fwdsc, self.model, pipeline, Z)
+            if hit is not None:
+                kept.append(hit)
         return kept
 
 
