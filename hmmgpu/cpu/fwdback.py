@@ -120,7 +120,7 @@ factors (``has_own_scales`` is followed as HMMER's source has it, untested on re
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numba import njit
@@ -317,17 +317,29 @@ def rescale_row(row_m, row_d, row_i, xE, xN, xJ, xB, xC):
 
 
 @njit(cache=True)
-def forward_parser(codes, M, rfv, tfv, pmove, ploop, xe_move, xe_loop, tbm_min, xmx, scales):
+def _store_cells(dp, i, row_m, row_d, row_i):
+    """Keep row i's M, D, I cells in a full matrix (HMMER's ``do_full``)."""
+    dp[i, 0] = row_m
+    dp[i, 1] = row_d
+    dp[i, 2] = row_i
+
+
+@njit(cache=True)
+def forward_parser(codes, M, rfv, tfv, pmove, ploop, xe_move, xe_loop, tbm_min, xmx, scales, dp):
     """``p7_ForwardParser`` on one target (digital ``codes``, no sentinels), lane for lane.
 
     ``xmx``: float32 [L+1, 6] receives the special-state rows (E N J B C SCALE) when it has
     L+1 rows (pass a (0, 6) array to skip them); ``scales``: float32 [>= L] receives the
-    scale factors of the rescaled rows, in row order. Returns (flags, xC, number of scale
-    factors, totscale, score); the score (float32 nats) is NaN when :data:`RANGE` is set.
+    scale factors of the rescaled rows, in row order. ``dp``: float32 [L+1, 3, Q, 4], zeros,
+    receives every row's M, D, I cells when it has L+1 rows (``p7_Forward``, HMMER's
+    ``do_full``: the same arithmetic, every row kept; pass a (0, 3, Q, 4) array to skip them).
+    Returns (flags, xC, number of scale factors, totscale, score); the score (float32 nats)
+    is NaN when :data:`RANGE` is set.
     """
     L = codes.shape[0]
     Q = rfv.shape[1]
     rows = xmx.shape[0] == L + 1
+    full = dp.shape[0] == L + 1
     row_m = np.zeros((Q, 4), np.float32)
     row_d = np.zeros((Q, 4), np.float32)
     row_i = np.zeros((Q, 4), np.float32)
@@ -370,6 +382,8 @@ def forward_parser(codes, M, rfv, tfv, pmove, ploop, xe_move, xe_loop, tbm_min, 
             xE = _F1
         if tiny(xE) or tiny(xN) or tiny(xJ) or tiny(xB) or tiny(xC):
             flags |= TINY_ROWS
+        if full:
+            _store_cells(dp, i, row_m, row_d, row_i)
         if rows:
             xmx[i, XE] = xE
             xmx[i, XN] = xN
@@ -413,7 +427,7 @@ def parse(tables: ForwardTables, codes, rows: bool = True) -> ForwardResult:
     scales = np.zeros(max(L, 1), np.float32)
     flags, xc, n, _, score = forward_parser(codes, tables.M, tables.rfv, tables.tfv, np.float32(pmove),
                                             np.float32(ploop), tables.xe_move, tables.xe_loop, tables.tbm_min,
-                                            xmx, scales)
+                                            xmx, scales, np.zeros((0, 3, tables.Q, 4), np.float32))
     return ForwardResult(flags=int(flags), score=np.float32(score), xc=np.float32(xc), scales=scales[:n].copy(),
                          xmx=xmx if rows else None)
 
@@ -636,10 +650,13 @@ def _store_row(xmx, i, xE, xN, xJ, xB, xC, scale) -> int:
 
 
 @njit(cache=True)
-def backward_parser(codes, rfv, tfv, pmove, ploop, xe_move, xe_loop, fwd_scale, xmx):
+def backward_parser(codes, rfv, tfv, pmove, ploop, xe_move, xe_loop, fwd_scale, xmx, dp):
     """``p7_BackwardParser`` on one target (digital ``codes``, no sentinels), lane for lane,
     after the Forward parser: ``fwd_scale`` float32 [L+1] is Forward's ``xmx[:, SCALE]``.
-    ``xmx`` float32 [L+1, 6] receives the special-state rows (E N J B C SCALE). Returns
+    ``xmx`` float32 [L+1, 6] receives the special-state rows (E N J B C SCALE). ``dp``:
+    float32 [L+1, 3, Q, 4], zeros, receives the M, D, I cells of rows L..1 when it has L+1
+    rows (``p7_Backward``, ``do_full``; row 0's cells are not computed, HMMER's neither; pass
+    a (0, 3, Q, 4) array to skip them). Returns
     (flags, has_own_scales, totscale, score); the score (float32 nats) is NaN when
     :data:`RANGE` is set."""
     L = codes.shape[0]
@@ -663,6 +680,9 @@ def backward_parser(codes, rfv, tfv, pmove, ploop, xe_move, xe_loop, fwd_scale, 
         flags |= f
     totscale = np.float32(math.log(np.float64(s)))
     flags |= _store_row(xmx, L, xE, xN, xJ, xB, xC, s)
+    full = dp.shape[0] == L + 1
+    if full:
+        _store_cells(dp, L, row_m, row_d, row_i)
     has_own = False
     for i in range(L - 1, 0, -1):
         flags |= bwd_main_pass(row_m, row_d, row_i, rfv[codes[i]], tfv, xBv)
@@ -682,6 +702,8 @@ def backward_parser(codes, rfv, tfv, pmove, ploop, xe_move, xe_loop, fwd_scale, 
             flags |= f
             totscale = np.float32(np.float64(totscale) + math.log(np.float64(s)))
         flags |= _store_row(xmx, i, xE, xN, xJ, xB, xC, s)
+        if full:
+            _store_cells(dp, i, row_m, row_d, row_i)
     xB, xN, f = bwd_first_row(row_m, rfv[codes[0]], tfv, xN, pmove, ploop)
     flags |= f | _store_row(xmx, 0, _F0, xN, _F0, xB, _F0, _F1)
     if math.isnan(xN) or xN == _F0 or math.isinf(xN):
@@ -721,7 +743,8 @@ def backward(tables: ForwardTables, codes, forward: ForwardResult | None = None)
     xmx = np.zeros((L + 1, 6), np.float32)
     flags, own, totscale, score = backward_parser(codes, tables.rfv, tables.tfv, np.float32(pmove), np.float32(ploop),
                                                   tables.xe_move, tables.xe_loop,
-                                                  np.ascontiguousarray(forward.xmx[:, XSCALE]), xmx)
+                                                  np.ascontiguousarray(forward.xmx[:, XSCALE]), xmx,
+                                                  np.zeros((0, 3, tables.Q, 4), np.float32))
     return BackwardResult(flags=int(flags), forward_flags=forward.flags, score=np.float32(score),
                           totscale=np.float32(totscale), has_own_scales=bool(own), xmx=xmx)
 
@@ -795,6 +818,85 @@ class StripedMatrix:
         return self.dp[i, s, (k - 1) % Q, (k - 1) // Q]
 
 
+
+@dataclass
+class MatrixResult:
+    """A full matrix and its flags (those of the matrices it was computed from included), and
+    the score where the matrix has one (Forward, Backward; float32 nats, NaN on :data:`RANGE`)."""
+
+    flags: int
+    score: np.float32
+    matrix: StripedMatrix
+
+    @property
+    def needs_host(self) -> bool:
+        """libhmmer must recompute this matrix (:data:`HOST` flags)."""
+        return bool(self.flags & HOST)
+
+
+def unihit_tables(tables: ForwardTables) -> ForwardTables:
+    """The tables as ``p7_oprofile_ReconfigUnihit`` leaves them: E moves to C with
+    probability 1, never to J, and ``nj = 0`` (``pmove = 2 / (L + 2)``)."""
+    return replace(tables, xe_move=np.float32(1.0), xe_loop=np.float32(0.0), nj=np.float32(0.0))
+
+
+def special_transitions(tables: ForwardTables, L: int) -> np.ndarray:
+    """HMMER's ``om->xf`` float32 [4, 2] ([E N J C][MOVE LOOP]) for ``tables`` (multihit, or
+    :func:`unihit_tables`) at target length ``L``."""
+    pmove, ploop = length_specials(L, tables.nj)
+    return np.array([[tables.xe_move, tables.xe_loop]] + [[pmove, ploop]] * 3, dtype=np.float32)
+
+
+def _slice(codes, i, j):
+    codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    j = codes.size if j is None else int(j)
+    if not 1 <= int(i) <= j <= codes.size:
+        raise ValueError(f"slice {i}..{j} is not within 1..{codes.size}")
+    return codes[int(i) - 1:j], codes.size
+
+
+def forward_matrix(tables: ForwardTables, codes, i: int = 1, j: int | None = None,
+                   unihit: bool = False) -> MatrixResult:
+    """``p7_Forward`` (full matrix) on the slice ``i..j`` (1-based, inclusive; the whole target
+    by default) of a target's ``codes``, its length model set to the FULL target length, as
+    domain definition runs it: multihit on a clustered region (``region_trace_ensemble``),
+    unihit on an envelope (``rescore_isolated_domain``; ``tables`` are then made
+    :func:`unihit_tables`). Its rows are :func:`forward_parser`'s, every one kept."""
+    sub, L = _slice(codes, i, j)
+    t = unihit_tables(tables) if unihit else tables
+    pmove, ploop = length_specials(L, t.nj)
+    ld = sub.size
+    xmx = np.zeros((ld + 1, 6), np.float32)
+    dp = np.zeros((ld + 1, 3, t.Q, 4), np.float32)
+    flags, _, _, totscale, score = forward_parser(sub, t.M, t.rfv, t.tfv, np.float32(pmove), np.float32(ploop),
+                                                  t.xe_move, t.xe_loop, t.tbm_min, xmx,
+                                                  np.zeros(max(ld, 1), np.float32), dp)
+    return MatrixResult(flags=int(flags), score=np.float32(score),
+                        matrix=StripedMatrix(dp=dp, xmx=xmx, totscale=np.float32(totscale), has_own_scales=True))
+
+
+def backward_matrix(tables: ForwardTables, codes, forward: MatrixResult, i: int = 1, j: int | None = None,
+                    unihit: bool = False) -> MatrixResult:
+    """``p7_Backward`` (full matrix) on the same slice and configuration as ``forward`` (a
+    :func:`forward_matrix` result), whose scale factors it reuses: :func:`backward_parser`'s
+    rows, every one kept (row 0's cells zero, as HMMER computes none)."""
+    sub, L = _slice(codes, i, j)
+    if forward.matrix.L != sub.size:
+        raise ValueError("the Backward matrix needs the Forward matrix of the same slice")
+    t = unihit_tables(tables) if unihit else tables
+    pmove, ploop = length_specials(L, t.nj)
+    ld = sub.size
+    xmx = np.zeros((ld + 1, 6), np.float32)
+    dp = np.zeros((ld + 1, 3, t.Q, 4), np.float32)
+    flags, own, totscale, score = backward_parser(sub, t.rfv, t.tfv, np.float32(pmove), np.float32(ploop),
+                                                  t.xe_move, t.xe_loop,
+                                                  np.ascontiguousarray(forward.matrix.xmx[:, XSCALE]), xmx, dp)
+    return MatrixResult(flags=int(flags) | forward.flags, score=np.float32(score),
+                        matrix=StripedMatrix(dp=dp, xmx=xmx, totscale=np.float32(totscale),
+                                             has_own_scales=bool(own)))
+
+
 __all__ = ["ForwardTables", "ForwardResult", "BackwardResult", "forward_parser", "backward_parser", "backward",
            "forward_score", "length_specials", "parse", "nqf", "score_targets", "RANGE", "SUBNORMAL", "TINY_ROWS",
-           "ANY_TINY", "HOST", "STATUS_UNSURE", "StripedMatrix", "DP_M", "DP_D", "DP_I"]
+           "ANY_TINY", "HOST", "STATUS_UNSURE", "StripedMatrix", "DP_M", "DP_D", "DP_I",
+           "MatrixResult", "unihit_tables", "special_transitions", "forward_matrix", "backward_matrix"]
