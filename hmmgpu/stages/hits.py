@@ -23,9 +23,10 @@ domains into a hit (hmmer-domaindef-spec.md §4), and ``p7_tophits_Threshold``
   alignment coordinates only the better one is reported);
 * **state** (:func:`tophits_state`, :func:`serialize_hit`): the hits sorted as
   ``p7_tophits_SortBySortkey`` sorts them and written as ``TopHits.__getstate__()`` holds
-  them (``p7_hit_Serialize``, ``p7_domain_Serialize``, ``p7_alidisplay_Serialize``), so
-  that hmmgpu's merge (:mod:`hmmgpu.stages.merge`) and report (:mod:`hmmgpu.report`) read
-  them exactly as they read pyhmmer's.
+  them (``p7_hit_Serialize``, ``p7_domain_Serialize``, ``p7_alidisplay_Serialize``), with
+  the search's thresholds (:func:`pipeline_settings`), so that hmmgpu's merge
+  (:mod:`hmmgpu.stages.merge`) and report (:mod:`hmmgpu.report`) read them exactly as they
+  read pyhmmer's.
 
 Why the code looks as it does
 -----------------------------
@@ -299,22 +300,25 @@ class HitModel:
 
 
 def pipeline_hit(definition, codes, name: bytes, acc: bytes | None, desc: bytes | None, nullsc, fwdsc,
-                 model: HitModel, pipeline: dict, Z: float | None = None) -> Hit | None:
+                 model: HitModel, pipeline: dict, Z: float | None = None, hit_names: tuple | None = None) -> Hit | None:
     """``p7_Pipeline`` after domain definition, on one target: its hit, or None where the
     pipeline adds none (no domain, or not reportable at ``Z``: the pipeline's, or the running
     target count).
 
     ``definition``: the target's domain definition (:class:`hmmgpu.stages.domaindef.DomainDefinition`:
     ``domains`` with their optimal accuracy ``trace``, ``n2sc_sum`` and the counters);
-    ``codes``: the target's digital residues; ``nullsc``, ``fwdsc``: its null and Forward
-    parser scores (nats)."""
+    ``codes``, ``name``, ``acc``, ``desc``: the target sequence's digital residues and names
+    (None or b"": unset); ``nullsc``, ``fwdsc``: its null and Forward parser scores (nats);
+    ``pipeline``: the thresholds (:func:`pipeline_settings`; with bit cutoffs, this model's).
+    The hit is named after the sequence, or ``hit_names`` (name, accession, description: the
+    model's, in hmmscan)."""
     scores = score_target(definition.domains, definition.n2sc_sum, int(np.size(codes)), nullsc, fwdsc, model.tau,
                           model.lam, pipeline["do_null2"])
     if scores is None or not target_reportable(pipeline, scores.score, scores.lnP, Z):
         return None
     alignments = [alidisplay_create(dom.trace, model.lines, codes, name, acc or b"", desc or b"")
                   for dom in definition.domains]
-    return target_hit(definition, scores, alignments, name, acc, desc, pipeline)
+    return target_hit(definition, scores, alignments, *(hit_names or (name, acc, desc)), pipeline)
 
 
 def sort_order(hits: list) -> list:
@@ -389,6 +393,18 @@ def serialize_hit(hit: Hit) -> bytes:
     return head + names + b"".join(_serialize_domain(dom) for dom in hit.domains)
 
 
+def pipeline_settings(hmm, **kwargs) -> dict:
+    """The ``pipeline`` dictionary of a pyhmmer search state for the model ``hmm`` and the
+    ``pyhmmer.plan7.Pipeline`` keyword arguments ``kwargs``: the thresholds, Z and domZ exactly
+    as ``p7_pli_NewModel`` sets them for this model (its bit cutoffs, with ``bit_cutoffs``),
+    its counters 0. It is the state of a search of no target, which costs nothing."""
+    from pyhmmer.easel import DigitalSequenceBlock
+    from pyhmmer.plan7 import Pipeline
+
+    pipeline = Pipeline(hmm.alphabet, **kwargs)
+    return pipeline.search_hmm(hmm, DigitalSequenceBlock(hmm.alphabet)).__getstate__()["pipeline"]
+
+
 def tophits_state(hits: list, pipeline: dict) -> dict:
     """``TopHits.__getstate__()`` of a search whose hit list is ``hits`` (in the order the
     targets were searched), after pyhmmer's ``SortBySortkey`` and ``Threshold``: ``pipeline``
@@ -415,6 +431,7 @@ def tophits_state(hits: list, pipeline: dict) -> dict:
     }
 
 
-__all__ = ["pipeline_hit", "HitModel", "score_target", "flogsum", "exp_logsurv", "null2_bias", "DomainScore", "TargetScore", "target_reportable",
-           "target_includable", "domain_reportable", "domain_includable", "HitDomain", "Hit", "target_hit",
-           "sort_order", "threshold", "serialize_hit", "tophits_state", "OMEGA"]
+__all__ = ["pipeline_hit", "HitModel", "score_target", "flogsum", "exp_logsurv", "null2_bias", "DomainScore",
+           "TargetScore", "target_reportable", "target_includable", "domain_reportable", "domain_includable",
+           "HitDomain", "Hit", "target_hit", "sort_order", "threshold", "serialize_hit", "pipeline_settings",
+           "tophits_state", "OMEGA"]

@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from pyhmmer.easel import DigitalSequenceBlock, SequenceFile
+from pyhmmer.easel import DigitalSequence, DigitalSequenceBlock, SequenceFile
 from pyhmmer.plan7 import Pipeline, TopHits
 
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
@@ -45,6 +45,11 @@ VARIANTS = [
     dict(bit_cutoffs="trusted"),
     dict(null2=False, incE=10.0, incdomE=10.0),
 ]
+
+
+#: The pipeline settings of a search state (the rest are counters, and pyhmmer's own fields).
+THRESHOLD_KEYS = ("by_E", "E", "T", "dom_by_E", "domE", "domT", "use_bit_cutoffs", "inc_by_E", "incE", "incT",
+                  "incdom_by_E", "incdomE", "incdomT", "Z_setby", "domZ_setby", "do_null2")
 
 
 def kahan_sum(values) -> np.float32:
@@ -164,9 +169,11 @@ def test_states_equal_pyhmmers(search):
         if "bit_cutoffs" in kw and search.hmm.cutoffs.trusted is None:
             continue
         ref = search.reference(**kw)
-        pipeline = dict(ref["pipeline"], domZ=0.0)  # domZ is threshold's to set
-        if pipeline["domZ_setby"]:
-            pipeline["domZ"] = ref["pipeline"]["domZ"]
+        pipeline = hits.pipeline_settings(search.hmm, **kw)
+        for key in THRESHOLD_KEYS:
+            assert pipeline[key] == ref["pipeline"][key], key
+        if not pipeline["Z_setby"]:  # the search's Z: its number of targets
+            pipeline["Z"] = float(len(search.seqs))
         checked += assert_same_state(search.ours(pipeline), ref)
     assert checked > 0
 
@@ -193,8 +200,8 @@ ALIGNMENT_FIELDS = ("hmm_from", "hmm_to", "hmm_length", "hmm_name", "hmm_accessi
                     "posterior_probabilities")
 
 
-DOMAIN_FIELDS = ("env_from", "env_to", "score", "bias", "correction", "envelope_score", "c_evalue", "i_evalue", "pvalue",
-                 "reported", "included")
+DOMAIN_FIELDS = ("env_from", "env_to", "score", "bias", "correction", "envelope_score", "c_evalue", "i_evalue",
+                 "pvalue", "reported", "included")
 
 
 def test_alignments_read_through_pyhmmer():
@@ -243,6 +250,43 @@ def test_annotated_model():
     assert assert_same_state(found.ours(pipeline), ref) > 0
     display = read_hit(ref["unsrt"][0]).domains[0].alignment
     assert display.rf and display.cs and display.mm is None and display.hmm_acc == b"PF02826.TEST"
+
+
+def test_scan_states_equal_pyhmmers():
+    """hmmscan: a chimera of the four sample models' consensus sequences, in noise, scanned
+    against them (hits named after the models, Z the running count of models); default
+    thresholds and the models' gathering cutoffs (set per model as the hit is made)."""
+    import pyhmmer
+
+    from hmmgpu.formats.hmmfile import hmm_strings
+    from tests.helpers import consensus_codes
+
+    models = [sample_hmm(name) for name in MODEL_NAMES]
+    rng = np.random.default_rng(11)
+    codes = np.concatenate([part for hmm in models for part in (rng.integers(0, 20, 60), consensus_codes(hmm))]
+                           ).astype(np.uint8)
+    query = DigitalSequence(AMINO, name=b"chimera", description=b"four consensus sequences", sequence=codes)
+    for kw in ({}, dict(bit_cutoffs="gathering")):
+        scanned = [hmm for hmm in models if not kw or hmm.cutoffs.gathering_available()]
+        ref = next(iter(pyhmmer.hmmscan([query], scanned, cpus=1, **kw))).__getstate__()
+        pipeline = dict(ref["pipeline"], domZ=0.0)
+        kept = []
+        for n, hmm in enumerate(scanned):
+            settings = hits.pipeline_settings(hmm, **kw)
+            with HmmerModel(hmm) as model:
+                found = model.domain_definition(codes)
+                domains = [SimpleNamespace(**d, trace=model.envelope(codes, d["ienv"], d["jenv"])["trace"])
+                           for d in found["domains"]]
+                definition = SimpleNamespace(**found | dict(domains=domains), n2sc_sum=kahan_sum(found["n2sc"]))
+                hit = hits.pipeline_hit(definition, codes, b"chimera", b"", b"four consensus sequences",
+                                        model.null_score(codes), model.forward_parser(codes)[1],
+                                        hits.HitModel.from_hmm(hmm, ForwardTables.from_hmmer(model).rfv),
+                                        dict(pipeline, **{k: settings[k] for k in ("T", "domT", "incT", "incdomT")}),
+                                        Z=n + 1, hit_names=hmm_strings(hmm))
+            if hit is not None:
+                kept.append(hit)
+        assert len(kept) >= 2
+        assert_same_state(hits.tophits_state(kept, pipeline), ref)
 
 
 def libhmmer_thresholded(hmm, state: dict) -> dict:
