@@ -18,7 +18,7 @@ import numpy as np
 
 from hmmgpu.constants import BASE_B, BASE_W, KP, SCALE_B, SCALE_W, STATUS_NORESULT, STATUS_OK, STATUS_RANGE
 
-__all__ = ["HmmerModel", "libhmmer_available"]
+__all__ = ["HmmerModel", "easel_choices", "easel_uniforms", "libhmmer_available"]
 
 _ESL_AMINO = 3  # eslAMINO
 _P7_LOCAL = 1  # p7_LOCAL: multihit local, as hmmsearch
@@ -120,6 +120,54 @@ _PROTOTYPES = {
     "esl_sq_CreateDigitalFrom": (_p, [_p, _c.c_char_p, _p, _c.c_int64, _c.c_char_p, _c.c_char_p, _c.c_char_p]),
     "esl_sq_Destroy": (None, [_p]),
 }
+
+# Domain definition's own steps (hmmer-domaindef-spec.md sections 1 and 2): the oracle of
+# hmmgpu.stages.domaindef and the CPU references it drives.
+_PROTOTYPES.update({
+    "esl_random": (_c.c_double, [_p]),
+    "p7_domaindef_GrowTo": (_c.c_int, [_p, _c.c_int]),
+    "p7_DomainDecoding": (_c.c_int, [_p, _p, _p, _p]),
+    "p7_StochasticTrace": (_c.c_int, [_p, _p, _c.c_int, _p, _p, _p]),
+    "p7_trace_Index": (_c.c_int, [_p]),
+    "esl_vec_FSum": (_c.c_float, [_p, _c.c_int64]),
+    "esl_vec_FNorm": (None, [_p, _c.c_int64]),
+    "esl_rnd_FChoose": (_c.c_int, [_p, _p, _c.c_int]),
+})
+_TR_NDOM = 48  # int: P7_TRACE.ndom, then the int * arrays tfrom, tto, sqfrom, sqto, hmmfrom, hmmto
+_TR_INDEX = 56
+
+
+def easel_uniforms(seed: int, n: int) -> np.ndarray:
+    """The first ``n`` ``esl_random`` draws (float64) of Easel's fast generator after
+    ``esl_randomness_CreateFast(seed)``: domain definition's random numbers."""
+    lib = _lib()
+    rng = lib.esl_randomness_CreateFast(seed)
+    try:
+        return np.array([lib.esl_random(rng) for _ in range(int(n))], dtype=np.float64)
+    finally:
+        lib.esl_randomness_Destroy(rng)
+
+
+def easel_choices(vectors, seed: int) -> tuple:
+    """For each float32 row of ``vectors`` (finite, non-negative: Easel aborts on others), in
+    order, with one fast generator ``esl_randomness_CreateFast(seed)``: ``esl_vec_FSum`` of the
+    row, the row after ``esl_vec_FNorm``, and ``esl_rnd_FChoose`` on the normalised row.
+    Returns (sums float32 [n], normalised float32 [n][m], choices int32 [n])."""
+    lib = _lib()
+    rows = np.array(vectors, dtype=np.float32, ndmin=2)
+    if not (np.isfinite(rows).all() and (rows >= 0).all()):
+        raise ValueError("esl_rnd_FChoose aborts on NaN, infinite or negative weights")
+    sums = np.empty(rows.shape[0], dtype=np.float32)
+    choices = np.empty(rows.shape[0], dtype=np.int32)
+    rng = lib.esl_randomness_CreateFast(seed)
+    try:
+        for z, row in enumerate(rows):
+            sums[z] = lib.esl_vec_FSum(row.ctypes.data, row.size)
+            lib.esl_vec_FNorm(row.ctypes.data, row.size)
+            choices[z] = lib.esl_rnd_FChoose(rng, row.ctypes.data, row.size)
+    finally:
+        lib.esl_randomness_Destroy(rng)
+    return sums, rows, choices
 
 _HANDLER_TYPE = _c.CFUNCTYPE(None, _c.c_int, _c.c_int, _c.c_char_p, _c.c_int, _c.c_char_p, _p)
 _state = {}  # 'lib': namespace of bound functions, or 'error': why loading failed
@@ -706,4 +754,60 @@ class HmmerModel:
                                  (rng, lib.esl_randomness_Destroy)):
                 if ptr:
                     destroy(ptr)
+            self._multihit(n)
+
+    # --- domain definition's steps (hmmer-domaindef-spec.md sections 1 and 2) ----------------
+
+    def domain_decoding(self, codes) -> tuple:
+        """``p7_DomainDecoding`` on the parser rows of a target, as ``p7_domaindef`` runs it
+        (after :meth:`backward_parser`'s two parsers): (status, mocc, btot, etot float32 [L+1])."""
+        lib = _state["lib"]
+        dsq, n = self._target(codes)
+        self._forward(dsq, n)
+        _check(lib.p7_omx_GrowTo(self._oxb, self.M, 0, n), "p7_omx_GrowTo")
+        _check(lib.p7_BackwardParser(dsq.ctypes.data, n, self._om, self._ox, self._oxb, None), "p7_BackwardParser",
+               (STATUS_OK, STATUS_RANGE))
+        rng = lib.esl_randomness_CreateFast(_PIPELINE_SEED)
+        ddef = lib.p7_domaindef_Create(rng)
+        try:
+            if not (rng and ddef):
+                raise MemoryError("HMMER could not allocate the domain definition structures")
+            _check(lib.p7_domaindef_GrowTo(ddef, n), "p7_domaindef_GrowTo")
+            status = _check(lib.p7_DomainDecoding(self._om, self._ox, self._oxb, ddef), "p7_DomainDecoding",
+                            (STATUS_OK, STATUS_RANGE))
+            dd = _DomainDef.from_address(ddef)
+            return (status, *(np.frombuffer(_c.string_at(getattr(dd, name), 4 * (n + 1)), dtype=np.float32).copy()
+                              for name in ("mocc", "btot", "etot")))
+        finally:
+            for ptr, destroy in ((ddef, lib.p7_domaindef_Destroy), (rng, lib.esl_randomness_Destroy)):
+                if ptr:
+                    destroy(ptr)
+
+    def stochastic_traces(self, codes, i, j, nsamples=200, seed=_PIPELINE_SEED) -> tuple:
+        """What ``region_trace_ensemble`` samples on the region ``i..j`` (1-based) of a target:
+        the region's multihit ``p7_Forward`` matrix (:meth:`forward_matrix`), then, the
+        generator ``esl_randomness_CreateFast(seed)``, ``nsamples`` x ``p7_StochasticTrace``
+        and ``p7_trace_Index``. Returns (the Forward :class:`StripedMatrix`, traces): each a
+        :class:`hmmgpu.cpu.optacc.Trace` (residues relative to the region; ``pp`` not set) and
+        its domains int32 [ndom][6] (tfrom, tto, sqfrom, sqto, hmmfrom, hmmto)."""
+        lib = _state["lib"]
+        dsq, n, sub, ld = self._slice(codes, i, j, False)
+        rng = lib.esl_randomness_CreateFast(seed)
+        try:
+            _check(lib.p7_Forward(sub, ld, self._om, self._fwd, None), "p7_Forward")
+            matrix = self._matrix(self._fwd, ld)
+            traces = []
+            for _ in range(int(nsamples)):
+                _check(lib.p7_trace_Reuse(self._trace), "p7_trace_Reuse")
+                _check(lib.p7_StochasticTrace(rng, sub, ld, self._om, self._fwd, self._trace), "p7_StochasticTrace")
+                _check(lib.p7_trace_Index(self._trace), "p7_trace_Index")
+                ndom = _read(_c.c_int, self._trace + _TR_NDOM)
+                index = [np.frombuffer(_c.string_at(_read(_c.c_void_p, self._trace + _TR_INDEX + 8 * f), 4 * ndom),
+                                       dtype=np.int32) for f in range(6)]
+                trace = self._read_trace()
+                trace.pp[:] = 0
+                traces.append((trace, np.stack(index, axis=1).reshape(ndom, 6).copy()))
+            return matrix, traces
+        finally:
+            lib.esl_randomness_Destroy(rng)
             self._multihit(n)

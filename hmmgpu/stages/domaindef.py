@@ -1,0 +1,280 @@
+"""HMMER 3.4's domain definition (``p7_domaindef_ByPosteriorHeuristics``), written once,
+on no device: the algorithm that calls an implementation's stage functions.
+
+What it computes
+----------------
+After the Forward and Backward parsers, ``p7_Pipeline`` asks domain definition where the
+target's domains are and how much of its score is owed to biased composition
+(hmmer-domaindef-spec.md §0-§3). This module does what ``p7_domaindef.c`` does itself:
+
+1. :func:`domain_decoding` (``p7_DomainDecoding``): from the parsers' special-state rows,
+   the posterior probability ``mocc[i]`` that residue i is in a domain and the cumulative
+   expected numbers of domain starts ``btot`` and ends ``etot``;
+2. :func:`region_scan`: regions where ``mocc`` rises above 0.25, opened where a domain
+   probably starts and closed where one probably ends (thresholds ``rt1``, ``rt2``), in
+   increasing end; a region still open at the end of the target is dropped;
+3. per region, :func:`is_multidomain_region` (``rt3``): if an end followed by a start is
+   expected at least 0.2 times inside it, the region is *clustered*: its multihit Forward
+   matrix is sampled and the samples clustered into envelopes (the stage functions
+   :meth:`DomainStages.region_forward` and :meth:`DomainStages.region_ensemble`), which also
+   give the region's null2 scores ``n2sc``; otherwise the region is one envelope;
+4. per envelope, :meth:`DomainStages.rescore_envelope` (``rescore_isolated_domain``: unihit
+   Forward and Backward, posterior decoding, optimal accuracy alignment, and, for an
+   unclustered envelope, null2 by expectation); the domain's ``domcorrection`` is the float
+   sum of ``n2sc`` over the envelope; a domain whose decoding overflows is dropped (it still
+   counts as an envelope).
+
+The result is a :class:`DomainDefinition`: the ``dcl`` entries (:class:`Domain`) in HMMER's
+order (regions by increasing end; within a clustered region, its envelopes by start) and the
+counters ``p7_Pipeline`` copies into the hit.
+
+Why the code looks as it does
+-----------------------------
+The answer must equal libhmmer's bit for bit. The float steps done here are few and are
+HMMER's: the decoding's products ``((f.B b.B) f.SCALE) sp``, left to right in float32, its
+running sums and the scale product sequential in float32 (numpy's ``accumulate``, which is
+sequential, unlike its pairwise ``sum``), ``mocc = (float) (1.0 - (double) njcp)``; the scans'
+differences in float32 and compares as C's ``<``/``>`` macros compare; ``domcorrection``
+summed in order in float32. Everything else, the matrices, the sampling and the logarithms,
+belongs to the stages, so that a GPU implementation can replace them one by one and the CPU
+references (:mod:`hmmgpu.cpu.domaindef`) remain the definition they are checked against.
+The stages receive the target's digital ``codes`` (no sentinels) and use its full length
+``L`` for every length model, as HMMER does (never the region's or the envelope's).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from hmmgpu.constants import STATUS_OK, STATUS_RANGE
+from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE, length_specials
+
+__all__ = ["RT1", "RT2", "RT3", "Domain", "DomainDefinition", "DomainStages", "Envelope", "RegionEnsemble",
+           "define_domains", "domain_decoding", "fsum", "is_multidomain_region", "region_scan"]
+
+F32 = np.float32
+
+#: ``p7_domaindef_Create``'s region thresholds.
+RT1, RT2, RT3 = F32(0.25), F32(0.10), F32(0.20)
+
+
+@dataclass
+class Domain:
+    """One ``dcl`` entry (``P7_DOMAIN``): the envelope ``ienv..jenv`` and the alignment
+    ``iali..jali`` (1-based target coordinates), ``envsc`` (the envelope's unihit Forward
+    score, nats), ``domcorrection`` (its null2 correction, nats), ``oasc`` (the expected
+    number of correctly aligned residues) and the optimal accuracy ``trace`` (a
+    :class:`hmmgpu.cpu.optacc.Trace` in target coordinates, with its posterior probabilities)."""
+
+    ienv: int
+    jenv: int
+    iali: int
+    jali: int
+    envsc: np.float32
+    domcorrection: np.float32
+    oasc: np.float32
+    trace: object
+
+
+@dataclass
+class DomainDefinition:
+    """A target's domain definition: ``status`` (OK, or RANGE when ``p7_DomainDecoding``
+    overflowed, for which ``p7_Pipeline`` fails), the ``domains`` in ``dcl`` order, the counters
+    ``nregions``, ``nclustered``, ``noverlaps``, ``nenvelopes``, ``nexpected`` (float32) and the
+    per-residue null2 scores ``n2sc`` float32 [L+1] (0 outside the envelopes)."""
+
+    status: int
+    domains: list
+    nregions: int
+    nclustered: int
+    noverlaps: int
+    nenvelopes: int
+    nexpected: np.float32
+    n2sc: np.ndarray
+
+    @property
+    def ndom(self) -> int:
+        return len(self.domains)
+
+    @property
+    def n2sc_sum(self) -> np.float32:
+        """``esl_vec_FSum(n2sc, L+1)``, the sequence's null2 total ``p7_Pipeline`` uses."""
+        return fsum(self.n2sc)
+
+
+@dataclass
+class RegionEnsemble:
+    """What the sampling of a clustered region ``i..j`` gives: ``n2sc`` float32 [j-i+1] (the
+    null2 scores of residues i..j) and ``envelopes`` int [n][2] (start, end of each envelope,
+    in order, after the domination filter)."""
+
+    n2sc: np.ndarray
+    envelopes: np.ndarray
+
+
+@dataclass
+class Envelope:
+    """What rescoring an envelope gives: ``envsc``, ``oasc`` (float32), ``iali``, ``jali``,
+    the OA ``trace`` (target coordinates), and, when the null2 scores were not known yet,
+    ``n2sc`` float32 [j-i+1] (``logf`` of ``p7_Null2_ByExpectation``'s odds of each residue)."""
+
+    envsc: np.float32
+    oasc: np.float32
+    iali: int
+    jali: int
+    trace: object
+    n2sc: np.ndarray | None
+
+
+class DomainStages(ABC):
+    """The device-dependent steps of domain definition, for one model (HMMER's vector calls in
+    ``p7_domaindef.c``). ``codes``: the target's digital residues; ``i..j``: 1-based."""
+
+    @abstractmethod
+    def region_forward(self, codes, i: int, j: int):
+        """``p7_Forward`` (full matrix, multihit, length model of the whole target) on the
+        residues ``i..j``; the result is only passed back to :meth:`region_ensemble`."""
+
+    @abstractmethod
+    def region_ensemble(self, matrix, codes, i: int, j: int) -> RegionEnsemble:
+        """``region_trace_ensemble``: 200 stochastic traces of ``matrix`` (the random
+        generator reseeded), their null2 scores and their clusters (§2.3-§2.8)."""
+
+    @abstractmethod
+    def rescore_envelope(self, codes, i: int, j: int, null2_is_done: bool) -> Envelope | None:
+        """``rescore_isolated_domain`` on the envelope ``i..j`` (unihit): None when
+        ``p7_Decoding`` overflows (the domain is dropped); ``n2sc`` only if not ``null2_is_done``."""
+
+
+def fsum(values) -> np.float32:
+    """Easel's ``esl_vec_FSum``: the Kahan-compensated float32 sum, in order."""
+    s = F32(0.0)
+    c = F32(0.0)
+    with np.errstate(all="ignore"):
+        for v in np.asarray(values, F32):
+            y = F32(v - c)
+            t = F32(s + y)
+            c = F32(F32(t - s) - y)
+            s = t
+    return s
+
+
+def domain_decoding(fwd_rows, bck_rows, has_own_scales: bool, ploop) -> tuple:
+    """``p7_DomainDecoding`` on the parsers' special-state rows (float32 [L+1][6], E N J B C
+    SCALE), Backward's ``has_own_scales`` and the multihit N/J/C loop ``ploop`` of length L:
+    (status, mocc, btot, etot float32 [L+1]); status RANGE when the scale product overflows."""
+    fx = np.asarray(fwd_rows, F32)
+    bx = np.asarray(bck_rows, F32)
+    ploop = F32(ploop)
+    L = fx.shape[0] - 1
+    with np.errstate(all="ignore"):
+        sp0 = F32(1.0 / np.float64(bx[0, XN]))
+        if has_own_scales:  # sp after row i-1: sp0 (fs[0]/bs[0]) ... (fs[i-1]/bs[i-1]), multiplied in order
+            ratios = fx[:L, XSCALE] / bx[:L, XSCALE]
+            after = np.multiply.accumulate(np.concatenate([[sp0], ratios]).astype(F32), dtype=F32)
+            before, after = after[:L], after[1:]
+        else:
+            before = after = np.full(L, sp0, dtype=F32)
+        btot_terms = ((fx[:L, XB] * bx[:L, XB]) * fx[:L, XSCALE]) * before
+        etot_terms = ((fx[1:, XE] * bx[1:, XE]) * fx[1:, XSCALE]) * after
+        njcp = ((fx[:L, XN] * bx[1:, XN]) * ploop) * after
+        njcp = njcp + ((fx[:L, XJ] * bx[1:, XJ]) * ploop) * after
+        njcp = njcp + ((fx[:L, XC] * bx[1:, XC]) * ploop) * after
+        btot = np.add.accumulate(np.concatenate([[F32(0.0)], btot_terms]).astype(F32), dtype=F32)
+        etot = np.add.accumulate(np.concatenate([[F32(0.0)], etot_terms]).astype(F32), dtype=F32)
+        mocc = np.concatenate([[F32(0.0)], (1.0 - njcp.astype(np.float64)).astype(F32)])
+    final = after[-1] if L else sp0
+    return (STATUS_RANGE if np.isinf(final) else STATUS_OK), mocc, btot, etot
+
+
+def region_scan(mocc, btot, etot) -> list:
+    """The regions ``(i, j)`` of ``p7_domaindef_ByPosteriorHeuristics``'s scan, in order."""
+    mocc, btot, etot = (np.asarray(a, F32) for a in (mocc, btot, etot))
+    with np.errstate(all="ignore"):
+        start_here = (mocc[1:] - (btot[1:] - btot[:-1]) < RT2).tolist()
+        end_here = (mocc[1:] - (etot[1:] - etot[:-1]) < RT2).tolist()
+    trigger = (mocc[1:] >= RT1).tolist()
+    regions = []
+    i = -1
+    triggered = False
+    for j in range(1, len(start_here) + 1):
+        if not triggered:
+            if start_here[j - 1] or i == -1:
+                i = j
+            if trigger[j - 1]:
+                triggered = True
+        elif end_here[j - 1]:
+            regions.append((i, j))
+            i = -1
+            triggered = False
+    return regions
+
+
+def is_multidomain_region(btot, etot, i: int, j: int) -> bool:
+    """``is_multidomain_region``: ``max_z min(etot[z] - etot[i-1], btot[j] - btot[z-1]) >= rt3``
+    over z = i..j, with C's ``ESL_MIN``/``ESL_MAX`` (``a < b ? a : b``, ``a > b ? a : b``)."""
+    btot, etot = np.asarray(btot, F32), np.asarray(etot, F32)
+    with np.errstate(all="ignore"):
+        ends = (etot[i:j + 1] - etot[i - 1]).tolist()
+        starts = (btot[j] - btot[i - 1:j]).tolist()
+    best = -1.0
+    for e, b in zip(ends, starts):
+        expected = e if e < b else b
+        best = best if best > expected else expected
+    return best >= RT3
+
+
+def _domcorrection(n2sc) -> np.float32:
+    """The float32 sum of the envelope's null2 scores, in order (``domcorrection``)."""
+    total = F32(0.0)
+    for v in np.asarray(n2sc, F32):
+        total = F32(total + v)
+    return total
+
+
+def _rescore(stages, codes, i, j, null2_is_done, n2sc):
+    envelope = stages.rescore_envelope(codes, i, j, null2_is_done)
+    if envelope is None:
+        return None
+    if not null2_is_done:
+        n2sc[i:j + 1] = envelope.n2sc
+    return Domain(ienv=i, jenv=j, iali=int(envelope.iali), jali=int(envelope.jali), envsc=F32(envelope.envsc),
+                  domcorrection=_domcorrection(n2sc[i:j + 1]), oasc=F32(envelope.oasc), trace=envelope.trace)
+
+
+def define_domains(stages: DomainStages, codes, fwd_rows, bck_rows, has_own_scales: bool) -> DomainDefinition:
+    """``p7_domaindef_ByPosteriorHeuristics`` on a target (digital ``codes``) from its Forward
+    and Backward parser rows (float32 [L+1][6]) and Backward's ``has_own_scales``, with the
+    device steps of ``stages``."""
+    codes = np.asarray(codes, dtype=np.uint8)
+    L = codes.size
+    _, ploop = length_specials(L)
+    status, mocc, btot, etot = domain_decoding(fwd_rows, bck_rows, has_own_scales, ploop)
+    n2sc = np.zeros(L + 1, dtype=F32)
+    result = DomainDefinition(status=status, domains=[], nregions=0, nclustered=0, noverlaps=0, nenvelopes=0,
+                              nexpected=F32(btot[L]), n2sc=n2sc)
+    if status != STATUS_OK:
+        return result
+    for i, j in region_scan(mocc, btot, etot):
+        result.nregions += 1
+        if is_multidomain_region(btot, etot, i, j):
+            result.nclustered += 1
+            ensemble = stages.region_ensemble(stages.region_forward(codes, i, j), codes, i, j)
+            n2sc[i:j + 1] = ensemble.n2sc
+            last_j2 = 0
+            for i2, j2 in np.asarray(ensemble.envelopes).tolist():
+                if i2 <= last_j2:
+                    result.noverlaps += 1
+                result.nenvelopes += 1
+                domain = _rescore(stages, codes, i2, j2, True, n2sc)
+                if domain is not None:
+                    result.domains.append(domain)
+                    last_j2 = j2
+        else:
+            result.nenvelopes += 1
+            domain = _rescore(stages, codes, i, j, False, n2sc)
+            if domain is not None:
+                result.domains.append(domain)
+    return result

@@ -1,0 +1,197 @@
+"""Domain definition's CPU references against libhmmer's own functions, bit for bit: Easel's
+fast generator and vector helpers, p7_DomainDecoding, p7_StochasticTrace + p7_trace_Index,
+p7_Null2_ByExpectation, and the whole p7_domaindef_ByPosteriorHeuristics (hmmgpu.stages.domaindef
+driving hmmgpu.cpu.domaindef's stages) on the sample models' hits in the sample proteome and on
+generated multi-domain targets, clustered regions included."""
+import numpy as np
+import pytest
+
+from hmmgpu.cpu.hmmerlib import HmmerModel, easel_choices, easel_uniforms, libhmmer_available
+from tests.helpers import MODEL_NAMES, PROTEOME, AMINO, bits, consensus_codes, sample_hmm, sampled_hmm
+
+pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's libhmmer is not loadable")
+
+
+def _generated_targets(hmm, seed):
+    """Targets built from the model's consensus that give multi-domain (often clustered) regions."""
+    rng = np.random.default_rng(seed)
+    cons = consensus_codes(hmm)
+    M = cons.size
+
+    def mutated(p):
+        c = cons.copy()
+        mask = rng.random(M) < p
+        c[mask] = rng.integers(0, 20, mask.sum())
+        return c
+
+    targets = {
+        "overlap_halves": np.concatenate([cons[:2 * M // 3], cons[M // 3:]]),
+        "shifted_tandem": np.concatenate([cons[M // 2:], cons, cons[:M // 2]]),
+        "mutated_pair_far": np.concatenate([mutated(0.4), rng.integers(0, 20, 30), mutated(0.4)]),
+        "noisy_x4": np.concatenate([mutated(0.5) for _ in range(4)]),
+    }
+    return {name: codes.astype(np.uint8) for name, codes in targets.items()}
+
+
+@pytest.fixture(scope="module")
+def targets():
+    """(model name, hmm, target name, codes): the sample models' hits in the sample proteome and
+    generated targets of each sample model and of a sampled 30-node model."""
+    import pyhmmer
+    from pyhmmer.easel import SequenceFile
+
+    with SequenceFile(str(PROTEOME), digital=True, alphabet=AMINO) as f:
+        proteome = f.read_block()
+    hmms = {name: sample_hmm(name) for name in MODEL_NAMES}
+    out = []
+    for name, hits in zip(MODEL_NAMES, pyhmmer.hmmsearch(list(hmms.values()), proteome)):
+        by_name = {seq.name: seq for seq in proteome}
+        for hit in hits:
+            out.append((name, hmms[name], str(hit.name), np.asarray(by_name[hit.name].sequence, np.uint8)))
+    hmms["sampled"] = sampled_hmm(30, 4)
+    for seed, (name, hmm) in enumerate(hmms.items()):
+        out += [(name, hmm, key, codes) for key, codes in _generated_targets(hmm, seed).items()]
+    return out
+
+
+def _by_model(targets):
+    models = {}
+    for name, hmm, target, codes in targets:
+        models.setdefault(name, (hmm, []))[1].append((target, codes))
+    return models
+
+
+def test_uniform_table_is_easels_fast_generator():
+    from hmmgpu.cpu.stotrace import uniform_table
+
+    for seed in (42, 1, 7, 123456789, 2 ** 31 - 1):
+        assert uniform_table(seed, 10_000).tobytes() == easel_uniforms(seed, 10_000).tobytes()
+
+
+def test_vector_helpers_match_easel():
+    from hmmgpu.cpu.stotrace import fchoose, fnorm, fsum, uniform_table
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for n in (2, 4):
+        rows.append(rng.random((400, n)))
+        rows.append(rng.random((400, n)) * 10.0 ** rng.uniform(-38, 30, (400, n)))  # wide spreads
+        rows.append(np.where(rng.random((400, n)) < 0.5, 0.0, rng.random((400, n))))  # zeros, all-zero rows
+        rows.append(rng.random((400, n)) * 1e-40)  # subnormals
+        big = rng.random((400, n))
+        big[:, 0] *= 1e30
+        rows.append(big)  # one dominant weight
+    for block in rows:
+        block = block.astype(np.float32)
+        sums, normed, choices = easel_choices(block, 42)
+        uniforms = uniform_table(42, block.shape[0])
+        for z, row in enumerate(block):
+            assert bits(fsum(row, row.size)) == bits(sums[z])
+            mine = row.copy()
+            fnorm(mine, mine.size)
+            assert bits(mine).tobytes() == bits(normed[z]).tobytes()
+            assert fchoose(uniforms, z, mine, mine.size) == (choices[z], 0)
+
+
+def test_domain_decoding_matches_libhmmer(targets):
+    from hmmgpu.stages.domaindef import domain_decoding
+    from hmmgpu.stages.forward import length_specials
+
+    for name, (hmm, items) in _by_model(targets).items():
+        with HmmerModel(hmm) as model:
+            for target, codes in items:
+                status, *theirs = model.domain_decoding(codes)
+                _, _, fwd_rows, _ = model.forward_parser(codes)
+                _, _, bck_rows, _, own = model.backward_parser(codes)
+                mine = domain_decoding(fwd_rows, bck_rows, own, length_specials(codes.size)[1])
+                assert mine[0] == status, (name, target)
+                for a, b in zip(mine[1:], theirs):
+                    assert bits(a).tobytes() == bits(b).tobytes(), (name, target)
+
+
+def _clustered_regions(model, codes):
+    from hmmgpu.stages.domaindef import domain_decoding, is_multidomain_region, region_scan
+    from hmmgpu.stages.forward import length_specials
+
+    _, _, fwd_rows, _ = model.forward_parser(codes)
+    _, _, bck_rows, _, own = model.backward_parser(codes)
+    _, mocc, btot, etot = domain_decoding(fwd_rows, bck_rows, own, length_specials(codes.size)[1])
+    return [(i, j) for i, j in region_scan(mocc, btot, etot) if is_multidomain_region(btot, etot, i, j)]
+
+
+def test_stochastic_traces_match_libhmmer(targets):
+    """Every one of the 200 traces of the first clustered regions of each model: states, nodes,
+    residues and the domain index, on libhmmer's own region Forward matrix."""
+    from hmmgpu.cpu.domaindef import multihit_specials
+    from hmmgpu.cpu.stotrace import stochastic_traces
+    from hmmgpu.stages.forward import ForwardTables
+
+    regions = 0
+    for name, (hmm, items) in _by_model(targets).items():
+        with HmmerModel(hmm) as model:
+            tables = ForwardTables.from_hmmer(model)
+            for target, codes in items:
+                for i, j in _clustered_regions(model, codes)[:1]:
+                    matrix, theirs = model.stochastic_traces(codes, i, j)
+                    mine = stochastic_traces(matrix.dp[:, 0], matrix.dp[:, 1], matrix.dp[:, 2], matrix.xmx, tables,
+                                             multihit_specials(tables, codes.size))
+                    for t, ((a, da), (b, db)) in enumerate(zip(mine, theirs)):
+                        where = (name, target, i, j, t)
+                        assert a.st.tobytes() == b.st.tobytes(), where
+                        assert a.k.tobytes() == b.k.tobytes(), where
+                        assert a.i.tobytes() == b.i.tobytes(), where
+                        assert da.tobytes() == db.tobytes(), where
+                    regions += 1
+    assert regions >= 8
+
+
+def test_null2_by_expectation_matches_libhmmer(targets):
+    from hmmgpu.cpu.fwdback import DP_I, DP_M
+    from hmmgpu.cpu.null2 import null2_by_expectation
+    from hmmgpu.stages.forward import ForwardTables
+
+    checked = 0
+    for name, (hmm, items) in _by_model(targets).items():
+        with HmmerModel(hmm) as model:
+            rfv = ForwardTables.from_hmmer(model).rfv
+            for target, codes in items[:4]:
+                for domain in model.domain_definition(codes)["domains"]:
+                    out = model.envelope(codes, domain["ienv"], domain["jenv"])
+                    pp = out["posterior"]
+                    mine = null2_by_expectation(pp.dp[:, DP_M], pp.dp[:, DP_I], pp.xmx, rfv)
+                    assert bits(mine).tobytes() == bits(out["null2"]).tobytes(), (name, target)
+                    checked += 1
+    assert checked >= 10
+
+
+def test_define_domains_matches_libhmmer(targets):
+    """The whole domain definition: counters, nexpected, every n2sc bit, and each dcl entry."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.stages.domaindef import define_domains
+    from hmmgpu.stages.forward import ForwardTables
+
+    counts = dict(targets=0, regions=0, clustered=0, domains=0)
+    for name, (hmm, items) in _by_model(targets).items():
+        with HmmerModel(hmm) as model:
+            stages = CpuDomainStages(model, ForwardTables.from_hmmer(model))
+            for target, codes in items:
+                where = (name, target)
+                theirs = model.domain_definition(codes)
+                _, _, fwd_rows, _ = model.forward_parser(codes)
+                _, _, bck_rows, _, own = model.backward_parser(codes)
+                mine = define_domains(stages, codes, fwd_rows, bck_rows, own)
+                assert mine.status == theirs["status"], where
+                for key in ("nregions", "nclustered", "noverlaps", "nenvelopes"):
+                    assert getattr(mine, key) == theirs[key], (where, key)
+                assert bits(mine.nexpected) == bits(theirs["nexpected"]), where
+                assert bits(mine.n2sc).tobytes() == bits(theirs["n2sc"]).tobytes(), where
+                assert mine.ndom == len(theirs["domains"]), where
+                for d, ref in zip(mine.domains, theirs["domains"]):
+                    assert (d.ienv, d.jenv, d.iali, d.jali) == (ref["ienv"], ref["jenv"], ref["iali"], ref["jali"])
+                    for key in ("envsc", "domcorrection", "oasc"):
+                        assert bits(getattr(d, key)) == bits(ref[key]), (where, key)
+                counts["targets"] += 1
+                counts["regions"] += mine.nregions
+                counts["clustered"] += mine.nclustered
+                counts["domains"] += mine.ndom
+    assert counts["targets"] >= 50 and counts["clustered"] >= 12 and counts["domains"] >= 80, counts

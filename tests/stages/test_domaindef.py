@@ -1,0 +1,118 @@
+"""The domain definition driver's own logic (hmmgpu.stages.domaindef), with stage functions
+that return chosen answers: the order of calls, the counters where an envelope is dropped,
+the null2 scores and domcorrection, and the decoding overflow."""
+import numpy as np
+
+from hmmgpu.constants import STATUS_OK, STATUS_RANGE
+from hmmgpu.stages.domaindef import (DomainStages, Envelope, RegionEnsemble, define_domains, domain_decoding,
+                                     fsum, is_multidomain_region, region_scan)
+from hmmgpu.stages.forward import XB, XE, XN, XSCALE
+
+F32 = np.float32
+
+
+def _rows(L, spans, starts, ends):
+    """Parser rows (Forward, Backward; all scale factors 1) whose decoding (with ploop = 1)
+    gives ``mocc`` 1 on the residues of ``spans`` ((first, last) pairs) and 0 elsewhere, a
+    domain start (B) of weight w before each residue s of ``starts`` {s: w} and an end (E) of
+    weight w at each residue e of ``ends`` {e: w}."""
+    fx = np.zeros((L + 1, 6), F32)
+    bx = np.zeros((L + 1, 6), F32)
+    fx[:, XSCALE] = 1
+    bx[:, XSCALE] = 1
+    bx[0, XN] = 1
+    inside = np.zeros(L + 1, bool)
+    for first, last in spans:
+        inside[first:last + 1] = True
+    for i in range(1, L + 1):
+        if not inside[i]:
+            fx[i - 1, XN] = bx[i, XN] = 1  # N -> N at residue i: njcp = 1
+    for s, w in starts.items():
+        fx[s - 1, XB], bx[s - 1, XB] = w, 1
+    for e, w in ends.items():
+        fx[e, XE], bx[e, XE] = w, 1
+    return fx, bx
+
+
+def _two_domains(L, joined=False):
+    """Domains 5..20 and 30..50; ``joined``: the first end weak (0.5) and 21..29 inside too, so
+    that one region 5..50 holds an end followed by a start (clustered)."""
+    spans = [(5, 50)] if joined else [(5, 20), (30, 50)]
+    return _rows(L, spans, {5: 1, 30: 1}, {20: 0.5 if joined else 1, 50: 1})
+
+
+class _Stub(DomainStages):
+    """Records the calls; the region's ensemble and the envelopes' answers are given."""
+
+    def __init__(self, envelopes, failing=()):
+        self.envelopes = np.array(envelopes)
+        self.failing = set(failing)
+        self.calls = []
+
+    def region_forward(self, codes, i, j):
+        self.calls.append(("forward", i, j))
+        return ("matrix", i, j)
+
+    def region_ensemble(self, matrix, codes, i, j):
+        assert matrix == ("matrix", i, j)
+        self.calls.append(("ensemble", i, j))
+        return RegionEnsemble(n2sc=np.arange(i, j + 1, dtype=F32) / F32(100), envelopes=self.envelopes)
+
+    def rescore_envelope(self, codes, i, j, null2_is_done):
+        self.calls.append(("rescore", i, j, null2_is_done))
+        if (i, j) in self.failing:
+            return None
+        return Envelope(envsc=F32(i), oasc=F32(j), iali=i + 1, jali=j - 1, trace=None,
+                        n2sc=None if null2_is_done else np.full(j - i + 1, F32(0.5)))
+
+
+def test_region_scan_and_multidomain_test():
+    status, mocc, btot, etot = domain_decoding(*_two_domains(60), False, F32(1.0))
+    assert status == STATUS_OK
+    assert region_scan(mocc, btot, etot) == [(5, 20), (30, 50)]
+    assert not is_multidomain_region(btot, etot, 5, 20)
+    status, mocc, btot, etot = domain_decoding(*_two_domains(60, joined=True), False, F32(1.0))
+    assert region_scan(mocc, btot, etot) == [(5, 50)]
+    assert is_multidomain_region(btot, etot, 5, 50)  # an end (20, 0.5) then a start (30) inside
+
+
+def test_clustered_region_counters_and_null2():
+    """Envelopes 10..30, 25..40 (dropped: decoding overflow), 35..45 of one clustered region:
+    three envelopes, two domains, one overlap (25 <= 30; 35 is compared with the last kept end, 30)."""
+    L = 60
+    fx, bx = _two_domains(L, joined=True)
+    stub = _Stub([(10, 30), (25, 40), (35, 45)], failing={(25, 40)})
+    codes = np.zeros(L, np.uint8)
+    result = define_domains(stub, codes, fx, bx, False)
+    assert stub.calls == [("forward", 5, 50), ("ensemble", 5, 50), ("rescore", 10, 30, True),
+                          ("rescore", 25, 40, True), ("rescore", 35, 45, True)]
+    assert (result.nregions, result.nclustered, result.nenvelopes, result.noverlaps, result.ndom) == (1, 1, 3, 1, 2)
+    expected = np.zeros(L + 1, F32)
+    expected[5:51] = np.arange(5, 51, dtype=F32) / F32(100)
+    assert result.n2sc.tobytes() == expected.tobytes()
+    first = result.domains[0]
+    assert (first.ienv, first.jenv, first.iali, first.jali, first.envsc, first.oasc) == (10, 30, 11, 29, 10, 30)
+    total = F32(0)
+    for v in expected[10:31]:
+        total = F32(total + v)
+    assert first.domcorrection == total
+    assert result.n2sc_sum == fsum(expected)
+
+
+def test_unclustered_regions_take_null2_by_expectation():
+    L = 60
+    fx, bx = _two_domains(L)
+    stub = _Stub([])
+    result = define_domains(stub, np.zeros(L, np.uint8), fx, bx, False)
+    assert stub.calls == [("rescore", 5, 20, False), ("rescore", 30, 50, False)]
+    assert (result.nregions, result.nclustered, result.nenvelopes, result.ndom) == (2, 0, 2, 2)
+    assert result.n2sc[5:21].tolist() == [0.5] * 16 and result.n2sc[21:30].tolist() == [0.0] * 9
+    assert result.domains[1].domcorrection == F32(0.5) * 21
+
+
+def test_decoding_overflow_fails_the_target():
+    L = 10
+    fx, bx = _rows(L, [(2, 8)], {2: 1}, {8: 1})
+    bx[0, XN] = 0  # 1 / 0: an infinite scale product, eslERANGE
+    result = define_domains(_Stub([]), np.zeros(L, np.uint8), fx, bx, False)
+    assert result.status == STATUS_RANGE and result.ndom == 0 and result.nregions == 0
