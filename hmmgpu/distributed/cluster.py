@@ -10,26 +10,36 @@ writes: the same report, the same three tables, byte for byte but the timing lin
 How the work is cut
 -------------------
 The database is one made by ``hmmgpu makedb`` on a path every worker can read. It is cut
-into *shards*, ranges ``[first, end)`` of its targets of about equal residues, and the models
-into *batches* of consecutive models; a *task* is one batch against one shard
-(:func:`plan_work`: a task's cost is the sum of its models' lengths times its shard's residues,
-see docs/scale-out.md). Each shard has a home worker, so that every worker opens its shards
-once and keeps them (:class:`_HeldDatabase`, a cache per worker process keyed by the database's
+into *shards*, ranges ``[first, end)`` of its targets of about equal residues, one a worker
+process, and the models into *batches* of consecutive models; a *task* is one batch against
+one shard (:func:`plan_work`: a task's cost is the sum of its models' lengths times its
+shard's residues, at the rate of the route its worker runs, about eight tasks a worker; see
+docs/scale-out.md). Each shard has a home worker, so that every worker opens its shards once
+and keeps them (:class:`_HeldDatabase`, a cache per worker process keyed by the database's
 path and identity); a task may still run elsewhere (dask steals work from a busy worker, and
 runs again elsewhere the tasks of a worker that was lost).
 
-On its worker, a task runs for each model of its batch the post-filter stage over the shard's
-targets as one :class:`~hmmgpu.stages.postfilter.Task` with *global* positions (HMMER's rule
-in ``shard.h``: an object's id is its position in the original database): on the CPU route,
-pyhmmer's whole pipeline with Z fixed to ``first + 1`` exactly as
+On its worker, a task leaves dask's thread at once (a task mostly waits, and the worker's
+tasks must feed its GPU and its threads together whatever ``--nthreads`` it was given). For
+each model of its batch it runs the post-filter stage over the shard's targets with *global*
+positions (HMMER's rule in ``shard.h``: an object's id is its position in the original
+database), cut into parts of about equal cost exactly as the engine cuts a model's work in one
+process (:meth:`~hmmgpu.stages.postfilter.TaskPlanner.plan_shard`), which the worker's
+*post-filter threads* run, earliest model first (:class:`_PostFilterThreads`: as many as the
+worker's dask threads, or its share of its host's cores if more). A hit-rich model is then
+spread over every thread of its worker instead of holding one thread while the others wait
+(measured at 0f3458c on 2 H100s: 120 single-threaded tasks kept the threads 38% busy, and
+the run took 2.7 times ``--devices``'s). On the CPU route a part is pyhmmer's whole pipeline
+over a range of the shard, with Z fixed to its first position + 1 exactly as
 :class:`~hmmgpu.stages.postfilter.TaskPlanner` does for its ranges, the hits HMMER's keep rule
-would drop at their global position removed (:func:`~hmmgpu.stages.merge.drop_unkept`). It
+would drop at their global position removed (:func:`~hmmgpu.stages.merge.drop_unkept`); it
 returns the ``TopHits`` state (:class:`~hmmgpu.stages.postfilter.TaskResult`): small and
 picklable. A worker-side filter stage (:func:`~hmmgpu.search.routing.shard_backend`: on a
 worker with a GPU, a dask-cuda worker, the GPU process with the shard resident on its GPU;
 hmmgpu's numba filters with ``--backend numba``) plugs in before it: the task queues its
-models' cascades at once, and each model's survivors in the shard, made global positions,
-go to the post-filter stage as one filtered task; its counters come back with the hits.
+models' cascades at once, and each model's survivors in the shard, made global positions, go
+to the post-filter threads as filtered parts as soon as its cascade ends; its counters come
+back with the hits.
 
 This process merges each model's results in shard order with
 :func:`~hmmgpu.stages.merge.merge_results`, with the database's *global* target count and
@@ -49,12 +59,15 @@ model before it is delivered, as in one process.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
+import queue
 import sys
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from collections.abc import Iterator
 
@@ -63,32 +76,50 @@ from hmmgpu.costs import CPU_CELLS_PER_SECOND
 from hmmgpu.errors import DatabaseError, HmmgpuError, InputError, WorkerError
 from hmmgpu.options import local_command_line  # (the command line finds it here)
 
-#: The cost model's rate: model cells (model length x residues) per second on one worker thread
-#: (pyhmmer's whole pipeline, :data:`~hmmgpu.costs.CPU_CELLS_PER_SECOND`).
+#: The cost model's rates, in model cells (model length x residues) per second on one worker
+#: thread: pyhmmer's whole pipeline (:data:`~hmmgpu.costs.CPU_CELLS_PER_SECOND`), and the GPU
+#: route, where the GPU's filters leave the post-filter stage to the threads: 600 Pfam-35 models
+#: x 115.9 M residues (1.16e13 cells) took 377 thread-seconds of it on a 2 x H100 host
+#: (scale_h100_2026-11-28.log), 3.1e10 cells a thread-second. A GPU filters about
+#: :data:`GPU_CELLS_PER_SECOND` (7.98 s of kernels for those cells on one H100), so a GPU
+#: worker's rate is the smaller of that and its threads'.
 CELLS_PER_SECOND = CPU_CELLS_PER_SECOND
-
-#: A task's estimated work, in seconds on one worker thread: the run's work over
-#: :data:`TASKS_PER_THREAD` tasks a thread, at least :data:`TASK_SECONDS_MIN` (dask's cost per
-#: task, about a millisecond of the scheduler's, and the merge's per task stay small) and at
-#: most :data:`TASK_SECONDS_MAX` (a lost worker costs at most that much work again, a thread).
-TASK_SECONDS_MIN = 2.0
+GPU_ROUTE_CELLS_PER_SECOND = 3.0e10
+GPU_CELLS_PER_SECOND = 1.4e12
+#: A task (a batch against a shard) runs on its worker with all of the worker's post-filter
+#: threads; the plan gives every worker process about :data:`TASKS_PER_PROCESS` of them (the
+#: client gets results in order early, and queued ones can still go to a worker that is
+#: idle), each between :data:`TASK_SECONDS_MIN` of its worker's wall time (dask's cost per
+#: task, about a millisecond of the scheduler's, and the merge's per task stay small) and
+#: :data:`TASK_SECONDS_MAX` (a lost worker costs at most that much work again).
+TASK_SECONDS_MIN = 0.5
 TASK_SECONDS_MAX = 60.0
-TASKS_PER_THREAD = 4
-#: Shards: at least one a worker process (each holds its home shards), more where one model
-#: against a shard would be more than a task; none under :data:`SHARD_RESIDUES_MIN` residues.
+TASKS_PER_PROCESS = 8
+#: Shards: one a worker process (each keeps its home shards: on a GPU worker, a GPU process
+#: with the shard resident), none under :data:`SHARD_RESIDUES_MIN` residues.
 SHARDS_PER_PROCESS = 1
 SHARD_RESIDUES_MIN = 2_000_000
 #: Models in a batch at most (a batch goes to the cluster as one object: about 50 kB a Pfam model).
 BATCH_MODELS_MAX = 128
-#: Batches submitted and not yet delivered: enough for two tasks a worker thread, and at
-#: least this many (results leave in query order; memory stays flat however many models).
+#: Models submitted and not yet delivered, at most: as many per post-filter thread of the
+#: cluster as the engine keeps per thread in one process, and at least as many
+#: (:data:`~hmmgpu.search.engine.MODELS_IN_FLIGHT_PER_THREAD`: results leave in query order, so
+#: one hit-rich model holds back every later one); never fewer than
+#: :data:`BATCHES_IN_FLIGHT_MIN` batches. Memory stays flat however many models.
+MODELS_IN_FLIGHT_PER_THREAD = 16
+MODELS_IN_FLIGHT_MIN = 64
 BATCHES_IN_FLIGHT_MIN = 2
+#: A worker's post-filter threads leave after this many seconds without work (a worker holds
+#: none between searches; the next task starts them again).
+POOL_IDLE_SECONDS = 5.0
 #: Seconds to reach the scheduler before the run stops with a one-line error.
 CONNECT_SECONDS = 10.0
 #: Shards a worker process keeps as pyhmmer sequences, at most (bytes, estimated), and
 #: databases it keeps open at most; the least recently used go first.
 SHARD_CACHE_BYTES = 4 << 30
 DATABASES_HELD = 2
+#: Post-filter stages a worker process keeps (one a shard and search options).
+STAGES_HELD = 8
 #: Estimated bytes of one target held as a pyhmmer sequence, besides its residues.
 _BYTES_PER_TARGET = 300
 
@@ -168,7 +199,8 @@ class WorkPlan:
     """How a search is cut into tasks (:func:`plan_work`)."""
 
     shards: list
-    task_seconds: float  #: a task's estimated work (seconds on one worker thread)
+    task_seconds: float  #: a task's estimated wall time on its worker (all the worker's threads)
+    worker_rate: float = CELLS_PER_SECOND  #: model cells a second of one worker process (the average one)
     models_per_batch: int | None = None  #: a fixed batch size (else batches by cost)
 
     @property
@@ -193,7 +225,7 @@ class _BatchCut:
 
     def __init__(self, plan: WorkPlan):
         self.plan = plan
-        self.cells = plan.task_seconds * CELLS_PER_SECOND
+        self.cells = plan.task_seconds * plan.worker_rate
         self.reset()
 
     def reset(self) -> None:
@@ -211,40 +243,48 @@ class _BatchCut:
         self.length += int(M)
 
 
-def plan_work(lengths, db_lengths, *, processes: int, threads: int, shards: int | None = None,
+def worker_rate(threads: float, gpu: bool) -> float:
+    """Model cells a second of a worker process with ``threads`` post-filter threads, with a GPU
+    (the GPU route: the smaller of its GPU's and its threads' rates) or without (pyhmmer's
+    whole pipeline on its threads)."""
+    if gpu:
+        return min(GPU_CELLS_PER_SECOND, GPU_ROUTE_CELLS_PER_SECOND * threads)
+    return CELLS_PER_SECOND * threads
+
+
+def plan_work(lengths, db_lengths, *, processes: int, threads: int, gpus: int = 0, shards: int | None = None,
               models_per_batch: int | None = None) -> WorkPlan:
     """The shards and batches of a search of models of ``lengths`` (None: not known before the
     search, as for models from standard input) against a database of target ``db_lengths``, on
-    ``processes`` worker processes of ``threads`` threads in all (docs/scale-out.md).
+    ``processes`` worker processes with ``threads`` post-filter threads in all, ``gpus`` of the
+    processes with a GPU (docs/scale-out.md).
 
-    A task's work is the sum of its models' lengths times its shard's residues, over
-    :data:`CELLS_PER_SECOND`; tasks are sized so that every thread gets
-    :data:`TASKS_PER_THREAD` of them (between :data:`TASK_SECONDS_MIN` and
-    :data:`TASK_SECONDS_MAX`). There is a shard per worker process at least
-    (:data:`SHARDS_PER_PROCESS`), more where one model against a shard would be more than a
-    task, none under :data:`SHARD_RESIDUES_MIN` residues; ``shards`` and ``models_per_batch``
-    set them instead."""
+    A task's work is the sum of its models' lengths times its shard's residues; its worker
+    runs it with all its threads (:func:`worker_rate`: the GPU route's rate when every worker
+    has a GPU, else pyhmmer's whole pipeline's). Tasks are sized so that every worker process
+    gets :data:`TASKS_PER_PROCESS` of them (between :data:`TASK_SECONDS_MIN` and
+    :data:`TASK_SECONDS_MAX` of its wall time). There is a shard per worker process
+    (:data:`SHARDS_PER_PROCESS`), none under :data:`SHARD_RESIDUES_MIN` residues; ``shards``
+    and ``models_per_batch`` set them instead."""
     import numpy as np
 
     db_lengths = np.asarray(db_lengths, dtype=np.int64)
     residues, n = float(db_lengths.sum()), int(db_lengths.size)
     threads, processes = max(1, int(threads)), max(1, int(processes))
-    known = bool(lengths)
-    if known:
-        total = float(sum(lengths)) * residues / CELLS_PER_SECOND
-        task = min(max(total / (threads * TASKS_PER_THREAD), TASK_SECONDS_MIN), TASK_SECONDS_MAX)
-        average = float(sum(lengths)) / len(lengths)
+    rate = worker_rate(threads / processes, gpu=0 < processes <= gpus)
+    if lengths:
+        run = float(sum(lengths)) * residues / (rate * processes)
+        task = min(max(run / TASKS_PER_PROCESS, TASK_SECONDS_MIN), TASK_SECONDS_MAX)
     else:
-        task, average = TASK_SECONDS_MAX, 0.0
+        task = TASK_SECONDS_MAX
     if shards is None:
-        wanted = max(processes * SHARDS_PER_PROCESS, math.ceil(average * residues / CELLS_PER_SECOND / task))
-        shards = min(wanted, max(1, math.ceil(residues / SHARD_RESIDUES_MIN)))
+        shards = min(processes * SHARDS_PER_PROCESS, max(1, math.ceil(residues / SHARD_RESIDUES_MIN)))
     if models_per_batch is not None and models_per_batch < 1:
         raise InputError(f"models_per_batch must be at least 1 (got {models_per_batch})")
     if shards < 1:
         raise InputError(f"shards must be at least 1 (got {shards})")
     return WorkPlan(shards=cut_shards(db_lengths, min(int(shards), max(1, n))), task_seconds=task,
-                    models_per_batch=models_per_batch)
+                    worker_rate=rate, models_per_batch=models_per_batch)
 
 
 # ---------------------------------------------------------------- the worker's side
@@ -258,7 +298,8 @@ class ShardResult:
     counts: list  #: per model: (past MSV, past bias, past Viterbi), or None (no hmmgpu filters)
     worker: str = ""
     seconds: float = 0.0  #: the task's wall time on its worker
-    cpu_seconds: float = 0.0
+    cpu_seconds: float = 0.0  #: CPU time of the task's thread and of its post-filter parts
+    post_filter_seconds: float = 0.0  #: the wall time of its post-filter parts, summed over the worker's threads
 
 
 class _ShardSequences:
@@ -307,6 +348,7 @@ class _HeldDatabase:
             raise DatabaseError(f"{ref.path}: the database here is not the one the search was started with")
         self._shards: OrderedDict = OrderedDict()  # (first, end) -> _ShardSequences, least recently used first
         self._filters: dict = {}  # (first, end, backend) -> the shard's filter stage
+        self._stages: OrderedDict = OrderedDict()  # (first, end, options) -> the shard's post-filter stage
         self._lock = threading.Lock()
 
     def sequences(self, shard: Shard) -> _ShardSequences:
@@ -322,6 +364,8 @@ class _HeldDatabase:
                     del self._shards[dropped]
                     for k in [k for k in self._filters if k[:2] == dropped]:
                         self._filters.pop(k).close()
+                    for k in [k for k in self._stages if k[:2] == dropped]:
+                        del self._stages[k]
             self._shards.move_to_end(key)
             return held
 
@@ -339,6 +383,73 @@ class _HeldDatabase:
                 except HmmgpuError as error:
                     raise type(error)(f"dask worker {_worker_name()}: {error}") from None
             return self._filters[key]
+
+
+    def stage(self, shard: Shard, options, filtered: bool, threads: int):
+        """The shard's post-filter stage (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`) for
+        ``options``, made on first use and kept (:data:`STAGES_HELD` at most), so that the
+        worker's threads keep their pyhmmer pipelines and the targets' sequence objects across
+        tasks: on pyhmmer's whole pipeline (not ``filtered``) the shard's sequences
+        (:meth:`sequences`), after a filter stage the survivors', made as they first survive."""
+        from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
+
+        sequences = None if filtered else self.sequences(shard)
+        key = (shard.first, shard.end, options)
+        with self._lock:
+            stage = self._stages.get(key)
+            if stage is None:
+                stage = self._stages[key] = PyhmmerStage(self.db, options, threads=threads)
+                if sequences is not None:
+                    stage.sequences = sequences
+                while len(self._stages) > STAGES_HELD:
+                    self._stages.popitem(last=False)
+            self._stages.move_to_end(key)
+            return stage
+
+
+class _PostFilterThreads:
+    """A worker process's threads for the post-filter stage, shared by every task running on
+    the worker: each task cuts each model's work on its shard into parts of about equal cost
+    (:meth:`~hmmgpu.stages.postfilter.TaskPlanner.plan_shard`, as the engine cuts them in one
+    process) and queues them here, earliest model first, so that a hit-rich model is spread
+    over every thread rather than held by one. :attr:`size` threads at most; each leaves after
+    :data:`POOL_IDLE_SECONDS` without work."""
+
+    def __init__(self):
+        self.size = 1
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = itertools.count()   # ties in first-come order
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def submit(self, priority: tuple, fn, *args) -> Future:
+        """``fn(*args)`` on one of the threads, before the work of a higher ``priority``."""
+        future: Future = Future()
+        self._queue.put((priority, next(self._order), future, fn, args))
+        with self._lock:
+            if self._running < self.size:
+                self._running += 1
+                threading.Thread(target=self._serve, name="hmmgpu-postfilter", daemon=True).start()
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                _, _, future, fn, args = self._queue.get(timeout=POOL_IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:   # (submit queues before it counts the threads)
+                    if self._queue.empty():
+                        self._running -= 1
+                        return
+                continue
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as error:  # noqa: BLE001 - raised by the task that waits for it
+                    future.set_exception(error)
+
+
+_POST_FILTER = _PostFilterThreads()  # in this worker process
 
 
 _HELD: OrderedDict = OrderedDict()  # (path, identity) -> _HeldDatabase, in this worker process
@@ -374,28 +485,72 @@ def _worker_name() -> str:
         return f"process {os.getpid()}"
 
 
-def search_shard(ref: DatabaseRef, shard: Shard, models: list, options, ftz: bool, version: str) -> ShardResult:
-    """One task, on a worker: each model of ``models`` ((index, hmm, mmu), in order) against
-    the targets of ``shard``, as one task of the post-filter stage with global positions (see
-    the module header). ``version``: the client's hmmgpu, which the worker's must be."""
-    from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
+@dataclass(frozen=True)
+class TaskContext:
+    """What every task of one search carries besides its models and shard."""
+
+    ftz: bool  #: pyhmmer's stage in the hmmsearch program's float mode
+    version: str  #: the client's hmmgpu, which the worker's must be
+    #: each worker's post-filter threads, by address (a worker not named: its dask threads)
+    threads: dict = field(default_factory=dict)
+
+
+def _post_filter_threads(context: TaskContext) -> int:
+    """The post-filter threads of the worker running this task (:meth:`ClusterSearch._threads`)."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return 1
+    return int(context.threads.get(worker.address) or worker.state.nthreads or 1)
+
+
+def _leave_the_task_threads() -> None:
+    """Free this task's dask thread for the worker's next task (``distributed.secede``): a task
+    mostly waits for its GPU and its post-filter parts, and the worker's tasks feed the GPU and
+    the post-filter threads together, whatever ``--nthreads`` the worker was started with."""
+    try:
+        from distributed import get_worker, secede
+
+        get_worker()
+    except (ImportError, ValueError):   # not on a dask worker
+        return
+    secede()
+
+
+def _run_part(stage, task, ftz: bool) -> tuple:
+    """One post-filter part on a worker's thread: (its result, its wall time)."""
     from hmmgpu.host import flush_to_zero
+
+    start = time.perf_counter()
+    with flush_to_zero(ftz):
+        result = stage.run(task)
+    return result, time.perf_counter() - start
+
+
+def search_shard(ref: DatabaseRef, shard: Shard, models: list, options, context: TaskContext) -> ShardResult:
+    """One task, on a worker: each model of ``models`` ((index, hmm, mmu), in order) against
+    the targets of ``shard``, with global positions (see the module header): the models'
+    cascades queued on the shard's filter stage at once, and each model's post-filter work
+    on the shard cut into parts for the worker's post-filter threads as its cascade ends."""
     from hmmgpu.search.engine import Query
 
-    if version != __version__:
-        raise WorkerError(f"dask worker {_worker_name()} runs hmmgpu {__version__}, the search hmmgpu {version}; "
-                          "install the same version everywhere")
+    if context.version != __version__:
+        raise WorkerError(f"dask worker {_worker_name()} runs hmmgpu {__version__}, the search hmmgpu "
+                          f"{context.version}; install the same version everywhere")
+    _leave_the_task_threads()
     start, cpu = time.perf_counter(), time.thread_time()
     held = _held_database(ref)
     filters = held.filters(shard, options.run)
-    stage = PyhmmerStage(held.db, options, threads=1)
-    if filters is None:   # pyhmmer's whole pipeline: the shard's sequences, kept across tasks
-        stage.sequences = held.sequences(shard)
-    parts, counts = [], []
+    threads = _post_filter_threads(context)
+    _POST_FILTER.size = max(1, threads)
+    stage = held.stage(shard, options, filters is not None, threads)
     # every model's filters queued at once (a GPU runs several in flight), then taken in order
     tickets = [None] * len(models) if filters is None else [filters.submit(filters.prepare(hmm, mmu), options)
                                                               for _, hmm, mmu in models]
-    with flush_to_zero(ftz):
+    jobs, counts = [], []
+    try:
         for (index, hmm, _), ticket in zip(models, tickets):
             query = Query(index=index, hmm=hmm)
             if ticket is None:
@@ -405,9 +560,29 @@ def search_shard(ref: DatabaseRef, shard: Shard, models: list, options, ftz: boo
                 cascade = ticket.result()
                 tasks = stage.plan_shard(query, shard.first, shard.end, survivors=cascade.survivors + shard.first)
                 counts.append((cascade.n_past_msv, cascade.n_past_bias, cascade.n_past_vit))
-            parts.append([stage.run(task) for task in tasks])
-    return ShardResult(shard=shard.index, parts=parts, counts=counts, worker=_worker_name(),
-                       seconds=time.perf_counter() - start, cpu_seconds=time.thread_time() - cpu)
+            jobs.append([_POST_FILTER.submit((index, task.part), _run_part, stage, task, context.ftz)
+                         for task in tasks])
+        done = [[job.result() for job in parts] for parts in jobs]
+    except BaseException:
+        for job in (job for parts in jobs for job in parts):
+            job.cancel()
+        raise
+    return ShardResult(shard=shard.index, parts=[[result for result, _ in parts] for parts in done], counts=counts,
+                       worker=_worker_name(), seconds=time.perf_counter() - start,
+                       cpu_seconds=time.thread_time() - cpu + sum(r.cpu_seconds for parts in done for r, _ in parts),
+                       post_filter_seconds=sum(wall for parts in done for _, wall in parts))
+
+
+def _worker_facts(gpu_route: bool) -> tuple:
+    """Run on each worker by the client (``client.run``): (the usable cores of its host, whether
+    it has a GPU for the route: ``gpu_route``, the search's backend may take one)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    gpu = False
+    if gpu_route and os.environ.get("HMMGPU_NO_GPU") is None:
+        from hmmgpu.search.routing import cuda_available
+
+        gpu = cuda_available(0)
+    return cores, gpu
 
 
 def _given(models: list) -> list:
@@ -428,17 +603,22 @@ class ClusterStats:
     batches: int = 0
     processes: int = 0
     threads: int = 0
+    gpus: int = 0  #: worker processes with a GPU for the route, at the start
+    parts: int = 0  #: post-filter parts the tasks ran (each a model's work on part of a shard)
     task_seconds: float = 0.0  #: the tasks' wall time on their workers, summed
+    post_filter_seconds: float = 0.0  #: the wall time of their post-filter parts on the workers' threads, summed
     cpu_seconds: float = 0.0  #: ... and their CPU time
     merge_seconds: float = 0.0  #: this process's time merging the shards' results
     workers_used: set = field(default_factory=set)  #: the workers that ran a task
 
     def lines(self) -> list:
-        busy = self.task_seconds / (self.threads * self.wall_seconds) if self.threads and self.wall_seconds else 0.0
+        busy = self.post_filter_seconds / (self.threads * self.wall_seconds) if self.threads and self.wall_seconds \
+            else 0.0
         return [(f"queries {self.queries}, wall {self.wall_seconds:.2f} s, {self.tasks} tasks ({self.batches} model "
                  f"batches x {self.shards} database shards) on {len(self.workers_used)} dask workers "
-                 f"({self.processes} at the start, {self.threads} threads)"),
-                (f"busy: tasks {self.task_seconds:.2f} s ({100 * busy:.0f}% of threads x wall; CPU "
+                 f"({self.processes} at the start, {self.gpus} with a GPU, {self.threads} post-filter threads)"),
+                (f"busy: tasks {self.task_seconds:.2f} s, {self.parts} post-filter parts "
+                 f"{self.post_filter_seconds:.2f} s ({100 * busy:.0f}% of threads x wall; CPU "
                  f"{self.cpu_seconds:.2f} s), merge here {self.merge_seconds:.2f} s")]
 
 
@@ -481,22 +661,41 @@ class ClusterSearch:
                 notice("waiting for a dask worker to join the cluster")
             client.wait_for_workers(1)
             workers = self._workers()
-        threads = sum(workers.values())
-        self.plan = plan_work(model_lengths, self.db.lengths, processes=len(workers), threads=threads,
-                              shards=shards, models_per_batch=models_per_batch)
+        threads, gpus = self._threads(workers)
+        self.plan = plan_work(model_lengths, self.db.lengths, processes=len(workers), threads=sum(threads.values()),
+                              gpus=gpus, shards=shards, models_per_batch=models_per_batch)
         shard_count = len(self.plan.shards)
         #: tasks in all, when the models are known before the search
         self.tasks_total = len(self.plan.batch_sizes(model_lengths)) * shard_count if model_lengths else None
-        self.window = max(BATCHES_IN_FLIGHT_MIN, math.ceil(2 * threads / shard_count))
+        #: models submitted and not yet delivered, at most
+        self.window = max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * sum(threads.values()))
+        self.context = TaskContext(ftz=ftz, version=__version__, threads=threads)
         self.progress = progress
         self._homes: dict = {}
         self._home_shards(workers)
         self._token = hashlib.sha256(f"{os.getpid()} {time.time_ns()} {id(self)}".encode()).hexdigest()[:12]
         address = getattr(getattr(client, "scheduler", None), "address", None) or "?"
-        self.stats = ClusterStats(shards=shard_count, processes=len(workers), threads=threads)
-        self.description = (f"dask cluster at {address}: {len(workers)} workers, {threads} threads; "
+        self.stats = ClusterStats(shards=shard_count, processes=len(workers), threads=sum(threads.values()),
+                                  gpus=gpus)
+        self.description = (f"dask cluster at {address}: {len(workers)} workers, {sum(threads.values())} threads; "
                             f"{self.ref.n} targets in {shard_count} shards; {self.route}")
         self.stats.description = self.description
+
+    def _threads(self, workers: dict) -> tuple:
+        """({worker address: its post-filter threads}, the workers with a GPU for the route).
+        A worker's threads are its dask threads, or its share of its host's cores if more (the
+        cores over the workers on that host: ``dask cuda worker`` starts one of one thread a GPU,
+        and each worker's GPU route needs the host's cores for its post-filter stage)."""
+        from distributed.comm import get_address_host
+
+        try:
+            facts = self.client.run(_worker_facts, self.options.run.backend in ("auto", "cuda"))
+        except Exception:  # noqa: BLE001 - a worker that cannot answer: its dask threads, no GPU
+            facts = {}
+        hosts = Counter(get_address_host(address) for address in workers)
+        threads = {address: max(int(n), facts[address][0] // hosts[get_address_host(address)])
+                   if address in facts else int(n) for address, n in workers.items()}
+        return threads, sum(1 for address in workers if address in facts and facts[address][1])
 
     def _workers(self) -> dict:
         """The cluster's workers now: address -> threads."""
@@ -529,8 +728,7 @@ class ClusterSearch:
         futures = []
         for shard in self.plan.shards:
             key = f"hmmgpu-search-{self._token}-b{number}-s{shard.index}"
-            future = self.client.submit(search_shard, self.ref, shard, given, self.options, self.ftz, __version__,
-                                        key=key,
+            future = self.client.submit(search_shard, self.ref, shard, given, self.options, self.context, key=key,
                                         workers=[self._homes[shard.index]] if shard.index in self._homes else None,
                                         allow_other_workers=True, priority=-number, pure=False)
             seen[future.key] = (number, shard.index)
@@ -579,15 +777,17 @@ class ClusterSearch:
         seen: dict = {}
         finished = as_completed(loop=self.client.loop)
         submitted = delivered = 0
+        models_out = 0   # models submitted and not yet delivered
         exhausted = False
         try:
             while True:
-                while not exhausted and submitted - delivered < self.window:
+                while not exhausted and (submitted - delivered < BATCHES_IN_FLIGHT_MIN or models_out < self.window):
                     models_of_batch = next(batches, None)
                     if models_of_batch is None:
                         exhausted = True
                         break
                     pending[submitted] = batch = self._submit(submitted, models_of_batch, seen)
+                    models_out += len(models_of_batch)
                     for future in batch.futures:
                         finished.add(future)
                     submitted += 1
@@ -603,6 +803,8 @@ class ClusterSearch:
                 future.release()
                 pending[number].results[shard] = result
                 self.stats.task_seconds += result.seconds
+                self.stats.post_filter_seconds += result.post_filter_seconds
+                self.stats.parts += sum(len(parts) for parts in result.parts)
                 self.stats.cpu_seconds += result.cpu_seconds
                 self.stats.workers_used.add(result.worker)
                 if self.progress is not None:
@@ -612,6 +814,7 @@ class ClusterSearch:
                     batch.given.release()
                     yield from self._merged(batch)
                     delivered += 1
+                    models_out -= len(batch.models)
         finally:
             for batch in pending.values():
                 self.client.cancel([f for f in [*batch.futures, batch.given] if not f.done()])

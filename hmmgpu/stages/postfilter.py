@@ -181,12 +181,23 @@ class TaskPlanner:
 
     def plan_shard(self, query, first: int, end: int, survivors=None) -> list:
         """The tasks of ``query`` over one shard of the database, the targets ``first`` ..
-        ``end - 1`` (a dask worker's: :mod:`hmmgpu.distributed.cluster`), as one task:
-        pyhmmer's whole pipeline over the range, or the filters' ``survivors`` in it (database
-        positions). A target whose name occurs twice in it is a task of its own, as in :meth:`plan`."""
-        if survivors is None:
-            return self._tasks(query, [np.arange(first, end, dtype=np.int64)], filtered=False)
-        return self._tasks(query, [np.asarray(survivors, np.int64)], filtered=True)
+        ``end - 1`` (a dask worker's: :mod:`hmmgpu.distributed.cluster`): the filters'
+        ``survivors`` in it (database positions) cut by cost as :meth:`plan` cuts them, or
+        pyhmmer's whole pipeline over the range, cut into consecutive ranges of equal residues
+        (:data:`RANGE_SHARES` a thread, each at least :data:`PIPELINE_TASK_SECONDS`, a
+        target whose name occurs twice in one a task of its own, as in :meth:`plan`)."""
+        if survivors is not None:
+            return self.plan(query, survivors)
+        cumulative = self._cumulative_lengths
+        before = int(cumulative[first - 1]) if first else 0
+        residues = int(cumulative[end - 1]) - before if end > first else 0
+        seconds = float(residues) * query.hmm.M / CPU_CELLS_PER_SECOND
+        longest = max(PIPELINE_TASK_SECONDS, seconds / (RANGE_SHARES * max(1, self.threads)))
+        parts = int(min(max(1, seconds // longest), max(1, (end - first) // 64)))
+        cuts = np.searchsorted(cumulative, before + residues * np.arange(1, parts) / parts)
+        bounds = _distinct(np.concatenate([[first], cuts, [end]]).astype(np.int64))
+        ranges = [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        return self._tasks(query, ranges or [np.zeros(0, np.int64)], filtered=False)
 
     def _guided_ranges(self, M: int) -> list:
         """Ranges of consecutive targets, cut as a FASTA file's pieces are (:func:`piece_bytes`,

@@ -25,6 +25,8 @@ import hmmgpu.distributed  # noqa: E402
 from hmmgpu.cli import ERROR_STATUS, main  # noqa: E402
 from hmmgpu.distributed import cluster  # noqa: E402
 from hmmgpu.formats.seqdb import SequenceDB  # noqa: E402
+from hmmgpu.options import SearchOptions  # noqa: E402
+from hmmgpu.stages import postfilter  # noqa: E402
 from tests.helpers import PIPELINE_KEYS, PROTEOME, ROOT, SAMPLES, assert_same_pipeline, hits_table  # noqa: E402
 from tests.report.test_report import assert_same_report  # noqa: E402
 from tests.search.test_scan import without_tail  # noqa: E402
@@ -63,7 +65,7 @@ def several_shards(monkeypatch):
     """The sample-sized search cut into 4 shards and 2 model batches (the defaults make one task of it)."""
     monkeypatch.setattr(cluster, "SHARD_RESIDUES_MIN", 100_000)
     monkeypatch.setattr(cluster, "SHARDS_PER_PROCESS", 2)
-    monkeypatch.setattr(cluster, "TASK_SECONDS_MIN", 0.005)
+    monkeypatch.setattr(cluster, "BATCH_MODELS_MAX", 2)
 
 
 def _search(where, args, capsys=None):
@@ -108,7 +110,7 @@ def test_cli_equals_one_process_and_hmmsearch(tmp_path, capsys, made, local_clus
     code, err, ours = _search(tmp_path / "cluster", ["--scheduler", lc.scheduler_address, *options, str(MODELS),
                                                      str(made)], capsys)
     assert code == 0, err
-    assert "2 workers, 2 threads; 2100 targets in 4 shards" in err, err
+    assert re.search(r"2 workers, \d+ threads; 2100 targets in 4 shards", err), err
     assert "8 tasks (2 model batches x 4 database shards)" in err, err
     assert all(line.startswith("# hmmgpu") for line in err.splitlines()), err   # no bar off a terminal
     _assert_identical(ours, one_process(options))
@@ -141,17 +143,24 @@ def test_api_equals_one_process(made, local_cluster, shards, models_per_batch):
         assert_same_pipeline(a, b, PIPELINE_KEYS)
 
 
-def test_a_filter_stage_on_the_workers(made):
-    """hmmgpu's numba filters as the workers' filter stage (where a GPU's will plug in): each
-    shard's survivors go to the Forward stage as one filtered task; the merge equals one process
-    (worker threads here: numba's compiled filters are already loaded in this process)."""
+@pytest.mark.parametrize("backend", ["numba", "hmmer"])
+def test_parts_on_the_worker_threads(made, monkeypatch, backend):
+    """Each model's work on a shard cut into many parts, run by the workers' post-filter threads
+    (worker threads of this process, so that the small part sizes set here apply): after
+    hmmgpu's numba filters as the workers' filter stage (where a GPU's plugs in: each shard's
+    survivors made global positions) and on pyhmmer's whole pipeline (ranges of the shard);
+    the merge equals one process."""
+    monkeypatch.setattr(postfilter, "TASK_SECONDS", 1e-4)
+    monkeypatch.setattr(postfilter, "PIPELINE_TASK_SECONDS", 1e-4)
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
                                   worker_dashboard_address=":0") as lc, \
             distributed.Client(lc, set_as_default=False) as client:
-        ours = list(hmmgpu.distributed.hmmsearch(str(MODELS), str(made), client=client, shards=3,
-                                                 models_per_batch=3, backend="numba"))
+        search = cluster.ClusterSearch(client, str(made), SearchOptions.from_kwargs(backend=backend), shards=3,
+                                       models_per_batch=3)
+        ours = [result.hits for result in search.search(hmmgpu.read_hmms(MODELS))]
+    assert search.stats.tasks == 2 * 3 and search.stats.parts > 4 * 3 * 2 and search.stats.post_filter_seconds > 0
     ref = list(hmmgpu.hmmsearch(str(MODELS), str(made), engine="hmmer"))
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=True):
         assert len(a) == len(b)
         assert hits_table(a, "domains") == hits_table(b, "domains")
         assert_same_pipeline(a, b, PIPELINE_KEYS)
@@ -300,15 +309,51 @@ def test_plan_cuts_shards_by_residues_and_batches_by_cost():
     assert sum(s.residues for s in shards) == 100_000
     assert [(s.first, s.end) for s in cluster.cut_shards([5, 0, 0, 5], 8)] == [(0, 1), (1, 4)]   # by residues
     assert [(s.first, s.end) for s in cluster.cut_shards([], 4)] == [(0, 0)]
-    # 600 Pfam-sized models against 100 M residues on 8 processes of 4 threads
+    # 600 Pfam-sized models against 100 M residues on 8 processes of 4 threads: a shard a
+    # process, and batches that give each process TASKS_PER_PROCESS tasks of its wall time
+    cells = 600 * 250 * 1e8
     plan = cluster.plan_work([250] * 600, [250] * 400_000, processes=8, threads=32)
-    assert len(plan.shards) == 8 and plan.task_seconds == pytest.approx(600 * 250 * 1e8 / 1e10 / 128)
-    sizes = plan.batch_sizes([250] * 600)
-    assert sum(sizes) == 600 and len(sizes) * len(plan.shards) >= 4 * 32
-    # one long model against the same database: more shards than processes, none over a task
+    assert len(plan.shards) == 8 and plan.worker_rate == 4 * cluster.CELLS_PER_SECOND
+    assert plan.task_seconds == pytest.approx(cells / (8 * plan.worker_rate) / cluster.TASKS_PER_PROCESS)
+    assert len(plan.batch_sizes([250] * 600)) == cluster.TASKS_PER_PROCESS
+    # the same on GPU workers: their rate (the threads' post-filter rate, under the GPU's), as many batches
+    plan = cluster.plan_work([250] * 600, [250] * 400_000, processes=8, threads=32, gpus=8)
+    assert plan.worker_rate == min(cluster.GPU_CELLS_PER_SECOND, 4 * cluster.GPU_ROUTE_CELLS_PER_SECOND)
+    assert plan.task_seconds == pytest.approx(cells / (8 * plan.worker_rate) / cluster.TASKS_PER_PROCESS)
+    assert len(plan.batch_sizes([250] * 600)) == cluster.TASKS_PER_PROCESS
+    # the benchmark's run (600 Pfam-35 models, sum of M 99,749, x 115.9 M residues) on 2 GPU
+    # workers of 16 threads: 8 batches x 2 shards, each task about 1.5 s
+    plan = cluster.plan_work([166] * 600 + [149], [372] * 311_454, processes=2, threads=32, gpus=2)
+    assert len(plan.shards) == 2 and len(plan.batch_sizes([166] * 600 + [149])) == cluster.TASKS_PER_PROCESS
+    assert 1.0 < plan.task_seconds < 2.0
+    # one long model: one batch; a small database: one shard
     plan = cluster.plan_work([2000], [250] * 400_000, processes=8, threads=32)
-    assert len(plan.shards) == 10 and plan.task_seconds == cluster.TASK_SECONDS_MIN
+    assert len(plan.shards) == 8 and plan.batch_sizes([2000]) == [1]
     assert cluster.plan_work([250], [250] * 4000, processes=8, threads=32).shards[0].end == 4000
+
+
+def test_a_shard_is_planned_in_parts_for_the_worker_threads(made, monkeypatch):
+    """``plan_shard``: pyhmmer's whole pipeline over a shard cut into consecutive ranges that
+    cover it (several a thread), the survivors cut by cost as in one process."""
+    from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
+    from hmmgpu.options import SearchOptions
+    from hmmgpu.search.engine import Query
+
+    monkeypatch.setattr(postfilter, "PIPELINE_TASK_SECONDS", 1e-4)
+    db = SequenceDB.load(made)
+    hmm = hmmgpu.read_hmms(MODELS)[1]
+    stage = PyhmmerStage(db, SearchOptions(), threads=2)
+    for first, end in ((0, 700), (700, 2100), (5, 6), (9, 9)):
+        tasks = stage.plan_shard(Query(index=0, hmm=hmm), first, end)
+        covered = sorted(int(p) for t in tasks for p in t.positions)
+        assert covered == list(range(first, end)) and all(not t.filtered for t in tasks)
+        assert len(tasks) == (1 if end - first < 128 else postfilter.RANGE_SHARES * 2)
+    survivors = db.lengths.argsort()[-300:]
+    survivors.sort()
+    tasks = stage.plan_shard(Query(index=0, hmm=hmm), 0, 2100, survivors=survivors)
+    assert [t.positions.tolist() for t in tasks] == \
+        [t.positions.tolist() for t in stage.plan(Query(index=0, hmm=hmm), survivors)]
+    assert len(tasks) > 1 and all(t.filtered for t in tasks)
 
 
 def test_a_shard_is_a_database_of_its_own(made):
