@@ -82,8 +82,10 @@ class Domain:
 class DomainDefinition:
     """A target's domain definition: ``status`` (OK, or RANGE when ``p7_DomainDecoding``
     overflowed, for which ``p7_Pipeline`` fails), the ``domains`` in ``dcl`` order, the counters
-    ``nregions``, ``nclustered``, ``noverlaps``, ``nenvelopes``, ``nexpected`` (float32) and the
-    per-residue null2 scores ``n2sc`` float32 [L+1] (0 outside the envelopes)."""
+    ``nregions``, ``nclustered``, ``noverlaps``, ``nenvelopes``, ``nexpected`` (float32), the
+    per-residue null2 scores ``n2sc`` float32 [L+1] (0 outside the envelopes), and ``flags``:
+    the exactness flags of every matrix the stages computed, or-ed (:mod:`hmmgpu.stages.forward`;
+    a HOST flag: hmmsearch's flush-to-zero arithmetic could differ from this IEEE result)."""
 
     status: int
     domains: list
@@ -93,6 +95,7 @@ class DomainDefinition:
     nenvelopes: int
     nexpected: np.float32
     n2sc: np.ndarray
+    flags: int = 0
 
     @property
     def ndom(self) -> int:
@@ -107,25 +110,30 @@ class DomainDefinition:
 @dataclass
 class RegionEnsemble:
     """What the sampling of a clustered region ``i..j`` gives: ``n2sc`` float32 [j-i+1] (the
-    null2 scores of residues i..j) and ``envelopes`` int [n][2] (start, end of each envelope,
-    in order, after the domination filter)."""
+    null2 scores of residues i..j), ``envelopes`` int [n][2] (start, end of each envelope,
+    in order, after the domination filter) and the exactness ``flags`` of the region's matrix."""
 
     n2sc: np.ndarray
     envelopes: np.ndarray
+    flags: int = 0
 
 
 @dataclass
 class Envelope:
-    """What rescoring an envelope gives: ``envsc``, ``oasc`` (float32), ``iali``, ``jali``,
-    the OA ``trace`` (target coordinates), and, when the null2 scores were not known yet,
-    ``n2sc`` float32 [j-i+1] (``logf`` of ``p7_Null2_ByExpectation``'s odds of each residue)."""
+    """What rescoring an envelope gives: the exactness ``flags`` of its matrices and whether it
+    was ``dropped`` (``p7_Decoding`` overflowed: no domain); unless dropped, ``envsc``, ``oasc``
+    (float32), ``iali``, ``jali``, the OA ``trace`` (target coordinates), and when the null2
+    scores were not known yet ``n2sc`` float32 [j-i+1] (``logf`` of ``p7_Null2_ByExpectation``'s
+    odds of each residue)."""
 
-    envsc: np.float32
-    oasc: np.float32
-    iali: int
-    jali: int
-    trace: object
-    n2sc: np.ndarray | None
+    flags: int = 0
+    dropped: bool = False
+    envsc: np.float32 | None = None
+    oasc: np.float32 | None = None
+    iali: int | None = None
+    jali: int | None = None
+    trace: object = None
+    n2sc: np.ndarray | None = None
 
 
 class DomainStages(ABC):
@@ -143,9 +151,9 @@ class DomainStages(ABC):
         generator reseeded), their null2 scores and their clusters (§2.3-§2.8)."""
 
     @abstractmethod
-    def rescore_envelope(self, codes, i: int, j: int, null2_is_done: bool) -> Envelope | None:
-        """``rescore_isolated_domain`` on the envelope ``i..j`` (unihit): None when
-        ``p7_Decoding`` overflows (the domain is dropped); ``n2sc`` only if not ``null2_is_done``."""
+    def rescore_envelope(self, codes, i: int, j: int, null2_is_done: bool) -> Envelope:
+        """``rescore_isolated_domain`` on the envelope ``i..j`` (unihit); ``n2sc`` only if not
+        ``null2_is_done``."""
 
 
 def fsum(values) -> np.float32:
@@ -236,12 +244,13 @@ def _domcorrection(n2sc) -> np.float32:
 
 def _rescore(stages, codes, i, j, null2_is_done, n2sc):
     envelope = stages.rescore_envelope(codes, i, j, null2_is_done)
-    if envelope is None:
-        return None
+    if envelope.dropped:
+        return None, int(envelope.flags)
     if not null2_is_done:
         n2sc[i:j + 1] = envelope.n2sc
     return Domain(ienv=i, jenv=j, iali=int(envelope.iali), jali=int(envelope.jali), envsc=F32(envelope.envsc),
-                  domcorrection=_domcorrection(n2sc[i:j + 1]), oasc=F32(envelope.oasc), trace=envelope.trace)
+                  domcorrection=_domcorrection(n2sc[i:j + 1]), oasc=F32(envelope.oasc),
+                  trace=envelope.trace), int(envelope.flags)
 
 
 def define_domains(stages: DomainStages, codes, fwd_rows, bck_rows, has_own_scales: bool) -> DomainDefinition:
@@ -262,19 +271,22 @@ def define_domains(stages: DomainStages, codes, fwd_rows, bck_rows, has_own_scal
         if is_multidomain_region(btot, etot, i, j):
             result.nclustered += 1
             ensemble = stages.region_ensemble(stages.region_forward(codes, i, j), codes, i, j)
+            result.flags |= int(ensemble.flags)
             n2sc[i:j + 1] = ensemble.n2sc
             last_j2 = 0
             for i2, j2 in np.asarray(ensemble.envelopes).tolist():
                 if i2 <= last_j2:
                     result.noverlaps += 1
                 result.nenvelopes += 1
-                domain = _rescore(stages, codes, i2, j2, True, n2sc)
+                domain, flags = _rescore(stages, codes, i2, j2, True, n2sc)
+                result.flags |= flags
                 if domain is not None:
                     result.domains.append(domain)
                     last_j2 = j2
         else:
             result.nenvelopes += 1
-            domain = _rescore(stages, codes, i, j, False, n2sc)
+            domain, flags = _rescore(stages, codes, i, j, False, n2sc)
+            result.flags |= flags
             if domain is not None:
                 result.domains.append(domain)
     return result

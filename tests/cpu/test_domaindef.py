@@ -122,7 +122,7 @@ def _clustered_regions(model, codes):
 def test_stochastic_traces_match_libhmmer(targets):
     """Every one of the 200 traces of the first clustered regions of each model: states, nodes,
     residues and the domain index, on libhmmer's own region Forward matrix."""
-    from hmmgpu.cpu.domaindef import multihit_specials
+    from hmmgpu.cpu.fwdback import special_transitions
     from hmmgpu.cpu.stotrace import stochastic_traces
     from hmmgpu.stages.forward import ForwardTables
 
@@ -134,7 +134,7 @@ def test_stochastic_traces_match_libhmmer(targets):
                 for i, j in _clustered_regions(model, codes)[:1]:
                     matrix, theirs = model.stochastic_traces(codes, i, j)
                     mine = stochastic_traces(matrix.dp[:, 0], matrix.dp[:, 1], matrix.dp[:, 2], matrix.xmx, tables,
-                                             multihit_specials(tables, codes.size))
+                                             special_transitions(tables, codes.size))
                     for t, ((a, da), (b, db)) in enumerate(zip(mine, theirs)):
                         where = (name, target, i, j, t)
                         assert a.st.tobytes() == b.st.tobytes(), where
@@ -173,7 +173,7 @@ def test_define_domains_matches_libhmmer(targets):
     counts = dict(targets=0, regions=0, clustered=0, domains=0)
     for name, (hmm, items) in _by_model(targets).items():
         with HmmerModel(hmm) as model:
-            stages = CpuDomainStages(model, ForwardTables.from_hmmer(model))
+            stages = CpuDomainStages(ForwardTables.from_hmmer(model), model)
             for target, codes in items:
                 where = (name, target)
                 theirs = model.domain_definition(codes)

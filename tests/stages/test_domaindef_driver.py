@@ -61,8 +61,8 @@ class _Stub(DomainStages):
     def rescore_envelope(self, codes, i, j, null2_is_done):
         self.calls.append(("rescore", i, j, null2_is_done))
         if (i, j) in self.failing:
-            return None
-        return Envelope(envsc=F32(i), oasc=F32(j), iali=i + 1, jali=j - 1, trace=None,
+            return Envelope(flags=4, dropped=True)
+        return Envelope(flags=1 if i == 35 else 0, envsc=F32(i), oasc=F32(j), iali=i + 1, jali=j - 1,
                         n2sc=None if null2_is_done else np.full(j - i + 1, F32(0.5)))
 
 
@@ -87,6 +87,7 @@ def test_clustered_region_counters_and_null2():
     assert stub.calls == [("forward", 5, 50), ("ensemble", 5, 50), ("rescore", 10, 30, True),
                           ("rescore", 25, 40, True), ("rescore", 35, 45, True)]
     assert (result.nregions, result.nclustered, result.nenvelopes, result.noverlaps, result.ndom) == (1, 1, 3, 1, 2)
+    assert result.flags == 5  # the dropped envelope's flags count too
     expected = np.zeros(L + 1, F32)
     expected[5:51] = np.arange(5, 51, dtype=F32) / F32(100)
     assert result.n2sc.tobytes() == expected.tobytes()
