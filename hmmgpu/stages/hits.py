@@ -38,9 +38,10 @@ rounded once where C assigns to a float, and ``log``/``exp`` are glibc's double 
 (:func:`flogsum`). This is some thirty scalar operations per target, so the module needs no
 device and no numba: the GPU and CPU domain definitions both end here.
 
-The serialized records keep HMMER's fields that ``p7_Pipeline`` never sets (a hit's
-``window_length``, ``seqidx`` and ``subseq_start``, a domain's ``iorf``/``jorf``, all
-protein-search-irrelevant and left as malloc found them) at 0, as pyhmmer's states show them.
+The serialized records hold HMMER's fields that ``p7_Pipeline`` never sets in a protein
+search (a hit's ``window_length``, ``seqidx`` and ``subseq_start``, a domain's
+``iorf``/``jorf``) as 0: pyhmmer's states hold whatever malloc left in them, and nothing
+that hmmgpu, pyhmmer or HMMER writes for a protein search reads them.
 """
 from __future__ import annotations
 
