@@ -50,6 +50,11 @@ BIAS_BLOCKS_PER_SM = 4
 FWD_BLOCK = 128
 FWD_SCRATCH_BYTES = 256 << 20
 FWD_MAX_CELLS = 512 << 10
+#: Targets above :data:`FWD_MAX_CELLS` and up to this many cells (residues x model nodes) do
+#: not wait for a batch: the cascade launches them at once, a model's on their own
+#: (:meth:`hmmgpu.gpu.cascade.GpuCascade._queue_gate`), so their long runs overlap the filling
+#: of the next batch instead of lengthening it; larger ones are left to pyhmmer's stage.
+FWD_LONG_MAX_CELLS = 2 << 20
 FWD_STREAMS = 8
 FWD_GATE_TARGETS = 16384
 #: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
