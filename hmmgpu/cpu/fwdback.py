@@ -126,13 +126,12 @@ import numpy as np
 from numba import njit
 
 from hmmgpu.stages.forward import (  # noqa: F401 - the shared parts, re-exported
-    ABSORB, ANY_TINY, DD_EARLY_EXIT_M, FLT_MIN, HOST, RANGE, RESCALE_AT, STATUS_OK, STATUS_RANGE, STATUS_UNSURE,
-    SUBNORMAL, TINY_ROWS, XB, XC, XE, XJ, XN, XSCALE, ForwardTables, forward_score, length_specials, nqf)
+    ABSORB, ANY_TINY, DD_EARLY_EXIT_M, FLT_MIN, HOST, OWN_SCALES_AT, RANGE, RESCALE_AT, STATUS_OK, STATUS_RANGE,
+    STATUS_UNSURE, SUBNORMAL, TINY_ROWS, XB, XC, XE, XJ, XN, XSCALE, ForwardTables, forward_score, length_specials,
+    nqf)
 
 _F0 = np.float32(0.0)
 _F1 = np.float32(1.0)
-#: Backward switches to its own scale factors when ``(double) xB`` exceeds this (not a float).
-OWN_SCALES_AT = 1.0e16
 
 
 # ----------------------------------------------------------------------------------------

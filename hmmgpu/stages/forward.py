@@ -43,6 +43,8 @@ ABSORB = np.float32(2.0 ** -101)
 RESCALE_AT = np.float32(1.0e4)
 #: Models of at least this many nodes stop the D->D carry passes early.
 DD_EARLY_EXIT_M = 100
+#: Backward switches to its own scale factors when ``(double) xB`` exceeds this (not a float).
+OWN_SCALES_AT = 1.0e16
 
 def nqf(M: int) -> int:
     """HMMER's ``p7O_NQF(M)``: float vectors per row."""
@@ -134,5 +136,22 @@ def forward_score(scales, xc, pmove) -> np.float32:
     return np.float32(float(tot) + math.log(last))
 
 
-__all__ = ["ForwardTables", "forward_score", "length_specials", "nqf", "STATUS_OK", "STATUS_RANGE", "STATUS_UNSURE",
-           "RANGE", "SUBNORMAL", "TINY_ROWS", "ANY_TINY", "HOST", "FLT_MIN", "ABSORB", "RESCALE_AT", "DD_EARLY_EXIT_M"]
+def backward_score(rows) -> tuple:
+    """(totscale, score), float32 nats, of the Backward parser from its special-state rows
+    ``rows`` float32 [L+1, 6], formed as ``backward_engine`` forms them: ``totscale`` set to
+    ``f32(log(s_L))`` at row L, then ``f32(totscale + log(s_i))`` for the rescaled rows
+    i = L-1..1 (``s_i > 1``), and the score ``f32(totscale + log(N_0))``, with libm's double
+    ``log``. The score is NaN where N_0 is NaN, 0 or infinite (libhmmer: eslERANGE)."""
+    scale = np.asarray(rows, np.float32)[:, XSCALE]
+    tot = np.float32(math.log(float(scale[-1])))
+    for s in scale[-2:0:-1][scale[-2:0:-1] > 1].tolist():
+        tot = np.float32(float(tot) + math.log(s))
+    xn = float(rows[0][XN])
+    if not (math.isfinite(xn) and xn != 0):
+        return tot, np.float32(math.nan)
+    return tot, np.float32(float(tot) + math.log(xn))
+
+
+__all__ = ["ForwardTables", "forward_score", "backward_score", "length_specials", "nqf", "STATUS_OK", "STATUS_RANGE",
+           "STATUS_UNSURE", "RANGE", "SUBNORMAL", "TINY_ROWS", "ANY_TINY", "HOST", "FLT_MIN", "ABSORB", "RESCALE_AT",
+           "DD_EARLY_EXIT_M", "OWN_SCALES_AT"]

@@ -75,6 +75,70 @@ def check_forward(stage, hmm, db, indices=None) -> dict:
     return report
 
 
+def _equal_rows(got, expected, what: str) -> None:
+    if not np.array_equal(_bits(got), _bits(expected)):
+        bad = np.argwhere(_bits(got) != _bits(expected))[0]
+        raise AssertionError(f"{what}[{bad[0]}][{bad[1]}] {got[tuple(bad)]!r}, libhmmer {expected[tuple(bad)]!r}")
+
+
+def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict:
+    """The stage's Forward and Backward parsers in one batch (``run(..., backward=True)``) on
+    ``indices`` (default: every target) against libhmmer's ``p7_ForwardParser`` and
+    ``p7_BackwardParser``, target by target: both parsers' special-state rows, Backward's
+    status, ``totscale``, score and ``has_own_scales``; and the Backward kernel's flags and
+    host decision against the CPU reference's. Without ``fallback`` the kernel's own rows are
+    checked on every target it ran (flagged ones too: its values are IEEE's, as libhmmer's
+    here) but those libhmmer reports a range error for (NaN rows); with it, libhmmer's
+    recomputed values on the targets the flags leave to it. Raises AssertionError at the
+    first difference."""
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+
+    idx = np.flatnonzero(np.asarray(db.lengths) > 0) if indices is None else np.asarray(indices)
+    with HmmerModel(hmm) as model:
+        got = stage.run(model, idx, backward=True, fallback=fallback)
+        bwd = got.backward
+        tables = ref.ForwardTables.from_hmmer(model)
+        report = dict(n=int(idx.size), host=int(bwd.host.sum()), rescaled=0, range=0, tiny_rows=0, own=0)
+        for j, i in enumerate(idx):
+            codes = db.codes(int(i))
+            what = f"target {int(i)} (L={codes.size}, M={hmm.M})"
+            fstatus, _, fxmx, _ = model.forward_parser(codes)
+            status, score, xmx, totscale, own = model.backward_parser(codes)
+            report["rescaled"] += int((xmx[:, ref.XSCALE] > 1).any())
+            report["range"] += int(status != 0 or fstatus != 0)
+            if not got.on_gpu[j]:
+                report["not_run"] = report.get("not_run", 0) + 1
+                if fallback:
+                    _equal_rows(bwd.rows[j], xmx, f"{what}: Backward xmx")
+                continue
+            mine = ref.backward(tables, codes)
+            if (bwd.flags[j] & ~ref.ANY_TINY) != (mine.flags & ~ref.ANY_TINY):
+                raise AssertionError(f"{what}: Backward kernel flags {bwd.flags[j]}, CPU reference {mine.flags}")
+            if bool(bwd.host[j]) != (mine.needs_host or bool(got.host[j])):
+                raise AssertionError(f"{what}: Backward host {bool(bwd.host[j])}, reference flags {mine.flags} "
+                                     f"{mine.forward_flags}")
+            report["tiny_rows"] += int(bool(bwd.flags[j] & ref.TINY_ROWS))
+            report["own"] += int(bool(bwd.has_own_scales[j]))
+            if bool(bwd.has_own_scales[j]) != own:
+                raise AssertionError(f"{what}: has_own_scales {bool(bwd.has_own_scales[j])}, libhmmer {own}")
+            if status != 0 or fstatus != 0:
+                if not (fallback or bwd.host[j]):
+                    raise AssertionError(f"{what}: libhmmer's range error not left to it")
+                if not fallback:
+                    continue
+            _equal_rows(got.rows[j], fxmx, f"{what}: Forward xmx")
+            _equal_rows(bwd.rows[j], xmx, f"{what}: Backward xmx")
+            if bwd.host[j] and not fallback:
+                continue
+            if bwd.status[j] != status or _bits(bwd.totscale[j]) != _bits(totscale):
+                raise AssertionError(f"{what}: status {bwd.status[j]}, totscale {bwd.totscale[j]!r}; libhmmer "
+                                     f"{status}, {totscale!r}")
+            if status == 0 and _bits(bwd.scores[j]) != _bits(score):
+                raise AssertionError(f"{what}: Backward score {bwd.scores[j]!r}, libhmmer {score!r}")
+    return report
+
+
 def fwd_case(M: int, seed: int, n_random: int = 2, max_len: int = 12, homolog: int = 0, stops: bool = False):
     """A sampled model and short targets: random ones, degenerate and missing-data codes, a
     lone residue, with ``homolog`` > 0 a run of each node's best residue that long (the rows
@@ -173,6 +237,117 @@ def simulator_fwd_checks():
     if report.get("not_run", 0) < 1 or report["host"] < 3:
         raise AssertionError(f"a target above max_cells was not left to libhmmer: {report}")
     out.append(("M18, a costly target to the host", report))
+    return out
+
+
+def check_backward_batch(stage, hmms, db) -> dict:
+    """Several models' targets in one batch with the Backward parser: each model's Forward and
+    Backward rows, Backward's ``totscale`` and score against libhmmer's, bit for bit, where
+    the kernels gave them; every target of every model is asked for."""
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.gpu.fwdback.launch import ForwardJob
+    from hmmgpu.stages.forward import ForwardTables
+
+    idx = np.flatnonzero(np.asarray(db.lengths) > 0)
+    models = [HmmerModel(hmm) for hmm in hmms]
+    try:
+        batch = stage.launch([ForwardJob(ForwardTables.from_hmmer(model), idx) for model in models], backward=True)
+        report = dict(models=len(hmms), n=0, host=0, launches=len(batch._launches))
+        for hmm, model, got in zip(hmms, models, batch.results()):
+            bwd = got.backward
+            for j, i in enumerate(idx):
+                codes = db.codes(int(i))
+                if bwd.host[j]:
+                    report["host"] += 1
+                    continue
+                what = f"target {int(i)}, M={hmm.M}"
+                _equal_rows(got.rows[j], model.forward_parser(codes)[2], f"{what}: Forward xmx")
+                status, score, xmx, totscale, own = model.backward_parser(codes)
+                _equal_rows(bwd.rows[j], xmx, f"{what}: Backward xmx")
+                if status != 0 or _bits(bwd.scores[j]) != _bits(score) or _bits(bwd.totscale[j]) != _bits(totscale):
+                    raise AssertionError(f"{what}: batch score {bwd.scores[j]!r}, libhmmer {score!r} (status {status})")
+                report["n"] += 1
+    finally:
+        for model in models:
+            model.close()
+    return report
+
+
+def check_own_scales(M: int = 18, seed: int = 2, length: int = 160) -> dict:
+    """``has_own_scales``, which real targets never reach with Forward's scale factors: the
+    Backward kernel alone (one group, rows in global scratch) on a homolog of sampled model
+    ``(M, seed)`` whose Forward rows are libhmmer's with every scale factor set to 1 but one,
+    so that Backward's B passes 1e16 and the target switches to its own scale factors; its
+    rows, flags and switch against the CPU reference's, which follows HMMER's source (libhmmer
+    cannot be given such rows)."""
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.gpu.fwdback.backward_source import ARGS, BwdSpec
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.kargs import arguments
+    from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock
+    from hmmgpu.formats.seqdb import SequenceDB
+
+    hmm = sampled_hmm(M, seed)
+    with HmmerModel(hmm) as model:
+        tables = ref.ForwardTables.from_hmmer(model)
+    k = np.arange(M)
+    codes = np.resize(tables.rfv[:20, k % tables.Q, k // tables.Q].argmax(axis=0), length).astype(np.uint8)
+    abc = Alphabet.amino()
+    db = SequenceDB.from_block(DigitalSequenceBlock(abc, [DigitalSequence(abc, name=b"h", sequence=codes)]))
+    fwd = ref.parse(tables, codes)
+    fwd.xmx[:, ref.XSCALE] = 1
+    fwd.xmx[length // 2, ref.XSCALE] = np.float32(3e4)
+    mine = ref.backward(tables, codes, fwd)
+    if not mine.has_own_scales:
+        raise AssertionError("the synthetic Forward rows did not make Backward switch to its own scale factors")
+    stage = forward_stage(db)
+    rt, chunk = stage.device.runtime, next(iter(stage.resident.chunks()))
+    with stage.device.activate():
+        out = dict(out_flags=rt.device_array(1, np.int32), out_own=rt.device_array(1, np.int32),
+                   out_rows=rt.device_array(6 * (length + 1), np.float32))
+        args = arguments(
+            ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
+            items=rt.to_device(np.zeros(1, np.int32)), item_model=rt.to_device(np.zeros(1, np.int32)), n_items=1,
+            counters=rt.to_device(np.zeros(1, np.int32)), rfv=rt.to_device(tables.rfv.reshape(-1)),
+            tfv=rt.to_device(tables.tfv.reshape(-1)), model_q=rt.to_device(np.array([tables.Q], np.int32)),
+            model_rfv=rt.to_device(np.zeros(1, np.int64)), model_tfv=rt.to_device(np.zeros(1, np.int64)),
+            model_f=rt.to_device(np.array([tables.xe_move, tables.xe_loop, tables.tbm_min], np.float32)),
+            pmove_by_length=stage._pmove_dev, ploop_by_length=stage._ploop_dev,
+            scratch=rt.device_array(3 * tables.Q * 4, np.float32), n_threads=4,
+            row_base=rt.to_device(np.zeros(1, np.int64)), fwd_rows=rt.to_device(fwd.xmx.reshape(-1)), **out)
+        build.load(BwdSpec("global"), stage.device)[1, 4, rt.stream(), 0](*args)
+        flags, own = int(out["out_flags"].copy_to_host()[0]), bool(out["out_own"].copy_to_host()[0])
+        rows = out["out_rows"].copy_to_host().reshape(length + 1, 6)
+    if (flags & ~ref.ANY_TINY) != (mine.flags & ~ref.ANY_TINY) or not own:
+        raise AssertionError(f"kernel flags {flags}, own scales {own}; CPU reference {mine.flags}, True")
+    if not np.array_equal(_bits(rows), _bits(mine.xmx)):
+        bad = np.argwhere(_bits(rows) != _bits(mine.xmx))[0]
+        raise AssertionError(f"xmx[{bad[0]}][{bad[1]}] {rows[tuple(bad)]!r}, CPU reference {mine.xmx[tuple(bad)]!r}")
+    own_rows = int((rows[1:length, ref.XSCALE] != fwd.xmx[1:length, ref.XSCALE]).sum())
+    return dict(L=length, own_scales=own, rows_own_scale=own_rows, flags=flags)
+
+
+def simulator_bwd_checks():
+    """The Backward kernel under the simulator, after the Forward kernel in the same batch: a
+    model with M < 100 and one with M >= 100, padding lanes in both, rows that rescale, a range
+    error, a subnormal flag, libhmmer's fallback; rows in shared memory and in global scratch,
+    several targets per group and several chunks; two models in one batch; KR (M = 262) with
+    two real homologs, one rescaled 14 times with a subnormal C (TINY_ROWS)."""
+    out = []
+    hmm, db = fwd_case(18, 2, n_random=2, homolog=40, stops=True)
+    out.append(("M18 shared", check_backward(forward_stage(db), hmm, db)))
+    stage = forward_stage(db, max_bytes=200, storage="global", scratch_bytes=12 * 5 * 4)
+    report = check_backward(stage, hmm, db, fallback=True)
+    if stage.last["groups"] != 1 or stage.last["storage"] != "global" or stage.resident.n_chunks < 2:
+        raise AssertionError(f"expected one group with its rows in global memory, several chunks: {stage.last}")
+    out.append(("M18 global, one group, chunked, fallback", report))
+    hmm101, db101 = fwd_case(101, 5, n_random=1, max_len=6, homolog=20)
+    out.append(("M101", check_backward(forward_stage(db101), hmm101, db101)))
+    out.append(("M18 + M101 in one batch", check_backward_batch(forward_stage(db101), [hmm, hmm101], db101)))
+    hmm, db = real_case("KR", [261, 9])
+    out.append(("KR", check_backward(forward_stage(db), hmm, db)))
+    out.append(("own scales", check_own_scales()))
     return out
 
 

@@ -196,17 +196,30 @@ def test_cpu_reference_equals_libhmmer_homolog_fragments(proteome, seed, start, 
 # ------------------------------------------------------------------------------------------
 # the kernel
 # ------------------------------------------------------------------------------------------
-_FLOAT_ARRAYS = {"row", "model_f", "tfv", "rfv", "pmove_by_length", "ploop_by_length", "out_rows", "out_scales", "out_xc"}
+_FLOAT_ARRAYS = {"row", "model_f", "tfv", "rfv", "pmove_by_length", "ploop_by_length", "out_rows", "out_scales", "out_xc",
+                 "fwd_rows"}
 
 
+#: Float values each parser kernel must be seen to compute (the check below found them).
+_KERNEL_FLOATS = {
+    "forward": {"sv", "xE", "xN", "xC", "xJ", "xB", "mpv", "dcv", "xEv", "l0", "l3", "shifted", "pmove", "d", "s"},
+    "backward": {"xE", "xN", "xC", "xJ", "xB", "mpv", "dcv", "dpv", "xBv", "l0", "l3", "s01", "shifted", "pmove",
+                 "tmmv", "ipv", "iv", "mcv", "rcp", "scale", "d", "s", "pm"},
+}
+
+
+@pytest.mark.parametrize("kernel_name", ["forward", "backward"])
 @pytest.mark.parametrize("storage", ["shared", "global"])
-def test_kernel_source_rounds_every_float_operation(storage):
-    """In the generated kernel no float value meets a plain ``*``, ``+``, ``-`` or ``/`` (which
-    numba-cuda would be free to contract into a fused multiply-add): every float operation goes
-    through fmul/fadd/fdiv (``__f*_rn``). The GPU test checks the PTX itself."""
+def test_kernel_source_rounds_every_float_operation(storage, kernel_name):
+    """In the generated parser kernels (Forward, Backward) no float value meets a plain ``*``,
+    ``+``, ``-`` or ``/`` (which numba-cuda would be free to contract into a fused multiply-add):
+    every float operation goes through fmul/fadd/fdiv (``__f*_rn``). The GPU tests check the
+    PTX itself."""
+    from hmmgpu.gpu.fwdback.backward_source import BwdSpec
     from hmmgpu.gpu.fwdback.source import FwdSpec
 
-    tree = ast.parse(FwdSpec(storage).source("cuda"))
+    spec = (FwdSpec if kernel_name == "forward" else BwdSpec)(storage)
+    tree = ast.parse(spec.source("cuda"))
     kernel = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel")
     floats = {"xe_move", "xe_loop", "tbm_min", "F0", "F1", "FMIN", "ABSORB", "RESCALE_AT"}
     for node in ast.walk(kernel):  # names bound to float values: results of fmul/fadd/fdiv, float reads
@@ -219,8 +232,7 @@ def test_kernel_source_rounds_every_float_operation(storage):
                     isinstance(v, ast.Subscript) and getattr(v.value, "id", "") in _FLOAT_ARRAYS) or (
                     isinstance(v, ast.Name) and v.id in floats) or shuffled or chosen:
                 floats.add(node.targets[0].id)
-    assert {"sv", "xE", "xN", "xC", "xJ", "xB", "mpv", "dcv", "xEv", "l0", "l3", "shifted", "pmove", "d",
-            "s"} <= floats
+    assert _KERNEL_FLOATS[kernel_name] <= floats, _KERNEL_FLOATS[kernel_name] - floats
     arithmetic = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 
     def is_float(side) -> bool:
@@ -239,7 +251,7 @@ def test_kernel_source_rounds_every_float_operation(storage):
             assert not any(is_float(side) for side in operands), ast.unparse(node)
             checked += 1
     assert checked > 50  # the integer index arithmetic
-    assert "fma" not in FwdSpec(storage).source("cuda")
+    assert "fma" not in spec.source("cuda")
 
 
 def test_kernel_exact_under_simulator(tmp_path):

@@ -24,6 +24,14 @@ GPU: :meth:`ForwardStage.run` computes them with libhmmer's ``p7_ForwardParser``
 F3 gate of the cascade (:mod:`hmmgpu.gpu.cascade`) they are left undecided
 (:data:`STATUS_UNSURE`) and pyhmmer's stage decides them itself.
 
+For the F3 passers, which ``p7_Pipeline`` hands to domain definition, the same batch runs the
+Backward parser too (``launch(jobs, backward=True)``): the Forward kernel writes its rows on the
+device, the Backward kernel (:mod:`.backward_source`) runs after it on the same stream with the
+same items and reads Forward's scale factors from them, and :meth:`ForwardBatch.results` returns
+both parsers' special-state rows, Backward's ``totscale``, score and ``has_own_scales``
+(:class:`BackwardResults`): what ``p7_DomainDecoding`` reads. The Forward gate asks for neither
+rows nor Backward, and its launches are unchanged.
+
 The stage imports no numba (the GPU process runs it from exported kernels).
 """
 from __future__ import annotations
@@ -37,6 +45,8 @@ from hmmgpu.stages import forward as ref
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.gpu.fwdback.source import ARGS, SCRATCH_PER_Q, FwdSpec
+from hmmgpu.gpu.fwdback.backward_source import ARGS as BWD_ARGS
+from hmmgpu.gpu.fwdback.backward_source import BwdSpec
 
 #: Status of a target: libhmmer's (OK, or RANGE: the final C is NaN, 0 or infinite), or, when
 #: the stage runs without libhmmer's fallback, UNSURE (a target it would recompute; no score).
@@ -45,6 +55,20 @@ STATUS_OK, STATUS_RANGE, STATUS_UNSURE = ref.STATUS_OK, ref.STATUS_RANGE, ref.ST
 GROUP = 4
 #: Threads of a block of the shared-memory kernel (one warp, eight targets: its rows are 32 x 3 Q floats).
 SHARED_BLOCK = 32
+
+
+@dataclass
+class BackwardResults:
+    """The Backward parser (after the Forward parser) of one model on the targets of a
+    :class:`ForwardResults`, in the same order."""
+
+    status: np.ndarray  #: int32: STATUS_OK, STATUS_RANGE (libhmmer's eslERANGE) or STATUS_UNSURE (no fallback)
+    scores: np.ndarray  #: float32 nats (NaN unless the status is OK; p7_Pipeline does not read it)
+    totscale: np.ndarray  #: float32: the sum of the logs of the scale factors, as backward_engine forms it
+    has_own_scales: np.ndarray  #: bool: the target switched to Backward's own scale factors
+    flags: np.ndarray  #: int32: the Backward kernel's flags; all 0 where it did not run
+    host: np.ndarray  #: bool: either pass's flags (or its cost) leave the rows to libhmmer
+    rows: list  #: float32 [L+1, 6] arrays (E N J B C SCALE)
 
 
 @dataclass
@@ -61,6 +85,7 @@ class ForwardResults:
     rows: list | None = None  #: float32 [L+1, 6] arrays (E N J B C SCALE), when asked for
     reason: str | None = None  #: why the whole model ran on libhmmer, or None
     on_gpu: np.ndarray | None = None  #: bool: the kernel ran the target (else: the model's tables or its cost)
+    backward: BackwardResults | None = None  #: the Backward parser's, when asked for
 
 
 @dataclass
@@ -75,8 +100,9 @@ class _Launch:
     """One kernel launch of a batch: its items (indices into the batch's flat target list), the
     device arrays it writes, and where each item's scale factors and rows start in them."""
 
-    def __init__(self, items, outputs, scale_base, row_base):
+    def __init__(self, items, outputs, scale_base, row_base, backward_outputs=None):
         self.items, self.outputs, self.scale_base, self.row_base = items, outputs, scale_base, row_base
+        self.backward_outputs = backward_outputs  #: the Backward kernel's arrays, when it ran
 
 
 class ForwardBatch:
@@ -84,8 +110,9 @@ class ForwardBatch:
     :meth:`results` waits and returns one :class:`ForwardResults` per job, in order (without
     libhmmer's fallback: targets the GPU gave no score are marked in ``host``)."""
 
-    def __init__(self, stage, jobs, job_start, rows, launches, stop, flat, reason, kernel_ms_start=None):
-        self.stage, self.jobs, self.rows = stage, jobs, rows
+    def __init__(self, stage, jobs, job_start, rows, launches, stop, flat, reason, kernel_ms_start=None,
+                 backward=False):
+        self.stage, self.jobs, self.rows, self.backward = stage, jobs, rows, backward
         self._job_start = job_start  #: where each job's targets start in the flat list (and the end)
         self._launches, self._stop = launches, stop
         self._flat = flat  #: per flat target: (database index, length, whether the GPU runs it)
@@ -123,6 +150,7 @@ class ForwardBatch:
         nscale = np.zeros(n, np.int32)
         scales = [np.zeros(0, np.float32)] * n
         out_rows = [None] * n if self.rows else None
+        bwd = dict(flags=np.zeros(n, np.int32), own=np.zeros(n, bool), rows=[None] * n) if self.backward else None
         with stage.device.activate():
             if self._stop is not None:
                 self._stop.synchronize()
@@ -141,10 +169,13 @@ class ForwardBatch:
                     s = int(launch.scale_base[b])
                     scales[j] = got["out_scales"][s:s + int(got["out_nscale"][b])].copy()
                 if self.rows:
-                    flat_rows = launch.outputs["out_rows"].copy_to_host()
-                    for b, j in enumerate(items.tolist()):
-                        s = int(launch.row_base[b])
-                        out_rows[j] = flat_rows[s:s + 6 * int(lengths[j] + 1)].reshape(-1, 6).copy()
+                    _rows_to(out_rows, launch.outputs["out_rows"].copy_to_host(), launch, lengths)
+                if self.backward:
+                    back = {name: launch.backward_outputs[name].copy_to_host() for name in ("out_flags", "out_own",
+                                                                                         "out_rows")}
+                    bwd["flags"][items] = back["out_flags"]
+                    bwd["own"][items] = back["out_own"] != 0
+                    _rows_to(bwd["rows"], back["out_rows"], launch, lengths)
         host = ~on_gpu | ((flags & ref.HOST) != 0)
         last = xc * stage.pmove[lengths]  # float32 products, as forward_engine's xC * xf[C][MOVE]
         host |= ~(last > ref.FLT_MIN)  # a tiny last product: the FTZ mode could matter (never seen)
@@ -153,6 +184,7 @@ class ForwardBatch:
         scores[plain] = np.array([math.log(v) for v in last[plain].astype(np.float64).tolist()], np.float64)
         for j in np.flatnonzero(~host & (nscale > 0)).tolist():
             scores[j] = ref.forward_score(scales[j], xc[j], stage.pmove[int(lengths[j])])
+        backward = self._backward_results(bwd, host) if self.backward else None
         out = []
         start = self._job_start
         for m in range(len(self.jobs)):
@@ -161,8 +193,35 @@ class ForwardBatch:
             out.append(ForwardResults(indices=idx[sl].copy(), status=status, scores=scores[sl].copy(),
                                       flags=flags[sl].copy(), xc=xc[sl].copy(), host=host[sl].copy(),
                                       scales=scales[sl], rows=None if out_rows is None else out_rows[sl],
-                                      reason=self._reason[m], on_gpu=on_gpu[sl].copy()))
+                                      reason=self._reason[m], on_gpu=on_gpu[sl].copy(),
+                                      backward=None if backward is None else backward(sl)))
         return out
+
+    @staticmethod
+    def _backward_results(bwd, forward_host):
+        """The Backward kernel's outputs as :class:`BackwardResults` of a slice of the batch's
+        targets: ``totscale`` and the score formed on the host from the rows
+        (:func:`hmmgpu.stages.forward.backward_score`)."""
+        n = forward_host.size
+        host = forward_host | ((bwd["flags"] & ref.HOST) != 0)
+        totscale = np.zeros(n, np.float32)
+        scores = np.full(n, np.nan, np.float32)
+        for j in np.flatnonzero(~host).tolist():
+            totscale[j], scores[j] = ref.backward_score(bwd["rows"][j])
+        status = np.where(host, STATUS_UNSURE, STATUS_OK).astype(np.int32)
+
+        def results(sl):
+            return BackwardResults(status=status[sl].copy(), scores=scores[sl].copy(), totscale=totscale[sl].copy(),
+                                   has_own_scales=bwd["own"][sl].copy(), flags=bwd["flags"][sl].copy(),
+                                   host=host[sl].copy(), rows=bwd["rows"][sl])
+        return results
+
+
+def _rows_to(out, flat_rows, launch, lengths) -> None:
+    """Each item's special-state rows ``[L+1, 6]`` of a launch's flat row array into ``out``."""
+    for b, j in enumerate(launch.items.tolist()):
+        s = int(launch.row_base[b])
+        out[j] = flat_rows[s:s + 6 * int(lengths[j] + 1)].reshape(-1, 6).copy()
 
 
 class ForwardStage:
@@ -191,8 +250,11 @@ class ForwardStage:
         self.last: dict = {}
 
     # ------------------------------------------------------------ batches
-    def launch(self, jobs, rows: bool = False) -> ForwardBatch:
-        """Start the kernel on every job's targets (asynchronously) and return the batch."""
+    def launch(self, jobs, rows: bool = False, backward: bool = False) -> ForwardBatch:
+        """Start the kernel on every job's targets (asynchronously) and return the batch; with
+        ``rows`` the Forward rows come back too, with ``backward`` (rows implied) the Backward
+        parser runs after the Forward parser on the same targets."""
+        rows = rows or backward
         if any(float(job.tables.nj) != 1.0 for job in jobs):
             raise ValueError("the Forward parser kernel takes multihit models (nj = 1) only")
         counts = [int(np.asarray(job.indices).size) for job in jobs]
@@ -211,9 +273,9 @@ class ForwardStage:
             on_gpu &= lengths * Ms[job_of] <= self.max_cells
         launches, first, last = [], None, None
         if on_gpu.any():
-            launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows)
+            launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows, backward)
         return ForwardBatch(self, jobs, start, rows, launches, last, (idx, lengths, on_gpu), reasons,
-                            kernel_ms_start=first)
+                            kernel_ms_start=first, backward=backward)
 
     def _stream(self):
         """The next of a few streams (batches in flight run at once), and two new events (the
@@ -227,7 +289,7 @@ class ForwardStage:
             return stream, None, None
         return stream, rt.event(), rt.event()
 
-    def _launch(self, jobs, job_of, pos, lengths, Qs, on_gpu, rows) -> tuple:
+    def _launch(self, jobs, job_of, pos, lengths, Qs, on_gpu, rows, backward) -> tuple:
         rt = self.device.runtime
         used = np.flatnonzero(np.bincount(job_of[on_gpu], minlength=len(jobs)))
         slot = np.full(len(jobs), -1, np.int64)
@@ -259,7 +321,7 @@ class ForwardStage:
                     cost = lengths[items] * q_of[items]
                     items = items[np.argsort(-cost, kind="stable")]  # costliest first
                     launches.append(self._launch_one(storage, chunk, stream, items, pos, lengths, q_of, slot[job_of],
-                                                     tables, rows))
+                                                     tables, rows, backward))
                 if not self.resident.resident:  # the next chunk takes this one's place on the device
                     stream.synchronize()
             if stop is not None:
@@ -272,7 +334,8 @@ class ForwardStage:
             return -1
         return int(self.device.smem_per_block_optin - 1024) // (4 * SCRATCH_PER_Q * SHARED_BLOCK)
 
-    def _launch_one(self, storage, chunk, stream, items, pos, lengths, q_of, model_of, tables, rows) -> _Launch:
+    def _launch_one(self, storage, chunk, stream, items, pos, lengths, q_of, model_of, tables, rows,
+                    backward) -> _Launch:
         rt = self.device.runtime
         m = items.size
         L = lengths[items]
@@ -308,22 +371,35 @@ class ForwardStage:
             row_base_dev = rt.to_device(row_base)
         else:
             out["out_rows"], row_base_dev = self._dummy_f32, self._dummy_i64
-        args = arguments(ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
-                         items=rt.to_device((pos[items] - chunk.lo).astype(np.int32)),
-                         item_model=rt.to_device(model_of[items].astype(np.int32)), n_items=m,
-                         counters=rt.to_device(np.zeros(1, np.int32)), pmove_by_length=self._pmove_dev,
-                         ploop_by_length=self._ploop_dev, scratch=scratch, n_threads=n_threads,
-                         scale_base=rt.to_device(scale_base), want_rows=int(bool(rows)), row_base=row_base_dev,
-                         **tables, **out)
+        targets = dict(residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
+                       items=rt.to_device((pos[items] - chunk.lo).astype(np.int32)),
+                       item_model=rt.to_device(model_of[items].astype(np.int32)), n_items=m,
+                       pmove_by_length=self._pmove_dev, ploop_by_length=self._ploop_dev, scratch=scratch,
+                       n_threads=n_threads)
+        args = arguments(ARGS, counters=rt.to_device(np.zeros(1, np.int32)), scale_base=rt.to_device(scale_base),
+                         want_rows=int(bool(rows)), row_base=row_base_dev, **targets, **tables, **out)
         kernel[blocks, block, stream, shared](*args)
+        bwd_out = None
+        if backward:  # on the same stream: it reads the Forward rows just written, and reuses the scratch
+            bwd_out = dict(out_flags=rt.device_array(m, np.int32), out_own=rt.device_array(m, np.int32),
+                           out_rows=rt.device_array(int(6 * (L + 1).sum()), np.float32))
+            bwd_tables = {a.name: tables[a.name] for a in BWD_ARGS if a.name in tables}
+            bwd_args = arguments(BWD_ARGS, counters=rt.to_device(np.zeros(1, np.int32)), row_base=row_base_dev,
+                                 fwd_rows=out["out_rows"], **targets, **bwd_tables, **bwd_out)
+            bwd_kernel = build.load(BwdSpec(storage), self.device)
+            if storage == "shared" and not self.device.simulator and shared > 48 * 1024:
+                bwd_kernel.allow_dynamic_shared(shared)
+            bwd_kernel[blocks, block, stream, shared](*bwd_args)
         self.last = dict(storage=storage, threads=n_threads, groups=n_threads // GROUP, items=m)
-        return _Launch(items, out, scale_base, row_base)
+        return _Launch(items, out, scale_base, row_base, bwd_out)
 
     # ------------------------------------------------------------ one model, with libhmmer's fallback
-    def run(self, model, indices, rows: bool = False, tables=None, fallback: bool = True) -> ForwardResults:
+    def run(self, model, indices, rows: bool = False, tables=None, fallback: bool = True,
+            backward: bool = False) -> ForwardResults:
         """``p7_ForwardParser`` of ``model`` (a :class:`hmmgpu.cpu.hmmerlib.HmmerModel`) on each
         target of ``indices`` (database indices of non-empty targets); with ``rows`` the
-        special-state rows too. The kernel's values are IEEE's (pyhmmer's mode); the targets
+        special-state rows too, with ``backward`` ``p7_BackwardParser`` after it (``got.backward``).
+        The kernel's values are IEEE's (pyhmmer's mode); the targets
         libhmmer recomputes run in the calling thread's floating-point mode (inside
         :func:`hmmgpu.host.flush_to_zero`, hmmsearch's), which for every other target gives
         the same score (:mod:`hmmgpu.cpu.fwdback`, exactness flags).
@@ -335,7 +411,7 @@ class ForwardStage:
         targets left to the host."""
         if tables is None:
             tables = ref.ForwardTables.from_hmmer(model)
-        batch = self.launch([ForwardJob(tables, np.asarray(indices, np.int64))], rows=rows)
+        batch = self.launch([ForwardJob(tables, np.asarray(indices, np.int64))], rows=rows, backward=backward)
         got = batch.results()[0]
         if fallback:
             db = self.resident.db
@@ -343,8 +419,14 @@ class ForwardStage:
                 st, sc, xmx, _ = model.forward_parser(db.codes(int(got.indices[j])))
                 got.status[j], got.scores[j] = st, sc
                 got.scales[j] = xmx[1:, 5][xmx[1:, 5] != 1].copy()
-                if rows:
+                if got.rows is not None:
                     got.rows[j] = xmx
+            if backward:
+                bwd = got.backward
+                for j in np.flatnonzero(bwd.host).tolist():
+                    st, sc, xmx, tot, own = model.backward_parser(db.codes(int(got.indices[j])))
+                    bwd.status[j], bwd.scores[j], bwd.rows[j], bwd.totscale[j], bwd.has_own_scales[j] = (
+                        st, sc, xmx, tot, own)
         self.last = dict(self.last, reason=got.reason, host=int(got.host.sum()), kernel_ms=batch.kernel_ms,
-                         span=batch.span)
+                         span=batch.span, backward_host=int(got.backward.host.sum()) if backward else 0)
         return got

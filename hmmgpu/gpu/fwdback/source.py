@@ -135,12 +135,12 @@ LANES = range(4)
 _BM, _MM, _IM, _DM, _MD, _MI, _II = (4 * t for t in range(7))
 
 
-def _tiny(v: str) -> str:
+def tiny_test(v: str) -> str:
     """The test of a result that flush-to-zero may flush (values here are never negative)."""
     return f"((({v}) > F0) & (({v}) <= FMIN))"
 
 
-def _from_lane(e: Emitter, out: str, v: str, src: str) -> None:
+def from_lane(e: Emitter, out: str, v: str, src: str) -> None:
     """``out`` = the value ``v`` of the group's lane ``src`` (a warp shuffle among its four threads)."""
     e(f"{out} = cuda.shfl_sync(gmask, {v}, base + {src})")
 
@@ -171,7 +171,7 @@ def main_pass(e: Emitter) -> None:
           f"dcv = fmul(sv, tfv[t + {_MD}])",
           f"pmi = fmul(mpv, tfv[t + {_MI}])", f"pii = fmul(ipv, tfv[t + {_II}])",
           "row[I0 + a] = fadd(pmi, pii)",
-          f"bad = bad | {_tiny('sv')} | {_tiny('dcv')} | {_tiny('pmi')} | {_tiny('pii')}")
+          f"bad = bad | {tiny_test('sv')} | {tiny_test('dcv')} | {tiny_test('pmi')} | {tiny_test('pii')}")
 
 
 def _dd_step(e: Emitter, carry_only: bool) -> None:
@@ -180,7 +180,7 @@ def _dd_step(e: Emitter, carry_only: bool) -> None:
     e("a = D0 + q * T + slot", "d = row[a]", "s = fadd(dcv, d)")
     if carry_only:
         e("changed = changed | (s > d)")
-    e(f"bad = bad | ({_tiny('dcv')} & (s != d))", "row[a] = s",
+    e(f"bad = bad | ({tiny_test('dcv')} & (s != d))", "row[a] = s",
       f"dcv = fmul({'dcv' if carry_only else 's'}, tfv[DD + q * 4 + z])")
 
 
@@ -217,7 +217,7 @@ def sum_e(e: Emitter) -> None:
     with e.block("for q in range(QQ):"):
         e("xEv = fadd(row[D0 + q * T + slot], xEv)")
     for k in LANES:
-        _from_lane(e, f"l{k}", "xEv", str(k))
+        from_lane(e, f"l{k}", "xEv", str(k))
     e("xE = fadd(fadd(l0, l1), fadd(l2, l3))")
     with e.block("if math.isinf(xE) or math.isnan(xE):"):
         e("flags |= RANGE")
@@ -230,8 +230,8 @@ def update_specials(e: Emitter) -> None:
       "pc = fmul(xC, ploop)", "pe = fmul(xE, xe_move)", "xC = fadd(pc, pe)",
       "pj = fmul(xJ, ploop)", "pl = fmul(xE, xe_loop)", "xJ = fadd(pj, pl)",
       "pjm = fmul(xJ, pmove)", "pnm = fmul(xN, pmove)", "xB = fadd(pjm, pnm)")
-    checks = " | ".join(_tiny(v) for v in ("pc", "pe", "pj", "pl", "pjm"))
-    with e.block(f"if {checks} | ({_tiny('pnm')} & (xB != pjm)):"):
+    checks = " | ".join(tiny_test(v) for v in ("pc", "pe", "pj", "pl", "pjm"))
+    with e.block(f"if {checks} | ({tiny_test('pnm')} & (xB != pjm)):"):
         e("flags |= SUBNORMAL")
 
 
@@ -240,61 +240,76 @@ def rescale_row(e: Emitter) -> None:
     e("# rescale_row", "scale = F1")
     with e.block("if xE > RESCALE_AT:"):
         e("xN = fdiv(xN, xE)", "xC = fdiv(xC, xE)", "xJ = fdiv(xJ, xE)", "xB = fdiv(xB, xE)", "rcp = fdiv(F1, xE)",
-          "bad = " + " | ".join(_tiny(v) for v in ("xC", "xJ", "xB", "rcp")))
+          "bad = " + " | ".join(tiny_test(v) for v in ("xC", "xJ", "xB", "rcp")))
         with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
-            e("a = c * T + slot", "v = fmul(row[a], rcp)", "row[a] = v", f"bad = bad | {_tiny('v')}")
+            e("a = c * T + slot", "v = fmul(row[a], rcp)", "row[a] = v", f"bad = bad | {tiny_test('v')}")
         with e.block("if bad:"):
             e("flags |= SUBNORMAL")
         with e.block("if z == 0:"):
             e("out_scales[sb + nscale] = xE")
         e("nscale += 1", "scale = xE", "xE = F1")
-    with e.block("if " + " | ".join(_tiny(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
+    with e.block("if " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
         e("flags |= TINY_ROWS")
     with e.block("if want_rows != 0 and z == 0:"):
-        _store_row(e, "i", "scale")
+        store_specials(e, "i", "scale")
 
 
-def _store_row(e: Emitter, i: str, scale: str) -> None:
+def store_specials(e: Emitter, i: str, scale: str) -> None:
+    """Lane 0's store of special-state row ``i`` (E N J B C SCALE) at ``out_rows[rb + 6 i]``."""
     e(f"o = rb + 6 * {i}", "out_rows[o] = xE", "out_rows[o + 1] = xN", "out_rows[o + 2] = xJ",
       "out_rows[o + 3] = xB", "out_rows[o + 4] = xC", f"out_rows[o + 5] = {scale}")
 
 
-def kernel_body(spec: "FwdSpec") -> str:
-    """The kernel's body (the lines under its ``def``)."""
-    e = Emitter()
+def group_head(e: Emitter, storage: str) -> None:
+    """The opening of a parser kernel: the thread's group of four and its lane ``z``, and where
+    its row lives (``row``: cell c of thread ``slot`` at ``c * T + slot``)."""
     e("tid = cuda.grid(1)")
     with e.block("if tid >= n_threads:"):
         e("return")
     e("lane = int32(cuda.threadIdx.x & 31)  # a group of four threads runs a target: thread z its lane z",
       "z = lane & 3", "base = lane - z", "gmask = u32(15) << u32(base)")
-    if spec.storage == "shared":
+    if storage == "shared":
         e("row = cuda.shared.array(0, float32)  # the block's rows: cell c of thread t at c * T + t",
           "T = np.int64(cuda.blockDim.x)", "slot = np.int64(cuda.threadIdx.x)")
     else:
         e("row = scratch  # the launch's rows: cell c of thread t at c * T + t",
           "T = np.int64(n_threads)", "slot = np.int64(tid)")
+
+
+def claim_target(e: Emitter) -> None:
+    """The head of a parser kernel's work loop (inside ``while True:``): lane 0 takes the next
+    item ``k`` from the atomic counter, the group reads its target and its model's tables, and
+    clears its row."""
+    e("k = int32(0)")
+    with e.block("if z == 0:"):
+        e("k = cuda.atomic.add(counters, 0, 1)")
+    from_lane(e, "k", "k", "0")
+    with e.block("if k >= n_items:"):
+        e("break")
+    e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
+      "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
+      "m = item_model[k]", "QQ = np.int64(model_q[m])",
+      "rb0 = model_rfv[m]", "tb = model_tfv[m]",
+      "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]",
+      "D0 = QQ * T  # the lane's D cells, after its M cells",
+      "I0 = 2 * QQ * T  # and its I cells",
+      "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others")
+    with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
+        e("row[c * T + slot] = F0")
+
+
+def kernel_body(spec: "FwdSpec") -> str:
+    """The kernel's body (the lines under its ``def``)."""
+    e = Emitter()
+    group_head(e, spec.storage)
     with e.block("while True:"):
-        e("k = int32(0)")
-        with e.block("if z == 0:"):
-            e("k = cuda.atomic.add(counters, 0, 1)")
-        _from_lane(e, "k", "k", "0")
-        with e.block("if k >= n_items:"):
-            e("break")
-        e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
-          "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
-          "m = item_model[k]", "QQ = np.int64(model_q[m])", "M = model_m[m]",
-          "rb0 = model_rfv[m]", "tb = model_tfv[m]",
-          "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]", "tbm_min = model_f[3 * m + 2]",
-          "D0 = QQ * T  # the lane's D cells, after its M cells",
-          "I0 = 2 * QQ * T  # and its I cells",
-          "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others")
-        with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
-            e("row[c * T + slot] = F0")
-        e("xE = F0", "xN = F1", "xJ = F0", "xB = pmove", "xC = F0", "flags = int32(0)", "nscale = 0",
+        claim_target(e)
+        e("M = model_m[m]", "tbm_min = model_f[3 * m + 2]",
+          "xE = F0", "xN = F1", "xJ = F0", "xB = pmove", "xC = F0", "flags = int32(0)", "nscale = 0",
           "sb = scale_base[k]", "rb = np.int64(0)")
         with e.block("if want_rows != 0 and z == 0:"):
             e("rb = row_base[k]")
-            _store_row(e, "0", "F1")
+            store_specials(e, "0", "F1")
         e("w = u32(0)")
         with e.block("for i in range(1, L + 1):"):
             e("j = i - 1")
@@ -330,9 +345,14 @@ class FwdSpec:
         return f"fwdback_parser_v3_{self.storage}"
 
     def source(self, binding: str) -> str:
-        return kernel_module(
-            "Forward parser kernel (HMMER's p7_ForwardParser).", binding, ARGS, kernel_body(self),
-            "import math", "from numba import float32", "from hmmgpu.gpu import bias as _bias",
+        return kernel_module("Forward parser kernel (HMMER's p7_ForwardParser).", binding, ARGS, kernel_body(self),
+                             *module_lines(binding))
+
+
+def module_lines(binding: str) -> tuple:
+    """The imports and constants of a parser kernel's module: the explicitly rounded float
+    operations (``fmul``, ``fadd``, ``fdiv``), the flags, and HMMER's thresholds."""
+    return ("import math", "from numba import float32", "from hmmgpu.gpu import bias as _bias",
             f"_F = _bias.float_helpers({binding!r})", "fmul = _F.fmul; fadd = _F.fadd; fdiv = _F.fdiv",
             f"RANGE = {RANGE}; SUBNORMAL = {SUBNORMAL}; TINY_ROWS = {TINY_ROWS}",
             "F0 = np.float32(0.0); F1 = np.float32(1.0)",

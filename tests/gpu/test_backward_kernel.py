@@ -1,0 +1,103 @@
+"""The Backward parser kernel (hmmgpu.gpu.fwdback.backward_source), run after the Forward parser
+kernel in one batch (``ForwardStage.launch(..., backward=True)``), bit for bit against HMMER's own
+``p7_ForwardParser`` and ``p7_BackwardParser`` (libhmmer through hmmgpu.cpu.hmmerlib) and the
+lane-exact CPU reference (``hmmgpu.cpu.fwdback.backward``): under numba's CUDA simulator, and on a
+GPU (``pytest -m gpu``). The float-rounding check of its source is in test_fwdback.py."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hmmgpu.cpu import fwdback as ref
+from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
+from hmmgpu.stages.forward import backward_score
+from tests.helpers import MODEL_NAMES, bits, sample_hmm
+
+pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_backward_score_from_rows_equals_libhmmer():
+    """The host's ``totscale`` and score from Backward's rows (:func:`backward_score`, what the
+    kernel's batch returns) equal libhmmer's: rescaled rows, a lone residue, degenerate codes,
+    a range error (NaN score) and two real homologs of KR rescaled up to 14 times."""
+    from tests.gpu.fwdback_checks import fwd_case, real_case
+
+    cases = [fwd_case(18, 2, n_random=4, max_len=60, homolog=80, stops=True), real_case("KR", [261, 9])]
+    rescaled = 0
+    for hmm, db in cases:
+        with HmmerModel(hmm) as model:
+            tables = ref.ForwardTables.from_hmmer(model)
+            for i in range(db.n):
+                codes = db.codes(i)
+                status, score, xmx, totscale, _ = model.backward_parser(codes)
+                tot, sc = backward_score(ref.backward(tables, codes).xmx)
+                assert bits(tot) == bits(totscale), i
+                assert bits(sc) == bits(score) if status == 0 else np.isnan(sc), i
+                rescaled += int((xmx[1:, ref.XSCALE] > 1).sum() > 1)
+    assert rescaled >= 2
+
+
+def test_backward_kernel_exact_under_simulator(tmp_path):
+    """The Backward kernel under numba's CUDA simulator (tests/gpu/fwdback_checks.py): sampled
+    models with M = 18 and 101 and KR (M = 262) with two real homologs; both parsers' rows,
+    Backward's totscale, score and has_own_scales equal libhmmer's, its flags the CPU
+    reference's; rescaling, a range error, a subnormal flag and libhmmer's fallback, rows in
+    shared and in global memory, one group running every target, several chunks, two models
+    in one batch, and a target switched to its own scale factors."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "fwdback_checks.py"), "simulator_bwd_checks"],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
+    rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
+    assert set(rows) == {"M18 shared", "M18 global, one group, chunked, fallback", "M101", "M18 + M101 in one batch",
+                         "KR", "own scales"}, p.stdout
+    assert rows["M18 shared"] == dict(n=7, host=2, rescaled=1, range=1, tiny_rows=0, own=0)
+    assert rows["M18 global, one group, chunked, fallback"] == rows["M18 shared"]
+    assert rows["M101"] == dict(n=4, host=0, rescaled=1, range=0, tiny_rows=0, own=0)
+    assert rows["M18 + M101 in one batch"] == dict(models=2, n=8, host=0, launches=1)
+    assert rows["KR"] == dict(n=2, host=0, rescaled=2, range=0, tiny_rows=1, own=0)
+    own = rows["own scales"]
+    assert own["own_scales"] and own["rows_own_scale"] >= 2 and own["flags"] == 0
+
+
+@pytest.mark.gpu
+def test_backward_kernel_exact_on_gpu(proteome):
+    """On a GPU: the four pfam_samples models against every target of the sample proteome
+    (2,100 real proteins: both parsers' rows, Backward's totscale, score and has_own_scales
+    equal libhmmer's, its flags the CPU reference's), sampled models from M = 1 to 2600 with
+    short targets, rows in global memory on a chunked database, and the switch to Backward's
+    own scale factors. The kernel's PTX holds no fused multiply-add and no flush-to-zero
+    operation."""
+    from hmmgpu.gpu.fwdback.backward_source import BwdSpec
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.context import cuda_available
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from tests.gpu.fwdback_checks import check_backward, check_own_scales, forward_stage, fwd_case
+
+    if not cuda_available():
+        pytest.skip("no CUDA GPU")
+    device = GpuDevice.open(0)
+    for storage in ("shared", "global"):
+        ptx = build.numba_kernel(BwdSpec(storage), device.lane_binding).inspect_asm()
+        ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
+        assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx
+        assert "fma." not in ptx and ".ftz" not in ptx
+    stage = forward_stage(proteome, max_cells=1 << 40)
+    for name in MODEL_NAMES:
+        report = check_backward(stage, sample_hmm(name), proteome)
+        print(name, report)
+        assert report["n"] == proteome.n and report["host"] == 0 and "not_run" not in report
+        assert report["rescaled"] >= (0 if name == "Thioesterase" else 1)
+    for M, seed in ((1, 1), (2, 2), (5, 3), (99, 4), (100, 5), (400, 6), (2600, 7)):
+        hmm, db = fwd_case(M, seed, n_random=30, max_len=400, homolog=3 * M, stops=True)
+        print(M, check_backward(forward_stage(db), hmm, db))
+        report = check_backward(forward_stage(db, max_bytes=4000, scratch_bytes=48 * ref.nqf(M) * 3,
+                                              storage="global"), hmm, db, fallback=True)
+        print(M, "chunked", report)
+    print(check_own_scales())
