@@ -32,6 +32,14 @@ average cost seen so far: enough to keep the GPU process's ring of 8 models full
 next ones waiting. A faster device, or one that drew short models, comes back for more
 sooner, so the devices finish together without any static split: at the end each holds at
 most its budget, about 0.3 s of one H100's work for 600 Pfam models against 116 M residues.
+A caller that waits for its models in order keeps :attr:`MultiDeviceBackend.models_in_flight`
+submitted (every device's budget), not one device's ring: hmmscan's narrowing does.
+
+The threads live only while there is work: a device's feeder starts when a model is queued
+and ends when the queue is empty, its collector starts when a model is sent to it and ends
+when every model sent is answered, and a thread a device waits for its start and ends. When
+a search's last model is answered, no thread of this object is left, closed or not (pyhmmer's
+functions leave none, and the API's callers need not close with ``wait=True``).
 
 The same object with one device serves a dask worker's GPU (:func:`~hmmgpu.search.routing.shard_backend`):
 the GPU process takes one submitting and one waiting thread, and the feeder and collector
@@ -55,6 +63,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
+import time
 from collections import deque
 
 from hmmgpu.errors import HmmgpuError, WorkerError
@@ -121,34 +130,58 @@ class MultiDeviceBackend(CascadeBackend):
         self._closed = False
         self._costs = [0.0, 0]  # sum and count of the costs submitted (the budget's average)
         self._answers = {device: queue.Queue() for device in self.members}
-        self._threads = []
+        self._feeding: set = set()      # devices whose feeder runs
+        self._collecting: set = set()   # devices whose collector runs
+        self._starting = set(self.members)   # devices whose start is waited for
         for device in self.members:
-            for role, loop in (("feed", self._feed), ("collect", self._collect)):
-                thread = threading.Thread(target=loop, args=(device,), name=f"hmmgpu-device{device}-{role}",
-                                          daemon=True)
-                thread.start()
-                self._threads.append(thread)
+            threading.Thread(target=self._start, args=(device,), name=f"hmmgpu-device{device}-start",
+                             daemon=True).start()
 
     # ------------------------------------------------------------ each device's threads
-    def _feed(self, device: int) -> None:
-        backend = self.members[device]
+    def _start(self, device: int) -> None:
+        """Wait for the device's backend to start, then let it take models (this thread ends)."""
         try:
-            backend.ready()
+            self.members[device].ready()
         except BaseException as error:  # noqa: BLE001 - the search's error, raised by ready()
             self._fail(error)
+            with self._lock:
+                self._starting.discard(device)
+                self._lock.notify_all()
             return
         with self._lock:
+            self._starting.discard(device)
             self._started.add(device)
+            self._wake_feeders()
             self._lock.notify_all()
+
+    def _wake_feeders(self) -> None:
+        """Start the feeder of every started device that has none while models wait (under the lock)."""
+        if not self._queue or self._closed:
+            return
+        for device in self._started - self._feeding:
+            self._feeding.add(device)
+            threading.Thread(target=self._feed, args=(device,), name=f"hmmgpu-device{device}-feed",
+                             daemon=True).start()
+
+    def _feed(self, device: int) -> None:
+        """Send models from the shared queue to ``device`` while its budget allows; end once the
+        queue is empty (:meth:`submit` starts a feeder again)."""
+        backend = self.members[device]
         while True:
             with self._lock:
-                while not self._closed and not (self._queue and self._has_room(device, self._queue[0].prepared.cost)):
+                while not self._closed and self._queue and not self._has_room(device, self._queue[0].prepared.cost):
                     self._lock.wait()
-                if self._closed:
+                if self._closed or not self._queue:
+                    self._feeding.discard(device)
+                    self._lock.notify_all()
                     return
                 ticket = self._queue.popleft()
                 self._held[device] += ticket.prepared.cost
                 self._sent[device] += 1
+                if device not in self._collecting:
+                    self._collecting.add(device)
+                    threading.Thread(target=self._collect, args=(device,), name=f"hmmgpu-device{device}-collect",
+                                     daemon=True).start()
             ticket.device = device
             try:
                 answer = backend.submit(ticket.prepared.model, ticket.options)
@@ -165,10 +198,20 @@ class MultiDeviceBackend(CascadeBackend):
         return self._sent[device] == 0 or self._held[device] + cost <= budget
 
     def _collect(self, device: int) -> None:
+        """Hand each of ``device``'s answers, in order, to its model's ticket; end once every
+        model sent to it is answered (its feeder starts a collector again)."""
         answers = self._answers[device]
         while True:
+            with self._lock:
+                if not self._sent[device]:
+                    self._collecting.discard(device)
+                    self._lock.notify_all()
+                    return
             item = answers.get()
-            if item is None:
+            if item is None:   # closed
+                with self._lock:
+                    self._collecting.discard(device)
+                    self._lock.notify_all()
                 return
             ticket, answer, error = item
             if error is None:
@@ -242,6 +285,7 @@ class MultiDeviceBackend(CascadeBackend):
             self._costs[0] += model.cost
             self._costs[1] += 1
             self._queue.append(ticket)
+            self._wake_feeders()
             self._lock.notify_all()
         return ticket
 
@@ -250,6 +294,12 @@ class MultiDeviceBackend(CascadeBackend):
         with self._lock:
             unanswered = len(self._queue) + sum(self._sent.values())
         return math.ceil(unanswered / len(self.members))
+
+    @property
+    def models_in_flight(self) -> int:
+        """Models to keep submitted and not yet taken, so that every device stays busy: its
+        budget (:data:`MODELS_AHEAD_PER_DEVICE`) each (hmmscan's narrowing keeps this many)."""
+        return MODELS_AHEAD_PER_DEVICE * len(self.members)
 
     def gpu_seconds(self) -> float:
         """Kernel time summed over the devices."""
@@ -276,11 +326,15 @@ class MultiDeviceBackend(CascadeBackend):
             ticket.finish(error=WorkerError("the search stopped before this model ran"))
         for backend in self.members.values():
             backend.close(wait=wait)
-        for answers in self._answers.values():
-            answers.put(None)
+        with self._lock:
+            collecting = set(self._collecting)
+        for device in collecting:   # (a collector waiting for an answer that will not come)
+            self._answers[device].put(None)
         if wait:
-            for thread in self._threads:
-                thread.join(timeout=10)
+            deadline = time.monotonic() + 10
+            with self._lock:
+                self._lock.wait_for(lambda: not (self._starting or self._feeding or self._collecting),
+                                    max(0.0, deadline - time.monotonic()))
 
 
 __all__ = ["MultiDeviceBackend", "MODELS_AHEAD_PER_DEVICE"]

@@ -55,6 +55,8 @@ from hmmgpu.options import SearchOptions
 
 #: Accounting counters a filter stage may supply for the models it removed.
 FILTER_COUNTERS = ("n_past_msv", "n_past_bias", "n_past_vit", "n_past_fwd")
+#: Models the narrowing keeps submitted to one GPU and not yet collected (its ring's 8 slots).
+NARROWING_WINDOW = 8
 
 
 def _amino():
@@ -235,11 +237,13 @@ class CascadeNarrowing:
     in file order (:meth:`add`), then take the survivors (:meth:`survivors`).
     """
 
-    def __init__(self, sequences, backend, options: SearchOptions, window: int = 8):
+    def __init__(self, sequences, backend, options: SearchOptions, window: int | None = None):
         self.sequences = sequences
         self.backend = backend
         self.options = options
-        self.window = window
+        #: models submitted and not yet collected: one GPU's ring, or every device's budget
+        #: (:attr:`~hmmgpu.search.multidevice.MultiDeviceBackend.models_in_flight`) on several
+        self.window = window or getattr(backend, "models_in_flight", NARROWING_WINDOW)
         self._pending: deque = deque()
         self._models, self._targets = [], []
         self._counts = {name: np.zeros(sequences.n, np.int64) for name in FILTER_COUNTERS[:3]}

@@ -12,6 +12,8 @@ survivors as over one. Errors: ``--devices`` naming a GPU the machine lacks is o
 """
 import shutil
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -102,6 +104,31 @@ def test_scan_narrowing_over_two_devices(tmp_path, two_devices):
         backend.close()
     assert [(list(a.indices), a.counts) for a in ours] == [(list(b.indices), b.counts) for b in ref]
     assert len(ProfileDatabase.read(str(MODELS))) == 4
+    # models in flight per device (each device's budget), not one GPU's ring in all
+    assert narrowed[0].window == 2 * multidevice.MODELS_AHEAD_PER_DEVICE and narrowed[1].window == 8
+
+
+def _device_threads() -> list:
+    return [t.name for t in threading.enumerate() if t.name.startswith("hmmgpu-device")]
+
+
+def test_device_threads_end_with_the_work(two_devices):
+    """The multi-device backend's threads (each device's start, feeder and collector) end when
+    every model is answered, without close(wait=True); new work starts them again."""
+    db = SequenceDB.from_fasta(PROTEOME)
+    options = SearchOptions.from_kwargs(backend="cuda", devices="0,1")
+    backend = routing.select_backend(options.run, db)
+    try:
+        for _ in range(2):
+            tickets = [backend.submit(backend.prepare(model.hmm), options) for model in read_models(str(MODELS))]
+            assert all(ticket.result().survivors.size for ticket in tickets)
+            for _ in range(200):
+                if not _device_threads():
+                    break
+                time.sleep(0.01)
+            assert _device_threads() == []
+    finally:
+        backend.close(wait=False)
 
 
 def _scan_argv(seqs, models) -> list:
