@@ -22,11 +22,14 @@ column, ``totscale`` and ``has_own_scales``; :func:`decode` returns it so too, t
 with libhmmer's matrix as ``rescore_isolated_domain`` leaves it.
 
 Exactness flags (as :mod:`hmmgpu.cpu.fwdback` defines them): the flags of the two matrices
-are carried, and :data:`~hmmgpu.stages.forward.SUBNORMAL` is raised where a product of the
-decoding is tiny (``0 < v <= FLT_MIN``), since under flush-to-zero (hmmsearch's mode, not
-pyhmmer's) that product would be 0 and the posterior could differ, and where a special it
-multiplies is tiny (a TINY_ROWS value, which hmmsearch's parser stored as 0). Unflagged, the
-posterior holds no tiny value and is the same in both modes. In IEEE mode (pyhmmer's,
+are carried. Under flush-to-zero (hmmsearch's mode, not pyhmmer's) a posterior value whose
+products met a tiny factor or result (``0 < v <= FLT_MIN``; a tiny special of the parsers
+is one hmmsearch stored as 0) is 0 (:func:`flushed`): where the IEEE value is itself tiny, only
+that stored value differs (:data:`~hmmgpu.stages.forward.TINY_ROWS`; far from the alignment
+the posterior of a cell is often that small), where it is a normal number the matrix differs
+(:data:`~hmmgpu.stages.forward.SUBNORMAL`, sent to the host); a tiny ``sp`` or row factor is
+SUBNORMAL. The consumers of the posterior decide whether a tiny value matters to them
+(:mod:`hmmgpu.cpu.optacc` checks that each is absorbed where it is added). In IEEE mode (pyhmmer's,
 this reference's, the GPU's) the matrix is bit for bit libhmmer's whatever the flags.
 """
 from __future__ import annotations
@@ -37,10 +40,20 @@ import numpy as np
 from numba import njit
 
 from hmmgpu.cpu.fwdback import (
-    DP_D, DP_I, DP_M, SUBNORMAL, XB, XC, XE, XJ, XN, XSCALE, MatrixResult, StripedMatrix, tiny)
+    DP_D, DP_I, DP_M, SUBNORMAL, TINY_ROWS, XB, XC, XE, XJ, XN, XSCALE, MatrixResult, StripedMatrix, tiny)
 from hmmgpu.stages.forward import STATUS_OK, STATUS_RANGE
 
 _F0 = np.float32(0.0)
+
+
+@njit(cache=True, inline="always")
+def flushed(any_tiny, v) -> int:
+    """The flag of a value ``v`` whose computation met a tiny factor or result (``any_tiny``):
+    under flush-to-zero it is 0, so :data:`TINY_ROWS` where ``v`` is tiny or 0 itself (only the
+    stored value differs), :data:`SUBNORMAL` where it is a normal number."""
+    if not any_tiny and not tiny(v):
+        return 0
+    return TINY_ROWS if (v == _F0 or tiny(v)) else SUBNORMAL
 
 
 @njit(cache=True, error_model="numpy")
@@ -50,10 +63,13 @@ def posterior_rows(fwd_dp, fwd_xmx, bck_dp, bck_xmx, has_own_scales, loop_n, loo
     ``loop_c`` are ``xf[N|J|C][LOOP]``. Returns (the final ``sp``, flags)."""
     L = fwd_dp.shape[0] - 1
     Q = fwd_dp.shape[2]
-    flags = 0
     sp = np.float32(1.0 / np.float64(bck_xmx[0, XN]))
+    flags = SUBNORMAL if tiny(sp) else 0
+    loops = (loop_n, loop_j, loop_c)
     for i in range(1, L + 1):
         t = sp * fwd_xmx[i, XSCALE]
+        if tiny(t):
+            flags |= SUBNORMAL
         for q in range(Q):
             for z in range(4):
                 fb_m = fwd_dp[i, DP_M, q, z] * bck_dp[i, DP_M, q, z]
@@ -63,29 +79,22 @@ def posterior_rows(fwd_dp, fwd_xmx, bck_dp, bck_xmx, has_own_scales, loop_n, loo
                 pp_dp[i, DP_M, q, z] = m
                 pp_dp[i, DP_D, q, z] = _F0
                 pp_dp[i, DP_I, q, z] = ins
-                if tiny(fb_m) or tiny(m) or tiny(fb_i) or tiny(ins):
-                    flags |= SUBNORMAL
+                flags |= flushed(tiny(fb_m), m) | flushed(tiny(fb_i), ins)
         pp_xmx[i, XE] = _F0
-        a = fwd_xmx[i - 1, XN] * bck_xmx[i, XN]
-        b = a * loop_n
-        n = b * sp
-        c = fwd_xmx[i - 1, XJ] * bck_xmx[i, XJ]
-        d = c * loop_j
-        j = d * sp
-        e = fwd_xmx[i - 1, XC] * bck_xmx[i, XC]
-        f = e * loop_c
-        cc = f * sp
-        pp_xmx[i, XN] = n
-        pp_xmx[i, XJ] = j
-        pp_xmx[i, XC] = cc
         pp_xmx[i, XB] = _F0
-        if tiny(t) or tiny(a) or tiny(b) or tiny(n) or tiny(c) or tiny(d) or tiny(j) or tiny(e) or tiny(f) or tiny(cc):
-            flags |= SUBNORMAL
-        for col in (XN, XJ, XC):  # a tiny special (TINY_ROWS) is 0 under FTZ: its product too
-            if tiny(fwd_xmx[i - 1, col]) or tiny(bck_xmx[i, col]):
-                flags |= SUBNORMAL
+        for c in range(3):
+            col = (XN, XJ, XC)[c]
+            f = fwd_xmx[i - 1, col]
+            b = bck_xmx[i, col]
+            a = f * b
+            lp = a * loops[c]
+            v = lp * sp
+            pp_xmx[i, col] = v
+            flags |= flushed(tiny(f) or tiny(b) or tiny(a) or tiny(lp), v)
         if has_own_scales:
             sp = sp * (fwd_xmx[i, XSCALE] / bck_xmx[i, XSCALE])
+            if tiny(sp):
+                flags |= SUBNORMAL
     return sp, flags
 
 
@@ -108,4 +117,4 @@ def decode(forward: MatrixResult, backward: MatrixResult, loop: np.float32) -> t
                                 matrix=posterior)
 
 
-__all__ = ["posterior_rows", "decode"]
+__all__ = ["posterior_rows", "decode", "flushed"]

@@ -21,8 +21,11 @@ unihit ``J = max(J(i-1) + ppJ(i), 0.0)``). :func:`oa_rows` follows that lane for
 ``max`` is SSE's ``maxps(a, b) = a > b ? a : b``, shifts bring in -inf
 (``esl_sse_rightshift_ps``), the D->D passes run four times with no early exit, E is the
 ``esl_sse_hmax_ps`` of the lanes, and every add is one float add. OA's values are sums of
-posterior probabilities and maxima, so where the posterior matrix is exact so is OA: its
-flags are the posterior's.
+posterior probabilities and maxima, with no product: under flush-to-zero they are OA's of the
+posterior with its tiny values set to 0, and they are the same in both modes where every
+tiny posterior added is absorbed by the sum it is added to (:func:`absorbed_add`, else
+SUBNORMAL). The trace's choices compare those values; a tiny posterior it records is 0 under
+flush-to-zero (the posterior's TINY_ROWS).
 
 ``p7_OATrace`` (:func:`oa_trace_states`) walks back from C at row Ld: M's predecessor is
 the first maximum (``esl_vec_FArgMax``, strict ``>``) of M, I, D, B, a path whose
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from hmmgpu.cpu.fwdback import DP_D, DP_I, DP_M, XB, XC, XE, XJ, XN, MatrixResult, StripedMatrix
+from hmmgpu.cpu.fwdback import DP_D, DP_I, DP_M, SUBNORMAL, XB, XC, XE, XJ, XN, MatrixResult, StripedMatrix, tiny
 
 #: HMMER's p7T_ state codes.
 BOGUS, STATE_M, STATE_D, STATE_I, STATE_S, STATE_N, STATE_B, STATE_E, STATE_C, STATE_T, STATE_J, STATE_X = range(12)
@@ -101,11 +104,21 @@ def _rshift_inf(v):
     v[0] = NEG_INF
 
 
+@njit(cache=True, inline="always")
+def absorbed_add(a, pp):
+    """``a + pp`` and its flag: :data:`SUBNORMAL` where a tiny posterior ``pp`` (0 under
+    flush-to-zero) changed the sum."""
+    s = a + pp
+    return s, (SUBNORMAL if tiny(pp) and s != a else 0)
+
+
 @njit(cache=True)
-def oa_main_pass(pp_dp, oa_dp, i, tfv, xB, xEv, dcv):
+def oa_main_pass(pp_dp, oa_dp, i, tfv, xB, xEv, dcv) -> int:
     """Row i's M, the delayed D store, the M->D carry and I over q = 0..Q-1 (optacc.c's first
-    loop); ``xEv`` and ``dcv`` come back holding the lane maxima of M and the last carry."""
+    loop); ``xEv`` and ``dcv`` come back holding the lane maxima of M and the last carry.
+    Returns the flags of the posterior adds."""
     Q = oa_dp.shape[2]
+    flags = 0
     mpv = np.empty(4, np.float32)
     dpv = np.empty(4, np.float32)
     ipv = np.empty(4, np.float32)
@@ -125,7 +138,8 @@ def oa_main_pass(pp_dp, oa_dp, i, tfv, xB, xEv, dcv):
             sv = _max(sv, _masked(tfv[t + 1, z], mpv[z]))
             sv = _max(sv, _masked(tfv[t + 2, z], ipv[z]))
             sv = _max(sv, _masked(tfv[t + 3, z], dpv[z]))
-            sv = sv + pp_dp[i, DP_M, q, z]
+            sv, f = absorbed_add(sv, pp_dp[i, DP_M, q, z])
+            flags |= f
             xEv[z] = _max(xEv[z], sv)
             mpv[z] = oa_dp[i - 1, DP_M, q, z]
             dpv[z] = oa_dp[i - 1, DP_D, q, z]
@@ -135,7 +149,9 @@ def oa_main_pass(pp_dp, oa_dp, i, tfv, xB, xEv, dcv):
             dcv[z] = _masked(tfv[t + 4, z], sv)
             iv = _masked(tfv[t + 5, z], mpv[z])
             iv = _max(iv, _masked(tfv[t + 6, z], ipv[z]))
-            oa_dp[i, DP_I, q, z] = iv + pp_dp[i, DP_I, q, z]
+            oa_dp[i, DP_I, q, z], f = absorbed_add(iv, pp_dp[i, DP_I, q, z])
+            flags |= f
+    return flags
 
 
 @njit(cache=True)
@@ -158,26 +174,35 @@ def oa_dd_passes(oa_dp, i, tfv, dcv):
 
 
 @njit(cache=True)
-def oa_specials(pp_xmx, oa_xmx, i, xf, xE):
-    """Row i's E (given), J, C, N and B (optacc.c's specials)."""
+def _loop_term(oa_xmx, pp_xmx, i, col, t):
+    """``X(i-1) + ppX(i)`` where the loop transition ``t`` exists, else 0.0: (value, flags)."""
+    if t == _F0:
+        return _F0, 0
+    return absorbed_add(oa_xmx[i - 1, col], pp_xmx[i, col])
+
+
+@njit(cache=True)
+def oa_specials(pp_xmx, oa_xmx, i, xf, xE) -> int:
+    """Row i's E (given), J, C, N and B (optacc.c's specials); returns the flags of the adds."""
     oa_xmx[i, XE] = xE
-    t1 = _F0 if xf[XF_J, XF_LOOP] == _F0 else oa_xmx[i - 1, XJ] + pp_xmx[i, XJ]
+    t1, f1 = _loop_term(oa_xmx, pp_xmx, i, XJ, xf[XF_J, XF_LOOP])
     t2 = _F0 if xf[XF_E, XF_LOOP] == _F0 else xE
     oa_xmx[i, XJ] = _max(t1, t2)
-    t1 = _F0 if xf[XF_C, XF_LOOP] == _F0 else oa_xmx[i - 1, XC] + pp_xmx[i, XC]
+    t1, f2 = _loop_term(oa_xmx, pp_xmx, i, XC, xf[XF_C, XF_LOOP])
     t2 = _F0 if xf[XF_E, XF_MOVE] == _F0 else xE
     oa_xmx[i, XC] = _max(t1, t2)
-    oa_xmx[i, XN] = _F0 if xf[XF_N, XF_LOOP] == _F0 else oa_xmx[i - 1, XN] + pp_xmx[i, XN]
+    oa_xmx[i, XN], f3 = _loop_term(oa_xmx, pp_xmx, i, XN, xf[XF_N, XF_LOOP])
     t1 = _F0 if xf[XF_N, XF_MOVE] == _F0 else oa_xmx[i, XN]
     t2 = _F0 if xf[XF_J, XF_MOVE] == _F0 else oa_xmx[i, XJ]
     oa_xmx[i, XB] = _max(t1, t2)
+    return f1 | f2 | f3
 
 
 @njit(cache=True)
 def oa_rows(pp_dp, pp_xmx, tfv, xf, oa_dp, oa_xmx):
     """``p7_OptimalAccuracy`` of a posterior matrix into ``oa_dp`` float32 [Ld+1, 3, Q, 4] and
     ``oa_xmx`` [Ld+1, 6] (SCALE left as given); ``xf`` float32 [4, 2] is the model's special
-    transitions ([E N J C][MOVE LOOP]). Returns ``oasc = C(Ld)``."""
+    transitions ([E N J C][MOVE LOOP]). Returns (``oasc = C(Ld)``, flags)."""
     L = pp_dp.shape[0] - 1
     Q = pp_dp.shape[2]
     xEv = np.empty(4, np.float32)
@@ -192,30 +217,31 @@ def oa_rows(pp_dp, pp_xmx, tfv, xf, oa_dp, oa_xmx):
     oa_xmx[0, XJ] = NEG_INF
     oa_xmx[0, XB] = _F0
     oa_xmx[0, XC] = NEG_INF
+    flags = 0
     for i in range(1, L + 1):
-        oa_main_pass(pp_dp, oa_dp, i, tfv, oa_xmx[i - 1, XB], xEv, dcv)
+        flags |= oa_main_pass(pp_dp, oa_dp, i, tfv, oa_xmx[i - 1, XB], xEv, dcv)
         oa_dd_passes(oa_dp, i, tfv, dcv)
         for q in range(Q):
             for z in range(4):
                 xEv[z] = _max(xEv[z], oa_dp[i, DP_D, q, z])
         h0 = _max(xEv[0], xEv[1])  # esl_sse_hmax_ps: lanes (0, 1) and (2, 3), then the two
         h2 = _max(xEv[2], xEv[3])
-        oa_specials(pp_xmx, oa_xmx, i, xf, _max(h0, h2))
-    return oa_xmx[L, XC]
+        flags |= oa_specials(pp_xmx, oa_xmx, i, xf, _max(h0, h2))
+    return oa_xmx[L, XC], flags
 
 
 def optimal_accuracy(posterior: MatrixResult, tfv, xf) -> tuple:
     """``p7_OptimalAccuracy`` on an envelope's posterior matrix (:func:`hmmgpu.cpu.decoding.decode`)
     with the model's ``tfv`` and special transitions ``xf`` float32 [4, 2] ([E N J C][MOVE
     LOOP], unihit at the full target length): (``oasc`` float32, a :class:`MatrixResult` of
-    the OA matrix, the posterior's flags). Its SCALE column is 0 (HMMER's OA matrix, written
+    the OA matrix, its flags with the posterior's). Its SCALE column is 0 (HMMER's OA matrix, written
     over the Forward matrix, keeps that matrix's SCALE column, which OA does not read)."""
     pp = posterior.matrix
     oa_dp = np.empty_like(pp.dp)
     oa_xmx = np.zeros_like(pp.xmx)
-    oasc = oa_rows(pp.dp, pp.xmx, np.asarray(tfv, np.float32), np.asarray(xf, np.float32), oa_dp, oa_xmx)
+    oasc, flags = oa_rows(pp.dp, pp.xmx, np.asarray(tfv, np.float32), np.asarray(xf, np.float32), oa_dp, oa_xmx)
     oa = StripedMatrix(dp=oa_dp, xmx=oa_xmx, totscale=np.float32(0.0), has_own_scales=False)
-    return np.float32(oasc), MatrixResult(flags=posterior.flags, score=np.float32(np.nan), matrix=oa)
+    return np.float32(oasc), MatrixResult(flags=int(flags) | posterior.flags, score=np.float32(np.nan), matrix=oa)
 
 
 # ----------------------------------------------------------------------------------------
