@@ -3,7 +3,7 @@
 
 :func:`hmmgpu.stages.domaindef.define_domains` runs HMMER's ``p7_domaindef_ByPosteriorHeuristics``
 once for every implementation; an implementation supplies three steps. Here they are the CPU
-references:
+references, serial numba code that does HMMER's float operations lane for lane:
 
 * :meth:`CpuDomainStages.region_forward`: the multihit full-matrix ``p7_Forward`` of a
   region, the length model of the whole target (:func:`hmmgpu.cpu.fwdback.forward_matrix`);
@@ -13,21 +13,18 @@ references:
   ``logf`` (:func:`hmmgpu.cpu.null2.glibc_logf`), the clustering and the domination filter
   (:mod:`hmmgpu.cpu.spensemble`);
 * :meth:`CpuDomainStages.rescore_envelope`: ``rescore_isolated_domain`` (unihit Forward,
-  Backward, decoding, optimal accuracy and its trace, null2 by expectation). Until its CPU
-  reference is in (:mod:`hmmgpu.cpu.envelope`), this step is libhmmer's own, through a
-  :class:`hmmgpu.cpu.hmmerlib.HmmerModel`; the unclustered envelope's ``n2sc`` is the glibc
-  ``logf`` of its ``p7_Null2_ByExpectation`` odds at each residue.
+  Backward, decoding, optimal accuracy and its trace, and for an unclustered envelope null2
+  by expectation and its ``logf``: :func:`hmmgpu.cpu.envelope.rescore_isolated_domain`).
 
-The exactness flags of the references' matrices are passed on (:attr:`DomainDefinition.flags`).
+The exactness flags of every matrix are passed on (:attr:`DomainDefinition.flags`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from hmmgpu.constants import STATUS_OK
+from hmmgpu.cpu.envelope import rescore_isolated_domain
 from hmmgpu.cpu.fwdback import forward_matrix, special_transitions
 from hmmgpu.cpu.null2 import glibc_logf
-from hmmgpu.cpu.optacc import STATE_M
 from hmmgpu.cpu.spensemble import cluster, dominant
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, trace_ensemble
 from hmmgpu.stages.domaindef import DomainStages, Envelope, RegionEnsemble
@@ -40,12 +37,10 @@ F32 = np.float32
 
 class CpuDomainStages(DomainStages):
     """The stage functions of one model: ``tables`` its multihit
-    :class:`~hmmgpu.stages.forward.ForwardTables`, ``model`` a
-    :class:`hmmgpu.cpu.hmmerlib.HmmerModel` of it (envelope rescoring), ``seed`` the pipeline's."""
+    :class:`~hmmgpu.stages.forward.ForwardTables`, ``seed`` the pipeline's."""
 
-    def __init__(self, tables: ForwardTables, model, seed: int = DEFAULT_SEED):
+    def __init__(self, tables: ForwardTables, seed: int = DEFAULT_SEED):
         self.tables = tables
-        self.model = model
         self.seed = int(seed)
 
     def region_forward(self, codes, i, j):
@@ -60,12 +55,9 @@ class CpuDomainStages(DomainStages):
         coords, probs = cluster(ensemble.pairs, ensemble.nsamples)
         return RegionEnsemble(n2sc=n2sc, envelopes=coords[dominant(coords, probs), :2], flags=forward.flags)
 
-    def rescore_envelope(self, codes, i, j, null2_is_done) -> Envelope:
-        out = self.model.envelope(codes, i, j)
-        if out["decoding_status"] != STATUS_OK:
-            return Envelope(dropped=True)
-        trace = out["trace"]
-        aligned = trace.i[trace.st == STATE_M]
-        n2sc = None if null2_is_done else glibc_logf(out["null2"][np.asarray(codes[i - 1:j], np.intp)])
-        return Envelope(envsc=F32(out["envsc"]), oasc=F32(out["oasc"]), iali=int(aligned[0]), jali=int(aligned[-1]),
-                        trace=trace, n2sc=n2sc)
+    def rescore_envelope(self, codes, i, j, null2_is_done, n2sc) -> Envelope:
+        out = rescore_isolated_domain(self.tables, codes, i, j, null2_is_done, n2sc)
+        if out.dropped:
+            return Envelope(flags=out.flags, dropped=True)
+        return Envelope(flags=out.flags, envsc=out.envsc, oasc=out.oasc, iali=out.iali, jali=out.jali,
+                        trace=out.trace, n2sc=out.n2sc)

@@ -43,6 +43,9 @@ The stages receive the target's digital ``codes`` (no sentinels) and use its ful
 """
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -151,22 +154,28 @@ class DomainStages(ABC):
         generator reseeded), their null2 scores and their clusters (§2.3-§2.8)."""
 
     @abstractmethod
-    def rescore_envelope(self, codes, i: int, j: int, null2_is_done: bool) -> Envelope:
-        """``rescore_isolated_domain`` on the envelope ``i..j`` (unihit); ``n2sc`` only if not
-        ``null2_is_done``."""
+    def rescore_envelope(self, codes, i: int, j: int, null2_is_done: bool, n2sc) -> Envelope:
+        """``rescore_isolated_domain`` on the envelope ``i..j`` (unihit). ``n2sc`` float32 [L+1]:
+        the target's null2 scores so far (read only; those of ``i..j`` set when
+        ``null2_is_done``); the envelope's ``n2sc`` is returned only if not ``null2_is_done``."""
+
+
+@functools.lru_cache(maxsize=None)
+def _easel_fsum():
+    """Easel's own ``esl_vec_FSum``, from the libeasel inside the pyhmmer wheel."""
+    import pyhmmer
+
+    easel = ctypes.CDLL(os.path.join(os.path.dirname(pyhmmer.__file__), os.pardir, "pyhmmer.libs",
+                                     "liblibeasel.so"))
+    fn = easel.esl_vec_FSum
+    fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_void_p, ctypes.c_int64]
+    return fn
 
 
 def fsum(values) -> np.float32:
-    """Easel's ``esl_vec_FSum``: the Kahan-compensated float32 sum, in order."""
-    s = F32(0.0)
-    c = F32(0.0)
-    with np.errstate(all="ignore"):
-        for v in np.asarray(values, F32):
-            y = F32(v - c)
-            t = F32(s + y)
-            c = F32(F32(t - s) - y)
-            s = t
-    return s
+    """Easel's ``esl_vec_FSum`` (a Kahan-compensated float32 sum, in order), by Easel itself."""
+    values = np.ascontiguousarray(values, dtype=F32)
+    return F32(_easel_fsum()(values.ctypes.data, values.size))
 
 
 def domain_decoding(fwd_rows, bck_rows, has_own_scales: bool, ploop) -> tuple:
@@ -243,7 +252,7 @@ def _domcorrection(n2sc) -> np.float32:
 
 
 def _rescore(stages, codes, i, j, null2_is_done, n2sc):
-    envelope = stages.rescore_envelope(codes, i, j, null2_is_done)
+    envelope = stages.rescore_envelope(codes, i, j, null2_is_done, n2sc)
     if envelope.dropped:
         return None, int(envelope.flags)
     if not null2_is_done:

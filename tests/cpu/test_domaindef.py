@@ -173,7 +173,7 @@ def test_define_domains_matches_libhmmer(targets):
     counts = dict(targets=0, regions=0, clustered=0, domains=0)
     for name, (hmm, items) in _by_model(targets).items():
         with HmmerModel(hmm) as model:
-            stages = CpuDomainStages(ForwardTables.from_hmmer(model), model)
+            stages = CpuDomainStages(ForwardTables.from_hmmer(model))
             for target, codes in items:
                 where = (name, target)
                 theirs = model.domain_definition(codes)

@@ -58,7 +58,8 @@ class _Stub(DomainStages):
         self.calls.append(("ensemble", i, j))
         return RegionEnsemble(n2sc=np.arange(i, j + 1, dtype=F32) / F32(100), envelopes=self.envelopes)
 
-    def rescore_envelope(self, codes, i, j, null2_is_done):
+    def rescore_envelope(self, codes, i, j, null2_is_done, n2sc):
+        assert n2sc[i:j + 1].any() == null2_is_done  # a clustered region's scores are in before its envelopes
         self.calls.append(("rescore", i, j, null2_is_done))
         if (i, j) in self.failing:
             return Envelope(flags=4, dropped=True)
