@@ -27,11 +27,8 @@ batches: finishing a model's filters (:meth:`Ticket.filtered`) queues its surviv
 queue is launched as one kernel over many models' targets (:meth:`GpuCascade.flush_gates`,
 :class:`~hmmgpu.gpu.fwdback.launch.ForwardBatch`) once it is large enough, on a few streams of its own beside the filter kernels of later models; a model's
 result (:meth:`GateTicket.result`) waits for its batch. One model's survivors alone would
-occupy a few of the GPU's multiprocessors. A group of four threads runs a target, so a batch
-lasts at least as long as its longest target: the long ones (above
-:data:`~hmmgpu.gpu.runtime.tuning.FWD_MAX_CELLS`) are launched at once, a model's on their own,
-and run while the next batch fills; the very longest are left to pyhmmer's stage. The GPU
-process sends each result as soon as its batch is done, in model order (:mod:`hmmgpu.gpu.process`).
+occupy a few of the GPU's multiprocessors. The GPU process sends each result as soon as its
+batch is done, in model order (:mod:`hmmgpu.gpu.process`).
 
 A database larger than the GPU's memory budget is processed chunk after chunk, each model
 synchronously (correct, slower).
@@ -188,24 +185,16 @@ class GateTicket:
         self.profile, self.options, self.filtersc = profile, options, filtersc
         self.batch = None  #: the :class:`~hmmgpu.gpu.fwdback.launch.ForwardBatch` it runs in
         self.job = -1  #: its job in the batch
-        #: where in ``partial.past_vit`` the batch's targets are (None: all of them)
-        self.batched_at = None
-        #: (batch, job, where in ``partial.past_vit``) of its long targets, launched at once
-        #: (:data:`~hmmgpu.gpu.runtime.tuning.FWD_LONG_MAX_CELLS`), or None
-        self.long = None
         self._done = partial if filtersc is None else None
         self._lock = threading.Lock()
 
     def ready(self) -> bool:
-        if self._done is not None:
-            return True
-        batched = self.batch is not None and self.batch.done() or self.batched_at is not None and not self.batched_at.size
-        return batched and (self.long is None or self.long[0].done())
+        return self._done is not None or (self.batch is not None and self.batch.done())
 
     def result(self) -> CascadeResult:
         with self._lock:
             if self._done is None:
-                if self.batch is None and (self.batched_at is None or self.batched_at.size):
+                if self.batch is None:
                     self._cascade.flush_gates()
                 self._done = self._cascade._decide_gate(self)
         return self._done
@@ -232,7 +221,6 @@ class GpuCascade:
         #: undecided (sent on to pyhmmer's stage)
         self.forward_counts = dict(passed=0, failed=0, unsure=0)
         self._forward_stage = None
-        self._long_forward_stage = None
         self._forward_lock = threading.Lock()  #: guards the gate's queue and its stage
         self._queued: list = []  #: (GateTicket, ForwardJob) of the models whose gate waits for a batch
         self._queued_targets = 0
@@ -327,16 +315,6 @@ class GpuCascade:
             self._forward_stage.epoch = self._epoch
         return self._forward_stage
 
-    def _long_stage(self):
-        """The Forward parser stage of the long targets, launched model by model (call with the
-        gate's lock held)."""
-        from hmmgpu.gpu.fwdback.launch import ForwardStage
-
-        if self._long_forward_stage is None:
-            self._long_forward_stage = ForwardStage(self.resident, max_cells=tuning.FWD_LONG_MAX_CELLS)
-            self._long_forward_stage.epoch = self._epoch
-        return self._long_forward_stage
-
     @staticmethod
     def _forward_tables(profile):
         """HMMER's striped Forward tables of ``profile.hmm`` (pyhmmer's optimized profile: the
@@ -381,30 +359,18 @@ class GpuCascade:
     def _queue_gate(self, profile, options, partial: CascadeResult, filtersc) -> GateTicket:
         """Queue the Forward gate of one model's Viterbi-filter survivors (``partial.past_vit``,
         sorted) with their ``filtersc``; the queue is launched as one batch once it holds
-        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS` targets, or when a result needs it.
-        Its long targets (more cells than :data:`~hmmgpu.gpu.runtime.tuning.FWD_MAX_CELLS`, up to
-        :data:`~hmmgpu.gpu.runtime.tuning.FWD_LONG_MAX_CELLS`) are launched now, on their own."""
+        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS` targets, or when a result needs it."""
         from hmmgpu.gpu.fwdback.launch import ForwardJob
 
         if not self.forward_gate or not partial.past_vit.size or profile.hmm is None:
             return GateTicket(self, partial)
         gated = GateTicket(self, partial, profile, options, filtersc)
-        tables = self._forward_tables(profile)
-        past = partial.past_vit
-        cells = self.resident.db.lengths[past].astype(np.int64) * int(tables.M)
-        is_long = (cells > tuning.FWD_MAX_CELLS) & (cells <= tuning.FWD_LONG_MAX_CELLS)
+        job = ForwardJob(self._forward_tables(profile), partial.past_vit)
         with self._forward_lock:
-            if is_long.any():
-                long_at, gated.batched_at = np.flatnonzero(is_long), np.flatnonzero(~is_long)
-                with self._simulated:
-                    batch = self._long_stage().launch([ForwardJob(tables, past[long_at])])
-                gated.long = (batch, 0, long_at)
-                past = past[gated.batched_at]
-            if past.size:
-                self._queued.append((gated, ForwardJob(tables, past)))
-                self._queued_targets += int(past.size)
-                if self._queued_targets >= tuning.FWD_GATE_TARGETS:
-                    self._launch_queued()
+            self._queued.append((gated, job))
+            self._queued_targets += int(partial.past_vit.size)
+            if self._queued_targets >= tuning.FWD_GATE_TARGETS:
+                self._launch_queued()
         return gated
 
     def flush_gates(self) -> None:
@@ -426,21 +392,14 @@ class GpuCascade:
         from dataclasses import replace
 
         clock = time.perf_counter()
+        batch = gated.batch
+        with self._forward_lock:
+            got = batch.results()[gated.job]
+            time_once = batch.claim_time()
+        if time_once is not None:
+            self._add_forward_time(*time_once)
         partial = gated.partial
-        parts = [] if gated.batch is None else [(gated.batch, gated.job, gated.batched_at)]
-        if gated.long is not None:
-            parts.append(gated.long)
-        status = np.empty(partial.past_vit.size, np.int32)
-        scores = np.empty(partial.past_vit.size, np.float32)
-        for batch, job, at in parts:
-            with self._forward_lock:
-                got = batch.results()[job]
-                time_once = batch.claim_time()
-            if time_once is not None:
-                self._add_forward_time(*time_once)
-            where = slice(None) if at is None else at
-            status[where], scores[where] = got.status, got.scores
-        fwd = ForwardResult(partial.past_vit, status, scores, 0)
+        fwd = ForwardResult(partial.past_vit, got.status, got.scores, 0)
         kept, gate = forward_gate(gated.profile, gated.options, fwd, gated.filtersc)
         self._count(gate)
         seconds = dict(partial.seconds, forward=time.perf_counter() - clock)
@@ -619,7 +578,7 @@ class GpuCascade:
         self.flush_gates()
         self._slots = []
         self._db_tables = {}
-        self._forward_stage = self._long_forward_stage = None
+        self._forward_stage = None
         self.resident.close()
 
 

@@ -451,29 +451,6 @@ def simulator_gate_batch_checks():
                     and np.array_equal(together.past_vit, alone.past_vit)):
                 raise AssertionError(f"M={hmm.M}: the batched gate sent on other targets than the model's own")
             out.append((f"batched M{hmm.M}", check_forward_gate(backend, hmm, prof, db, opts, together)))
-        # long targets: above FWD_MAX_CELLS they are launched at once, on their own; above
-        # FWD_LONG_MAX_CELLS they are left undecided
-        from hmmgpu.gpu.runtime import tuning
-
-        tuning.FWD_MAX_CELLS, tuning.FWD_LONG_MAX_CELLS = 100, 200
-        backend.close()
-        backend = CudaBackend(db)
-        profiles = [backend.prepare(hmm) for hmm, _, _ in cases]
-        gated = [backend.gpu.submit(prof, opts).filtered() for prof in profiles]
-        launched = [g for g in gated if g.long is not None]
-        if not launched or any(g.long[0] is g.batch for g in launched):
-            raise AssertionError("no model's long targets were launched on their own")
-        backend.flush_gates()
-        # HMMER's decisions to compare with: the Forward parser decides every target up to the long cap
-        tuning.FWD_MAX_CELLS, backend.gpu._forward_stage = 200, None
-        for (hmm, _, _), prof, g in zip(cases, profiles, gated):
-            lengths = db.lengths[g.partial.past_vit] * hmm.M
-            if g.long is not None and not np.array_equal(np.flatnonzero((lengths > 100) & (lengths <= 200)),
-                                                         g.long[2]):
-                raise AssertionError(f"M={hmm.M}: the long targets launched are not those between the caps")
-            out.append((f"long M{hmm.M}", dict(check_forward_gate(backend, hmm, prof, db, opts, g.result()),
-                                               long=0 if g.long is None else int(g.long[2].size),
-                                               above=int((lengths > 200).sum()))))
         return out
     finally:
         backend.close()

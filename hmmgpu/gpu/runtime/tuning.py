@@ -46,15 +46,13 @@ BIAS_BLOCKS_PER_SM = 4
 #: models: caps of 8, 2, 1 and 0.5 M cells took 18.6, 8.2, 7.5 and 6.4 s on one H200; batches
 #: of 8k, 16k, 32k and 64k targets 7.1-7.4 s from 16k up on one H100, and launching smaller
 #: batches whenever none ran (2k targets) 14.4 s (each small batch waits for its own longest
-#: targets).
+#: targets). Launching the targets between 0.5 and 2 M cells at once, a model's on their own,
+#: instead of leaving them to pyhmmer (698 targets then 7 undecided) took 20.5 s of kernel time
+#: instead of 1.9 s and 27 s of wall instead of 9 s on one H100 (0bf5f49): four threads run such
+#: a target latency-bound, a row after another.
 FWD_BLOCK = 128
 FWD_SCRATCH_BYTES = 256 << 20
 FWD_MAX_CELLS = 512 << 10
-#: Targets above :data:`FWD_MAX_CELLS` and up to this many cells (residues x model nodes) do
-#: not wait for a batch: the cascade launches them at once, a model's on their own
-#: (:meth:`hmmgpu.gpu.cascade.GpuCascade._queue_gate`), so their long runs overlap the filling
-#: of the next batch instead of lengthening it; larger ones are left to pyhmmer's stage.
-FWD_LONG_MAX_CELLS = 2 << 20
 FWD_STREAMS = 8
 FWD_GATE_TARGETS = 16384
 #: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
