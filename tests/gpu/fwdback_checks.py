@@ -81,12 +81,26 @@ def _equal_rows(got, expected, what: str) -> None:
         raise AssertionError(f"{what}[{bad[0]}][{bad[1]}] {got[tuple(bad)]!r}, libhmmer {expected[tuple(bad)]!r}")
 
 
+def _equal_decoding(dec, j, codes, model, what: str) -> None:
+    """Target ``j``'s domain decoding in ``dec`` (a DecodingResults) against libhmmer's
+    ``p7_DomainDecoding``: status, and mocc, btot and etot bit for bit."""
+    status, *arrays = model.domain_decoding(codes)
+    if dec.status[j] != status:
+        raise AssertionError(f"{what}: decoding status {dec.status[j]}, libhmmer {status}")
+    for name, expected in zip(("mocc", "btot", "etot"), arrays):
+        got = getattr(dec, name)[j]
+        if not np.array_equal(_bits(got), _bits(expected)):
+            bad = int(np.flatnonzero(_bits(got) != _bits(expected))[0])
+            raise AssertionError(f"{what}: {name}[{bad}] {got[bad]!r}, libhmmer {expected[bad]!r}")
+
+
 def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict:
-    """The stage's Forward and Backward parsers in one batch (``run(..., backward=True)``) on
-    ``indices`` (default: every target) against libhmmer's ``p7_ForwardParser`` and
-    ``p7_BackwardParser``, target by target: both parsers' special-state rows, Backward's
-    status, ``totscale``, score and ``has_own_scales``; and the Backward kernel's flags and
-    host decision against the CPU reference's. Without ``fallback`` the kernel's own rows are
+    """The stage's Forward and Backward parsers and the domain decoding in one batch
+    (``run(..., decoding=True)``) on ``indices`` (default: every target) against libhmmer's
+    ``p7_ForwardParser``, ``p7_BackwardParser`` and ``p7_DomainDecoding``, target by target: both
+    parsers' special-state rows, Backward's status, ``totscale``, score and
+    ``has_own_scales``, the decoding's status, mocc, btot and etot; and the Backward kernel's
+    flags and host decision against the CPU reference's. Without ``fallback`` the kernel's own rows are
     checked on every target it ran (flagged ones too: its values are IEEE's, as libhmmer's
     here) but those libhmmer reports a range error for (NaN rows); with it, libhmmer's
     recomputed values on the targets the flags leave to it. Raises AssertionError at the
@@ -96,7 +110,7 @@ def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict
 
     idx = np.flatnonzero(np.asarray(db.lengths) > 0) if indices is None else np.asarray(indices)
     with HmmerModel(hmm) as model:
-        got = stage.run(model, idx, backward=True, fallback=fallback)
+        got = stage.run(model, idx, decoding=True, fallback=fallback)
         bwd = got.backward
         tables = ref.ForwardTables.from_hmmer(model)
         report = dict(n=int(idx.size), host=int(bwd.host.sum()), rescaled=0, range=0, tiny_rows=0, own=0)
@@ -111,6 +125,7 @@ def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict
                 report["not_run"] = report.get("not_run", 0) + 1
                 if fallback:
                     _equal_rows(bwd.rows[j], xmx, f"{what}: Backward xmx")
+                    _equal_decoding(got.decoding, j, codes, model, what)
                 continue
             mine = ref.backward(tables, codes)
             if (bwd.flags[j] & ~ref.ANY_TINY) != (mine.flags & ~ref.ANY_TINY):
@@ -136,6 +151,7 @@ def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict
                                      f"{status}, {totscale!r}")
             if status == 0 and _bits(bwd.scores[j]) != _bits(score):
                 raise AssertionError(f"{what}: Backward score {bwd.scores[j]!r}, libhmmer {score!r}")
+            _equal_decoding(got.decoding, j, codes, model, what)
     return report
 
 
@@ -241,9 +257,10 @@ def simulator_fwd_checks():
 
 
 def check_backward_batch(stage, hmms, db) -> dict:
-    """Several models' targets in one batch with the Backward parser: each model's Forward and
-    Backward rows, Backward's ``totscale`` and score against libhmmer's, bit for bit, where
-    the kernels gave them; every target of every model is asked for."""
+    """Several models' targets in one batch with the Backward parser and the domain decoding:
+    each model's Forward and Backward rows, Backward's ``totscale`` and score, the decoding's
+    mocc, btot and etot against libhmmer's, bit for bit, where the kernels gave them; every
+    target of every model is asked for."""
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.gpu.fwdback.launch import ForwardJob
     from hmmgpu.stages.forward import ForwardTables
@@ -251,7 +268,7 @@ def check_backward_batch(stage, hmms, db) -> dict:
     idx = np.flatnonzero(np.asarray(db.lengths) > 0)
     models = [HmmerModel(hmm) for hmm in hmms]
     try:
-        batch = stage.launch([ForwardJob(ForwardTables.from_hmmer(model), idx) for model in models], backward=True)
+        batch = stage.launch([ForwardJob(ForwardTables.from_hmmer(model), idx) for model in models], decoding=True)
         report = dict(models=len(hmms), n=0, host=0, launches=len(batch._launches))
         for hmm, model, got in zip(hmms, models, batch.results()):
             bwd = got.backward
@@ -266,6 +283,7 @@ def check_backward_batch(stage, hmms, db) -> dict:
                 _equal_rows(bwd.rows[j], xmx, f"{what}: Backward xmx")
                 if status != 0 or _bits(bwd.scores[j]) != _bits(score) or _bits(bwd.totscale[j]) != _bits(totscale):
                     raise AssertionError(f"{what}: batch score {bwd.scores[j]!r}, libhmmer {score!r} (status {status})")
+                _equal_decoding(got.decoding, j, codes, model, what)
                 report["n"] += 1
     finally:
         for model in models:
@@ -279,10 +297,13 @@ def check_own_scales(M: int = 18, seed: int = 2, length: int = 160) -> dict:
     ``(M, seed)`` whose Forward rows are libhmmer's with every scale factor set to 1 but one,
     so that Backward's B passes 1e16 and the target switches to its own scale factors; its
     rows, flags and switch against the CPU reference's, which follows HMMER's source (libhmmer
-    cannot be given such rows)."""
+    cannot be given such rows); then the decoding kernel on both row sets (the scale product
+    folds Forward's and Backward's factors) against :func:`hmmgpu.stages.domaindef.domain_decoding`."""
     from hmmgpu.cpu import fwdback as ref
     from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.gpu.fwdback import decoding_source
     from hmmgpu.gpu.fwdback.backward_source import ARGS, BwdSpec
+    from hmmgpu.stages.domaindef import domain_decoding
     from hmmgpu.gpu.runtime import build
     from hmmgpu.gpu.runtime.kargs import arguments
     from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock
@@ -306,24 +327,39 @@ def check_own_scales(M: int = 18, seed: int = 2, length: int = 160) -> dict:
     with stage.device.activate():
         out = dict(out_flags=rt.device_array(1, np.int32), out_own=rt.device_array(1, np.int32),
                    out_rows=rt.device_array(6 * (length + 1), np.float32))
+        fwd_rows, items = rt.to_device(fwd.xmx.reshape(-1)), rt.to_device(np.zeros(1, np.int32))
         args = arguments(
             ARGS, residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
-            items=rt.to_device(np.zeros(1, np.int32)), item_model=rt.to_device(np.zeros(1, np.int32)), n_items=1,
+            items=items, item_model=rt.to_device(np.zeros(1, np.int32)), n_items=1,
             counters=rt.to_device(np.zeros(1, np.int32)), rfv=rt.to_device(tables.rfv.reshape(-1)),
             tfv=rt.to_device(tables.tfv.reshape(-1)), model_q=rt.to_device(np.array([tables.Q], np.int32)),
             model_rfv=rt.to_device(np.zeros(1, np.int64)), model_tfv=rt.to_device(np.zeros(1, np.int64)),
             model_f=rt.to_device(np.array([tables.xe_move, tables.xe_loop, tables.tbm_min], np.float32)),
             pmove_by_length=stage._pmove_dev, ploop_by_length=stage._ploop_dev,
             scratch=rt.device_array(3 * tables.Q * 4, np.float32), n_threads=4,
-            row_base=rt.to_device(np.zeros(1, np.int64)), fwd_rows=rt.to_device(fwd.xmx.reshape(-1)), **out)
+            row_base=rt.to_device(np.zeros(1, np.int64)), fwd_rows=fwd_rows, **out)
         build.load(BwdSpec("global"), stage.device)[1, 4, rt.stream(), 0](*args)
         flags, own = int(out["out_flags"].copy_to_host()[0]), bool(out["out_own"].copy_to_host()[0])
         rows = out["out_rows"].copy_to_host().reshape(length + 1, 6)
+        dec = dict(out_status=rt.device_array(1, np.int32), **{f"out_{name}": rt.device_array(length + 1, np.float32)
+                                                                for name in ("mocc", "btot", "etot")})
+        args = arguments(decoding_source.ARGS, lengths=chunk.lengths, items=items, n_items=1,
+                         ploop_by_length=stage._ploop_dev, row_base=rt.to_device(np.zeros(1, np.int64)),
+                         fwd_rows=fwd_rows, bwd_rows=out["out_rows"], bwd_own=out["out_own"], **dec)
+        build.load(decoding_source.DecodeSpec(), stage.device)[1, 1, rt.stream(), 0](*args)
+        decoded = [dec[name].copy_to_host() for name in ("out_status", "out_mocc", "out_btot", "out_etot")]
     if (flags & ~ref.ANY_TINY) != (mine.flags & ~ref.ANY_TINY) or not own:
         raise AssertionError(f"kernel flags {flags}, own scales {own}; CPU reference {mine.flags}, True")
     if not np.array_equal(_bits(rows), _bits(mine.xmx)):
         bad = np.argwhere(_bits(rows) != _bits(mine.xmx))[0]
         raise AssertionError(f"xmx[{bad[0]}][{bad[1]}] {rows[tuple(bad)]!r}, CPU reference {mine.xmx[tuple(bad)]!r}")
+    expected = domain_decoding(fwd.xmx, mine.xmx, True, ref.length_specials(length)[1])
+    if decoded[0][0] != expected[0]:
+        raise AssertionError(f"decoding status {decoded[0][0]}, reference {expected[0]}")
+    for name, got, want in zip(("mocc", "btot", "etot"), decoded[1:], expected[1:]):
+        if not np.array_equal(_bits(got), _bits(want)):
+            bad = int(np.flatnonzero(_bits(got) != _bits(want))[0])
+            raise AssertionError(f"{name}[{bad}] {got[bad]!r}, reference {want[bad]!r}")
     own_rows = int((rows[1:length, ref.XSCALE] != fwd.xmx[1:length, ref.XSCALE]).sum())
     return dict(L=length, own_scales=own, rows_own_scale=own_rows, flags=flags)
 

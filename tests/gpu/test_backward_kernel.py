@@ -1,8 +1,10 @@
-"""The Backward parser kernel (hmmgpu.gpu.fwdback.backward_source), run after the Forward parser
-kernel in one batch (``ForwardStage.launch(..., backward=True)``), bit for bit against HMMER's own
-``p7_ForwardParser`` and ``p7_BackwardParser`` (libhmmer through hmmgpu.cpu.hmmerlib) and the
-lane-exact CPU reference (``hmmgpu.cpu.fwdback.backward``): under numba's CUDA simulator, and on a
-GPU (``pytest -m gpu``). The float-rounding check of its source is in test_fwdback.py."""
+"""The Backward parser kernel (hmmgpu.gpu.fwdback.backward_source) and the domain decoding kernel
+(hmmgpu.gpu.fwdback.decoding_source), run after the Forward parser kernel in one batch
+(``ForwardStage.launch(..., decoding=True)``), bit for bit against HMMER's own
+``p7_ForwardParser``, ``p7_BackwardParser`` and ``p7_DomainDecoding`` (libhmmer through
+hmmgpu.cpu.hmmerlib) and the CPU references (``hmmgpu.cpu.fwdback.backward``,
+``hmmgpu.stages.domaindef.domain_decoding``): under numba's CUDA simulator, and on a GPU
+(``pytest -m gpu``). The float-rounding check of their sources is in test_fwdback.py."""
 import os
 import subprocess
 import sys
@@ -42,12 +44,14 @@ def test_backward_score_from_rows_equals_libhmmer():
 
 
 def test_backward_kernel_exact_under_simulator(tmp_path):
-    """The Backward kernel under numba's CUDA simulator (tests/gpu/fwdback_checks.py): sampled
-    models with M = 18 and 101 and KR (M = 262) with two real homologs; both parsers' rows,
-    Backward's totscale, score and has_own_scales equal libhmmer's, its flags the CPU
-    reference's; rescaling, a range error, a subnormal flag and libhmmer's fallback, rows in
-    shared and in global memory, one group running every target, several chunks, two models
-    in one batch, and a target switched to its own scale factors."""
+    """The Backward and decoding kernels under numba's CUDA simulator
+    (tests/gpu/fwdback_checks.py): sampled models with M = 18 and 101 and KR (M = 262) with two
+    real homologs; both parsers' rows, Backward's totscale, score and has_own_scales, the
+    decoding's mocc, btot and etot equal libhmmer's, Backward's flags the CPU reference's;
+    rescaling, a range error, a subnormal flag and libhmmer's fallback, rows in shared and in
+    global memory, one group running every target, several chunks, two models in one batch,
+    and a target switched to its own scale factors (rows and decoding against the CPU
+    references)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "fwdback_checks.py"), "simulator_bwd_checks"],
@@ -69,12 +73,13 @@ def test_backward_kernel_exact_under_simulator(tmp_path):
 @pytest.mark.gpu
 def test_backward_kernel_exact_on_gpu(proteome):
     """On a GPU: the four pfam_samples models against every target of the sample proteome
-    (2,100 real proteins: both parsers' rows, Backward's totscale, score and has_own_scales
-    equal libhmmer's, its flags the CPU reference's), sampled models from M = 1 to 2600 with
-    short targets, rows in global memory on a chunked database, and the switch to Backward's
-    own scale factors. The kernel's PTX holds no fused multiply-add and no flush-to-zero
-    operation."""
+    (2,100 real proteins: both parsers' rows, Backward's totscale, score and has_own_scales,
+    the decoding's mocc, btot and etot equal libhmmer's, Backward's flags the CPU reference's),
+    sampled models from M = 1 to 2600 with short targets, rows in global memory on a chunked
+    database, and the switch to Backward's own scale factors. The kernels' PTX holds no fused
+    multiply-add and no flush-to-zero operation."""
     from hmmgpu.gpu.fwdback.backward_source import BwdSpec
+    from hmmgpu.gpu.fwdback.decoding_source import DecodeSpec
     from hmmgpu.gpu.runtime import build
     from hmmgpu.gpu.runtime.context import cuda_available
     from hmmgpu.gpu.runtime.device import GpuDevice
@@ -83,8 +88,8 @@ def test_backward_kernel_exact_on_gpu(proteome):
     if not cuda_available():
         pytest.skip("no CUDA GPU")
     device = GpuDevice.open(0)
-    for storage in ("shared", "global"):
-        ptx = build.numba_kernel(BwdSpec(storage), device.lane_binding).inspect_asm()
+    for spec in (BwdSpec("shared"), BwdSpec("global"), DecodeSpec()):
+        ptx = build.numba_kernel(spec, device.lane_binding).inspect_asm()
         ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
         assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx
         assert "fma." not in ptx and ".ftz" not in ptx

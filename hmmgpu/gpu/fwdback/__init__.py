@@ -1,4 +1,5 @@
-"""HMMER's Forward and Backward parsers (``p7_ForwardParser``, ``p7_BackwardParser``, impl_sse) on
-the GPU, bit for bit: the kernel texts (:mod:`.source`, :mod:`.backward_source`) and their
-launches, with the scores formed on the host (:mod:`.launch`). The CPU reference beside them is
-:mod:`hmmgpu.cpu.fwdback`."""
+"""HMMER's Forward and Backward parsers (``p7_ForwardParser``, ``p7_BackwardParser``, impl_sse) and
+domain definition's first step (``p7_DomainDecoding``) on the GPU, bit for bit: the kernel texts
+(:mod:`.source`, :mod:`.backward_source`, :mod:`.decoding_source`) and their launches, with the
+scores formed on the host (:mod:`.launch`). The CPU references beside them are
+:mod:`hmmgpu.cpu.fwdback` and :func:`hmmgpu.stages.domaindef.domain_decoding`."""

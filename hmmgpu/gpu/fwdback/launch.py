@@ -29,8 +29,10 @@ Backward parser too (``launch(jobs, backward=True)``): the Forward kernel writes
 device, the Backward kernel (:mod:`.backward_source`) runs after it on the same stream with the
 same items and reads Forward's scale factors from them, and :meth:`ForwardBatch.results` returns
 both parsers' special-state rows, Backward's ``totscale``, score and ``has_own_scales``
-(:class:`BackwardResults`): what ``p7_DomainDecoding`` reads. The Forward gate asks for neither
-rows nor Backward, and its launches are unchanged.
+(:class:`BackwardResults`): what ``p7_DomainDecoding`` reads. With ``decoding=True`` a third
+kernel (:mod:`.decoding_source`) runs ``p7_DomainDecoding`` itself on the rows, on the device,
+and the batch returns each target's ``mocc``, ``btot`` and ``etot`` too (:class:`DecodingResults`).
+The Forward gate asks for none of these, and its launches are unchanged.
 
 The stage imports no numba (the GPU process runs it from exported kernels).
 """
@@ -47,6 +49,8 @@ from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.gpu.fwdback.source import ARGS, SCRATCH_PER_Q, FwdSpec
 from hmmgpu.gpu.fwdback.backward_source import ARGS as BWD_ARGS
 from hmmgpu.gpu.fwdback.backward_source import BwdSpec
+from hmmgpu.gpu.fwdback.decoding_source import ARGS as DECODE_ARGS
+from hmmgpu.gpu.fwdback.decoding_source import DecodeSpec
 
 #: Status of a target: libhmmer's (OK, or RANGE: the final C is NaN, 0 or infinite), or, when
 #: the stage runs without libhmmer's fallback, UNSURE (a target it would recompute; no score).
@@ -55,6 +59,8 @@ STATUS_OK, STATUS_RANGE, STATUS_UNSURE = ref.STATUS_OK, ref.STATUS_RANGE, ref.ST
 GROUP = 4
 #: Threads of a block of the shared-memory kernel (one warp, eight targets: its rows are 32 x 3 Q floats).
 SHARED_BLOCK = 32
+#: Threads of a block of the decoding kernel (one a target).
+DECODE_BLOCK = 64
 
 
 @dataclass
@@ -72,6 +78,18 @@ class BackwardResults:
 
 
 @dataclass
+class DecodingResults:
+    """``p7_DomainDecoding`` on the parsers' rows of the targets of a :class:`ForwardResults`, in
+    the same order: float32 [L+1] arrays per target (row 0 all 0)."""
+
+    status: np.ndarray  #: int32: STATUS_OK, STATUS_RANGE (the scale product overflowed) or STATUS_UNSURE
+    mocc: list  #: the probability that residue i is in a domain
+    btot: list  #: the cumulative expected number of domain starts
+    etot: list  #: the cumulative expected number of domain ends
+    host: np.ndarray  #: bool: the parsers' flags (or cost) leave the target to libhmmer
+
+
+@dataclass
 class ForwardResults:
     """The Forward parser of one model on a list of targets (database indices)."""
 
@@ -86,6 +104,7 @@ class ForwardResults:
     reason: str | None = None  #: why the whole model ran on libhmmer, or None
     on_gpu: np.ndarray | None = None  #: bool: the kernel ran the target (else: the model's tables or its cost)
     backward: BackwardResults | None = None  #: the Backward parser's, when asked for
+    decoding: DecodingResults | None = None  #: the domain decoding's, when asked for
 
 
 @dataclass
@@ -100,9 +119,10 @@ class _Launch:
     """One kernel launch of a batch: its items (indices into the batch's flat target list), the
     device arrays it writes, and where each item's scale factors and rows start in them."""
 
-    def __init__(self, items, outputs, scale_base, row_base, backward_outputs=None):
+    def __init__(self, items, outputs, scale_base, row_base, backward_outputs=None, decoding_outputs=None):
         self.items, self.outputs, self.scale_base, self.row_base = items, outputs, scale_base, row_base
         self.backward_outputs = backward_outputs  #: the Backward kernel's arrays, when it ran
+        self.decoding_outputs = decoding_outputs  #: the decoding kernel's arrays, when it ran
 
 
 class ForwardBatch:
@@ -111,8 +131,8 @@ class ForwardBatch:
     libhmmer's fallback: targets the GPU gave no score are marked in ``host``)."""
 
     def __init__(self, stage, jobs, job_start, rows, launches, stop, flat, reason, kernel_ms_start=None,
-                 backward=False):
-        self.stage, self.jobs, self.rows, self.backward = stage, jobs, rows, backward
+                 backward=False, decoding=False):
+        self.stage, self.jobs, self.rows, self.backward, self.decoding = stage, jobs, rows, backward, decoding
         self._job_start = job_start  #: where each job's targets start in the flat list (and the end)
         self._launches, self._stop = launches, stop
         self._flat = flat  #: per flat target: (database index, length, whether the GPU runs it)
@@ -151,6 +171,8 @@ class ForwardBatch:
         scales = [np.zeros(0, np.float32)] * n
         out_rows = [None] * n if self.rows else None
         bwd = dict(flags=np.zeros(n, np.int32), own=np.zeros(n, bool), rows=[None] * n) if self.backward else None
+        dec = dict(status=np.zeros(n, np.int32), mocc=[None] * n, btot=[None] * n,
+                   etot=[None] * n) if self.decoding else None
         with stage.device.activate():
             if self._stop is not None:
                 self._stop.synchronize()
@@ -176,6 +198,11 @@ class ForwardBatch:
                     bwd["flags"][items] = back["out_flags"]
                     bwd["own"][items] = back["out_own"] != 0
                     _rows_to(bwd["rows"], back["out_rows"], launch, lengths)
+                if self.decoding:
+                    dec["status"][items] = launch.decoding_outputs["out_status"].copy_to_host()
+                    for name in ("mocc", "btot", "etot"):
+                        _rows_to(dec[name], launch.decoding_outputs[f"out_{name}"].copy_to_host(), launch, lengths,
+                                 width=1)
         host = ~on_gpu | ((flags & ref.HOST) != 0)
         last = xc * stage.pmove[lengths]  # float32 products, as forward_engine's xC * xf[C][MOVE]
         host |= ~(last > ref.FLT_MIN)  # a tiny last product: the FTZ mode could matter (never seen)
@@ -184,7 +211,12 @@ class ForwardBatch:
         scores[plain] = np.array([math.log(v) for v in last[plain].astype(np.float64).tolist()], np.float64)
         for j in np.flatnonzero(~host & (nscale > 0)).tolist():
             scores[j] = ref.forward_score(scales[j], xc[j], stage.pmove[int(lengths[j])])
-        backward = self._backward_results(bwd, host) if self.backward else None
+        backward = decoding = None
+        if self.backward:
+            bwd_host = host | ((bwd["flags"] & ref.HOST) != 0)  # Backward divides by Forward's scale factors
+            backward = self._backward_results(bwd, bwd_host)
+            if self.decoding:
+                decoding = self._decoding_results(dec, bwd_host)
         out = []
         start = self._job_start
         for m in range(len(self.jobs)):
@@ -194,16 +226,17 @@ class ForwardBatch:
                                       flags=flags[sl].copy(), xc=xc[sl].copy(), host=host[sl].copy(),
                                       scales=scales[sl], rows=None if out_rows is None else out_rows[sl],
                                       reason=self._reason[m], on_gpu=on_gpu[sl].copy(),
-                                      backward=None if backward is None else backward(sl)))
+                                      backward=None if backward is None else backward(sl),
+                                      decoding=None if decoding is None else decoding(sl)))
         return out
 
     @staticmethod
-    def _backward_results(bwd, forward_host):
+    def _backward_results(bwd, host):
         """The Backward kernel's outputs as :class:`BackwardResults` of a slice of the batch's
         targets: ``totscale`` and the score formed on the host from the rows
-        (:func:`hmmgpu.stages.forward.backward_score`)."""
-        n = forward_host.size
-        host = forward_host | ((bwd["flags"] & ref.HOST) != 0)
+        (:func:`hmmgpu.stages.forward.backward_score`) where neither parser's flags (``host``)
+        leave the target to libhmmer."""
+        n = host.size
         totscale = np.zeros(n, np.float32)
         scores = np.full(n, np.nan, np.float32)
         for j in np.flatnonzero(~host).tolist():
@@ -216,12 +249,25 @@ class ForwardBatch:
                                    host=host[sl].copy(), rows=bwd["rows"][sl])
         return results
 
+    @staticmethod
+    def _decoding_results(dec, host):
+        """The decoding kernel's outputs as :class:`DecodingResults` of a slice of the batch's
+        targets (undecided where the parsers' rows are: ``host``)."""
+        status = np.where(host, STATUS_UNSURE, dec["status"]).astype(np.int32)
 
-def _rows_to(out, flat_rows, launch, lengths) -> None:
-    """Each item's special-state rows ``[L+1, 6]`` of a launch's flat row array into ``out``."""
+        def results(sl):
+            return DecodingResults(status=status[sl].copy(), mocc=dec["mocc"][sl], btot=dec["btot"][sl],
+                                   etot=dec["etot"][sl], host=host[sl].copy())
+        return results
+
+
+def _rows_to(out, flat_rows, launch, lengths, width: int = 6) -> None:
+    """Each item's rows ``[L+1, width]`` (special states: 6 floats a row; decoding: 1) of a
+    launch's flat array into ``out`` (rows of width 1 as a flat [L+1] array)."""
     for b, j in enumerate(launch.items.tolist()):
-        s = int(launch.row_base[b])
-        out[j] = flat_rows[s:s + 6 * int(lengths[j] + 1)].reshape(-1, 6).copy()
+        s = int(launch.row_base[b]) // 6 * width
+        rows = flat_rows[s:s + width * int(lengths[j] + 1)]
+        out[j] = (rows.reshape(-1, width) if width > 1 else rows).copy()
 
 
 class ForwardStage:
@@ -250,10 +296,12 @@ class ForwardStage:
         self.last: dict = {}
 
     # ------------------------------------------------------------ batches
-    def launch(self, jobs, rows: bool = False, backward: bool = False) -> ForwardBatch:
+    def launch(self, jobs, rows: bool = False, backward: bool = False, decoding: bool = False) -> ForwardBatch:
         """Start the kernel on every job's targets (asynchronously) and return the batch; with
         ``rows`` the Forward rows come back too, with ``backward`` (rows implied) the Backward
-        parser runs after the Forward parser on the same targets."""
+        parser runs after the Forward parser on the same targets, with ``decoding`` (Backward
+        implied) ``p7_DomainDecoding`` after them."""
+        backward = backward or decoding
         rows = rows or backward
         if any(float(job.tables.nj) != 1.0 for job in jobs):
             raise ValueError("the Forward parser kernel takes multihit models (nj = 1) only")
@@ -273,9 +321,9 @@ class ForwardStage:
             on_gpu &= lengths * Ms[job_of] <= self.max_cells
         launches, first, last = [], None, None
         if on_gpu.any():
-            launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows, backward)
+            launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows, (backward, decoding))
         return ForwardBatch(self, jobs, start, rows, launches, last, (idx, lengths, on_gpu), reasons,
-                            kernel_ms_start=first, backward=backward)
+                            kernel_ms_start=first, backward=backward, decoding=decoding)
 
     def _stream(self):
         """The next of a few streams (batches in flight run at once), and two new events (the
@@ -289,7 +337,7 @@ class ForwardStage:
             return stream, None, None
         return stream, rt.event(), rt.event()
 
-    def _launch(self, jobs, job_of, pos, lengths, Qs, on_gpu, rows, backward) -> tuple:
+    def _launch(self, jobs, job_of, pos, lengths, Qs, on_gpu, rows, after) -> tuple:
         rt = self.device.runtime
         used = np.flatnonzero(np.bincount(job_of[on_gpu], minlength=len(jobs)))
         slot = np.full(len(jobs), -1, np.int64)
@@ -321,7 +369,7 @@ class ForwardStage:
                     cost = lengths[items] * q_of[items]
                     items = items[np.argsort(-cost, kind="stable")]  # costliest first
                     launches.append(self._launch_one(storage, chunk, stream, items, pos, lengths, q_of, slot[job_of],
-                                                     tables, rows, backward))
+                                                     tables, rows, after))
                 if not self.resident.resident:  # the next chunk takes this one's place on the device
                     stream.synchronize()
             if stop is not None:
@@ -335,7 +383,9 @@ class ForwardStage:
         return int(self.device.smem_per_block_optin - 1024) // (4 * SCRATCH_PER_Q * SHARED_BLOCK)
 
     def _launch_one(self, storage, chunk, stream, items, pos, lengths, q_of, model_of, tables, rows,
-                    backward) -> _Launch:
+                    after) -> _Launch:
+        """One launch of the Forward kernel on ``items``, followed on the same stream by those of
+        ``after`` = (backward, decoding): the Backward kernel and the decoding kernel."""
         rt = self.device.runtime
         m = items.size
         L = lengths[items]
@@ -379,7 +429,8 @@ class ForwardStage:
         args = arguments(ARGS, counters=rt.to_device(np.zeros(1, np.int32)), scale_base=rt.to_device(scale_base),
                          want_rows=int(bool(rows)), row_base=row_base_dev, **targets, **tables, **out)
         kernel[blocks, block, stream, shared](*args)
-        bwd_out = None
+        backward, decoding = after
+        bwd_out = dec_out = None
         if backward:  # on the same stream: it reads the Forward rows just written, and reuses the scratch
             bwd_out = dict(out_flags=rt.device_array(m, np.int32), out_own=rt.device_array(m, np.int32),
                            out_rows=rt.device_array(int(6 * (L + 1).sum()), np.float32))
@@ -390,15 +441,25 @@ class ForwardStage:
             if storage == "shared" and not self.device.simulator and shared > 48 * 1024:
                 bwd_kernel.allow_dynamic_shared(shared)
             bwd_kernel[blocks, block, stream, shared](*bwd_args)
+        if decoding:
+            n_rows = int((L + 1).sum())
+            dec_out = dict(out_status=rt.device_array(m, np.int32), out_mocc=rt.device_array(n_rows, np.float32),
+                           out_btot=rt.device_array(n_rows, np.float32), out_etot=rt.device_array(n_rows, np.float32))
+            dec_args = arguments(DECODE_ARGS, lengths=chunk.lengths, items=targets["items"], n_items=m,
+                                 ploop_by_length=self._ploop_dev, row_base=row_base_dev, fwd_rows=out["out_rows"],
+                                 bwd_rows=bwd_out["out_rows"], bwd_own=bwd_out["out_own"], **dec_out)
+            dec_block = GROUP if self.device.simulator else DECODE_BLOCK
+            build.load(DecodeSpec(), self.device)[-(-m // dec_block), dec_block, stream, 0](*dec_args)
         self.last = dict(storage=storage, threads=n_threads, groups=n_threads // GROUP, items=m)
-        return _Launch(items, out, scale_base, row_base, bwd_out)
+        return _Launch(items, out, scale_base, row_base, bwd_out, dec_out)
 
     # ------------------------------------------------------------ one model, with libhmmer's fallback
     def run(self, model, indices, rows: bool = False, tables=None, fallback: bool = True,
-            backward: bool = False) -> ForwardResults:
+            backward: bool = False, decoding: bool = False) -> ForwardResults:
         """``p7_ForwardParser`` of ``model`` (a :class:`hmmgpu.cpu.hmmerlib.HmmerModel`) on each
         target of ``indices`` (database indices of non-empty targets); with ``rows`` the
-        special-state rows too, with ``backward`` ``p7_BackwardParser`` after it (``got.backward``).
+        special-state rows too, with ``backward`` ``p7_BackwardParser`` after it (``got.backward``),
+        with ``decoding`` ``p7_DomainDecoding`` after both (``got.decoding``).
         The kernel's values are IEEE's (pyhmmer's mode); the targets
         libhmmer recomputes run in the calling thread's floating-point mode (inside
         :func:`hmmgpu.host.flush_to_zero`, hmmsearch's), which for every other target gives
@@ -411,7 +472,8 @@ class ForwardStage:
         targets left to the host."""
         if tables is None:
             tables = ref.ForwardTables.from_hmmer(model)
-        batch = self.launch([ForwardJob(tables, np.asarray(indices, np.int64))], rows=rows, backward=backward)
+        batch = self.launch([ForwardJob(tables, np.asarray(indices, np.int64))], rows=rows, backward=backward,
+                            decoding=decoding)
         got = batch.results()[0]
         if fallback:
             db = self.resident.db
@@ -421,12 +483,16 @@ class ForwardStage:
                 got.scales[j] = xmx[1:, 5][xmx[1:, 5] != 1].copy()
                 if got.rows is not None:
                     got.rows[j] = xmx
-            if backward:
+            if got.backward is not None:
                 bwd = got.backward
                 for j in np.flatnonzero(bwd.host).tolist():
                     st, sc, xmx, tot, own = model.backward_parser(db.codes(int(got.indices[j])))
                     bwd.status[j], bwd.scores[j], bwd.rows[j], bwd.totscale[j], bwd.has_own_scales[j] = (
                         st, sc, xmx, tot, own)
+                    if got.decoding is not None:
+                        dec = got.decoding
+                        dec.status[j], dec.mocc[j], dec.btot[j], dec.etot[j] = model.domain_decoding(
+                            db.codes(int(got.indices[j])))
         self.last = dict(self.last, reason=got.reason, host=int(got.host.sum()), kernel_ms=batch.kernel_ms,
-                         span=batch.span, backward_host=int(got.backward.host.sum()) if backward else 0)
+                         span=batch.span, backward_host=0 if got.backward is None else int(got.backward.host.sum()))
         return got
