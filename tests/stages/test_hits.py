@@ -82,6 +82,16 @@ def text(value) -> bytes:
     return (value or "").encode()
 
 
+def libhmmer_definition(model, codes) -> dict:
+    """libhmmer's domain definition of a target (a namespace: the counters, ``n2sc_sum`` and
+    the domains with their OA ``trace``), its null and Forward parser scores."""
+    found = model.domain_definition(codes)
+    domains = [SimpleNamespace(**d, trace=model.envelope(codes, d["ienv"], d["jenv"])["trace"])
+               for d in found["domains"]]
+    definition = SimpleNamespace(**found | dict(domains=domains), n2sc_sum=kahan_sum(found["n2sc"]))
+    return dict(definition=definition, nullsc=model.null_score(codes), fwdsc=model.forward_parser(codes)[1])
+
+
 class Search:
     """A model and a database, with libhmmer's post-filter results of every F3 passer that has
     a domain (the targets p7_Pipeline may add to its hit list), computed once."""
@@ -95,17 +105,13 @@ class Search:
             self.model = hits.HitModel.from_hmm(hmm, ForwardTables.from_hmmer(model).rfv)
             assert (self.model.tau, self.model.lam) == model.evalue_parameters()[4:6]
             for pos, seq in enumerate(seqs):
-                if seq.name not in passers:
-                    continue
-                codes = np.asarray(seq.sequence, np.uint8)
-                found = model.domain_definition(codes)
-                domains = [SimpleNamespace(**d, trace=model.envelope(codes, d["ienv"], d["jenv"])["trace"])
-                           for d in found["domains"]]
-                definition = SimpleNamespace(**{k: v for k, v in found.items() if k != "domains"}, domains=domains,
-                                             n2sc_sum=kahan_sum(found["n2sc"]))
-                self.targets.append(SimpleNamespace(pos=pos, seq=seq, codes=codes, definition=definition,
-                                                    nullsc=model.null_score(codes),
-                                                    fwdsc=model.forward_parser(codes)[1]))
+                if seq.name in passers:
+                    codes = np.asarray(seq.sequence, np.uint8)
+                    self.targets.append(SimpleNamespace(pos=pos, seq=seq, codes=codes, **self.define(model, codes)))
+
+    def define(self, model, codes) -> dict:
+        """A target's domain definition, null and Forward scores (:func:`libhmmer_definition`)."""
+        return libhmmer_definition(model, codes)
 
     def reference(self, **kw):
         return Pipeline(AMINO, **kw).search_hmm(self.hmm, self.seqs).__getstate__()
@@ -118,7 +124,6 @@ class Search:
         """The hits p7_Pipeline adds to its list, in search order."""
         kept = []
         for t in self.targets:
-            assert t.definition.domains  # every target here has a domain
             Z = pipeline["Z"] if pipeline["Z_setby"] else t.pos + 1  # the running count while searching
             hit = hits.pipeline_hit(t.definition, t.codes, t.seq.name.encode(), text(t.seq.accession),
                                     text(t.seq.description), t.nullsc, t.fwdsc, self.model, pipeline, Z)
@@ -274,12 +279,9 @@ def test_scan_states_equal_pyhmmers():
         for n, hmm in enumerate(scanned):
             settings = hits.pipeline_settings(hmm, **kw)
             with HmmerModel(hmm) as model:
-                found = model.domain_definition(codes)
-                domains = [SimpleNamespace(**d, trace=model.envelope(codes, d["ienv"], d["jenv"])["trace"])
-                           for d in found["domains"]]
-                definition = SimpleNamespace(**found | dict(domains=domains), n2sc_sum=kahan_sum(found["n2sc"]))
-                hit = hits.pipeline_hit(definition, codes, b"chimera", b"", b"four consensus sequences",
-                                        model.null_score(codes), model.forward_parser(codes)[1],
+                found = libhmmer_definition(model, codes)
+                hit = hits.pipeline_hit(found["definition"], codes, b"chimera", b"", b"four consensus sequences",
+                                        found["nullsc"], found["fwdsc"],
                                         hits.HitModel.from_hmm(hmm, ForwardTables.from_hmmer(model).rfv),
                                         dict(pipeline, **{k: settings[k] for k in ("T", "domT", "incT", "incdomT")}),
                                         Z=n + 1, hit_names=hmm_strings(hmm))
