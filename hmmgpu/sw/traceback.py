@@ -37,6 +37,7 @@ query and shared by its hits. The passes are compiled by numba (:mod:`._tracebac
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,10 +53,29 @@ DIRECTION_BYTES = 16 << 20
 
 def passes():
     """The compiled passes (:mod:`._traceback_jit`: numba, compiled on first use and cached on
-    disk; importing numba costs a few tenths of a second)."""
-    from hmmgpu.sw import _traceback_jit
+    disk; importing numba costs a few tenths of a second). numba is imported and its CPU target
+    set up here with scipy hidden (:func:`~hmmgpu.gpu.runtime.build._scipy_hidden`): numba's
+    check of scipy's version and its probe for a BLAS would import scipy and its linear
+    algebra (0.45 s on the GPU machine, holding the interpreter's lock the search's other
+    threads need) for functions the passes do not use."""
+    global _PASSES
+    if _PASSES is None:
+        with _SETUP_LOCK:
+            if _PASSES is None:
+                from hmmgpu.gpu.runtime.build import _scipy_hidden
 
-    return _traceback_jit
+                with _scipy_hidden():
+                    from numba.core.registry import cpu_target
+
+                    from hmmgpu.sw import _traceback_jit
+
+                    cpu_target.target_context.refresh()
+                _PASSES = _traceback_jit
+    return _PASSES
+
+
+_PASSES = None
+_SETUP_LOCK = threading.Lock()
 
 
 def warm() -> None:

@@ -16,11 +16,20 @@ The cache lives under ``$HMMGPU_CACHE_DIR`` or ``$XDG_CACHE_HOME/hmmgpu`` (defau
 ``~/.cache/hmmgpu``). :func:`compile_ahead` finds what is missing for a device, prints one
 line while it compiles, and compiles the missing kernels in parallel processes (``hmmgpu
 warmup`` calls it for every shape).
+
+Some kernels also ship with hmmgpu, compiled ahead of time for the GPUs the project runs on
+(:data:`SHIPPED_DIR`, written by ``python3 -m hmmgpu.gpu.sw.prebuilt``): a fresh machine
+then runs them without compiling (numba's pipeline takes 4-13 s a kernel). A shipped file
+has the exported format, gzip-compressed, and its header also holds a digest of the lane
+and warp helpers the kernel modules import (:func:`helpers_digest`), which the source text
+does not contain: a shipped kernel is used only while both digests match the code, and one
+that does not is compiled as before.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import hashlib
 import importlib.util
 import json
@@ -131,14 +140,56 @@ def _export_path(spec, device) -> Path:
 def _exported(spec, device, cubin: bool = False) -> tuple | None:
     """(header, cubin) of ``spec``'s exported kernel for ``device``, read in one pass (the
     cubin None unless asked for), or None where there is none or it was compiled from another
-    source text."""
+    source text; where the cache has none, the shipped one (:func:`shipped`)."""
     try:
         with open(_export_path(spec, device), "rb") as f:
             header = json.loads(f.readline())
             image = f.read() if cubin else None
     except (OSError, ValueError):
+        return shipped(spec, device.lane_binding, device.cc)
+    if header.get("source") == _source_digest(spec, device.lane_binding):
+        return header, image
+    return shipped(spec, device.lane_binding, device.cc)
+
+
+#: Kernels compiled ahead of time and shipped with hmmgpu (see the module text).
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "prebuilt"
+#: The modules every generated kernel module imports (:func:`hmmgpu.gpu.runtime.emit.preamble`).
+_HELPER_MODULES = ("lanes.py", "warp.py")
+
+
+@functools.lru_cache(maxsize=None)
+def helpers_digest() -> str:
+    """Digest of the lane and warp helpers' source, part of a shipped kernel's key."""
+    h = hashlib.sha256()
+    for name in _HELPER_MODULES:
+        h.update((Path(__file__).resolve().parent / name).read_bytes())
+    return h.hexdigest()[:20]
+
+
+def shipped_path(spec, binding: str, cc) -> Path:
+    """Where the shipped kernel of ``spec`` for lane binding ``binding`` and compute
+    capability ``cc`` lies (whether or not it exists)."""
+    return SHIPPED_DIR / f"{spec.name}_{binding}.sm{cc[0]}{cc[1]}.cubin.gz"
+
+
+def shipped_header(spec, binding: str) -> dict:
+    """The digests a shipped kernel's header must hold to be used."""
+    return dict(source=_source_digest(spec, binding), helpers=helpers_digest())
+
+
+def shipped(spec, binding: str, cc) -> tuple | None:
+    """(header, cubin) of the kernel shipped for ``spec``, or None where none is shipped or
+    its digests are not those of the code (:func:`shipped_header`)."""
+    try:
+        with gzip.open(shipped_path(spec, binding, cc), "rb") as f:
+            header = json.loads(f.readline())
+            want = shipped_header(spec, binding)
+            if any(header.get(k) != v for k, v in want.items()):
+                return None
+            return header, f.read()
+    except (OSError, ValueError, EOFError):
         return None
-    return (header, image) if header.get("source") == _source_digest(spec, device.lane_binding) else None
 
 
 def _export(spec, binding: str, device) -> None:
@@ -169,7 +220,9 @@ def _scipy_hidden():
     as the GPU process did before kernels ran through the driver, loads) a kernel, for
     linear algebra no hmmgpu kernel uses. While a kernel module runs, scipy and its
     ``linalg``, where not yet imported, are hidden, so the probe fails at once (numba then
-    leaves its BLAS functions out); other modules may have imported scipy itself already."""
+    leaves its BLAS functions out); other modules may have imported scipy itself already.
+    numba's CPU target probes the same way when it is set up (``numba.np.arraymath``), which
+    :func:`hmmgpu.sw.traceback.passes` hides too."""
     hidden = [name for name in ("scipy", "scipy.linalg") if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # an import of it, or of any part of it, raises ImportError
