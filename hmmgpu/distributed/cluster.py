@@ -66,7 +66,7 @@ import queue
 import sys
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from collections.abc import Iterator
@@ -300,6 +300,8 @@ class ShardResult:
     seconds: float = 0.0  #: the task's wall time on its worker
     cpu_seconds: float = 0.0  #: CPU time of the task's thread and of its post-filter parts
     post_filter_seconds: float = 0.0  #: the wall time of its post-filter parts, summed over the worker's threads
+    open_seconds: float = 0.0  #: its wait for the database, the shard's filter stage and post-filter stage
+    filter_wait_seconds: float = 0.0  #: its wait for its models' cascades
 
 
 class _ShardSequences:
@@ -384,6 +386,13 @@ class _HeldDatabase:
                     raise type(error)(f"dask worker {_worker_name()}: {error}") from None
             return self._filters[key]
 
+    def filter_details(self) -> dict:
+        """Each filter stage the worker holds, by shard: its GPU's busy seconds and its own
+        breakdown (kernels, start-up), since it started."""
+        with self._lock:
+            held = [(key, stage) for key, stage in self._filters.items() if stage is not None]
+        return {f"shard {first}-{end}": dict(gpu_seconds=round(stage.gpu_seconds(), 3), **stage.details())
+                for (first, end, *_), stage in held}
 
     def stage(self, shard: Shard, options, filtered: bool, threads: int):
         """The shard's post-filter stage (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`) for
@@ -546,6 +555,8 @@ def search_shard(ref: DatabaseRef, shard: Shard, models: list, options, context:
     threads = _post_filter_threads(context)
     _POST_FILTER.size = max(1, threads)
     stage = held.stage(shard, options, filters is not None, threads)
+    opened = time.perf_counter() - start
+    waited = 0.0
     # every model's filters queued at once (a GPU runs several in flight), then taken in order
     tickets = [None] * len(models) if filters is None else [filters.submit(filters.prepare(hmm, mmu), options)
                                                               for _, hmm, mmu in models]
@@ -557,7 +568,9 @@ def search_shard(ref: DatabaseRef, shard: Shard, models: list, options, context:
                 tasks = stage.plan_shard(query, shard.first, shard.end)
                 counts.append(None)
             else:   # the shard's positions made global before the merge
+                t0 = time.perf_counter()
                 cascade = ticket.result()
+                waited += time.perf_counter() - t0
                 tasks = stage.plan_shard(query, shard.first, shard.end, survivors=cascade.survivors + shard.first)
                 counts.append((cascade.n_past_msv, cascade.n_past_bias, cascade.n_past_vit))
             jobs.append([_POST_FILTER.submit((index, task.part), _run_part, stage, task, context.ftz)
@@ -570,19 +583,50 @@ def search_shard(ref: DatabaseRef, shard: Shard, models: list, options, context:
     return ShardResult(shard=shard.index, parts=[[result for result, _ in parts] for parts in done], counts=counts,
                        worker=_worker_name(), seconds=time.perf_counter() - start,
                        cpu_seconds=time.thread_time() - cpu + sum(r.cpu_seconds for parts in done for r, _ in parts),
-                       post_filter_seconds=sum(wall for parts in done for _, wall in parts))
+                       post_filter_seconds=sum(wall for parts in done for _, wall in parts), open_seconds=opened,
+                       filter_wait_seconds=waited)
+
+
+def _filter_details(ref: DatabaseRef) -> dict:
+    """Run on each worker by the client at the end of a search: its filter stages' details
+    (:meth:`_HeldDatabase.filter_details`), if it holds the database."""
+    held = _HELD.get((ref.path, ref.identity))
+    return {} if held is None else held.filter_details()
 
 
 def _worker_facts(gpu_route: bool) -> tuple:
-    """Run on each worker by the client (``client.run``): (the usable cores of its host, whether
-    it has a GPU for the route: ``gpu_route``, the search's backend may take one)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """Run on each worker by the client (``client.run``): (the cores it may run on, as a tuple
+    of ids, whether it has a GPU for the route: ``gpu_route``, the search's backend may take one)."""
+    if hasattr(os, "sched_getaffinity"):
+        cores = tuple(sorted(os.sched_getaffinity(0)))
+    else:
+        cores = tuple(range(os.cpu_count() or 1))
     gpu = False
     if gpu_route and os.environ.get("HMMGPU_NO_GPU") is None:
         from hmmgpu.search.routing import cuda_available
 
         gpu = cuda_available(0)
     return cores, gpu
+
+
+def core_shares(workers: dict, facts: dict) -> dict:
+    """Each worker's post-filter threads: its dask threads (``workers``: address -> threads), or
+    its share of the cores it may run on if more (``facts``: address -> (core ids, ...) from
+    :func:`_worker_facts`): those cores over the workers of its host whose cores overlap its own
+    or are not known (dask-cuda pins each worker to its GPU's NUMA node; unpinned workers share
+    every core)."""
+    from distributed.comm import get_address_host
+
+    shares = {}
+    for address, threads in workers.items():
+        if address not in facts:
+            shares[address] = int(threads)
+            continue
+        host, cores = get_address_host(address), set(facts[address][0])
+        sharing = sum(1 for other in workers if get_address_host(other) == host
+                      and (other not in facts or cores.intersection(facts[other][0])))
+        shares[address] = max(int(threads), len(cores) // max(1, sharing))
+    return shares
 
 
 def _given(models: list) -> list:
@@ -609,7 +653,12 @@ class ClusterStats:
     post_filter_seconds: float = 0.0  #: the wall time of their post-filter parts on the workers' threads, summed
     cpu_seconds: float = 0.0  #: ... and their CPU time
     merge_seconds: float = 0.0  #: this process's time merging the shards' results
+    open_seconds: float = 0.0  #: the tasks' waits for their database and stages, summed
+    filter_wait_seconds: float = 0.0  #: ... and for their models' cascades
+    wait_seconds: float = 0.0  #: this process's wait for the next task to finish
+    result_seconds: float = 0.0  #: ... and its time taking the finished tasks' results (transfer and unpickling)
     workers_used: set = field(default_factory=set)  #: the workers that ran a task
+    filters: dict = field(default_factory=dict)  #: the workers' filter stages' details, by worker
 
     def lines(self) -> list:
         busy = self.post_filter_seconds / (self.threads * self.wall_seconds) if self.threads and self.wall_seconds \
@@ -619,7 +668,11 @@ class ClusterStats:
                  f"({self.processes} at the start, {self.gpus} with a GPU, {self.threads} post-filter threads)"),
                 (f"busy: tasks {self.task_seconds:.2f} s, {self.parts} post-filter parts "
                  f"{self.post_filter_seconds:.2f} s ({100 * busy:.0f}% of threads x wall; CPU "
-                 f"{self.cpu_seconds:.2f} s), merge here {self.merge_seconds:.2f} s")]
+                 f"{self.cpu_seconds:.2f} s), merge here {self.merge_seconds:.2f} s"),
+                (f"waits: tasks for their database and stages {self.open_seconds:.2f} s, for their cascades "
+                 f"{self.filter_wait_seconds:.2f} s; here for finished tasks {self.wait_seconds:.2f} s, taking their "
+                 f"results {self.result_seconds:.2f} s")] + (
+            [f"filter stages on the workers (since each started): {self.filters}"] if self.filters else [])
 
 
 class _Batch:
@@ -682,20 +735,14 @@ class ClusterSearch:
         self.stats.description = self.description
 
     def _threads(self, workers: dict) -> tuple:
-        """({worker address: its post-filter threads}, the workers with a GPU for the route).
-        A worker's threads are its dask threads, or its share of its host's cores if more (the
-        cores over the workers on that host: ``dask cuda worker`` starts one of one thread a GPU,
-        and each worker's GPU route needs the host's cores for its post-filter stage)."""
-        from distributed.comm import get_address_host
-
+        """({worker address: its post-filter threads} (:func:`core_shares`: ``dask cuda worker``
+        starts one worker of one thread a GPU, and each worker's GPU route needs its share of the
+        host's cores for its post-filter stage), the workers with a GPU for the route)."""
         try:
             facts = self.client.run(_worker_facts, self.options.run.backend in ("auto", "cuda"))
         except Exception:  # noqa: BLE001 - a worker that cannot answer: its dask threads, no GPU
             facts = {}
-        hosts = Counter(get_address_host(address) for address in workers)
-        threads = {address: max(int(n), facts[address][0] // hosts[get_address_host(address)])
-                   if address in facts else int(n) for address, n in workers.items()}
-        return threads, sum(1 for address in workers if address in facts and facts[address][1])
+        return core_shares(workers, facts), sum(1 for address in workers if address in facts and facts[address][1])
 
     def _workers(self) -> dict:
         """The cluster's workers now: address -> threads."""
@@ -716,6 +763,14 @@ class ClusterSearch:
                 home = min(sorted(load), key=lambda a: load[a])
                 self._homes[shard.index] = home
                 load[home] += 1.0 / workers[home]
+
+    def _filter_details(self) -> dict:
+        """The workers' filter stages' details (:func:`_filter_details`), by worker; none if
+        they cannot be asked."""
+        try:
+            return {address: d for address, d in self.client.run(_filter_details, self.ref).items() if d}
+        except Exception:  # noqa: BLE001 - statistics only
+            return {}
 
     def _submit(self, number: int, models: list, seen: dict) -> _Batch:
         """Batch ``number``'s tasks: its models go to the cluster once, as a task of their own
@@ -797,9 +852,15 @@ class ClusterSearch:
                         self.progress.total(self.stats.tasks)
                 if delivered == submitted:
                     break
+                t0 = time.perf_counter()
                 future = next(finished)
+                t1 = time.perf_counter()
                 number, shard = seen.pop(future.key)
                 result = _result(future)
+                self.stats.wait_seconds += t1 - t0
+                self.stats.result_seconds += time.perf_counter() - t1
+                self.stats.open_seconds += result.open_seconds
+                self.stats.filter_wait_seconds += result.filter_wait_seconds
                 future.release()
                 pending[number].results[shard] = result
                 self.stats.task_seconds += result.seconds
@@ -815,6 +876,7 @@ class ClusterSearch:
                     yield from self._merged(batch)
                     delivered += 1
                     models_out -= len(batch.models)
+            self.stats.filters = self._filter_details()
         finally:
             for batch in pending.values():
                 self.client.cancel([f for f in [*batch.futures, batch.given] if not f.done()])

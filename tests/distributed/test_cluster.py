@@ -332,6 +332,18 @@ def test_plan_cuts_shards_by_residues_and_batches_by_cost():
     assert cluster.plan_work([250], [250] * 4000, processes=8, threads=32).shards[0].end == 4000
 
 
+def test_post_filter_threads_are_each_workers_share_of_its_cores():
+    a, b, c, d = "tcp://10.0.0.1:1", "tcp://10.0.0.1:2", "tcp://10.0.0.2:1", "tcp://10.0.0.2:2"
+    every, low, high = tuple(range(32)), tuple(range(16)), tuple(range(16, 32))
+    workers = {a: 1, b: 1, c: 1, d: 24}
+    # two unpinned workers on a host share its cores; workers pinned to one NUMA node each
+    # (dask-cuda's) have their node's; more dask threads than the share: the threads
+    facts = {a: (every, True), b: (every, True), c: (low, True), d: (high, True)}
+    assert cluster.core_shares(workers, facts) == {a: 16, b: 16, c: 16, d: 24}
+    # a worker that did not answer: its dask threads
+    assert cluster.core_shares(workers, {a: (every, False)}) == {a: 16, b: 1, c: 1, d: 24}
+
+
 def test_a_shard_is_planned_in_parts_for_the_worker_threads(made, monkeypatch):
     """``plan_shard``: pyhmmer's whole pipeline over a shard cut into consecutive ranges that
     cover it (several a thread), the survivors cut by cost as in one process."""
