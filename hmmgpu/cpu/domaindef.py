@@ -16,7 +16,9 @@ references, serial numba code that does HMMER's float operations lane for lane:
   Backward, decoding, optimal accuracy and its trace, and for an unclustered envelope null2
   by expectation and its ``logf``: :func:`hmmgpu.cpu.envelope.rescore_isolated_domain`).
 
-The exactness flags of every matrix are passed on (:attr:`DomainDefinition.flags`).
+The exactness flags of every matrix are passed on (:attr:`DomainDefinition.flags`), and a
+region whose sampling could choose otherwise under hmmsearch's flush-to-zero arithmetic
+(:attr:`hmmgpu.cpu.stotrace.TraceEnsemble.ftz_differs`) is flagged SUBNORMAL.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from hmmgpu.cpu.null2 import glibc_logf
 from hmmgpu.cpu.spensemble import cluster, dominant
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, trace_ensemble
 from hmmgpu.stages.domaindef import DomainStages, Envelope, RegionEnsemble
-from hmmgpu.stages.forward import ForwardTables
+from hmmgpu.stages.forward import SUBNORMAL, ForwardTables
 
 __all__ = ["CpuDomainStages"]
 
@@ -53,7 +55,8 @@ class CpuDomainStages(DomainStages):
                                   seed=self.seed)
         n2sc = glibc_logf(ensemble.acc[1:] / F32(NSAMPLES))
         coords, probs = cluster(ensemble.pairs, ensemble.nsamples)
-        return RegionEnsemble(n2sc=n2sc, envelopes=coords[dominant(coords, probs), :2], flags=forward.flags)
+        flags = forward.flags | (SUBNORMAL if ensemble.ftz_differs else 0)
+        return RegionEnsemble(n2sc=n2sc, envelopes=coords[dominant(coords, probs), :2], flags=flags)
 
     def rescore_envelope(self, codes, i, j, null2_is_done, n2sc) -> Envelope:
         out = rescore_isolated_domain(self.tables, codes, i, j, null2_is_done, n2sc)

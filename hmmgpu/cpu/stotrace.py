@@ -55,6 +55,18 @@ rounded on its own):
 
 A choice that Easel would abort on (a NaN path) is reported as ``FATAL``.
 
+Flush-to-zero
+-------------
+hmmsearch runs with SSE flush-to-zero, pyhmmer (and this code) with IEEE subnormals. The
+traces are pyhmmer's whatever happens; to say when they are hmmsearch's too, every choice is
+also made as FTZ would make it (:func:`_ftz_choice`: the matrix values, products, Kahan sum
+and quotients with subnormal results flushed to 0, FLT_MIN counted both ways), and the E
+step's double sum is also kept with its flushed terms (those sums are never larger, so FTZ
+takes the same cell exactly when its sum has passed the draw there too). A trace where some
+choice could differ sets ``ftz_differs``; on real data the FTZ choices differ nowhere (libhmmer's
+domain definition gave the same answers in both modes on the 750 top hits of PF07690, PF00133
+and PF00005).
+
 Matrices are HMMER's striped ones, given as three float32 arrays of cells ``[Lr+1][Q][4]``
 for M, D and I (node ``k = r Q + q + 1`` in lane ``r`` of vector ``q``) and the special rows
 ``[Lr+1][6]`` (E N J B C SCALE); ``tfv`` float32 [8Q][4] (per q: BM MM IM DM MD MI II, then the
@@ -66,6 +78,7 @@ import numpy as np
 from numba import njit
 
 from hmmgpu.cpu.null2 import null2_by_trace
+from hmmgpu.cpu.optacc import Trace
 from hmmgpu.constants import KP
 
 __all__ = ["DEFAULT_SEED", "EXHAUSTED", "FATAL", "OK", "NSAMPLES", "mix3", "fast_rng_state", "uniform_table",
@@ -85,6 +98,8 @@ _XE, _XN, _XJ, _XB, _XC, _XSCALE = range(6)
 
 #: The pipeline's seed (hmmsearch ``--seed``, pyhmmer ``Pipeline(seed=42)``).
 DEFAULT_SEED = 42
+#: Smallest normal float32: values below it are subnormal, flushed to 0 under FTZ.
+FLT_MIN = F32(2.0 ** -126)
 #: Samples per clustered region (``ddef->nsamples``).
 NSAMPLES = 200
 #: Statuses of the numba steps: done; the table of draws ran out; Easel would abort (no path);
@@ -120,10 +135,8 @@ def uniform_table(seed: int = DEFAULT_SEED, n: int = _DEFAULT_TABLE) -> np.ndarr
     x = np.array([(fast_rng_state(seed) * _LCG_A + 1) & _MASK32], dtype=np.uint64)
     a, c = _LCG_A, 1  # the jump of len(x) draws: x_{t+m} = a x_t + c (mod 2^32)
     while x.size < n:
-        m = x.size
         x = np.concatenate([x, (x * np.uint64(a) + np.uint64(c)) & np.uint64(_MASK32)])
         a, c = (a * a) & _MASK32, (a * c + c) & _MASK32
-        assert x.size == 2 * m
     return x[:n].astype(np.float64) / 4294967296.0
 
 
@@ -217,13 +230,56 @@ def _reverse(st, tk, ti, N):
 
 
 @njit(cache=True, error_model="numpy")
+def _flushed(v, inclusive):
+    """``v`` as flush-to-zero leaves a float32 result: 0 if subnormal (``inclusive``: FLT_MIN
+    too, a result that may have been tiny before rounding)."""
+    if v != F32(0.0) and (abs(v) < FLT_MIN or (inclusive and abs(v) == FLT_MIN)):
+        return F32(0.0)
+    return v
+
+
+@njit(cache=True, error_model="numpy")
+def _ftz_choice(fa, fb, fc, n, roll, inclusive):
+    """The choice among ``n`` paths ``(fa fb) fc`` with the draw ``roll`` when every float result
+    is flushed as FTZ flushes it (:func:`_flushed`; matrix values come flushed already, as FTZ
+    stored them): the products, the Kahan sum, the normalisation; then ``esl_rnd_FChoose``'s
+    double arithmetic, which FTZ does not touch at these magnitudes. -1 if nothing is chosen."""
+    p = np.empty(4, dtype=np.float32)
+    for z in range(n):
+        p[z] = _flushed(_flushed(_flushed(fa[z], inclusive) * fb[z], inclusive) * fc[z], inclusive)
+    s = F32(0.0)
+    c = F32(0.0)
+    for z in range(n):
+        y = _flushed(p[z] - c, inclusive)
+        t = _flushed(s + y, inclusive)
+        c = _flushed(_flushed(t - s, inclusive) - y, inclusive)
+        s = t
+    for z in range(n):
+        p[z] = _flushed(p[z] / s, inclusive) if s != F32(0.0) else F32(1.0 / F64(F32(n)))
+    norm = 0.0
+    for z in range(n):
+        norm += F64(p[z])
+    total = 0.0
+    for z in range(n):
+        total += F64(p[z])
+        if roll < total / norm:
+            return z
+    return -1
+
+
+@njit(cache=True, error_model="numpy")
 def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, tk, ti):
     """``p7_StochasticTrace`` on a Forward matrix of ``Lr`` residues into the buffers ``st``
     (uint8), ``tk``, ``ti`` (int32), drawing from ``uniforms`` at ``cursor``.
-    Returns (trace length, next cursor, status); on OK the trace is in order S..T; FULL when
-    the buffers are too short for it."""
+    Returns (trace length, next cursor, status, ftz_differs); on OK the trace is in order
+    S..T; FULL when the buffers are too short for it. ``ftz_differs``: some choice could have
+    gone otherwise under flush-to-zero (:func:`_ftz_choice`; the E step's sum likewise)."""
     Q = dp_m.shape[1]
     path = np.empty(4, dtype=np.float32)
+    fa = np.zeros(4, dtype=np.float32)
+    fb = np.zeros(4, dtype=np.float32)
+    fc = np.ones(4, dtype=np.float32)
+    ftz_differs = False
     i = Lr
     k = 0
     st[0] = ST_T
@@ -236,16 +292,19 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
             s1 = ST_S if i == 0 else ST_N
         elif s0 == ST_E:
             if cursor >= uniforms.size:
-                return N, cursor, EXHAUSTED
+                return N, cursor, EXHAUSTED, ftz_differs
             roll = uniforms[cursor]
             cursor += 1
             norm = F32(1.0 / F64(xmx[i, _XE]))
             total = 0.0
+            total_ftz = 0.0  # the same sum of the terms flushed as FTZ would (ones <= FLT_MIN: the lowest)
             s1 = -1
             while s1 < 0:
                 for q in range(Q):
                     for r in range(4):
-                        total += F64(dp_m[i, q, r] * norm)
+                        term = dp_m[i, q, r] * norm
+                        total += F64(term)
+                        total_ftz += F64(_flushed(_flushed(dp_m[i, q, r], True) * norm, True))
                         if roll < total:
                             s1 = ST_M
                             k = r * Q + q + 1
@@ -253,7 +312,9 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
                     if s1 >= 0:
                         break
                     for r in range(4):
-                        total += F64(dp_d[i, q, r] * norm)
+                        term = dp_d[i, q, r] * norm
+                        total += F64(term)
+                        total_ftz += F64(_flushed(_flushed(dp_d[i, q, r], True) * norm, True))
                         if roll < total:
                             s1 = ST_D
                             k = r * Q + q + 1
@@ -261,56 +322,64 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
                     if s1 >= 0:
                         break
                 if s1 < 0 and not total > 0.0:  # NaN or all zero: would loop for ever in HMMER
-                    return N, cursor, FATAL
+                    return N, cursor, FATAL, ftz_differs
+            # The FTZ sums are never larger, so FTZ chooses the same cell iff it is reached there too.
+            ftz_differs = ftz_differs or not roll < total_ftz
         else:
             n = 2
+            for z in range(4):  # path z = (fa[z] fb[z]) fc[z]; fc = 1 (exact) but for E's path from C, J
+                fc[z] = F32(1.0)
             if s0 == ST_M:
                 q = (k - 1) % Q
                 r = (k - 1) // Q
                 t = 7 * q
                 if q > 0:
-                    mpv = dp_m[i - 1, q - 1, r]
-                    dpv = dp_d[i - 1, q - 1, r]
-                    ipv = dp_i[i - 1, q - 1, r]
+                    fa[1] = dp_m[i - 1, q - 1, r]
+                    fa[2] = dp_i[i - 1, q - 1, r]
+                    fa[3] = dp_d[i - 1, q - 1, r]
                 else:
-                    mpv = _shifted(dp_m[i - 1], Q, r)
-                    dpv = _shifted(dp_d[i - 1], Q, r)
-                    ipv = _shifted(dp_i[i - 1], Q, r)
-                path[0] = xmx[i - 1, _XB] * tfv[t, r]
-                path[1] = mpv * tfv[t + 1, r]
-                path[2] = ipv * tfv[t + 2, r]
-                path[3] = dpv * tfv[t + 3, r]
+                    fa[1] = _shifted(dp_m[i - 1], Q, r)
+                    fa[2] = _shifted(dp_i[i - 1], Q, r)
+                    fa[3] = _shifted(dp_d[i - 1], Q, r)
+                fa[0] = xmx[i - 1, _XB]
+                for z in range(4):
+                    fb[z] = tfv[t + z, r]
                 n = 4
             elif s0 == ST_D:
                 q = (k - 1) % Q
                 r = (k - 1) // Q
                 if q > 0:
-                    path[0] = dp_m[i, q - 1, r] * tfv[7 * (q - 1) + 4, r]
-                    path[1] = dp_d[i, q - 1, r] * tfv[7 * Q + q - 1, r]
+                    fa[0], fb[0] = dp_m[i, q - 1, r], tfv[7 * (q - 1) + 4, r]
+                    fa[1], fb[1] = dp_d[i, q - 1, r], tfv[7 * Q + q - 1, r]
                 elif r > 0:
-                    path[0] = dp_m[i, Q - 1, r - 1] * tfv[7 * (Q - 1) + 4, r - 1]
-                    path[1] = dp_d[i, Q - 1, r - 1] * tfv[8 * Q - 1, r - 1]
+                    fa[0], fb[0] = dp_m[i, Q - 1, r - 1], tfv[7 * (Q - 1) + 4, r - 1]
+                    fa[1], fb[1] = dp_d[i, Q - 1, r - 1], tfv[8 * Q - 1, r - 1]
                 else:  # both shifted in as 0
-                    path[0] = F32(0.0)
-                    path[1] = F32(0.0)
+                    fa[0], fb[0] = F32(0.0), F32(0.0)
+                    fa[1], fb[1] = F32(0.0), F32(0.0)
             elif s0 == ST_I:
                 q = (k - 1) % Q
                 r = (k - 1) // Q
-                path[0] = dp_m[i - 1, q, r] * tfv[7 * q + 5, r]
-                path[1] = dp_i[i - 1, q, r] * tfv[7 * q + 6, r]
+                fa[0], fb[0] = dp_m[i - 1, q, r], tfv[7 * q + 5, r]
+                fa[1], fb[1] = dp_i[i - 1, q, r], tfv[7 * q + 6, r]
             elif s0 == ST_C:
-                path[0] = xmx[i - 1, _XC] * xf[_XF_C, _LOOP]
-                path[1] = (xmx[i, _XE] * xf[_XF_E, _MOVE]) * xmx[i, _XSCALE]
+                fa[0], fb[0] = xmx[i - 1, _XC], xf[_XF_C, _LOOP]
+                fa[1], fb[1], fc[1] = xmx[i, _XE], xf[_XF_E, _MOVE], xmx[i, _XSCALE]
             elif s0 == ST_J:
-                path[0] = xmx[i - 1, _XJ] * xf[_XF_J, _LOOP]
-                path[1] = (xmx[i, _XE] * xf[_XF_E, _LOOP]) * xmx[i, _XSCALE]
+                fa[0], fb[0] = xmx[i - 1, _XJ], xf[_XF_J, _LOOP]
+                fa[1], fb[1], fc[1] = xmx[i, _XE], xf[_XF_E, _LOOP], xmx[i, _XSCALE]
             else:  # B
-                path[0] = xmx[i, _XN] * xf[_XF_N, _MOVE]
-                path[1] = xmx[i, _XJ] * xf[_XF_J, _MOVE]
+                fa[0], fb[0] = xmx[i, _XN], xf[_XF_N, _MOVE]
+                fa[1], fb[1] = xmx[i, _XJ], xf[_XF_J, _MOVE]
+            for z in range(n):
+                path[z] = (fa[z] * fb[z]) * fc[z]
             fnorm(path, n)
             choice, status = fchoose(uniforms, cursor, path, n)
             if status != OK:
-                return N, cursor, status
+                return N, cursor, status, ftz_differs
+            if not ftz_differs:
+                ftz_differs = (_ftz_choice(fa, fb, fc, n, uniforms[cursor], False) != choice
+                               or _ftz_choice(fa, fb, fc, n, uniforms[cursor], True) != choice)
             cursor += 1
             if s0 == ST_M:
                 s1 = (ST_B, ST_M, ST_I, ST_D)[choice]
@@ -332,13 +401,13 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
         elif s0 == ST_I:
             i -= 1
         if N == st.size:
-            return N, cursor, FULL
+            return N, cursor, FULL, ftz_differs
         N = _append(st, tk, ti, N, s1, k, i)
         if (s1 == ST_N or s1 == ST_J or s1 == ST_C) and s1 == s0:
             i -= 1
         s0 = s1
     _reverse(st, tk, ti, N)
-    return N, cursor, OK
+    return N, cursor, OK, ftz_differs
 
 
 @njit(cache=True, error_model="numpy")
@@ -377,10 +446,11 @@ def _ensemble(uniforms, dp_m, dp_d, dp_i, xmx, tfv, rfv, xf, M, region, ireg, ns
     null2 = np.empty(KP, dtype=np.float32)
     cursor = 0
     npairs = 0
+    ftz_differs = False
     for t in range(nsamples):
         while True:
-            N, next_cursor, status = stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr,
-                                                      st, tk, ti)
+            N, next_cursor, status, differs = stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr,
+                                                               st, tk, ti)
             if status != FULL:
                 break
             cap = 2 * cap  # retry this trace, from the same draw, in longer buffers
@@ -388,7 +458,8 @@ def _ensemble(uniforms, dp_m, dp_d, dp_i, xmx, tfv, rfv, xf, M, region, ireg, ns
             tk = np.empty(cap, dtype=np.int32)
             ti = np.empty(cap, dtype=np.int32)
         if status != OK:
-            return npairs, next_cursor, status, pairs
+            return npairs, next_cursor, status, pairs, ftz_differs
+        ftz_differs = ftz_differs or differs
         cursor = next_cursor
         nd = trace_index(st, tk, ti, N, domains)
         pos = 1
@@ -415,20 +486,22 @@ def _ensemble(uniforms, dp_m, dp_d, dp_i, xmx, tfv, rfv, xf, M, region, ireg, ns
         while pos <= Lr:
             acc[pos] += F32(1.0)
             pos += 1
-    return npairs, cursor, OK, pairs
+    return npairs, cursor, OK, pairs, ftz_differs
 
 
 class TraceEnsemble:
     """The sampled traces of one region: ``acc`` float32 [Lr+1] (``acc[p]``, p = 1..Lr, the sum
     over the samples of residue p's null2 odds, 1 outside domains; ``acc[0]`` unused),
     ``pairs`` int32 [n][5] (sample, i, j, k, m: each sampled domain's first and last M residue,
-    in target coordinates, and node, in sample and trace order), ``nsamples`` and ``draws``
-    (the random numbers read)."""
+    in target coordinates, and node, in sample and trace order), ``nsamples``, ``draws`` (the
+    random numbers read) and ``ftz_differs`` (some choice could go otherwise under flush-to-zero,
+    hmmsearch's arithmetic: the region's answer is then only pyhmmer's, IEEE)."""
 
-    __slots__ = ("acc", "pairs", "nsamples", "draws")
+    __slots__ = ("acc", "pairs", "nsamples", "draws", "ftz_differs")
 
-    def __init__(self, acc, pairs, nsamples, draws):
+    def __init__(self, acc, pairs, nsamples, draws, ftz_differs):
         self.acc, self.pairs, self.nsamples, self.draws = acc, pairs, nsamples, draws
+        self.ftz_differs = ftz_differs
 
 
 _tables = {}
@@ -458,9 +531,9 @@ def trace_ensemble(dp_m, dp_d, dp_i, xmx, tables, xf, codes, ireg, jreg, *, nsam
         uniforms = _uniforms(seed, size)
         acc = np.zeros(Lr + 1, dtype=np.float32)
         result = _ensemble(uniforms, *args, acc, np.empty((max(16, 2 * nsamples), 5), dtype=np.int32))
-        npairs, draws, status = result[0], result[1], result[2]
+        npairs, draws, status, pairs, ftz_differs = result
         if status == OK:
-            return TraceEnsemble(acc, np.array(result[3][:npairs]), int(nsamples), int(draws))
+            return TraceEnsemble(acc, np.array(pairs[:npairs]), int(nsamples), int(draws), bool(ftz_differs))
         if status == FATAL:
             raise FloatingPointError(f"stochastic traceback of region {ireg}..{jreg} found no path "
                                      "(a NaN or empty Forward matrix: Easel aborts here)")
@@ -472,8 +545,6 @@ def stochastic_traces(dp_m, dp_d, dp_i, xmx, tables, xf, *, nsamples=NSAMPLES, s
     (arguments as there; ``Lr`` from the matrix), each a :class:`hmmgpu.cpu.optacc.Trace`
     (residues relative to the region, ``pp`` 0) with its domains int32 [ndom][6] (tfrom, tto,
     sqfrom, sqto, hmmfrom, hmmto): what ``p7_StochasticTrace`` and ``p7_trace_Index`` give."""
-    from hmmgpu.cpu.optacc import Trace
-
     dp_m, dp_d, dp_i, xmx = (np.asarray(a, F32) for a in (dp_m, dp_d, dp_i, xmx))
     Lr = xmx.shape[0] - 1
     tfv, xf = np.asarray(tables.tfv, F32), np.asarray(xf, F32)
@@ -484,7 +555,8 @@ def stochastic_traces(dp_m, dp_d, dp_i, xmx, tables, xf, *, nsamples=NSAMPLES, s
     domains = np.zeros((Lr + 1, 6), dtype=np.int32)
     while len(traces) < nsamples:
         st, tk, ti = np.empty(cap, np.uint8), np.empty(cap, np.int32), np.empty(cap, np.int32)
-        N, next_cursor, status = stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, tk, ti)
+        N, next_cursor, status, _ = stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, tk,
+                                                     ti)
         if status == FULL:
             cap *= 2
             continue

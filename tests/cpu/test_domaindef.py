@@ -164,13 +164,29 @@ def test_null2_by_expectation_matches_libhmmer(targets):
     assert checked >= 10
 
 
-def test_define_domains_matches_libhmmer(targets):
-    """The whole domain definition: counters, nexpected, every n2sc bit, and each dcl entry."""
-    from hmmgpu.cpu.domaindef import CpuDomainStages
-    from hmmgpu.stages.domaindef import define_domains
-    from hmmgpu.stages.forward import ForwardTables
+def _assert_equal(where, mine, theirs):
+    assert mine.status == theirs["status"], where
+    for key in ("nregions", "nclustered", "noverlaps", "nenvelopes"):
+        assert getattr(mine, key) == theirs[key], (where, key)
+    assert bits(mine.nexpected) == bits(theirs["nexpected"]), where
+    assert bits(mine.n2sc).tobytes() == bits(theirs["n2sc"]).tobytes(), where
+    assert mine.ndom == len(theirs["domains"]), where
+    for d, ref in zip(mine.domains, theirs["domains"]):
+        assert (d.ienv, d.jenv, d.iali, d.jali) == (ref["ienv"], ref["jenv"], ref["iali"], ref["jali"]), where
+        for key in ("envsc", "domcorrection", "oasc"):
+            assert bits(getattr(d, key)) == bits(ref[key]), (where, key)
 
-    counts = dict(targets=0, regions=0, clustered=0, domains=0)
+
+def test_define_domains_matches_libhmmer(targets):
+    """The whole domain definition: counters, nexpected, every n2sc bit, and each dcl entry,
+    against libhmmer in IEEE mode (pyhmmer's), and where no HOST flag is raised, also under
+    flush-to-zero (hmmsearch's)."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.host import flush_to_zero
+    from hmmgpu.stages.domaindef import define_domains
+    from hmmgpu.stages.forward import HOST, ForwardTables
+
+    counts = dict(targets=0, regions=0, clustered=0, domains=0, ftz=0)
     for name, (hmm, items) in _by_model(targets).items():
         with HmmerModel(hmm) as model:
             stages = CpuDomainStages(ForwardTables.from_hmmer(model))
@@ -180,18 +196,59 @@ def test_define_domains_matches_libhmmer(targets):
                 _, _, fwd_rows, _ = model.forward_parser(codes)
                 _, _, bck_rows, _, own = model.backward_parser(codes)
                 mine = define_domains(stages, codes, fwd_rows, bck_rows, own)
-                assert mine.status == theirs["status"], where
-                for key in ("nregions", "nclustered", "noverlaps", "nenvelopes"):
-                    assert getattr(mine, key) == theirs[key], (where, key)
-                assert bits(mine.nexpected) == bits(theirs["nexpected"]), where
-                assert bits(mine.n2sc).tobytes() == bits(theirs["n2sc"]).tobytes(), where
-                assert mine.ndom == len(theirs["domains"]), where
-                for d, ref in zip(mine.domains, theirs["domains"]):
-                    assert (d.ienv, d.jenv, d.iali, d.jali) == (ref["ienv"], ref["jenv"], ref["iali"], ref["jali"])
-                    for key in ("envsc", "domcorrection", "oasc"):
-                        assert bits(getattr(d, key)) == bits(ref[key]), (where, key)
+                _assert_equal(where, mine, theirs)
+                if not mine.flags & HOST:
+                    with flush_to_zero():
+                        _assert_equal(where + ("FTZ",), mine, model.domain_definition(codes))
+                    counts["ftz"] += 1
                 counts["targets"] += 1
                 counts["regions"] += mine.nregions
                 counts["clustered"] += mine.nclustered
                 counts["domains"] += mine.ndom
     assert counts["targets"] >= 50 and counts["clustered"] >= 12 and counts["domains"] >= 80, counts
+
+
+def test_stochastic_trace_reports_short_tables_and_buffers():
+    """A trace that runs out of draws (EXHAUSTED) or of buffer (FULL) says so; with room it is
+    libhmmer's first trace, the cursor after it its number of draws (one per step, none from N)."""
+    from hmmgpu.cpu.fwdback import special_transitions
+    from hmmgpu.cpu.stotrace import EXHAUSTED, FULL, OK, ST_N, stochastic_trace, uniform_table
+    from hmmgpu.stages.forward import ForwardTables
+
+    hmm = sampled_hmm(30, 4)
+    codes = _generated_targets(hmm, 4)["noisy_x4"]
+    with HmmerModel(hmm) as model:
+        tables = ForwardTables.from_hmmer(model)
+        (i, j), = _clustered_regions(model, codes)
+        matrix, theirs = model.stochastic_traces(codes, i, j, nsamples=1)
+    dp, xf = matrix.dp, special_transitions(tables, codes.size)
+
+    def run(draws, size):
+        st, tk, ti = np.zeros(size, np.uint8), np.zeros(size, np.int32), np.zeros(size, np.int32)
+        N, cursor, status, _ = stochastic_trace(uniform_table(42, draws), 0, dp[:, 0], dp[:, 1], dp[:, 2],
+                                                matrix.xmx, tables.tfv, xf, j - i + 1, st, tk, ti)
+        return status, cursor, st[:N], tk[:N], ti[:N]
+
+    assert run(3, 4096)[:2] == (EXHAUSTED, 3)
+    assert run(4096, 4)[0] == FULL
+    status, cursor, st, tk, ti = run(4096, 4096)
+    trace = theirs[0][0]
+    assert status == OK and st.tobytes() == trace.st.tobytes()
+    assert tk.tobytes() == trace.k.tobytes() and ti.tobytes() == trace.i.tobytes()
+    assert cursor == st.size - 2 - int((st == ST_N).sum())  # a draw a step after T and C, none from N
+
+
+def test_ftz_choice_follows_flushed_arithmetic():
+    """Two subnormal paths: IEEE normalises them to (0.25, 0.75), FTZ flushes both to 0 and
+    chooses with (0.5, 0.5); a normal path with a subnormal one chooses alike in both modes."""
+    from hmmgpu.cpu.stotrace import _ftz_choice, fchoose, fnorm
+
+    one = np.ones(4, np.float32)
+    for fa, roll, same in (([1e-39, 3e-39], 0.3, False), ([1e-39, 3e-39], 0.6, True), ([0.5, 1e-40], 0.3, True)):
+        fa = np.array(fa + [0, 0], np.float32)
+        path = fa[:2] * one[:2]
+        fnorm(path, 2)
+        choice, status = fchoose(np.array([roll]), 0, path, 2)
+        assert status == 0
+        for inclusive in (False, True):
+            assert (_ftz_choice(fa, one, one, 2, roll, inclusive) == choice) == same
