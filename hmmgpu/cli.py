@@ -273,6 +273,7 @@ def cmd_search(args) -> int:
 
     options = search_options(args)
     if args.scheduler is not None or args.scheduler_file is not None:   # over a dask cluster
+        _single_host_postfilter(options, "a search over a dask cluster")
         from hmmgpu.distributed.cluster import local_command_line, search_command
 
         args.command_line = local_command_line(args.command_line)   # the tables' tail: as in one process
@@ -336,6 +337,13 @@ def cmd_search(args) -> int:
     return 0
 
 
+def _single_host_postfilter(options: SearchOptions, what: str) -> None:
+    """``--postfilter hmmgpu`` is a search's on one host (:mod:`hmmgpu.search.engine`): a one-line
+    error for ``what``, which runs pyhmmer's post-filter stage only."""
+    if options.run.postfilter != "pyhmmer":
+        raise InputError(f"--postfilter {options.run.postfilter}: not available for {what} (pyhmmer's pipeline only)")
+
+
 class _Timeline:
     """Seconds spent in each step of a run (the first from ``start``, when the command began)."""
 
@@ -375,6 +383,7 @@ def cmd_scan(args) -> int:
     from hmmgpu.stages.protocol import CascadeBackend
 
     options = search_options(args)
+    _single_host_postfilter(options, "hmmgpu scan")
     check_scan_order(args.hmmdb, args.seqfile)
     seqformat = sequence_format(args.seqfile, args.seqformat)
     with _run_outputs(args, "scan", args.seqfile, args.hmmdb, "scanning", options) as outputs:

@@ -26,6 +26,7 @@ from hmmgpu.host import usable_cores
 Backend = Literal["auto", "cuda", "numba", "hmmer"]
 Lanes = Literal["auto", "16x2", "8x4"]
 BitCutoffs = Literal["gathering", "trusted", "noise"]
+PostFilter = Literal["pyhmmer", "hmmgpu"]
 
 #: Command-line groups, in the order ``--help`` shows them.
 GROUPS = {
@@ -130,6 +131,11 @@ class RunOptions:
     devices: str | None = _option(None, "search on several GPUs at once: all, or their ids (0,2); one GPU process "
                                   "each, the database resident on each, output identical to one GPU's", group="run",
                                   metavar="all|IDS")
+    postfilter: PostFilter = _option(
+        "pyhmmer", "the post-filter stage after hmmgpu's filters (Forward, Backward, domain definition, scores): "
+        "pyhmmer (its pipeline; the default while it is the faster) or hmmgpu (hmmgpu's own exact code on the "
+        "CPU, pyhmmer's pipeline for the few targets it cannot promise bit for bit); the results are the same",
+        group="run")
 
     def __post_init__(self):
         _validate(self)
@@ -145,7 +151,7 @@ class RunOptions:
 
 
 #: The fields of :class:`RunOptions`, which :meth:`SearchOptions.from_kwargs` also takes.
-RUN_FIELDS = ("backend", "lanes", "cpus", "device", "devices")
+RUN_FIELDS = ("backend", "lanes", "cpus", "device", "devices", "postfilter")
 
 
 def devices_text(devices) -> str:
@@ -226,7 +232,8 @@ def _validate(options) -> None:
 
 
 def _literal_choices(name: str) -> tuple:
-    return {"bit_cutoffs": get_args(BitCutoffs), "backend": get_args(Backend), "lanes": get_args(Lanes)}.get(name, ())
+    return {"bit_cutoffs": get_args(BitCutoffs), "backend": get_args(Backend), "lanes": get_args(Lanes),
+            "postfilter": get_args(PostFilter)}.get(name, ())
 
 
 def _flag(f) -> str:
@@ -244,5 +251,5 @@ def choices(name: str) -> tuple:
     return _literal_choices(name)
 
 
-__all__ = ["SearchOptions", "RunOptions", "RUN_FIELDS", "devices_text", "PLACEMENT_OPTIONS", "local_command_line", "ReportOptions", "Backend", "Lanes", "BitCutoffs", "PIPELINE_FIELDS", "GROUPS",
+__all__ = ["SearchOptions", "RunOptions", "RUN_FIELDS", "devices_text", "PLACEMENT_OPTIONS", "local_command_line", "ReportOptions", "Backend", "Lanes", "BitCutoffs", "PostFilter", "PIPELINE_FIELDS", "GROUPS",
            "option_flag", "choices"]

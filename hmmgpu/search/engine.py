@@ -204,6 +204,9 @@ class EngineStats:
     processes_peak_rss_mb: float = 0.0
     #: the worker processes' time on their batches: parsing, checking, searching, formatting
     processes_busy_seconds: float = 0.0
+    #: what the post-filter stage did (:meth:`~hmmgpu.stages.protocol.PostFilterStage.details`: hmmgpu's own
+    #: stage counts the targets it did and those it sent to pyhmmer's pipeline)
+    postfilter: dict = field(default_factory=dict)
 
     def add(self, other: "EngineStats") -> None:
         """Add the counts and busy times of another part of the same run (a worker process's)."""
@@ -214,6 +217,8 @@ class EngineStats:
                              (self.forward_gate, other.forward_gate)):
             for key, value in part.items():
                 totals[key] += value
+        for key, value in other.postfilter.items():
+            self.postfilter[key] = self.postfilter.get(key, 0) + value
 
     @property
     def gpu_busy_fraction(self) -> float:
@@ -257,7 +262,20 @@ class EngineStats:
             f"targets through each stage (all queries): searched {t['searched']}, past MSV {t['msv']}, "
             f"bias {t['bias']}, Viterbi {t['vit']}, Forward {t['fwd']}",
         ] + ([self.forward_gate_line()] if any(self.forward_gate.values()) else []) + (
+            [self.postfilter_line()] if self.postfilter else []) + (
             [f"backend: {self.backend}"] if self.backend else [])
+
+    def postfilter_line(self) -> str:
+        """One line on hmmgpu's own post-filter stage: the F3 passers it did, those it sent to
+        pyhmmer's pipeline (its exactness flags; issue 31 allows at most 1%)."""
+        p = self.postfilter
+        passed, host, failed, whole = p["passed"], p["host"], p["failed"], p["whole_tasks"]
+        share = 100.0 * host / (passed + host) if passed + host else 0.0
+        return (f"post-filter on hmmgpu's side: {passed} F3 passers done by hmmgpu's code ({p['own_seconds']:.2f} s "
+                f"CPU), {host} targets sent to pyhmmer's pipeline by the exactness flags ({share:.2f}% of both)"
+                + (f", {failed} undecided targets failed F3" if failed else "")
+                + (f"; {whole} targets of whole tasks on pyhmmer's pipeline (--seed 0, or a model the flags do "
+                   "not cover)" if whole else ""))
 
     def forward_gate_line(self) -> str:
         """One line on the Forward gate: what hmmgpu's Forward decided, the work taken from pyhmmer."""
@@ -301,7 +319,8 @@ class SearchEngine:
         self.ftz = ftz
         self.threads = 0 if options.run.cpus == 0 else options.run.threads
         self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
-        self.forward = PyhmmerStage(db, options, ftz=ftz, threads=self.threads, model_lengths=model_lengths)
+        self.forward = post_filter_stage(options.run.postfilter)(db, options, ftz=ftz, threads=self.threads,
+                                                                 model_lengths=model_lengths)
         queries = len(model_lengths) if model_lengths else None
         self.filtered = isinstance(backend, CascadeBackend)
         #: models may go to pyhmmer's whole pipeline while the backend starts (see the module header)
@@ -442,6 +461,7 @@ class SearchEngine:
             self.stats.gpu_seconds = getattr(self.backend, "gpu_seconds", lambda: 0.0)()
             self.stats.backend = self.backend.details()
             self.stats.description = self.backend.description
+            self.stats.postfilter = self.forward.details()
 
     def _search_serial(self, models):
         from hmmgpu.host import flush_to_zero
@@ -682,6 +702,16 @@ class SearchEngine:
             if not interrupted():   # a process stopped by a signal need not wait for the tasks under way
                 for t in threads:   # none is left behind (the stages' queues give way once stopped)
                     t.join()
+
+
+def post_filter_stage(name: str) -> type:
+    """The :class:`~hmmgpu.stages.protocol.PostFilterStage` that ``--postfilter`` names: pyhmmer's
+    pipeline, or hmmgpu's own code (imported only when asked for: it compiles numba code)."""
+    if name == "hmmgpu":
+        from hmmgpu.cpu.own_postfilter import OwnPostFilter
+
+        return OwnPostFilter
+    return PyhmmerStage
 
 
 def _outside(result, covered: np.ndarray):

@@ -17,7 +17,8 @@ the GPU) provides the same set. hmmgpu's search is organised the same way, in tw
 * **Post-filter stage** (:class:`PostFilterStage`): Forward, Backward and domain
   definition on the filters' survivors, as tasks planned by :mod:`hmmgpu.stages.postfilter`
   and merged exactly by :mod:`hmmgpu.stages.merge`. The first implementation is pyhmmer's
-  own pipeline (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`).
+  own pipeline (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`); the second, hmmgpu's own
+  code (:class:`~hmmgpu.cpu.own_postfilter.OwnPostFilter`, ``--postfilter hmmgpu``).
 
 The engine (:mod:`hmmgpu.search.engine`) chooses what to do by type
 (``isinstance(backend, CascadeBackend)``); nothing here knows about routing, processes or
@@ -161,3 +162,7 @@ class PostFilterStage(ABC):
     @abstractmethod
     def merge(self, query, results: list, counts=None) -> tuple:
         """(``TopHits`` of one serial run, its pipeline counters) from the query's task results."""
+
+    def details(self) -> dict:
+        """What the stage did, for the end-of-run statistics (targets by route, seconds)."""
+        return {}

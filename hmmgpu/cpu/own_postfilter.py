@@ -1,0 +1,313 @@
+"""hmmgpu's own post-filter stage: ``p7_Pipeline`` from the Forward filter on, with hmmgpu's code.
+
+What it computes
+----------------
+The second implementation of :class:`~hmmgpu.stages.protocol.PostFilterStage`. A *filtered*
+task (a query and some of the targets its filters passed, planned by
+:mod:`hmmgpu.stages.postfilter`) is run target by target as ``p7_Pipeline`` runs it after the
+Viterbi filter (HMMER 3.4 ``src/p7_pipeline.c``), every step by hmmgpu's exact code:
+
+1. the null score ``p7_bg_NullOne`` (:func:`~hmmgpu.stages.profiles.null_table`);
+2. the Forward parser, its score and special-state rows (:func:`hmmgpu.cpu.fwdback.parse`,
+   the lane-exact CPU reference; the GPU gate's score, where it has one, is the same number,
+   and the GPU's rows will replace these);
+3. the Forward filter (F3), for the targets the gate left undecided only: the score against
+   the bias filter's ``filtersc`` (:func:`hmmgpu.cpu.filters.bias_filter`; the null score
+   with ``--nobias``), decided as the gate decides (:func:`~hmmgpu.stages.stats.passes_exponential`);
+   the gate's passers passed it already;
+4. the Backward parser's rows (:func:`hmmgpu.cpu.fwdback.backward`);
+5. domain definition (:func:`hmmgpu.stages.domaindef.define_domains` with the CPU stage
+   functions :class:`~hmmgpu.cpu.domaindef.CpuDomainStages`, seeded with ``--seed``);
+6. the target's scores and hit (:func:`hmmgpu.stages.hits.pipeline_hit`), and the task's
+   hits as the ``TopHits`` state pyhmmer's pipeline gives for the same task
+   (:func:`hmmgpu.stages.hits.tophits_state`, with the counters ``p7_Pipeline`` keeps: a
+   filtered task runs with ``F1 = F2 = 1``, so every target counts past MSV, bias and
+   Viterbi, and ``n_past_fwd`` counts the F3 passers), the hits HMMER's keep rule would drop
+   at their global positions removed (:func:`~hmmgpu.stages.merge.drop_unkept`), ready for
+   the exact merge.
+
+Everything else is pyhmmer's pipeline, whose stage (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`)
+this one extends: the plan and the merge, the tasks over ranges of targets (pyhmmer's whole
+pipeline: head starts, models routed past the filters), and every target that hmmgpu's code
+cannot promise bit for bit. Such a target is sent to pyhmmer's pipeline alone (with the
+task's Z, as part of the task) and counted (:meth:`OwnPostFilter.details`):
+
+* a reference raised a :data:`~hmmgpu.stages.forward.HOST` flag (RANGE, SUBNORMAL) in the
+  Forward or Backward parser or in any matrix of domain definition, or the Forward score's
+  last product ``xC pmove`` is tiny (its logarithm would differ under flush-to-zero), or
+  domain decoding overflowed (HMMER's pipeline then fails; pyhmmer raises its error);
+* every target of a model whose tables the flags' argument does not cover
+  (:meth:`~hmmgpu.stages.forward.ForwardTables.exactness_conditions`).
+
+With ``--seed 0`` HMMER draws domain definition's random numbers from one generator of an
+arbitrary seed that is never reseeded; the CPU references reseed at every region, so such a
+search runs its tasks on pyhmmer's pipeline (its output is not reproducible anyway).
+
+Why the code looks as it does
+-----------------------------
+The references compute in IEEE arithmetic and flag what flush-to-zero could change, so this
+stage runs them with flush-to-zero off whatever the worker thread's mode (hmmsearch's mode
+is restored for pyhmmer's pipeline). An unflagged target is then hmmsearch's in either
+mode, but for the parsers' tiny special-state values (TINY_ROWS: a decaying N or C), which
+hmmsearch holds as 0: in hmmsearch's mode those entries are zeroed before domain
+definition reads the rows.
+
+A task with targets sent to pyhmmer is cut into runs of consecutive targets, each run's
+state made by one side, and the runs' states joined by pyhmmer's own ``TopHits.merge`` (the
+exact merge the search uses for its tasks), so that the hits stay in search order; its
+``Nalloc`` is then set to what one pyhmmer run over the task would hold. Its reporting
+flags and ``domZ`` are those of the joined hits: the query's final merge sets them again.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hmmgpu.constants import STATUS_OK
+from hmmgpu.cpu.domaindef import CpuDomainStages
+from hmmgpu.cpu.fwdback import FLT_MIN, HOST, TINY_ROWS, ForwardTables, backward, length_specials, parse
+from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
+from hmmgpu.stages.domaindef import define_domains
+from hmmgpu.stages.hits import HitModel, pipeline_hit, pipeline_settings, tophits_state
+from hmmgpu.stages.merge import drop_unkept
+from hmmgpu.stages.postfilter import Task, TaskResult
+
+__all__ = ["OwnPostFilter", "QueryModel", "TargetOutcome", "hmmsearch_rows"]
+
+F32 = np.float32
+#: ``p7_zsetby_e``: Z set by an option (a task's fixed Z).
+_ZSETBY_OPTION = 1
+#: ``p7_tophits_Create``'s first allocation of a hit list (doubled as it fills).
+_FIRST_NALLOC = 256
+
+
+@dataclass(frozen=True, eq=False)
+class QueryModel:
+    """What the stage needs of one query model, made once: its Forward ``tables`` (HMMER's
+    optimized profile, multihit local), the :class:`~hmmgpu.stages.hits.HitModel` (display
+    lines, Forward tail parameters), the pipeline ``settings`` of a filtered task
+    (:func:`~hmmgpu.stages.hits.pipeline_settings` with ``F1 = F2 = 1``), the domain
+    definition ``stages`` and whether the flags' argument ``covers`` the tables."""
+
+    tables: ForwardTables
+    hit_model: HitModel
+    settings: dict
+    stages: CpuDomainStages
+    covered: bool
+
+    @classmethod
+    def of(cls, hmm, options) -> "QueryModel":
+        from hmmgpu.stages.profiles import configured_profile
+
+        tables = ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
+        settings = pipeline_settings(hmm, **options.pipeline_kwargs(F1=1.0, F2=1.0))
+        return cls(tables=tables, hit_model=HitModel.from_hmm(hmm, tables.rfv), settings=settings,
+                   stages=CpuDomainStages(tables, seed=options.seed),
+                   covered=tables.exactness_conditions() is None)
+
+
+class TargetOutcome:
+    """What became of a target of a filtered task (:meth:`OwnPostFilter.target`)."""
+
+    FAILED = "failed"  #: an undecided target that failed F3 here
+    PASSED = "passed"  #: passed F3 (its hit, if any, made here)
+    HOST = "host"  #: sent to pyhmmer's pipeline: hmmgpu's code cannot promise it bit for bit
+
+
+def hmmsearch_rows(rows: np.ndarray, flags: int) -> np.ndarray:
+    """A parser's special-state rows as hmmsearch (flush-to-zero) holds them: the tiny
+    entries that :data:`~hmmgpu.stages.forward.TINY_ROWS` marks set to 0 (the rows themselves
+    where none is)."""
+    if not flags & TINY_ROWS:
+        return rows
+    return np.where((rows > 0) & (rows <= FLT_MIN), F32(0.0), rows).astype(F32)
+
+
+def _allocated(n: int) -> int:
+    """A hit list's ``Nalloc`` after ``n`` hits were added to a new one."""
+    nalloc = _FIRST_NALLOC
+    while nalloc < n:
+        nalloc *= 2
+    return nalloc
+
+
+class OwnPostFilter(PyhmmerStage):
+    """The post-filter stage on hmmgpu's own code for filtered tasks (see the module header);
+    pyhmmer's pipeline (:class:`PyhmmerStage`, which it extends) for the rest."""
+
+    def __init__(self, db, options, ftz: bool = False, threads: int = 0, model_lengths=None):
+        super().__init__(db, options, ftz=ftz, threads=threads, model_lengths=model_lengths)
+        self._models: dict = {}
+        self._profiles: dict = {}
+        self._counts_lock = threading.Lock()
+        #: targets of filtered tasks by what became of them (:class:`TargetOutcome`), the targets
+        #: of whole tasks left to pyhmmer (``--seed 0``, a model the flags do not cover), and the
+        #: CPU seconds of the own targets
+        self.counts = {TargetOutcome.PASSED: 0, TargetOutcome.FAILED: 0, TargetOutcome.HOST: 0, "whole_tasks": 0}
+        self.own_seconds = 0.0
+
+    # ------------------------------------------------------------ per query
+    def _model(self, query) -> QueryModel:
+        model = self._models.get(query.index)
+        if model is None:
+            with self._counts_lock:
+                model = self._models.get(query.index)
+                if model is None:
+                    model = self._models[query.index] = QueryModel.of(query.hmm, self.options)
+        return model
+
+    def _filter_profile(self, query):
+        """The query's filter tables (:class:`~hmmgpu.stages.profiles.ModelProfile`), for the
+        bias filter's score of an undecided target: the backend's, or made here (the GPU
+        process keeps its own)."""
+        from hmmgpu.stages.profiles import ModelProfile
+
+        if isinstance(query.profile, ModelProfile):
+            return query.profile
+        profile = self._profiles.get(query.index)
+        if profile is None:
+            profile = ModelProfile.from_hmm(query.hmm)
+            with self._counts_lock:
+                profile = self._profiles.setdefault(query.index, profile)
+        return profile
+
+    def merge(self, query, results: list, counts=None) -> tuple:
+        with self._counts_lock:
+            self._models.pop(query.index, None)
+            self._profiles.pop(query.index, None)
+        return super().merge(query, results, counts)
+
+    # ------------------------------------------------------------ per target
+    def target(self, query, model: QueryModel, position: int, decided: bool, Z: float | None,
+               ftz: bool) -> tuple:
+        """``p7_Pipeline`` from the Forward filter on, on the target at ``position``
+        (``decided``: the gate passed it): (:class:`TargetOutcome`, its hit or None). ``Z``:
+        the pipeline's for the keep rule (None: the settings'); ``ftz``: hmmsearch's mode."""
+        from hmmgpu.stages.profiles import null_table
+
+        codes = self.db.codes(position)
+        L = int(codes.size)
+        tables = model.tables
+        forward = parse(tables, codes)
+        pmove = length_specials(L, tables.nj)[0]
+        if forward.needs_host or not F32(forward.xc * pmove) > FLT_MIN:
+            return TargetOutcome.HOST, None
+        nullsc = null_table(L)[L]
+        if not decided and not self._passes_f3(query, model, position, forward.score, nullsc):
+            return TargetOutcome.FAILED, None
+        bck = backward(tables, codes, forward)
+        if bck.needs_host:
+            return TargetOutcome.HOST, None
+        fwd_rows, bck_rows = forward.xmx, bck.xmx
+        if ftz:
+            fwd_rows, bck_rows = hmmsearch_rows(fwd_rows, forward.flags), hmmsearch_rows(bck_rows, bck.flags)
+        definition = define_domains(model.stages, codes, fwd_rows, bck_rows, bck.has_own_scales)
+        if definition.status != STATUS_OK or definition.flags & HOST:
+            return TargetOutcome.HOST, None
+        hit = pipeline_hit(definition, codes, self.db.name(position), self.db.accession(position),
+                           self.db.description(position), nullsc, forward.score, model.hit_model, model.settings, Z)
+        return TargetOutcome.PASSED, hit
+
+    def _passes_f3(self, query, model: QueryModel, position: int, fwdsc, nullsc) -> bool:
+        """``p7_Pipeline``'s Forward filter on a target the gate left undecided."""
+        from hmmgpu.stages import stats
+
+        if self.options.bias_filter:
+            from hmmgpu.cpu.filters import bias_filter
+
+            filtersc = bias_filter(self._filter_profile(query), self.db, np.array([position], np.int64))
+        else:
+            filtersc = np.array([nullsc], F32)
+        tau, lam = model.hit_model.tau, model.hit_model.lam
+        return bool(stats.passes_exponential(np.array([fwdsc], F32), filtersc, tau, lam, self.options.F3)[0])
+
+    # ------------------------------------------------------------ per task
+    def run(self, task: Task, alone: bool = False) -> TaskResult:
+        """One task's result: a filtered task on hmmgpu's code (see the module header), any
+        other on pyhmmer's pipeline."""
+        if not task.filtered or not task.positions.size:
+            return super().run(task, alone)
+        model = self._model(task.query)
+        if self.options.seed == 0 or not model.covered:
+            with self._counts_lock:
+                self.counts["whole_tasks"] += int(task.positions.size)
+            return super().run(task, alone)
+        from hmmgpu.host import set_flush_to_zero
+
+        start = time.thread_time()
+        gate = getattr(task.query.counts, "forward", None)
+        decided = ~np.isin(task.positions, gate.unsure) if gate is not None else np.zeros(task.positions.size, bool)
+        Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
+        outcomes, hits = [], []
+        previous = set_flush_to_zero(False)   # the references' IEEE arithmetic (module header)
+        try:
+            for position, known in zip(task.positions.tolist(), decided.tolist()):
+                outcome, hit = self.target(task.query, model, position, known, Z, self.ftz)
+                outcomes.append(outcome)
+                hits.append(hit)
+        finally:
+            set_flush_to_zero(previous)
+        own_seconds = time.thread_time() - start
+        states = [self._run_state(task, model, outcomes[a:b], hits[a:b], task.positions[a:b])
+                  if outcomes[a] != TargetOutcome.HOST else self._pyhmmer_state(task, task.positions[a:b])
+                  for a, b in _runs(outcomes)]
+        with self._counts_lock:
+            for outcome in outcomes:
+                self.counts[outcome] += 1
+            self.own_seconds += own_seconds
+        return TaskResult(_joined(task.query.hmm, states), cpu_seconds=time.thread_time() - start, filtered=True)
+
+    def _pyhmmer_state(self, task: Task, positions: np.ndarray) -> dict:
+        """The state of pyhmmer's pipeline over some of the task's targets (with the task's Z)."""
+        return super().run(Task(query=task.query, positions=positions, z_fixed=task.z_fixed, filtered=True,
+                                part=task.part)).state
+
+    def _run_state(self, task: Task, model: QueryModel, outcomes: list, hits: list, positions: np.ndarray) -> dict:
+        """The ``TopHits`` state of a run of the task's targets done here, as pyhmmer's
+        pipeline gives it (:class:`PyhmmerStage`'s ``run``): its counters, the hits kept."""
+        pipeline = dict(model.settings)
+        n = int(positions.size)
+        pipeline.update(nseqs=n, nres=int(self.db.lengths[positions].sum()), n_past_msv=n, n_past_bias=n,
+                        n_past_vit=n, n_past_fwd=sum(o == TargetOutcome.PASSED for o in outcomes),
+                        n_output=0, pos_output=0)
+        if self.by_position:
+            pipeline.update(Z=float(task.z_fixed), Z_setby=_ZSETBY_OPTION)
+        elif self.options.Z is None:
+            pipeline["Z"] = float(n)
+        kept = [hit for hit in hits if hit is not None]
+        state = tophits_state(kept, pipeline)
+        if self.by_position and kept:
+            drop_unkept(state, self._position_of(task), self.options.E, bound=int(positions[-1]) + 1)
+        return state
+
+    def details(self) -> dict:
+        """What the stage did: F3 passers done here, targets sent to pyhmmer, seconds."""
+        with self._counts_lock:
+            return dict(self.counts, own_seconds=self.own_seconds)
+
+
+def _runs(outcomes: list) -> list:
+    """(start, end) of each run of consecutive targets on one side (pyhmmer's, or this stage's)."""
+    host = [o == TargetOutcome.HOST for o in outcomes]
+    bounds = [0] + [k for k in range(1, len(host)) if host[k] != host[k - 1]] + [len(host)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _joined(hmm, states: list) -> dict:
+    """One task's state from its runs' states, in order (see the module header)."""
+    if len(states) == 1:
+        return states[0]
+    from pyhmmer.plan7 import TopHits
+
+    parts = []
+    for state in states:
+        part = TopHits(hmm)
+        part.__setstate__(state)
+        parts.append(part)
+    joined = parts[0].merge(*parts[1:]).__getstate__()
+    dropped = any(s["Nalloc"] != _allocated(s["N"]) for s in states)   # drop_unkept leaves Nalloc = N
+    joined["Nalloc"] = joined["N"] if dropped else _allocated(joined["N"])
+    return joined
