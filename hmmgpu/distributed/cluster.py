@@ -101,14 +101,16 @@ SHARDS_PER_PROCESS = 1
 SHARD_RESIDUES_MIN = 2_000_000
 #: Models in a batch at most (a batch goes to the cluster as one object: about 50 kB a Pfam model).
 BATCH_MODELS_MAX = 128
-#: Models submitted and not yet delivered, at most: as many per post-filter thread of the
-#: cluster as the engine keeps per thread in one process, and at least as many
-#: (:data:`~hmmgpu.search.engine.MODELS_IN_FLIGHT_PER_THREAD`: results leave in query order, so
-#: one hit-rich model holds back every later one); never fewer than
-#: :data:`BATCHES_IN_FLIGHT_MIN` batches. Memory stays flat however many models.
+#: Models submitted and not yet delivered, at most: every task of a batch holds all its
+#: models, so each worker holds them all, and a worker keeps as many per post-filter thread as
+#: the engine keeps per thread in one process, and at least as many
+#: (:data:`~hmmgpu.search.engine.MODELS_IN_FLIGHT_PER_THREAD`: results leave in query order,
+#: so one hit-rich model holds back every later one); never fewer than
+#: :data:`BATCHES_IN_FLIGHT_MIN` batches (a worker slow on one batch then holds back the
+#: others less). Memory stays flat however many models.
 MODELS_IN_FLIGHT_PER_THREAD = 16
 MODELS_IN_FLIGHT_MIN = 64
-BATCHES_IN_FLIGHT_MIN = 2
+BATCHES_IN_FLIGHT_MIN = 4
 #: A worker's post-filter threads leave after this many seconds without work (a worker holds
 #: none between searches; the next task starts them again).
 POOL_IDLE_SECONDS = 5.0
@@ -720,8 +722,9 @@ class ClusterSearch:
         shard_count = len(self.plan.shards)
         #: tasks in all, when the models are known before the search
         self.tasks_total = len(self.plan.batch_sizes(model_lengths)) * shard_count if model_lengths else None
-        #: models submitted and not yet delivered, at most
-        self.window = max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * sum(threads.values()))
+        #: models submitted and not yet delivered, at most (per worker thread of the average worker)
+        self.window = max(MODELS_IN_FLIGHT_MIN,
+                          math.ceil(MODELS_IN_FLIGHT_PER_THREAD * sum(threads.values()) / len(workers)))
         self.context = TaskContext(ftz=ftz, version=__version__, threads=threads)
         self.progress = progress
         self._homes: dict = {}
