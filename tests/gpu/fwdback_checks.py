@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hmmgpu.stages.forward import STATUS_UNSURE
 from tests.helpers import sampled_hmm
 
 
@@ -81,11 +82,49 @@ def _equal_rows(got, expected, what: str) -> None:
         raise AssertionError(f"{what}[{bad[0]}][{bad[1]}] {got[tuple(bad)]!r}, libhmmer {expected[tuple(bad)]!r}")
 
 
+def decoding_meets_tiny(fx, bx, has_own_scales: bool, ploop) -> bool:
+    """Whether ``p7_DomainDecoding`` on these rows reads or computes a tiny value (``0 < v <=
+    FLT_MIN``): the decoding kernel's SUBNORMAL flag, computed here with numpy, in HMMER's order
+    (the values as :func:`hmmgpu.stages.domaindef.domain_decoding` computes them)."""
+    from hmmgpu.stages.forward import FLT_MIN, XB, XC, XE, XJ, XN, XSCALE
+
+    f32 = np.float32
+    fx, bx = np.asarray(fx, f32), np.asarray(bx, f32)
+    L = fx.shape[0] - 1
+    with np.errstate(all="ignore"):
+        sp0 = f32(1.0 / np.float64(bx[0, XN]))
+        after = np.full(L, sp0, f32)
+        values = [bx[0, XN], sp0]
+        if has_own_scales:
+            ratios = fx[:L, XSCALE] / bx[:L, XSCALE]
+            after = np.multiply.accumulate(np.concatenate([[sp0], ratios]).astype(f32), dtype=f32)[1:]
+            values += [ratios, after]
+        before = np.concatenate([[sp0], after[:-1]]).astype(f32)
+
+        def term(f, b, by, sp):
+            ab = f * b
+            abc = ab * by
+            t = abc * sp
+            values.extend([f, b, ab, by, abc, t])
+            return t
+
+        bt = np.add.accumulate(term(fx[:L, XB], bx[:L, XB], fx[:L, XSCALE], before), dtype=f32)
+        et = np.add.accumulate(term(fx[1:, XE], bx[1:, XE], fx[1:, XSCALE], after), dtype=f32)
+        ploop = np.full(L, ploop, f32)
+        njcp = term(fx[:L, XN], bx[1:, XN], ploop, after)
+        for col in (XJ, XC):
+            njcp = njcp + term(fx[:L, col], bx[1:, col], ploop, after)
+            values.append(njcp)
+        values += [bt, et, (1.0 - njcp.astype(np.float64)).astype(f32)]
+    return any(bool(((np.asarray(v) > 0) & (np.asarray(v) <= FLT_MIN)).any()) for v in values)
+
+
 def _equal_decoding(dec, j, codes, model, what: str) -> None:
     """Target ``j``'s domain decoding in ``dec`` (a DecodingResults) against libhmmer's
-    ``p7_DomainDecoding``: status, and mocc, btot and etot bit for bit."""
+    ``p7_DomainDecoding``: status (or undecided, where the flags leave the target to libhmmer and
+    it did not run), and mocc, btot and etot bit for bit (the kernel's IEEE values, as libhmmer's here)."""
     status, *arrays = model.domain_decoding(codes)
-    if dec.status[j] != status:
+    if dec.status[j] != status and not (dec.host[j] and dec.status[j] == STATUS_UNSURE):
         raise AssertionError(f"{what}: decoding status {dec.status[j]}, libhmmer {status}")
     for name, expected in zip(("mocc", "btot", "etot"), arrays):
         got = getattr(dec, name)[j]
@@ -113,7 +152,8 @@ def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict
         got = stage.run(model, idx, decoding=True, fallback=fallback)
         bwd = got.backward
         tables = ref.ForwardTables.from_hmmer(model)
-        report = dict(n=int(idx.size), host=int(bwd.host.sum()), rescaled=0, range=0, tiny_rows=0, own=0)
+        report = dict(n=int(idx.size), host=int(bwd.host.sum()), rescaled=0, range=0, tiny_rows=0, own=0,
+                      decoding_tiny=0)
         for j, i in enumerate(idx):
             codes = db.codes(int(i))
             what = f"target {int(i)} (L={codes.size}, M={hmm.M})"
@@ -134,6 +174,12 @@ def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict
                 raise AssertionError(f"{what}: Backward host {bool(bwd.host[j])}, reference flags {mine.flags} "
                                      f"{mine.forward_flags}")
             report["tiny_rows"] += int(bool(bwd.flags[j] & ref.TINY_ROWS))
+            if not mine.needs_host:
+                tiny = decoding_meets_tiny(ref.parse(tables, codes).xmx, mine.xmx, mine.has_own_scales,
+                                           ref.length_specials(codes.size)[1])
+                if bool(got.decoding.flags[j] & ref.SUBNORMAL) != tiny:
+                    raise AssertionError(f"{what}: decoding flags {got.decoding.flags[j]}, numpy's tiny test {tiny}")
+                report["decoding_tiny"] += int(tiny)
             report["own"] += int(bool(bwd.has_own_scales[j]))
             if bool(bwd.has_own_scales[j]) != own:
                 raise AssertionError(f"{what}: has_own_scales {bool(bwd.has_own_scales[j])}, libhmmer {own}")
@@ -341,13 +387,14 @@ def check_own_scales(M: int = 18, seed: int = 2, length: int = 160) -> dict:
         build.load(BwdSpec("global"), stage.device)[1, 4, rt.stream(), 0](*args)
         flags, own = int(out["out_flags"].copy_to_host()[0]), bool(out["out_own"].copy_to_host()[0])
         rows = out["out_rows"].copy_to_host().reshape(length + 1, 6)
-        dec = dict(out_status=rt.device_array(1, np.int32), **{f"out_{name}": rt.device_array(length + 1, np.float32)
-                                                                for name in ("mocc", "btot", "etot")})
+        dec = dict(out_status=rt.device_array(1, np.int32), out_flags=rt.device_array(1, np.int32),
+                   **{f"out_{name}": rt.device_array(length + 1, np.float32) for name in ("mocc", "btot", "etot")})
         args = arguments(decoding_source.ARGS, lengths=chunk.lengths, items=items, n_items=1,
                          ploop_by_length=stage._ploop_dev, row_base=rt.to_device(np.zeros(1, np.int64)),
                          fwd_rows=fwd_rows, bwd_rows=out["out_rows"], bwd_own=out["out_own"], **dec)
         build.load(decoding_source.DecodeSpec(), stage.device)[1, 1, rt.stream(), 0](*args)
         decoded = [dec[name].copy_to_host() for name in ("out_status", "out_mocc", "out_btot", "out_etot")]
+        decoding_flags = int(dec["out_flags"].copy_to_host()[0])
     if (flags & ~ref.ANY_TINY) != (mine.flags & ~ref.ANY_TINY) or not own:
         raise AssertionError(f"kernel flags {flags}, own scales {own}; CPU reference {mine.flags}, True")
     if not np.array_equal(_bits(rows), _bits(mine.xmx)):
@@ -360,8 +407,10 @@ def check_own_scales(M: int = 18, seed: int = 2, length: int = 160) -> dict:
         if not np.array_equal(_bits(got), _bits(want)):
             bad = int(np.flatnonzero(_bits(got) != _bits(want))[0])
             raise AssertionError(f"{name}[{bad}] {got[bad]!r}, reference {want[bad]!r}")
+    if bool(decoding_flags & ref.SUBNORMAL) != decoding_meets_tiny(fwd.xmx, mine.xmx, True, ref.length_specials(length)[1]):
+        raise AssertionError(f"decoding flags {decoding_flags} differ from numpy's tiny test")
     own_rows = int((rows[1:length, ref.XSCALE] != fwd.xmx[1:length, ref.XSCALE]).sum())
-    return dict(L=length, own_scales=own, rows_own_scale=own_rows, flags=flags)
+    return dict(L=length, own_scales=own, rows_own_scale=own_rows, flags=flags, decoding_flags=decoding_flags)
 
 
 def simulator_bwd_checks():

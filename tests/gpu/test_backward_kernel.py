@@ -43,15 +43,46 @@ def test_backward_score_from_rows_equals_libhmmer():
     assert rescaled >= 2
 
 
+@pytest.mark.parametrize("name", ["PF02826", "KR"])
+def test_decoding_flag_covers_flush_to_zero(name, proteome):
+    """The decoding kernel's SUBNORMAL rule (a tiny value read or computed,
+    :func:`tests.gpu.fwdback_checks.decoding_meets_tiny`): on the targets it leaves unflagged,
+    libhmmer's ``p7_DomainDecoding`` gives the same bits with flush-to-zero (hmmsearch's mode)
+    as without; it flags few targets (the models' homologs whose C goes subnormal). Every
+    protein whose Forward rows rescale, and every 25th."""
+    from hmmgpu.host import flush_to_zero
+    from tests.gpu.fwdback_checks import decoding_meets_tiny
+
+    flagged = 0
+    with HmmerModel(sample_hmm(name)) as model:
+        tables = ref.ForwardTables.from_hmmer(model)
+        targets = [i for i in range(proteome.n) if i % 25 == 0
+                   or ref.parse(tables, proteome.codes(i), rows=False).scales.size]
+        for i in targets:
+            codes = proteome.codes(i)
+            forward = ref.parse(tables, codes)
+            backward = ref.backward(tables, codes, forward)
+            assert not backward.needs_host
+            if decoding_meets_tiny(forward.xmx, backward.xmx, backward.has_own_scales,
+                                   ref.length_specials(codes.size)[1]):
+                flagged += 1
+                continue
+            ieee = model.domain_decoding(codes)
+            with flush_to_zero():
+                ftz = model.domain_decoding(codes)
+            assert ieee[0] == ftz[0] and all(np.array_equal(bits(a), bits(b)) for a, b in zip(ieee[1:], ftz[1:])), i
+    assert 1 <= flagged <= 5 and len(targets) >= 85
+
+
 def test_backward_kernel_exact_under_simulator(tmp_path):
     """The Backward and decoding kernels under numba's CUDA simulator
     (tests/gpu/fwdback_checks.py): sampled models with M = 18 and 101 and KR (M = 262) with two
     real homologs; both parsers' rows, Backward's totscale, score and has_own_scales, the
-    decoding's mocc, btot and etot equal libhmmer's, Backward's flags the CPU reference's;
-    rescaling, a range error, a subnormal flag and libhmmer's fallback, rows in shared and in
-    global memory, one group running every target, several chunks, two models in one batch,
-    and a target switched to its own scale factors (rows and decoding against the CPU
-    references)."""
+    decoding's mocc, btot and etot equal libhmmer's, Backward's flags the CPU reference's and
+    the decoding's flag numpy's test of its values; rescaling, a range error, a subnormal flag
+    and libhmmer's fallback, rows in shared and in global memory, one group running every
+    target, several chunks, two models in one batch, and a target switched to its own scale
+    factors (rows and decoding against the CPU references)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "fwdback_checks.py"), "simulator_bwd_checks"],
@@ -61,11 +92,12 @@ def test_backward_kernel_exact_under_simulator(tmp_path):
     rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
     assert set(rows) == {"M18 shared", "M18 global, one group, chunked, fallback", "M101", "M18 + M101 in one batch",
                          "KR", "own scales"}, p.stdout
-    assert rows["M18 shared"] == dict(n=7, host=2, rescaled=1, range=1, tiny_rows=0, own=0)
+    assert rows["M18 shared"] == dict(n=7, host=2, rescaled=1, range=1, tiny_rows=0, own=0, decoding_tiny=0)
     assert rows["M18 global, one group, chunked, fallback"] == rows["M18 shared"]
-    assert rows["M101"] == dict(n=4, host=0, rescaled=1, range=0, tiny_rows=0, own=0)
+    assert rows["M101"] == dict(n=4, host=0, rescaled=1, range=0, tiny_rows=0, own=0, decoding_tiny=0)
     assert rows["M18 + M101 in one batch"] == dict(models=2, n=8, host=0, launches=1)
-    assert rows["KR"] == dict(n=2, host=0, rescaled=2, range=0, tiny_rows=1, own=0)
+    # the homolog whose C goes subnormal: its decoding reads a tiny value (flagged for flush-to-zero)
+    assert rows["KR"] == dict(n=2, host=0, rescaled=2, range=0, tiny_rows=1, own=0, decoding_tiny=1)
     own = rows["own scales"]
     assert own["own_scales"] and own["rows_own_scale"] >= 2 and own["flags"] == 0
 

