@@ -77,7 +77,7 @@ _logf.restype, _logf.argtypes = ctypes.c_float, [ctypes.c_float]
 _ST_N, _ST_C, _ST_J = 5, 8, 10
 
 
-@njit(error_model="numpy")  # not cached: numba cannot cache a function that calls through a ctypes pointer
+@njit(nogil=True, error_model="numpy")  # not cached: numba cannot cache a function that calls through a ctypes pointer
 def _glibc_logf_loop(values, out):
     for z in range(values.size):
         out[z] = _logf(values[z])
@@ -91,7 +91,7 @@ def glibc_logf(values) -> np.ndarray:
     return out
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def average_degenerate(null2):
     """Easel's ``esl_abc_FAvgScVec`` for the amino alphabet, then the gap, ``*`` and ``~``
     codes set to 1, in place: each degenerate code gets ``(sum of its residues' odds, in
@@ -107,7 +107,7 @@ def average_degenerate(null2):
     null2[_MISSING] = F32(1.0)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def null2_odds(weight_m, weight_i, xfactor, rfv, null2):
     """``null2[x]`` for every code from normalised striped state weights ``weight_m``,
     ``weight_i`` float32 [Q][4] and the N, C, J weight ``xfactor``: the four-lane sum over q of
@@ -127,13 +127,13 @@ def null2_odds(weight_m, weight_i, xfactor, rfv, null2):
     average_degenerate(null2)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _domain_norm(Ld):
     """``(float) (1.0 / (double) (float) Ld)``."""
     return F32(1.0 / np.float64(F32(Ld)))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def null2_by_trace(st, tk, ti, zstart, zend, rfv, null2):
     """``p7_Null2_ByTrace(om, tr, zstart, zend, wrk, null2)``: the null2 odds (into float32
     ``null2[Kp]``) of the trace elements ``zstart..zend`` (a domain's B..E) of a trace given as
@@ -167,7 +167,7 @@ def null2_by_trace(st, tk, ti, zstart, zend, rfv, null2):
     null2_odds(count_m, count_i, xfactor, rfv, null2)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _expectation(pp_m, pp_i, pp_x, rfv, null2):
     Ld = pp_m.shape[0] - 1
     Q = rfv.shape[1]

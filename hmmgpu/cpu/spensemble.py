@@ -51,7 +51,7 @@ MIN_POSTERIOR = F32(0.25)
 MIN_ENDPOINTP = F32(0.02)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def linked(pairs, a, b):
     """``link_spsamples`` (of_smaller): whether pairs ``a`` and ``b`` are linked."""
     i1, j1, k1, m1 = pairs[a, 1], pairs[a, 2], pairs[a, 3], pairs[a, 4]
@@ -69,7 +69,7 @@ def linked(pairs, a, b):
     return abs((j1 - m1) - (j2 - m2)) <= MAX_DIAGDIFF
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def single_linkage(pairs):
     """``esl_cluster_SingleLinkage`` with :func:`linked`: (cluster of each pair int32 [n],
     number of clusters), numbered as Easel numbers them."""
@@ -101,7 +101,7 @@ def single_linkage(pairs):
     return assignment, nc
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _first_argmax(counts):
     best = 0
     for z in range(1, counts.size):
@@ -110,7 +110,7 @@ def _first_argmax(counts):
     return best
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _endpoint(values, members, lo, hi, threshold, leftmost):
     """The widest endpoint with at least ``threshold`` members (leftmost for starts,
     rightmost for ends), else ``lo`` + the first maximum of the histogram."""
@@ -128,7 +128,7 @@ def _endpoint(values, members, lo, hi, threshold, leftmost):
     return lo + _first_argmax(counts)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _significant(pairs, assignment, nc, nsamples):
     """The significant clusters, in cluster order: int32 [nsig][5] (i, j, k, m, cluster) and
     their posteriors float32 [nsig]."""

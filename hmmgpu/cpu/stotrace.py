@@ -140,7 +140,7 @@ def uniform_table(seed: int = DEFAULT_SEED, n: int = _DEFAULT_TABLE) -> np.ndarr
     return x[:n].astype(np.float64) / 4294967296.0
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def fsum(v, n):
     """Easel's ``esl_vec_FSum``: the Kahan-compensated float32 sum of ``v[0..n-1]``."""
     s = F32(0.0)
@@ -153,7 +153,7 @@ def fsum(v, n):
     return s
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def fnorm(v, n):
     """Easel's ``esl_vec_FNorm``, in place: divide by :func:`fsum`, or set ``1/n`` if it is 0."""
     s = fsum(v, n)
@@ -165,7 +165,7 @@ def fnorm(v, n):
             v[z] = F32(1.0 / F64(F32(n)))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def fchoose(uniforms, cursor, p, n):
     """Easel's ``esl_rnd_FChoose`` on ``p[0..n-1]`` with the draw ``uniforms[cursor]``:
     (index, status). EXHAUSTED when the table has no draw left, FATAL where Easel aborts
@@ -184,7 +184,7 @@ def fchoose(uniforms, cursor, p, n):
     return -1, FATAL
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _shifted(row, Q, r):
     """Lane ``r`` of vector ``Q-1`` of ``row`` shifted right by one lane, 0 shifted in
     (``esl_sse_rightshiftz_float``): lane ``r-1``, or 0 for lane 0."""
@@ -193,7 +193,7 @@ def _shifted(row, Q, r):
     return row[Q - 1, r - 1]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _append(st, tk, ti, N, state, k, i):
     """``p7_trace_Append`` into buffers with room for element ``N``: the coordinates kept by
     state kind. Returns the new length."""
@@ -213,7 +213,7 @@ def _append(st, tk, ti, N, state, k, i):
     return N + 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _reverse(st, tk, ti, N):
     """``p7_trace_Reverse`` in place: N, C, J residues moved one element earlier, then reversed."""
     for z in range(N - 1):
@@ -229,7 +229,7 @@ def _reverse(st, tk, ti, N):
         ti[z], ti[y] = ti[y], ti[z]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _flushed(v, inclusive):
     """``v`` as flush-to-zero leaves a float32 result: 0 if subnormal (``inclusive``: FLT_MIN
     too, a result that may have been tiny before rounding)."""
@@ -238,7 +238,7 @@ def _flushed(v, inclusive):
     return v
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _ftz_choice(fa, fb, fc, n, roll, inclusive):
     """The choice among ``n`` paths ``(fa fb) fc`` with the draw ``roll`` when every float result
     is flushed as FTZ flushes it (:func:`_flushed`; matrix values come flushed already, as FTZ
@@ -267,7 +267,7 @@ def _ftz_choice(fa, fb, fc, n, roll, inclusive):
     return -1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, tk, ti):
     """``p7_StochasticTrace`` on a Forward matrix of ``Lr`` residues into the buffers ``st``
     (uint8), ``tk``, ``ti`` (int32), drawing from ``uniforms`` at ``cursor``.
@@ -410,7 +410,7 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
     return N, cursor, OK, ftz_differs
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def trace_index(st, tk, ti, N, domains):
     """``p7_trace_Index``: for each domain d (in trace order) ``domains[d]`` = (tfrom, tto,
     sqfrom, sqto, hmmfrom, hmmto): its B and E elements and its first and last M residue and
@@ -435,7 +435,7 @@ def trace_index(st, tk, ti, N, domains):
     return nd
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _ensemble(uniforms, dp_m, dp_d, dp_i, xmx, tfv, rfv, xf, M, region, ireg, nsamples, acc, pairs):
     Lr = region.size
     cap = 16 + 4 * Lr + 4 * M

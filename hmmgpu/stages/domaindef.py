@@ -55,7 +55,7 @@ from hmmgpu.constants import STATUS_OK, STATUS_RANGE
 from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE, length_specials
 
 __all__ = ["RT1", "RT2", "RT3", "Domain", "DomainDefinition", "DomainStages", "Envelope", "RegionEnsemble",
-           "define_domains", "domain_decoding", "fsum", "is_multidomain_region", "region_scan"]
+           "define_domains", "define_domains_decoded", "domain_decoding", "fsum", "is_multidomain_region", "region_scan"]
 
 F32 = np.float32
 
@@ -266,10 +266,16 @@ def define_domains(stages: DomainStages, codes, fwd_rows, bck_rows, has_own_scal
     """``p7_domaindef_ByPosteriorHeuristics`` on a target (digital ``codes``) from its Forward
     and Backward parser rows (float32 [L+1][6]) and Backward's ``has_own_scales``, with the
     device steps of ``stages``."""
+    _, ploop = length_specials(np.size(codes))
+    return define_domains_decoded(stages, codes, domain_decoding(fwd_rows, bck_rows, has_own_scales, ploop))
+
+
+def define_domains_decoded(stages: DomainStages, codes, decoding) -> DomainDefinition:
+    """:func:`define_domains` after ``p7_DomainDecoding``: ``decoding`` is (status, mocc, btot,
+    etot float32 [L+1]) as :func:`domain_decoding` returns it (or a device computed it)."""
     codes = np.asarray(codes, dtype=np.uint8)
     L = codes.size
-    _, ploop = length_specials(L)
-    status, mocc, btot, etot = domain_decoding(fwd_rows, bck_rows, has_own_scales, ploop)
+    status, mocc, btot, etot = decoding
     n2sc = np.zeros(L + 1, dtype=F32)
     result = DomainDefinition(status=status, domains=[], nregions=0, nclustered=0, noverlaps=0, nenvelopes=0,
                               nexpected=F32(btot[L]), n2sc=n2sc)

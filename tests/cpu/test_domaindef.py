@@ -183,7 +183,7 @@ def test_define_domains_matches_libhmmer(targets):
     flush-to-zero (hmmsearch's)."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.host import flush_to_zero
-    from hmmgpu.stages.domaindef import define_domains
+    from hmmgpu.stages.domaindef import define_domains, define_domains_decoded
     from hmmgpu.stages.forward import HOST, ForwardTables
 
     counts = dict(targets=0, regions=0, clustered=0, domains=0, ftz=0)
@@ -197,6 +197,8 @@ def test_define_domains_matches_libhmmer(targets):
                 _, _, bck_rows, _, own = model.backward_parser(codes)
                 mine = define_domains(stages, codes, fwd_rows, bck_rows, own)
                 _assert_equal(where, mine, theirs)
+                if counts["targets"] % 4 == 0:  # from libhmmer's own decoding, as from a device's
+                    _assert_equal(where, define_domains_decoded(stages, codes, model.domain_decoding(codes)), theirs)
                 if not mine.flags & HOST:
                     with flush_to_zero():
                         _assert_equal(where + ("FTZ",), mine, model.domain_definition(codes))
