@@ -30,11 +30,12 @@ bytes HMMER's serializer writes (the layout is hitlist's, defined once there).
 
 Why the code looks as it does
 -----------------------------
-The model's part of every display (letters per node, the digital code of each consensus
-letter, the odds ratios destriped to ``[residue][node]``) depends on the model only, so
-:class:`ModelLines` builds it once per query; a display is then a few numpy gathers over
-the trace's columns. HMMER compares the consensus residue after digitizing its letter with
-Easel's case-insensitive input map; a letter outside the alphabet never matches.
+The model's part of every display depends on the model only, so :class:`ModelLines` builds
+it once per query as tables by node (an insert column reads index 0, which holds ``.``),
+the match line as one letter per residue and node (the consensus test and the odds test
+done once); a display is then a few numpy gathers over the trace's columns. HMMER compares
+the consensus residue after digitizing its letter with Easel's case-insensitive input map;
+a letter outside the alphabet never matches.
 """
 from __future__ import annotations
 
@@ -60,25 +61,26 @@ def _symbol_codes() -> np.ndarray:
 
 
 _CODE_OF = _symbol_codes()
-_UPPER = np.frombuffer(AMINO_SYMBOLS.encode(), np.uint8)
-_LOWER = np.frombuffer(AMINO_SYMBOLS.lower().encode(), np.uint8)
+#: A residue's letter in the target line, by state (M, D, I) and digital code.
+_LETTERS = np.stack([np.frombuffer(AMINO_SYMBOLS.encode(), np.uint8), np.full(KP, ord("-"), np.uint8),
+                     np.frombuffer(AMINO_SYMBOLS.lower().encode(), np.uint8)])
 
 
 @dataclass(frozen=True, eq=False)
 class ModelLines:
-    """What of a model every alignment display shows: its names, its per-node letters
-    (index k for node k, index 0 unused, as HMMER's 1-based strings), the digital code of
-    each consensus letter, and the match emission odds ratios ``odds[x][k]``."""
+    """What of a model every alignment display shows, as tables indexed by node k (HMMER's
+    1-based strings; index 0 holds ``.``, the letter of an insert column): its names, the
+    consensus, reference and structure lines, and the match line's letter of each residue x
+    aligned to node k (``match[x][k]``: the consensus letter, ``+`` or a space)."""
 
     name: bytes
     acc: bytes
     desc: bytes
     M: int
-    consensus: np.ndarray  #: uint8 [M+1]: consensus letters
-    consensus_codes: np.ndarray  #: uint8 [M+1]: their digital codes (254: not in the alphabet)
-    rf: np.ndarray | None  #: uint8 [M+1]: reference annotation, or None
-    cs: np.ndarray | None  #: uint8 [M+1]: consensus structure, or None
-    odds: np.ndarray  #: float32 [Kp][M+1]: the Forward match emission odds ratios
+    consensus: np.ndarray  #: uint8 [M+1]
+    rf: np.ndarray | None  #: uint8 [M+1], or None
+    cs: np.ndarray | None  #: uint8 [M+1], or None
+    match: np.ndarray  #: uint8 [Kp][M+1]
 
     @classmethod
     def from_hmm(cls, hmm, rfv: np.ndarray) -> "ModelLines":
@@ -92,7 +94,7 @@ class ModelLines:
         def per_node(text):
             if text is None:
                 return None
-            line = np.frombuffer(b" " + text.encode(), np.uint8)
+            line = np.frombuffer(b"." + text.encode(), np.uint8)
             if line.size != M + 1:
                 raise ValueError(f"a model annotation line of {line.size - 1} letters for {M} nodes")
             return line
@@ -100,12 +102,14 @@ class ModelLines:
         consensus = per_node(hmm.consensus)
         rfv = np.asarray(rfv, np.float32)
         Q = rfv.shape[1]
-        odds = np.zeros((KP, M + 1), np.float32)
         k = np.arange(1, M + 1)
-        odds[:, 1:] = rfv[:, (k - 1) % Q, (k - 1) // Q]
+        odds = rfv[:, (k - 1) % Q, (k - 1) // Q]  # p7_oprofile_FGetEmission(om, k, x) = odds[x][k - 1]
+        match = np.full((KP, M + 1), ord(" "), np.uint8)
+        match[:, 1:][odds > np.float32(1.0)] = ord("+")
+        is_consensus = np.arange(KP)[:, None] == _CODE_OF[consensus[1:]][None, :]
+        match[:, 1:] = np.where(is_consensus, consensus[1:][None, :], match[:, 1:])
         return cls(name=name, acc=acc or b"", desc=desc or b"", M=M, consensus=consensus,
-                   consensus_codes=_CODE_OF[consensus], rf=per_node(hmm.reference),
-                   cs=per_node(hmm.consensus_structure), odds=odds)
+                   rf=per_node(hmm.reference), cs=per_node(hmm.consensus_structure), match=match)
 
 
 def encode_posterior(pp: np.ndarray) -> np.ndarray:
@@ -117,6 +121,21 @@ def encode_posterior(pp: np.ndarray) -> np.ndarray:
     return np.where(shifted >= 1.0, ord("*"), ord("0") + digits).astype(np.uint8)
 
 
+def _span(st: np.ndarray) -> tuple:
+    """The trace positions ``z1..z2`` a display shows: the first M after the first B, the
+    last M before the E that follows it."""
+    b = int(np.argmax(st == _B))
+    if st[b] != _B:
+        raise ValueError("the trace has no domain (no B state)")
+    z1 = b + int(np.argmax(st[b:] == _M))
+    if st[z1] != _M:
+        raise ValueError("the trace's domain has no M state")
+    e = z1 + int(np.argmax(st[z1:] == _E))
+    if st[e] != _E:
+        raise ValueError("the trace's domain has no E state")
+    return z1, e - 1 - int(np.argmax(st[e - 1::-1] == _M))
+
+
 def alidisplay_create(trace, model: ModelLines, codes: np.ndarray, name: bytes, acc: bytes = b"",
                       desc: bytes = b"") -> AlignmentDisplay:
     """``p7_alidisplay_Create`` of the first domain of ``trace`` (a
@@ -124,41 +143,24 @@ def alidisplay_create(trace, model: ModelLines, codes: np.ndarray, name: bytes, 
     an emitting state is ``codes[i - 1]``), for the target ``codes`` (digital residues,
     length L) named ``name`` with accession ``acc`` and description ``desc`` ("" when unset)."""
     st = np.asarray(trace.st)
-    begins = np.flatnonzero(st == _B)
-    if begins.size == 0:
-        raise ValueError("the trace has no domain (no B state)")
-    is_match = st == _M
-    after_b = np.flatnonzero(is_match[begins[0]:]) + begins[0]
-    if after_b.size == 0:
-        raise ValueError("the trace's domain has no M state")
-    z1 = int(after_b[0])
-    ends = np.flatnonzero(st[z1:] == _E)
-    if ends.size == 0:
-        raise ValueError("the trace's domain has no E state")
-    z2 = int(np.flatnonzero(is_match[:z1 + int(ends[0])])[-1])
-    cols = slice(z1, z2 + 1)
-    s, k, i = st[cols], np.asarray(trace.k[cols], np.int64), np.asarray(trace.i[cols], np.int64)
-    if not np.isin(s, (_M, _D, _I)).all():
+    z1, z2 = _span(st)
+    s = st[z1:z2 + 1]
+    if s.min() < _M or s.max() > _I:
         raise ValueError("invalid state in trace: not M, D or I")
-    m, d, ins = s == _M, s == _D, s == _I
-    x = np.where(d, 0, np.asarray(codes, np.uint8)[np.maximum(i - 1, 0)])
-    kk = np.where(ins, 0, k)
-
-    model_line = np.where(ins, ord("."), model.consensus[kk]).astype(np.uint8)
-    plus = model.odds[x, kk] > np.float32(1.0)
-    match = np.where(m & (x == model.consensus_codes[kk]), model_line,
-                     np.where(m & plus, ord("+"), ord(" "))).astype(np.uint8)
-    aseq = np.where(m, _UPPER[x], np.where(ins, _LOWER[x], ord("-"))).astype(np.uint8)
-    pp = np.where(d, ord("."), encode_posterior(trace.pp[cols])).astype(np.uint8)
-
-    def annotation(line):
-        return None if line is None else np.where(ins, ord("."), line[kk]).astype(np.uint8).tobytes()
-
+    k, i = trace.k[z1:z2 + 1], trace.i[z1:z2 + 1]
+    ins = s == _I
+    kk = np.where(ins, 0, k)  # an insert column reads the "." at index 0
+    codes = np.asarray(codes, np.uint8)
+    x = codes[i - 1]  # a D column (i = 0) reads codes[-1], which no line of it uses
+    match = np.where(s == _M, model.match[x, kk], ord(" ")).astype(np.uint8)
+    pp = np.where(s == _D, ord("."), encode_posterior(trace.pp[z1:z2 + 1])).astype(np.uint8)
     return AlignmentDisplay(hmm_from=int(k[0]), hmm_to=int(k[-1]), M=model.M, seq_from=int(i[0]),
-                            seq_to=int(i[-1]), L=int(np.size(codes)), rf=annotation(model.rf), mm=None,
-                            cs=annotation(model.cs), model=model_line.tobytes(), match=match.tobytes(),
-                            aseq=aseq.tobytes(), pp=pp.tobytes(), hmm_name=model.name, hmm_acc=model.acc,
-                            hmm_desc=model.desc, seq_name=name, seq_acc=acc, seq_desc=desc)
+                            seq_to=int(i[-1]), L=int(codes.size),
+                            rf=None if model.rf is None else model.rf[kk].tobytes(), mm=None,
+                            cs=None if model.cs is None else model.cs[kk].tobytes(),
+                            model=model.consensus[kk].tobytes(), match=match.tobytes(),
+                            aseq=_LETTERS[s - _M, x].tobytes(), pp=pp.tobytes(), hmm_name=model.name,
+                            hmm_acc=model.acc, hmm_desc=model.desc, seq_name=name, seq_acc=acc, seq_desc=desc)
 
 
 def serialize_alidisplay(ad: AlignmentDisplay) -> bytes:
