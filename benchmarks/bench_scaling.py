@@ -29,7 +29,11 @@ Parts (``--parts``, all by default; settings in ``workloads.json``'s ``scaling``
   compared byte for byte but the tables' directory and date lines. Writes
   ``scale_<device>_<date>.json`` with exactly the keys device, gpus, date, commit, residues,
   one_gpu_s, devices_all_s, dask_s, identical, command, and ``scale_<device>_<date>.log``
-  with the rest (versions, each run's command and statistics lines, the cluster used).
+  with the rest (versions, each run's command and statistics lines, the cluster used and the
+  cores each worker may run on). Where dask-cuda pinned its workers to fewer cores than the
+  host has (its CPU affinity of each GPU, from NVML), the same search also runs on plain
+  ``dask worker`` processes, not pinned (``dask_unpinned`` in the log; its outputs are
+  compared too; ``dask_s`` stays the ``LocalCUDACluster``'s).
 
 The stage lines give wall seconds, the tasks' CPU seconds (user and system, from
 ``getrusage(RUSAGE_THREAD)``), minor page faults and context switches. Writes
@@ -280,8 +284,12 @@ class _GpuCluster:
     GPU with ``CUDA_VISIBLE_DEVICES`` set to it (what dask-cuda sets). ``address``; ``kind``
     says which; ``close()``."""
 
-    def __init__(self, gpus: int, threads: int, env: dict, work: Path):
+    def __init__(self, gpus: int, threads: int, env: dict, work: Path, pinned: bool = True):
         self.processes, self.cluster = [], None
+        if not pinned:   # plain dask workers: no CPU affinity set
+            self.kind = f"dask scheduler + {gpus} dask worker processes, one GPU each, not pinned"
+            self._start_processes(gpus, threads, env, work)
+            return
         try:
             from dask_cuda import LocalCUDACluster
 
@@ -318,6 +326,15 @@ class _GpuCluster:
         with Client(self.address, set_as_default=False, timeout=60) as client:
             client.wait_for_workers(gpus, timeout=120)
 
+    def cores(self) -> dict:
+        """Each worker's cores (the sorted CPU ids it may run on), by address: dask-cuda pins
+        each worker to the cores NVML gives for its GPU."""
+        from distributed import Client
+
+        with Client(self.address, set_as_default=False, timeout=60) as client:
+            found = client.run(os.sched_getaffinity, 0)
+        return {address: sorted(ids) for address, ids in found.items()}
+
     def close(self) -> None:
         if self.cluster is not None:
             self.cluster.close()
@@ -328,6 +345,17 @@ class _GpuCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def _ranges(ids: list) -> str:
+    """CPU ids as ranges: [0, 1, 2, 5] -> '0-2,5' (and their count)."""
+    runs: list = []
+    for i in ids:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs) + f" ({len(ids)})"
 
 
 def part_scale(args, out: Path) -> Path:
@@ -385,10 +413,22 @@ def part_scale(args, out: Path) -> Path:
     every = run("devices_all", ["--devices", "all"])
     cluster = _GpuCluster(gpus, max(1, threads // gpus), env, work)
     try:
-        note(dict(cluster=cluster.kind, address=cluster.address))
+        cores = cluster.cores()
+        note(dict(cluster=cluster.kind, address=cluster.address, cores={a: _ranges(c) for a, c in cores.items()},
+                  host_cores=_ranges(sorted(os.sched_getaffinity(0)))))
         dask = run("dask", ["--scheduler", cluster.address])
     finally:
         cluster.close()
+    if cluster.cluster is not None and len(set().union(*cores.values())) < len(os.sched_getaffinity(0)):
+        # dask-cuda pinned its workers to fewer cores than the host has (NVML's affinity of each
+        # GPU): the same cluster unpinned, for the log (the result keeps the LocalCUDACluster's)
+        unpinned = _GpuCluster(gpus, max(1, threads // gpus), env, work, pinned=False)
+        try:
+            note(dict(cluster=unpinned.kind, address=unpinned.address,
+                      cores={a: _ranges(c) for a, c in unpinned.cores().items()}))
+            run("dask_unpinned", ["--scheduler", unpinned.address])
+        finally:
+            unpinned.close()
     identical = all(r["returncode"] == 0 for r in runs.values()) and _scale_outputs_equal(folders)
     note(dict(outputs={folder.name: {name: (folder / name).stat().st_size if (folder / name).exists() else None
                                      for name in SCALE_OUTPUTS.values()} for folder in folders}))

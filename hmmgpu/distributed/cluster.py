@@ -651,6 +651,7 @@ class ClusterStats:
     threads: int = 0
     gpus: int = 0  #: worker processes with a GPU for the route, at the start
     parts: int = 0  #: post-filter parts the tasks ran (each a model's work on part of a shard)
+    cores: list = field(default_factory=list)  #: the number of cores each worker may run on, at the start
     task_seconds: float = 0.0  #: the tasks' wall time on their workers, summed
     post_filter_seconds: float = 0.0  #: the wall time of their post-filter parts on the workers' threads, summed
     cpu_seconds: float = 0.0  #: ... and their CPU time
@@ -667,7 +668,8 @@ class ClusterStats:
             else 0.0
         return [(f"queries {self.queries}, wall {self.wall_seconds:.2f} s, {self.tasks} tasks ({self.batches} model "
                  f"batches x {self.shards} database shards) on {len(self.workers_used)} dask workers "
-                 f"({self.processes} at the start, {self.gpus} with a GPU, {self.threads} post-filter threads)"),
+                 f"({self.processes} at the start, {self.gpus} with a GPU, {self.threads} post-filter threads; "
+                 f"cores each may run on: {', '.join(map(str, self.cores)) or '?'})"),
                 (f"busy: tasks {self.task_seconds:.2f} s, {self.parts} post-filter parts "
                  f"{self.post_filter_seconds:.2f} s ({100 * busy:.0f}% of threads x wall; CPU "
                  f"{self.cpu_seconds:.2f} s), merge here {self.merge_seconds:.2f} s"),
@@ -732,7 +734,7 @@ class ClusterSearch:
         self._token = hashlib.sha256(f"{os.getpid()} {time.time_ns()} {id(self)}".encode()).hexdigest()[:12]
         address = getattr(getattr(client, "scheduler", None), "address", None) or "?"
         self.stats = ClusterStats(shards=shard_count, processes=len(workers), threads=sum(threads.values()),
-                                  gpus=gpus)
+                                  gpus=gpus, cores=self.cores)
         self.description = (f"dask cluster at {address}: {len(workers)} workers, {sum(threads.values())} threads; "
                             f"{self.ref.n} targets in {shard_count} shards; {self.route}")
         self.stats.description = self.description
@@ -745,6 +747,8 @@ class ClusterSearch:
             facts = self.client.run(_worker_facts, self.options.run.backend in ("auto", "cuda"))
         except Exception:  # noqa: BLE001 - a worker that cannot answer: its dask threads, no GPU
             facts = {}
+        #: the cores each worker may run on (dask-cuda pins each to its GPU's node), for the statistics
+        self.cores = sorted(len(facts[address][0]) for address in workers if address in facts)
         return core_shares(workers, facts), sum(1 for address in workers if address in facts and facts[address][1])
 
     def _workers(self) -> dict:
