@@ -11,13 +11,29 @@ alignment's columns, BLAST's counts and the check that the columns score the sca
 One call per group of hits, not per hit, keeps the Python interpreter's lock out of the
 threads' way: the only Python work per hit left is the :class:`~hmmgpu.sw.traceback.Alignment`
 made from the results.
+
+What a fresh machine pays. The passes compile at the first traceback on a machine (then
+numba's cache has them): 8.5 s of CPU on the development machine as first written, 5.7-6.5 s
+now, in a thread beside the first search's scans. The code keeps numba's work down where
+that costs nothing at run time: each function has one specialisation (no constant passed
+as a Python int, which numba would compile separately: :data:`ROW_ZERO`, :data:`NO_STOP`),
+and arrays are made with ``np.empty`` and filled by a slice assignment rather than with
+``np.zeros`` or ``np.full``, whose implementations numba compiles as functions of their own
+for every shape and type.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit
 
 NEG = -(1 << 30)
+#: The first row and a ``stop`` no cell reaches, as int64 values rather than Python ints:
+#: numba compiles a function once more for each call site that passes a constant (a literal
+#: type), and :func:`block` and :func:`forward` are each called from two.
+ROW_ZERO = np.int64(0)
+NO_STOP = np.int64(1 << 62)
 #: Columns of :func:`trace_group`'s result rows.
 STATUS, SCORE, Q_START, Q_END, T_START, T_END, LENGTH, IDENTITIES, POSITIVES, MISMATCH, GAPOPEN, GAPS, OPS_AT = \
     range(13)
@@ -35,8 +51,10 @@ def forward(profile, t, go, ge, k, HC, FC, stop):
     none does; its row; its column)."""
     m = profile.shape[1]
     n = t.shape[0]
-    H = np.zeros(m + 1, np.int64)
-    F = np.full(m + 1, NEG, np.int64)
+    H = np.empty(m + 1, np.int64)
+    F = np.empty(m + 1, np.int64)
+    H[:] = 0
+    F[:] = NEG
     for j in range(m + 1):
         HC[0, j] = 0
         FC[0, j] = NEG
@@ -172,7 +190,7 @@ def walk(profile, t, go, ge, bi, bj, k, HC, FC, dirs, ops, cur):
             for c in range(j + 1):
                 H[c] = HC[b, c]
                 F[c] = FC[b, c]
-            block(profile, t, go, ge, b * k, r1, j, H, F, dirs, 1 << 62)
+            block(profile, t, go, ge, b * k, r1, j, H, F, dirs, NO_STOP)
         code = dirs[i - 1 - b * k, j]
         if state == 0:
             src = code & 3
@@ -205,7 +223,7 @@ def best_score(profile, t, go, ge):
     """The optimal local score (one score-only pass, nothing kept)."""
     HC = np.empty((1, profile.shape[1] + 1), np.int32)
     FC = np.empty((1, profile.shape[1] + 1), np.int32)
-    return forward(profile, t, go, ge, t.shape[0] + 1, HC, FC, 1 << 62)[0]
+    return forward(profile, t, go, ge, t.shape[0] + 1, HC, FC, NO_STOP)[0]
 
 
 @njit(cache=True, nogil=True)
@@ -216,17 +234,21 @@ def _trace_one(profile, q, by_code, t, go, ge, score, dir_bytes, ops, out):
     if n * (m + 1) <= dir_bytes:
         # one pass with a direction byte per cell, up to the end cell; the walk reads them
         k = n
-        HC = np.zeros((1, m + 1), np.int32)
-        FC = np.full((1, m + 1), NEG, np.int32)
-        H = np.zeros(m + 1, np.int64)
-        F = np.full(m + 1, NEG, np.int64)
+        HC = np.empty((1, m + 1), np.int32)
+        FC = np.empty((1, m + 1), np.int32)
+        H = np.empty(m + 1, np.int64)
+        F = np.empty(m + 1, np.int64)
+        HC[:] = 0
+        FC[:] = NEG
+        H[:] = 0
+        F[:] = NEG
         dirs = np.empty((n, m + 1), np.uint8)
-        h, bi, bj = block(profile, t, go, ge, 0, n, m, H, F, dirs, score)
+        h, bi, bj = block(profile, t, go, ge, ROW_ZERO, n, m, H, F, dirs, score)
         cur = 0
     else:
         # kept rows about sqrt(n) apart (further where they would pass dir_bytes), blocks
         # recomputed by the walk
-        k = max(1, int(np.sqrt(n)), -(-n * (m + 1) * 8 // dir_bytes))
+        k = max(1, int(math.sqrt(n)), -(-n * (m + 1) * 8 // dir_bytes))
         HC = np.empty((n // k + 1, m + 1), np.int32)
         FC = np.empty((n // k + 1, m + 1), np.int32)
         h, bi, bj = forward(profile, t, go, ge, k, HC, FC, score)
