@@ -238,6 +238,35 @@ def test_posterior_letters_equal_libhmmers():
     assert encode_posterior(pp).tobytes() == want
 
 
+def test_parts_merge_into_the_serial_state():
+    """The search cut in three parts, each part's state made by hmmgpu (hits kept at their
+    global position's running Z, each part's Z its own count of targets), merged by pyhmmer's
+    ``TopHits.merge`` (as hmmgpu's merge does): pyhmmer's serial state."""
+    found = searched("PF02826")
+    ref = found.reference()
+    n = len(found.seqs)
+    cuts = [0, 900, 1500, n]
+    parts = []
+    for first, end in zip(cuts, cuts[1:]):
+        pipeline = dict(hits.pipeline_settings(found.hmm), Z=float(end - first), nseqs=end - first)
+        kept = [hit for hit in found.kept(pipeline) if first <= positions(found)[hit.name] < end]
+        part = TopHits(found.hmm)
+        part.__setstate__(hits.tophits_state(kept, pipeline))
+        parts.append(part)
+    assert all(len(part) for part in parts)
+    merged = parts[0].merge(*parts[1:]).__getstate__()
+    assert [normalized(b) for b in merged["unsrt"]] == [normalized(b) for b in ref["unsrt"]]
+    for key in ("hit", "nreported", "nincluded"):
+        assert merged[key] == ref[key], key
+    for key in ("Z", "domZ", "nseqs"):
+        assert merged["pipeline"][key] == ref["pipeline"][key], key
+
+
+def positions(found: Search) -> dict:
+    """Each target's position in the search, by name (the names here are unique)."""
+    return {t.seq.name.encode(): t.pos for t in found.targets}
+
+
 def test_annotated_model():
     """A model with reference, structure and mask lines: the displays carry RF and CS (never
     MM, as HMMER 3.4 makes them), and the names (an accession and description) of both sides."""
