@@ -46,7 +46,8 @@ import numpy as np
 from hmmgpu.constants import AMINO_SYMBOLS, KP
 from hmmgpu.report.hitlist import _ALIDISPLAY, _ASEQ, _CS, _MM, _PP, _RF, AlignmentDisplay
 
-#: HMMER's p7T_ state codes of the states a display shows, and of the domain's bounds.
+#: HMMER's p7T_ state codes of the states a display shows, and of the domain's bounds (those
+#: of :class:`hmmgpu.cpu.optacc.Trace`, not imported from there: that module needs numba).
 _M, _D, _I, _B, _E = 1, 2, 3, 6, 7
 #: The digital code that no letter of the alphabet has (Easel's eslDSQ_ILLEGAL).
 _ILLEGAL = 254
