@@ -32,10 +32,13 @@ pipeline: head starts, models routed past the filters), and every target that hm
 cannot promise bit for bit. Such a target is sent to pyhmmer's pipeline alone (with the
 task's Z, as part of the task) and counted (:meth:`OwnPostFilter.details`):
 
-* a reference raised a :data:`~hmmgpu.stages.forward.HOST` flag (RANGE, SUBNORMAL) in the
-  Forward or Backward parser or in any matrix of domain definition, or the Forward score's
-  last product ``xC pmove`` is tiny (its logarithm would differ under flush-to-zero), or
-  domain decoding overflowed (HMMER's pipeline then fails; pyhmmer raises its error);
+* in hmmsearch's float mode (flush-to-zero, the command line's), a reference raised a
+  :data:`~hmmgpu.stages.forward.HOST` flag (RANGE, SUBNORMAL) in the Forward or Backward
+  parser or in any matrix of domain definition, or the Forward score's last product
+  ``xC pmove`` is tiny (its logarithm would differ under flush-to-zero); in pyhmmer's IEEE
+  mode (the API's default), whose arithmetic the references do operation for operation,
+  only RANGE (libhmmer's eslERANGE) does (:func:`host_flags`);
+* domain decoding overflowed (HMMER's pipeline then fails; pyhmmer raises its error);
 * every target of a model whose tables the flags' argument does not cover
   (:meth:`~hmmgpu.stages.forward.ForwardTables.exactness_conditions`).
 
@@ -68,14 +71,14 @@ import numpy as np
 
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.cpu.domaindef import CpuDomainStages
-from hmmgpu.cpu.fwdback import FLT_MIN, HOST, TINY_ROWS, ForwardTables, backward, length_specials, parse
+from hmmgpu.cpu.fwdback import FLT_MIN, HOST, RANGE, TINY_ROWS, ForwardTables, backward, length_specials, parse
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 from hmmgpu.stages.domaindef import define_domains
 from hmmgpu.stages.hits import HitModel, pipeline_hit, pipeline_settings, tophits_state
 from hmmgpu.stages.merge import drop_unkept
 from hmmgpu.stages.postfilter import Task, TaskResult
 
-__all__ = ["OwnPostFilter", "QueryModel", "TargetOutcome", "hmmsearch_rows"]
+__all__ = ["OwnPostFilter", "QueryModel", "TargetOutcome", "host_flags", "hmmsearch_rows"]
 
 F32 = np.float32
 #: ``p7_zsetby_e``: Z set by an option (a task's fixed Z).
@@ -124,6 +127,14 @@ def hmmsearch_rows(rows: np.ndarray, flags: int) -> np.ndarray:
     if not flags & TINY_ROWS:
         return rows
     return np.where((rows > 0) & (rows <= FLT_MIN), F32(0.0), rows).astype(F32)
+
+
+def host_flags(ftz: bool) -> int:
+    """The exactness flags that send a target to pyhmmer's pipeline: in hmmsearch's mode
+    (``ftz``) :data:`~hmmgpu.stages.forward.HOST` (RANGE, SUBNORMAL: flush-to-zero could change
+    a value); in pyhmmer's IEEE mode, whose arithmetic the references do operation for
+    operation whatever the flags, RANGE only (libhmmer's eslERANGE, which HMMER handles)."""
+    return HOST if ftz else RANGE
 
 
 def _allocated(n: int) -> int:
@@ -191,21 +202,22 @@ class OwnPostFilter(PyhmmerStage):
         codes = self.db.codes(position)
         L = int(codes.size)
         tables = model.tables
+        host = host_flags(ftz)
         forward = parse(tables, codes)
         pmove = length_specials(L, tables.nj)[0]
-        if forward.needs_host or not F32(forward.xc * pmove) > FLT_MIN:
+        if forward.flags & host or (ftz and not F32(forward.xc * pmove) > FLT_MIN):
             return TargetOutcome.HOST, None
         nullsc = null_table(L)[L]
         if not decided and not self._passes_f3(query, model, position, forward.score, nullsc):
             return TargetOutcome.FAILED, None
         bck = backward(tables, codes, forward)
-        if bck.needs_host:
+        if (bck.flags | bck.forward_flags) & host:
             return TargetOutcome.HOST, None
         fwd_rows, bck_rows = forward.xmx, bck.xmx
         if ftz:
             fwd_rows, bck_rows = hmmsearch_rows(fwd_rows, forward.flags), hmmsearch_rows(bck_rows, bck.flags)
         definition = define_domains(model.stages, codes, fwd_rows, bck_rows, bck.has_own_scales)
-        if definition.status != STATUS_OK or definition.flags & HOST:
+        if definition.status != STATUS_OK or definition.flags & host:
             return TargetOutcome.HOST, None
         hit = pipeline_hit(definition, codes, self.db.name(position), self.db.accession(position),
                            self.db.description(position), nullsc, forward.score, model.hit_model, model.settings, Z)
