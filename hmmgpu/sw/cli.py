@@ -6,6 +6,7 @@ returns the exit status (2 with one ``hmmgpu: error: ...`` line for bad input).
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 
@@ -89,6 +90,10 @@ def run(args) -> int:
             stats.wall = time.perf_counter() - started
             for line in stats.lines():
                 print(f"# hmmgpu sw: {line}", file=sys.stderr)
+        # The command's process ends next. The interpreter's garbage collections at its exit
+        # walk every object numba made for the traceback passes (0.3-1 s, longer than some
+        # whole searches); frozen, they are left to the process's end, which frees them.
+        gc.freeze()
     except HmmgpuError as e:
         print(f"hmmgpu: error: {e}", file=sys.stderr)
         return ERROR_STATUS
