@@ -25,8 +25,11 @@ target's domains are and how much of its score is owed to biased composition
    counts as an envelope).
 
 The result is a :class:`DomainDefinition`: the ``dcl`` entries (:class:`Domain`) in HMMER's
-order (regions by increasing end; within a clustered region, its envelopes by start) and the
-counters ``p7_Pipeline`` copies into the hit.
+order (regions by increasing end; within a clustered region, its envelopes by start), the
+counters ``p7_Pipeline`` copies into the hit, the null2 scores (and their Kahan sum, which
+``p7_Pipeline`` uses, taken by Easel's own ``esl_vec_FSum``), and the exactness flags the
+stages raised. :func:`define_domains` starts from the parsers' rows; a device that decodes
+them itself hands (status, mocc, btot, etot) to :func:`define_domains_decoded`.
 
 Why the code looks as it does
 -----------------------------
