@@ -170,7 +170,7 @@ class OwnPostFilter(PyhmmerStage):
                     model = self._models[query.index] = QueryModel.of(query.hmm, self.options)
         return model
 
-    def _filter_profile(self, query):
+    def filter_profile(self, query):
         """The query's filter tables (:class:`~hmmgpu.stages.profiles.ModelProfile`), for the
         bias filter's score of an undecided target: the backend's, or made here (the GPU
         process keeps its own)."""
@@ -230,7 +230,7 @@ class OwnPostFilter(PyhmmerStage):
         if self.options.bias_filter:
             from hmmgpu.cpu.filters import bias_filter
 
-            filtersc = bias_filter(self._filter_profile(query), self.db, np.array([position], np.int64))
+            filtersc = bias_filter(self.filter_profile(query), self.db, np.array([position], np.int64))
         else:
             filtersc = np.array([nullsc], F32)
         tau, lam = model.hit_model.tau, model.hit_model.lam

@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from types import SimpleNamespace
+
+import numpy as np
 
 import pyhmmer
 import pytest
@@ -148,6 +151,20 @@ def test_undecided_targets_are_decided_f3_here(samples):
     assert stats.postfilter["failed"] > 0 and stats.postfilter["host"] == 0
     assert stats.postfilter["passed"] == gated_stats.postfilter["passed"] == sum(r.pipeline["n_past_fwd"] for r in gated)
     assert stats.forward_gate == dict(passed=0, failed=0, unsure=0)
+
+
+def test_undecided_targets_of_the_gpu_process_get_their_bias_filter_here(samples):
+    """A query of the GPU process carries no filter tables here: the stage makes them for the
+    bias filter of its undecided targets, and scores them as the numba backend does."""
+    hmms, block = samples
+    db = SequenceDB.from_block(block)
+    stage = OwnPostFilter(db, SearchOptions())
+    backend = NumbaBackend(db)
+    query = SimpleNamespace(index=0, hmm=hmms[0], profile=object())
+    made = stage.filter_profile(query)
+    assert stage.filter_profile(query) is made
+    indices = np.arange(0, db.n, 7)
+    assert backend.bias(made, indices).tobytes() == backend.bias(backend.prepare(hmms[0]), indices).tobytes()
 
 
 def test_flagged_targets_go_to_pyhmmer_and_are_counted(samples, small_tasks, monkeypatch):
