@@ -27,6 +27,8 @@ pyhmmer 0.12.3 runs it, rules worked out byte by byte against ``pyhmmer.easel.Se
   ``.`` and ``_`` to the gap, ``*`` and ``~`` to their codes, space, tab, ``\\r`` and ``\\n`` are
   skipped; every other byte, ``-`` and digits included, is an error.
 """
+from __future__ import annotations
+
 import errno
 import functools
 import hashlib
@@ -38,10 +40,9 @@ import re
 import shutil
 import stat
 import tempfile
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pyhmmer
 
 from hmmgpu.constants import AMINO_SYMBOLS, MAX_TARGET_LENGTH
 from hmmgpu.errors import DatabaseError, HmmgpuError, InputError
@@ -49,13 +50,32 @@ from hmmgpu.formats.inputs import META_FILE, is_database_dir, label_of, memory_t
 from hmmgpu.formats.seqformat import PATH_ONLY_FORMATS, format_name, guess_format
 from hmmgpu.host import signals_deferred
 
+if TYPE_CHECKING:  # pyhmmer is imported where it is used (_easel): for the annotations only
+    import pyhmmer
+
 FORMAT_NAME = "hmmgpu-seqdb"
 FORMAT_VERSION = 2
 _ARRAYS = dict(residues=np.uint8, offsets=np.int64, lengths=np.int64, order=np.int64, names=np.uint8,
                name_offsets=np.int64, descriptions=np.uint8, description_offsets=np.int64,
                accessions=np.uint8, accession_offsets=np.int64)
 
-_AMINO = pyhmmer.easel.Alphabet.amino()
+
+
+def _easel():
+    """pyhmmer's Easel bindings, imported at their first use: opening a made database and
+    reading FASTA into arrays (``hmmgpu sw``, the GPU process) never need them, and importing
+    pyhmmer costs 0.1-0.16 s."""
+    import pyhmmer.easel
+
+    return pyhmmer.easel
+
+
+@functools.lru_cache(maxsize=None)
+def _amino():
+    """Easel's amino alphabet (made once)."""
+    return _easel().Alphabet.amino()
+
+
 _SKIP = 254     # lookup value: byte ignored inside sequence lines
 _BAD = 255      # lookup value: byte not allowed inside sequence lines
 #: The numpy reader digitizes a file in chunks of whole records, several at a time in
@@ -80,7 +100,7 @@ def sequence_block(sequences) -> pyhmmer.easel.DigitalSequenceBlock:
     (``benchmarks/results/scaling_probe_h200_2026-11-24.json``). The slice assignment sets
     every target with one allocation and no release of the GIL.
     """
-    block = pyhmmer.easel.DigitalSequenceBlock(_AMINO)
+    block = _easel().DigitalSequenceBlock(_amino())
     block[:] = sequences
     return block
 
@@ -377,8 +397,8 @@ class SequenceDB:
         accession = self.accession(i)
         extra = {"accession": accession} if accession else {}
         start = self.offsets[i]
-        return pyhmmer.easel.DigitalSequence(_AMINO, name=self.name(i), description=self.description(i),
-                                             sequence=self._views[3][start:start + self.lengths[i]], **extra)
+        return _easel().DigitalSequence(_amino(), name=self.name(i), description=self.description(i),
+                                        sequence=self._views[3][start:start + self.lengths[i]], **extra)
 
     def block(self, indices=None) -> pyhmmer.easel.DigitalSequenceBlock:
         """A pyhmmer block of the given sequences (all if None), in the given order."""
@@ -541,10 +561,10 @@ class SequenceDB:
             # Python file object); standard input and gzip are given as bytes
             source = os.fspath(path) if isinstance(data, mmap.mmap) else io.BytesIO(data)
         try:
-            with pyhmmer.easel.SequenceFile(source, format=format, digital=True, alphabet=_AMINO) as fh:
+            with _easel().SequenceFile(source, format=format, digital=True, alphabet=_amino()) as fh:
                 block = fh.read_block()
         except EOFError:
-            block = pyhmmer.easel.DigitalSequenceBlock(_AMINO)
+            block = _easel().DigitalSequenceBlock(_amino())
         except (ValueError, RuntimeError, OSError) as exc:
             raise InputError(f"{label}: not a valid {format} file ({_one_line(exc)})") from None
         if len(block) == 0:
@@ -713,7 +733,7 @@ class EaselSequenceDB(SequenceDB):
         source = os.fspath(path)
         handle = source if isinstance(data, mmap.mmap) else io.BytesIO(data)  # a plain file: Easel opens it
         try:
-            with pyhmmer.easel.SequenceFile(handle, format="fasta", digital=True, alphabet=_AMINO) as fh:
+            with _easel().SequenceFile(handle, format="fasta", digital=True, alphabet=_amino()) as fh:
                 block = fh.read_block()
         except (ValueError, RuntimeError, OSError, EOFError):
             return None
@@ -851,7 +871,7 @@ class FastaPieces:
 
     def _block(self, piece):
         try:
-            with pyhmmer.easel.SequenceFile(io.BytesIO(piece), format="fasta", digital=True, alphabet=_AMINO) as fh:
+            with _easel().SequenceFile(io.BytesIO(piece), format="fasta", digital=True, alphabet=_amino()) as fh:
                 return fh.read_block()
         except (ValueError, RuntimeError, OSError, EOFError) as error:
             raise self._refusal(error) from None
@@ -917,7 +937,7 @@ def search_fasta_text(hmm, text: bytes, pipeline, what: str):
         raise HmmgpuError(f"cannot write {what} to a temporary file in {where or tempfile.gettempdir()}: "
                           f"{error.strerror or _one_line(error)}") from None
     try:
-        with pyhmmer.easel.SequenceFile(name, format="fasta", digital=True, alphabet=_AMINO) as fh:
+        with _easel().SequenceFile(name, format="fasta", digital=True, alphabet=_amino()) as fh:
             os.unlink(name)
             name = None
             return pipeline.search_hmm(hmm, fh)

@@ -142,8 +142,8 @@ def _read_queries(queries) -> list:
     pairs); HmmgpuError for an empty query or none at all."""
     from hmmgpu.formats.seqdb import SequenceDB
 
-    if isinstance(queries, (str, os.PathLike)):
-        queries = SequenceDB.from_fasta(queries)
+    if isinstance(queries, (str, os.PathLike)):  # into arrays (the codes are what a search needs: no pyhmmer)
+        queries = SequenceDB.from_fasta(queries, arrays=True)
     if isinstance(queries, SequenceDB):
         out = [(queries.name(i).decode(errors="replace"), np.asarray(queries.codes(i))) for i in range(queries.n)]
     else:
@@ -259,7 +259,7 @@ class SwSearch:
         self.stats.threads = self.threads
         _warm_tracebacks()
         t = time.perf_counter()
-        self.db = database if isinstance(database, SequenceDB) else open_database(database)
+        self.db = database if isinstance(database, SequenceDB) else open_database(database, arrays=True)
         self.n_residues = int(self.db.total_residues)
         self.stats.add("database", time.perf_counter() - t)
         if scanner is not None:  # tests and benchmarks: an object with batches(), scores_many(), close()

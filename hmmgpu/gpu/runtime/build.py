@@ -129,6 +129,7 @@ def _driver_kernel(spec, device):
     return device.runtime.load_kernel(image, header["entry"], header["kinds"])
 
 
+@functools.lru_cache(maxsize=None)
 def _source_digest(spec, binding: str) -> str:
     return hashlib.sha256(spec.source(binding).encode()).hexdigest()[:20]
 
