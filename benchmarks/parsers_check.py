@@ -6,9 +6,10 @@ their kernel time against the Forward gate's alone on the same targets.
 For every model of the shared data (29 Pfam and 24 CUDAMPF models) the targets are its F3
 passers among the 77,801 real proteins (hmmgpu's numba cascade, default thresholds: the
 targets ``p7_Pipeline`` runs Backward and domain definition on). All models' passers go to the
-GPU as one batch twice: the Forward parser alone (the F3 gate's launch) and with
-``decoding=True`` (Forward with rows, Backward, decoding); the script prints both kernel times
-(CUDA events around each batch) and the host time to collect the second. Then every passer
+GPU as one batch three times: the Forward parser alone (the F3 gate's launch), with
+``decoding=True`` (Forward with rows on the device, Backward, decoding: what the own post-filter
+launches) and with the rows sent back too; the script prints the kernel times (CUDA events
+around each batch) and the host time to collect each. Then every passer
 is compared with libhmmer in IEEE mode (pyhmmer's): the Forward rows, the Backward rows,
 ``totscale``, ``has_own_scales``, and ``mocc``, ``btot``, ``etot``; the keys count mismatches
 (``*_mismatch``, expected 0), the targets left to the host by each stage's flags, the TINY_ROWS
@@ -115,7 +116,8 @@ def main() -> None:
             for model, (_, idx) in zip(models, chosen)]
     stage.launch(jobs[:1], decoding=True).results()  # compiles or loads the three kernels
     timing = {}
-    for name, kwargs in (("forward", {}), ("forward+backward+decoding", dict(decoding=True))):
+    for name, kwargs in (("forward", {}), ("forward+backward+decoding", dict(decoding=True)),
+                         ("the same with the rows", dict(rows=True, decoding=True))):  # the last is checked
         batch = stage.launch(jobs, **kwargs)
         t = time.perf_counter()
         results = batch.results()

@@ -135,7 +135,7 @@ def _equal_decoding(dec, j, codes, model, what: str) -> None:
 
 def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict:
     """The stage's Forward and Backward parsers and the domain decoding in one batch
-    (``run(..., decoding=True)``) on ``indices`` (default: every target) against libhmmer's
+    (``run(..., rows=True, decoding=True)``) on ``indices`` (default: every target) against libhmmer's
     ``p7_ForwardParser``, ``p7_BackwardParser`` and ``p7_DomainDecoding``, target by target: both
     parsers' special-state rows, Backward's status, ``totscale``, score and
     ``has_own_scales``, the decoding's status, mocc, btot and etot; and the Backward kernel's
@@ -149,7 +149,7 @@ def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict
 
     idx = np.flatnonzero(np.asarray(db.lengths) > 0) if indices is None else np.asarray(indices)
     with HmmerModel(hmm) as model:
-        got = stage.run(model, idx, decoding=True, fallback=fallback)
+        got = stage.run(model, idx, rows=True, decoding=True, fallback=fallback)
         bwd = got.backward
         tables = ref.ForwardTables.from_hmmer(model)
         report = dict(n=int(idx.size), host=int(bwd.host.sum()), rescaled=0, range=0, tiny_rows=0, own=0,
@@ -306,7 +306,8 @@ def check_backward_batch(stage, hmms, db) -> dict:
     """Several models' targets in one batch with the Backward parser and the domain decoding:
     each model's Forward and Backward rows, Backward's ``totscale`` and score, the decoding's
     mocc, btot and etot against libhmmer's, bit for bit, where the kernels gave them; every
-    target of every model is asked for."""
+    target of every model is asked for. The same batch without the rows gives the same
+    decodings and no rows."""
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.gpu.fwdback.launch import ForwardJob
     from hmmgpu.stages.forward import ForwardTables
@@ -314,8 +315,20 @@ def check_backward_batch(stage, hmms, db) -> dict:
     idx = np.flatnonzero(np.asarray(db.lengths) > 0)
     models = [HmmerModel(hmm) for hmm in hmms]
     try:
-        batch = stage.launch([ForwardJob(ForwardTables.from_hmmer(model), idx) for model in models], decoding=True)
+        jobs = [ForwardJob(ForwardTables.from_hmmer(model), idx) for model in models]
+        batch = stage.launch(jobs, rows=True, decoding=True)
         report = dict(models=len(hmms), n=0, host=0, launches=len(batch._launches))
+        # the decodings alone (the rows stay on the device): the same values
+        for got, alone in zip(batch.results(), stage.launch(jobs, decoding=True).results()):
+            if alone.rows is not None or alone.backward.rows is not None:
+                raise AssertionError("rows came back without being asked for")
+            for name in ("mocc", "btot", "etot"):
+                if not all(np.array_equal(_bits(a), _bits(b)) for a, b in zip(getattr(got.decoding, name),
+                                                                                getattr(alone.decoding, name))):
+                    raise AssertionError(f"{name} without the rows differs from {name} with them")
+            if not (np.array_equal(got.decoding.status, alone.decoding.status)
+                    and np.array_equal(got.backward.has_own_scales, alone.backward.has_own_scales)):
+                raise AssertionError("the decodings' status or has_own_scales differ without the rows")
         for hmm, model, got in zip(hmms, models, batch.results()):
             bwd = got.backward
             for j, i in enumerate(idx):
@@ -407,7 +420,8 @@ def check_own_scales(M: int = 18, seed: int = 2, length: int = 160) -> dict:
         if not np.array_equal(_bits(got), _bits(want)):
             bad = int(np.flatnonzero(_bits(got) != _bits(want))[0])
             raise AssertionError(f"{name}[{bad}] {got[bad]!r}, reference {want[bad]!r}")
-    if bool(decoding_flags & ref.SUBNORMAL) != decoding_meets_tiny(fwd.xmx, mine.xmx, True, ref.length_specials(length)[1]):
+    tiny = decoding_meets_tiny(fwd.xmx, mine.xmx, True, ref.length_specials(length)[1])
+    if bool(decoding_flags & ref.SUBNORMAL) != tiny:
         raise AssertionError(f"decoding flags {decoding_flags} differ from numpy's tiny test")
     own_rows = int((rows[1:length, ref.XSCALE] != fwd.xmx[1:length, ref.XSCALE]).sum())
     return dict(L=length, own_scales=own, rows_own_scale=own_rows, flags=flags, decoding_flags=decoding_flags)

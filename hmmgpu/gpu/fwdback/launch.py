@@ -28,11 +28,13 @@ For the F3 passers, which ``p7_Pipeline`` hands to domain definition, the same b
 Backward parser too (``launch(jobs, backward=True)``): the Forward kernel writes its rows on the
 device, the Backward kernel (:mod:`.backward_source`) runs after it on the same stream with the
 same items and reads Forward's scale factors from them, and :meth:`ForwardBatch.results` returns
-both parsers' special-state rows, Backward's ``totscale``, score and ``has_own_scales``
-(:class:`BackwardResults`): what ``p7_DomainDecoding`` reads. With ``decoding=True`` a third
-kernel (:mod:`.decoding_source`) runs ``p7_DomainDecoding`` itself on the rows, on the device,
-and the batch returns each target's ``mocc``, ``btot`` and ``etot`` too (:class:`DecodingResults`).
-The Forward gate asks for none of these, and its launches are unchanged.
+Backward's flags and ``has_own_scales`` (:class:`BackwardResults`), and with ``rows=True`` both
+parsers' special-state rows and Backward's ``totscale`` and score: what ``p7_DomainDecoding``
+reads. With ``decoding=True`` a third kernel (:mod:`.decoding_source`) runs
+``p7_DomainDecoding`` itself on the rows, on the device, and the batch returns each target's
+``mocc``, ``btot`` and ``etot`` (:class:`DecodingResults`): twelve bytes a residue, where the rows
+are 48 (they stay on the device unless asked for). The Forward gate asks for none of these, and
+its launches are unchanged.
 
 The stage imports no numba (the GPU process runs it from exported kernels).
 """
@@ -71,10 +73,11 @@ class BackwardResults:
     status: np.ndarray  #: int32: STATUS_OK, STATUS_RANGE (libhmmer's eslERANGE) or STATUS_UNSURE (no fallback)
     scores: np.ndarray  #: float32 nats (NaN unless the status is OK; p7_Pipeline does not read it)
     totscale: np.ndarray  #: float32: the sum of the logs of the scale factors, as backward_engine forms it
+    #: (scores and totscale are formed from the rows: NaN and 0 unless the rows were asked for)
     has_own_scales: np.ndarray  #: bool: the target switched to Backward's own scale factors
     flags: np.ndarray  #: int32: the Backward kernel's flags; all 0 where it did not run
     host: np.ndarray  #: bool: either pass's flags (or its cost) leave the rows to libhmmer
-    rows: list  #: float32 [L+1, 6] arrays (E N J B C SCALE)
+    rows: list | None  #: float32 [L+1, 6] arrays (E N J B C SCALE), when asked for
 
 
 @dataclass
@@ -171,7 +174,8 @@ class ForwardBatch:
         nscale = np.zeros(n, np.int32)
         scales = [np.zeros(0, np.float32)] * n
         out_rows = [None] * n if self.rows else None
-        bwd = dict(flags=np.zeros(n, np.int32), own=np.zeros(n, bool), rows=[None] * n) if self.backward else None
+        bwd = dict(flags=np.zeros(n, np.int32), own=np.zeros(n, bool),
+                   rows=[None] * n if self.rows else None) if self.backward else None
         dec = dict(status=np.zeros(n, np.int32), flags=np.zeros(n, np.int32), mocc=[None] * n, btot=[None] * n,
                    etot=[None] * n) if self.decoding else None
         with stage.device.activate():
@@ -194,11 +198,10 @@ class ForwardBatch:
                 if self.rows:
                     _rows_to(out_rows, launch.outputs["out_rows"].copy_to_host(), launch, lengths)
                 if self.backward:
-                    back = {name: launch.backward_outputs[name].copy_to_host() for name in ("out_flags", "out_own",
-                                                                                         "out_rows")}
-                    bwd["flags"][items] = back["out_flags"]
-                    bwd["own"][items] = back["out_own"] != 0
-                    _rows_to(bwd["rows"], back["out_rows"], launch, lengths)
+                    bwd["flags"][items] = launch.backward_outputs["out_flags"].copy_to_host()
+                    bwd["own"][items] = launch.backward_outputs["out_own"].copy_to_host() != 0
+                    if self.rows:
+                        _rows_to(bwd["rows"], launch.backward_outputs["out_rows"].copy_to_host(), launch, lengths)
                 if self.decoding:
                     dec["status"][items] = launch.decoding_outputs["out_status"].copy_to_host()
                     dec["flags"][items] = launch.decoding_outputs["out_flags"].copy_to_host()
@@ -235,20 +238,22 @@ class ForwardBatch:
     @staticmethod
     def _backward_results(bwd, host):
         """The Backward kernel's outputs as :class:`BackwardResults` of a slice of the batch's
-        targets: ``totscale`` and the score formed on the host from the rows
+        targets: with the rows, ``totscale`` and the score formed on the host from them
         (:func:`hmmgpu.stages.forward.backward_score`) where neither parser's flags (``host``)
         leave the target to libhmmer."""
         n = host.size
         totscale = np.zeros(n, np.float32)
         scores = np.full(n, np.nan, np.float32)
-        for j in np.flatnonzero(~host).tolist():
-            totscale[j], scores[j] = ref.backward_score(bwd["rows"][j])
+        rows = bwd["rows"]
+        if rows is not None:
+            for j in np.flatnonzero(~host).tolist():
+                totscale[j], scores[j] = ref.backward_score(rows[j])
         status = np.where(host, STATUS_UNSURE, STATUS_OK).astype(np.int32)
 
         def results(sl):
             return BackwardResults(status=status[sl].copy(), scores=scores[sl].copy(), totscale=totscale[sl].copy(),
                                    has_own_scales=bwd["own"][sl].copy(), flags=bwd["flags"][sl].copy(),
-                                   host=host[sl].copy(), rows=bwd["rows"][sl])
+                                   host=host[sl].copy(), rows=None if rows is None else rows[sl])
         return results
 
     @staticmethod
@@ -301,11 +306,10 @@ class ForwardStage:
     # ------------------------------------------------------------ batches
     def launch(self, jobs, rows: bool = False, backward: bool = False, decoding: bool = False) -> ForwardBatch:
         """Start the kernel on every job's targets (asynchronously) and return the batch; with
-        ``rows`` the Forward rows come back too, with ``backward`` (rows implied) the Backward
-        parser runs after the Forward parser on the same targets, with ``decoding`` (Backward
-        implied) ``p7_DomainDecoding`` after them."""
+        ``backward`` the Backward parser runs after the Forward parser on the same targets, with
+        ``decoding`` (Backward implied) ``p7_DomainDecoding`` after them; with ``rows`` the
+        special-state rows of the parsers that ran come back too."""
         backward = backward or decoding
-        rows = rows or backward
         if any(float(job.tables.nj) != 1.0 for job in jobs):
             raise ValueError("the Forward parser kernel takes multihit models (nj = 1) only")
         counts = [int(np.asarray(job.indices).size) for job in jobs]
@@ -324,7 +328,8 @@ class ForwardStage:
             on_gpu &= lengths * Ms[job_of] <= self.max_cells
         launches, first, last = [], None, None
         if on_gpu.any():
-            launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows, (backward, decoding))
+            launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows or backward,
+                                                 (backward, decoding))
         return ForwardBatch(self, jobs, start, rows, launches, last, (idx, lengths, on_gpu), reasons,
                             kernel_ms_start=first, backward=backward, decoding=decoding)
 
@@ -387,8 +392,9 @@ class ForwardStage:
 
     def _launch_one(self, storage, chunk, stream, items, pos, lengths, q_of, model_of, tables, rows,
                     after) -> _Launch:
-        """One launch of the Forward kernel on ``items``, followed on the same stream by those of
-        ``after`` = (backward, decoding): the Backward kernel and the decoding kernel."""
+        """One launch of the Forward kernel on ``items`` (``rows``: writing its rows on the
+        device), followed on the same stream by those of ``after`` = (backward, decoding): the
+        Backward kernel and the decoding kernel."""
         rt = self.device.runtime
         m = items.size
         L = lengths[items]
@@ -462,8 +468,9 @@ class ForwardStage:
             backward: bool = False, decoding: bool = False) -> ForwardResults:
         """``p7_ForwardParser`` of ``model`` (a :class:`hmmgpu.cpu.hmmerlib.HmmerModel`) on each
         target of ``indices`` (database indices of non-empty targets); with ``rows`` the
-        special-state rows too, with ``backward`` ``p7_BackwardParser`` after it (``got.backward``),
-        with ``decoding`` ``p7_DomainDecoding`` after both (``got.decoding``).
+        special-state rows too (with ``backward``, Backward's too), with ``backward``
+        ``p7_BackwardParser`` after it (``got.backward``), with ``decoding`` ``p7_DomainDecoding``
+        after both (``got.decoding``).
         The kernel's values are IEEE's (pyhmmer's mode); the targets
         libhmmer recomputes run in the calling thread's floating-point mode (inside
         :func:`hmmgpu.host.flush_to_zero`, hmmsearch's), which for every other target gives
@@ -491,8 +498,9 @@ class ForwardStage:
                 bwd = got.backward
                 for j in np.flatnonzero(bwd.host).tolist():
                     st, sc, xmx, tot, own = model.backward_parser(db.codes(int(got.indices[j])))
-                    bwd.status[j], bwd.scores[j], bwd.rows[j], bwd.totscale[j], bwd.has_own_scales[j] = (
-                        st, sc, xmx, tot, own)
+                    bwd.status[j], bwd.scores[j], bwd.totscale[j], bwd.has_own_scales[j] = st, sc, tot, own
+                    if bwd.rows is not None:
+                        bwd.rows[j] = xmx
             if got.decoding is not None:
                 dec = got.decoding
                 for j in np.flatnonzero(dec.host).tolist():

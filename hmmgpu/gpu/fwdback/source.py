@@ -334,9 +334,10 @@ def kernel_body(spec: "FwdSpec") -> str:
 
 @dataclass(frozen=True)
 class FwdSpec:
-    """The Forward parser kernel (a group of four threads per target, a thread per SSE lane), with its rows in shared memory (``storage="shared"``: the
-    block's threads' rows, sized by the launch) or in a global scratch array (``"global"``:
-    models whose rows do not fit a block's shared memory). Q and M are per model."""
+    """The Forward parser kernel (a group of four threads per target, a thread per SSE lane),
+    with its rows in shared memory (``storage="shared"``: the block's threads' rows, sized by
+    the launch) or in a global scratch array (``"global"``: models whose rows do not fit a
+    block's shared memory). Q and M are per model."""
 
     storage: str = "shared"
 
