@@ -46,7 +46,7 @@ from hmmgpu.stages.forward import STATUS_OK, STATUS_RANGE
 _F0 = np.float32(0.0)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def flushed(any_tiny, v) -> int:
     """The flag of a value ``v`` whose computation met a tiny factor or result (``any_tiny``):
     under flush-to-zero it is 0, so :data:`TINY_ROWS` where ``v`` is tiny or 0 itself (only the
@@ -56,7 +56,7 @@ def flushed(any_tiny, v) -> int:
     return TINY_ROWS if (v == _F0 or tiny(v)) else SUBNORMAL
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def posterior_rows(fwd_dp, fwd_xmx, bck_dp, bck_xmx, has_own_scales, loop_n, loop_j, loop_c, pp_dp, pp_xmx):
     """``p7_Decoding`` into ``pp_dp`` float32 [Ld+1, 3, Q, 4] and ``pp_xmx`` [Ld+1, 6] (both
     zeroed by the caller; the SCALE column is left to the caller). ``loop_n``, ``loop_j``,

@@ -137,13 +137,13 @@ _F1 = np.float32(1.0)
 # ----------------------------------------------------------------------------------------
 # One row, step by step (the kernel's steps carry the same names)
 # ----------------------------------------------------------------------------------------
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def tiny(v) -> bool:
     """``0 < v <= FLT_MIN``: a result FTZ may flush (values here are never negative)."""
     return v > _F0 and v <= FLT_MIN
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def main_pass(row_m, row_d, row_i, e, tfv, xB, xEv, dcv) -> int:
     """M, the delayed D store, the M->D carry and I over q = 0..Q-1, in place (spec 2.1).
     ``xEv`` and ``dcv`` (4 lanes) come back holding the lane sums of M and the last M->D term."""
@@ -190,7 +190,7 @@ def main_pass(row_m, row_d, row_i, e, tfv, xB, xEv, dcv) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _rsh(v):
     v[3] = v[2]
     v[2] = v[1]
@@ -198,7 +198,7 @@ def _rsh(v):
     v[0] = _F0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def dd_first_pass(row_d, tfv, dcv) -> int:
     """The first D->D pass (spec 2.2): D(q) += carry, carry = D(q) tDD(q)."""
     Q = row_d.shape[0]
@@ -219,7 +219,7 @@ def dd_first_pass(row_d, tfv, dcv) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def dd_carry_passes(row_d, tfv, dcv, M) -> int:
     """The three carry passes (spec 2.3): only the carry is extended; on models of
     M >= 100 a pass that changed no D (strict float compare) ends them."""
@@ -245,7 +245,7 @@ def dd_carry_passes(row_d, tfv, dcv, M) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sum_e(row_d, xEv):
     """xE: the D cells added to the lane sums, then ``(l0 + l1) + (l2 + l3)`` (spec 2.4)."""
     Q = row_d.shape[0]
@@ -255,7 +255,7 @@ def sum_e(row_d, xEv):
     return (xEv[0] + xEv[1]) + (xEv[2] + xEv[3])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def update_specials(xE, xN, xJ, xC, pmove, ploop, xe_move, xe_loop):
     """N, C, J, then B from the new J and N (spec 2.4): (xN, xJ, xB, xC, flags)."""
     flags = 0
@@ -280,7 +280,7 @@ def update_specials(xE, xN, xJ, xC, pmove, ploop, xe_move, xe_loop):
     return xN, xJ, xB, xC, flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def scale_row(row_m, row_d, row_i, r) -> int:
     """Multiply every cell of the row by ``r`` (a rescaling); :data:`SUBNORMAL` if a product is tiny."""
     Q = row_m.shape[0]
@@ -298,7 +298,7 @@ def scale_row(row_m, row_d, row_i, r) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rescale_row(row_m, row_d, row_i, xE, xN, xJ, xB, xC):
     """Divide the specials by xE and multiply the row by ``1/xE`` (spec 2.5): (xN, xJ, xB, xC, flags)."""
     flags = 0
@@ -315,7 +315,7 @@ def rescale_row(row_m, row_d, row_i, xE, xN, xJ, xB, xC):
     return xN, xJ, xB, xC, flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _store_cells(dp, i, row_m, row_d, row_i):
     """Keep row i's M, D, I cells in a full matrix (HMMER's ``do_full``)."""
     dp[i, 0] = row_m
@@ -323,7 +323,7 @@ def _store_cells(dp, i, row_m, row_d, row_i):
     dp[i, 2] = row_i
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def forward_parser(codes, M, rfv, tfv, pmove, ploop, xe_move, xe_loop, tbm_min, xmx, scales, dp):
     """``p7_ForwardParser`` on one target (digital ``codes``, no sentinels), lane for lane.
 
@@ -434,7 +434,7 @@ def parse(tables: ForwardTables, codes, rows: bool = True) -> ForwardResult:
 # ----------------------------------------------------------------------------------------
 # The Backward parser (backward_engine, do_full = 0), step by step
 # ----------------------------------------------------------------------------------------
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def checked_add(a, b):
     """``a + b`` and its flags: :data:`SUBNORMAL` when a tiny summand changed the sum (under
     FTZ that summand is 0, and the sum is the other one), :data:`ANY_TINY` when one was tiny."""
@@ -447,7 +447,7 @@ def checked_add(a, b):
     return s, flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _lsh(v, out):
     """``out = lsh(v) = [v1 v2 v3 0]`` (HMMER's move_ss + shuffle(0,3,2,1))."""
     out[0] = v[1]
@@ -456,7 +456,7 @@ def _lsh(v, out):
     out[3] = _F0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bwd_last_row(row_m, row_d, row_i, tfv, xE, dcv) -> int:
     """Row L before its carry passes (spec 4.1): M = D = xE, I = 0, then the first D->D pass
     from ``lsh(D[Q-1])`` over q = Q-1..0; ``dcv`` comes back holding its last carry."""
@@ -479,7 +479,7 @@ def bwd_last_row(row_m, row_d, row_i, tfv, xE, dcv) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bwd_main_pass(row_m, row_d, row_i, e, tfv, xBv) -> int:
     """Phase 1 of a row i < L (spec 4.2), q = Q-1..0, in place: I complete, D = M->D part,
     M = the M and I part; ``e`` is residue i+1's emission row, ``xBv`` (4 lanes) comes back
@@ -518,7 +518,7 @@ def bwd_main_pass(row_m, row_d, row_i, e, tfv, xBv) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bwd_specials(xBv, xN, xJ, xC, pmove, ploop, xe_move, xe_loop):
     """Phase 2 (spec 4.2): B the lane sum ``(l0 + l1) + (l2 + l3)``, then C, J, N, E in
     HMMER's order: (xE, xN, xJ, xB, xC, flags). A tiny C (it decays like Forward's N) is
@@ -536,7 +536,7 @@ def bwd_specials(xBv, xN, xJ, xC, pmove, ploop, xe_move, xe_loop):
     return xE, xN, xJ, xB, xC, flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bwd_dd_first_pass(row_m, row_d, tfv, xE, dcv) -> int:
     """Phase 3 (spec 4.2): the {M,D}->E paths and the first D->D pass, q = Q-1..0, from
     ``lsh(D[0] + xE)``; ``dcv`` comes back holding the last carry."""
@@ -560,7 +560,7 @@ def bwd_dd_first_pass(row_m, row_d, tfv, xE, dcv) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bwd_dd_carry_passes(row_d, tfv, dcv) -> int:
     """The three carry passes (spec 4.1, 4.2 phase 4), q = Q-1..0, no early exit: only the
     carry is extended, ``dcv = dcv tDD``, then added to D."""
@@ -578,7 +578,7 @@ def bwd_dd_carry_passes(row_d, tfv, dcv) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bwd_md_pass(row_m, row_d, tfv) -> int:
     """The M->D paths (spec 4.1, 4.2 phase 5), q = Q-1..0: M += lsh(D)[q] tMD; M and D are
     then final, and neither may be tiny."""
@@ -597,7 +597,7 @@ def bwd_md_pass(row_m, row_d, tfv) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bwd_rescale_row(row_m, row_d, row_i, s, xE, xN, xJ, xB, xC):
     """Divide the specials by the row's scale factor ``s`` and multiply the row by
     ``f32(1.0 / (double) s)`` (spec 4.3): (xE, xN, xJ, xB, xC, flags)."""
@@ -614,7 +614,7 @@ def bwd_rescale_row(row_m, row_d, row_i, s, xE, xN, xJ, xB, xC):
     return xE, xN, xJ, xB, xC, flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bwd_first_row(row_m, e, tfv, xN, pmove, ploop):
     """Row 0 (spec 4.4): B the lane sum over q = 0..Q-1 of ``(M[q] e[q]) tBM[q]`` (residue 1's
     ``e``), then N: (xB, xN, flags)."""
@@ -636,7 +636,7 @@ def bwd_first_row(row_m, e, tfv, xN, pmove, ploop):
     return xB, xN, flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _store_row(xmx, i, xE, xN, xJ, xB, xC, scale) -> int:
     """Store Backward's special-state row i; :data:`TINY_ROWS` if a stored value is tiny."""
     xmx[i, XE] = xE
@@ -648,7 +648,7 @@ def _store_row(xmx, i, xE, xN, xJ, xB, xC, scale) -> int:
     return TINY_ROWS if tiny(xE) or tiny(xN) or tiny(xJ) or tiny(xB) or tiny(xC) else 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def backward_parser(codes, rfv, tfv, pmove, ploop, xe_move, xe_loop, fwd_scale, xmx, dp):
     """``p7_BackwardParser`` on one target (digital ``codes``, no sentinels), lane for lane,
     after the Forward parser: ``fwd_scale`` float32 [L+1] is Forward's ``xmx[:, SCALE]``.

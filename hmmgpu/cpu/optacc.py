@@ -83,19 +83,19 @@ XF_E, XF_N, XF_J, XF_C = range(4)
 XF_MOVE, XF_LOOP = 0, 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _max(a, b):
     """SSE's ``maxps`` (and ``ESL_MAX``): ``a > b ? a : b``."""
     return a if a > b else b
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def _masked(t, v):
     """``_mm_and_ps(_mm_cmpgt_ps(t, 0), v)``: v where the transition exists, else +0.0."""
     return v if t > _F0 else _F0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _rshift_inf(v):
     """``esl_sse_rightshift_ps(v, -inf)``: [-inf v0 v1 v2], in place."""
     v[3] = v[2]
@@ -104,7 +104,7 @@ def _rshift_inf(v):
     v[0] = NEG_INF
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, nogil=True, inline="always")
 def absorbed_add(a, pp):
     """``a + pp`` and its flag: :data:`SUBNORMAL` where a tiny posterior ``pp`` (0 under
     flush-to-zero) changed the sum."""
@@ -112,7 +112,7 @@ def absorbed_add(a, pp):
     return s, (SUBNORMAL if tiny(pp) and s != a else 0)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def oa_main_pass(pp_dp, oa_dp, i, tfv, xB, xEv, dcv) -> int:
     """Row i's M, the delayed D store, the M->D carry and I over q = 0..Q-1 (optacc.c's first
     loop); ``xEv`` and ``dcv`` come back holding the lane maxima of M and the last carry.
@@ -154,7 +154,7 @@ def oa_main_pass(pp_dp, oa_dp, i, tfv, xB, xEv, dcv) -> int:
     return flags
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def oa_dd_passes(oa_dp, i, tfv, dcv):
     """The four D->D passes, no early exit: the first carries D itself, the next three only
     the carry; a zero tDD makes the carry +0.0."""
@@ -173,7 +173,7 @@ def oa_dd_passes(oa_dp, i, tfv, dcv):
                 dcv[z] = _masked(tfv[7 * Q + q, z], dcv[z])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _loop_term(oa_xmx, pp_xmx, i, col, t):
     """``X(i-1) + ppX(i)`` where the loop transition ``t`` exists, else 0.0: (value, flags)."""
     if t == _F0:
@@ -181,7 +181,7 @@ def _loop_term(oa_xmx, pp_xmx, i, col, t):
     return absorbed_add(oa_xmx[i - 1, col], pp_xmx[i, col])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def oa_specials(pp_xmx, oa_xmx, i, xf, xE) -> int:
     """Row i's E (given), J, C, N and B (optacc.c's specials); returns the flags of the adds."""
     oa_xmx[i, XE] = xE
@@ -198,7 +198,7 @@ def oa_specials(pp_xmx, oa_xmx, i, xf, xE) -> int:
     return f1 | f2 | f3
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def oa_rows(pp_dp, pp_xmx, tfv, xf, oa_dp, oa_xmx):
     """``p7_OptimalAccuracy`` of a posterior matrix into ``oa_dp`` float32 [Ld+1, 3, Q, 4] and
     ``oa_xmx`` [Ld+1, 6] (SCALE left as given); ``xf`` float32 [4, 2] is the model's special
@@ -247,7 +247,7 @@ def optimal_accuracy(posterior: MatrixResult, tfv, xf) -> tuple:
 # ----------------------------------------------------------------------------------------
 # p7_OATrace
 # ----------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _select_m(oa_dp, oa_xmx, tfv, i, k):
     """M(i,k)'s predecessor: the first maximum of M, I, D, B (row i-1, node k-1)."""
     Q = oa_dp.shape[2]
@@ -283,7 +283,7 @@ def _select_m(oa_dp, oa_xmx, tfv, i, k):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _select_d(oa_dp, tfv, i, k):
     """D(i,k)'s predecessor: M(i,k-1) where its path is at least D(i,k-1)'s."""
     Q = oa_dp.shape[2]
@@ -309,7 +309,7 @@ def _select_d(oa_dp, tfv, i, k):
     return STATE_M if m_path >= d_path else STATE_D
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _select_i(oa_dp, tfv, i, k):
     """I(i,k)'s predecessor: M(i-1,k) where its path is at least I(i-1,k)'s."""
     Q = oa_dp.shape[2]
@@ -320,7 +320,7 @@ def _select_i(oa_dp, tfv, i, k):
     return STATE_M if m_path >= i_path else STATE_I
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _select_e(oa_dp, i):
     """E(i)'s predecessor and its node: the row's M lanes with ``>=``, D lanes with ``>``,
     vector by vector."""
@@ -342,7 +342,7 @@ def _select_e(oa_dp, i):
     return state, kmax
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _loop_or_e(oa_xmx, pp_xmx, i, col, loop_t, e_t):
     """C's or J's predecessor: itself where ``X(i-1) + ppX(i)`` beats E(i) strictly."""
     loop_path = NEG_INF if loop_t == _F0 else oa_xmx[i - 1, col] + pp_xmx[i, col]
@@ -350,7 +350,7 @@ def _loop_or_e(oa_xmx, pp_xmx, i, col, loop_t, e_t):
     return loop_path > e_path
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def oa_trace_states(oa_dp, oa_xmx, pp_dp, pp_xmx, tfv, xf, st, tk, ti, tpp):
     """``p7_OATrace`` into ``st``, ``tk``, ``ti``, ``tpp`` (capacity at least 2 (Ld + M) + 6),
     built backwards from T and reversed as ``p7_trace_Reverse`` does. Returns its length."""
