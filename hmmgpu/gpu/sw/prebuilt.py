@@ -22,12 +22,14 @@ How they are made
 ``python3 -m hmmgpu.gpu.sw.prebuilt`` (no GPU needed): numba-cuda compiles each kernel module
 exactly as :func:`hmmgpu.gpu.runtime.build.load` does on a GPU, to PTX, for the target's
 compute capability (numba-cuda asks the current device for it, so the builder answers in
-its place), and ``ptxas`` (:func:`_ptxas`; of a toolkit no newer than the GPU machines' driver, CUDA
-13.0 for driver 580) turns the PTX into the cubin the driver loads. It needs libNVVM and
-NVRTC where numba-cuda finds them (a CUDA toolkit, or the ``nvidia-nvvm`` and
-``nvidia-cuda-nvrtc`` wheels). The files are rewritten only when their content changes, so
-running it again after an unrelated change leaves them alone. ``tests/sw/test_prebuilt.py``
-fails when a shipped kernel no longer matches the code, saying to run it.
+its place), and ``ptxas`` (:func:`_ptxas`; of a toolkit no newer than the GPU machines'
+driver: CUDA 13.0 for driver 580) turns the PTX into the cubin the driver loads. It needs
+libNVVM where numba-cuda finds it (a CUDA toolkit, or the ``nvidia-nvvm`` wheel) and
+``ptxas``. Only the missing or out-of-date files are compiled again (``--all``: every one);
+``tests/sw/test_prebuilt.py`` fails when a shipped kernel no longer matches the code, saying
+to run it. (The kernel's entry name, recorded in the header, carries numba's flags: where
+nvJitLink is installed numba-cuda compiles with ``lto`` on, so two builds may differ in that
+name and nothing else.)
 """
 from __future__ import annotations
 
@@ -79,11 +81,16 @@ def _ptxas() -> str:
 def _compile_without_a_gpu(cc) -> None:
     """numba-cuda compiles in this process as on a GPU of compute capability ``cc``: where it
     asks the current device's (for the kernel, its device functions, and the PTX it inspects
-    when it creates the kernel), it gets ``cc``; and a new kernel is not loaded onto a device
+    when it creates the kernel), it gets ``cc``; the architectures it asks NVRTC about are
+    ``cc`` alone (so no NVRTC library is needed); and a new kernel is not loaded onto a device
     (``bind``), which this process does not have."""
+    import numba.cuda.cuda_paths as cuda_paths
     import numba.cuda.cudadrv.devices as devices
+    import numba.cuda.cudadrv.nvrtc as nvrtc
     import numba.cuda.dispatcher as dispatcher
 
+    cuda_paths._get_nvrtc_path = lambda: cuda_paths._env_path_tuple("none", None)
+    nvrtc.get_supported_ccs = lambda: [tuple(cc)]
     device = SimpleNamespace(compute_capability=tuple(cc))
     dispatcher.get_current_device = lambda: device
     devices.get_context = lambda devnum=None: SimpleNamespace(device=device)
