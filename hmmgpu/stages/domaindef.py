@@ -35,10 +35,14 @@ Why the code looks as it does
 -----------------------------
 The answer must equal libhmmer's bit for bit. The float steps done here are few and are
 HMMER's: the decoding's products ``((f.B b.B) f.SCALE) sp``, left to right in float32, its
-running sums and the scale product sequential in float32 (numpy's ``accumulate``, which is
-sequential, unlike its pairwise ``sum``), ``mocc = (float) (1.0 - (double) njcp)``; the scans'
-differences in float32 and compares as C's ``<``/``>`` macros compare; ``domcorrection``
-summed in order in float32. Everything else, the matrices, the sampling and the logarithms,
+running sums and the scale product sequential in float32, ``mocc = (float) (1.0 - (double)
+njcp)``; the scans' differences in float32 and compares as C's ``<``/``>`` macros compare;
+``domcorrection`` summed in order in float32. They are written as HMMER's loops, in numba
+(without fastmath every float32 operation is rounded on its own, none fused), because this
+driver runs for every F3 passer in the post-filter's worker threads: a target's decoding and
+its whole region scan (with each region's multidomain test) are one call each, compiled,
+that releases the interpreter lock, instead of some thirty small numpy calls and a Python
+loop over the residues that hold it. Everything else, the matrices, the sampling and the logarithms,
 belongs to the stages, so that a GPU implementation can replace them one by one and the CPU
 references (:mod:`hmmgpu.cpu.domaindef`) remain the definition they are checked against.
 The stages receive the target's digital ``codes`` (no sentinels) and use its full length
@@ -48,22 +52,26 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from hmmgpu.constants import STATUS_OK, STATUS_RANGE
 from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE, length_specials
 
 __all__ = ["RT1", "RT2", "RT3", "Domain", "DomainDefinition", "DomainStages", "Envelope", "RegionEnsemble",
-           "define_domains", "define_domains_decoded", "domain_decoding", "fsum", "is_multidomain_region", "region_scan"]
+           "define_domains", "define_domains_decoded", "domain_decoding", "fsum", "is_multidomain_region", "region_scan",
+           "scan_regions"]
 
 F32 = np.float32
 
 #: ``p7_domaindef_Create``'s region thresholds.
 RT1, RT2, RT3 = F32(0.25), F32(0.10), F32(0.20)
+_F0 = F32(0.0)
 
 
 @dataclass
@@ -185,72 +193,97 @@ def domain_decoding(fwd_rows, bck_rows, has_own_scales: bool, ploop) -> tuple:
     """``p7_DomainDecoding`` on the parsers' special-state rows (float32 [L+1][6], E N J B C
     SCALE), Backward's ``has_own_scales`` and the multihit N/J/C loop ``ploop`` of length L:
     (status, mocc, btot, etot float32 [L+1]); status RANGE when the scale product overflows."""
-    fx = np.asarray(fwd_rows, F32)
-    bx = np.asarray(bck_rows, F32)
-    ploop = F32(ploop)
+    fx = np.ascontiguousarray(fwd_rows, F32)
+    bx = np.ascontiguousarray(bck_rows, F32)
     L = fx.shape[0] - 1
-    with np.errstate(all="ignore"):
-        sp0 = F32(1.0 / np.float64(bx[0, XN]))
-        if has_own_scales:  # sp after row i-1: sp0 (fs[0]/bs[0]) ... (fs[i-1]/bs[i-1]), multiplied in order
-            ratios = fx[:L, XSCALE] / bx[:L, XSCALE]
-            after = np.multiply.accumulate(np.concatenate([[sp0], ratios]).astype(F32), dtype=F32)
-            before, after = after[:L], after[1:]
-        else:
-            before = after = np.full(L, sp0, dtype=F32)
-        btot_terms = ((fx[:L, XB] * bx[:L, XB]) * fx[:L, XSCALE]) * before
-        etot_terms = ((fx[1:, XE] * bx[1:, XE]) * fx[1:, XSCALE]) * after
-        njcp = ((fx[:L, XN] * bx[1:, XN]) * ploop) * after
-        njcp = njcp + ((fx[:L, XJ] * bx[1:, XJ]) * ploop) * after
-        njcp = njcp + ((fx[:L, XC] * bx[1:, XC]) * ploop) * after
-        btot = np.add.accumulate(np.concatenate([[F32(0.0)], btot_terms]).astype(F32), dtype=F32)
-        etot = np.add.accumulate(np.concatenate([[F32(0.0)], etot_terms]).astype(F32), dtype=F32)
-        mocc = np.concatenate([[F32(0.0)], (1.0 - njcp.astype(np.float64)).astype(F32)])
-    final = after[-1] if L else sp0
-    return (STATUS_RANGE if np.isinf(final) else STATUS_OK), mocc, btot, etot
+    mocc, btot, etot = np.empty(L + 1, F32), np.empty(L + 1, F32), np.empty(L + 1, F32)
+    overflow = _decode(fx, bx, bool(has_own_scales), F32(ploop), mocc, btot, etot)
+    return (STATUS_RANGE if overflow else STATUS_OK), mocc, btot, etot
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _decode(fx, bx, has_own_scales, ploop, mocc, btot, etot):
+    """:func:`domain_decoding` into ``mocc``, ``btot``, ``etot``; True where ``sp`` ended infinite."""
+    L = fx.shape[0] - 1
+    sp = np.float32(1.0 / np.float64(bx[0, XN]))  # before row i: sp0 (fs[0]/bs[0]) ... (fs[i-2]/bs[i-2])
+    mocc[0] = _F0
+    btot[0] = _F0
+    etot[0] = _F0
+    for i in range(1, L + 1):
+        before = sp
+        if has_own_scales:
+            sp = sp * (fx[i - 1, XSCALE] / bx[i - 1, XSCALE])
+        btot[i] = btot[i - 1] + ((fx[i - 1, XB] * bx[i - 1, XB]) * fx[i - 1, XSCALE]) * before
+        etot[i] = etot[i - 1] + ((fx[i, XE] * bx[i, XE]) * fx[i, XSCALE]) * sp
+        njcp = ((fx[i - 1, XN] * bx[i, XN]) * ploop) * sp
+        njcp = njcp + ((fx[i - 1, XJ] * bx[i, XJ]) * ploop) * sp
+        njcp = njcp + ((fx[i - 1, XC] * bx[i, XC]) * ploop) * sp
+        mocc[i] = np.float32(1.0 - np.float64(njcp))
+    return math.isinf(sp)
 
 
 def region_scan(mocc, btot, etot) -> list:
     """The regions ``(i, j)`` of ``p7_domaindef_ByPosteriorHeuristics``'s scan, in order."""
-    mocc, btot, etot = (np.asarray(a, F32) for a in (mocc, btot, etot))
-    with np.errstate(all="ignore"):
-        start_here = (mocc[1:] - (btot[1:] - btot[:-1]) < RT2).tolist()
-        end_here = (mocc[1:] - (etot[1:] - etot[:-1]) < RT2).tolist()
-    trigger = (mocc[1:] >= RT1).tolist()
-    regions = []
+    regions, _ = scan_regions(mocc, btot, etot)
+    return [(int(i), int(j)) for i, j in regions]
+
+
+def scan_regions(mocc, btot, etot) -> tuple:
+    """The regions of the scan, int64 [n][2] (i, j, 1-based, in order), and whether each is
+    clustered (:func:`is_multidomain_region`), bool [n]: the driver's one call per target."""
+    mocc, btot, etot = (np.ascontiguousarray(a, F32) for a in (mocc, btot, etot))
+    regions = np.empty((mocc.size // 2 + 1, 2), np.int64)
+    clustered = np.empty(mocc.size // 2 + 1, np.bool_)
+    n = _scan(mocc, btot, etot, regions, clustered)
+    return regions[:n], clustered[:n]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _scan(mocc, btot, etot, regions, clustered):
+    """The scan into ``regions`` and ``clustered`` (a region ends after its trigger: at most
+    L/2 of them); returns their number."""
+    n = 0
     i = -1
     triggered = False
-    for j in range(1, len(start_here) + 1):
+    for j in range(1, mocc.size):
         if not triggered:
-            if start_here[j - 1] or i == -1:
+            if mocc[j] - (btot[j] - btot[j - 1]) < RT2 or i == -1:
                 i = j
-            if trigger[j - 1]:
+            if mocc[j] >= RT1:
                 triggered = True
-        elif end_here[j - 1]:
-            regions.append((i, j))
+        elif mocc[j] - (etot[j] - etot[j - 1]) < RT2:
+            regions[n, 0] = i
+            regions[n, 1] = j
+            clustered[n] = _is_multidomain(btot, etot, i, j)
+            n += 1
             i = -1
             triggered = False
-    return regions
+    return n
 
 
 def is_multidomain_region(btot, etot, i: int, j: int) -> bool:
     """``is_multidomain_region``: ``max_z min(etot[z] - etot[i-1], btot[j] - btot[z-1]) >= rt3``
     over z = i..j, with C's ``ESL_MIN``/``ESL_MAX`` (``a < b ? a : b``, ``a > b ? a : b``)."""
-    btot, etot = np.asarray(btot, F32), np.asarray(etot, F32)
-    with np.errstate(all="ignore"):
-        ends = (etot[i:j + 1] - etot[i - 1]).tolist()
-        starts = (btot[j] - btot[i - 1:j]).tolist()
+    return bool(_is_multidomain(np.ascontiguousarray(btot, F32), np.ascontiguousarray(etot, F32), int(i), int(j)))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _is_multidomain(btot, etot, i, j):
     best = -1.0
-    for e, b in zip(ends, starts):
+    for z in range(i, j + 1):
+        e = etot[z] - etot[i - 1]
+        b = btot[j] - btot[z - 1]
         expected = e if e < b else b
         best = best if best > expected else expected
     return best >= RT3
 
 
-def _domcorrection(n2sc) -> np.float32:
-    """The float32 sum of the envelope's null2 scores, in order (``domcorrection``)."""
-    total = F32(0.0)
-    for v in np.asarray(n2sc, F32):
-        total = F32(total + v)
+@njit(cache=True, nogil=True, error_model="numpy")
+def _domcorrection(n2sc, i, j):
+    """The float32 sum of the envelope's null2 scores ``n2sc[i..j]``, in order (``domcorrection``)."""
+    total = _F0
+    for pos in range(i, j + 1):
+        total = total + n2sc[pos]
     return total
 
 
@@ -261,7 +294,7 @@ def _rescore(stages, codes, i, j, null2_is_done, n2sc):
     if not null2_is_done:
         n2sc[i:j + 1] = envelope.n2sc
     return Domain(ienv=i, jenv=j, iali=int(envelope.iali), jali=int(envelope.jali), envsc=F32(envelope.envsc),
-                  domcorrection=_domcorrection(n2sc[i:j + 1]), oasc=F32(envelope.oasc),
+                  domcorrection=_domcorrection(n2sc, i, j), oasc=F32(envelope.oasc),
                   trace=envelope.trace), int(envelope.flags)
 
 
@@ -284,9 +317,10 @@ def define_domains_decoded(stages: DomainStages, codes, decoding) -> DomainDefin
                               nexpected=F32(btot[L]), n2sc=n2sc)
     if status != STATUS_OK:
         return result
-    for i, j in region_scan(mocc, btot, etot):
+    regions, clustered = scan_regions(mocc, btot, etot)
+    for (i, j), multidomain in zip(regions.tolist(), clustered.tolist()):
         result.nregions += 1
-        if is_multidomain_region(btot, etot, i, j):
+        if multidomain:
             result.nclustered += 1
             ensemble = stages.region_ensemble(stages.region_forward(codes, i, j), codes, i, j)
             result.flags |= int(ensemble.flags)

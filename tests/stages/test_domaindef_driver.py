@@ -4,9 +4,9 @@ the null2 scores and domcorrection, and the decoding overflow."""
 import numpy as np
 
 from hmmgpu.constants import STATUS_OK, STATUS_RANGE
-from hmmgpu.stages.domaindef import (DomainStages, Envelope, RegionEnsemble, define_domains, domain_decoding,
-                                     fsum, is_multidomain_region, region_scan)
-from hmmgpu.stages.forward import XB, XE, XN, XSCALE
+from hmmgpu.stages.domaindef import (RT1, RT2, RT3, DomainStages, Envelope, RegionEnsemble, define_domains,
+                                     domain_decoding, fsum, is_multidomain_region, region_scan, scan_regions)
+from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE
 
 F32 = np.float32
 
@@ -118,3 +118,64 @@ def test_decoding_overflow_fails_the_target():
     bx[0, XN] = 0  # 1 / 0: an infinite scale product, eslERANGE
     result = define_domains(_Stub([]), np.zeros(L, np.uint8), fx, bx, False)
     assert result.status == STATUS_RANGE and result.ndom == 0 and result.nregions == 0
+
+
+def _decoding_by_arrays(fx, bx, has_own_scales, ploop):
+    """``p7_DomainDecoding`` written with numpy's sequential float32 accumulations: the same
+    operations in the same order as the driver's loop, a second formulation to check it by."""
+    L = fx.shape[0] - 1
+    with np.errstate(all="ignore"):
+        sp0 = F32(1.0 / np.float64(bx[0, XN]))
+        ratios = fx[:L, XSCALE] / bx[:L, XSCALE] if has_own_scales else np.ones(L, F32)
+        sp = np.multiply.accumulate(np.concatenate([[sp0], ratios]).astype(F32), dtype=F32)
+        before, after = (sp[:L], sp[1:]) if has_own_scales else (np.full(L, sp0), np.full(L, sp0))
+        njcp = ((fx[:L, XN] * bx[1:, XN]) * ploop) * after
+        njcp = njcp + ((fx[:L, XJ] * bx[1:, XJ]) * ploop) * after
+        njcp = njcp + ((fx[:L, XC] * bx[1:, XC]) * ploop) * after
+        btot = np.add.accumulate(np.concatenate([[F32(0)], ((fx[:L, XB] * bx[:L, XB]) * fx[:L, XSCALE]) * before]),
+                                 dtype=F32)
+        etot = np.add.accumulate(np.concatenate([[F32(0)], ((fx[1:, XE] * bx[1:, XE]) * fx[1:, XSCALE]) * after]),
+                                 dtype=F32)
+        mocc = np.concatenate([[F32(0)], (1.0 - njcp.astype(np.float64)).astype(F32)])
+    return mocc, btot, etot
+
+
+def _regions_by_loop(mocc, btot, etot):
+    """The scan and the multidomain test as plain Python loops over float32 differences."""
+    regions, i, triggered = [], -1, False
+    for j in range(1, mocc.size):
+        if not triggered:
+            if F32(mocc[j] - F32(btot[j] - btot[j - 1])) < RT2 or i == -1:
+                i = j
+            triggered = bool(mocc[j] >= RT1)
+        elif F32(mocc[j] - F32(etot[j] - etot[j - 1])) < RT2:
+            best = -1.0
+            for z in range(i, j + 1):
+                e, b = F32(etot[z] - etot[i - 1]), F32(btot[j] - btot[z - 1])
+                best = max(best, float(e if e < b else b))
+            regions.append((i, j, best >= RT3))
+            i, triggered = -1, False
+    return regions
+
+
+def test_decoding_and_scan_equal_plain_formulations():
+    """Random parser rows (own scale factors or not, rescaled rows): the compiled decoding's
+    mocc, btot, etot bits and the scan's regions and clustered flags equal the formulations
+    above, on 40 targets."""
+    rng = np.random.default_rng(5)
+    for t in range(40):
+        L = int(rng.integers(1, 300))
+        fx = rng.random((L + 1, 6)).astype(F32)
+        bx = rng.random((L + 1, 6)).astype(F32)
+        rescaled = rng.random(L + 1) < 0.1
+        fx[:, XSCALE] = np.where(rescaled, rng.uniform(1, 1e5, L + 1), 1).astype(F32)
+        bx[:, XSCALE] = np.where(rescaled, fx[:, XSCALE] * rng.uniform(0.5, 2, L + 1), 1).astype(F32)
+        fx[:, XN] *= F32(3.0)  # spans of mocc above and below the thresholds
+        own, ploop = bool(t % 2), F32(rng.uniform(0.9, 1.0))
+        status, mocc, btot, etot = domain_decoding(fx, bx, own, ploop)
+        assert status == STATUS_OK
+        for mine, theirs in zip((mocc, btot, etot), _decoding_by_arrays(fx, bx, own, ploop)):
+            assert mine.tobytes() == theirs.tobytes()
+        regions, clustered = scan_regions(mocc, btot, etot)
+        assert [(i, j, c) for (i, j), c in zip(regions.tolist(), clustered.tolist())] == \
+            _regions_by_loop(mocc, btot, etot)
