@@ -1,11 +1,13 @@
 """The kernels shipped compiled (hmmgpu.gpu.sw.prebuilt): current, used on a fresh sm_90
 machine without compiling, and ignored once they no longer match the code."""
+import dataclasses
 import gzip
 import json
 from types import SimpleNamespace
 
 import pytest
 
+from hmmgpu.errors import HmmgpuError
 from hmmgpu.gpu.runtime import build
 from hmmgpu.gpu.sw import launch, prebuilt
 from hmmgpu.gpu.sw.source import SwSpec
@@ -54,3 +56,46 @@ def test_a_shipped_kernel_is_used_only_while_its_digests_match(tmp_path, monkeyp
         _ship(path, {**good, **stale})
         assert build.shipped(spec, "dpx", (9, 0)) is None
         assert build.missing([spec], SM90) == [spec]
+
+
+@dataclasses.dataclass
+class _Driver:
+    """A driver that loads any image (returns it with the entry), or refuses the shipped one."""
+
+    refuses_shipped: bool
+
+    def load_kernel(self, image, entry, kinds):
+        if self.refuses_shipped and image == b"shipped":
+            raise HmmgpuError("CUDA driver: cuModuleLoadData failed with CUDA_ERROR_INVALID_IMAGE")
+        return image, entry
+
+
+@dataclasses.dataclass(frozen=True)
+class _Device:
+    runtime: _Driver = dataclasses.field(compare=False)
+    cc: tuple = (9, 0)
+    lane_binding: str = "dpx"
+    simulator: bool = False
+    id: int = 0
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_shipped_kernel_is_loaded_or_else_compiled_here(tmp_path, monkeypatch, empty_cache, refused):
+    monkeypatch.setattr(build, "SHIPPED_DIR", tmp_path / "shipped")
+    build.SHIPPED_DIR.mkdir()
+    spec = SwSpec(16, 10)
+    _ship(build.shipped_path(spec, "dpx", (9, 0)),
+          dict(entry="shipped", kinds=[], **build.shipped_header(spec, "dpx")), b"shipped")
+    compiled = []
+
+    def compile_here(job):  # as _compile_one exports a kernel numba compiled on the device
+        spec, binding, _, cc = job
+        compiled.append(spec)
+        header = dict(entry="compiled", kinds=[], source=build._source_digest(spec, binding))
+        build._export_path(spec, SimpleNamespace(cc=cc, lane_binding=binding)).write_bytes(
+            json.dumps(header).encode() + b"\n" + b"compiled")
+
+    monkeypatch.setattr(build, "_compile_one", compile_here)
+    kernel = build._driver_kernel.__wrapped__(spec, _Device(_Driver(refused)))
+    assert kernel == ((b"compiled", "compiled") if refused else (b"shipped", "shipped"))
+    assert compiled == ([spec] if refused else [])
