@@ -38,8 +38,11 @@ def test_a_fresh_sm90_machine_compiles_no_kernel_for_sw(empty_cache):
 
 
 def _ship(path, header, image=b"\x7fELF-not-a-real-cubin"):
+    """Write a shipped file (and forget what build read before: a file rewritten within the
+    file system's clock tick could look unchanged)."""
     with gzip.open(path, "wb") as f:
         f.write(json.dumps(header).encode() + b"\n" + image)
+    build._read_shipped.cache_clear()
 
 
 def test_a_shipped_kernel_is_used_only_while_its_digests_match(tmp_path, monkeypatch, empty_cache):

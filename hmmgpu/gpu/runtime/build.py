@@ -186,14 +186,27 @@ def shipped_header(spec, binding: str) -> dict:
 
 def shipped(spec, binding: str, cc) -> tuple | None:
     """(header, cubin) of the kernel shipped for ``spec``, or None where none is shipped or
-    its digests are not those of the code (:func:`shipped_header`)."""
+    its digests are not those of the code (:func:`shipped_header`). A file is read once per
+    process (a search asks for its kernels three times: two checks for missing ones, then the
+    load), while it stays the same file."""
+    path = shipped_path(spec, binding, cc)
     try:
-        with gzip.open(shipped_path(spec, binding, cc), "rb") as f:
-            header = json.loads(f.readline())
-            want = shipped_header(spec, binding)
-            if any(header.get(k) != v for k, v in want.items()):
-                return None
-            return header, f.read()
+        st = path.stat()
+    except OSError:
+        return None
+    content = _read_shipped(path, st.st_ino, st.st_size, st.st_mtime_ns)
+    if content is None or any(content[0].get(k) != v for k, v in shipped_header(spec, binding).items()):
+        return None
+    return content
+
+
+@functools.lru_cache(maxsize=None)
+def _read_shipped(path: Path, inode: int, size: int, mtime_ns: int) -> tuple | None:
+    """(header, cubin) of a shipped file (None: unreadable); the file's identity, size and time
+    are part of the key."""
+    try:
+        with gzip.open(path, "rb") as f:
+            return json.loads(f.readline()), f.read()
     except (OSError, ValueError, EOFError):
         return None
 
