@@ -33,21 +33,25 @@ Why the code looks as it does
 The model's part of every display depends on the model only, so :class:`ModelLines` builds
 it once per query as tables by node (an insert column reads index 0, which holds ``.``),
 the match line as one letter per residue and node (the consensus test and the odds test
-done once); a display is then a few numpy gathers over the trace's columns. HMMER compares
-the consensus residue after digitizing its letter with Easel's case-insensitive input map;
-a letter outside the alphabet never matches.
+done once); a display is then one pass over the trace's columns that looks each letter up.
+That pass is compiled (numba, releasing the interpreter lock): every domain of every
+reported target gets a display, in the post-filter's worker threads, and a pass costs less
+than the dozens of small numpy calls the same gathers took. HMMER compares the consensus
+residue after digitizing its letter with Easel's case-insensitive input map; a letter
+outside the alphabet never matches.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from hmmgpu.constants import AMINO_SYMBOLS, KP
 from hmmgpu.report.hitlist import _ALIDISPLAY, _ASEQ, _CS, _MM, _PP, _RF, AlignmentDisplay
 
 #: HMMER's p7T_ state codes of the states a display shows, and of the domain's bounds (those
-#: of :class:`hmmgpu.cpu.optacc.Trace`, not imported from there: that module needs numba).
+#: of :class:`hmmgpu.cpu.optacc.Trace`, not imported from there: imports point down).
 _M, _D, _I, _B, _E = 1, 2, 3, 6, 7
 #: The digital code that no letter of the alphabet has (Easel's eslDSQ_ILLEGAL).
 _ILLEGAL = 254
@@ -113,28 +117,86 @@ class ModelLines:
                    rf=per_node(hmm.reference), cs=per_node(hmm.consensus_structure), match=match)
 
 
+_STAR, _ZERO, _SPACE, _DOT, _DASH = (ord(c) for c in "*0 .-")
+#: Why a trace has no display (:func:`_display_lines`' status).
+_NO_SPAN = {1: "the trace has no domain (no B state)", 2: "the trace's domain has no M state",
+            3: "the trace's domain has no E state", 4: "invalid state in trace: not M, D or I"}
+#: An annotation line the model lacks.
+_NO_LINE = np.zeros(0, np.uint8)
+
+
 def encode_posterior(pp: np.ndarray) -> np.ndarray:
     """HMMER's ``p7_alidisplay_EncodePostProb`` of float32 posterior probabilities, as
     letters (uint8): ``*`` when ``p + 0.05 >= 1``, else the digit ``(int)((p + 0.05) * 10)``,
     in double."""
-    shifted = np.asarray(pp, np.float32).astype(np.float64) + 0.05
-    digits = (shifted * 10.0).astype(np.int64)  # C's (char) cast truncates toward zero
-    return np.where(shifted >= 1.0, ord("*"), ord("0") + digits).astype(np.uint8)
+    pp = np.ascontiguousarray(pp, np.float32)
+    out = np.empty(pp.size, np.uint8)
+    _encode_all(pp.ravel(), out)
+    return out.reshape(pp.shape)
 
 
-def _span(st: np.ndarray) -> tuple:
-    """The trace positions ``z1..z2`` a display shows: the first M after the first B, the
-    last M before the E that follows it."""
-    b = int(np.argmax(st == _B))
-    if st[b] != _B:
-        raise ValueError("the trace has no domain (no B state)")
-    z1 = b + int(np.argmax(st[b:] == _M))
-    if st[z1] != _M:
-        raise ValueError("the trace's domain has no M state")
-    e = z1 + int(np.argmax(st[z1:] == _E))
-    if st[e] != _E:
-        raise ValueError("the trace's domain has no E state")
-    return z1, e - 1 - int(np.argmax(st[e - 1::-1] == _M))
+@njit(cache=True, nogil=True, inline="always")
+def _posterior_letter(p):
+    shifted = np.float64(p) + 0.05
+    if shifted >= 1.0:
+        return _STAR
+    return _ZERO + int(shifted * 10.0)  # C's (char) cast truncates toward zero
+
+
+@njit(cache=True, nogil=True)
+def _encode_all(pp, out):
+    for z in range(pp.size):
+        out[z] = _posterior_letter(pp[z])
+
+
+@njit(cache=True, nogil=True)
+def _display_lines(st, tk, ti, tpp, codes, consensus, rf, cs, match, letters, out):
+    """The display's columns: the trace positions ``z1..z2`` from the first M after the first B
+    to the last M before the E that follows it, and for each column its letters into ``out``
+    uint8 [6][>= z2-z1+1] (model, match, aseq, pp, rf, cs lines; rf and cs where the model has
+    them: ``rf``, ``cs`` not empty). Returns (status, z1, z2), status 0 or a key of
+    :data:`_NO_SPAN`."""
+    n = st.size
+    b = 0
+    while b < n and st[b] != _B:
+        b += 1
+    if b == n:
+        return 1, 0, 0
+    z1 = b
+    while z1 < n and st[z1] != _M:
+        z1 += 1
+    if z1 == n:
+        return 2, 0, 0
+    e = z1
+    while e < n and st[e] != _E:
+        e += 1
+    if e == n:
+        return 3, 0, 0
+    z2 = e - 1
+    while st[z2] != _M:
+        z2 -= 1
+    for z in range(z1, z2 + 1):
+        if st[z] < _M or st[z] > _I:
+            return 4, 0, 0
+    for z in range(z1, z2 + 1):
+        c = z - z1
+        s = st[z]
+        kk = 0 if s == _I else tk[z]  # an insert column reads the "." at index 0
+        out[0, c] = consensus[kk]
+        if s == _D:
+            out[1, c] = _SPACE
+            out[2, c] = _DASH
+            out[3, c] = _DOT
+        else:
+            x = codes[ti[z] - 1]
+            out[1, c] = match[x, kk] if s == _M else _SPACE
+            out[2, c] = letters[0 if s == _M else 2, x]
+            out[3, c] = _posterior_letter(tpp[z])
+        if rf.size:
+            out[4, c] = rf[kk]
+        if cs.size:
+            out[5, c] = cs[kk]
+    return 0, z1, z2
 
 
 def alidisplay_create(trace, model: ModelLines, codes: np.ndarray, name: bytes, acc: bytes = b"",
@@ -143,25 +205,22 @@ def alidisplay_create(trace, model: ModelLines, codes: np.ndarray, name: bytes, 
     :class:`hmmgpu.cpu.optacc.Trace`, residues numbered in the target's coordinates: ``i`` of
     an emitting state is ``codes[i - 1]``), for the target ``codes`` (digital residues,
     length L) named ``name`` with accession ``acc`` and description ``desc`` ("" when unset)."""
-    st = np.asarray(trace.st)
-    z1, z2 = _span(st)
-    s = st[z1:z2 + 1]
-    if s.min() < _M or s.max() > _I:
-        raise ValueError("invalid state in trace: not M, D or I")
-    k, i = trace.k[z1:z2 + 1], trace.i[z1:z2 + 1]
-    ins = s == _I
-    kk = np.where(ins, 0, k)  # an insert column reads the "." at index 0
+    st = trace.st
     codes = np.asarray(codes, np.uint8)
-    x = codes[i - 1]  # a D column (i = 0) reads codes[-1], which no line of it uses
-    match = np.where(s == _M, model.match[x, kk], ord(" ")).astype(np.uint8)
-    pp = np.where(s == _D, ord("."), encode_posterior(trace.pp[z1:z2 + 1])).astype(np.uint8)
-    return AlignmentDisplay(hmm_from=int(k[0]), hmm_to=int(k[-1]), M=model.M, seq_from=int(i[0]),
-                            seq_to=int(i[-1]), L=int(codes.size),
-                            rf=None if model.rf is None else model.rf[kk].tobytes(), mm=None,
-                            cs=None if model.cs is None else model.cs[kk].tobytes(),
-                            model=model.consensus[kk].tobytes(), match=match.tobytes(),
-                            aseq=_LETTERS[s - _M, x].tobytes(), pp=pp.tobytes(), hmm_name=model.name,
-                            hmm_acc=model.acc, hmm_desc=model.desc, seq_name=name, seq_acc=acc, seq_desc=desc)
+    out = np.empty((6, st.size), np.uint8)
+    status, z1, z2 = _display_lines(st, trace.k, trace.i, trace.pp, codes, model.consensus,
+                                    _NO_LINE if model.rf is None else model.rf,
+                                    _NO_LINE if model.cs is None else model.cs, model.match, _LETTERS, out)
+    if status:
+        raise ValueError(_NO_SPAN[status])
+    n = z2 - z1 + 1
+    return AlignmentDisplay(hmm_from=int(trace.k[z1]), hmm_to=int(trace.k[z2]), M=model.M, seq_from=int(trace.i[z1]),
+                            seq_to=int(trace.i[z2]), L=int(codes.size),
+                            rf=None if model.rf is None else out[4, :n].tobytes(), mm=None,
+                            cs=None if model.cs is None else out[5, :n].tobytes(), model=out[0, :n].tobytes(),
+                            match=out[1, :n].tobytes(), aseq=out[2, :n].tobytes(), pp=out[3, :n].tobytes(),
+                            hmm_name=model.name, hmm_acc=model.acc, hmm_desc=model.desc, seq_name=name, seq_acc=acc,
+                            seq_desc=desc)
 
 
 def serialize_alidisplay(ad: AlignmentDisplay) -> bytes:

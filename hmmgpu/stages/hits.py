@@ -420,7 +420,8 @@ def tophits_state(hits: list, pipeline: dict) -> dict:
         nalloc *= 2
     return {
         "_empty": False,
-        "unsrt": [VectorU8(np.frombuffer(serialize_hit(hit), np.uint8)) for hit in hits],
+        # pyhmmer's VectorU8 copies a writable buffer at once, a read-only one element by element
+        "unsrt": [VectorU8(bytearray(serialize_hit(hit))) for hit in hits],
         "hit": order,
         "Nalloc": nalloc,
         "N": len(hits),

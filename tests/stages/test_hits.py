@@ -379,3 +379,28 @@ def test_flogsum_equals_libhmmers():
 def test_no_domain_no_hit():
     """A target whose domain definition found nothing is dropped (p7_Pipeline adds no hit)."""
     assert hits.score_target([], F32(0.0), 100, F32(-10.0), F32(5.0), -4.0, 0.7) is None
+
+
+def test_display_of_a_trace_without_a_domain_is_refused():
+    """``p7_alidisplay_Create`` needs a B, then an M, then an E: a trace that lacks one (or shows
+    a state other than M, D, I between its first and last M) has no display."""
+    from hmmgpu.cpu.optacc import Trace
+    from hmmgpu.report.alidisplay import ModelLines, alidisplay_create
+    from hmmgpu.stages.profiles import configured_profile
+
+    hmm = sample_hmm("KR")
+    lines = ModelLines.from_hmm(hmm, ForwardTables.from_optimized(configured_profile(hmm).to_optimized()).rfv)
+    codes = np.zeros(10, np.uint8)
+
+    def trace(states):
+        n = len(states)
+        emits = [s in (1, 3) for s in states]
+        return Trace(st=np.array(states, np.uint8), k=np.array([1 if s in (1, 2, 3) else 0 for s in states], np.int32),
+                     i=np.cumsum(emits).astype(np.int32) * emits, pp=np.full(n, 0.5, np.float32))
+
+    ok = alidisplay_create(trace([4, 5, 6, 1, 2, 3, 1, 7, 8, 9]), lines, codes, b"t")
+    assert (ok.model[1:2], ok.aseq[1:3], ok.pp) == (lines.consensus[1:2].tobytes(), b"-a", b"5.55")
+    for states, why in (([4, 5, 8, 9], "no B"), ([4, 5, 6, 2, 7, 8, 9], "no M"), ([4, 5, 6, 1, 1, 8, 9], "no E"),
+                        ([4, 5, 6, 1, 5, 1, 7, 8, 9], "not M, D or I")):
+        with pytest.raises(ValueError, match=why):
+            alidisplay_create(trace(states), lines, codes, b"t")
