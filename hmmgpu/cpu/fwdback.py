@@ -105,6 +105,19 @@ TINY_ROWS. A target's Backward is exact in both modes when neither pass raises a
 :data:`HOST` flag (:attr:`BackwardResult.needs_host`): Backward reuses Forward's scale
 factors, and its rows then equal hmmsearch's with their subnormal entries set to 0.
 
+Full matrices (``p7_Forward``, ``p7_Backward``: ``do_full = 1``)
+-----------------------------------------------------------------
+Domain definition reruns both on slices of the target (a clustered region, multihit; an
+envelope, unihit: :func:`unihit_tables`), with the length model of the WHOLE target.
+HMMER's engines are the parsers with every row kept, and so are these:
+:func:`forward_parser` and :func:`backward_parser` take a ``dp`` array and store each row's
+cells there after its rescaling (:func:`forward_matrix`, :func:`backward_matrix` on a slice;
+:class:`StripedMatrix`; Backward's row 0 has no cells, HMMER computes none). The flags are
+the parsers'. They are conservative for unihit envelopes: after the domain, B is N's decaying
+share alone (no J), and cells far from the alignment become subnormal, so that on long models
+most envelopes are flagged (``benchmarks/envelope_check.py``); in IEEE mode the matrices are
+libhmmer's whatever the flags.
+
 On real data (``benchmarks/fwdback_flags.py``: 30,848 Viterbi-filter survivors of 53
 Pfam and CUDAMPF models among 77,801 proteins) this reference equals libhmmer in every
 score bit and every special-state row; no target was flagged RANGE or SUBNORMAL, 1,852
