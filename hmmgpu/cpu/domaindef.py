@@ -28,13 +28,24 @@ from hmmgpu.cpu.envelope import rescore_isolated_domain
 from hmmgpu.cpu.fwdback import forward_matrix, special_transitions
 from hmmgpu.cpu.null2 import glibc_logf
 from hmmgpu.cpu.spensemble import cluster, dominant
-from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, trace_ensemble
+from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, TraceEnsemble, trace_ensemble
 from hmmgpu.stages.domaindef import DomainStages, Envelope, RegionEnsemble
 from hmmgpu.stages.forward import SUBNORMAL, ForwardTables
 
-__all__ = ["CpuDomainStages"]
+__all__ = ["CpuDomainStages", "region_result"]
 
 F32 = np.float32
+
+
+def region_result(ensemble: TraceEnsemble, flags: int) -> RegionEnsemble:
+    """What the host makes of a region's sampled traces (whichever device sampled them):
+    ``n2sc = logf(acc / nsamples)`` with glibc's ``logf``, the clusters and the domination
+    filter; ``flags`` (the region matrix's) with SUBNORMAL where a choice could differ under
+    flush-to-zero."""
+    n2sc = glibc_logf(ensemble.acc[1:] / F32(ensemble.nsamples))
+    coords, probs = cluster(ensemble.pairs, ensemble.nsamples)
+    flags = int(flags) | (SUBNORMAL if ensemble.ftz_differs else 0)
+    return RegionEnsemble(n2sc=n2sc, envelopes=coords[dominant(coords, probs), :2], flags=flags)
 
 
 class CpuDomainStages(DomainStages):
@@ -53,10 +64,7 @@ class CpuDomainStages(DomainStages):
         ensemble = trace_ensemble(dp[:, 0], dp[:, 1], dp[:, 2], forward.matrix.xmx, self.tables,
                                   special_transitions(self.tables, len(codes)), codes, i, j, nsamples=NSAMPLES,
                                   seed=self.seed)
-        n2sc = glibc_logf(ensemble.acc[1:] / F32(NSAMPLES))
-        coords, probs = cluster(ensemble.pairs, ensemble.nsamples)
-        flags = forward.flags | (SUBNORMAL if ensemble.ftz_differs else 0)
-        return RegionEnsemble(n2sc=n2sc, envelopes=coords[dominant(coords, probs), :2], flags=flags)
+        return region_result(ensemble, forward.flags)
 
     def rescore_envelope(self, codes, i, j, null2_is_done, n2sc) -> Envelope:
         out = rescore_isolated_domain(self.tables, codes, i, j, null2_is_done, n2sc)

@@ -1,0 +1,198 @@
+"""Launching the stochastic-trace ensemble kernel (:mod:`.source`) on a batch of clustered
+regions, and reading back what the host needs.
+
+A batch is a list of :class:`RegionRequest` (a region's multihit Forward matrix, its model's
+tables, the special transitions at its target's length, the target and the region's ends),
+regions of any targets and models. :func:`pack_regions` lays them out end to end as the
+kernel reads them (:class:`RegionBatch`: the matrices' cells and rows, one copy of each
+model's ``tfv`` and ``rfv``, the region's residues, the offsets of each region's scratch,
+null2 sums and pair buffer). :func:`launch` runs the kernel on a batch whose matrices are
+already in device memory (the full-matrix Forward kernel of :mod:`hmmgpu.gpu.envelope` will
+leave them there, in the same layout), :func:`sample_regions` uploads host matrices first.
+Each region comes back as a :class:`SampledRegion`: the kernel's status and, where it is OK,
+the region's :class:`hmmgpu.cpu.stotrace.TraceEnsemble`, the very object the CPU reference
+returns (``acc``, ``pairs``, ``nsamples``, ``draws``, ``ftz_differs``).
+
+The launch goes through numba's own arrays and kernel (numba's CUDA target, or its simulator
+in the tests), as :mod:`hmmgpu.gpu.envelope.launch` does; the table of draws is uploaded once
+per seed and size and kept.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, TraceEnsemble, uniform_table
+from hmmgpu.gpu.ensemble.source import ARGS, EnsembleSpec
+from hmmgpu.gpu.runtime.kargs import arguments
+
+__all__ = ["DEFAULT_TABLE", "RegionRequest", "RegionBatch", "SampledRegion", "pair_capacity", "pack_regions",
+           "launch", "sample_regions"]
+
+#: Draws in the device table (8 MB of doubles; the longest region measured read 190,690).
+DEFAULT_TABLE = 1 << 20
+
+
+@dataclass
+class RegionRequest:
+    """A clustered region to sample: ``matrix`` its multihit full Forward
+    :class:`~hmmgpu.cpu.fwdback.StripedMatrix` (``Lr = j - i + 1`` rows after row 0),
+    ``tables`` its model's :class:`~hmmgpu.stages.forward.ForwardTables`, ``xf`` float32 [4][2]
+    the multihit special transitions at the target's length, ``codes`` the target's residues,
+    ``i..j`` the region (1-based)."""
+
+    matrix: object
+    tables: object
+    xf: np.ndarray
+    codes: np.ndarray
+    i: int
+    j: int
+
+
+@dataclass
+class SampledRegion:
+    """A region's kernel result: ``status`` (:data:`hmmgpu.cpu.stotrace.OK`, or why the region
+    is left to the CPU reference: EXHAUSTED, FATAL, FULL, :data:`.source.OUTSIDE`) and, when
+    OK, its ``ensemble``."""
+
+    status: int
+    ensemble: TraceEnsemble | None
+
+
+def pair_capacity(Lr: int, nsamples: int) -> int:
+    """Room for the sampled domains of a region of ``Lr`` residues: 8 a sample plus one per 16
+    residues (a region that samples more is left to the CPU reference, status FULL)."""
+    return int(nsamples) * (8 + int(Lr) // 16)
+
+
+def _offsets(sizes) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
+
+
+@dataclass
+class RegionBatch:
+    """The host side of a batch: every region's offsets and sizes (int arrays, one entry a
+    region) and the model and residue arrays, as the kernel's parameters name them
+    (:data:`.source.ARGS`); ``dp_size``, ``x_size``, ``work_size``, ``acc_size``, ``pair_size``:
+    the lengths of the flat arrays; ``nsamples``."""
+
+    arrays: dict
+    dp_size: int
+    x_size: int
+    work_size: int
+    acc_size: int
+    pair_size: int
+    nsamples: int
+
+    @property
+    def n(self) -> int:
+        return int(self.arrays["lengths"].size)
+
+
+def pack_regions(requests, nsamples: int = NSAMPLES, pair_cap: int | None = None) -> RegionBatch:
+    """Lay ``requests`` (:class:`RegionRequest`) out as the kernel reads them; each model's
+    tables once (models are told apart by identity of their ``tables``). ``pair_cap``: room
+    for that many sampled domains a region instead of :func:`pair_capacity`'s."""
+    lengths = np.array([r.j - r.i + 1 for r in requests], np.int32)
+    qs = np.array([r.tables.Q for r in requests], np.int32)
+    for r, Lr in zip(requests, lengths):
+        if r.matrix.dp.shape != (Lr + 1, 3, r.tables.Q, 4) or r.matrix.xmx.shape != (Lr + 1, 6):
+            raise ValueError(f"region {r.i}..{r.j}: its matrix is not [Lr+1][3][Q][4] and [Lr+1][6]")
+    models, tfv_base, rfv_base, tfvs, rfvs = {}, [], [], [], []
+    tfv_at, rfv_at = 0, 0
+    for r in requests:
+        key = id(r.tables)
+        if key not in models:
+            tfv = np.ascontiguousarray(r.tables.tfv, np.float32).ravel()
+            rfv = np.ascontiguousarray(r.tables.rfv, np.float32).ravel()
+            models[key] = (tfv_at, rfv_at)
+            tfvs.append(tfv)
+            rfvs.append(rfv)
+            tfv_at += tfv.size
+            rfv_at += rfv.size
+        tfv_base.append(models[key][0])
+        rfv_base.append(models[key][1])
+    residues = [np.ascontiguousarray(r.codes[r.i - 1:r.j], np.uint8) for r in requests]
+    cells = (lengths.astype(np.int64) + 1) * 12 * qs
+    caps = np.array([pair_capacity(Lr, nsamples) if pair_cap is None else pair_cap for Lr in lengths], np.int32)
+    arrays = dict(
+        dp_base=_offsets(cells), x_base=_offsets(6 * (lengths.astype(np.int64) + 1)), lengths=lengths, item_q=qs,
+        tfv=np.concatenate(tfvs) if tfvs else np.zeros(1, np.float32), item_tfv=np.array(tfv_base, np.int64),
+        rfv=np.concatenate(rfvs) if rfvs else np.zeros(1, np.float32), item_rfv=np.array(rfv_base, np.int64),
+        item_xf=np.concatenate([np.asarray(r.xf, np.float32).ravel() for r in requests]).astype(np.float32)
+        if requests else np.zeros(8, np.float32),
+        codes=np.concatenate(residues) if residues else np.zeros(1, np.uint8),
+        code_base=_offsets([x.size for x in residues]), first_residue=np.array([r.i for r in requests], np.int32),
+        work_base=_offsets(4 * qs.astype(np.int64)), acc_base=_offsets(lengths.astype(np.int64) + 1),
+        pair_base=_offsets(caps.astype(np.int64)), pair_cap=caps)
+    return RegionBatch(arrays=arrays, dp_size=int(cells.sum()), x_size=int(6 * (lengths.sum() + lengths.size)),
+                       work_size=int(4 * qs.astype(np.int64).sum()), acc_size=int(lengths.sum() + lengths.size),
+                       pair_size=int(caps.astype(np.int64).sum()), nsamples=int(nsamples))
+
+
+_tables = {}
+
+
+def _device_uniforms(seed: int, size: int):
+    """The table of draws in device memory (uploaded once per seed and size)."""
+    from numba import cuda
+
+    key = (int(seed), int(size))
+    if key not in _tables:
+        _tables[key] = cuda.to_device(uniform_table(seed, size))
+    return _tables[key]
+
+
+def launch(batch: RegionBatch, dp, xmx, *, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
+           binding: str = "python", block: int = 32) -> list:
+    """Sample every region of ``batch`` whose matrices are the device arrays ``dp`` and ``xmx``
+    (float32, the regions' cells and rows at the batch's offsets): a :class:`SampledRegion`
+    per region, in order. ``table``: draws in the device table; ``binding``: numba's
+    (``"python"`` under the simulator)."""
+    from numba import cuda
+
+    from hmmgpu.gpu.runtime import build
+
+    n = batch.n
+    if n == 0:
+        return []
+    a = batch.arrays
+    outs = {name: cuda.to_device(np.zeros(n, np.int32)) for name in ("out_status", "out_npairs", "out_draws",
+                                                                     "out_ftz")}
+    acc = cuda.device_array(max(batch.acc_size, 1), np.float32)
+    pairs = cuda.device_array(max(5 * batch.pair_size, 1), np.int32)
+    values = dict(dp=dp, xmx=xmx, uniforms=_device_uniforms(seed, table), nsamples=batch.nsamples,
+                  work=cuda.device_array(max(batch.work_size, 1), np.float32), n_items=n,
+                  counters=cuda.to_device(np.zeros(1, np.int32)), n_threads=n, acc=acc, pairs=pairs, **outs,
+                  **{name: cuda.to_device(value) for name, value in a.items()})
+    kernel = build.numba_kernel(EnsembleSpec(), binding)
+    kernel[(n + block - 1) // block, block](*arguments(ARGS, **values))
+    status, npairs, draws, ftz = (outs[name].copy_to_host() for name in ("out_status", "out_npairs", "out_draws",
+                                                                         "out_ftz"))
+    acc_host, pairs_host = acc.copy_to_host(), pairs.copy_to_host().reshape(-1, 5)
+    out = []
+    for k in range(n):
+        if status[k] != OK:
+            out.append(SampledRegion(status=int(status[k]), ensemble=None))
+            continue
+        at, Lr, pb = a["acc_base"][k], int(a["lengths"][k]), a["pair_base"][k]
+        out.append(SampledRegion(status=OK, ensemble=TraceEnsemble(
+            acc_host[at:at + Lr + 1].copy(), pairs_host[pb:pb + npairs[k]].copy(), batch.nsamples, int(draws[k]),
+            bool(ftz[k]))))
+    return out
+
+
+def sample_regions(requests, *, nsamples: int = NSAMPLES, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
+                   binding: str = "python", block: int = 32, pair_cap: int | None = None) -> list:
+    """:func:`launch` on regions whose matrices the host holds: packs them (``pair_cap`` as
+    :func:`pack_regions` takes it), uploads the cells and rows, and samples every region (a
+    :class:`SampledRegion` each, in order)."""
+    from numba import cuda
+
+    batch = pack_regions(requests, nsamples, pair_cap)
+    if batch.n == 0:
+        return []
+    dp = cuda.to_device(np.concatenate([np.ascontiguousarray(r.matrix.dp, np.float32).ravel() for r in requests]))
+    xmx = cuda.to_device(np.concatenate([np.ascontiguousarray(r.matrix.xmx, np.float32).ravel() for r in requests]))
+    return launch(batch, dp, xmx, seed=seed, table=table, binding=binding, block=block)

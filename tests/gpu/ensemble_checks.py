@@ -1,0 +1,216 @@
+"""The stochastic-trace ensemble kernel (hmmgpu.gpu.ensemble) against the CPU reference
+(hmmgpu.cpu.stotrace.trace_ensemble, itself equal to libhmmer's domain definition), bit for
+bit: run by tests/gpu/test_ensemble_kernel.py under numba's CUDA simulator
+(``NUMBA_ENABLE_CUDASIM=1`` in a subprocess, since the simulator is chosen at numba import),
+and on a GPU.
+
+    NUMBA_ENABLE_CUDASIM=1 PYTHONPATH=. python3 tests/gpu/ensemble_checks.py simulator_ensemble_checks
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+
+def bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def tandem_targets(hmm, seed):
+    """Targets made of the model's consensus that give clustered regions: a shifted tandem
+    repeat, two overlapping halves, and three mutated copies."""
+    from tests.helpers import consensus_codes
+
+    rng = np.random.default_rng(seed)
+    cons = consensus_codes(hmm)
+    M = cons.size
+
+    def mutated(p):
+        c = cons.copy()
+        mask = rng.random(M) < p
+        c[mask] = rng.integers(0, 20, mask.sum())
+        return c
+
+    return [np.concatenate(parts).astype(np.uint8) for parts in (
+        [cons[M // 2:], cons, cons[:M // 2]], [cons[:2 * M // 3], cons[M // 3:]], [mutated(0.3) for _ in range(3)])]
+
+
+def clustered_regions(model, codes):
+    """The clustered regions ``(i, j)`` of a target, from libhmmer's parser rows."""
+    from hmmgpu.stages.domaindef import domain_decoding, is_multidomain_region, region_scan
+    from hmmgpu.stages.forward import length_specials
+
+    _, _, fwd_rows, _ = model.forward_parser(codes)
+    _, _, bck_rows, _, own = model.backward_parser(codes)
+    _, mocc, btot, etot = domain_decoding(fwd_rows, bck_rows, own, length_specials(codes.size)[1])
+    return [(i, j) for i, j in region_scan(mocc, btot, etot) if is_multidomain_region(btot, etot, i, j)]
+
+
+def region_requests(hmms, targets_of, limit=None):
+    """(request, Forward MatrixResult) of every clustered region of each model's targets."""
+    from hmmgpu.cpu.fwdback import forward_matrix, special_transitions
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.gpu.ensemble.launch import RegionRequest
+    from hmmgpu.stages.forward import ForwardTables
+
+    out = []
+    for seed, hmm in enumerate(hmms):
+        with HmmerModel(hmm) as model:
+            tables = ForwardTables.from_hmmer(model)
+            for codes in targets_of(hmm, seed):
+                for i, j in clustered_regions(model, codes)[:limit]:
+                    forward = forward_matrix(tables, codes, i, j)
+                    out.append((RegionRequest(matrix=forward.matrix, tables=tables,
+                                              xf=special_transitions(tables, codes.size), codes=codes, i=i, j=j),
+                                forward))
+    return out
+
+
+def reference(request):
+    from hmmgpu.cpu.stotrace import trace_ensemble
+
+    dp = request.matrix.dp
+    return trace_ensemble(dp[:, 0], dp[:, 1], dp[:, 2], request.matrix.xmx, request.tables, request.xf,
+                          request.codes, request.i, request.j)
+
+
+def check_sampled(requests, binding, **launch) -> dict:
+    """The kernel's pairs, null2 sums (acc), draws and flush-to-zero flag equal the CPU
+    reference's on every region it samples (status OK); the report counts them."""
+    from hmmgpu.cpu.stotrace import OK
+    from hmmgpu.gpu.ensemble.launch import sample_regions
+
+    got = sample_regions(requests, binding=binding, **launch)
+    report = dict(regions=len(requests), sampled=0, left=0, pairs=0, positions=0, ftz=0, models=len(
+        {id(r.tables) for r in requests}))
+    for k, (request, sampled) in enumerate(zip(requests, got)):
+        if sampled.status != OK:
+            report["left"] += 1
+            continue
+        mine, ref = sampled.ensemble, reference(request)
+        what = f"region {k}: {request.i}..{request.j}, M={request.tables.M}"
+        if mine.pairs.shape != ref.pairs.shape or not np.array_equal(mine.pairs, ref.pairs):
+            raise AssertionError(f"{what}: sampled pairs differ ({mine.pairs.shape} vs {ref.pairs.shape})")
+        if not np.array_equal(bits(mine.acc), bits(ref.acc)):
+            raise AssertionError(f"{what}: null2 sums differ at {np.flatnonzero(bits(mine.acc) != bits(ref.acc))[:8]}")
+        if (mine.draws, mine.ftz_differs, mine.nsamples) != (ref.draws, ref.ftz_differs, ref.nsamples):
+            raise AssertionError(f"{what}: draws/ftz/nsamples {mine.draws, mine.ftz_differs, mine.nsamples} != "
+                                 f"{ref.draws, ref.ftz_differs, ref.nsamples}")
+        report["sampled"] += 1
+        report["pairs"] += len(ref.pairs)
+        report["positions"] += ref.acc.size - 1
+        report["ftz"] += int(ref.ftz_differs)
+    return report
+
+
+def check_results(items, binding, **launch) -> dict:
+    """The finished region results (n2sc bits, envelopes, flags) of the GPU stage equal the
+    CPU stages' (regions the kernel leaves included: the CPU reference samples them)."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.gpu.ensemble.stages import region_ensembles
+
+    requests = [r for r, _ in items]
+    mine = region_ensembles(requests, [f.flags for _, f in items], binding=binding, **launch)
+    envelopes = 0
+    for k, ((request, forward), got) in enumerate(zip(items, mine)):
+        ref = CpuDomainStages(request.tables).region_ensemble(forward, request.codes, request.i, request.j)
+        what = f"region {k}: {request.i}..{request.j}, M={request.tables.M}"
+        if not np.array_equal(bits(got.n2sc), bits(ref.n2sc)):
+            raise AssertionError(f"{what}: n2sc differs")
+        if not np.array_equal(np.asarray(got.envelopes), np.asarray(ref.envelopes)) or got.flags != ref.flags:
+            raise AssertionError(f"{what}: envelopes or flags differ")
+        envelopes += len(ref.envelopes)
+    return dict(regions=len(items), envelopes=envelopes)
+
+
+def with_tiny_cells(items, factor=2.0 ** -120):
+    """The same regions with the matrix (cells and E, N, J, B, C, not the scale factors)
+    scaled near the subnormal range: the choices are the same in kind, but many paths are
+    tiny, and some choices differ under flush-to-zero."""
+    from dataclasses import replace
+
+    out = []
+    for request, forward in items:
+        matrix = request.matrix
+        xmx = matrix.xmx.copy()
+        xmx[:, :5] = xmx[:, :5] * np.float32(factor)
+        scaled = replace(matrix, dp=(matrix.dp * np.float32(factor)).astype(np.float32), xmx=xmx)
+        out.append((replace(request, matrix=scaled), forward))
+    return out
+
+
+def check_define_domains(hmm, codes, binding) -> dict:
+    """The whole domain definition of a target with the GPU stage equals the CPU stages'."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.gpu.ensemble.stages import GpuEnsembleStages
+    from hmmgpu.stages.domaindef import define_domains
+    from hmmgpu.stages.forward import ForwardTables
+
+    with HmmerModel(hmm) as model:
+        tables = ForwardTables.from_hmmer(model)
+        _, _, fwd_rows, _ = model.forward_parser(codes)
+        _, _, bck_rows, _, own = model.backward_parser(codes)
+    mine = define_domains(GpuEnsembleStages(tables, binding=binding), codes, fwd_rows, bck_rows, own)
+    ref = define_domains(CpuDomainStages(tables), codes, fwd_rows, bck_rows, own)
+    for key in ("status", "nregions", "nclustered", "noverlaps", "nenvelopes", "flags"):
+        assert getattr(mine, key) == getattr(ref, key), key
+    assert np.array_equal(bits(mine.n2sc), bits(ref.n2sc))
+    assert [(d.ienv, d.jenv, d.iali, d.jali, bits(d.envsc), bits(d.domcorrection), bits(d.oasc))
+            for d in mine.domains] == [(d.ienv, d.jenv, d.iali, d.jali, bits(d.envsc), bits(d.domcorrection),
+                                        bits(d.oasc)) for d in ref.domains]
+    return dict(nclustered=ref.nclustered, domains=ref.ndom)
+
+
+def simulator_ensemble_checks():
+    """Sampled models of 5 (padding lanes), 12 and 30 nodes, tandem targets, their clustered
+    regions in one launch; the same regions with subnormal cells (flush-to-zero flags);
+    a short table of draws and a small pair buffer (regions left to the CPU reference); a whole
+    domain definition through the GPU stage."""
+    from hmmgpu.cpu.stotrace import EXHAUSTED, FULL
+    from hmmgpu.gpu.ensemble.launch import sample_regions
+    from tests.helpers import sampled_hmm
+
+    hmms = [sampled_hmm(5, 3), sampled_hmm(12, 4), sampled_hmm(30, 5)]
+    items = region_requests(hmms, lambda hmm, seed: tandem_targets(hmm, seed)[:2] if seed < 2 else
+                            tandem_targets(hmm, seed)[2:], limit=1)
+    requests = [r for r, _ in items]
+    out = [("sampled models", check_sampled(requests, "python"))]
+    out.append(("results", check_results(items, "python")))
+    tiny = with_tiny_cells(items[:2])
+    out.append(("subnormal cells", check_sampled([r for r, _ in tiny], "python")))
+    short = [r.status for r in sample_regions(requests[:2], table=512, binding="python")]
+    full = [r.status for r in sample_regions(requests[:2], pair_cap=40, binding="python")]
+    out.append(("left to the host", dict(exhausted=short.count(EXHAUSTED), full=full.count(FULL),
+                                         **check_results(items[:2], "python", table=512))))
+    out.append(("define_domains", check_define_domains(hmms[1], tandem_targets(hmms[1], 1)[0], "python")))
+    return out
+
+
+def gpu_ensemble_checks(binding):
+    """On a GPU: every clustered region (up to 2 a target) of the four sample models' hits in
+    the sample proteome and of tandem targets of the sample models and sampled models of 5 to
+    400 nodes, all in one launch; the same regions with subnormal cells."""
+    import pyhmmer
+    from pyhmmer.easel import SequenceFile
+
+    from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, sample_hmm, sampled_hmm
+
+    with SequenceFile(str(PROTEOME), digital=True, alphabet=AMINO) as f:
+        proteome = f.read_block()
+    hmms = [sample_hmm(name) for name in MODEL_NAMES]
+    by_name = {seq.name: np.asarray(seq.sequence, np.uint8) for seq in proteome}
+    homologs = {id(h): [by_name[hit.name] for hit in top] for h, top in zip(hmms, pyhmmer.hmmsearch(hmms, proteome))}
+    hmms += [sampled_hmm(M, seed) for M, seed in ((5, 3), (12, 4), (30, 5), (101, 6), (400, 7))]
+    items = region_requests(hmms, lambda hmm, seed: homologs.get(id(hmm), []) + tandem_targets(hmm, seed), limit=2)
+    out = [("regions", check_sampled([r for r, _ in items], binding))]
+    out.append(("results", check_results(items, binding)))
+    out.append(("subnormal cells", check_sampled([r for r, _ in with_tiny_cells(items)], binding)))
+    return out
+
+
+if __name__ == "__main__":
+    for name, report in globals()[sys.argv[1]](*sys.argv[2:]):
+        print(name, report, flush=True)
+    print("simulator checks OK" if sys.argv[1].startswith("simulator") else "checks OK")

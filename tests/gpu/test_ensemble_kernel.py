@@ -1,0 +1,115 @@
+"""The stochastic-trace ensemble kernel (hmmgpu.gpu.ensemble) bit for bit against the CPU
+reference of ``region_trace_ensemble``'s sampling (tests/gpu/ensemble_checks.py): under numba's
+CUDA simulator, and on a GPU (``pytest -m gpu``); and the rounding of its source."""
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hmmgpu.cpu.hmmerlib import libhmmer_available
+
+pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
+ROOT = Path(__file__).resolve().parents[2]
+
+_FLOAT_ARRAYS = {"dp", "xmx", "tfv", "rfv", "item_xf", "work", "acc", "uniforms", "null2"}
+_ROUNDED = {"fmul", "fadd", "fsub", "fdiv", "dadd", "ddiv", "rcp_double", "flushed", "ftz_path", "lane_sum"}
+#: Float parameters of the module's device functions.
+_FLOAT_PARAMS = {"v", "s", "c", "a", "b", "roll", "p0", "p1", "p2", "p3", "a0", "b0", "a1", "b1", "c1", "a2", "b2",
+                 "a3", "b3"}
+
+
+def test_kernel_source_rounds_every_float_operation():
+    """No float value of the kernel or its device functions meets a plain ``*``, ``+``, ``-``
+    or ``/`` (numba-cuda would be free to fuse them): every float operation goes through the
+    rounding helpers (``__f*_rn``, ``__d*_rn``). The GPU test checks the PTX itself."""
+    from hmmgpu.gpu.ensemble.source import EnsembleSpec
+
+    source = EnsembleSpec().source("cuda")
+    assert "fma" not in source
+    tree = ast.parse(source)
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert {"kernel", "step_choice", "ftz_choice", "pick", "kahan", "lane_sum"} <= {f.name for f in functions}
+    floats = {"F0", "F1", "HALF", "QUARTER", "FMIN", "D0", "e_move", "e_loop", "n_move", "j_move", "j_loop",
+              "c_loop"} | _FLOAT_PARAMS
+    for _ in range(3):  # names bound to float values, to a fixed point
+        for fn in functions:
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                    v = node.value
+                    if (isinstance(v, ast.Call) and getattr(v.func, "id", "") in _ROUNDED) or (
+                            isinstance(v, ast.Subscript) and getattr(v.value, "id", "") in _FLOAT_ARRAYS) or (
+                            isinstance(v, ast.Name) and v.id in floats) or (
+                            isinstance(v, ast.IfExp) and getattr(v.body, "id", "") in floats):
+                        floats.add(node.targets[0].id)
+    assert {"norm", "term", "total", "total_ftz", "dnorm", "l0", "l3", "y", "t", "d", "c2", "m1"} <= floats
+
+    def is_float(side) -> bool:
+        if isinstance(side, ast.Name):
+            return side.id in floats
+        if isinstance(side, ast.Subscript):
+            return getattr(side.value, "id", "") in _FLOAT_ARRAYS
+        return isinstance(side, ast.Call) and getattr(side.func, "id", "") in _ROUNDED
+
+    checked = 0
+    arithmetic = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+    for fn in functions:
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.BinOp, ast.AugAssign)) and isinstance(node.op, arithmetic):
+                operands = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.target, node.value]
+                assert not any(is_float(side) for side in operands), ast.unparse(node)
+                checked += 1
+    assert checked > 50  # the integer index arithmetic
+
+
+def test_ensemble_kernel_under_simulator(tmp_path):
+    """Sampled models of 5, 12 and 30 nodes with tandem-repeat targets, their clustered regions
+    in one launch: the sampled pairs, the null2 sums (acc bits), the draws and the flush-to-zero
+    flag equal the CPU reference's, and so do the finished regions (n2sc, envelopes, flags);
+    with subnormal cells the flags are raised alike; regions the kernel leaves (a short table of
+    draws, a small pair buffer) come out right from the CPU reference; a whole domain definition
+    with the GPU stage equals the CPU stages'."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "ensemble_checks.py"),
+                        "simulator_ensemble_checks"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
+    rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
+    sampled = rows["sampled models"]
+    assert sampled["models"] == 3 and sampled["regions"] >= 5 and sampled["left"] == 0, sampled
+    assert sampled["sampled"] == sampled["regions"] and sampled["pairs"] >= 1500
+    assert rows["results"]["envelopes"] >= 3
+    tiny = rows["subnormal cells"]
+    assert tiny["ftz"] >= 1 and tiny["sampled"] >= 1, tiny
+    left = rows["left to the host"]
+    assert left["exhausted"] == 2 and left["full"] == 2, left
+    assert rows["define_domains"]["nclustered"] >= 1
+
+
+@pytest.mark.gpu
+def test_ensemble_kernel_on_gpu(tmp_path):
+    """On a GPU: every clustered region (up to two a target) of the four sample models' hits
+    in the sample proteome, of tandem targets of those models and of sampled models of 5 to
+    400 nodes, in one launch, equal to the CPU reference (pairs, null2 sums, draws, flags), the
+    finished regions too, and again with subnormal cells. The kernel's PTX holds no fused
+    multiply-add and no flush-to-zero operation."""
+    from hmmgpu.gpu.ensemble.source import EnsembleSpec
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.context import cuda_available
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from tests.gpu.ensemble_checks import gpu_ensemble_checks
+
+    if not cuda_available():
+        pytest.skip("no CUDA GPU")
+    binding = GpuDevice.open(0).lane_binding
+    ptx = build.numba_kernel(EnsembleSpec(), binding).inspect_asm()
+    ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
+    assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx and "div.rn.f64" in ptx
+    assert "fma." not in ptx and ".ftz" not in ptx
+    rows = dict(gpu_ensemble_checks(binding))
+    print(rows)
+    assert rows["regions"]["sampled"] == rows["regions"]["regions"] >= 100
+    assert rows["subnormal cells"]["ftz"] >= 1
