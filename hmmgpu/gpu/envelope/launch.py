@@ -4,7 +4,7 @@ envelopes whose full Forward and Backward matrices the host holds.
 The matrices of every envelope are packed end to end (cells and special rows, the layout of
 :class:`hmmgpu.cpu.fwdback.StripedMatrix`), sent, decoded and aligned in place by groups of
 four threads, and read back: the posterior over the Backward matrix, the OA matrix over the
-Forward matrix, as HMMER leaves them. The launch goes through numba's own arrays and kernel
+Forward matrix, as HMMER leaves them, and the null2 odds. The launch goes through numba's own arrays and kernel
 (numba's CUDA target, or its simulator in the tests); batching it with the parsers' launches
 on the driver runtime comes with the full-matrix parser kernels.
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hmmgpu.constants import KP
 from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix
 from hmmgpu.gpu.envelope.source import ARGS, DecodeOASpec
 from hmmgpu.gpu.runtime.kargs import arguments
@@ -25,20 +26,22 @@ GROUP = 4
 @dataclass
 class DecodedEnvelope:
     """One envelope's kernel results: ``status`` (eslERANGE where decoding overflowed),
-    ``oasc``, ``flags`` (the kernel's, with its matrices'), the ``posterior`` and ``oa``
-    matrices (``oa`` None where decoding overflowed)."""
+    ``oasc``, ``flags`` (the kernel's, with its matrices'), the ``posterior`` matrix (its row 0
+    holding null2's normalised state weights, as HMMER leaves it), the ``oa`` matrix and the
+    ``null2`` odds float32 [Kp] (``oa`` and ``null2`` None where decoding overflowed)."""
 
     status: int
     oasc: np.float32
     flags: int
     posterior: MatrixResult
     oa: MatrixResult | None
+    null2: np.ndarray | None
 
 
 def decode_oa(envelopes, binding: str = "python", block: int | None = None) -> list:
     """Decode and align ``envelopes``: tuples (Forward :class:`MatrixResult`, Backward
-    :class:`MatrixResult`, the model's unihit ``tfv`` float32 [8Q][4], its special transitions
-    ``xf`` float32 [4][2] at the target's length). ``binding``: numba's (``"python"`` under
+    :class:`MatrixResult`, the model's :class:`~hmmgpu.stages.forward.ForwardTables`, its
+    unihit special transitions ``xf`` float32 [4][2] at the target's length). ``binding``: numba's (``"python"`` under
     the simulator). Returns a :class:`DecodedEnvelope` per envelope."""
     from numba import cuda
 
@@ -49,8 +52,10 @@ def decode_oa(envelopes, binding: str = "python", block: int | None = None) -> l
     rows = [f.matrix.xmx.size for f, _, _, _ in envelopes]
     dp_base = np.concatenate([[0], np.cumsum(cells)[:-1]]).astype(np.int64)
     x_base = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
-    tfvs = [np.ascontiguousarray(t, np.float32).ravel() for _, _, t, _ in envelopes]
+    tfvs = [np.ascontiguousarray(t.tfv, np.float32).ravel() for _, _, t, _ in envelopes]
     item_tfv = np.concatenate([[0], np.cumsum([t.size for t in tfvs])[:-1]]).astype(np.int64)
+    rfvs = [np.ascontiguousarray(t.rfv, np.float32).ravel() for _, _, t, _ in envelopes]
+    item_rfv = np.concatenate([[0], np.cumsum([r.size for r in rfvs])[:-1]]).astype(np.int64)
 
     def flat(parts):
         return cuda.to_device(np.concatenate([np.ascontiguousarray(p, np.float32).ravel() for p in parts]))
@@ -58,6 +63,7 @@ def decode_oa(envelopes, binding: str = "python", block: int | None = None) -> l
     fwd_dp, bck_dp = flat([f.matrix.dp for f, *_ in envelopes]), flat([b.matrix.dp for _, b, *_ in envelopes])
     fwd_x, bck_x = flat([f.matrix.xmx for f, *_ in envelopes]), flat([b.matrix.xmx for _, b, *_ in envelopes])
     out_status, out_oasc, out_flags = (cuda.to_device(np.zeros(n, dt)) for dt in (np.int32, np.float32, np.int32))
+    out_null2 = cuda.to_device(np.zeros(n * KP, np.float32))
     groups = max(1, n)
     block = block or GROUP
     values = dict(
@@ -67,11 +73,13 @@ def decode_oa(envelopes, binding: str = "python", block: int | None = None) -> l
         tfv=cuda.to_device(np.concatenate(tfvs)), item_tfv=cuda.to_device(item_tfv),
         item_xf=cuda.to_device(np.concatenate([np.asarray(x, np.float32).ravel() for *_, x in envelopes])),
         own_scales=cuda.to_device(np.array([b.matrix.has_own_scales for _, b, *_ in envelopes], np.int32)),
+        rfv=cuda.to_device(np.concatenate(rfvs)), item_rfv=cuda.to_device(item_rfv),
         n_items=n, counters=cuda.to_device(np.zeros(1, np.int32)), n_threads=GROUP * groups,
-        out_status=out_status, out_oasc=out_oasc, out_flags=out_flags)
+        out_status=out_status, out_oasc=out_oasc, out_flags=out_flags, out_null2=out_null2)
     kernel = build.numba_kernel(DecodeOASpec(), binding)
     kernel[(GROUP * groups + block - 1) // block, block](*arguments(ARGS, **values))
     status, oasc, flags = out_status.copy_to_host(), out_oasc.copy_to_host(), out_flags.copy_to_host()
+    null2 = out_null2.copy_to_host().reshape(n, KP)
     host = {name: values[name].copy_to_host() for name in ("fwd_dp", "bck_dp", "fwd_x", "bck_x")}
     out = []
     for k, (f, b, _, _) in enumerate(envelopes):
@@ -81,12 +89,13 @@ def decode_oa(envelopes, binding: str = "python", block: int | None = None) -> l
         posterior = StripedMatrix(dp=host["bck_dp"][dp].reshape(f.matrix.dp.shape),
                                   xmx=host["bck_x"][x].reshape(f.matrix.xmx.shape), totscale=b.matrix.totscale,
                                   has_own_scales=b.matrix.has_own_scales)
-        oa = None
+        oa = odds = None
         if status[k] == 0:
+            odds = null2[k].copy()
             oa = MatrixResult(flags=carried, score=np.float32(np.nan), matrix=StripedMatrix(
                 dp=host["fwd_dp"][dp].reshape(f.matrix.dp.shape), xmx=host["fwd_x"][x].reshape(f.matrix.xmx.shape),
                 totscale=np.float32(0.0), has_own_scales=False))
         out.append(DecodedEnvelope(status=int(status[k]), oasc=np.float32(oasc[k]), flags=carried,
                                    posterior=MatrixResult(flags=carried, score=np.float32(np.nan), matrix=posterior),
-                                   oa=oa))
+                                   oa=oa, null2=odds))
     return out

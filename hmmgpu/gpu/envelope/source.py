@@ -25,10 +25,15 @@ lane z (the Forward parser kernel's scheme, :mod:`hmmgpu.gpu.fwdback.source`):
   four D->D passes without early exit, E the ``esl_sse_hmax_ps`` of the four lanes (lanes 0
   and 1, 2 and 3, then the two), the specials J, C, N, B; ``oasc = C(Ld)``.
 
-Outputs per envelope: the status, ``oasc``, the flags, and the two matrices in place, which
-the host reads back for the trace (:func:`hmmgpu.cpu.optacc.oa_trace_states`: a serial walk
-of at most ``2 (Ld + M)`` steps, cheap on the host) and for null2 by expectation
-(:func:`hmmgpu.cpu.null2.null2_by_expectation`, a sum over the rows).
+* ``null2_expectation`` (:func:`hmmgpu.cpu.null2.null2_by_expectation`): the posterior's M
+  and I cells summed over the rows (lane z of vector q in row order, into the posterior's
+  row 0, as HMMER sums them there), normalised, then per residue the four-lane sum over q of
+  ``w_M rfv[x]`` and ``w_I``, the horizontal sum and the N, C, J weight, and the degenerate
+  codes averaged: the null2 odds of an unclustered envelope (the host takes glibc's ``logf``).
+
+Outputs per envelope: the status, ``oasc``, the flags, the null2 odds, and the two matrices
+in place, which the host reads back for the trace (:func:`hmmgpu.cpu.optacc.oa_trace_states`:
+a serial walk of at most ``2 (Ld + M)`` steps).
 
 Why the result is exact
 -----------------------
@@ -64,10 +69,9 @@ The rest of the envelope on the GPU (the plan)
   WHOLE target length. Backward reuses Forward's stored scale factors. Memory:
   ``(Ld + 1) (48 Q + 24)`` bytes per matrix; a batch of envelopes is sized to the device.
 * This kernel, on the matrices where they are.
-* The OA trace and null2 on the host at first (O(Ld + M) and O(Ld Q) with no recursion);
-  later null2 by expectation on the device: a column sum over the posterior rows (lane z
-  of vector q summed in row order, as ``p7_Null2_ByExpectation`` adds them), then the
-  K x Q products per residue, with ``logf`` left to the host (glibc's, not CUDA's).
+* The OA trace on the device too (lane 0 walking the OA matrix where it is, O(Ld + M)
+  steps), so that no matrix need come back: the host then gets ``oasc``, the trace and the
+  null2 odds, and takes ``logf`` (glibc's, not CUDA's).
 * Flags: as the CPU references; the unihit Forward's row check ``xB min tBM >= 2^-101``
   and Backward's tiny E are conservative in unihit (B decays after the domain), so that
   many envelopes are flagged for flush-to-zero runs; a per-cell absorption check would
@@ -77,6 +81,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hmmgpu.constants import K, KP
+from hmmgpu.cpu.null2 import DEGENERATE_RESIDUES
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 from hmmgpu.stages.forward import FLT_MIN, STATUS_RANGE, SUBNORMAL, TINY_ROWS
@@ -85,13 +91,15 @@ from hmmgpu.stages.forward import FLT_MIN, STATUS_RANGE, SUBNORMAL, TINY_ROWS
 #: and rows at ``fwd_x[x_base[k]:]`` (float32, layout of StripedMatrix), its Backward's at the same
 #: offsets of ``bck_dp`` and ``bck_x``; ``lengths[k]`` rows after row 0, ``item_q[k]`` vectors; its
 #: model's transitions ``tfv[item_tfv[k]:]`` ([8Q][4]), special transitions ``item_xf[8k:8k+8]``
-#: ([E N J C][MOVE LOOP]), ``own_scales[k]`` (Backward's has_own_scales).
+#: ([E N J C][MOVE LOOP]), ``own_scales[k]`` (Backward's has_own_scales), match emission odds
+#: ``rfv[item_rfv[k]:]`` ([Kp][Q][4]); ``out_null2[Kp k:Kp (k+1)]`` receives the null2 odds.
 ARGS = (
     Arg("fwd_dp", "float32[:]"), Arg("bck_dp", "float32[:]"), Arg("fwd_x", "float32[:]"), Arg("bck_x", "float32[:]"),
     Arg("dp_base", "int64[:]"), Arg("x_base", "int64[:]"), Arg("lengths", "int32[:]"), Arg("item_q", "int32[:]"),
     Arg("tfv", "float32[:]"), Arg("item_tfv", "int64[:]"), Arg("item_xf", "float32[:]"),
-    Arg("own_scales", "int32[:]"), Arg("n_items", "int32"), Arg("counters", "int32[:]"), Arg("n_threads", "int32"),
-    Arg("out_status", "int32[:]"), Arg("out_oasc", "float32[:]"), Arg("out_flags", "int32[:]"),
+    Arg("own_scales", "int32[:]"), Arg("rfv", "float32[:]"), Arg("item_rfv", "int64[:]"), Arg("n_items", "int32"),
+    Arg("counters", "int32[:]"), Arg("n_threads", "int32"), Arg("out_status", "int32[:]"), Arg("out_oasc", "float32[:]"),
+    Arg("out_flags", "int32[:]"), Arg("out_null2", "float32[:]"),
 )
 _E, _N, _J, _B, _C, _SCALE = range(6)  # p7X_ columns of a row of specials
 _XF_E, _XF_N, _XF_J, _XF_C = (2 * r for r in range(4))  # rows of xf, MOVE at +0 and LOOP at +1
@@ -222,6 +230,42 @@ def oa_rows(e: Emitter) -> None:
         oa_specials(e)
 
 
+def null2_expectation(e: Emitter) -> None:
+    """``p7_Null2_ByExpectation`` (:func:`hmmgpu.cpu.null2.null2_by_expectation`): lane z's
+    posterior M and I cells summed over rows 1..Ld in row order into row 0 (as HMMER sums them
+    there), times ``norm = f32(1.0 / (double) f32(Ld))``; N, C, J likewise; then per residue
+    the lane's sum over q of ``w_M rfv[x]`` then ``w_I``, the four lanes' horizontal sum and the
+    N, C, J weight; lane 0 averages the degenerate codes (Easel's ``esl_abc_FAvgScVec``)."""
+    e("# null2_expectation", "norm = rcp_double(float32(L))")
+    with e.block("for q in range(QQ):"):
+        for s in (0, 2):
+            e(f"acc = bck_dp[{cell('1', s, 'q')}]")
+            with e.block("for i in range(2, L + 1):"):
+                e(f"acc = fadd(bck_dp[{cell('i', s, 'q')}], acc)")
+            e(f"bck_dp[{cell('0', s, 'q')}] = fmul(acc, norm)")
+    for reg, col in (("sn", _N), ("sc", _C), ("sj", _J)):
+        e(f"{reg} = bck_x[xb + 6 + {col}]")
+    with e.block("for i in range(2, L + 1):"):
+        for reg, col in (("sn", _N), ("sc", _C), ("sj", _J)):
+            e(f"{reg} = fadd({reg}, bck_x[xb + 6 * i + {col}])")
+    e("xfactor = fadd(fadd(fmul(sn, norm), fmul(sc, norm)), fmul(sj, norm))", "nb = np.int64(k) * KP")
+    with e.block(f"for x in range({K}):"):
+        e("sv = F0")
+        with e.block("for q in range(QQ):"):
+            e(f"sv = fadd(sv, fmul(bck_dp[{cell('0', 0, 'q')}], rfv[rb + (x * QQ + q) * 4 + z]))",
+              f"sv = fadd(sv, bck_dp[{cell('0', 2, 'q')}])")
+        for k in range(4):
+            e(f"l{k} = cuda.shfl_sync(gmask, sv, base + {k})")
+        with e.block("if z == 0:"):
+            e("out_null2[nb + x] = fadd(fadd(fadd(l0, l1), fadd(l2, l3)), xfactor)")
+    with e.block("if z == 0:"):
+        for x, residues in DEGENERATE_RESIDUES.items():
+            e("t = F0", *(f"t = fadd(t, out_null2[nb + {a}])" for a in residues),
+              f"out_null2[nb + {x}] = fdiv(t, float32({len(residues)}))")
+        for x in (K, KP - 2, KP - 1):
+            e(f"out_null2[nb + {x}] = np.float32(1.0)")
+
+
 def kernel_body() -> str:
     e = Emitter()
     e("tid = cuda.grid(1)")
@@ -238,7 +282,7 @@ def kernel_body() -> str:
             e("break")
         e("L = lengths[k]", "QQ = np.int64(item_q[k])", "db = dp_base[k]", "xb = x_base[k]", "tb = item_tfv[k]",
           "dd = tb + 28 * QQ  # the D->D vectors, after the 7 Q others",
-          "xf = item_xf[8 * k:8 * k + 8]", "own = own_scales[k]", "flags = int32(0)")
+          "xf = item_xf[8 * k:8 * k + 8]", "own = own_scales[k]", "rb = item_rfv[k]", "flags = int32(0)")
         decode_rows(e)
         e("flags = flags | cuda.shfl_xor_sync(gmask, flags, 1)", "flags = flags | cuda.shfl_xor_sync(gmask, flags, 2)")
         with e.block("if math.isinf(sp):"):
@@ -247,6 +291,7 @@ def kernel_body() -> str:
             e("continue")
         e("cuda.syncwarp(gmask)")
         oa_rows(e)
+        null2_expectation(e)
         e("flags = flags | cuda.shfl_xor_sync(gmask, flags, 1)", "flags = flags | cuda.shfl_xor_sync(gmask, flags, 2)")
         with e.block("if z == 0:"):
             e("out_status[k] = 0", "out_oasc[k] = xC", "out_flags[k] = flags")
@@ -263,9 +308,9 @@ def module_lines(binding: str) -> tuple:
         rcp = ("from numba.cuda import libdevice\n" + device + "def rcp_double(x):\n"
                "    \"\"\"f32(1.0 / (double) x): libdevice's IEEE double division, rounded to float.\"\"\"\n"
                "    return np.float32(libdevice.ddiv_rn(np.float64(1.0), np.float64(x)))\n")
-    return ("import math", "from hmmgpu.gpu import bias as _bias",
+    return ("import math", "from numba import float32", "from hmmgpu.gpu import bias as _bias",
             f"_F = _bias.float_helpers({binding!r})", "fmul = _F.fmul; fadd = _F.fadd; fdiv = _F.fdiv",
-            f"SUBNORMAL = {SUBNORMAL}; TINY_ROWS = {TINY_ROWS}",
+            f"SUBNORMAL = {SUBNORMAL}; TINY_ROWS = {TINY_ROWS}; KP = {KP}",
             "F0 = np.float32(0.0); NEG_INF = np.float32(-np.inf)",
             f"FMIN = np.float32({float(FLT_MIN)!r})",
             "",
@@ -285,7 +330,7 @@ class DecodeOASpec:
 
     @property
     def name(self) -> str:
-        return "envelope_decode_oa_v1"
+        return "envelope_decode_oa_v2"
 
     def source(self, binding: str) -> str:
         return kernel_module("Envelope posterior decoding and optimal accuracy (p7_Decoding, p7_OptimalAccuracy).",
