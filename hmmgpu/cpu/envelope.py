@@ -42,8 +42,7 @@ from hmmgpu.cpu.fwdback import (
     DP_I, DP_M, FLT_MIN, HOST, SUBNORMAL, TINY_ROWS, ForwardTables, StripedMatrix, backward_matrix, forward_matrix, special_transitions,
     unihit_tables)
 from hmmgpu.cpu.null2 import glibc_logf, null2_by_expectation
-from hmmgpu.cpu.optacc import (
-    STATE_B, STATE_E, STATE_M, XF_LOOP, XF_N, Trace, oa_trace, optimal_accuracy)
+from hmmgpu.cpu.optacc import XF_LOOP, XF_N, Trace, domain_span, oa_trace, optimal_accuracy
 from hmmgpu.stages.forward import STATUS_OK
 
 __all__ = ["RescoredEnvelope", "rescore_isolated_domain", "alignment_span"]
@@ -85,19 +84,16 @@ class RescoredEnvelope:
 def alignment_span(trace: Trace) -> tuple:
     """(iali, jali): the residues of the first M after the trace's first B and of the last M
     before the E that follows it, as ``p7_alidisplay_Create`` finds them (no trace index)."""
-    st = trace.st
-    z1 = int(np.flatnonzero(st == STATE_B)[0])
-    z1 += int(np.flatnonzero(st[z1:] == STATE_M)[0])
-    z2 = z1 + int(np.flatnonzero(st[z1:] == STATE_E)[0])
-    z2 = int(np.flatnonzero(st[:z2 + 1] == STATE_M)[-1])
+    z1, z2 = domain_span(trace.st)
+    if z1 < 0:
+        raise ValueError("the trace has no domain (B, M, E)")
     return int(trace.i[z1]), int(trace.i[z2])
 
 
 def _float_sum(values) -> np.float32:
-    total = np.float32(0.0)
-    for v in np.asarray(values, np.float32).tolist():
-        total = np.float32(total + np.float32(v))
-    return total
+    """The float32 sum of ``values`` in order from 0 (numpy's accumulate is sequential)."""
+    return np.add.accumulate(np.concatenate(([np.float32(0.0)], np.asarray(values, np.float32))),
+                             dtype=np.float32)[-1]
 
 
 def _null2(pp: StripedMatrix, tables: ForwardTables) -> np.ndarray:

@@ -133,6 +133,7 @@ factors (``has_own_scales`` is followed as HMMER's source has it, untested on re
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -846,17 +847,29 @@ class MatrixResult:
         return bool(self.flags & HOST)
 
 
+#: Each model's unihit tables, made at its first envelope (and their ``tbm_min`` once).
+_UNIHIT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def unihit_tables(tables: ForwardTables) -> ForwardTables:
     """The tables as ``p7_oprofile_ReconfigUnihit`` leaves them: E moves to C with
-    probability 1, never to J, and ``nj = 0`` (``pmove = 2 / (L + 2)``)."""
-    return replace(tables, xe_move=np.float32(1.0), xe_loop=np.float32(0.0), nj=np.float32(0.0))
+    probability 1, never to J, and ``nj = 0`` (``pmove = 2 / (L + 2)``). Made once per
+    ``tables`` (every envelope of a model asks for them)."""
+    uni = _UNIHIT.get(tables)
+    if uni is None:
+        uni = _UNIHIT[tables] = replace(tables, xe_move=np.float32(1.0), xe_loop=np.float32(0.0),
+                                        nj=np.float32(0.0))
+    return uni
 
 
 def special_transitions(tables: ForwardTables, L: int) -> np.ndarray:
     """HMMER's ``om->xf`` float32 [4, 2] ([E N J C][MOVE LOOP]) for ``tables`` (multihit, or
     :func:`unihit_tables`) at target length ``L``."""
     pmove, ploop = length_specials(L, tables.nj)
-    return np.array([[tables.xe_move, tables.xe_loop]] + [[pmove, ploop]] * 3, dtype=np.float32)
+    xf = np.empty((4, 2), np.float32)
+    xf[0, 0], xf[0, 1] = tables.xe_move, tables.xe_loop
+    xf[1:, 0], xf[1:, 1] = pmove, ploop
+    return xf
 
 
 def _slice(codes, i, j):

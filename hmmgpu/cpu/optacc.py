@@ -68,7 +68,8 @@ class Trace:
     def shifted(self, offset: int) -> "Trace":
         """The trace with every emitted residue's ``i`` moved by ``offset`` (as
         ``rescore_isolated_domain`` moves an envelope's trace to the target's coordinates)."""
-        i = np.where(self.i > 0, self.i + np.int32(offset), 0).astype(np.int32)
+        i = (self.i + np.int32(offset)).astype(np.int32, copy=False)
+        i[self.i == 0] = 0
         return Trace(st=self.st.copy(), k=self.k.copy(), i=i, pp=self.pp.copy())
 
 
@@ -425,6 +426,28 @@ def oa_trace_states(oa_dp, oa_xmx, pp_dp, pp_xmx, tfv, xf, st, tk, ti, tpp):
     return n
 
 
+@njit(cache=True, nogil=True)
+def domain_span(st):
+    """(z1, z2): the positions of the first M after the trace's first B and of the last M
+    before the E that follows it (``p7_alidisplay_Create``'s columns); (-1, -1) where the
+    trace has no such domain."""
+    n = st.size
+    z1 = 0
+    while z1 < n and st[z1] != STATE_B:
+        z1 += 1
+    while z1 < n and st[z1] != STATE_M:
+        z1 += 1
+    e = z1
+    while e < n and st[e] != STATE_E:
+        e += 1
+    if e >= n:
+        return -1, -1
+    z2 = e - 1
+    while st[z2] != STATE_M:
+        z2 -= 1
+    return z1, z2
+
+
 def oa_trace(oa: MatrixResult, posterior: MatrixResult, tfv, xf, M: int) -> Trace:
     """``p7_OATrace`` of an OA matrix (:func:`optimal_accuracy`) with its posterior matrix:
     the :class:`Trace`, residues numbered 1..Ld within the envelope."""
@@ -439,5 +462,5 @@ def oa_trace(oa: MatrixResult, posterior: MatrixResult, tfv, xf, M: int) -> Trac
     return Trace(st=st[:n].copy(), k=tk[:n].copy(), i=ti[:n].copy(), pp=tpp[:n].copy())
 
 
-__all__ = ["Trace", "optimal_accuracy", "oa_rows", "oa_trace", "oa_trace_states", "NEG_INF", "BOGUS", "STATE_M", "STATE_D", "STATE_I", "STATE_S", "STATE_N", "STATE_B", "STATE_E", "STATE_C",
+__all__ = ["Trace", "domain_span", "optimal_accuracy", "oa_rows", "oa_trace", "oa_trace_states", "NEG_INF", "BOGUS", "STATE_M", "STATE_D", "STATE_I", "STATE_S", "STATE_N", "STATE_B", "STATE_E", "STATE_C",
            "STATE_T", "STATE_J", "STATE_X"]

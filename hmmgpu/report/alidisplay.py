@@ -121,8 +121,9 @@ _STAR, _ZERO, _SPACE, _DOT, _DASH = (ord(c) for c in "*0 .-")
 #: Why a trace has no display (:func:`_display_lines`' status).
 _NO_SPAN = {1: "the trace has no domain (no B state)", 2: "the trace's domain has no M state",
             3: "the trace's domain has no E state", 4: "invalid state in trace: not M, D or I"}
-#: An annotation line the model lacks.
+#: An annotation line the model lacks (read-only, as the lines a model has: one compiled pass for both).
 _NO_LINE = np.zeros(0, np.uint8)
+_NO_LINE.setflags(write=False)
 
 
 def encode_posterior(pp: np.ndarray) -> np.ndarray:

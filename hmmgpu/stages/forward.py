@@ -55,8 +55,11 @@ def length_specials(lengths, nj=1.0) -> tuple:
     """(pmove, ploop) float32 for target lengths ``lengths`` (``nj = 1``: multihit), as
     ``p7_oprofile_ReconfigRestLength`` computes them: ``(2 + nj) / ((float) L + 2 + nj)``
     and ``1 - pmove``, in float."""
-    L = np.asarray(lengths, dtype=np.float32)
     f = np.float32
+    if isinstance(lengths, (int, np.integer)):  # one target: the same float32 operations on scalars
+        pmove = (f(2.0) + f(nj)) / ((f(lengths) + f(2.0)) + f(nj))
+        return pmove, f(1.0) - pmove
+    L = np.asarray(lengths, dtype=np.float32)
     with np.errstate(all="ignore"):
         pmove = (f(2.0) + f(nj)) / ((L + f(2.0)) + f(nj))
         ploop = f(1.0) - pmove
