@@ -73,7 +73,7 @@ def check_cases(cases) -> dict:
             raise AssertionError(f"{what}: oasc or OA cells differ")
         if not np.array_equal(bits(got.oa.matrix.xmx[:, :5]), bits(oam.matrix.xmx[:, :5])):
             raise AssertionError(f"{what}: OA specials differ")
-        a = oa_trace(got.oa, pp, uni.tfv, xf, uni.M)
+        a = got.trace
         b = oa_trace(oam, pp, uni.tfv, xf, uni.M)
         if not (np.array_equal(a.st, b.st) and np.array_equal(a.k, b.k) and np.array_equal(a.i, b.i)
                 and np.array_equal(bits(a.pp), bits(b.pp))):

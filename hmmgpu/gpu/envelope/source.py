@@ -31,9 +31,12 @@ lane z (the Forward parser kernel's scheme, :mod:`hmmgpu.gpu.fwdback.source`):
   ``w_M rfv[x]`` and ``w_I``, the horizontal sum and the N, C, J weight, and the degenerate
   codes averaged: the null2 odds of an unclustered envelope (the host takes glibc's ``logf``).
 
-Outputs per envelope: the status, ``oasc``, the flags, the null2 odds, and the two matrices
-in place, which the host reads back for the trace (:func:`hmmgpu.cpu.optacc.oa_trace_states`:
-a serial walk of at most ``2 (Ld + M)`` steps).
+* ``oa_trace`` (:func:`hmmgpu.cpu.optacc.oa_trace_states`): lane 0 walks the OA matrix back
+  from C at row Ld (at most ``2 (Ld + M) + 6`` states), each predecessor chosen by HMMER's
+  rules and ties, each state given its posterior, then the trace reversed.
+
+Outputs per envelope: the status, ``oasc``, the flags, the null2 odds, the OA trace, and the
+two matrices in place (which need not come back).
 
 Why the result is exact
 -----------------------
@@ -69,9 +72,8 @@ The rest of the envelope on the GPU (the plan)
   WHOLE target length. Backward reuses Forward's stored scale factors. Memory:
   ``(Ld + 1) (48 Q + 24)`` bytes per matrix; a batch of envelopes is sized to the device.
 * This kernel, on the matrices where they are.
-* The OA trace on the device too (lane 0 walking the OA matrix where it is, O(Ld + M)
-  steps), so that no matrix need come back: the host then gets ``oasc``, the trace and the
-  null2 odds, and takes ``logf`` (glibc's, not CUDA's).
+* The host takes ``logf`` of the null2 odds (glibc's, not CUDA's) and forms ``iali``,
+  ``jali`` and ``domcorrection``, as :func:`hmmgpu.cpu.envelope.rescore_isolated_domain` does.
 * Flags: as the CPU references; the unihit Forward's row check ``xB min tBM >= 2^-101``
   and Backward's tiny E are conservative in unihit (B decays after the domain), so that
   many envelopes are flagged for flush-to-zero runs; a per-cell absorption check would
@@ -83,6 +85,7 @@ from dataclasses import dataclass
 
 from hmmgpu.constants import K, KP
 from hmmgpu.cpu.null2 import DEGENERATE_RESIDUES
+from hmmgpu.cpu.optacc import STATE_B, STATE_C, STATE_D, STATE_E, STATE_I, STATE_J, STATE_M, STATE_N, STATE_S, STATE_T
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 from hmmgpu.stages.forward import FLT_MIN, STATUS_RANGE, SUBNORMAL, TINY_ROWS
@@ -92,14 +95,17 @@ from hmmgpu.stages.forward import FLT_MIN, STATUS_RANGE, SUBNORMAL, TINY_ROWS
 #: offsets of ``bck_dp`` and ``bck_x``; ``lengths[k]`` rows after row 0, ``item_q[k]`` vectors; its
 #: model's transitions ``tfv[item_tfv[k]:]`` ([8Q][4]), special transitions ``item_xf[8k:8k+8]``
 #: ([E N J C][MOVE LOOP]), ``own_scales[k]`` (Backward's has_own_scales), match emission odds
-#: ``rfv[item_rfv[k]:]`` ([Kp][Q][4]); ``out_null2[Kp k:Kp (k+1)]`` receives the null2 odds.
+#: ``rfv[item_rfv[k]:]`` ([Kp][Q][4]); ``out_null2[Kp k:Kp (k+1)]`` receives the null2 odds, and
+#: ``out_st``, ``out_k``, ``out_i``, ``out_pp`` from ``trace_base[k]`` the OA trace, ``out_n[k]`` long.
 ARGS = (
     Arg("fwd_dp", "float32[:]"), Arg("bck_dp", "float32[:]"), Arg("fwd_x", "float32[:]"), Arg("bck_x", "float32[:]"),
     Arg("dp_base", "int64[:]"), Arg("x_base", "int64[:]"), Arg("lengths", "int32[:]"), Arg("item_q", "int32[:]"),
     Arg("tfv", "float32[:]"), Arg("item_tfv", "int64[:]"), Arg("item_xf", "float32[:]"),
     Arg("own_scales", "int32[:]"), Arg("rfv", "float32[:]"), Arg("item_rfv", "int64[:]"), Arg("n_items", "int32"),
     Arg("counters", "int32[:]"), Arg("n_threads", "int32"), Arg("out_status", "int32[:]"), Arg("out_oasc", "float32[:]"),
-    Arg("out_flags", "int32[:]"), Arg("out_null2", "float32[:]"),
+    Arg("out_flags", "int32[:]"), Arg("out_null2", "float32[:]"), Arg("trace_base", "int64[:]"),
+    Arg("out_n", "int32[:]"), Arg("out_st", "int32[:]"), Arg("out_k", "int32[:]"), Arg("out_i", "int32[:]"),
+    Arg("out_pp", "float32[:]"),
 )
 _E, _N, _J, _B, _C, _SCALE = range(6)  # p7X_ columns of a row of specials
 _XF_E, _XF_N, _XF_J, _XF_C = (2 * r for r in range(4))  # rows of xf, MOVE at +0 and LOOP at +1
@@ -266,6 +272,108 @@ def null2_expectation(e: Emitter) -> None:
             e(f"out_null2[nb + {x}] = np.float32(1.0)")
 
 
+def cell_of(i: str, s: int, q: str, r: str) -> str:
+    """The index of lane r's cell of state s, vector q, row i (the trace reads any lane)."""
+    return f"db + ((({i}) * 3 + {s}) * QQ + ({q})) * 4 + ({r})"
+
+
+def _predecessors(e: Emitter, row: str) -> None:
+    """M, D, I of node k-1 in row ``row`` (vector q-1, or the last vector's lane r-1 for q = 0;
+    0 for node 0, as ``esl_sse_rightshiftz_float`` shifts zeros in), into m, d, v."""
+    with e.block("if q > 0:"):
+        e(*(f"{v} = fwd_dp[{cell_of(row, s, 'q - 1', 'r')}]" for v, s in (("m", 0), ("d", 1), ("v", 2))))
+    with e.block("elif r > 0:"):
+        e(*(f"{v} = fwd_dp[{cell_of(row, s, 'QQ - 1', 'r - 1')}]" for v, s in (("m", 0), ("d", 1), ("v", 2))))
+    with e.block("else:"):
+        e("m = F0", "d = F0", "v = F0")
+
+
+def oa_trace(e: Emitter) -> None:
+    """``p7_OATrace`` by lane 0 (:func:`hmmgpu.cpu.optacc.oa_trace_states`): from T and C at
+    row Ld back to S, each state with ``get_postprob``'s posterior and
+    ``p7_trace_AppendWithPP``'s conventions, then ``p7_trace_Reverse``."""
+    e("# oa_trace")
+    with e.block("if z == 0:"):
+        e("tz = trace_base[k]", "i = L", "kk = 0")
+        for z in (0, 1):
+            e(f"out_st[tz + {z}] = {STATE_T if z == 0 else STATE_C}", f"out_k[tz + {z}] = 0", f"out_i[tz + {z}] = 0",
+              f"out_pp[tz + {z}] = F0")
+        e("n = 2", f"s0 = {STATE_C}")
+        with e.block(f"while s0 != {STATE_S}:"):
+            e("q = (kk - 1) % QQ", "r = (kk - 1) // QQ", f"s1 = {STATE_S}")
+            with e.block(f"if s0 == {STATE_M}:"):
+                _predecessors(e, "i - 1")
+                e("tq = tb + 28 * q + r",
+                  f"bp = NEG_INF if tfv[tq + {_BM}] == F0 else fwd_x[xb + 6 * (i - 1) + {_B}]",
+                  f"mp = NEG_INF if tfv[tq + {_MM}] == F0 else m", f"ip = NEG_INF if tfv[tq + {_IM}] == F0 else v",
+                  f"dp = NEG_INF if tfv[tq + {_DM}] == F0 else d",
+                  f"s1 = {STATE_M}", "top = mp")
+                for var, state in (("ip", STATE_I), ("dp", STATE_D), ("bp", STATE_B)):
+                    with e.block(f"if {var} > top:"):
+                        e(f"s1 = {state}", f"top = {var}")
+                e("kk -= 1", "i -= 1")
+            with e.block(f"elif s0 == {STATE_D}:"):
+                _predecessors(e, "i")
+                with e.block("if q > 0:"):
+                    e(f"tmd = tfv[tb + 28 * (q - 1) + {_MD} + r]", "tdd = tfv[dd + (q - 1) * 4 + r]")
+                with e.block("elif r > 0:"):
+                    e(f"tmd = tfv[tb + 28 * (QQ - 1) + {_MD} + r - 1]", "tdd = tfv[dd + (QQ - 1) * 4 + r - 1]")
+                with e.block("else:"):
+                    e("tmd = F0", "tdd = F0")
+                e("mp = NEG_INF if tmd == F0 else m", "dp = NEG_INF if tdd == F0 else d",
+                  f"s1 = {STATE_M} if mp >= dp else {STATE_D}", "kk -= 1")
+            with e.block(f"elif s0 == {STATE_I}:"):
+                e(f"mp = NEG_INF if tfv[tb + 28 * q + {_MI} + r] == F0 else fwd_dp[{cell_of('i - 1', 0, 'q', 'r')}]",
+                  f"ip = NEG_INF if tfv[tb + 28 * q + {_II} + r] == F0 else fwd_dp[{cell_of('i - 1', 2, 'q', 'r')}]",
+                  f"s1 = {STATE_M} if mp >= ip else {STATE_I}", "i -= 1")
+            with e.block(f"elif s0 == {STATE_N}:"):
+                e(f"s1 = {STATE_S} if i == 0 else {STATE_N}")
+            for state, col, loop, to_e in ((STATE_C, _C, _XF_C + 1, _XF_E), (STATE_J, _J, _XF_J + 1, _XF_E + 1)):
+                with e.block(f"elif s0 == {state}:"):
+                    e(f"lp = NEG_INF if xf[{loop}] == F0 else fadd(fwd_x[xb + 6 * (i - 1) + {col}], "
+                      f"bck_x[xb + 6 * i + {col}])",
+                      f"ep = NEG_INF if xf[{to_e}] == F0 else fwd_x[xb + 6 * i + {_E}]",
+                      f"s1 = {state} if lp > ep else {STATE_E}")
+            with e.block(f"elif s0 == {STATE_E}:"):
+                e("top = NEG_INF", f"s1 = {STATE_M}", "kk = 0")
+                with e.block("for qe in range(QQ):"):
+                    for s, op, state in ((0, ">=", STATE_M), (1, ">", STATE_D)):
+                        with e.block("for re in range(4):"):
+                            e(f"val = fwd_dp[{cell_of('i', s, 'qe', 're')}]")
+                            with e.block(f"if val {op} top:"):
+                                e("top = val", f"s1 = {state}", "kk = re * QQ + qe + 1")
+            with e.block("else:"):
+                e(f"np_ = NEG_INF if xf[{_XF_N}] == F0 else fwd_x[xb + 6 * i + {_N}]",
+                  f"jp = NEG_INF if xf[{_XF_J}] == F0 else fwd_x[xb + 6 * i + {_J}]",
+                  f"s1 = {STATE_N} if np_ > jp else {STATE_J}")
+            e("a = tz + n", "out_st[a] = s1", "out_k[a] = 0", "out_i[a] = 0", "out_pp[a] = F0",
+              "q = (kk - 1) % QQ", "r = (kk - 1) // QQ")
+            with e.block(f"if s1 == {STATE_M} or s1 == {STATE_I}:"):
+                e("out_k[a] = kk", "out_i[a] = i",
+                  f"out_pp[a] = bck_dp[{cell_of('i', 0, 'q', 'r')}] if s1 == {STATE_M} else "
+                  f"bck_dp[{cell_of('i', 2, 'q', 'r')}]")
+            with e.block(f"elif s1 == {STATE_D}:"):
+                e("out_k[a] = kk")
+            with e.block(f"elif (s1 == {STATE_N} or s1 == {STATE_C} or s1 == {STATE_J}) and out_st[a - 1] == s1:"):
+                e("out_i[a] = i",
+                  f"out_pp[a] = bck_x[xb + 6 * i + ({_N} if s1 == {STATE_N} else ({_C} if s1 == {STATE_C} else {_J}))]")
+            e("n += 1")
+            with e.block(f"if (s1 == {STATE_N} or s1 == {STATE_J} or s1 == {STATE_C}) and s1 == s0:"):
+                e("i -= 1")
+            e("s0 = s1")
+        e("# p7_trace_Reverse: N, C, J emissions one state earlier, then the arrays reversed")
+        with e.block("for w in range(n - 1):"):
+            e("a = tz + w", "sw = out_st[a]")
+            with e.block(f"if (sw == {STATE_N} or sw == {STATE_C} or sw == {STATE_J}) and out_st[a + 1] == sw "
+                         "and out_i[a] == 0 and out_i[a + 1] > 0:"):
+                e("out_i[a] = out_i[a + 1]", "out_i[a + 1] = 0", "out_pp[a] = out_pp[a + 1]", "out_pp[a + 1] = F0")
+        with e.block("for w in range(n // 2):"):
+            e("a = tz + w", "b2 = tz + n - 1 - w")
+            for arr in ("out_st", "out_k", "out_i", "out_pp"):
+                e(f"tmp_{arr} = {arr}[a]", f"{arr}[a] = {arr}[b2]", f"{arr}[b2] = tmp_{arr}")
+        e("out_n[k] = n")
+
+
 def kernel_body() -> str:
     e = Emitter()
     e("tid = cuda.grid(1)")
@@ -292,6 +400,7 @@ def kernel_body() -> str:
         e("cuda.syncwarp(gmask)")
         oa_rows(e)
         null2_expectation(e)
+        oa_trace(e)
         e("flags = flags | cuda.shfl_xor_sync(gmask, flags, 1)", "flags = flags | cuda.shfl_xor_sync(gmask, flags, 2)")
         with e.block("if z == 0:"):
             e("out_status[k] = 0", "out_oasc[k] = xC", "out_flags[k] = flags")
@@ -330,7 +439,7 @@ class DecodeOASpec:
 
     @property
     def name(self) -> str:
-        return "envelope_decode_oa_v2"
+        return "envelope_decode_oa_v3"
 
     def source(self, binding: str) -> str:
         return kernel_module("Envelope posterior decoding and optimal accuracy (p7_Decoding, p7_OptimalAccuracy).",
