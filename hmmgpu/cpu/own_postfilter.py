@@ -9,8 +9,7 @@ Viterbi filter (HMMER 3.4 ``src/p7_pipeline.c``), every step by hmmgpu's exact c
 
 1. the null score ``p7_bg_NullOne`` (:func:`~hmmgpu.stages.profiles.null_table`);
 2. the Forward parser, its score and special-state rows (:func:`hmmgpu.cpu.fwdback.parse`,
-   the lane-exact CPU reference; the GPU gate's score, where it has one, is the same number,
-   and the GPU's rows will replace these);
+   the lane-exact CPU reference; the GPU gate's score, where it has one, is the same number);
 3. the Forward filter (F3), for the targets the gate left undecided only: the score against
    the bias filter's ``filtersc`` (:func:`hmmgpu.cpu.filters.bias_filter`; the null score
    with ``--nobias``), decided as the gate decides (:func:`~hmmgpu.stages.stats.passes_exponential`);
@@ -25,6 +24,15 @@ Viterbi filter (HMMER 3.4 ``src/p7_pipeline.c``), every step by hmmgpu's exact c
    Viterbi, and ``n_past_fwd`` counts the F3 passers), the hits HMMER's keep rule would drop
    at their global positions removed (:func:`~hmmgpu.stages.merge.drop_unkept`), ready for
    the exact merge.
+
+On the GPU route the GPU process has done steps 2 and 4 and ``p7_DomainDecoding`` already for
+the F3 passers it could promise bit for bit (:mod:`hmmgpu.gpu.cascade`): the query's cascade
+result carries their Forward scores and decodings (:class:`~hmmgpu.stages.decoded.DecodedTargets`),
+and domain definition starts from those (:func:`hmmgpu.stages.domaindef.define_domains_decoded`).
+The device left out every target whose parsers or decoding raised a flag that could matter in
+either float mode, so such a decoding is hmmsearch's and pyhmmer's alike, and the target is then
+decided by domain definition's own flags exactly as one whose parsers ran here; the targets it
+left out run steps 2-4 here, and are decided by the references' flags as everywhere else.
 
 Everything else is pyhmmer's pipeline, whose stage (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`)
 this one extends: the plan and the merge, the tasks over ranges of targets (pyhmmer's whole
@@ -73,7 +81,7 @@ from hmmgpu.constants import STATUS_OK
 from hmmgpu.cpu.domaindef import CpuDomainStages
 from hmmgpu.cpu.fwdback import FLT_MIN, HOST, RANGE, TINY_ROWS, ForwardTables, backward, length_specials, parse
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
-from hmmgpu.stages.domaindef import define_domains
+from hmmgpu.stages.domaindef import define_domains, define_domains_decoded
 from hmmgpu.stages.hits import HitModel, pipeline_hit, pipeline_settings, tophits_state
 from hmmgpu.stages.merge import drop_unkept
 from hmmgpu.stages.postfilter import Task, TaskResult
@@ -157,7 +165,8 @@ class OwnPostFilter(PyhmmerStage):
         #: targets of filtered tasks by what became of them (:class:`TargetOutcome`), the targets
         #: of whole tasks left to pyhmmer (``--seed 0``, a model the flags do not cover), and the
         #: CPU seconds of the own targets
-        self.counts = {TargetOutcome.PASSED: 0, TargetOutcome.FAILED: 0, TargetOutcome.HOST: 0, "whole_tasks": 0}
+        self.counts = {TargetOutcome.PASSED: 0, TargetOutcome.FAILED: 0, TargetOutcome.HOST: 0, "whole_tasks": 0,
+                       "decoded_on_gpu": 0}
         self.own_seconds = 0.0
 
     # ------------------------------------------------------------ per query
@@ -193,35 +202,51 @@ class OwnPostFilter(PyhmmerStage):
 
     # ------------------------------------------------------------ per target
     def target(self, query, model: QueryModel, position: int, decided: bool, Z: float | None,
-               ftz: bool) -> tuple:
+               ftz: bool, device: tuple | None = None) -> tuple:
         """``p7_Pipeline`` from the Forward filter on, on the target at ``position``
         (``decided``: the gate passed it): (:class:`TargetOutcome`, its hit or None). ``Z``:
-        the pipeline's for the keep rule (None: the settings'); ``ftz``: hmmsearch's mode."""
+        the pipeline's for the keep rule (None: the settings'); ``ftz``: hmmsearch's mode;
+        ``device``: (Forward score, decoding) that the GPU computed for this F3 passer
+        (:meth:`~hmmgpu.stages.decoded.DecodedTargets.target`), in place of the parsers here."""
         from hmmgpu.stages.profiles import null_table
 
         codes = self.db.codes(position)
         L = int(codes.size)
-        tables = model.tables
         host = host_flags(ftz)
-        forward = parse(tables, codes)
-        pmove = length_specials(L, tables.nj)[0]
-        if forward.flags & host or (ftz and not F32(forward.xc * pmove) > FLT_MIN):
-            return TargetOutcome.HOST, None
         nullsc = null_table(L)[L]
-        if not decided and not self._passes_f3(query, model, position, forward.score, nullsc):
-            return TargetOutcome.FAILED, None
-        bck = backward(tables, codes, forward)
-        if (bck.flags | bck.forward_flags) & host:
-            return TargetOutcome.HOST, None
-        fwd_rows, bck_rows = forward.xmx, bck.xmx
-        if ftz:
-            fwd_rows, bck_rows = hmmsearch_rows(fwd_rows, forward.flags), hmmsearch_rows(bck_rows, bck.flags)
-        definition = define_domains(model.stages, codes, fwd_rows, bck_rows, bck.has_own_scales)
+        if device is None:
+            outcome, fwdsc, definition = self._defined_here(query, model, position, codes, decided, nullsc, ftz)
+            if outcome is not None:
+                return outcome, None
+        else:
+            fwdsc, decoding = device
+            definition = define_domains_decoded(model.stages, codes, decoding)
         if definition.status != STATUS_OK or definition.flags & host:
             return TargetOutcome.HOST, None
         hit = pipeline_hit(definition, codes, self.db.name(position), self.db.accession(position),
-                           self.db.description(position), nullsc, forward.score, model.hit_model, model.settings, Z)
+                           self.db.description(position), nullsc, fwdsc, model.hit_model, model.settings, Z)
         return TargetOutcome.PASSED, hit
+
+    def _defined_here(self, query, model: QueryModel, position: int, codes, decided: bool, nullsc,
+                      ftz: bool) -> tuple:
+        """The Forward filter and domain definition of a target with the CPU references' parsers:
+        (None, Forward score, :class:`~hmmgpu.stages.domaindef.DomainDefinition`), or
+        (:class:`TargetOutcome`, None, None) for a target that ends before domain definition."""
+        tables = model.tables
+        host = host_flags(ftz)
+        forward = parse(tables, codes)
+        pmove = length_specials(codes.size, tables.nj)[0]
+        if forward.flags & host or (ftz and not F32(forward.xc * pmove) > FLT_MIN):
+            return TargetOutcome.HOST, None, None
+        if not decided and not self._passes_f3(query, model, position, forward.score, nullsc):
+            return TargetOutcome.FAILED, None, None
+        bck = backward(tables, codes, forward)
+        if (bck.flags | bck.forward_flags) & host:
+            return TargetOutcome.HOST, None, None
+        fwd_rows, bck_rows = forward.xmx, bck.xmx
+        if ftz:
+            fwd_rows, bck_rows = hmmsearch_rows(fwd_rows, forward.flags), hmmsearch_rows(bck_rows, bck.flags)
+        return None, forward.score, define_domains(model.stages, codes, fwd_rows, bck_rows, bck.has_own_scales)
 
     def _passes_f3(self, query, model: QueryModel, position: int, fwdsc, nullsc) -> bool:
         """``p7_Pipeline``'s Forward filter on a target the gate left undecided."""
@@ -252,12 +277,18 @@ class OwnPostFilter(PyhmmerStage):
         start = time.thread_time()
         gate = getattr(task.query.counts, "forward", None)
         decided = ~np.isin(task.positions, gate.unsure) if gate is not None else np.zeros(task.positions.size, bool)
+        decoded = getattr(task.query.counts, "decoded", None)   # the GPU's, for the F3 passers it did not flag
+        found = decoded.find if decoded is not None else (lambda position: -1)
         Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
         outcomes, hits = [], []
+        on_device = 0
         previous = set_flush_to_zero(False)   # the references' IEEE arithmetic (module header)
         try:
             for position, known in zip(task.positions.tolist(), decided.tolist()):
-                outcome, hit = self.target(task.query, model, position, known, Z, self.ftz)
+                k = found(position)
+                device = decoded.target(k) if k >= 0 else None
+                on_device += device is not None
+                outcome, hit = self.target(task.query, model, position, known, Z, self.ftz, device)
                 outcomes.append(outcome)
                 hits.append(hit)
         finally:
@@ -269,6 +300,7 @@ class OwnPostFilter(PyhmmerStage):
         with self._counts_lock:
             for outcome in outcomes:
                 self.counts[outcome] += 1
+            self.counts["decoded_on_gpu"] += on_device
             self.own_seconds += own_seconds
         return TaskResult(_joined(task.query.hmm, states), cpu_seconds=time.thread_time() - start, filtered=True)
 

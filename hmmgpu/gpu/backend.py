@@ -75,8 +75,11 @@ class CudaBackend(FilterBackend):
         self.gpu.compile_for(lengths)
 
     def details(self) -> dict:
-        return dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds),
-                    forward_gate=dict(self.gpu.forward_counts))
+        details = dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds),
+                       forward_gate=dict(self.gpu.forward_counts))
+        if any(self.gpu.decoding_counts.values()):  # hmmgpu's own post-filter: the F3 passers' decodings
+            details["decoding"] = dict(self.gpu.decoding_counts, kernel_ms=round(self.gpu.decoding_ms, 1))
+        return details
 
     def close(self, wait: bool = True) -> None:
         self.gpu.close()

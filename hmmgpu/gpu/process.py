@@ -24,7 +24,11 @@ finally ``None``. The child answers ``("ready", description, lanes, (targets, re
 or ``("error", message)`` to the first, and in the order of the requests: ``("done", CascadeResult)`` or
 ``("error", message)`` for each model, ``("compiled", n)`` and ``("stats", details, GPU
 seconds)``. Models are queued on the GPU as they arrive, up to the cascade's ring of
-:data:`~hmmgpu.gpu.cascade.SLOTS`; a result goes back as soon as it is finished.
+:data:`~hmmgpu.gpu.cascade.SLOTS`; a result goes back as soon as it is finished. With
+hmmgpu's own post-filter (the model's options say ``postfilter="hmmgpu"``) a model's result
+also carries its F3 passers' Forward scores and domain decodings
+(:class:`~hmmgpu.stages.decoded.DecodedTargets`, twelve bytes a residue: about 370 KB a Pfam
+model against 29 M residues), and goes back once their second launch is done.
 
 The database is never pickled: the child opens the same file itself (a database made by
 ``hmmgpu makedb`` is mapped, a sequence file is read while the parent reads it too, so the

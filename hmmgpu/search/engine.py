@@ -275,7 +275,9 @@ class EngineStats:
                 f"CPU), {host} targets sent to pyhmmer's pipeline by the exactness flags ({share:.2f}% of both)"
                 + (f", {failed} undecided targets failed F3" if failed else "")
                 + (f"; {whole} targets of whole tasks on pyhmmer's pipeline (--seed 0, or a model the flags do "
-                   "not cover)" if whole else ""))
+                   "not cover)" if whole else "")
+                + (f"; {p['decoded_on_gpu']} F3 passers' Forward and Backward parsers and domain decoding done on "
+                   "the GPU" if p.get("decoded_on_gpu") else ""))
 
     def forward_gate_line(self) -> str:
         """One line on the Forward gate: what hmmgpu's Forward decided, the work taken from pyhmmer."""

@@ -138,6 +138,9 @@ class CascadeResult:
     past_bias: np.ndarray = None
     past_vit: np.ndarray = None
     forward: ForwardGate | None = None  #: the Forward gate's decisions (None: it did not run)
+    #: the F3 passers' Forward scores and domain decodings, where the backend made them for hmmgpu's
+    #: own post-filter (:class:`~hmmgpu.stages.decoded.DecodedTargets`; None: it did not)
+    decoded: object = None
 
 
 def forward_gate(profile, options, fwd: ForwardResult, filtersc) -> tuple:

@@ -1,0 +1,258 @@
+"""hmmgpu's own post-filter on the GPU route (``--backend cuda --postfilter hmmgpu``): the checks.
+
+The GPU process decodes each model's F3 passers (the Forward and Backward parser kernels and the
+domain decoding kernel, after the Forward gate: hmmgpu.gpu.cascade) and the post-filter stage
+starts domain definition from those decodings (hmmgpu.cpu.own_postfilter). Checked here: every
+decoding a model's result carries, and its Forward score, equal the CPU references' bit for bit
+(and libhmmer's ``p7_DomainDecoding``), only F3 passers are decoded; searches on that route, in
+this process (pyhmmer's IEEE mode) and through the command line (the GPU process, hmmsearch's
+flush-to-zero mode), equal pyhmmer's states, hmmsearch's tables, report and alignment and the
+pyhmmer route's tables. Run under numba's CUDA simulator on a few dozen sample targets by
+tests/gpu/test_own_postfilter_gpu.py, and on a GPU over the whole sample proteome."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "pfam_samples"
+PROTEOME = SAMPLES / "938293.PRJEB85.HG003687.faa"
+OUTPUTS = ("-o", "out.txt", "-A", "out.sto", "--tblout", "out.tblout", "--domtblout", "out.domtblout",
+           "--pfamtblout", "out.pfamtblout")
+
+
+def _bits(a) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def sample_models(names) -> list:
+    import pyhmmer
+
+    out = []
+    for name in names:
+        with pyhmmer.plan7.HMMFile(SAMPLES / f"{name}.hmm") as fh:
+            out.append(fh.read())
+    return out
+
+
+def sample_targets(hmms, hits: int, misses: int, others: int, max_length: int = 400):
+    """A block of proteome targets of at most ``max_length`` residues: for each model its
+    ``hits`` shortest targets with a hit and ``misses`` that pass its Viterbi filter but not F3
+    (the gate fails them), then ``others`` of the rest."""
+    import pyhmmer
+
+    with pyhmmer.easel.SequenceFile(str(PROTEOME), digital=True) as fh:
+        proteome = fh.read_block()
+    short = [s for s in proteome if len(s) <= max_length]
+    chosen: dict = {}
+    for hmm in hmms:
+        found = {h.name for h in pyhmmer.plan7.Pipeline(hmm.alphabet).search_hmm(hmm, proteome)}
+        past_vit = {h.name for h in pyhmmer.plan7.Pipeline(hmm.alphabet, F3=1.0, E=1e9, domE=1e9)
+                    .search_hmm(hmm, proteome)} - found
+        with_hits = sorted((s for s in short if s.name in found), key=len)[:hits]
+        failing = [s for s in short if s.name in past_vit][:misses]
+        for seq in with_hits + failing:
+            chosen.setdefault(seq.name, seq)
+    rest = [s for s in short if s.name not in chosen]
+    for seq in rest[::max(1, len(rest) // others)][:others]:
+        chosen[seq.name] = seq
+    return pyhmmer.easel.DigitalSequenceBlock(proteome.alphabet, list(chosen.values()))
+
+
+def check_decodings(hmm, db, result) -> dict:
+    """One model's cascade result with the own post-filter asked for: its decoded targets are F3
+    passers of the gate, and each one's Forward score and decoding (status, mocc, btot, etot)
+    equal the CPU references' bit for bit (and libhmmer's ``p7_DomainDecoding``'s)."""
+    from hmmgpu.cpu.fwdback import ForwardTables, backward, length_specials, parse
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.stages.domaindef import domain_decoding
+    from hmmgpu.stages.profiles import configured_profile
+
+    decoded = result.decoded
+    passers = np.setdiff1d(result.survivors, result.forward.unsure)
+    if decoded is None or not np.isin(decoded.indices, passers).all():
+        raise AssertionError(f"{hmm.name}: decoded targets that are not F3 passers")
+    tables = ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
+    with HmmerModel(hmm) as model:
+        for k, index in enumerate(decoded.indices.tolist()):
+            codes = db.codes(index)
+            forward = parse(tables, codes)
+            bck = backward(tables, codes, forward)
+            expected = domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales, length_specials(codes.size)[1])
+            score, got = decoded.target(k)
+            if _bits(score) != _bits(forward.score) or got[0] != expected[0]:
+                raise AssertionError(f"{hmm.name} target {index}: score/status {score} {got[0]}, "
+                                     f"reference {forward.score} {expected[0]}")
+            libhmmer = model.domain_decoding(codes)
+            for name, a, b, c in zip(("mocc", "btot", "etot"), got[1:], expected[1:], libhmmer[1:]):
+                if not (np.array_equal(_bits(a), _bits(b)) and np.array_equal(_bits(a), _bits(c))):
+                    raise AssertionError(f"{hmm.name} target {index}: {name} differs from the reference")
+    return dict(passers=int(passers.size), decoded=len(decoded), left_to_host=int(passers.size) - len(decoded),
+                bytes=decoded.nbytes)
+
+
+def check_engine(backend, db, hmms, **options) -> list:
+    """The search engine on ``backend`` (in this process, pyhmmer's IEEE mode) with hmmgpu's own
+    post-filter: each model's decodings (:func:`check_decodings`, from the cascade results the
+    engine got), and its hits equal pyhmmer's search's (byte for byte, in order; its counts and
+    counters), the stage having used the GPU's decodings. Rows: per model, then the engine's."""
+    import pyhmmer
+
+    from hmmgpu.options import SearchOptions
+    from hmmgpu.search.engine import SearchEngine
+    from tests.helpers import PIPELINE_KEYS
+    from tests.stages.test_hits import normalized
+
+    opts = SearchOptions.from_kwargs(backend="cuda", postfilter="hmmgpu", **options)
+    engine = SearchEngine(db, opts, backend, model_lengths=[hmm.M for hmm in hmms])
+    tickets = []
+    submit = backend.submit
+
+    def recorded(profile, submitted):
+        tickets.append(submit(profile, submitted))
+        return tickets[-1]
+
+    backend.submit = recorded
+    try:
+        results = list(engine.search(hmms))
+    finally:
+        del backend.submit
+    rows = [(f"decodings {hmm.name}", check_decodings(hmm, db, ticket.result()))
+            for hmm, ticket in zip(hmms, tickets, strict=True)]
+    hits = 0
+    for result, hmm in zip(results, hmms, strict=True):
+        ours = result.hits.__getstate__()
+        ref = pyhmmer.plan7.Pipeline(hmm.alphabet, **opts.pipeline_kwargs()).search_hmm(hmm, db.block()).__getstate__()
+        same = [normalized(h) for h in ours["unsrt"]] == [normalized(h) for h in ref["unsrt"]] and all(
+            ours[key] == ref[key] for key in ("hit", "N", "nreported", "nincluded")) and all(
+            ours["pipeline"][key] == ref["pipeline"][key] for key in PIPELINE_KEYS)
+        if not same:
+            raise AssertionError(f"{hmm.name}: the engine's hits or counters differ from pyhmmer's")
+        hits += ref["N"]
+    p = engine.stats.postfilter
+    if not p.get("decoded_on_gpu"):
+        raise AssertionError(f"the post-filter used no decoding of the GPU: {p}")
+    return rows + [("engine", dict(hits=hits, **{k: p[k] for k in ("passed", "host", "failed", "decoded_on_gpu")}))]
+
+
+def _rows(path) -> list:
+    return [line for line in path.read_bytes().split(b"\n") if not line.startswith(b"#")]
+
+
+def check_command_line(hmms, block, cpus: int = 2) -> dict:
+    """``hmmgpu search --backend cuda --postfilter hmmgpu`` (the GPU process; hmmsearch's float
+    mode) on ``hmms`` x ``block`` written to files: its three tables, report and -A alignment
+    equal hmmsearch's (when installed), its tables the pyhmmer route's (``--backend hmmer``), and
+    its statistics say the GPU's decodings were used."""
+    import re
+
+    from hmmgpu.cli import main
+    from tests.report.test_report import assert_same_report
+
+    hmmsearch = shutil.which("hmmsearch")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        fasta, hmmfile = tmp / "db.fa", tmp / "m.hmm"
+        with open(fasta, "wb") as fh:
+            for seq in block:
+                seq.textize().write(fh)
+        with open(hmmfile, "wb") as fh:
+            for hmm in hmms:
+                hmm.write(fh)
+        runs = {}
+        for name, args in (("hmmgpu", ["--backend", "cuda", "--postfilter", "hmmgpu"]),
+                           ("route", ["--backend", "hmmer"])):
+            folder = tmp / name
+            folder.mkdir()
+            cwd = os.getcwd()
+            os.chdir(folder)
+            try:
+                with contextlib.redirect_stderr(io.StringIO()) as err:
+                    code = main(["search", "--cpu", str(cpus), *OUTPUTS, *args, str(hmmfile), str(fasta)])
+            finally:
+                os.chdir(cwd)
+            if code != 0:
+                raise AssertionError(f"{name}: exit {code}: {err.getvalue()[-2000:]}")
+            runs[name] = (folder, err.getvalue())
+        ours, said = runs["hmmgpu"]
+        decoded = re.search(r"(\d+) F3 passers' Forward and Backward parsers and domain decoding done on the GPU",
+                            said)
+        if decoded is None:
+            raise AssertionError(f"the command line used no decoding of the GPU:\n{said[-3000:]}")
+        for kind in ("tblout", "domtblout", "pfamtblout"):
+            if _rows(ours / f"out.{kind}") != _rows(runs["route"][0] / f"out.{kind}"):
+                raise AssertionError(f"{kind} differs from the pyhmmer route's")
+        n_rows = len(_rows(ours / "out.domtblout")) - 1
+        if hmmsearch is not None:
+            ref = tmp / "hmmsearch"
+            ref.mkdir()
+            subprocess.run([hmmsearch, "--cpu", str(cpus), *OUTPUTS, str(hmmfile), str(fasta)], check=True, cwd=ref,
+                           capture_output=True)
+            for kind in ("tblout", "domtblout", "pfamtblout"):
+                if _rows(ours / f"out.{kind}") != _rows(ref / f"out.{kind}"):
+                    raise AssertionError(f"{kind} differs from hmmsearch's")
+            assert_same_report((ours / "out.txt").read_bytes(), (ref / "out.txt").read_bytes())
+            author = re.compile(rb"^#=GF AU .*$", re.M)
+            if author.sub(b"", (ours / "out.sto").read_bytes()) != author.sub(b"", (ref / "out.sto").read_bytes()):
+                raise AssertionError("the -A alignment differs from hmmsearch's")
+        return dict(domain_rows=n_rows, decoded_on_gpu=int(decoded.group(1)), hmmsearch=hmmsearch is not None)
+
+
+def simulator_own_postfilter_checks():
+    """Under the simulator: KR against two dozen proteome targets (its shortest hits, Viterbi-filter
+    survivors that fail F3, others)."""
+    from hmmgpu.formats.seqdb import SequenceDB
+    from hmmgpu.gpu.backend import CudaBackend
+
+    import time
+
+    clock = time.perf_counter()
+    hmms = sample_models(["KR"])
+    block = sample_targets(hmms, hits=4, misses=3, others=17, max_length=260)
+    db = SequenceDB.from_block(block)
+    out = [("targets", len(block))]
+    backend = CudaBackend(db)
+    try:
+        out += check_engine(backend, db, hmms, cpus=2)
+    finally:
+        backend.close()
+    out.append(("engine seconds", round(time.perf_counter() - clock, 1)))
+    out.append(("command line", check_command_line(hmms, block)))
+    out.append(("all seconds", round(time.perf_counter() - clock, 1)))
+    return out
+
+
+def gpu_own_postfilter_checks():
+    """On a GPU: the four sample models against the whole sample proteome (2,100 targets)."""
+    import pyhmmer
+
+    from hmmgpu.formats.seqdb import SequenceDB
+    from hmmgpu.gpu.backend import CudaBackend
+
+    hmms = sample_models(["PF02826", "LuxC", "Thioesterase", "KR"])
+    with pyhmmer.easel.SequenceFile(str(PROTEOME), digital=True) as fh:
+        block = fh.read_block()
+    db = SequenceDB.from_block(block)
+    backend = CudaBackend(db)
+    try:
+        out = check_engine(backend, db, hmms, cpus=4)
+    finally:
+        backend.close()
+    out.append(("command line", check_command_line(hmms, block, cpus=4)))
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers import run_named_checks
+
+    run_named_checks(globals(), sys.argv[1:])

@@ -1,0 +1,60 @@
+"""hmmgpu's own post-filter on the GPU route (``--backend cuda --postfilter hmmgpu``): the F3
+passers' Forward and Backward parsers and domain decoding on the GPU, domain definition and
+scores on the host from those decodings (tests/gpu/postfilter_checks.py says what is checked).
+Under numba's CUDA simulator on a few dozen sample targets (in a subprocess: the simulator is
+chosen when numba is imported), and on a GPU over the whole sample proteome (``pytest -m gpu``)."""
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(out: str) -> dict:
+    """The checks' printed rows: name -> the dict printed after it."""
+    rows = {}
+    for line in out.splitlines():
+        if line.endswith("}") and "{" in line:
+            rows[line[:line.index("{")].strip()] = ast.literal_eval(line[line.index("{"):])
+    return rows
+
+
+def _assert_rows(rows: dict, models: list) -> None:
+    for name in models:
+        got = rows[f"decodings {name}"]
+        assert got["decoded"] > 0 and got["decoded"] + got["left_to_host"] == got["passers"]
+    engine = rows["engine"]
+    assert engine["hits"] > 0 and engine["decoded_on_gpu"] == sum(rows[f"decodings {n}"]["decoded"] for n in models)
+    assert rows["command line"]["decoded_on_gpu"] == engine["decoded_on_gpu"]
+    assert rows["command line"]["domain_rows"] > 0
+
+
+def test_own_postfilter_on_the_gpu_route_under_simulator(tmp_path):
+    """KR against two dozen targets (its shortest hits, Viterbi-filter survivors that fail F3,
+    others): the decodings equal the CPU references' and libhmmer's, the engine's states
+    pyhmmer's, the command line's outputs hmmsearch's and the pyhmmer route's."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "postfilter_checks.py"),
+                        "simulator_own_postfilter_checks"], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
+    _assert_rows(_rows(p.stdout), ["KR"])
+
+
+@pytest.mark.gpu
+def test_own_postfilter_on_the_gpu_route():
+    """The four sample models against the whole sample proteome on a GPU."""
+    from hmmgpu.gpu.runtime.context import cuda_available
+    from tests.gpu.postfilter_checks import gpu_own_postfilter_checks
+
+    if not cuda_available():
+        pytest.skip("no CUDA GPU")
+    rows = dict(gpu_own_postfilter_checks())
+    print(rows)
+    _assert_rows(rows, ["2-Hacid_dh_C", "LuxC", "Thioesterase", "KR"])
