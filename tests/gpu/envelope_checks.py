@@ -35,7 +35,7 @@ def envelope_cases():
     return cases
 
 
-def check_cases(cases) -> dict:
+def check_cases(cases, binding: str = "python") -> dict:
     from hmmgpu.cpu import fwdback as ref
     from hmmgpu.cpu.decoding import decode
     from hmmgpu.cpu.null2 import null2_by_expectation
@@ -52,7 +52,7 @@ def check_cases(cases) -> dict:
         oa = optimal_accuracy(pp, uni.tfv, xf) if status == 0 else None
         batch.append((fwd, bck, uni, xf))
         mine.append((status, pp, oa, uni, xf))
-    gpu = decode_oa(batch)
+    gpu = decode_oa(batch, binding)
     report = dict(envelopes=len(cases), dropped=0)
     for k, ((status, pp, oa, uni, xf), got) in enumerate(zip(mine, gpu)):
         what = f"envelope {k}: {cases[k][2]}..{cases[k][3]} of L={cases[k][1].size}, M={uni.M}"

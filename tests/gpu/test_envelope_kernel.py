@@ -23,3 +23,24 @@ def test_decode_oa_kernel_under_simulator(tmp_path):
                         "simulator_envelope_checks"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "simulator checks OK" in p.stdout
+
+
+@pytest.mark.gpu
+def test_decode_oa_kernel_on_gpu():
+    """On a GPU: the same envelopes, bit for bit, and the kernel's PTX holds no fused
+    multiply-add and no flush-to-zero operation."""
+    from hmmgpu.gpu.envelope.source import DecodeOASpec
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.context import cuda_available
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from tests.gpu.envelope_checks import check_cases, envelope_cases
+
+    if not cuda_available():
+        pytest.skip("no CUDA GPU")
+    binding = GpuDevice.open(0).lane_binding
+    ptx = build.numba_kernel(DecodeOASpec(), binding).inspect_asm()
+    ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
+    assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f64" in ptx
+    assert "fma." not in ptx and ".ftz" not in ptx
+    report = check_cases(envelope_cases(), binding)
+    assert report["envelopes"] > report["dropped"] > 0
