@@ -185,13 +185,30 @@ def simulator_ensemble_checks():
     out.append(("left to the host", dict(exhausted=short.count(EXHAUSTED), full=full.count(FULL),
                                          **check_results(items[:2], "python", table=512))))
     out.append(("define_domains", check_define_domains(hmms[1], tandem_targets(hmms[1], 1)[0], "python")))
+    out.append(("no path", no_path_statuses(requests[0], "python")))
     return out
+
+
+def no_path_statuses(request, binding) -> dict:
+    """A NaN matrix stops the kernel where Easel aborts (FATAL); an all-zero one samples
+    uniformly until a step leaves the matrix (OUTSIDE) or meets E's NaN norm (FATAL)."""
+    from dataclasses import replace
+
+    from hmmgpu.cpu.stotrace import FATAL
+    from hmmgpu.gpu.ensemble.launch import sample_regions
+    from hmmgpu.gpu.ensemble.source import OUTSIDE
+
+    matrix = request.matrix
+    nan = replace(matrix, dp=np.full_like(matrix.dp, np.nan), xmx=np.full_like(matrix.xmx, np.nan))
+    zero = replace(matrix, dp=np.zeros_like(matrix.dp), xmx=np.zeros_like(matrix.xmx))
+    statuses = [s.status for s in sample_regions([replace(request, matrix=m) for m in (nan, zero)], binding=binding)]
+    return dict(nan=statuses[0] == FATAL, zero=statuses[1] in (OUTSIDE, FATAL))
 
 
 def gpu_ensemble_checks(binding):
     """On a GPU: every clustered region (up to 2 a target) of the four sample models' hits in
-    the sample proteome and of tandem targets of the sample models and sampled models of 5 to
-    400 nodes, all in one launch; the same regions with subnormal cells."""
+    the sample proteome and of tandem targets (4 seeds) of the sample models and of sampled
+    models of 5 to 400 nodes, all in one launch; the same regions with subnormal cells."""
     import pyhmmer
     from pyhmmer.easel import SequenceFile
 
@@ -202,8 +219,12 @@ def gpu_ensemble_checks(binding):
     hmms = [sample_hmm(name) for name in MODEL_NAMES]
     by_name = {seq.name: np.asarray(seq.sequence, np.uint8) for seq in proteome}
     homologs = {id(h): [by_name[hit.name] for hit in top] for h, top in zip(hmms, pyhmmer.hmmsearch(hmms, proteome))}
-    hmms += [sampled_hmm(M, seed) for M, seed in ((5, 3), (12, 4), (30, 5), (101, 6), (400, 7))]
-    items = region_requests(hmms, lambda hmm, seed: homologs.get(id(hmm), []) + tandem_targets(hmm, seed), limit=2)
+    hmms += [sampled_hmm(M, seed) for M, seed in ((5, 3), (12, 4), (30, 5), (60, 8), (101, 6), (200, 9), (400, 7))]
+
+    def targets(hmm, seed):
+        return homologs.get(id(hmm), []) + [t for s in range(4) for t in tandem_targets(hmm, 10 * seed + s)]
+
+    items = region_requests(hmms, targets, limit=2)
     out = [("regions", check_sampled([r for r, _ in items], binding))]
     out.append(("results", check_results(items, binding)))
     out.append(("subnormal cells", check_sampled([r for r, _ in with_tiny_cells(items)], binding)))

@@ -70,7 +70,8 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     flag equal the CPU reference's, and so do the finished regions (n2sc, envelopes, flags);
     with subnormal cells the flags are raised alike; regions the kernel leaves (a short table of
     draws, a small pair buffer) come out right from the CPU reference; a whole domain definition
-    with the GPU stage equals the CPU stages'."""
+    with the GPU stage equals the CPU stages'; matrices with no path stop the kernel (NaN:
+    FATAL, as Easel aborts; all zero: FATAL or OUTSIDE)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "ensemble_checks.py"),
@@ -87,6 +88,7 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     left = rows["left to the host"]
     assert left["exhausted"] == 2 and left["full"] == 2, left
     assert rows["define_domains"]["nclustered"] >= 1
+    assert rows["no path"] == dict(nan=True, zero=True)
 
 
 @pytest.mark.gpu

@@ -37,7 +37,8 @@ DEFAULT_TABLE = 1 << 20
 @dataclass
 class RegionRequest:
     """A clustered region to sample: ``matrix`` its multihit full Forward
-    :class:`~hmmgpu.cpu.fwdback.StripedMatrix` (``Lr = j - i + 1`` rows after row 0),
+    :class:`~hmmgpu.cpu.fwdback.StripedMatrix` (``Lr = j - i + 1`` rows after row 0; None
+    where the matrix is only in device memory, at the batch's offsets),
     ``tables`` its model's :class:`~hmmgpu.stages.forward.ForwardTables`, ``xf`` float32 [4][2]
     the multihit special transitions at the target's length, ``codes`` the target's residues,
     ``i..j`` the region (1-based)."""
@@ -92,12 +93,16 @@ class RegionBatch:
 
 def pack_regions(requests, nsamples: int = NSAMPLES, pair_cap: int | None = None) -> RegionBatch:
     """Lay ``requests`` (:class:`RegionRequest`) out as the kernel reads them; each model's
-    tables once (models are told apart by identity of their ``tables``). ``pair_cap``: room
-    for that many sampled domains a region instead of :func:`pair_capacity`'s."""
+    tables once (models are told apart by identity of their ``tables``). The regions'
+    matrices are expected end to end in request order (``arrays["dp_base"]``,
+    ``arrays["x_base"]``: cells ``(Lr + 1) 12 Q``, rows ``6 (Lr + 1)`` a region); a producer
+    that leaves them elsewhere in device memory replaces those two offset arrays. ``pair_cap``:
+    room for that many sampled domains a region instead of :func:`pair_capacity`'s."""
     lengths = np.array([r.j - r.i + 1 for r in requests], np.int32)
     qs = np.array([r.tables.Q for r in requests], np.int32)
     for r, Lr in zip(requests, lengths):
-        if r.matrix.dp.shape != (Lr + 1, 3, r.tables.Q, 4) or r.matrix.xmx.shape != (Lr + 1, 6):
+        if r.matrix is not None and (r.matrix.dp.shape != (Lr + 1, 3, r.tables.Q, 4)
+                                     or r.matrix.xmx.shape != (Lr + 1, 6)):
             raise ValueError(f"region {r.i}..{r.j}: its matrix is not [Lr+1][3][Q][4] and [Lr+1][6]")
     models, tfv_base, rfv_base, tfvs, rfvs = {}, [], [], [], []
     tfv_at, rfv_at = 0, 0
