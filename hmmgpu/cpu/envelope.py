@@ -30,6 +30,15 @@ whatever the flags; unflagged, it is also hmmsearch's (flush-to-zero), but for t
 tiny posteriors (hmmsearch's are 0; TINY_ROWS). Null2 by expectation sums the posterior:
 where the posterior holds tiny values (0 under flush-to-zero), it is recomputed without them
 and SUBNORMAL is raised if the odds differ (the products inside null2 are not checked).
+
+The flags are cell-level and conservative: in a unihit envelope B is N's decaying share
+alone after the domain, and cells far from the alignment go subnormal, so that 16% of the
+envelopes of the shared data's Pfam models are flagged (``benchmarks/envelope_check.py``),
+although their envsc, oasc, trace and null2 odds were the same under flush-to-zero on every
+flagged envelope examined (38 of PF00001's first 48): only interior cells differ. Run under
+:func:`hmmgpu.host.flush_to_zero`, these references are hmmsearch's arithmetic itself (numba's
+scalar SSE code obeys the thread's MXCSR, as libhmmer's does): equal to libhmmer's
+flush-to-zero run on every envelope tested, flagged or not.
 """
 from __future__ import annotations
 

@@ -201,3 +201,25 @@ def test_rescore_drops_an_overflowing_domain():
         assert r.dropped and r.trace is None and model.envelope(codes, 3, 3)["decoding_status"] == STATUS_RANGE
         with pytest.raises(ValueError):
             rescore_isolated_domain(tables, codes, 1, 4, null2_is_done=True)
+
+
+@pytest.mark.parametrize("M,seed", [(5, 3), (18, 2), (101, 5)])
+def test_references_under_ftz_are_hmmsearchs(M, seed, proteome):
+    """Run under flush-to-zero (hmmsearch's mode), the references' numba code is libhmmer's
+    flush-to-zero run, flagged or not: every matrix, score, oasc and trace on generated
+    targets (with the '*' runs that the flags send to the host) and PF02826's homologs."""
+    from tests.gpu.fwdback_checks import fwd_case
+
+    hmm, db = fwd_case(M, seed, n_random=4, max_len=200, homolog=max(3 * M, 80), stops=True)
+    cases = [(hmm, db.codes(t)) for t in range(db.n)]
+    if M == 101:
+        cases += [(sample_hmm("PF02826"), proteome.codes(t)) for t in HOMOLOGS["PF02826"][:3]]
+    for model_hmm, codes in cases:
+        with HmmerModel(model_hmm) as model:
+            tables = ref.ForwardTables.from_hmmer(model)
+            L = codes.size
+            for i, j in {(1, L), (1 + L // 3, L - L // 3)} | set(envelopes_of(model, codes)):
+                with flush_to_zero():
+                    mine = rescore(tables, codes, i, j)
+                    theirs = model.envelope(codes, i, j)
+                assert_envelope(mine, theirs, f"FTZ envelope {i}..{j} of L={L} M={tables.M}")
