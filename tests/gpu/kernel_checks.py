@@ -322,11 +322,14 @@ def check_forward_gate(backend, hmm, prof, db, options, result) -> dict:
     its Forward scores are libhmmer's ``p7_ForwardParser`` scores bit for bit (targets it left
     undecided are those libhmmer fails on, or flagged), and it sent on exactly the Viterbi
     filter's survivors whose Forward P-value, from HMMER's own functions and arithmetic, is
-    <= F3, with the undecided ones."""
+    <= F3, with the undecided ones; and, unless hmmgpu's own post-filter follows, nothing more
+    (no decodings of the passers)."""
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.stages.forward import STATUS_UNSURE
 
     gate, past_vit = result.forward, result.past_vit
+    if result.decoded is not None and options.run.postfilter != "hmmgpu":
+        raise AssertionError("the cascade decoded F3 passers for pyhmmer's post-filter")
     if gate is None:
         if past_vit.size == 0 and result.survivors.size == 0:  # nothing to decide
             return dict(passed=0, failed=0, unsure=0)

@@ -229,6 +229,36 @@ def simulator_own_postfilter_checks():
     return out
 
 
+def simulator_decoding_batch_checks():
+    """Under the simulator: three sampled models' gates in one batch (F3 = 1: every decided
+    Viterbi-filter survivor passes) with the own post-filter asked for, a fourth without: the
+    three share one decoding step, each one's decodings are its own passers' and equal the
+    references' (:func:`check_decodings`), and the fourth gets none."""
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.options import SearchOptions
+    from tests.gpu.kernel_checks import vit_case
+
+    cases = [vit_case(M, seed, 4, 14, long_cases=False) for M, seed in ((24, 11), (40, 3), (17, 5))]
+    db = cases[0][2]
+    own = SearchOptions.from_kwargs(F1=1.0, F2=1.0, F3=1.0, postfilter="hmmgpu")
+    plain = SearchOptions.from_kwargs(F1=1.0, F2=1.0, F3=1.0)
+    backend = CudaBackend(db)
+    try:
+        asked = [(hmm, own) for hmm, _, _ in cases] + [(cases[0][0], plain)]
+        gated = [backend.gpu.submit(backend.prepare(hmm), options).filtered() for hmm, options in asked]
+        backend.flush_gates()
+        if len({id(g.batch) for g in gated}) != 1 or len({id(g.step) for g in gated[:3]}) != 1 or \
+                gated[0].step is None or gated[3].step is not None:
+            raise AssertionError("the gates did not share one batch, or the decodings one step")
+        out = [(f"batched M{hmm.M}", check_decodings(hmm, db, g.result())) for (hmm, _), g in zip(asked, gated)
+               if g.decode]
+        if gated[3].result().decoded is not None:
+            raise AssertionError("a model without the own post-filter got decodings")
+        return out + [("decoding counts", dict(backend.gpu.decoding_counts))]
+    finally:
+        backend.close()
+
+
 def gpu_own_postfilter_checks():
     """On a GPU: the four sample models against the whole sample proteome (2,100 targets)."""
     import pyhmmer

@@ -33,18 +33,31 @@ def _assert_rows(rows: dict, models: list) -> None:
     assert rows["command line"]["domain_rows"] > 0
 
 
+def _simulate(checks: str, tmp_path) -> dict:
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "postfilter_checks.py"), checks], env=env,
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
+    return _rows(p.stdout)
+
+
 def test_own_postfilter_on_the_gpu_route_under_simulator(tmp_path):
     """KR against two dozen targets (its shortest hits, Viterbi-filter survivors that fail F3,
     others): the decodings equal the CPU references' and libhmmer's, the engine's states
     pyhmmer's, the command line's outputs hmmsearch's and the pyhmmer route's."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "postfilter_checks.py"),
-                        "simulator_own_postfilter_checks"], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
-    _assert_rows(_rows(p.stdout), ["KR"])
+    _assert_rows(_simulate("simulator_own_postfilter_checks", tmp_path), ["KR"])
+
+
+def test_decodings_of_several_models_share_a_step_under_simulator(tmp_path):
+    """Three sampled models' gates in one batch, their passers decoded in one second launch,
+    each model's decodings its own and equal to the references'; a model of the same batch
+    without the own post-filter gets none."""
+    rows = _simulate("simulator_decoding_batch_checks", tmp_path)
+    batched = [rows[f"batched M{M}"] for M in (24, 40, 17)]
+    assert all(r["decoded"] > 0 for r in batched)
+    assert rows["decoding counts"]["decoded"] == sum(r["decoded"] for r in batched)
 
 
 @pytest.mark.gpu
