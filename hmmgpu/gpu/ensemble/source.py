@@ -95,9 +95,12 @@ Matrices are read where the envelope kernels will leave them, in the layout of
 ``[Lr+1][6]``), each region at its own offsets of two flat arrays, so a batch holds regions of
 several targets and models (per region its model's ``tfv``/``rfv`` offset and the 8 special
 transitions at the target's length). The count row and the pair buffer are per-region slices
-of flat arrays; the 29 null2 odds are a thread-local array. Every float value goes through
-the rounding helpers (``fmul``, ``fadd``, ``fsub``, ``fdiv``, ``dadd``, ``ddiv``,
-``rcp_double``), so no plain operator can be contracted into a fused multiply-add.
+of flat arrays; the 29 null2 odds are a thread-local array. A thread's steps wait on memory
+(its loads depend on its last choice), so what can be loaded together is: a step's two or
+four paths, and in the E step a vector's eight cells before they are summed in order.
+Every float value goes through the rounding helpers (``fmul``, ``fadd``, ``fsub``, ``fdiv``,
+``dadd``, ``ddiv``, ``rcp_double``), so no plain operator can be contracted into a fused
+multiply-add.
 """
 from __future__ import annotations
 
@@ -212,25 +215,17 @@ while True:
                 norm = rcp_double(xmx[xb + 6 * i + XE])
                 total = D0
                 total_ftz = D0
-                cell = np.int64(0)
+                q = np.int64(0)
                 while True:
-                    q = cell >> 3
-                    sd = (cell >> 2) & 1
-                    r = cell & 3
-                    v = dp[db + ((i * 3 + sd) * QQ + q) * 4 + r]
-                    term = fmul(v, norm)
-                    total = dadd(total, np.float64(term))
-                    if not (tiny(v) or tiny(term)):
-                        total_ftz = dadd(total_ftz, np.float64(term))
-                    if roll < total:
-                        s1 = ST_M + sd
-                        kk = r * QQ + q + 1
+                    src = db + (i * 3 * QQ + q) * 4  # vector q's M lanes; its D lanes at + 4Q
+{estep}
+                    if s1 != 0:
                         break
-                    cell += 1
-                    if cell == 8 * QQ:
+                    q += 1
+                    if q == QQ:
                         if not total > D0:
                             break
-                        cell = 0
+                        q = 0
                 if s1 == 0:
                     status = FATAL
                     break
@@ -395,10 +390,23 @@ while True:
 """
 
 
+def _e_step_lines() -> list:
+    """One vector q of the E step: its eight cells (M lanes 0-3, D lanes 0-3) loaded first, so
+    that the loads are in flight together, then added to the double running sums in order,
+    the first cell whose sum passes the draw chosen (the loads past it read the same row and
+    change nothing)."""
+    lines = [f"v{z} = dp[src + {z}]" if z < 4 else f"v{z} = dp[src + 4 * QQ + {z - 4}]" for z in range(8)]
+    for z in range(8):
+        chosen = f"s1 = ST_{'M' if z < 4 else 'D'}", f"kk = {z % 4} * QQ + q + 1"
+        lines += ["if s1 == 0:", f"    total, total_ftz, passed = e_term(v{z}, norm, total, total_ftz, roll)",
+                  "    if passed:", f"        {chosen[0]}", f"        {chosen[1]}"]
+    return lines
+
+
 def kernel_body() -> str:
-    indent = " " * 16
-    degenerate = "\n".join(indent + line for line in _degenerate_lines())
-    body = _KERNEL.format(degenerate=degenerate)
+    degenerate = "\n".join(" " * 16 + line for line in _degenerate_lines())
+    estep = "\n".join(" " * 20 + line for line in _e_step_lines())
+    body = _KERNEL.format(degenerate=degenerate, estep=estep)
     return "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").splitlines())
 
 
@@ -429,6 +437,16 @@ def module_lines(binding: str) -> tuple:
     if v != F0 and (abs(v) < FMIN or (inclusive and abs(v) == FMIN)):
         return F0
     return v
+
+
+{small}def e_term(v, norm, total, total_ftz, roll):
+    """One cell of the E step: (double sum, its flushed twin, whether the sum passed the
+    draw). A term whose cell or product is tiny adds 0 to the flushed sum (FTZ's term)."""
+    term = fmul(v, norm)
+    total = dadd(total, np.float64(term))
+    if not (tiny(v) or tiny(term)):
+        total_ftz = dadd(total_ftz, np.float64(term))
+    return total, total_ftz, roll < total
 
 
 {small}def kahan(s, c, v):
