@@ -48,7 +48,7 @@ import numpy as np
 
 from hmmgpu.cpu.decoding import decode
 from hmmgpu.cpu.fwdback import (
-    DP_I, DP_M, FLT_MIN, HOST, SUBNORMAL, TINY_ROWS, ForwardTables, StripedMatrix, backward_matrix, forward_matrix, special_transitions,
+    DP_I, DP_M, HOST, SUBNORMAL, TINY_ROWS, ForwardTables, StripedMatrix, backward_matrix, forward_matrix, special_transitions,
     unihit_tables)
 from hmmgpu.cpu.null2 import glibc_logf, null2_by_expectation
 from hmmgpu.cpu.optacc import XF_LOOP, XF_N, Trace, domain_span, oa_trace, optimal_accuracy
@@ -105,17 +105,10 @@ def _float_sum(values) -> np.float32:
                              dtype=np.float32)[-1]
 
 
-def _null2(pp: StripedMatrix, tables: ForwardTables) -> np.ndarray:
-    """``p7_Null2_ByExpectation`` on the posterior matrix: the null2 odds float32 [Kp]."""
-    return null2_by_expectation(pp.dp[:, DP_M], pp.dp[:, DP_I], pp.xmx, tables.rfv)
-
-
-def _flushed(pp: StripedMatrix) -> StripedMatrix:
-    """The posterior matrix as flush-to-zero leaves it: its tiny values 0."""
-    def flush(a):
-        return np.where((a > 0) & (a <= FLT_MIN), np.float32(0.0), a).astype(np.float32)
-
-    return StripedMatrix(dp=flush(pp.dp), xmx=flush(pp.xmx), totscale=pp.totscale, has_own_scales=pp.has_own_scales)
+def _null2(pp: StripedMatrix, tables: ForwardTables, flush_tiny: bool = False) -> np.ndarray:
+    """``p7_Null2_ByExpectation`` on the posterior matrix: the null2 odds float32 [Kp]; with
+    ``flush_tiny``, of the matrix as flush-to-zero leaves it (its tiny values read as 0)."""
+    return null2_by_expectation(pp.dp[:, DP_M], pp.dp[:, DP_I], pp.xmx, tables.rfv, flush_tiny)
 
 
 def _same_bits(a, b) -> bool:
@@ -150,7 +143,7 @@ def rescore_isolated_domain(tables: ForwardTables, codes, i: int, j: int, null2_
     else:
         out.null2 = _null2(posterior.matrix, uni)
         out.n2sc = scores = glibc_logf(out.null2[codes[int(i) - 1:int(j)]])
-        if posterior.flags & TINY_ROWS and not _same_bits(out.null2, _null2(_flushed(posterior.matrix), uni)):
+        if posterior.flags & TINY_ROWS and not _same_bits(out.null2, _null2(posterior.matrix, uni, flush_tiny=True)):
             out.flags |= SUBNORMAL
     out.domcorrection = _float_sum(scores)
     return out

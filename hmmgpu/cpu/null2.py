@@ -68,6 +68,8 @@ for _code, _residues in DEGENERATE_RESIDUES.items():
     _DEGEN[_code, list(_residues)] = True
 _NDEGEN = _DEGEN.sum(axis=1).astype(np.int32)
 _GAP, _NONRESIDUE, _MISSING = K, KP - 2, KP - 1
+#: The largest value flush-to-zero sets to 0 (FLT_MIN, the smallest normal float).
+_FLT_MIN = F32(np.finfo(np.float32).tiny)
 
 _libm = ctypes.CDLL(ctypes.util.find_library("m"))
 _logf = _libm.logf
@@ -167,27 +169,33 @@ def null2_by_trace(st, tk, ti, zstart, zend, rfv, null2):
     null2_odds(count_m, count_i, xfactor, rfv, null2)
 
 
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _read(v, flush_tiny):
+    """``v``, or 0 where ``flush_tiny`` and ``v`` is tiny (``0 < v <= FLT_MIN``: flush-to-zero's 0)."""
+    return F32(0.0) if flush_tiny and v > F32(0.0) and v <= _FLT_MIN else v
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
-def _expectation(pp_m, pp_i, pp_x, rfv, null2):
+def _expectation(pp_m, pp_i, pp_x, rfv, null2, flush_tiny):
     Ld = pp_m.shape[0] - 1
     Q = rfv.shape[1]
     sum_m = np.empty((Q, 4), dtype=np.float32)
     sum_i = np.empty((Q, 4), dtype=np.float32)
     for q in range(Q):
         for r in range(4):
-            sum_m[q, r] = pp_m[1, q, r]
-            sum_i[q, r] = pp_i[1, q, r]
-    xn = pp_x[1, 1]
-    xc = pp_x[1, 4]
-    xj = pp_x[1, 2]
+            sum_m[q, r] = _read(pp_m[1, q, r], flush_tiny)
+            sum_i[q, r] = _read(pp_i[1, q, r], flush_tiny)
+    xn = _read(pp_x[1, 1], flush_tiny)
+    xc = _read(pp_x[1, 4], flush_tiny)
+    xj = _read(pp_x[1, 2], flush_tiny)
     for i in range(2, Ld + 1):
         for q in range(Q):
             for r in range(4):
-                sum_m[q, r] = pp_m[i, q, r] + sum_m[q, r]
-                sum_i[q, r] = pp_i[i, q, r] + sum_i[q, r]
-        xn = xn + pp_x[i, 1]
-        xc = xc + pp_x[i, 4]
-        xj = xj + pp_x[i, 2]
+                sum_m[q, r] = _read(pp_m[i, q, r], flush_tiny) + sum_m[q, r]
+                sum_i[q, r] = _read(pp_i[i, q, r], flush_tiny) + sum_i[q, r]
+        xn = xn + _read(pp_x[i, 1], flush_tiny)
+        xc = xc + _read(pp_x[i, 4], flush_tiny)
+        xj = xj + _read(pp_x[i, 2], flush_tiny)
     norm = _domain_norm(Ld)
     for q in range(Q):
         for r in range(4):
@@ -197,12 +205,14 @@ def _expectation(pp_m, pp_i, pp_x, rfv, null2):
     null2_odds(sum_m, sum_i, xfactor, rfv, null2)
 
 
-def null2_by_expectation(pp_m, pp_i, pp_x, rfv) -> np.ndarray:
+def null2_by_expectation(pp_m, pp_i, pp_x, rfv, flush_tiny: bool = False) -> np.ndarray:
     """``p7_Null2_ByExpectation(om, pp, null2)``: the null2 odds float32 [Kp] of an envelope of
     ``Ld >= 1`` residues from its posterior decoding matrix, given as the striped M and I
     cells ``pp_m``, ``pp_i`` float32 [Ld+1][Q][4] and the special-state rows ``pp_x`` float32
     [Ld+1][6] (HMMER's ``p7X_`` order E N J B C SCALE); ``rfv`` float32 [Kp][Q][4]. Row 0 is
-    not read (HMMER overwrites it with the sums; the inputs here are left unchanged)."""
+    not read (HMMER overwrites it with the sums; the inputs here are left unchanged). With
+    ``flush_tiny``, the odds of the matrix as flush-to-zero holds it: every tiny value read as 0."""
     null2 = np.empty(KP, dtype=np.float32)
-    _expectation(np.asarray(pp_m, F32), np.asarray(pp_i, F32), np.asarray(pp_x, F32), np.asarray(rfv, F32), null2)
+    _expectation(np.asarray(pp_m, F32), np.asarray(pp_i, F32), np.asarray(pp_x, F32), np.asarray(rfv, F32), null2,
+                 bool(flush_tiny))
     return null2

@@ -164,6 +164,33 @@ def test_null2_by_expectation_matches_libhmmer(targets):
     assert checked >= 10
 
 
+def test_null2_by_expectation_reads_tiny_values_as_flush_to_zero(targets):
+    """``flush_tiny``: the odds of the posterior matrix with its tiny values set to 0 (as the
+    envelope's flush-to-zero check computes them), on libhmmer's posteriors with tiny values put
+    in some M, I, N, C and J cells."""
+    from hmmgpu.cpu.fwdback import DP_I, DP_M, FLT_MIN
+    from hmmgpu.cpu.null2 import null2_by_expectation
+    from hmmgpu.stages.forward import ForwardTables
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    for name, (hmm, items) in _by_model(targets).items():
+        with HmmerModel(hmm) as model:
+            rfv = ForwardTables.from_hmmer(model).rfv
+            for target, codes in items[:2]:
+                for domain in model.domain_definition(codes)["domains"][:2]:
+                    pp = model.envelope(codes, domain["ienv"], domain["jenv"])["posterior"]
+                    dp, xmx = pp.dp.copy(), pp.xmx.copy()
+                    dp[rng.random(dp.shape) < 0.05] = np.float32(3e-39)
+                    xmx[rng.random(xmx.shape) < 0.2] = np.float32(FLT_MIN)
+                    flushed = [np.where((a > 0) & (a <= FLT_MIN), np.float32(0), a) for a in (dp, xmx)]
+                    mine = null2_by_expectation(dp[:, DP_M], dp[:, DP_I], xmx, rfv, flush_tiny=True)
+                    want = null2_by_expectation(flushed[0][:, DP_M], flushed[0][:, DP_I], flushed[1], rfv)
+                    assert bits(mine).tobytes() == bits(want).tobytes(), (name, target)
+                    checked += 1
+    assert checked >= 6
+
+
 def _assert_equal(where, mine, theirs):
     assert mine.status == theirs["status"], where
     for key in ("nregions", "nclustered", "noverlaps", "nenvelopes"):
