@@ -127,11 +127,35 @@ def line(label, passers, seconds, pyhmmer, counts, extra="") -> str:
             + extra)
 
 
-def main() -> None:
+def proteins(data: Path, max_seqs: int) -> tuple:
+    """The first ``max_seqs`` proteins of the shared data: (pyhmmer block, :class:`~hmmgpu.formats.seqdb.SequenceDB`)."""
     from pyhmmer.easel import Alphabet, SequenceFile
-    from pyhmmer.plan7 import HMMFile
 
     from hmmgpu.formats.seqdb import SequenceDB
+
+    fasta = Path("/tmp") / f"own_postfilter_profile_{max_seqs}.fa"
+    if not fasta.exists():
+        with gzip.open(data / "seqs" / "public_proteins.fa.gz", "rt") as src, open(fasta, "w") as out:
+            n = 0
+            for text in src:
+                n += text.startswith(">")
+                if n > max_seqs:
+                    break
+                out.write(text)
+    with SequenceFile(str(fasta), digital=True, alphabet=Alphabet.amino()) as f:
+        block = f.read_block()
+    return block, SequenceDB.from_block(block)
+
+
+def read_model(data: Path, name: str):
+    """A Pfam model of the shared data."""
+    from pyhmmer.plan7 import HMMFile
+
+    with HMMFile(gzip.open(data / "pfam" / f"{name}.hmm.gz")) as f:
+        return f.read()
+
+
+def main() -> None:
     from hmmgpu.options import SearchOptions
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -140,24 +164,11 @@ def main() -> None:
     parser.add_argument("models", nargs="*", default=MODELS)
     args = parser.parse_args()
     data = Path(args.data)
-    amino = Alphabet.amino()
-    fasta = Path("/tmp") / f"own_postfilter_profile_{args.max_seqs}.fa"
-    if not fasta.exists():
-        with gzip.open(data / "seqs" / "public_proteins.fa.gz", "rt") as src, open(fasta, "w") as out:
-            n = 0
-            for text in src:
-                n += text.startswith(">")
-                if n > args.max_seqs:
-                    break
-                out.write(text)
-    with SequenceFile(str(fasta), digital=True, alphabet=amino) as f:
-        block = f.read_block()
-    db = SequenceDB.from_block(block)
+    block, db = proteins(data, args.max_seqs)
     options = SearchOptions()
     total, total_counts, total_passers, total_pyhmmer = defaultdict(float), defaultdict(int), 0, 0.0
     for name in args.models:
-        with HMMFile(gzip.open(data / "pfam" / f"{name}.hmm.gz")) as f:
-            hmm = f.read()
+        hmm = read_model(data, name)
         if name == args.models[0]:
             profile_model(hmm, db, block, options)   # loads (or compiles) the numba functions first
         r = profile_model(hmm, db, block, options)
