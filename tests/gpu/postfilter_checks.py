@@ -146,11 +146,12 @@ def _rows(path) -> list:
     return [line for line in path.read_bytes().split(b"\n") if not line.startswith(b"#")]
 
 
-def check_command_line(hmms, block, cpus: int = 2) -> dict:
+def check_command_line(hmms, block, cpus: int = 2, route: str = "hmmer") -> dict:
     """``hmmgpu search --backend cuda --postfilter hmmgpu`` (the GPU process; hmmsearch's float
     mode) on ``hmms`` x ``block`` written to files: its three tables, report and -A alignment
-    equal hmmsearch's (when installed), its tables the pyhmmer route's (``--backend hmmer``), and
-    its statistics say the GPU's decodings were used."""
+    equal hmmsearch's (when installed), its tables the pyhmmer route's (``--backend`` ``route``:
+    pyhmmer's whole pipeline, or the GPU's filters and pyhmmer's post-filter), and its
+    statistics say the GPU's decodings were used."""
     import re
 
     from hmmgpu.cli import main
@@ -168,7 +169,7 @@ def check_command_line(hmms, block, cpus: int = 2) -> dict:
                 hmm.write(fh)
         runs = {}
         for name, args in (("hmmgpu", ["--backend", "cuda", "--postfilter", "hmmgpu"]),
-                           ("route", ["--backend", "hmmer"])):
+                           ("route", ["--backend", route])):
             folder = tmp / name
             folder.mkdir()
             cwd = os.getcwd()
@@ -275,7 +276,7 @@ def gpu_own_postfilter_checks():
         out = check_engine(backend, db, hmms, cpus=4)
     finally:
         backend.close()
-    out.append(("command line", check_command_line(hmms, block, cpus=4)))
+    out.append(("command line", check_command_line(hmms, block, cpus=4, route="cuda")))
     return out
 
 

@@ -24,9 +24,9 @@ def _rows(out: str) -> dict:
 
 
 def _assert_rows(rows: dict, models: list) -> None:
-    for name in models:
-        got = rows[f"decodings {name}"]
-        assert got["decoded"] > 0 and got["decoded"] + got["left_to_host"] == got["passers"]
+    decodings = [rows[f"decodings {name}"] for name in models]
+    assert all(got["decoded"] + got["left_to_host"] == got["passers"] for got in decodings)
+    assert sum(got["decoded"] for got in decodings) > 0
     engine = rows["engine"]
     assert engine["hits"] > 0 and engine["decoded_on_gpu"] == sum(rows[f"decodings {n}"]["decoded"] for n in models)
     assert rows["command line"]["decoded_on_gpu"] == engine["decoded_on_gpu"]
