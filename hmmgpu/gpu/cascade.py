@@ -288,6 +288,7 @@ class _DecodingStep:
             if passers.size:
                 self._job[id(member)] = len(jobs)
                 jobs.append(ForwardJob(member.tables, passers))
+        self.members = []  # no longer needed, and no cycle left between the tickets and their step
         cascade = self._cascade
         if jobs:
             with cascade._forward_lock, cascade._simulated:
