@@ -165,7 +165,8 @@ def check_define_domains(hmm, codes, binding) -> dict:
 
 def simulator_ensemble_checks():
     """Sampled models of 5 (padding lanes), 12 and 30 nodes, tandem targets, their clustered
-    regions in one launch; the same regions with subnormal cells (flush-to-zero flags);
+    regions in one launch; two of them beside their copies with subnormal cells (flush-to-zero
+    flags on the copies only);
     a short table of draws and a small pair buffer (regions left to the CPU reference); a whole
     domain definition through the GPU stage."""
     from hmmgpu.cpu.stotrace import EXHAUSTED, FULL
@@ -179,7 +180,7 @@ def simulator_ensemble_checks():
     out = [("sampled models", check_sampled(requests, "python"))]
     out.append(("results", check_results(items, "python")))
     tiny = with_tiny_cells(items[:2])
-    out.append(("subnormal cells", check_sampled([r for r, _ in tiny], "python")))
+    out.append(("subnormal cells", check_sampled(requests[:2] + [r for r, _ in tiny], "python")))
     short = [r.status for r in sample_regions(requests[:2], table=512, binding="python")]
     full = [r.status for r in sample_regions(requests[:2], pair_cap=40, binding="python")]
     out.append(("left to the host", dict(exhausted=short.count(EXHAUSTED), full=full.count(FULL),
