@@ -177,7 +177,7 @@ def simulator_ensemble_checks():
     items = region_requests(hmms, lambda hmm, seed: tandem_targets(hmm, seed)[:2] if seed < 2 else
                             tandem_targets(hmm, seed)[2:], limit=1)
     requests = [r for r, _ in items]
-    out = [("sampled models", check_sampled(requests, "python"))]
+    out = [("sampled models", check_sampled(requests, None))]
     out.append(("results", check_results(items, "python")))
     tiny = with_tiny_cells(items[:2])
     out.append(("subnormal cells", check_sampled(requests[:2] + [r for r, _ in tiny], "python")))
@@ -185,7 +185,7 @@ def simulator_ensemble_checks():
     full = [r.status for r in sample_regions(requests[:2], pair_cap=40, binding="python")]
     out.append(("left to the host", dict(exhausted=short.count(EXHAUSTED), full=full.count(FULL),
                                          **check_results(items[:2], "python", table=512))))
-    out.append(("define_domains", check_define_domains(hmms[1], tandem_targets(hmms[1], 1)[0], "python")))
+    out.append(("define_domains", check_define_domains(hmms[1], tandem_targets(hmms[1], 1)[0], None)))
     out.append(("no path", no_path_statuses(requests[0], "python")))
     return out
 

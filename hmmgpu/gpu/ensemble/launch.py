@@ -27,8 +27,8 @@ from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, TraceEnsemble, unifo
 from hmmgpu.gpu.ensemble.source import ARGS, EnsembleSpec
 from hmmgpu.gpu.runtime.kargs import arguments
 
-__all__ = ["DEFAULT_TABLE", "RegionRequest", "RegionBatch", "SampledRegion", "pair_capacity", "pack_regions",
-           "launch", "sample_regions"]
+__all__ = ["DEFAULT_TABLE", "default_binding", "RegionRequest", "RegionBatch", "SampledRegion", "pair_capacity",
+           "pack_regions", "launch", "sample_regions"]
 
 #: Draws in the device table (8 MB of doubles; the longest region measured read 190,690).
 DEFAULT_TABLE = 1 << 20
@@ -136,6 +136,20 @@ def pack_regions(requests, nsamples: int = NSAMPLES, pair_cap: int | None = None
                        pair_size=int(caps.astype(np.int64).sum()), nsamples=int(nsamples))
 
 
+def default_binding() -> str:
+    """The kernel module's binding for numba's current target: ``"python"`` under the
+    simulator, else the lane binding of numba's current device (as
+    :attr:`hmmgpu.gpu.runtime.device.GpuDevice.lane_binding` names it; the kernel calls no
+    lane helper)."""
+    from numba import cuda
+
+    from hmmgpu.gpu.runtime.context import simulator_enabled
+
+    if simulator_enabled():
+        return "python"
+    return "dpx" if tuple(cuda.get_current_device().compute_capability) >= (9, 0) else "swar"
+
+
 _tables = {}
 
 
@@ -150,11 +164,11 @@ def _device_uniforms(seed: int, size: int):
 
 
 def launch(batch: RegionBatch, dp, xmx, *, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
-           binding: str = "python", block: int = 32) -> list:
+           binding: str | None = None, block: int = 32) -> list:
     """Sample every region of ``batch`` whose matrices are the device arrays ``dp`` and ``xmx``
     (float32, the regions' cells and rows at the batch's offsets): a :class:`SampledRegion`
-    per region, in order. ``table``: draws in the device table; ``binding``: numba's
-    (``"python"`` under the simulator)."""
+    per region, in order. ``table``: draws in the device table; ``binding``: the kernel
+    module's (:func:`default_binding` if None)."""
     from numba import cuda
 
     from hmmgpu.gpu.runtime import build
@@ -171,7 +185,7 @@ def launch(batch: RegionBatch, dp, xmx, *, seed: int = DEFAULT_SEED, table: int 
                   work=cuda.device_array(max(batch.work_size, 1), np.float32), n_items=n,
                   counters=cuda.to_device(np.zeros(1, np.int32)), n_threads=n, acc=acc, pairs=pairs, **outs,
                   **{name: cuda.to_device(value) for name, value in a.items()})
-    kernel = build.numba_kernel(EnsembleSpec(), binding)
+    kernel = build.numba_kernel(EnsembleSpec(), binding or default_binding())
     kernel[(n + block - 1) // block, block](*arguments(ARGS, **values))
     status, npairs, draws, ftz = (outs[name].copy_to_host() for name in ("out_status", "out_npairs", "out_draws",
                                                                          "out_ftz"))
@@ -189,7 +203,7 @@ def launch(batch: RegionBatch, dp, xmx, *, seed: int = DEFAULT_SEED, table: int 
 
 
 def sample_regions(requests, *, nsamples: int = NSAMPLES, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
-                   binding: str = "python", block: int = 32, pair_cap: int | None = None) -> list:
+                   binding: str | None = None, block: int = 32, pair_cap: int | None = None) -> list:
     """:func:`launch` on regions whose matrices the host holds: packs them (``pair_cap`` as
     :func:`pack_regions` takes it), uploads the cells and rows, and samples every region (a
     :class:`SampledRegion` each, in order)."""

@@ -22,7 +22,7 @@ from hmmgpu.stages.domaindef import RegionEnsemble
 __all__ = ["GpuEnsembleStages", "region_ensembles"]
 
 
-def region_ensembles(requests, flags, *, seed: int = DEFAULT_SEED, binding: str = "python",
+def region_ensembles(requests, flags, *, seed: int = DEFAULT_SEED, binding: str | None = None,
                      table: int = DEFAULT_TABLE) -> list:
     """``region_trace_ensemble`` on every :class:`~hmmgpu.gpu.ensemble.launch.RegionRequest`
     (``flags``: each region matrix's exactness flags): a
@@ -40,10 +40,11 @@ def region_ensembles(requests, flags, *, seed: int = DEFAULT_SEED, binding: str 
 
 
 class GpuEnsembleStages(CpuDomainStages):
-    """The CPU stages of one model with the region ensemble sampled on the GPU (``binding``:
-    numba's, ``"python"`` under the simulator; ``table``: draws in the device table)."""
+    """The CPU stages of one model with the region ensemble sampled on the GPU (``binding``: the
+    kernel module's, :func:`~hmmgpu.gpu.ensemble.launch.default_binding` if None; ``table``:
+    draws in the device table)."""
 
-    def __init__(self, tables, seed: int = DEFAULT_SEED, binding: str = "python", table: int = DEFAULT_TABLE):
+    def __init__(self, tables, seed: int = DEFAULT_SEED, binding: str | None = None, table: int = DEFAULT_TABLE):
         super().__init__(tables, seed)
         self.binding = binding
         self.table = int(table)
