@@ -1,0 +1,85 @@
+"""hmmgpu's own post-filter from a device's decodings (``OwnPostFilter.target(..., device=...)``), on the CPU.
+
+On the GPU route the GPU process sends, for each F3 passer its kernels did not flag, the Forward
+score and ``p7_DomainDecoding``'s arrays, and the stage starts domain definition from them
+(tests/gpu/test_own_postfilter_gpu.py runs that route under the simulator and on a GPU). Here,
+without a GPU, over many more targets: for every target the kernels would decode, by their
+rule (both parsers unflagged, the last Forward product not tiny, no tiny value met by the
+decoding: tests/gpu/fwdback_checks.decoding_meets_tiny), the stage's outcome and hit from that
+decoding (the CPU references', which the kernels equal bit for bit) are those from its own
+parsers, in pyhmmer's IEEE mode and in hmmsearch's flush-to-zero mode.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pyhmmer
+import pytest
+from pyhmmer.easel import SequenceFile
+
+from hmmgpu.cpu.fwdback import FLT_MIN, HOST, backward, length_specials, parse
+from hmmgpu.cpu.own_postfilter import OwnPostFilter, TargetOutcome
+from hmmgpu.formats.seqdb import SequenceDB
+from hmmgpu.options import SearchOptions
+from hmmgpu.stages.domaindef import domain_decoding
+from hmmgpu.stages.hits import serialize_hit
+from tests.gpu.fwdback_checks import decoding_meets_tiny
+from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, sample_hmm
+
+
+@pytest.fixture(scope="module")
+def survivors():
+    """The proteome, and per sample model the targets past its Viterbi filter with a domain
+    (pyhmmer with F3 = 1 and no reporting threshold)."""
+    with SequenceFile(PROTEOME, digital=True, alphabet=AMINO) as f:
+        block = f.read_block()
+    db = SequenceDB.from_block(block)
+    position = {seq.name: k for k, seq in enumerate(block)}
+    chosen = []
+    for index, name in enumerate(MODEL_NAMES):
+        hmm = sample_hmm(name)
+        hits = pyhmmer.plan7.Pipeline(AMINO, F3=1.0, E=1e9, domE=1e9).search_hmm(hmm, block)
+        chosen.append((index, hmm, sorted(position[hit.name] for hit in hits)))
+    return db, chosen
+
+
+def device_decoding(tables, codes):
+    """(Forward score, decoding) as the GPU would send them for this target, or None where its
+    kernels' flags (or the last Forward product) leave the target to the host."""
+    forward = parse(tables, codes)
+    bck = backward(tables, codes, forward)
+    pmove, ploop = length_specials(codes.size)
+    if (forward.flags | bck.flags) & HOST or not np.float32(forward.xc * pmove) > FLT_MIN:
+        return None
+    if decoding_meets_tiny(forward.xmx, bck.xmx, bck.has_own_scales, ploop):
+        return None
+    return forward.score, domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales, ploop)
+
+
+def test_a_device_decoding_gives_the_references_outcome(survivors):
+    """Every Viterbi-filter survivor with a domain of the four sample models on the proteome
+    that the kernels would decode: the same outcome and hit bytes from the decoding as from
+    the stage's own parsers, in both float modes; a few (the models' strong homologs whose
+    parsers' C goes subnormal) are left to the host."""
+    db, chosen = survivors
+    stage = OwnPostFilter(db, SearchOptions())
+    compared = left_out = hits = 0
+    for index, hmm, positions in chosen:
+        query = SimpleNamespace(index=index, hmm=hmm)
+        model = stage._model(query)
+        for position in positions:
+            device = device_decoding(model.tables, db.codes(position))
+            if device is None:
+                left_out += 1
+                continue
+            for ftz in (False, True):
+                here = stage.target(query, model, position, True, None, ftz)
+                there = stage.target(query, model, position, True, None, ftz, device)
+                assert here[0] == there[0] != TargetOutcome.FAILED, (hmm.name, position, ftz)
+                assert (here[1] is None) == (there[1] is None)
+                if here[1] is not None:
+                    assert serialize_hit(here[1]) == serialize_hit(there[1]), (hmm.name, position, ftz)
+                    hits += 1
+            compared += 1
+    assert compared >= 75 and hits >= 2 * 33 and left_out >= 1   # 79, 158 and 7 with the four sample models
