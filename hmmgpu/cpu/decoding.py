@@ -58,8 +58,9 @@ def flushed(any_tiny, v) -> int:
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def posterior_rows(fwd_dp, fwd_xmx, bck_dp, bck_xmx, has_own_scales, loop_n, loop_j, loop_c, pp_dp, pp_xmx):
-    """``p7_Decoding`` into ``pp_dp`` float32 [Ld+1, 3, Q, 4] and ``pp_xmx`` [Ld+1, 6] (both
-    zeroed by the caller; the SCALE column is left to the caller). ``loop_n``, ``loop_j``,
+    """``p7_Decoding`` into ``pp_dp`` float32 [Ld+1, 3, Q, 4] and ``pp_xmx`` [Ld+1, 6] (their
+    row 0 zeroed by the caller; every other cell is written here but the SCALE column, left to
+    the caller). ``loop_n``, ``loop_j``,
     ``loop_c`` are ``xf[N|J|C][LOOP]``. Returns (the final ``sp``, flags)."""
     L = fwd_dp.shape[0] - 1
     Q = fwd_dp.shape[2]
@@ -106,8 +107,10 @@ def decode(forward: MatrixResult, backward: MatrixResult, loop: np.float32) -> t
     fwd, bck = forward.matrix, backward.matrix
     if fwd.dp.shape != bck.dp.shape:
         raise ValueError("the Forward and Backward matrices are of different shapes")
-    pp_dp = np.zeros_like(fwd.dp)
-    pp_xmx = np.zeros_like(fwd.xmx)
+    pp_dp = np.empty_like(fwd.dp)   # rows 1..Ld written whole by posterior_rows, row 0 zero
+    pp_dp[0] = 0.0
+    pp_xmx = np.empty_like(fwd.xmx)   # rows 1..Ld: E N J B C written, SCALE below
+    pp_xmx[0] = 0.0
     loop = np.float32(loop)
     sp, flags = posterior_rows(fwd.dp, fwd.xmx, bck.dp, bck.xmx, bck.has_own_scales, loop, loop, loop, pp_dp, pp_xmx)
     pp_xmx[:, XSCALE] = bck.xmx[:, XSCALE]

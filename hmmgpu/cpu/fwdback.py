@@ -343,8 +343,8 @@ def forward_parser(codes, M, rfv, tfv, pmove, ploop, xe_move, xe_loop, tbm_min, 
 
     ``xmx``: float32 [L+1, 6] receives the special-state rows (E N J B C SCALE) when it has
     L+1 rows (pass a (0, 6) array to skip them); ``scales``: float32 [>= L] receives the
-    scale factors of the rescaled rows, in row order. ``dp``: float32 [L+1, 3, Q, 4], zeros,
-    receives every row's M, D, I cells when it has L+1 rows (``p7_Forward``, HMMER's
+    scale factors of the rescaled rows, in row order. ``dp``: float32 [L+1, 3, Q, 4], row 0
+    zero, receives every other row's M, D, I cells, whole, when it has L+1 rows (``p7_Forward``, HMMER's
     ``do_full``: the same arithmetic, every row kept; pass a (0, 3, Q, 4) array to skip them).
     Returns (flags, xC, number of scale factors, totscale, score); the score (float32 nats)
     is NaN when :data:`RANGE` is set.
@@ -667,7 +667,7 @@ def backward_parser(codes, rfv, tfv, pmove, ploop, xe_move, xe_loop, fwd_scale, 
     """``p7_BackwardParser`` on one target (digital ``codes``, no sentinels), lane for lane,
     after the Forward parser: ``fwd_scale`` float32 [L+1] is Forward's ``xmx[:, SCALE]``.
     ``xmx`` float32 [L+1, 6] receives the special-state rows (E N J B C SCALE). ``dp``:
-    float32 [L+1, 3, Q, 4], zeros, receives the M, D, I cells of rows L..1 when it has L+1
+    float32 [L+1, 3, Q, 4], row 0 zero, receives the M, D, I cells of rows L..1, whole, when it has L+1
     rows (``p7_Backward``, ``do_full``; row 0's cells are not computed, HMMER's neither; pass
     a (0, 3, Q, 4) array to skip them). Returns
     (flags, has_own_scales, totscale, score); the score (float32 nats) is NaN when
@@ -872,6 +872,14 @@ def special_transitions(tables: ForwardTables, L: int) -> np.ndarray:
     return xf
 
 
+def _matrix(ld: int, Q: int) -> np.ndarray:
+    """A full matrix's cells for ``ld`` rows: row 0 zero, rows 1..ld left for the parser, which
+    writes each whole (zeroing them all first cost more than the parser, under the GIL)."""
+    dp = np.empty((ld + 1, 3, Q, 4), np.float32)
+    dp[0] = 0.0
+    return dp
+
+
 def _slice(codes, i, j):
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     j = codes.size if j is None else int(j)
@@ -891,8 +899,8 @@ def forward_matrix(tables: ForwardTables, codes, i: int = 1, j: int | None = Non
     t = unihit_tables(tables) if unihit else tables
     pmove, ploop = length_specials(L, t.nj)
     ld = sub.size
-    xmx = np.zeros((ld + 1, 6), np.float32)
-    dp = np.zeros((ld + 1, 3, t.Q, 4), np.float32)
+    xmx = np.empty((ld + 1, 6), np.float32)   # every special row is written
+    dp = _matrix(ld, t.Q)
     flags, _, _, totscale, score = forward_parser(sub, t.M, t.rfv, t.tfv, np.float32(pmove), np.float32(ploop),
                                                   t.xe_move, t.xe_loop, t.tbm_min, xmx,
                                                   np.zeros(max(ld, 1), np.float32), dp)
@@ -911,8 +919,8 @@ def backward_matrix(tables: ForwardTables, codes, forward: MatrixResult, i: int 
     t = unihit_tables(tables) if unihit else tables
     pmove, ploop = length_specials(L, t.nj)
     ld = sub.size
-    xmx = np.zeros((ld + 1, 6), np.float32)
-    dp = np.zeros((ld + 1, 3, t.Q, 4), np.float32)
+    xmx = np.empty((ld + 1, 6), np.float32)   # every special row is written
+    dp = _matrix(ld, t.Q)
     flags, own, totscale, score = backward_parser(sub, t.rfv, t.tfv, np.float32(pmove), np.float32(ploop),
                                                   t.xe_move, t.xe_loop,
                                                   np.ascontiguousarray(forward.matrix.xmx[:, XSCALE]), xmx, dp)
