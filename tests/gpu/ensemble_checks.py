@@ -47,6 +47,23 @@ def clustered_regions(model, codes):
     return [(i, j) for i, j in region_scan(mocc, btot, etot) if is_multidomain_region(btot, etot, i, j)]
 
 
+def shortest_homolog_region(name):
+    """The shortest clustered region of the sample model ``name``'s hits in the sample
+    proteome (PF02826: 72 residues of a real homolog, M = 178), as a one-item list."""
+    import pyhmmer
+    from pyhmmer.easel import SequenceFile
+
+    from tests.helpers import AMINO, PROTEOME, sample_hmm
+
+    hmm = sample_hmm(name)
+    with SequenceFile(str(PROTEOME), digital=True, alphabet=AMINO) as f:
+        proteome = f.read_block()
+    by_name = {seq.name: np.asarray(seq.sequence, np.uint8) for seq in proteome}
+    top = next(pyhmmer.hmmsearch([hmm], proteome))
+    items = region_requests([hmm], lambda hmm, seed: [by_name[hit.name] for hit in top])
+    return [min(items, key=lambda item: item[0].j - item[0].i)]
+
+
 def region_requests(hmms, targets_of, limit=None):
     """(request, Forward MatrixResult) of every clustered region of each model's targets."""
     from hmmgpu.cpu.fwdback import forward_matrix, special_transitions
@@ -165,7 +182,7 @@ def check_define_domains(hmm, codes, binding) -> dict:
 
 def simulator_ensemble_checks():
     """Sampled models of 5 (padding lanes), 12 and 30 nodes, tandem targets, their clustered
-    regions in one launch; two of them beside their copies with subnormal cells (flush-to-zero
+    regions in one launch with a region of a real PF02826 homolog; two of them beside their copies with subnormal cells (flush-to-zero
     flags on the copies only);
     a short table of draws and a small pair buffer (regions left to the CPU reference); a whole
     domain definition through the GPU stage."""
@@ -176,6 +193,7 @@ def simulator_ensemble_checks():
     hmms = [sampled_hmm(5, 3), sampled_hmm(12, 4), sampled_hmm(30, 5)]
     items = region_requests(hmms, lambda hmm, seed: tandem_targets(hmm, seed)[:2] if seed < 2 else
                             tandem_targets(hmm, seed)[2:], limit=1)
+    items += shortest_homolog_region("PF02826")
     requests = [r for r, _ in items]
     out = [("sampled models", check_sampled(requests, None))]
     out.append(("results", check_results(items, "python")))
