@@ -30,9 +30,9 @@ the F3 passers it could promise bit for bit (:mod:`hmmgpu.gpu.cascade`): the que
 result carries their Forward scores and decodings (:class:`~hmmgpu.stages.decoded.DecodedTargets`),
 and domain definition starts from those (:func:`hmmgpu.stages.domaindef.define_domains_decoded`).
 The device left out every target whose parsers or decoding raised a flag that could matter in
-either float mode, so such a decoding is hmmsearch's and pyhmmer's alike, and the target is then
-decided by domain definition's own flags exactly as one whose parsers ran here; the targets it
-left out run steps 2-4 here, and are decided by the references' flags as everywhere else.
+either float mode, so such a decoding is hmmsearch's and pyhmmer's alike, and domain definition
+goes on from it here as for a target whose parsers ran here; the targets it left out run steps
+2-4 here.
 
 Everything else is pyhmmer's pipeline, whose stage (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`)
 this one extends: the plan and the merge, the tasks over ranges of targets (pyhmmer's whole
@@ -40,12 +40,8 @@ pipeline: head starts, models routed past the filters), and every target that hm
 cannot promise bit for bit. Such a target is sent to pyhmmer's pipeline alone (with the
 task's Z, as part of the task) and counted (:meth:`OwnPostFilter.details`):
 
-* in hmmsearch's float mode (flush-to-zero, the command line's), a reference raised a
-  :data:`~hmmgpu.stages.forward.HOST` flag (RANGE, SUBNORMAL) in the Forward or Backward
-  parser or in any matrix of domain definition, or the Forward score's last product
-  ``xC pmove`` is tiny (its logarithm would differ under flush-to-zero); in pyhmmer's IEEE
-  mode (the API's default), whose arithmetic the references do operation for operation,
-  only RANGE (libhmmer's eslERANGE) does (:func:`host_flags`);
+* a reference raised RANGE (libhmmer's eslERANGE: a non-finite or zero score) in the Forward
+  or Backward parser or in any matrix of domain definition;
 * domain decoding overflowed (HMMER's pipeline then fails; pyhmmer raises its error);
 * every target of a model whose tables the flags' argument does not cover
   (:meth:`~hmmgpu.stages.forward.ForwardTables.exactness_conditions`).
@@ -56,12 +52,16 @@ search runs its tasks on pyhmmer's pipeline (its output is not reproducible anyw
 
 Why the code looks as it does
 -----------------------------
-The references compute in IEEE arithmetic and flag what flush-to-zero could change, so this
-stage runs them with flush-to-zero off whatever the worker thread's mode (hmmsearch's mode
-is restored for pyhmmer's pipeline). An unflagged target is then hmmsearch's in either
-mode, but for the parsers' tiny special-state values (TINY_ROWS: a decaying N or C), which
-hmmsearch holds as 0: in hmmsearch's mode those entries are zeroed before domain
-definition reads the rows.
+hmmsearch computes with SSE flush-to-zero on, pyhmmer with IEEE subnormals. The references
+do HMMER's float operations one by one as scalar SSE operations, which flush under the same
+MXCSR bit as HMMER's vector ones, so this stage runs them in the run's own float mode: in
+hmmsearch's (``ftz``, the command line's) the worker thread's flush-to-zero stays on and the
+references give hmmsearch's values themselves, their exactness flags (which say where the two
+modes could differ) notwithstanding. Measured: the parsers' rows and scores and the whole
+domain definition, run so, equal libhmmer's under flush-to-zero on every top hit checked of
+PF00001, PF07690, PF00005, PF00133, PF00096 and more (benchmarks/results/ftz_references_2026-11-28.log),
+nearly all of them flagged. The GPU's kernels compute in IEEE arithmetic: the device sends
+only decodings that no flag marks, which are the same in both modes.
 
 A task with targets sent to pyhmmer is cut into runs of consecutive targets, each run's
 state made by one side, and the runs' states joined by pyhmmer's own ``TopHits.merge`` (the
@@ -79,14 +79,14 @@ import numpy as np
 
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.cpu.domaindef import CpuDomainStages
-from hmmgpu.cpu.fwdback import FLT_MIN, HOST, RANGE, TINY_ROWS, ForwardTables, backward, length_specials, parse
+from hmmgpu.cpu.fwdback import RANGE, ForwardTables, backward, parse
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 from hmmgpu.stages.domaindef import define_domains, define_domains_decoded
 from hmmgpu.stages.hits import HitModel, pipeline_hit, pipeline_settings, tophits_state
 from hmmgpu.stages.merge import drop_unkept
 from hmmgpu.stages.postfilter import Task, TaskResult
 
-__all__ = ["OwnPostFilter", "QueryModel", "TargetOutcome", "host_flags", "hmmsearch_rows"]
+__all__ = ["OwnPostFilter", "QueryModel", "TargetOutcome"]
 
 F32 = np.float32
 #: ``p7_zsetby_e``: Z set by an option (a task's fixed Z).
@@ -126,23 +126,6 @@ class TargetOutcome:
     FAILED = "failed"  #: an undecided target that failed F3 here
     PASSED = "passed"  #: passed F3 (its hit, if any, made here)
     HOST = "host"  #: sent to pyhmmer's pipeline: hmmgpu's code cannot promise it bit for bit
-
-
-def hmmsearch_rows(rows: np.ndarray, flags: int) -> np.ndarray:
-    """A parser's special-state rows as hmmsearch (flush-to-zero) holds them: the tiny
-    entries that :data:`~hmmgpu.stages.forward.TINY_ROWS` marks set to 0 (the rows themselves
-    where none is)."""
-    if not flags & TINY_ROWS:
-        return rows
-    return np.where((rows > 0) & (rows <= FLT_MIN), F32(0.0), rows).astype(F32)
-
-
-def host_flags(ftz: bool) -> int:
-    """The exactness flags that send a target to pyhmmer's pipeline: in hmmsearch's mode
-    (``ftz``) :data:`~hmmgpu.stages.forward.HOST` (RANGE, SUBNORMAL: flush-to-zero could change
-    a value); in pyhmmer's IEEE mode, whose arithmetic the references do operation for
-    operation whatever the flags, RANGE only (libhmmer's eslERANGE, which HMMER handles)."""
-    return HOST if ftz else RANGE
 
 
 def _allocated(n: int) -> int:
@@ -202,51 +185,45 @@ class OwnPostFilter(PyhmmerStage):
 
     # ------------------------------------------------------------ per target
     def target(self, query, model: QueryModel, position: int, decided: bool, Z: float | None,
-               ftz: bool, device: tuple | None = None) -> tuple:
+               device: tuple | None = None) -> tuple:
         """``p7_Pipeline`` from the Forward filter on, on the target at ``position``
-        (``decided``: the gate passed it): (:class:`TargetOutcome`, its hit or None). ``Z``:
-        the pipeline's for the keep rule (None: the settings'); ``ftz``: hmmsearch's mode;
-        ``device``: (Forward score, decoding) that the GPU computed for this F3 passer
-        (:meth:`~hmmgpu.stages.decoded.DecodedTargets.target`), in place of the parsers here."""
+        (``decided``: the gate passed it), in the calling thread's float mode (module header):
+        (:class:`TargetOutcome`, its hit or None). ``Z``: the pipeline's for the keep rule
+        (None: the settings'); ``device``: (Forward score, decoding) that the GPU computed for
+        this F3 passer (:meth:`~hmmgpu.stages.decoded.DecodedTargets.target`), in place of the
+        parsers here."""
         from hmmgpu.stages.profiles import null_table
 
         codes = self.db.codes(position)
         L = int(codes.size)
-        host = host_flags(ftz)
         nullsc = null_table(L)[L]
         if device is None:
-            outcome, fwdsc, definition = self._defined_here(query, model, position, codes, decided, nullsc, ftz)
+            outcome, fwdsc, definition = self._defined_here(query, model, position, codes, decided, nullsc)
             if outcome is not None:
                 return outcome, None
         else:
             fwdsc, decoding = device
             definition = define_domains_decoded(model.stages, codes, decoding)
-        if definition.status != STATUS_OK or definition.flags & host:
+        if definition.status != STATUS_OK or definition.flags & RANGE:
             return TargetOutcome.HOST, None
         hit = pipeline_hit(definition, codes, self.db.name(position), self.db.accession(position),
                            self.db.description(position), nullsc, fwdsc, model.hit_model, model.settings, Z)
         return TargetOutcome.PASSED, hit
 
-    def _defined_here(self, query, model: QueryModel, position: int, codes, decided: bool, nullsc,
-                      ftz: bool) -> tuple:
+    def _defined_here(self, query, model: QueryModel, position: int, codes, decided: bool, nullsc) -> tuple:
         """The Forward filter and domain definition of a target with the CPU references' parsers:
         (None, Forward score, :class:`~hmmgpu.stages.domaindef.DomainDefinition`), or
         (:class:`TargetOutcome`, None, None) for a target that ends before domain definition."""
         tables = model.tables
-        host = host_flags(ftz)
         forward = parse(tables, codes)
-        pmove = length_specials(codes.size, tables.nj)[0]
-        if forward.flags & host or (ftz and not F32(forward.xc * pmove) > FLT_MIN):
+        if forward.flags & RANGE:
             return TargetOutcome.HOST, None, None
         if not decided and not self._passes_f3(query, model, position, forward.score, nullsc):
             return TargetOutcome.FAILED, None, None
         bck = backward(tables, codes, forward)
-        if (bck.flags | bck.forward_flags) & host:
+        if (bck.flags | bck.forward_flags) & RANGE:
             return TargetOutcome.HOST, None, None
-        fwd_rows, bck_rows = forward.xmx, bck.xmx
-        if ftz:
-            fwd_rows, bck_rows = hmmsearch_rows(fwd_rows, forward.flags), hmmsearch_rows(bck_rows, bck.flags)
-        return None, forward.score, define_domains(model.stages, codes, fwd_rows, bck_rows, bck.has_own_scales)
+        return None, forward.score, define_domains(model.stages, codes, forward.xmx, bck.xmx, bck.has_own_scales)
 
     def _passes_f3(self, query, model: QueryModel, position: int, fwdsc, nullsc) -> bool:
         """``p7_Pipeline``'s Forward filter on a target the gate left undecided."""
@@ -282,13 +259,13 @@ class OwnPostFilter(PyhmmerStage):
         Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
         outcomes, hits = [], []
         on_device = 0
-        previous = set_flush_to_zero(False)   # the references' IEEE arithmetic (module header)
+        previous = set_flush_to_zero(self.ftz)   # the run's own float mode (module header)
         try:
             for position, known in zip(task.positions.tolist(), decided.tolist()):
                 k = found(position)
                 device = decoded.target(k) if k >= 0 else None
                 on_device += device is not None
-                outcome, hit = self.target(task.query, model, position, known, Z, self.ftz, device)
+                outcome, hit = self.target(task.query, model, position, known, Z, device)
                 outcomes.append(outcome)
                 hits.append(hit)
         finally:

@@ -11,6 +11,7 @@ parsers, in pyhmmer's IEEE mode and in hmmsearch's flush-to-zero mode.
 """
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,6 +22,7 @@ from pyhmmer.easel import SequenceFile
 from hmmgpu.cpu.fwdback import FLT_MIN, HOST, backward, length_specials, parse
 from hmmgpu.cpu.own_postfilter import OwnPostFilter, TargetOutcome
 from hmmgpu.formats.seqdb import SequenceDB
+from hmmgpu.host import flush_to_zero
 from hmmgpu.options import SearchOptions
 from hmmgpu.stages.domaindef import domain_decoding
 from hmmgpu.stages.hits import serialize_hit
@@ -74,8 +76,9 @@ def test_a_device_decoding_gives_the_references_outcome(survivors):
                 left_out += 1
                 continue
             for ftz in (False, True):
-                here = stage.target(query, model, position, True, None, ftz)
-                there = stage.target(query, model, position, True, None, ftz, device)
+                with flush_to_zero() if ftz else contextlib.nullcontext():
+                    here = stage.target(query, model, position, True, None)
+                    there = stage.target(query, model, position, True, None, device)
                 assert here[0] == there[0] != TargetOutcome.FAILED, (hmm.name, position, ftz)
                 assert (here[1] is None) == (there[1] is None)
                 if here[1] is not None:
