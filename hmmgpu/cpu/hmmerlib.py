@@ -509,6 +509,17 @@ class HmmerModel:
         xmx = np.frombuffer(_c.string_at(_read(_c.c_void_p, ox + _OX_XMX), 4 * 6 * (n + 1)), dtype=np.float32)
         return xmx.reshape(n + 1, 6).copy(), np.float32(_read(_c.c_float, ox + _OX_TOTSCALE))
 
+    def _parsers(self, dsq, n, score=None) -> int:
+        """``p7_ForwardParser`` then ``p7_BackwardParser`` on ``dsq`` as ``p7_Pipeline`` runs them
+        (the rows left in the model's parser matrices); Backward's status, its score into
+        ``score`` (a ``c_float``) when given."""
+        lib = _state["lib"]
+        self._forward(dsq, n)
+        _check(lib.p7_omx_GrowTo(self._oxb, self.M, 0, n), "p7_omx_GrowTo")
+        return _check(lib.p7_BackwardParser(dsq.ctypes.data, n, self._om, self._ox, self._oxb,
+                                            None if score is None else _c.byref(score)),
+                      "p7_BackwardParser", (STATUS_OK, STATUS_RANGE))
+
     def backward_parser(self, codes) -> tuple:
         """``p7_BackwardParser`` as ``p7_Pipeline`` runs it on an F3 passer: after
         ``p7_ForwardParser`` on the same target, whose per-row scale factors it reuses (it runs
@@ -518,12 +529,8 @@ class HmmerModel:
         Backward switched to its own scale factors)). Status RANGE (NaN, underflow or overflow of
         the final N) is returned, not raised. Runs in the calling thread's floating-point mode."""
         dsq, n = self._target(codes)
-        self._forward(dsq, n)
-        lib = _state["lib"]
-        _check(lib.p7_omx_GrowTo(self._oxb, self.M, 0, n), "p7_omx_GrowTo")
         sc = _c.c_float(math.nan)
-        status = _check(lib.p7_BackwardParser(dsq.ctypes.data, n, self._om, self._ox, self._oxb, _c.byref(sc)),
-                        "p7_BackwardParser", (STATUS_OK, STATUS_RANGE))
+        status = self._parsers(dsq, n, sc)
         xmx, totscale = self._rows(self._oxb, n)
         score = np.float32(sc.value) if status == STATUS_OK else np.float32(math.nan)
         return status, score, xmx, totscale, bool(_read(_c.c_int, self._oxb + _OX_HAS_OWN_SCALES))
@@ -726,10 +733,7 @@ class HmmerModel:
         jenv, iali, jali, envsc, domcorrection, oasc), in ``dcl`` order."""
         lib = _state["lib"]
         dsq, n = self._target(codes)
-        self._forward(dsq, n)
-        _check(lib.p7_omx_GrowTo(self._oxb, self.M, 0, n), "p7_omx_GrowTo")
-        _check(lib.p7_BackwardParser(dsq.ctypes.data, n, self._om, self._ox, self._oxb, None), "p7_BackwardParser",
-               (STATUS_OK, STATUS_RANGE))
+        self._parsers(dsq, n)
         self._full(1)
         rng = lib.esl_randomness_CreateFast(_PIPELINE_SEED)
         ddef = lib.p7_domaindef_Create(rng)
@@ -763,10 +767,7 @@ class HmmerModel:
         (after :meth:`backward_parser`'s two parsers): (status, mocc, btot, etot float32 [L+1])."""
         lib = _state["lib"]
         dsq, n = self._target(codes)
-        self._forward(dsq, n)
-        _check(lib.p7_omx_GrowTo(self._oxb, self.M, 0, n), "p7_omx_GrowTo")
-        _check(lib.p7_BackwardParser(dsq.ctypes.data, n, self._om, self._ox, self._oxb, None), "p7_BackwardParser",
-               (STATUS_OK, STATUS_RANGE))
+        self._parsers(dsq, n)
         rng = lib.esl_randomness_CreateFast(_PIPELINE_SEED)
         ddef = lib.p7_domaindef_Create(rng)
         try:
