@@ -207,7 +207,7 @@ def check_command_line(hmms, block, cpus: int = 2, route: str = "hmmer") -> dict
 
 
 def simulator_own_postfilter_checks():
-    """Under the simulator: KR against two dozen proteome targets (its shortest hits, Viterbi-filter
+    """Under the simulator: KR against a dozen proteome targets (its shortest hits, Viterbi-filter
     survivors that fail F3, others)."""
     from hmmgpu.formats.seqdb import SequenceDB
     from hmmgpu.gpu.backend import CudaBackend
@@ -216,7 +216,7 @@ def simulator_own_postfilter_checks():
 
     clock = time.perf_counter()
     hmms = sample_models(["KR"])
-    block = sample_targets(hmms, hits=4, misses=3, others=17, max_length=260)
+    block = sample_targets(hmms, hits=4, misses=2, others=6, max_length=260)
     db = SequenceDB.from_block(block)
     out = [("targets", len(block))]
     backend = CudaBackend(db)
@@ -225,8 +225,6 @@ def simulator_own_postfilter_checks():
     finally:
         backend.close()
     out.append(("engine seconds", round(time.perf_counter() - clock, 1)))
-    out.append(("command line", check_command_line(hmms, block)))
-    out.append(("all seconds", round(time.perf_counter() - clock, 1)))
     return out
 
 

