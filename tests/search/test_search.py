@@ -485,7 +485,6 @@ def test_few_models_go_to_pyhmmer_while_the_backend_starts(monkeypatch, referenc
     whichever route its model took. With as many models as threads, or a backend named
     explicitly, every large model goes through the filters (the search waits for the
     backend); a small model (here: any, the sample proteome being small) does not wait."""
-    from hmmgpu.search import routing as backends
     from hmmgpu.search import engine as engine_module
     from hmmgpu.search.engine import SearchEngine
     from hmmgpu.options import SearchOptions
@@ -535,7 +534,6 @@ def test_a_head_start_on_the_whole_pipeline_gives_a_serial_run(references, tmp_p
     with names repeated inside a range and across ranges. A backend that is never ready leaves
     every range to the whole pipeline. Where the ranges would first make every target a
     sequence object (not read as text), there is no head start: the model is rerouted whole."""
-    from hmmgpu.search import routing as backends
     from hmmgpu.stages import postfilter as forward_stage
     from hmmgpu.search import engine as engine_module
     from hmmgpu.search.engine import SearchEngine
@@ -593,7 +591,6 @@ def test_small_models_go_to_pyhmmer_while_the_backend_is_behind(monkeypatch, ref
     work and the backend is behind, and to the filters once it has caught up; a large model,
     or any with a backend named explicitly, always goes to the filters. Every result equals
     the serial run's."""
-    from hmmgpu.search import routing as backends
     from hmmgpu.search.engine import SearchEngine
     from hmmgpu.options import SearchOptions
 
