@@ -140,7 +140,7 @@ import numpy as np
 from numba import njit
 
 from hmmgpu.stages.forward import (  # noqa: F401 - the shared parts, re-exported
-    ABSORB, ANY_TINY, DD_EARLY_EXIT_M, FLT_MIN, HOST, OWN_SCALES_AT, RANGE, RESCALE_AT, STATUS_OK, STATUS_RANGE,
+    ABSORB, ANY_TINY, DD_EARLY_EXIT_M, FLT_MIN, HOST, OWN_SCALES_AT, RANGE, RESCALE_AT,
     STATUS_UNSURE, SUBNORMAL, TINY_ROWS, XB, XC, XE, XJ, XN, XSCALE, ForwardTables, forward_score, length_specials,
     nqf)
 

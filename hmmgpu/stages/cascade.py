@@ -33,7 +33,6 @@ import numpy as np
 
 from hmmgpu.stages import stats
 from hmmgpu.constants import STATUS_NORESULT, STATUS_OK, STATUS_RANGE
-from hmmgpu.stages.forward import STATUS_UNSURE  # noqa: F401 - a ForwardResult's status, re-exported
 from hmmgpu.stages.profiles import msv_score, null_table, tjb_table, viterbi_score, xw_move_table
 
 F32 = np.float32
