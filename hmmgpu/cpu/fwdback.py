@@ -205,11 +205,13 @@ def main_pass(row_m, row_d, row_i, e, tfv, xB, xEv, dcv) -> int:
 
 
 @njit(cache=True, nogil=True)
-def _rsh(v):
+def right_shift(v, fill):
+    """``esl_sse_rightshift_ps(v, fill)``: [fill v0 v1 v2], in place (Forward's carries shift in
+    0; optimal accuracy's, -inf)."""
     v[3] = v[2]
     v[2] = v[1]
     v[1] = v[0]
-    v[0] = _F0
+    v[0] = fill
 
 
 @njit(cache=True, nogil=True)
@@ -217,7 +219,7 @@ def dd_first_pass(row_d, tfv, dcv) -> int:
     """The first D->D pass (spec 2.2): D(q) += carry, carry = D(q) tDD(q)."""
     Q = row_d.shape[0]
     flags = 0
-    _rsh(dcv)
+    right_shift(dcv, _F0)
     for z in range(4):
         row_d[0, z] = _F0
     for q in range(Q):
@@ -240,7 +242,7 @@ def dd_carry_passes(row_d, tfv, dcv, M) -> int:
     Q = row_d.shape[0]
     flags = 0
     for j in range(1, 4):
-        _rsh(dcv)
+        right_shift(dcv, _F0)
         changed = False
         for q in range(Q):
             for z in range(4):
@@ -932,4 +934,4 @@ def backward_matrix(tables: ForwardTables, codes, forward: MatrixResult, i: int 
 __all__ = ["ForwardTables", "ForwardResult", "BackwardResult", "forward_parser", "backward_parser", "backward",
            "forward_score", "length_specials", "parse", "nqf", "score_targets", "RANGE", "SUBNORMAL", "TINY_ROWS",
            "ANY_TINY", "HOST", "STATUS_UNSURE", "StripedMatrix", "DP_M", "DP_D", "DP_I",
-           "MatrixResult", "unihit_tables", "special_transitions", "forward_matrix", "backward_matrix"]
+           "MatrixResult", "unihit_tables", "special_transitions", "forward_matrix", "backward_matrix", "right_shift"]

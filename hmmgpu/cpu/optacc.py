@@ -44,7 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from hmmgpu.cpu.fwdback import DP_D, DP_I, DP_M, SUBNORMAL, XB, XC, XE, XJ, XN, MatrixResult, StripedMatrix, tiny
+from hmmgpu.cpu.fwdback import (DP_D, DP_I, DP_M, SUBNORMAL, XB, XC, XE, XJ, XN, MatrixResult, StripedMatrix,
+                                right_shift, tiny)
 
 #: HMMER's p7T_ state codes.
 BOGUS, STATE_M, STATE_D, STATE_I, STATE_S, STATE_N, STATE_B, STATE_E, STATE_C, STATE_T, STATE_J, STATE_X = range(12)
@@ -96,15 +97,6 @@ def _masked(t, v):
     return v if t > _F0 else _F0
 
 
-@njit(cache=True, nogil=True)
-def _rshift_inf(v):
-    """``esl_sse_rightshift_ps(v, -inf)``: [-inf v0 v1 v2], in place."""
-    v[3] = v[2]
-    v[2] = v[1]
-    v[1] = v[0]
-    v[0] = NEG_INF
-
-
 @njit(cache=True, nogil=True, inline="always")
 def absorbed_add(a, pp):
     """``a + pp`` and its flag: :data:`SUBNORMAL` where a tiny posterior ``pp`` (0 under
@@ -129,9 +121,9 @@ def oa_main_pass(pp_dp, oa_dp, i, tfv, xB, xEv, dcv) -> int:
         ipv[z] = oa_dp[i - 1, DP_I, Q - 1, z]
         dcv[z] = NEG_INF
         xEv[z] = NEG_INF
-    _rshift_inf(mpv)
-    _rshift_inf(dpv)
-    _rshift_inf(ipv)
+    right_shift(mpv, NEG_INF)
+    right_shift(dpv, NEG_INF)
+    right_shift(ipv, NEG_INF)
     for q in range(Q):
         t = 7 * q
         for z in range(4):
@@ -160,14 +152,14 @@ def oa_dd_passes(oa_dp, i, tfv, dcv):
     """The four D->D passes, no early exit: the first carries D itself, the next three only
     the carry; a zero tDD makes the carry +0.0."""
     Q = oa_dp.shape[2]
-    _rshift_inf(dcv)
+    right_shift(dcv, NEG_INF)
     for q in range(Q):
         for z in range(4):
             d = _max(dcv[z], oa_dp[i, DP_D, q, z])
             oa_dp[i, DP_D, q, z] = d
             dcv[z] = _masked(tfv[7 * Q + q, z], d)
     for _ in range(3):
-        _rshift_inf(dcv)
+        right_shift(dcv, NEG_INF)
         for q in range(Q):
             for z in range(4):
                 oa_dp[i, DP_D, q, z] = _max(dcv[z], oa_dp[i, DP_D, q, z])
