@@ -136,6 +136,19 @@ def _domain_norm(Ld):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _normalized_odds(weight_m, weight_i, xn, xc, xj, Ld, rfv, null2):
+    """The tail both null2 functions share: the state weights (in place) and the special
+    states' ``xfactor = (N + C) + J`` times ``1 / Ld``, then :func:`null2_odds`."""
+    norm = _domain_norm(Ld)
+    for q in range(weight_m.shape[0]):
+        for r in range(4):
+            weight_m[q, r] = weight_m[q, r] * norm
+            weight_i[q, r] = weight_i[q, r] * norm
+    xfactor = (xn * norm + xc * norm) + xj * norm
+    null2_odds(weight_m, weight_i, xfactor, rfv, null2)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def null2_by_trace(st, tk, ti, zstart, zend, rfv, null2):
     """``p7_Null2_ByTrace(om, tr, zstart, zend, wrk, null2)``: the null2 odds (into float32
     ``null2[Kp]``) of the trace elements ``zstart..zend`` (a domain's B..E) of a trace given as
@@ -160,13 +173,7 @@ def null2_by_trace(st, tk, ti, zstart, zend, rfv, null2):
             xc += F32(1.0)
         elif st[z] == _ST_J:
             xj += F32(1.0)
-    norm = _domain_norm(Ld)
-    for q in range(Q):
-        for r in range(4):
-            count_m[q, r] = count_m[q, r] * norm
-            count_i[q, r] = count_i[q, r] * norm
-    xfactor = (xn * norm + xc * norm) + xj * norm
-    null2_odds(count_m, count_i, xfactor, rfv, null2)
+    _normalized_odds(count_m, count_i, xn, xc, xj, Ld, rfv, null2)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -196,13 +203,7 @@ def _expectation(pp_m, pp_i, pp_x, rfv, null2, flush_tiny):
         xn = xn + _read(pp_x[i, 1], flush_tiny)
         xc = xc + _read(pp_x[i, 4], flush_tiny)
         xj = xj + _read(pp_x[i, 2], flush_tiny)
-    norm = _domain_norm(Ld)
-    for q in range(Q):
-        for r in range(4):
-            sum_m[q, r] = sum_m[q, r] * norm
-            sum_i[q, r] = sum_i[q, r] * norm
-    xfactor = (xn * norm + xc * norm) + xj * norm
-    null2_odds(sum_m, sum_i, xfactor, rfv, null2)
+    _normalized_odds(sum_m, sum_i, xn, xc, xj, Ld, rfv, null2)
 
 
 def null2_by_expectation(pp_m, pp_i, pp_x, rfv, flush_tiny: bool = False) -> np.ndarray:
