@@ -154,3 +154,14 @@ def run_named_checks(namespace: dict, names) -> None:
         for row in namespace[name]():
             print(*row, flush=True)
     print(f"simulator checks OK in {time.time() - t:.1f}s")
+
+
+def clustered_regions(model, codes):
+    """The clustered regions ``(i, j)`` of a target, from libhmmer's parser rows."""
+    from hmmgpu.stages.domaindef import domain_decoding, is_multidomain_region, region_scan
+    from hmmgpu.stages.forward import length_specials
+
+    _, _, fwd_rows, _ = model.forward_parser(codes)
+    _, _, bck_rows, _, own = model.backward_parser(codes)
+    _, mocc, btot, etot = domain_decoding(fwd_rows, bck_rows, own, length_specials(codes.size)[1])
+    return [(i, j) for i, j in region_scan(mocc, btot, etot) if is_multidomain_region(btot, etot, i, j)]

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from hmmgpu.cpu.hmmerlib import HmmerModel, easel_choices, easel_uniforms, libhmmer_available
-from tests.helpers import MODEL_NAMES, PROTEOME, AMINO, bits, consensus_codes, sample_hmm, sampled_hmm
+from tests.helpers import (AMINO, MODEL_NAMES, PROTEOME, bits, clustered_regions, consensus_codes, sample_hmm,
+                           sampled_hmm)
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's libhmmer is not loadable")
 
@@ -109,16 +110,6 @@ def test_domain_decoding_matches_libhmmer(targets):
                     assert bits(a).tobytes() == bits(b).tobytes(), (name, target)
 
 
-def _clustered_regions(model, codes):
-    from hmmgpu.stages.domaindef import domain_decoding, is_multidomain_region, region_scan
-    from hmmgpu.stages.forward import length_specials
-
-    _, _, fwd_rows, _ = model.forward_parser(codes)
-    _, _, bck_rows, _, own = model.backward_parser(codes)
-    _, mocc, btot, etot = domain_decoding(fwd_rows, bck_rows, own, length_specials(codes.size)[1])
-    return [(i, j) for i, j in region_scan(mocc, btot, etot) if is_multidomain_region(btot, etot, i, j)]
-
-
 def test_stochastic_traces_match_libhmmer(targets):
     """Every one of the 200 traces of the first clustered regions of each model: states, nodes,
     residues and the domain index, on libhmmer's own region Forward matrix."""
@@ -131,7 +122,7 @@ def test_stochastic_traces_match_libhmmer(targets):
         with HmmerModel(hmm) as model:
             tables = ForwardTables.from_hmmer(model)
             for target, codes in items:
-                for i, j in _clustered_regions(model, codes)[:1]:
+                for i, j in clustered_regions(model, codes)[:1]:
                     matrix, theirs = model.stochastic_traces(codes, i, j)
                     mine = stochastic_traces(matrix.dp[:, 0], matrix.dp[:, 1], matrix.dp[:, 2], matrix.xmx, tables,
                                              special_transitions(tables, codes.size))
@@ -248,7 +239,7 @@ def test_stochastic_trace_reports_short_tables_and_buffers():
     codes = _generated_targets(hmm, 4)["noisy_x4"]
     with HmmerModel(hmm) as model:
         tables = ForwardTables.from_hmmer(model)
-        (i, j), = _clustered_regions(model, codes)
+        (i, j), = clustered_regions(model, codes)
         matrix, theirs = model.stochastic_traces(codes, i, j, nsamples=1)
     dp, xf = matrix.dp, special_transitions(tables, codes.size)
 

@@ -36,17 +36,6 @@ def tandem_targets(hmm, seed):
         [cons[M // 2:], cons, cons[:M // 2]], [cons[:2 * M // 3], cons[M // 3:]], [mutated(0.3) for _ in range(3)])]
 
 
-def clustered_regions(model, codes):
-    """The clustered regions ``(i, j)`` of a target, from libhmmer's parser rows."""
-    from hmmgpu.stages.domaindef import domain_decoding, is_multidomain_region, region_scan
-    from hmmgpu.stages.forward import length_specials
-
-    _, _, fwd_rows, _ = model.forward_parser(codes)
-    _, _, bck_rows, _, own = model.backward_parser(codes)
-    _, mocc, btot, etot = domain_decoding(fwd_rows, bck_rows, own, length_specials(codes.size)[1])
-    return [(i, j) for i, j in region_scan(mocc, btot, etot) if is_multidomain_region(btot, etot, i, j)]
-
-
 def shortest_homolog_region(name):
     """The shortest clustered region of the sample model ``name``'s hits in the sample
     proteome (PF02826: 72 residues of a real homolog, M = 178), as a one-item list."""
@@ -70,6 +59,7 @@ def region_requests(hmms, targets_of, limit=None):
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.gpu.ensemble.launch import RegionRequest
     from hmmgpu.stages.forward import ForwardTables
+    from tests.helpers import clustered_regions
 
     out = []
     for seed, hmm in enumerate(hmms):
