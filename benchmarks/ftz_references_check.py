@@ -8,7 +8,7 @@ hmmsearch's mode: hmmgpu.cpu.own_postfilter).
     PYTHONPATH=. python3 benchmarks/ftz_references_check.py N [MODEL ...]
 
 N: each model's best hits (pyhmmer's hmmsearch) among the shared data's 77,801 proteins
-(``$HMMGPU_SHARED_DATA``, default ../shared/data). One JSON line a model: targets, flagged (a
+(``common.shared_data()``). One JSON line a model: targets, flagged (a
 HOST flag raised anywhere), mismatched (domain definition: counters, nexpected, n2sc, every
 dcl field), parser_mismatch (Forward score, both parsers' rows), domains. Result:
 benchmarks/results/ftz_references_2026-11-28.log (1,623 targets, 1,111 flagged, 3,521 domains, 0
@@ -16,14 +16,15 @@ mismatches).
 """
 import gzip
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import shared_data  # noqa: E402
 from domaindef_check import bits, differences  # noqa: E402
+
 
 def main():
     import pyhmmer
@@ -35,10 +36,11 @@ def main():
     from hmmgpu.stages.forward import ForwardTables, HOST
     from hmmgpu.stages.domaindef import define_domains
     from hmmgpu.host import flush_to_zero
-    data = Path(os.environ.get("HMMGPU_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    data = shared_data()
     amino = Alphabet.amino()
     with SequenceFile(str(data / "seqs" / "public_proteins.fa.gz"), digital=True, alphabet=amino) as f:
         proteins = f.read_block()
+    by = {s.name: s for s in proteins}
     names = sys.argv[2:] or ["PF00001", "PF07690", "PF00005", "PF00133"]
     nmax = int(sys.argv[1])
     tot = dict(targets=0, flagged=0, mismatched=0, parser_mismatch=0, domains=0)
@@ -47,7 +49,6 @@ def main():
             hmm = hf.read()
         hits = next(pyhmmer.hmmsearch([hmm], proteins, cpus=2))
         targets = [h.name for h in hits][:nmax]
-        by = {s.name: s for s in proteins}
         c = dict(targets=0, flagged=0, mismatched=0, parser_mismatch=0, domains=0)
         t0 = time.time()
         with HmmerModel(hmm) as model:
