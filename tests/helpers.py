@@ -165,3 +165,19 @@ def clustered_regions(model, codes):
     _, _, bck_rows, _, own = model.backward_parser(codes)
     _, mocc, btot, etot = domain_decoding(fwd_rows, bck_rows, own, length_specials(codes.size)[1])
     return [(i, j) for i, j in region_scan(mocc, btot, etot) if is_multidomain_region(btot, etot, i, j)]
+
+
+def assert_definition_equal(where, mine, theirs):
+    """hmmgpu's :class:`~hmmgpu.stages.domaindef.DomainDefinition` ``mine`` equals libhmmer's
+    (``HmmerModel.domain_definition``) bit for bit: status, counters, nexpected, every n2sc
+    value and each dcl entry."""
+    assert mine.status == theirs["status"], where
+    for key in ("nregions", "nclustered", "noverlaps", "nenvelopes"):
+        assert getattr(mine, key) == theirs[key], (where, key)
+    assert bits(mine.nexpected) == bits(theirs["nexpected"]), where
+    assert bits(mine.n2sc).tobytes() == bits(theirs["n2sc"]).tobytes(), where
+    assert mine.ndom == len(theirs["domains"]), where
+    for d, ref in zip(mine.domains, theirs["domains"]):
+        assert (d.ienv, d.jenv, d.iali, d.jali) == (ref["ienv"], ref["jenv"], ref["iali"], ref["jali"]), where
+        for key in ("envsc", "domcorrection", "oasc"):
+            assert bits(getattr(d, key)) == bits(ref[key]), (where, key)

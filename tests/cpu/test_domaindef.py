@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from hmmgpu.cpu.hmmerlib import HmmerModel, easel_choices, easel_uniforms, libhmmer_available
-from tests.helpers import (AMINO, MODEL_NAMES, PROTEOME, bits, clustered_regions, consensus_codes, sample_hmm,
-                           sampled_hmm)
+from tests.helpers import (AMINO, MODEL_NAMES, PROTEOME, assert_definition_equal, bits, clustered_regions,
+                           consensus_codes, sample_hmm, sampled_hmm)
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's libhmmer is not loadable")
 
@@ -182,19 +182,6 @@ def test_null2_by_expectation_reads_tiny_values_as_flush_to_zero(targets):
     assert checked >= 6
 
 
-def _assert_equal(where, mine, theirs):
-    assert mine.status == theirs["status"], where
-    for key in ("nregions", "nclustered", "noverlaps", "nenvelopes"):
-        assert getattr(mine, key) == theirs[key], (where, key)
-    assert bits(mine.nexpected) == bits(theirs["nexpected"]), where
-    assert bits(mine.n2sc).tobytes() == bits(theirs["n2sc"]).tobytes(), where
-    assert mine.ndom == len(theirs["domains"]), where
-    for d, ref in zip(mine.domains, theirs["domains"]):
-        assert (d.ienv, d.jenv, d.iali, d.jali) == (ref["ienv"], ref["jenv"], ref["iali"], ref["jali"]), where
-        for key in ("envsc", "domcorrection", "oasc"):
-            assert bits(getattr(d, key)) == bits(ref[key]), (where, key)
-
-
 def test_define_domains_matches_libhmmer(targets):
     """The whole domain definition: counters, nexpected, every n2sc bit, and each dcl entry,
     against libhmmer in IEEE mode (pyhmmer's), and where no HOST flag is raised, also under
@@ -214,12 +201,12 @@ def test_define_domains_matches_libhmmer(targets):
                 _, _, fwd_rows, _ = model.forward_parser(codes)
                 _, _, bck_rows, _, own = model.backward_parser(codes)
                 mine = define_domains(stages, codes, fwd_rows, bck_rows, own)
-                _assert_equal(where, mine, theirs)
+                assert_definition_equal(where, mine, theirs)
                 if counts["targets"] % 4 == 0:  # from libhmmer's own decoding, as from a device's
-                    _assert_equal(where, define_domains_decoded(stages, codes, model.domain_decoding(codes)), theirs)
+                    assert_definition_equal(where, define_domains_decoded(stages, codes, model.domain_decoding(codes)), theirs)
                 if not mine.flags & HOST:
                     with flush_to_zero():
-                        _assert_equal(where + ("FTZ",), mine, model.domain_definition(codes))
+                        assert_definition_equal(where + ("FTZ",), mine, model.domain_definition(codes))
                     counts["ftz"] += 1
                 counts["targets"] += 1
                 counts["regions"] += mine.nregions

@@ -18,20 +18,10 @@ from hmmgpu.cpu.hmmerlib import HmmerModel
 from hmmgpu.host import flush_to_zero
 from hmmgpu.stages.domaindef import define_domains
 from hmmgpu.stages.forward import ForwardTables
-from tests.helpers import MODEL_NAMES, bits, sample_hmm
+from tests.helpers import MODEL_NAMES, assert_definition_equal, bits, sample_hmm
 
 #: Hits a model, the best first.
 HITS = 12
-
-
-def _definition_equal(mine, theirs) -> bool:
-    same = [getattr(mine, key) == theirs[key] for key in ("nregions", "nclustered", "noverlaps", "nenvelopes")]
-    same += [mine.status == theirs["status"], bits(mine.nexpected) == bits(theirs["nexpected"]),
-             np.array_equal(bits(mine.n2sc), bits(theirs["n2sc"])), mine.ndom == len(theirs["domains"])]
-    for d, ref in zip(mine.domains, theirs["domains"]):
-        same += [getattr(d, key) == ref[key] for key in ("ienv", "jenv", "iali", "jali")]
-        same += [bits(getattr(d, key)) == bits(ref[key]) for key in ("envsc", "domcorrection", "oasc")]
-    return all(bool(s) for s in same)
 
 
 def test_references_under_flush_to_zero_equal_libhmmer_under_flush_to_zero(proteome):
@@ -57,7 +47,7 @@ def test_references_under_flush_to_zero_equal_libhmmer_under_flush_to_zero(prote
                 assert bits(fwd.score) == bits(score), (name, target)
                 assert np.array_equal(bits(fwd.xmx), bits(fwd_rows)), (name, target)
                 assert np.array_equal(bits(bck.xmx), bits(bck_rows)), (name, target)
-                assert _definition_equal(mine, theirs), (name, target)
+                assert_definition_equal((name, target), mine, theirs)
                 checked += 1
                 domains += mine.ndom
                 flagged += bool((fwd.flags | bck.flags | mine.flags) & HOST)
