@@ -138,6 +138,55 @@ def check_msv(stage, hmm, prof, db, hmmer=True, cpu=True, force=True, thr_value=
     return report
 
 
+def simulator_shared_array_checks():
+    """The simulator's ``cuda.shared.array`` is one array for the whole block even when every
+    thread looks it up at once: a thread switch is forced between each lookup and its store
+    (numba's own lookup then gives each thread its own array, and the rotation below reads
+    values nobody wrote)."""
+    import time
+
+    from numba import cuda, int32
+    from numba.cuda.simulator import kernelapi
+
+    from hmmgpu.gpu.runtime.simulator import install
+
+    install()
+
+    class SlowLookups(dict):
+        def get(self, key, default=None):
+            found = super().get(key, default)
+            time.sleep(0.002)  # other threads run between this lookup and the caller's store
+            return found
+
+    numbas_init = kernelapi.FakeCUDAShared.__init__
+
+    def slow_init(self, dynshared_size):
+        numbas_init(self, dynshared_size)
+        self._allocations = SlowLookups()
+
+    # the simulator swaps in its fake ``cuda`` through the kernel's globals, so the kernel is
+    # made in a namespace of its own rather than as a closure over this function's import
+    namespace = dict(cuda=cuda, int32=int32)
+    exec("def rotate(out):\n"
+         "    a = cuda.shared.array(32, int32)\n"
+         "    t = cuda.threadIdx.x\n"
+         "    a[t] = t\n"
+         "    cuda.syncthreads()\n"
+         "    out[t] = a[(t + 1) % 32]\n", namespace)
+    rotate = cuda.jit(namespace["rotate"])
+
+    kernelapi.FakeCUDAShared.__init__ = slow_init
+    try:
+        out = np.full(32, -1, np.int32)
+        rotate[1, 32](out)
+    finally:
+        kernelapi.FakeCUDAShared.__init__ = numbas_init
+    expected = (np.arange(32) + 1) % 32
+    if not (out == expected).all():
+        raise AssertionError(f"threads read {np.count_nonzero(out != expected)} shared cells nobody wrote")
+    return [("shared_array", "rotation_equal", 32)]
+
+
 def simulator_msv_checks():
     """The MSV kernels under the simulator: both lane modes, every table placement, chunking."""
     out = []

@@ -202,6 +202,13 @@ def test_packing_kernel_under_simulator(tmp_path):
     assert rows["device"][1] == rows["host"][1] == "1" and int(rows["chunked"][1]) > 1
 
 
+def test_simulator_shares_shared_arrays(tmp_path):
+    """The patched simulator gives a block's threads one shared array even when they all look
+    it up at once (numba's lookup is unlocked; the MSV check failed so on a loaded machine)."""
+    out = _simulate("simulator_shared_array_checks", tmp_path)
+    assert "shared_array rotation_equal 32" in out
+
+
 def test_msv_kernels_exact_under_simulator(tmp_path):
     out = _simulate("simulator_msv_checks", tmp_path)
     assert "hmmer_equal" in out and "chunked" in out

@@ -10,6 +10,12 @@ numba-cuda 0.30.4's simulator lacks ``shfl_*_sync``, ``ballot_sync``, ``any_sync
 alternating), all threads of the block meet at the simulator's barrier, and read. That is valid
 for warp-synchronous code in which every thread of the block executes the same sequence of
 warp intrinsics (the hmmgpu kernels launch one warp per block under the simulator).
+
+The simulator's ``cuda.shared.array`` is not thread-safe either: each thread of a block looks
+its array up by the calling line and, when absent, makes one, so two threads that look at once
+each make their own and the block no longer shares it (the MSV check failed so in CI on a loaded
+two-core machine: half the block read a table nobody had written). :func:`install` replaces it
+with the same lookup under a lock.
 """
 from __future__ import annotations
 
@@ -63,11 +69,29 @@ def install() -> None:
     threads for a barrier while it holds the interpreter lock, so at the default 5 ms each
     barrier (every warp shuffle here) cost several switch intervals (the Forward gate of ten
     short targets took 59 s instead of 4 s)."""
+    import numpy as np
     from numba.cuda.simulator import kernelapi
 
     sys.setswitchinterval(1e-4)
 
     mod = kernelapi.FakeCUDAModule
+    shared_lock = threading.Lock()
+    unlocked_array = kernelapi.FakeCUDAShared.array
+
+    def shared_array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:  # dynamic shared memory: one buffer, no lookup
+            return unlocked_array(self, shape, dtype, alignment)
+        if isinstance(dtype, kernelapi.types.Type):  # the simulator's own conversion
+            dtype = kernelapi.numpy_support.as_dtype(dtype)
+        caller = sys._getframe(1)
+        key = (caller.f_code.co_filename, caller.f_lineno)  # the simulator's own key
+        with shared_lock:
+            array = self._allocations.get(key)
+            if array is None:
+                array = self._allocations[key] = np.empty(shape, dtype)
+        return array
+
+    kernelapi.FakeCUDAShared.array = shared_array
 
     def _exchange(self, value):
         # double-buffered: one barrier per exchange. A thread can run at most one exchange
