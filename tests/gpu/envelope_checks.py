@@ -1,9 +1,16 @@
 """The envelope decoding + optimal accuracy kernel (hmmgpu.gpu.envelope) against the CPU
-references (hmmgpu.cpu.decoding, hmmgpu.cpu.optacc), bit for bit: run by
+references (hmmgpu.cpu.decoding, hmmgpu.cpu.optacc, hmmgpu.cpu.null2), bit for bit: run by
 tests/gpu/test_envelope_kernel.py under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` in
-a subprocess, since the simulator is chosen at numba import).
+a subprocess, since the simulator is chosen at numba import) and on a GPU.
 
     NUMBA_ENABLE_CUDASIM=1 PYTHONPATH=. python3 tests/gpu/envelope_checks.py simulator_envelope_checks
+
+Float arrays are compared by their bits, except that a NaN equals any NaN: the one place NaN
+arises is the posterior of an envelope whose decoding overflowed (``sp`` infinite, so
+``0 * inf``; status eslERANGE, the domain dropped, its matrix never read), and the bits of
+that NaN are the machine's: x86's default NaN 0xFFC00000 (libhmmer's SSE, numpy, the CPU
+reference, the simulator), an NVIDIA GPU's canonical 0x7FFFFFFF. A difference is reported
+with the first differing cell (its index, both values and their bits) and the count.
 """
 from __future__ import annotations
 
@@ -14,6 +21,23 @@ import numpy as np
 
 def bits(a):
     return np.asarray(a, np.float32).view(np.uint32)
+
+
+def first_difference(got, want, nan_bits: bool = False) -> str | None:
+    """None where the float32 arrays ``got`` and ``want`` hold the same bits (any NaN equal to
+    any NaN unless ``nan_bits``), else where they first differ, both values, and how many cells."""
+    got, want = np.atleast_1d(np.asarray(got, np.float32)), np.atleast_1d(np.asarray(want, np.float32))
+    if got.shape != want.shape:
+        return f"shapes {got.shape} != {want.shape}"
+    differ = bits(got) != bits(want)
+    if not nan_bits:
+        differ &= ~(np.isnan(got) & np.isnan(want))
+    if not differ.any():
+        return None
+    at = tuple(int(x) for x in np.argwhere(differ)[0])
+    g, w = got[at], want[at]
+    return (f"at {at} got {float(g)!r} (0x{int(bits(g)):08x}) want {float(w)!r} (0x{int(bits(w)):08x}), "
+            f"{int(differ.sum())} of {differ.size} differ")
 
 
 def envelope_cases():
@@ -35,14 +59,14 @@ def envelope_cases():
     return cases
 
 
-def check_cases(cases, binding: str = "python") -> dict:
+def references(cases) -> tuple:
+    """The kernel's batch (Forward, Backward, unihit tables, xf) of each case and the CPU
+    references' results (status, posterior, OA result or None, unihit tables, xf)."""
     from hmmgpu.cpu import fwdback as ref
     from hmmgpu.cpu.decoding import decode
-    from hmmgpu.cpu.null2 import null2_by_expectation
-    from hmmgpu.cpu.optacc import XF_LOOP, XF_N, oa_trace, optimal_accuracy
-    from hmmgpu.gpu.envelope.launch import decode_oa
+    from hmmgpu.cpu.optacc import XF_LOOP, XF_N, optimal_accuracy
 
-    batch, mine = [], []
+    batch, expected = [], []
     for tables, codes, i, j in cases:
         uni = ref.unihit_tables(tables)
         xf = ref.special_transitions(uni, codes.size)
@@ -51,33 +75,62 @@ def check_cases(cases, binding: str = "python") -> dict:
         status, pp = decode(fwd, bck, xf[XF_N, XF_LOOP])
         oa = optimal_accuracy(pp, uni.tfv, xf) if status == 0 else None
         batch.append((fwd, bck, uni, xf))
-        mine.append((status, pp, oa, uni, xf))
-    gpu = decode_oa(batch, binding)
+        expected.append((status, pp, oa, uni, xf))
+    return batch, expected
+
+
+def differences(expected, got, nan_bits: bool = False) -> list:
+    """What differs between one envelope's references (an item of :func:`references`) and the
+    kernel's :class:`~hmmgpu.gpu.envelope.launch.DecodedEnvelope`: a line per field."""
+    from hmmgpu.cpu.null2 import null2_by_expectation
+    from hmmgpu.cpu.optacc import oa_trace
+
+    status, pp, oa, uni, xf = expected
+    out = []
+    if got.status != status:
+        out.append(f"status {got.status} != {status}")
+    for name, a, b in (("posterior cells (rows 1..)", got.posterior.matrix.dp[1:], pp.matrix.dp[1:]),
+                       ("posterior specials", got.posterior.matrix.xmx, pp.matrix.xmx)):
+        d = first_difference(a, b, nan_bits)
+        if d:
+            out.append(f"{name}: {d}")
+    if status != 0 or got.status != 0:
+        return out
+    odds = null2_by_expectation(pp.matrix.dp[:, 0], pp.matrix.dp[:, 2], pp.matrix.xmx, uni.rfv)
+    oasc, oam = oa
+    for name, a, b in (("null2 odds", got.null2, odds), ("oasc", got.oasc, oasc), ("OA cells", got.oa.matrix.dp, oam.matrix.dp),
+                       ("OA specials", got.oa.matrix.xmx[:, :5], oam.matrix.xmx[:, :5])):
+        d = first_difference(a, b, nan_bits)
+        if d:
+            out.append(f"{name}: {d}")
+    if got.flags != oam.flags:
+        out.append(f"flags {got.flags} != {oam.flags}")
+    a, b = got.trace, oa_trace(oam, pp, uni.tfv, xf, uni.M)
+    if not (np.array_equal(a.st, b.st) and np.array_equal(a.k, b.k) and np.array_equal(a.i, b.i)
+            and np.array_equal(bits(a.pp), bits(b.pp))):
+        out.append(f"OA traces differ: got st {a.st.tolist()} k {a.k.tolist()} i {a.i.tolist()}; "
+                   f"want st {b.st.tolist()} k {b.k.tolist()} i {b.i.tolist()}; pp {first_difference(a.pp, b.pp)}")
+    return out
+
+
+def describe(case, expected) -> str:
+    tables, codes, i, j = case
+    return f"{i}..{j} of L={codes.size}, M={expected[3].M}"
+
+
+def check_cases(cases, binding: str = "python", block: int | None = None) -> dict:
+    """The cases in one launch (``block`` threads a block), each against the references; the
+    first envelope that differs raises, with every field that differs."""
+    from hmmgpu.gpu.envelope.launch import decode_oa
+
+    batch, expected = references(cases)
+    gpu = decode_oa(batch, binding, block)
     report = dict(envelopes=len(cases), dropped=0)
-    for k, ((status, pp, oa, uni, xf), got) in enumerate(zip(mine, gpu)):
-        what = f"envelope {k}: {cases[k][2]}..{cases[k][3]} of L={cases[k][1].size}, M={uni.M}"
-        if got.status != status or not np.array_equal(bits(got.posterior.matrix.dp[1:]), bits(pp.matrix.dp[1:])):
-            raise AssertionError(f"{what}: posterior cells or status differ")
-        if not np.array_equal(bits(got.posterior.matrix.xmx), bits(pp.matrix.xmx)):
-            raise AssertionError(f"{what}: posterior specials differ")
-        if status != 0:
-            report["dropped"] += 1
-            continue
-        odds = null2_by_expectation(pp.matrix.dp[:, 0], pp.matrix.dp[:, 2], pp.matrix.xmx, uni.rfv)
-        if not np.array_equal(bits(got.null2), bits(odds)):
-            raise AssertionError(f"{what}: null2 odds differ")
-        oasc, oam = oa
-        if got.flags != oam.flags:
-            raise AssertionError(f"{what}: flags {got.flags} != {oam.flags}")
-        if bits(got.oasc) != bits(oasc) or not np.array_equal(bits(got.oa.matrix.dp), bits(oam.matrix.dp)):
-            raise AssertionError(f"{what}: oasc or OA cells differ")
-        if not np.array_equal(bits(got.oa.matrix.xmx[:, :5]), bits(oam.matrix.xmx[:, :5])):
-            raise AssertionError(f"{what}: OA specials differ")
-        a = got.trace
-        b = oa_trace(oam, pp, uni.tfv, xf, uni.M)
-        if not (np.array_equal(a.st, b.st) and np.array_equal(a.k, b.k) and np.array_equal(a.i, b.i)
-                and np.array_equal(bits(a.pp), bits(b.pp))):
-            raise AssertionError(f"{what}: OA traces differ")
+    for k, (want, got) in enumerate(zip(expected, gpu)):
+        found = differences(want, got)
+        if found:
+            raise AssertionError(f"envelope {k}: {describe(cases[k], want)}: " + "; ".join(found))
+        report["dropped"] += want[0] != 0
     return report
 
 

@@ -27,7 +27,8 @@ def test_decode_oa_kernel_under_simulator(tmp_path):
 
 @pytest.mark.gpu
 def test_decode_oa_kernel_on_gpu():
-    """On a GPU: the same envelopes, bit for bit, and the kernel's PTX holds no fused
+    """On a GPU: the same envelopes, bit for bit (but the NaN bits of a dropped envelope's
+    posterior: the GPU's 0x7FFFFFFF, x86's 0xFFC00000), and the kernel's PTX holds no fused
     multiply-add and no flush-to-zero operation."""
     from hmmgpu.gpu.envelope.source import DecodeOASpec
     from hmmgpu.gpu.runtime import build

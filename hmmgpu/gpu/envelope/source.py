@@ -46,21 +46,25 @@ shifts (from lane z-1) and the horizontal maximum of E (the four lanes gathered,
 HMMER's order). Every product and sum is an explicitly rounded IEEE operation (``fmul``,
 ``fadd``, ``fdiv``: numba-cuda would fuse a plain ``a * b + c``); the maxima and the masks
 are selections, which round nothing. The one double operation, ``1.0 / (double) B[0].N``,
-is an IEEE double division rounded to float (libdevice's ``ddiv_rn``). The kernel is compiled without fast math, so
+is an IEEE double division rounded to float (libdevice's ``ddiv_rn``; NVVM makes it the float
+reciprocal ``rcp.rn.f32``, the same number). The kernel is compiled without fast math, so
 subnormals are IEEE's (pyhmmer's mode): the matrices are libhmmer's bit for bit. The flags
 are the CPU reference's: a posterior value met by a tiny factor is TINY_ROWS when itself
 tiny and SUBNORMAL when a normal number (0 under flush-to-zero, hmmsearch's mode), and OA
-raises SUBNORMAL where a tiny posterior it adds is not absorbed by the sum.
+raises SUBNORMAL where a tiny posterior it adds is not absorbed by the sum. One thing is
+not libhmmer's bits: a decoding that overflows (``sp`` infinite, the domain dropped) leaves
+NaN where 0 meets inf, and a GPU's NaN is 0x7FFFFFFF where x86's is 0xFFC00000.
 
 Why the code looks as it does
 -----------------------------
 Each thread reads and writes only its own lane's cells (``dp[((i 3 + s) Q + q) 4 + z]``,
 the layout of :class:`hmmgpu.cpu.fwdback.StripedMatrix`: the four threads of a group touch
-four consecutive words), so there is no memory hazard between the threads of a group;
-the special states are computed by all four alike in registers, and lane 0 stores them.
-The group syncs its warp once, after the threads have read ``B[0].N`` and before lane 0
-zeroes the posterior's row 0, and once between the decoding and OA (OA reads the posterior
-specials lane 0 wrote). Groups take envelopes from an atomic counter.
+four consecutive words), so there is no memory hazard between the threads of a group but
+the specials lane 0 writes and the trace lane 0 walks over every lane's cells; the special states are computed by all four alike in registers, and lane 0 stores them.
+The group syncs its warp after the threads have read ``B[0].N`` and before lane 0 zeroes
+the posterior's row 0, between the decoding and OA (OA reads the posterior specials lane 0
+wrote), and before the trace (lane 0 reads the OA cells of every lane: a shuffle orders no
+memory, ``syncwarp`` does). Groups take envelopes from an atomic counter.
 
 The rest of the envelope on the GPU (the plan)
 ----------------------------------------------
@@ -292,7 +296,7 @@ def oa_trace(e: Emitter) -> None:
     """``p7_OATrace`` by lane 0 (:func:`hmmgpu.cpu.optacc.oa_trace_states`): from T and C at
     row Ld back to S, each state with ``get_postprob``'s posterior and
     ``p7_trace_AppendWithPP``'s conventions, then ``p7_trace_Reverse``."""
-    e("# oa_trace")
+    e("# oa_trace: the OA cells of every lane, written by their threads, read by lane 0", "cuda.syncwarp(gmask)")
     with e.block("if z == 0:"):
         e("tz = trace_base[k]", "i = L", "kk = 0")
         for z in (0, 1):
@@ -439,7 +443,7 @@ class DecodeOASpec:
 
     @property
     def name(self) -> str:
-        return "envelope_decode_oa_v3"
+        return "envelope_decode_oa_v4"
 
     def source(self, binding: str) -> str:
         return kernel_module("Envelope posterior decoding and optimal accuracy (p7_Decoding, p7_OptimalAccuracy).",
