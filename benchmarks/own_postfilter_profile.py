@@ -34,12 +34,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from hmmgpu.stages.domaindef import DomainStages
+
 MODELS = ["PF00005", "PF07690", "PF00096", "PF00400", "PF00072"]
 PARTS = ("forward", "backward", "dd_driver", "region_forward", "region_ensemble", "rescore_envelope", "hits")
 
 
-class TimedStages:
-    """A :class:`~hmmgpu.stages.domaindef.DomainStages` that times another's calls."""
+class TimedStages(DomainStages):
+    """A :class:`~hmmgpu.stages.domaindef.DomainStages` that times another's calls (its batch
+    methods run the one-item methods below, item by item)."""
 
     def __init__(self, stages, seconds: dict):
         self.stages, self.seconds = stages, seconds

@@ -31,6 +31,29 @@ counters ``p7_Pipeline`` copies into the hit, the null2 scores (and their Kahan 
 stages raised. :func:`define_domains` starts from the parsers' rows; a device that decodes
 them itself hands (status, mocc, btot, etot) to :func:`define_domains_decoded`.
 
+Many targets at once
+--------------------
+A device wants many regions and envelopes in one launch, and one target has a few. So the
+driver is written for a batch of targets of one model (:func:`define_domains_batched`; a
+post-filter task is one model's passers, and a model's tables are per model), in phases
+that each go through all the targets before the next begins:
+
+A. every target's region scan (after its decoding);
+B. every clustered region of every target sampled in one call,
+   :meth:`DomainStages.region_ensembles` (its Forward matrix, traces, null2 and clusters);
+   the regions' null2 scores go into their targets' ``n2sc``;
+C. every envelope of every target (a clustered region's envelopes, its null2 done; an
+   unclustered region) rescored in one call, :meth:`DomainStages.rescore_envelopes`;
+D. each target's definition assembled from those answers, as the one-target loop of
+   ``p7_domaindef_ByPosteriorHeuristics`` records them.
+
+The order changes nothing: regions do not overlap, a clustered envelope lies in its region
+and reads only that region's null2 scores, which phase B wrote, and an unclustered
+envelope's scores are its own; the counters and the domain order are HMMER's because phase
+D walks each target's regions and envelopes in HMMER's order. One target is the batch of
+one (:func:`define_domains_decoded`): the algorithm is written once. The stages' batch
+methods run their one-item methods one after another unless a device overrides them.
+
 Why the code looks as it does
 -----------------------------
 The answer must equal libhmmer's bit for bit. The float steps done here are few and are
@@ -56,6 +79,7 @@ import math
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -63,9 +87,9 @@ from numba import njit
 from hmmgpu.constants import STATUS_OK, STATUS_RANGE
 from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE, length_specials
 
-__all__ = ["RT1", "RT2", "RT3", "Domain", "DomainDefinition", "DomainStages", "Envelope", "RegionEnsemble",
-           "define_domains", "define_domains_decoded", "domain_decoding", "fsum", "is_multidomain_region", "region_scan",
-           "scan_regions"]
+__all__ = ["RT1", "RT2", "RT3", "Domain", "DomainDefinition", "DomainStages", "Envelope", "EnvelopeSpan",
+           "RegionEnsemble", "RegionSpan", "define_domains", "define_domains_batched", "define_domains_decoded",
+           "domain_decoding", "fsum", "is_multidomain_region", "region_scan", "scan_regions"]
 
 F32 = np.float32
 
@@ -150,9 +174,34 @@ class Envelope:
     n2sc: np.ndarray | None = None
 
 
+class RegionSpan(NamedTuple):
+    """A clustered region ``i..j`` (1-based) of a target (its digital ``codes``): an item of
+    :meth:`DomainStages.region_ensembles`."""
+
+    codes: np.ndarray
+    i: int
+    j: int
+
+
+class EnvelopeSpan(NamedTuple):
+    """An envelope ``i..j`` of a target, an item of :meth:`DomainStages.rescore_envelopes`:
+    ``null2_is_done`` (a clustered region's envelope) and the target's ``n2sc`` float32 [L+1]
+    as :meth:`DomainStages.rescore_envelope` takes them."""
+
+    codes: np.ndarray
+    i: int
+    j: int
+    null2_is_done: bool
+    n2sc: np.ndarray
+
+
 class DomainStages(ABC):
     """The device-dependent steps of domain definition, for one model (HMMER's vector calls in
-    ``p7_domaindef.c``). ``codes``: the target's digital residues; ``i..j``: 1-based."""
+    ``p7_domaindef.c``). ``codes``: the target's digital residues; ``i..j``: 1-based.
+
+    The driver calls the batch methods, :meth:`region_ensembles` and :meth:`rescore_envelopes`,
+    once each for all the targets it is given; by default they run the one-item methods item
+    after item, and a device overrides them to run a batch at once."""
 
     @abstractmethod
     def region_forward(self, codes, i: int, j: int):
@@ -169,6 +218,16 @@ class DomainStages(ABC):
         """``rescore_isolated_domain`` on the envelope ``i..j`` (unihit). ``n2sc`` float32 [L+1]:
         the target's null2 scores so far (read only; those of ``i..j`` set when
         ``null2_is_done``); the envelope's ``n2sc`` is returned only if not ``null2_is_done``."""
+
+    def region_ensembles(self, regions) -> list:
+        """:meth:`region_ensemble` of :meth:`region_forward` on every :class:`RegionSpan` (of any
+        targets of this model), a :class:`RegionEnsemble` each, in order."""
+        return [self.region_ensemble(self.region_forward(*region), *region) for region in regions]
+
+    def rescore_envelopes(self, envelopes) -> list:
+        """:meth:`rescore_envelope` on every :class:`EnvelopeSpan` (of any targets of this
+        model; their ``n2sc`` read only), an :class:`Envelope` each, in order."""
+        return [self.rescore_envelope(*envelope) for envelope in envelopes]
 
 
 @functools.lru_cache(maxsize=None)
@@ -287,16 +346,6 @@ def _domcorrection(n2sc, i, j):
     return total
 
 
-def _rescore(stages, codes, i, j, null2_is_done, n2sc):
-    envelope = stages.rescore_envelope(codes, i, j, null2_is_done, n2sc)
-    if envelope.dropped:
-        return None, int(envelope.flags)
-    if not null2_is_done:
-        n2sc[i:j + 1] = envelope.n2sc
-    return Domain(ienv=i, jenv=j, iali=int(envelope.iali), jali=int(envelope.jali), envsc=F32(envelope.envsc),
-                  domcorrection=_domcorrection(n2sc, i, j), oasc=F32(envelope.oasc),
-                  trace=envelope.trace), int(envelope.flags)
-
 
 def define_domains(stages: DomainStages, codes, fwd_rows, bck_rows, has_own_scales: bool) -> DomainDefinition:
     """``p7_domaindef_ByPosteriorHeuristics`` on a target (digital ``codes``) from its Forward
@@ -308,37 +357,98 @@ def define_domains(stages: DomainStages, codes, fwd_rows, bck_rows, has_own_scal
 
 def define_domains_decoded(stages: DomainStages, codes, decoding) -> DomainDefinition:
     """:func:`define_domains` after ``p7_DomainDecoding``: ``decoding`` is (status, mocc, btot,
-    etot float32 [L+1]) as :func:`domain_decoding` returns it (or a device computed it)."""
-    codes = np.asarray(codes, dtype=np.uint8)
-    L = codes.size
-    status, mocc, btot, etot = decoding
-    n2sc = np.zeros(L + 1, dtype=F32)
-    result = DomainDefinition(status=status, domains=[], nregions=0, nclustered=0, noverlaps=0, nenvelopes=0,
-                              nexpected=F32(btot[L]), n2sc=n2sc)
-    if status != STATUS_OK:
-        return result
-    regions, clustered = scan_regions(mocc, btot, etot)
-    for (i, j), multidomain in zip(regions.tolist(), clustered.tolist()):
-        result.nregions += 1
-        if multidomain:
-            result.nclustered += 1
-            ensemble = stages.region_ensemble(stages.region_forward(codes, i, j), codes, i, j)
-            result.flags |= int(ensemble.flags)
-            n2sc[i:j + 1] = ensemble.n2sc
-            last_j2 = 0
-            for i2, j2 in np.asarray(ensemble.envelopes).tolist():
-                if i2 <= last_j2:
-                    result.noverlaps += 1
-                result.nenvelopes += 1
-                domain, flags = _rescore(stages, codes, i2, j2, True, n2sc)
-                result.flags |= flags
-                if domain is not None:
-                    result.domains.append(domain)
-                    last_j2 = j2
-        else:
-            result.nenvelopes += 1
-            domain, flags = _rescore(stages, codes, i, j, False, n2sc)
-            result.flags |= flags
-            if domain is not None:
-                result.domains.append(domain)
-    return result
+    etot float32 [L+1]) as :func:`domain_decoding` returns it (or a device computed it). The
+    one-target case of :func:`define_domains_batched`."""
+    return define_domains_batched(stages, [(codes, decoding)])[0]
+
+
+def define_domains_batched(stages: DomainStages, targets) -> list:
+    """:func:`define_domains_decoded` on many targets of the model of ``stages`` at once:
+    ``targets`` (codes, decoding) pairs; a :class:`DomainDefinition` each, in order, equal to
+    the target's alone. The phases (module header): every target's region scan, every
+    clustered region sampled in one :meth:`DomainStages.region_ensembles` call, every envelope
+    rescored in one :meth:`DomainStages.rescore_envelopes` call, each target assembled."""
+    scanned = [_ScannedTarget.of(codes, decoding) for codes, decoding in targets]
+    regions = [(t, k) for t in scanned for k in np.flatnonzero(t.clustered).tolist()]
+    ensembles = stages.region_ensembles([RegionSpan(t.codes, *t.regions[k]) for t, k in regions])
+    for (t, k), ensemble in zip(regions, ensembles):
+        t.take_ensemble(k, ensemble)
+    envelopes = [envelope for t in scanned for envelope in t.envelope_spans()]
+    rescored = stages.rescore_envelopes(envelopes)
+    start = 0
+    for t in scanned:
+        end = start + len(t.envelopes)
+        t.assemble(rescored[start:end])
+        start = end
+    return [t.definition for t in scanned]
+
+
+class _ScannedTarget:
+    """A target between the driver's phases: its codes, its :class:`DomainDefinition` being
+    filled in, its regions (int [n][2]) and which are ``clustered`` (bool [n]), and after the
+    ensembles its envelopes in ``dcl`` order, (region number, i, j, null2_is_done) each."""
+
+    def __init__(self, codes, definition: DomainDefinition, regions, clustered):
+        self.codes = codes
+        self.definition = definition
+        self.regions = regions
+        self.clustered = clustered
+        self.ensembles: dict = {}
+        self.envelopes: list = []
+
+    @classmethod
+    def of(cls, codes, decoding) -> "_ScannedTarget":
+        """Phase A: the region scan of a decoded target (none where its decoding overflowed)."""
+        codes = np.asarray(codes, dtype=np.uint8)
+        L = codes.size
+        status, mocc, btot, etot = decoding
+        definition = DomainDefinition(status=status, domains=[], nregions=0, nclustered=0, noverlaps=0,
+                                      nenvelopes=0, nexpected=F32(btot[L]), n2sc=np.zeros(L + 1, dtype=F32))
+        if status != STATUS_OK:
+            return cls(codes, definition, [], np.zeros(0, np.bool_))
+        regions, clustered = scan_regions(mocc, btot, etot)
+        definition.nregions, definition.nclustered = len(regions), int(np.count_nonzero(clustered))
+        return cls(codes, definition, regions.tolist(), clustered)
+
+    def take_ensemble(self, k: int, ensemble: RegionEnsemble) -> None:
+        """Phase B's answer for clustered region ``k``: its null2 scores and flags."""
+        i, j = self.regions[k]
+        self.definition.n2sc[i:j + 1] = ensemble.n2sc
+        self.definition.flags |= int(ensemble.flags)
+        self.ensembles[k] = ensemble
+
+    def envelope_spans(self) -> list:
+        """Phase C's work: the target's envelopes (:class:`EnvelopeSpan`), in ``dcl`` order:
+        region by region, a clustered region's envelopes as its ensemble lists them, an
+        unclustered region as one envelope whose null2 is not done."""
+        for k, (i, j) in enumerate(self.regions):
+            if self.clustered[k]:
+                self.envelopes += [(k, i2, j2, True) for i2, j2 in np.asarray(self.ensembles[k].envelopes).tolist()]
+            else:
+                self.envelopes.append((k, i, j, False))
+        n2sc = self.definition.n2sc
+        return [EnvelopeSpan(self.codes, i, j, done, n2sc) for _, i, j, done in self.envelopes]
+
+    def assemble(self, rescored: list) -> None:
+        """Phase D: the envelopes' answers, in order, into the definition as HMMER records them:
+        every envelope counted and its flags kept; a dropped one (decoding overflow) makes no
+        domain; an unclustered envelope's null2 scores written before its ``domcorrection``;
+        within a clustered region, an envelope that starts at or before the end of the last
+        domain kept there is an overlap."""
+        d = self.definition
+        region, last_j = -1, 0
+        for (k, i, j, null2_is_done), envelope in zip(self.envelopes, rescored):
+            if k != region:
+                region, last_j = k, 0
+            if null2_is_done and i <= last_j:
+                d.noverlaps += 1
+            d.nenvelopes += 1
+            d.flags |= int(envelope.flags)
+            if envelope.dropped:
+                continue
+            if not null2_is_done:
+                d.n2sc[i:j + 1] = envelope.n2sc
+            d.domains.append(Domain(ienv=i, jenv=j, iali=int(envelope.iali), jali=int(envelope.jali),
+                                    envsc=F32(envelope.envsc), domcorrection=_domcorrection(d.n2sc, i, j),
+                                    oasc=F32(envelope.oasc), trace=envelope.trace))
+            last_j = j

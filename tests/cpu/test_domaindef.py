@@ -185,25 +185,28 @@ def test_null2_by_expectation_reads_tiny_values_as_flush_to_zero(targets):
 def test_define_domains_matches_libhmmer(targets):
     """The whole domain definition: counters, nexpected, every n2sc bit, and each dcl entry,
     against libhmmer in IEEE mode (pyhmmer's), and where no HOST flag is raised, also under
-    flush-to-zero (hmmsearch's)."""
+    flush-to-zero (hmmsearch's); and every other target of a model in one batch of the batched
+    driver, from libhmmer's own decodings (as from a device's), equal to libhmmer's too."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.host import flush_to_zero
-    from hmmgpu.stages.domaindef import define_domains, define_domains_decoded
+    from hmmgpu.stages.domaindef import define_domains, define_domains_batched
     from hmmgpu.stages.forward import HOST, ForwardTables
 
-    counts = dict(targets=0, regions=0, clustered=0, domains=0, ftz=0)
+    counts = dict(targets=0, regions=0, clustered=0, domains=0, ftz=0, batched=0, batched_clustered=0)
     for name, (hmm, items) in _by_model(targets).items():
         with HmmerModel(hmm) as model:
             stages = CpuDomainStages(ForwardTables.from_hmmer(model))
-            for target, codes in items:
+            batch, expected = [], []
+            for k, (target, codes) in enumerate(items):
                 where = (name, target)
                 theirs = model.domain_definition(codes)
                 _, _, fwd_rows, _ = model.forward_parser(codes)
                 _, _, bck_rows, _, own = model.backward_parser(codes)
                 mine = define_domains(stages, codes, fwd_rows, bck_rows, own)
                 assert_definition_equal(where, mine, theirs)
-                if counts["targets"] % 4 == 0:  # from libhmmer's own decoding, as from a device's
-                    assert_definition_equal(where, define_domains_decoded(stages, codes, model.domain_decoding(codes)), theirs)
+                if k % 2 == 0:
+                    batch.append((codes, model.domain_decoding(codes)))
+                    expected.append((where + ("batched",), theirs))
                 if not mine.flags & HOST:
                     with flush_to_zero():
                         assert_definition_equal(where + ("FTZ",), mine, model.domain_definition(codes))
@@ -212,7 +215,12 @@ def test_define_domains_matches_libhmmer(targets):
                 counts["regions"] += mine.nregions
                 counts["clustered"] += mine.nclustered
                 counts["domains"] += mine.ndom
+            for (where, theirs), definition in zip(expected, define_domains_batched(stages, batch)):
+                assert_definition_equal(where, definition, theirs)
+                counts["batched"] += 1
+                counts["batched_clustered"] += definition.nclustered
     assert counts["targets"] >= 50 and counts["clustered"] >= 12 and counts["domains"] >= 80, counts
+    assert counts["batched"] >= 25 and counts["batched_clustered"] >= 6, counts
 
 
 def test_stochastic_trace_reports_short_tables_and_buffers():

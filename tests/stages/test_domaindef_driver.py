@@ -5,7 +5,8 @@ import numpy as np
 
 from hmmgpu.constants import STATUS_OK, STATUS_RANGE
 from hmmgpu.stages.domaindef import (RT1, RT2, RT3, DomainStages, Envelope, RegionEnsemble, define_domains,
-                                     domain_decoding, fsum, is_multidomain_region, region_scan, scan_regions)
+                                     define_domains_batched, define_domains_decoded, domain_decoding, fsum,
+                                     is_multidomain_region, region_scan, scan_regions)
 from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE
 
 F32 = np.float32
@@ -118,6 +119,47 @@ def test_decoding_overflow_fails_the_target():
     bx[0, XN] = 0  # 1 / 0: an infinite scale product, eslERANGE
     result = define_domains(_Stub([]), np.zeros(L, np.uint8), fx, bx, False)
     assert result.status == STATUS_RANGE and result.ndom == 0 and result.nregions == 0
+
+
+class _Batches(_Stub):
+    """:class:`_Stub` that also records the sizes of the batches the driver hands it."""
+
+    def __init__(self, envelopes, failing=()):
+        super().__init__(envelopes, failing)
+        self.batches = []
+
+    def region_ensembles(self, regions):
+        self.batches.append(("regions", len(regions)))
+        return super().region_ensembles(regions)
+
+    def rescore_envelopes(self, envelopes):
+        self.batches.append(("envelopes", len(envelopes)))
+        return super().rescore_envelopes(envelopes)
+
+
+def test_batched_driver_equals_each_target_alone():
+    """Four targets in one batch (a clustered region with a dropped envelope, two unclustered
+    regions, a decoding overflow, the clustered one again): one call for the two clustered
+    regions, one for the eight envelopes, after all the regions; each definition (counters,
+    flags, n2sc bits, domains) equals the target's alone."""
+    decodings = [domain_decoding(*rows, False, F32(1.0)) for rows in (
+        _two_domains(60, joined=True), _two_domains(60), _rows(10, [(2, 8)], {2: 1}, {8: 1}),
+        _two_domains(70, joined=True))]
+    decodings[2] = (STATUS_RANGE,) + decodings[2][1:]
+    codes = [np.zeros(d[1].size - 1, np.uint8) for d in decodings]
+    envelopes, failing = [(10, 30), (25, 40), (35, 45)], {(25, 40)}
+    stub = _Batches(envelopes, failing)
+    together = define_domains_batched(stub, list(zip(codes, decodings)))
+    assert stub.batches == [("regions", 2), ("envelopes", 8)]
+    assert [c[0] for c in stub.calls] == ["forward", "ensemble"] * 2 + ["rescore"] * 8
+    for c, decoding, mine in zip(codes, decodings, together):
+        alone = define_domains_decoded(_Stub(envelopes, failing), c, decoding)
+        for key in ("status", "nregions", "nclustered", "noverlaps", "nenvelopes", "flags"):
+            assert getattr(mine, key) == getattr(alone, key), key
+        assert mine.nexpected == alone.nexpected and mine.n2sc.tobytes() == alone.n2sc.tobytes()
+        assert [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in mine.domains] == \
+            [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in alone.domains]
+    assert [d.ndom for d in together] == [2, 2, 0, 2]
 
 
 def _decoding_by_arrays(fx, bx, has_own_scales, ploop):
