@@ -9,8 +9,9 @@ Float arrays are compared by their bits, except that a NaN equals any NaN: the o
 arises is the posterior of an envelope whose decoding overflowed (``sp`` infinite, so
 ``0 * inf``; status eslERANGE, the domain dropped, its matrix never read), and the bits of
 that NaN are the machine's: x86's default NaN 0xFFC00000 (libhmmer's SSE, numpy, the CPU
-reference, the simulator), an NVIDIA GPU's canonical 0x7FFFFFFF. A difference is reported
-with the first differing cell (its index, both values and their bits) and the count.
+reference), an NVIDIA GPU's canonical 0x7FFFFFFF (the simulator check is given the GPU's:
+:func:`gpu_nan_under_simulator`). A difference is reported with the first differing cell
+(its index, both values and their bits) and the count.
 """
 from __future__ import annotations
 
@@ -134,8 +135,35 @@ def check_cases(cases, binding: str = "python", block: int | None = None) -> dic
     return report
 
 
+def gpu_nan_under_simulator() -> None:
+    """Make the simulator's float operations give a GPU's NaN (0x7FFFFFFF, canonical) where
+    numpy's give x86's (0xFFC00000), so that the simulator check meets the NaN the GPU check
+    meets. Called before the kernel is built (its module binds the helpers when imported)."""
+    from hmmgpu.gpu import bias
+
+    plain = bias.float_helpers
+    gpu_nan = np.uint32(0x7FFFFFFF).view(np.float32)
+
+    def canonical(op):
+        def rounded(a, b):
+            r = op(a, b)
+            return gpu_nan if np.isnan(r) else r
+        return rounded
+
+    def float_helpers(binding):
+        helpers = plain(binding)
+        if binding == "python":
+            for name in ("fmul", "fadd", "fsub", "fdiv"):
+                setattr(helpers, name, canonical(getattr(helpers, name)))
+        return helpers
+
+    bias.float_helpers = float_helpers
+
+
 def simulator_envelope_checks():
-    """Every case of :func:`envelope_cases` in one batch (several envelopes per launch)."""
+    """Every case of :func:`envelope_cases` in one batch (several envelopes per launch), the
+    simulator's NaN the GPU's."""
+    gpu_nan_under_simulator()
     return [("sampled models", check_cases(envelope_cases()))]
 
 
