@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hmmgpu.cpu.envelope import rescore_isolated_domain
+from hmmgpu.cpu.envelope import RescoredEnvelope, rescore_isolated_domain
 from hmmgpu.cpu.fwdback import forward_matrix, special_transitions
 from hmmgpu.cpu.null2 import glibc_logf
 from hmmgpu.cpu.spensemble import cluster, dominant
@@ -32,7 +32,7 @@ from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, TraceEnsemble, trace_ens
 from hmmgpu.stages.domaindef import DomainStages, Envelope, RegionEnsemble
 from hmmgpu.stages.forward import SUBNORMAL, ForwardTables
 
-__all__ = ["CpuDomainStages", "region_result"]
+__all__ = ["CpuDomainStages", "envelope_result", "region_result"]
 
 F32 = np.float32
 
@@ -46,6 +46,14 @@ def region_result(ensemble: TraceEnsemble, flags: int) -> RegionEnsemble:
     coords, probs = cluster(ensemble.pairs, ensemble.nsamples)
     flags = int(flags) | (SUBNORMAL if ensemble.ftz_differs else 0)
     return RegionEnsemble(n2sc=n2sc, envelopes=coords[dominant(coords, probs), :2], flags=flags)
+
+
+def envelope_result(rescored: RescoredEnvelope) -> Envelope:
+    """What the driver takes of a rescored envelope (whichever device rescored it)."""
+    if rescored.dropped:
+        return Envelope(flags=rescored.flags, dropped=True)
+    return Envelope(flags=rescored.flags, envsc=rescored.envsc, oasc=rescored.oasc, iali=rescored.iali,
+                    jali=rescored.jali, trace=rescored.trace, n2sc=rescored.n2sc)
 
 
 class CpuDomainStages(DomainStages):
@@ -67,8 +75,4 @@ class CpuDomainStages(DomainStages):
         return region_result(ensemble, forward.flags)
 
     def rescore_envelope(self, codes, i, j, null2_is_done, n2sc) -> Envelope:
-        out = rescore_isolated_domain(self.tables, codes, i, j, null2_is_done, n2sc)
-        if out.dropped:
-            return Envelope(flags=out.flags, dropped=True)
-        return Envelope(flags=out.flags, envsc=out.envsc, oasc=out.oasc, iali=out.iali, jali=out.jali,
-                        trace=out.trace, n2sc=out.n2sc)
+        return envelope_result(rescore_isolated_domain(self.tables, codes, i, j, null2_is_done, n2sc))

@@ -24,7 +24,9 @@ or a cluster of sampled domains in a region that held several) to
 
 Each step is a stage function of its own module, so that a GPU implementation can replace
 them one by one and be checked against these; this module only composes them, as HMMER's
-function does. The exactness flags of every matrix are carried to the result
+function does. Its end, from the decoding and the alignment on (steps 4 and 5, and the
+flags), is :func:`finish_envelope`, which a device's stages call on what their kernels
+computed (:mod:`hmmgpu.gpu.domaindef`), so that it is written once. The exactness flags of every matrix are carried to the result
 (:attr:`RescoredEnvelope.needs_host`): in IEEE mode the result is libhmmer's (pyhmmer's)
 whatever the flags; unflagged, it is also hmmsearch's (flush-to-zero), but for the trace's
 tiny posteriors (hmmsearch's are 0; TINY_ROWS). Null2 by expectation sums the posterior:
@@ -48,13 +50,13 @@ import numpy as np
 
 from hmmgpu.cpu.decoding import decode
 from hmmgpu.cpu.fwdback import (
-    DP_I, DP_M, HOST, SUBNORMAL, TINY_ROWS, ForwardTables, StripedMatrix, backward_matrix, forward_matrix, special_transitions,
-    unihit_tables)
+    DP_I, DP_M, HOST, SUBNORMAL, TINY_ROWS, ForwardTables, MatrixResult, StripedMatrix, backward_matrix, forward_matrix,
+    special_transitions, unihit_tables)
 from hmmgpu.cpu.null2 import glibc_logf, null2_by_expectation
 from hmmgpu.cpu.optacc import XF_LOOP, XF_N, Trace, domain_span, oa_trace, optimal_accuracy
 from hmmgpu.stages.forward import STATUS_OK
 
-__all__ = ["RescoredEnvelope", "rescore_isolated_domain", "alignment_span"]
+__all__ = ["RescoredEnvelope", "rescore_isolated_domain", "finish_envelope", "alignment_span"]
 
 
 @dataclass
@@ -130,18 +132,37 @@ def rescore_isolated_domain(tables: ForwardTables, codes, i: int, j: int, null2_
     fwd = forward_matrix(tables, codes, i, j, unihit=True)
     bck = backward_matrix(tables, codes, fwd, i, j, unihit=True)
     status, posterior = decode(fwd, bck, xf[XF_N, XF_LOOP])
-    out = RescoredEnvelope(ienv=int(i), jenv=int(j), envsc=fwd.score, decoding_status=int(status),
+    if status != STATUS_OK:
+        return finish_envelope(uni, codes, i, j, null2_is_done, n2sc, fwd.score, status, posterior)
+    oasc, oa = optimal_accuracy(posterior, uni.tfv, xf)
+    trace = oa_trace(oa, posterior, uni.tfv, xf, uni.M)
+    return finish_envelope(uni, codes, i, j, null2_is_done, n2sc, fwd.score, status, posterior, oasc, oa.flags, trace)
+
+
+def finish_envelope(uni: ForwardTables, codes, i: int, j: int, null2_is_done: bool, n2sc, envsc, status: int,
+                    posterior: MatrixResult, oasc=None, oa_flags: int = 0, trace: Trace | None = None,
+                    null2=None) -> RescoredEnvelope:
+    """The host's end of :func:`rescore_isolated_domain`, whichever device decoded and aligned
+    the envelope ``i..j`` (``codes``, ``null2_is_done`` and ``n2sc`` as there; ``uni`` the
+    model's :func:`~hmmgpu.cpu.fwdback.unihit_tables`): from the unihit Forward score
+    ``envsc``, the decoding's ``status`` and ``posterior`` matrix, and unless it overflowed,
+    ``oasc``, the OA matrix's flags (the posterior's with its own), the OA ``trace`` (residues
+    1..Ld of the envelope) and the null2 odds where a device computed them (None: from the
+    posterior here, if needed): the trace moved to the target's coordinates, ``iali..jali``,
+    for an unclustered envelope ``n2sc`` (glibc's ``logf``) and the flush-to-zero check of its
+    odds, and ``domcorrection``."""
+    out = RescoredEnvelope(ienv=int(i), jenv=int(j), envsc=envsc, decoding_status=int(status),
                            flags=posterior.flags)
     if out.dropped:
         return out
-    out.oasc, oa = optimal_accuracy(posterior, uni.tfv, xf)
-    out.flags |= oa.flags
-    out.trace = oa_trace(oa, posterior, uni.tfv, xf, uni.M).shifted(int(i) - 1)
+    out.oasc = oasc
+    out.flags |= oa_flags
+    out.trace = trace.shifted(int(i) - 1)
     out.iali, out.jali = alignment_span(out.trace)
     if null2_is_done:
         scores = np.asarray(n2sc, np.float32)[int(i):int(j) + 1]
     else:
-        out.null2 = _null2(posterior.matrix, uni)
+        out.null2 = _null2(posterior.matrix, uni) if null2 is None else null2
         out.n2sc = scores = glibc_logf(out.null2[codes[int(i) - 1:int(j)]])
         if posterior.flags & TINY_ROWS and not _same_bits(out.null2, _null2(posterior.matrix, uni, flush_tiny=True)):
             out.flags |= SUBNORMAL

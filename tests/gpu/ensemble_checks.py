@@ -36,6 +36,15 @@ def tandem_targets(hmm, seed):
         [cons[M // 2:], cons, cons[:M // 2]], [cons[:2 * M // 3], cons[M // 3:]], [mutated(0.3) for _ in range(3)])]
 
 
+def homolog_in_noise(hmm, seed, flank):
+    """The model's consensus between two runs of ``flank`` random residues."""
+    from tests.helpers import consensus_codes
+
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.integers(0, 20, flank), consensus_codes(hmm),
+                           rng.integers(0, 20, flank)]).astype(np.uint8)
+
+
 def shortest_homolog_region(name):
     """The shortest clustered region of the sample model ``name``'s hits in the sample
     proteome (PF02826: 72 residues of a real homolog, M = 178), as a one-item list."""
@@ -148,35 +157,43 @@ def with_tiny_cells(items, factor=2.0 ** -106):
     return out
 
 
-def check_define_domains(hmm, codes, binding) -> dict:
-    """The whole domain definition of a target with the GPU stage equals the CPU stages'."""
+def check_define_domains(hmm, targets, binding) -> dict:
+    """The batched domain definition of ``targets`` with the GPU stages (every clustered region
+    in one ensemble launch, every envelope in one decoding + OA launch) equals the CPU stages'
+    target by target and libhmmer's (counters, n2sc, each domain, its OA trace)."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.cpu.hmmerlib import HmmerModel
-    from hmmgpu.gpu.ensemble.stages import GpuEnsembleStages
-    from hmmgpu.stages.domaindef import define_domains
+    from hmmgpu.gpu.domaindef import GpuDomainStages
+    from hmmgpu.stages.domaindef import define_domains_batched, define_domains_decoded
     from hmmgpu.stages.forward import ForwardTables
+    from tests.helpers import assert_definition_equal
 
     with HmmerModel(hmm) as model:
         tables = ForwardTables.from_hmmer(model)
-        _, _, fwd_rows, _ = model.forward_parser(codes)
-        _, _, bck_rows, _, own = model.backward_parser(codes)
-    mine = define_domains(GpuEnsembleStages(tables, binding=binding), codes, fwd_rows, bck_rows, own)
-    ref = define_domains(CpuDomainStages(tables), codes, fwd_rows, bck_rows, own)
-    for key in ("status", "nregions", "nclustered", "noverlaps", "nenvelopes", "flags"):
-        assert getattr(mine, key) == getattr(ref, key), key
-    assert np.array_equal(bits(mine.n2sc), bits(ref.n2sc))
-    assert [(d.ienv, d.jenv, d.iali, d.jali, bits(d.envsc), bits(d.domcorrection), bits(d.oasc))
-            for d in mine.domains] == [(d.ienv, d.jenv, d.iali, d.jali, bits(d.envsc), bits(d.domcorrection),
-                                        bits(d.oasc)) for d in ref.domains]
-    return dict(nclustered=ref.nclustered, domains=ref.ndom)
+        decodings = [model.domain_decoding(codes) for codes in targets]
+        theirs = [model.domain_definition(codes) for codes in targets]
+    batched = define_domains_batched(GpuDomainStages(tables, binding=binding), list(zip(targets, decodings)))
+    report = dict(targets=len(targets), nclustered=0, envelopes=0, domains=0)
+    for k, (codes, decoding, mine, libhmmer) in enumerate(zip(targets, decodings, batched, theirs)):
+        assert_definition_equal(k, mine, libhmmer)
+        ref = define_domains_decoded(CpuDomainStages(tables), codes, decoding)
+        assert mine.flags == ref.flags, k
+        for a, b in zip((d.trace for d in mine.domains), (d.trace for d in ref.domains)):
+            assert a.st.tobytes() == b.st.tobytes() and a.k.tobytes() == b.k.tobytes(), k
+            assert a.i.tobytes() == b.i.tobytes() and bits(a.pp).tobytes() == bits(b.pp).tobytes(), k
+        report["nclustered"] += mine.nclustered
+        report["envelopes"] += mine.nenvelopes
+        report["domains"] += mine.ndom
+    return report
 
 
 def simulator_ensemble_checks():
     """Sampled models of 5 (padding lanes), 12 and 30 nodes, tandem targets, their clustered
     regions in one launch with a region of a real PF02826 homolog; two of them beside copies of
     all six scaled near the subnormal range (flush-to-zero flags on two copies only);
-    a short table of draws and a small pair buffer (regions left to the CPU reference); a whole
-    domain definition through the GPU stage."""
+    a short table of draws and a small pair buffer (regions left to the CPU reference); the
+    domain definitions of a tandem target and a homolog in noise (clustered and unclustered
+    envelopes) through the GPU stages in one batch."""
     from hmmgpu.cpu.stotrace import EXHAUSTED, FULL
     from hmmgpu.gpu.ensemble.launch import sample_regions
     from tests.helpers import sampled_hmm
@@ -194,7 +211,8 @@ def simulator_ensemble_checks():
     full = [r.status for r in sample_regions(requests[:2], pair_cap=40, binding="python")]
     out.append(("left to the host", dict(exhausted=short.count(EXHAUSTED), full=full.count(FULL),
                                          **check_results(items[:2], "python", table=512))))
-    out.append(("define_domains", check_define_domains(hmms[1], tandem_targets(hmms[1], 1)[0], None)))
+    noise = homolog_in_noise(hmms[1], 0, 20)   # a clustered and an unclustered region
+    out.append(("define_domains", check_define_domains(hmms[1], [tandem_targets(hmms[1], 1)[1], noise], None)))
     out.append(("no path", no_path_statuses(requests[0], "python")))
     return out
 

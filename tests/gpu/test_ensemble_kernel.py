@@ -70,8 +70,9 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     flag equal the CPU reference's, and so do the finished regions (n2sc, envelopes, flags);
     two of them beside copies of all six scaled near the subnormal range, in one launch: the
     flags are raised alike, on two copies only; regions the kernel leaves (a short table of draws, a small pair buffer)
-    come out right from the CPU reference; a whole domain definition with the GPU stage equals
-    the CPU stages'; matrices with no path stop the kernel (NaN: FATAL, as Easel aborts; all
+    come out right from the CPU reference; two targets' domain definitions with the GPU stages
+    in one batch (ensembles and envelope decoding + OA by the kernels) equal the CPU stages'
+    and libhmmer's; matrices with no path stop the kernel (NaN: FATAL, as Easel aborts; all
     zero: FATAL or OUTSIDE)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
@@ -88,7 +89,8 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     assert tiny["ftz"] == 2 and tiny["sampled"] == tiny["regions"] == 8, tiny
     left = rows["left to the host"]
     assert left["exhausted"] == 2 and left["full"] == 2, left
-    assert rows["define_domains"]["nclustered"] >= 1
+    batched = rows["define_domains"]
+    assert batched["targets"] == 2 and batched["nclustered"] == 2 and batched["envelopes"] == 3, batched
     assert rows["no path"] == dict(nan=True, zero=True)
 
 

@@ -1,5 +1,5 @@
 """Domain definition's region ensemble on the GPU: the stage function that plugs the ensemble
-kernel into :func:`hmmgpu.stages.domaindef.define_domains`.
+kernel into :func:`hmmgpu.stages.domaindef.define_domains_batched`.
 
 :func:`region_ensembles` samples a batch of clustered regions (of any targets and models) with
 the kernel (:func:`hmmgpu.gpu.ensemble.launch.sample_regions`) and finishes each on the host
@@ -7,19 +7,17 @@ as the CPU stages do (:func:`hmmgpu.cpu.domaindef.region_result`: glibc's ``logf
 clustering, the domination filter); a region the kernel leaves (its status not OK: the table
 of draws or the pair buffer ran out, a path Easel would abort on, a step outside the matrix)
 is sampled by the CPU reference (:func:`hmmgpu.cpu.stotrace.trace_ensemble`, which grows its
-table and buffers, and raises where Easel aborts). :class:`GpuEnsembleStages` is
-:class:`hmmgpu.cpu.domaindef.CpuDomainStages` with its ``region_ensemble`` so replaced, one
-region a launch; the driver's regions can be batched through :func:`region_ensembles`.
+table and buffers, and raises where Easel aborts). The GPU stages
+(:class:`hmmgpu.gpu.domaindef.GpuDomainStages`) call it on all the clustered regions the
+driver hands them at once.
 """
 from __future__ import annotations
 
-from hmmgpu.cpu.domaindef import CpuDomainStages, region_result
-from hmmgpu.cpu.fwdback import special_transitions
+from hmmgpu.cpu.domaindef import region_result
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, trace_ensemble
-from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest, sample_regions
-from hmmgpu.stages.domaindef import RegionEnsemble
+from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, sample_regions
 
-__all__ = ["GpuEnsembleStages", "region_ensembles"]
+__all__ = ["region_ensembles"]
 
 
 def region_ensembles(requests, flags, *, seed: int = DEFAULT_SEED, binding: str | None = None,
@@ -37,19 +35,3 @@ def region_ensembles(requests, flags, *, seed: int = DEFAULT_SEED, binding: str 
                                       request.codes, request.i, request.j, nsamples=NSAMPLES, seed=seed)
         out.append(region_result(ensemble, matrix_flags))
     return out
-
-
-class GpuEnsembleStages(CpuDomainStages):
-    """The CPU stages of one model with the region ensemble sampled on the GPU (``binding``: the
-    kernel module's, :func:`~hmmgpu.gpu.ensemble.launch.default_binding` if None; ``table``:
-    draws in the device table)."""
-
-    def __init__(self, tables, seed: int = DEFAULT_SEED, binding: str | None = None, table: int = DEFAULT_TABLE):
-        super().__init__(tables, seed)
-        self.binding = binding
-        self.table = int(table)
-
-    def region_ensemble(self, forward, codes, i, j) -> RegionEnsemble:
-        request = RegionRequest(matrix=forward.matrix, tables=self.tables,
-                                xf=special_transitions(self.tables, len(codes)), codes=codes, i=i, j=j)
-        return region_ensembles([request], [forward.flags], seed=self.seed, binding=self.binding, table=self.table)[0]
