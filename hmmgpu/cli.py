@@ -28,7 +28,7 @@ from dataclasses import MISSING, fields
 
 from hmmgpu._version import __version__
 from hmmgpu.errors import ERROR_STATUS, DeviceUnavailable, HmmgpuError, InputError
-from hmmgpu.host import stop_on_signals
+from hmmgpu.host import end_process, stop_on_signals
 from hmmgpu.options import GROUPS, ReportOptions, RunOptions, SearchOptions, choices
 from hmmgpu.preflight import finish_interrupted, prepare_run
 
@@ -490,10 +490,13 @@ PROCESS_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1"}
 
 @stop_on_signals()   # SIGTERM stops a run as Ctrl-C does: outputs removed, one line, exit status 143
 def main(argv=None) -> int:
-    """Entry point of the ``hmmgpu`` console script."""
+    """Entry point of the ``hmmgpu`` console script. Called without ``argv`` (the process's
+    own command line: the console script, ``python -m hmmgpu``), ``hmmgpu sw`` ends the
+    process when it is done (:func:`hmmgpu.host.end_process`)."""
     started = time.perf_counter()
     for name, value in PROCESS_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
+    own_command_line = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
@@ -503,7 +506,10 @@ def main(argv=None) -> int:
         if args.command == "sw":
             from hmmgpu.sw.cli import run as run_sw
 
-            return run_sw(args)
+            status = run_sw(args)
+            if own_command_line:
+                end_process(status)
+            return status
         return _COMMANDS[args.command](args)
     except HmmgpuError as e:
         print(f"hmmgpu: error: {e}", file=sys.stderr)

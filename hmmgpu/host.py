@@ -11,6 +11,9 @@ A few steps must not be cut in two by it: a temporary file created but not yet r
 removal, or outputs half renamed into place. They run under :func:`signals_deferred`, which
 holds a signal back until the step is over.
 
+The end: :func:`end_process` ends the process at once, its outputs complete, skipping an
+exit that would only tear down (``hmmgpu sw``'s command line and its device processes).
+
 Flush-to-zero: ``hmmsearch`` calls ``impl_Init()``, which sets the MXCSR flush-to-zero bit in every
 thread, so a subnormal result (an E-value below 2.2e-308, say) becomes 0. pyhmmer leaves
 the mode alone. :func:`flush_to_zero` sets the bit in the calling thread for the duration
@@ -28,6 +31,7 @@ import functools
 import os
 import platform
 import signal
+import sys
 import threading
 
 def usable_cores() -> int:
@@ -114,6 +118,22 @@ def signals_deferred():
 
 _FTZ = 0x8000  # MXCSR bit 15
 _MXCSR_OFFSET = 28  # glibc x86-64 fenv_t: 28 bytes of x87 environment, then the MXCSR word
+
+
+def end_process(status: int) -> None:
+    """End the process now with ``status``, once standard output and error are flushed; the
+    caller's outputs are complete and closed. What a normal exit would do after ``hmmgpu sw``
+    is all teardown: the interpreter's finalisation frees every object of numba and llvmlite
+    (a tenth of a second and more, ``gc.freeze()`` avoiding only the collections over them),
+    idle threads are joined, and the CUDA driver's exit handlers take the device's context
+    down (the operating system frees what the process holds in any case). Only for a
+    process's own command line, never for a caller sharing the process."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader gone away (| head) or a closed stream: nothing left to say
+            pass
+    os._exit(status)
 
 
 class _FenvT(ctypes.Structure):

@@ -532,24 +532,26 @@ class _Pipeline:
 
 def _warm_tracebacks() -> None:
     """Import numba and load (or compile, on a fresh machine) the traceback passes in a thread
-    (once per process)."""
+    (once per process, whichever thread asks first)."""
     global _WARMING
-    if _WARMING is None:
-        from hmmgpu.sw.traceback import warm
+    with _WARMING_LOCK:
+        if _WARMING is None:
+            from hmmgpu.sw.traceback import warm
 
-        def run():
-            t = time.perf_counter()
-            try:
-                warm()
-            except Exception:  # noqa: BLE001 - the first traceback reports it
-                pass
-            _WARMING.seconds = time.perf_counter() - t  # --stats: traceback passes loaded
+            def run():
+                t = time.perf_counter()
+                try:
+                    warm()
+                except Exception:  # noqa: BLE001 - the first traceback reports it
+                    pass
+                _WARMING.seconds = time.perf_counter() - t  # --stats: traceback passes loaded
 
-        _WARMING = threading.Thread(target=run, name="hmmgpu-sw-numba", daemon=True)
-        _WARMING.start()
+            _WARMING = threading.Thread(target=run, name="hmmgpu-sw-numba", daemon=True)
+            _WARMING.start()
 
 
 _WARMING = None
+_WARMING_LOCK = threading.Lock()
 
 
 def search(queries, database, *, matrix: MatrixName = "BLOSUM62", gap_open: int = 11, gap_extend: int = 1,

@@ -6,8 +6,9 @@ returns the exit status (2 with one ``hmmgpu: error: ...`` line for bad input).
 from __future__ import annotations
 
 import argparse
-import gc
+import importlib
 import sys
+import threading
 import time
 
 from hmmgpu.errors import ERROR_STATUS, HmmgpuError
@@ -53,21 +54,51 @@ def run(args) -> int:
     an existing file as it was), and refused when it names an input. The report (``--outfmt
     0``) traces back only the hits whose alignments it shows (``--alignments``); tabular rows
     need every hit's.
-    """
-    import io
-    import threading
 
+    The order of the start is the GPU's: the device's context (the driver's start-up, 0.3-0.4
+    s on the GPU machine) is made in a thread before anything else, and everything that needs
+    no device (the imports, the queries, the database) is done while it is made; numba's
+    import and the traceback passes load in another thread meanwhile (see
+    :data:`SWITCH_INTERVAL`).
+    """
     started = getattr(args, "started", None) or time.perf_counter()
+    if args.backend != "cpu" and args.devices is None:  # the driver's start-up and the device's context, first
+        from hmmgpu.gpu.runtime.context import open_primary_context
+
+        threading.Thread(target=open_primary_context, args=(0 if args.device is None else args.device,),
+                         daemon=True).start()
+    threading.Thread(target=_warm_tracebacks, daemon=True).start()  # numpy's import in it too, at once
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
+    try:
+        return _run(args, started)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+#: The interpreter's switch interval (seconds) while ``hmmgpu sw`` runs (CPython's default is
+#: 0.005). numba's import and the traceback passes' load hold the interpreter's lock for most
+#: of a few tenths of a second, in a thread, while the main and scan threads set the GPU up
+#: and feed it with short driver calls, each of which lets the lock go (ctypes) and must then
+#: wait for it: up to a whole interval each while another thread runs Python, hundreds of
+#: calls before the first scores. A shorter interval bounds that wait; a thread alone never
+#: switches, so it costs nothing once numba is loaded but the interleaving of the scan
+#: thread, the output and the tracebacks' Python, which it also makes finer.
+SWITCH_INTERVAL = 0.0002
+
+
+def _run(args, started: float) -> int:
+    import io
+
     from hmmgpu.formats.outfiles import OutputFiles, refuse_inputs
-    from hmmgpu.sw.api import SwStats, _read_queries, _warm_tracebacks, check_threads
+    from hmmgpu.sw.api import SwStats, _read_queries, check_threads
 
     try:
         check_threads(args.threads)
         refuse_inputs({"-o": args.output}, (args.queries, args.db))
-        _warm_tracebacks()  # numba's import and the traceback passes' load, in a thread from the start
         devices = None if args.devices is None else _devices(args)
         device = devices[0] if devices else 0 if args.device is None else args.device
-        if args.backend != "cpu":  # the driver's start-up and the device's context beside the reading
+        if devices is not None and args.backend != "cpu":  # as above, for the first of the devices
             from hmmgpu.gpu.runtime.context import open_primary_context
 
             threading.Thread(target=open_primary_context, args=(device,), daemon=True).start()
@@ -78,22 +109,21 @@ def run(args) -> int:
             t = time.perf_counter()
             queries = _read_queries(args.queries)
             stats.add("reading", time.perf_counter() - t)
-            if args.backend != "cpu":
-                _compile_kernels(queries, device, stats)
             if devices is not None and len(devices) > 1:
+                if args.backend != "cpu":
+                    _compile_kernels(queries, device, stats)
                 from hmmgpu.sw.devices import write_on_devices
 
                 write_on_devices(args, devices, queries, out)
             else:
-                _search_on_one(args, device, queries, out, stats)
+                db = _open_database(args.db, args.backend != "cpu", stats)
+                if args.backend != "cpu":
+                    _compile_kernels(queries, device, stats)
+                _search_on_one(args, device, queries, db, out, stats)
         if args.stats:
             stats.wall = time.perf_counter() - started
             for line in stats.lines():
                 print(f"# hmmgpu sw: {line}", file=sys.stderr)
-        # The command's process ends next. The interpreter's garbage collections at its exit
-        # walk every object numba made for the traceback passes (0.3-1 s, longer than some
-        # whole searches); frozen, they are left to the process's end, which frees them.
-        gc.freeze()
     except HmmgpuError as e:
         print(f"hmmgpu: error: {e}", file=sys.stderr)
         return ERROR_STATUS
@@ -101,6 +131,32 @@ def run(args) -> int:
         print(f"hmmgpu: error: {e.filename or ''}: {e.strerror or e}".replace(": :", ":"), file=sys.stderr)
         return ERROR_STATUS
     return 0
+
+
+def _warm_tracebacks() -> None:
+    """numba's import and the traceback passes' load (:func:`hmmgpu.sw.api._warm_tracebacks`),
+    asked for from a thread of their own: :mod:`hmmgpu.sw.api` and numpy are imported there,
+    so that numba's import starts as soon as numpy's ends, beside the main thread's."""
+    from hmmgpu.sw.api import _warm_tracebacks as warm
+
+    warm()
+
+
+def _open_database(path, gpu: bool, stats):
+    """The database, opened (into arrays: no pyhmmer) before the GPU is waited for; on the
+    GPU route the scanner's modules are imported meanwhile too."""
+    from hmmgpu.formats.seqdb import open_database
+
+    t = time.perf_counter()
+    db = open_database(path, arrays=True)
+    stats.add("database", time.perf_counter() - t)
+    if gpu:
+        from hmmgpu.gpu.runtime.context import cuda_driver_present
+
+        if cuda_driver_present():
+            for name in ("hmmgpu.gpu.runtime.driver", "hmmgpu.gpu.resident", "hmmgpu.gpu.sw.launch"):
+                importlib.import_module(name)
+    return db
 
 
 def _devices(args) -> tuple:
@@ -112,13 +168,14 @@ def _devices(args) -> tuple:
     return device_ids(args.devices, args.backend)
 
 
-def _search_on_one(args, device: int, queries: list, out, stats) -> None:
-    """The search on one device (or the CPU), its output written to ``out`` in query order."""
+def _search_on_one(args, device: int, queries: list, db, out, stats) -> None:
+    """The search of ``db`` (opened) on one device (or the CPU), its output written to ``out``
+    in query order."""
     from hmmgpu._version import __version__
     from hmmgpu.sw.api import SwSearch, looks_like_nucleotide
     from hmmgpu.sw.output import done_line, format_report, write_tabular
 
-    with SwSearch(args.db, matrix=args.matrix, gap_open=args.gapopen, gap_extend=args.gapextend,
+    with SwSearch(db, matrix=args.matrix, gap_open=args.gapopen, gap_extend=args.gapextend,
                   max_hits=args.max_hits, evalue=args.evalue, backend=args.backend, device=device,
                   threads=args.threads, alignments=args.alignments,
                   tracebacks=None if args.outfmt == 6 else max(args.alignments, 0), stats=stats) as s:
@@ -153,14 +210,18 @@ def _compile_kernels(queries, device: int, stats) -> None:
     from hmmgpu.gpu.runtime.device import GpuDevice
     from hmmgpu.gpu.sw.launch import compile_for
 
+    gpu = GpuDevice.open(device)  # waits for the context the thread makes
+    stats.arrived("device")
     t = time.perf_counter()
-    stats.count("kernels_compiled", compile_for([q.size for _, q in queries], GpuDevice.open(device)))
+    stats.count("kernels_compiled", compile_for([q.size for _, q in queries], gpu))
     stats.add("kernels compiled", time.perf_counter() - t)
 
 
 def main(argv=None) -> int:
-    """``python -m hmmgpu.sw ...``: the command without the rest of hmmgpu's parser."""
-    from hmmgpu.host import stop_on_signals
+    """``python -m hmmgpu.sw ...``: the command without the rest of hmmgpu's parser. Called
+    without ``argv`` (the process's own command line), the process ends when the command is
+    done (:func:`hmmgpu.host.end_process`)."""
+    from hmmgpu.host import end_process, stop_on_signals
     from hmmgpu.preflight import finish_interrupted, prepare_run
 
     parser = argparse.ArgumentParser(prog="hmmgpu")
@@ -169,6 +230,9 @@ def main(argv=None) -> int:
         try:
             args = parser.parse_args(["sw", *(sys.argv[1:] if argv is None else argv)])
             prepare_run(args)
-            return run(args)
+            status = run(args)
         except KeyboardInterrupt as interrupt:
-            return finish_interrupted(interrupt)
+            status = finish_interrupted(interrupt)
+    if argv is None:
+        end_process(status)  # the process's own command line: the exit's teardown skipped
+    return status

@@ -42,6 +42,7 @@ from multiprocessing.connection import Connection
 
 from hmmgpu.child import start_child
 from hmmgpu.errors import HmmgpuError, InputError, WorkerError
+from hmmgpu.host import end_process
 
 #: Batches a device gets over the run, about (more balance the end; fewer cost fewer hand-offs).
 BATCHES_PER_DEVICE = 4
@@ -280,3 +281,4 @@ __all__ = ["DeviceSearch", "device_ids", "batches", "write_on_devices"]
 
 if __name__ == "__main__":
     _serve(Connection(int(sys.argv[1])))
+    end_process(0)  # its answers sent: the exit's teardown (numba, the device's context) skipped

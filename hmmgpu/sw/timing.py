@@ -106,8 +106,10 @@ class SwStats:
         ]
 
     def _timeline(self) -> str:
-        """When the scores and the hits arrived, from the command's start."""
+        """When the GPU was ready (its context made), the scores and the hits arrived, from the
+        command's start."""
         a = self.arrivals
-        parts = [f"scores arrived from {a['scores'][0]:.2f} s to {a['scores'][1]:.2f} s"] if "scores" in a else []
+        parts = [f"the GPU was ready at {a['device'][0]:.2f} s"] if "device" in a else []
+        parts += [f"scores arrived from {a['scores'][0]:.2f} s to {a['scores'][1]:.2f} s"] if "scores" in a else []
         parts += [f"the last hits were ready at {a['hits'][1]:.2f} s"] if "hits" in a else []
         return "; " + ", ".join(parts) if parts else ""
