@@ -157,10 +157,11 @@ def with_tiny_cells(items, factor=2.0 ** -106):
     return out
 
 
-def check_define_domains(hmm, targets, binding) -> dict:
+def check_define_domains(hmm, targets, binding, **stages) -> dict:
     """The batched domain definition of ``targets`` with the GPU stages (every clustered region
-    in one ensemble launch, every envelope in one decoding + OA launch) equals the CPU stages'
-    target by target and libhmmer's (counters, n2sc, each domain, its OA trace)."""
+    in one ensemble launch, every envelope in one decoding + OA launch; ``stages``: more
+    arguments of the stages) equals the CPU stages' target by target and libhmmer's (counters,
+    n2sc, each domain, its OA trace)."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.gpu.domaindef import GpuDomainStages
@@ -172,7 +173,7 @@ def check_define_domains(hmm, targets, binding) -> dict:
         tables = ForwardTables.from_hmmer(model)
         decodings = [model.domain_decoding(codes) for codes in targets]
         theirs = [model.domain_definition(codes) for codes in targets]
-    batched = define_domains_batched(GpuDomainStages(tables, binding=binding), list(zip(targets, decodings)))
+    batched = define_domains_batched(GpuDomainStages(tables, binding=binding, **stages), list(zip(targets, decodings)))
     report = dict(targets=len(targets), nclustered=0, envelopes=0, domains=0)
     for k, (codes, decoding, mine, libhmmer) in enumerate(zip(targets, decodings, batched, theirs)):
         assert_definition_equal(k, mine, libhmmer)

@@ -1,0 +1,47 @@
+"""Domain definition's GPU stages (hmmgpu.gpu.domaindef.GpuDomainStages): how a call's items are
+cut into launches, and on a GPU (``pytest -m gpu``) the batched driver with those stages
+against the CPU stages and libhmmer on real hits. Under the simulator the same check runs in
+tests/gpu/test_ensemble_kernel.py (tests/gpu/ensemble_checks.check_define_domains)."""
+import pytest
+
+from hmmgpu.cpu.hmmerlib import libhmmer_available
+
+
+def test_runs_within_cuts_consecutive_runs_under_the_budget():
+    from hmmgpu.gpu.domaindef import matrix_bytes, runs_within
+
+    assert runs_within([], 10) == []
+    assert runs_within([4, 4, 4, 11, 1, 9, 10], 10) == [(0, 2), (2, 3), (3, 4), (4, 6), (6, 7)]
+    assert runs_within([3] * 5, 100) == [(0, 5)]
+    assert matrix_bytes(0, 1) == 4 * 18 and matrix_bytes(9, 2) == 4 * 10 * 30
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
+def test_gpu_stages_on_gpu():
+    """On a GPU: the four sample models' hits in the sample proteome and tandem targets, each
+    model's targets in one batch (runs of at most 64 MB of matrices a launch), equal to the
+    CPU stages' and libhmmer's domain definitions."""
+    import numpy as np
+    import pyhmmer
+    from pyhmmer.easel import SequenceFile
+
+    from hmmgpu.gpu.runtime.context import cuda_available
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from tests.gpu.ensemble_checks import check_define_domains, tandem_targets
+    from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, sample_hmm
+
+    if not cuda_available():
+        pytest.skip("no CUDA GPU")
+    binding = GpuDevice.open(0).lane_binding
+    with SequenceFile(str(PROTEOME), digital=True, alphabet=AMINO) as f:
+        proteome = f.read_block()
+    by_name = {seq.name: np.asarray(seq.sequence, np.uint8) for seq in proteome}
+    hmms = [sample_hmm(name) for name in MODEL_NAMES]
+    total = dict(targets=0, nclustered=0, envelopes=0, domains=0)
+    for seed, (hmm, top) in enumerate(zip(hmms, pyhmmer.hmmsearch(hmms, proteome))):
+        targets = [by_name[hit.name] for hit in top] + tandem_targets(hmm, seed)
+        for key, value in check_define_domains(hmm, targets, binding, batch_bytes=64 << 20).items():
+            total[key] += value
+    print(total)
+    assert total["targets"] >= 60 and total["nclustered"] >= 10 and total["envelopes"] >= 100, total
