@@ -16,9 +16,12 @@ from the process's start, when the command started, the device's context was mad
 device opened, the kernels checked, the database uploaded (the scanner made), each batch's
 scores arrived, the traceback passes loaded, the first and last traceback ran, the output
 ended, and the process's last moment before its exit; the wall time from outside minus that
-last moment is the exit) comes from two more runs of each tree. The outputs of the two trees
+last moment is the exit; and how many CUDA driver calls were made before the first scores and
+after, with the seconds from each call to the interpreter's lock back in the caller's hands:
+calls of a few microseconds that take milliseconds waited for the lock) comes from two more
+runs of each tree. The outputs of the two trees
 must be identical (checked). ``--proteins N`` also times one run of N real proteins drawn
-from the database (``bench_sw --e2e``'s sample) for each tree; ``--cudasw DIR`` builds
+from the database (``bench_sw --e2e``'s sample) for each variant; ``--cudasw DIR`` builds
 CUDASW++4 and times its ``align`` on the 20 queries (``--repeats``, median).
 Writes ``sw_startup_<device>_<date>.json`` and ``.txt``.
 """
@@ -76,6 +79,23 @@ def _timeline_run(argv) -> None:
         wrap(m.GpuScanner, "_collect", after="last scores", every=True)
         wrap(m.GpuScanner, "_collect", after="first scores")
 
+    calls = {"before": [0, 0.0, 0.0], "after": [0, 0.0, 0.0]}  # driver calls: count, seconds, longest
+
+    def patch_driver(m):
+        original = m.call
+
+        def call(name, *args):
+            t = time.perf_counter()
+            try:
+                return original(name, *args)
+            finally:
+                spent = time.perf_counter() - t  # the call and the wait for the interpreter's lock after it
+                with lock:
+                    c = calls["after" if "first scores" in marks else "before"]
+                    c[0], c[1], c[2] = c[0] + 1, c[1] + spent, max(c[2], spent)
+
+        m.call = call
+
     def patch_traceback(m):
         wrap(m, "warm", after="traceback passes loaded")
 
@@ -99,7 +119,7 @@ def _timeline_run(argv) -> None:
 
     patches = {"hmmgpu.gpu.runtime.context": patch_context, "hmmgpu.gpu.runtime.device": patch_device,
                "hmmgpu.gpu.sw.launch": patch_launch, "hmmgpu.sw.traceback": patch_traceback,
-               "hmmgpu.sw.api": patch_api, "hmmgpu.sw.cli": patch_sw_cli, "hmmgpu.cli": patch_cli}
+               "hmmgpu.gpu.runtime.driver": patch_driver, "hmmgpu.sw.api": patch_api, "hmmgpu.sw.cli": patch_sw_cli, "hmmgpu.cli": patch_cli}
 
     class Patcher(importlib.abc.MetaPathFinder):
         """Each module of ``patches`` patched as soon as it has run (importing them here first
@@ -126,7 +146,9 @@ def _timeline_run(argv) -> None:
         age = process_age()
         shift = (age - marks["end"]) if age is not None else 0.0  # this file's start, from the process's
         print("# timeline: " + ", ".join(f"{k}={v + shift:.3f}" for k, v in sorted(marks.items(), key=lambda kv: kv[1]))
-              + f"; start-up before this file {shift:.3f}", file=sys.stderr, flush=True)
+              + f"; start-up before this file {shift:.3f}; driver calls (with the lock's wait after each) "
+              + ", ".join(f"{k} the first scores {n} in {t:.3f} s (longest {m * 1e3:.1f} ms)"
+                          for k, (n, t, m) in calls.items()), file=sys.stderr, flush=True)
 
     sys.meta_path.insert(0, Patcher())
     from hmmgpu.cli import main
@@ -232,7 +254,11 @@ def main() -> int:
         root = variants[name][0]
         res["timelines"][name] = []
         for _ in range(2):
-            r = _run(root, argv(q20, work / "timeline.tsv"), timeline=True)
+            try:
+                r = _run(root, argv(q20, work / "timeline.tsv"), timeline=True)
+            except RuntimeError as error:  # the timed runs above stand; say why this one has none
+                note(f"{name} timeline failed: {error}")
+                break
             res["timelines"][name].append(r)
             line = next((ln for ln in r["lines"] if ln.startswith("# timeline:")), "")
             end = re.search(r"\bend=(\S+?),?(?:\s|;|$)", line)
@@ -244,9 +270,9 @@ def main() -> int:
 
         proteins = bench_sw._sample_proteins(open_database(work / "hdb"), args.proteins, work / "proteins.fa")
         res["proteins"] = {}
-        for name in ("base", "new"):
-            out = work / f"proteins_{name}.tsv"
-            r = _run(variants[name][0], argv(proteins, out), "")
+        for name, (root, patch) in variants.items():
+            out = work / f"proteins_{name.split(',')[0]}.tsv"
+            r = _run(root, argv(proteins, out), patch)
             res["proteins"][name] = dict(seconds=r["seconds"], stats=r["lines"])
             note(f"{name}, {args.proteins} proteins: {r['seconds']:.3f} s", *[f"\n  {ln}" for ln in r["lines"]])
         same = (work / "proteins_base.tsv").read_bytes() == (work / "proteins_new.tsv").read_bytes()
