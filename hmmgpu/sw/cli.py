@@ -91,7 +91,7 @@ def _run(args, started: float) -> int:
     import io
 
     from hmmgpu.formats.outfiles import OutputFiles, refuse_inputs
-    from hmmgpu.sw.api import SwStats, _read_queries, check_threads
+    from hmmgpu.sw.api import SwParams, SwStats, _read_queries, check_threads
 
     try:
         check_threads(args.threads)
@@ -116,6 +116,7 @@ def _run(args, started: float) -> int:
 
                 write_on_devices(args, devices, queries, out)
             else:
+                SwParams.resolve(args.matrix, args.gapopen, args.gapextend)  # checked and loaded before the wait
                 db = _open_database(args.db, args.backend != "cpu", stats)
                 if args.backend != "cpu":
                     _compile_kernels(queries, device, stats)
@@ -154,7 +155,8 @@ def _open_database(path, gpu: bool, stats):
         from hmmgpu.gpu.runtime.context import cuda_driver_present
 
         if cuda_driver_present():
-            for name in ("hmmgpu.gpu.runtime.driver", "hmmgpu.gpu.resident", "hmmgpu.gpu.sw.launch"):
+            for name in ("concurrent.futures", "hmmgpu.gpu.runtime.driver", "hmmgpu.gpu.resident", "hmmgpu.gpu.pack",
+                         "hmmgpu.gpu.sw.launch"):
                 importlib.import_module(name)
     return db
 
