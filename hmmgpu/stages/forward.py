@@ -127,34 +127,51 @@ class ForwardTables:
         return None
 
 
-def forward_score(scales, xc, pmove) -> np.float32:
-    """The Forward score (float32 nats) from the scale factors of the rescaled rows (in row
-    order) and the final ``xC``, formed as ``forward_engine`` forms it: ``totscale`` summed
-    in double and rounded to float at every row, then ``f32(totscale + log(f32(xC pmove)))``,
-    with libm's double ``log`` (Python's ``math.log``)."""
+def forward_totscale(scales) -> np.float32:
+    """``totscale`` of a Forward pass from the scale factors of its rescaled rows (in row
+    order), as ``forward_engine`` forms it: summed in double and rounded to float at every
+    row, with libm's double ``log`` (Python's ``math.log``)."""
     tot = np.float32(0.0)
     for s in np.asarray(scales, np.float32).tolist():
         tot = np.float32(float(tot) + math.log(s))
+    return tot
+
+
+def forward_score(scales, xc, pmove) -> np.float32:
+    """The Forward score (float32 nats) from the scale factors of the rescaled rows (in row
+    order) and the final ``xC``, formed as ``forward_engine`` forms it: :func:`forward_totscale`,
+    then ``f32(totscale + log(f32(xC pmove)))``, with libm's double ``log``."""
+    tot = forward_totscale(scales)
     last = float(np.float32(np.float32(xc) * np.float32(pmove)))
     return np.float32(float(tot) + math.log(last))
 
 
 def backward_score(rows) -> tuple:
     """(totscale, score), float32 nats, of the Backward parser from its special-state rows
-    ``rows`` float32 [L+1, 6], formed as ``backward_engine`` forms them: ``totscale`` set to
-    ``f32(log(s_L))`` at row L, then ``f32(totscale + log(s_i))`` for the rescaled rows
-    i = L-1..1 (``s_i > 1``), and the score ``f32(totscale + log(N_0))``, with libm's double
-    ``log``. The score is NaN where N_0 is NaN, 0 or infinite (libhmmer: eslERANGE)."""
+    ``rows`` float32 [L+1, 6] (:func:`backward_score_from_scales` on their SCALE column and
+    row 0's N)."""
     scale = np.asarray(rows, np.float32)[:, XSCALE]
-    tot = np.float32(math.log(float(scale[-1])))
-    for s in scale[-2:0:-1][scale[-2:0:-1] > 1].tolist():
+    inner = scale[-2:0:-1]
+    return backward_score_from_scales(np.concatenate([scale[-1:], inner[inner > 1]]), rows[0][XN])
+
+
+def backward_score_from_scales(scales, xn) -> tuple:
+    """(totscale, score), float32 nats, of a Backward pass from ``scales`` (row L's scale factor,
+    then those of the rescaled rows L-1..1 that exceed 1, in that order, as the full-matrix
+    kernel records them) and row 0's N ``xn``, formed as ``backward_engine`` forms them:
+    ``totscale`` set to ``f32(log(s_L))`` at row L, then ``f32(totscale + log(s_i))``, and the
+    score ``f32(totscale + log(xn))``, with libm's double ``log``. The score is NaN where ``xn``
+    is NaN, 0 or infinite (libhmmer: eslERANGE)."""
+    scales = np.asarray(scales, np.float32)
+    tot = np.float32(math.log(float(scales[0])))
+    for s in scales[1:].tolist():
         tot = np.float32(float(tot) + math.log(s))
-    xn = float(rows[0][XN])
+    xn = float(xn)
     if not (math.isfinite(xn) and xn != 0):
         return tot, np.float32(math.nan)
     return tot, np.float32(float(tot) + math.log(xn))
 
 
-__all__ = ["ForwardTables", "forward_score", "backward_score", "length_specials", "nqf", "STATUS_OK", "STATUS_RANGE",
-           "STATUS_UNSURE", "RANGE", "SUBNORMAL", "TINY_ROWS", "ANY_TINY", "HOST", "FLT_MIN", "ABSORB", "RESCALE_AT",
-           "DD_EARLY_EXIT_M", "OWN_SCALES_AT"]
+__all__ = ["ForwardTables", "forward_totscale", "forward_score", "backward_score", "backward_score_from_scales",
+           "length_specials", "nqf", "STATUS_OK", "STATUS_RANGE", "STATUS_UNSURE", "RANGE", "SUBNORMAL", "TINY_ROWS",
+           "ANY_TINY", "HOST", "FLT_MIN", "ABSORB", "RESCALE_AT", "DD_EARLY_EXIT_M", "OWN_SCALES_AT"]

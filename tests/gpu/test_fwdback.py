@@ -197,7 +197,7 @@ def test_cpu_reference_equals_libhmmer_homolog_fragments(proteome, seed, start, 
 # the kernel
 # ------------------------------------------------------------------------------------------
 _FLOAT_ARRAYS = {"row", "model_f", "tfv", "rfv", "pmove_by_length", "ploop_by_length", "out_rows", "out_scales", "out_xc",
-                 "fwd_rows", "bwd_rows"}
+                 "fwd_rows", "bwd_rows", "item_xf", "out_cells", "out_xn"}
 
 
 #: Float values each parser kernel must be seen to compute (the check below found them).
@@ -207,20 +207,26 @@ _KERNEL_FLOATS = {
                  "tmmv", "ipv", "iv", "mcv", "rcp", "scale", "d", "s", "pm"},
     "decoding": {"sp", "bt", "et", "t", "njcp", "ploop"},
 }
+_KERNEL_FLOATS["forward_matrix"] = _KERNEL_FLOATS["forward"] | {"xe_move"}
+_KERNEL_FLOATS["backward_matrix"] = _KERNEL_FLOATS["backward"] | {"xe_move"}
 
 
 @pytest.mark.parametrize("kernel_name,storage", [("forward", "shared"), ("forward", "global"), ("backward", "shared"),
-                                                 ("backward", "global"), ("decoding", None)])
+                                                 ("backward", "global"), ("decoding", None),
+                                                 ("forward_matrix", "shared"), ("forward_matrix", "global"),
+                                                 ("backward_matrix", "shared"), ("backward_matrix", "global")])
 def test_kernel_source_rounds_every_float_operation(kernel_name, storage):
-    """In the generated kernels of the parsers (Forward, Backward) and of the domain decoding no
-    float value meets a plain ``*``, ``+``, ``-`` or ``/`` (which numba-cuda would be free to
-    contract into a fused multiply-add): every float operation goes through
+    """In the generated kernels of the parsers (Forward, Backward), of the full matrices and of
+    the domain decoding no float value meets a plain ``*``, ``+``, ``-`` or ``/`` (which numba-cuda
+    would be free to contract into a fused multiply-add): every float operation goes through
     fmul/fadd/fsub/fdiv (``__f*_rn``). The GPU tests check the PTX itself."""
     from hmmgpu.gpu.fwdback.backward_source import BwdSpec
     from hmmgpu.gpu.fwdback.decoding_source import DecodeSpec
+    from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
     from hmmgpu.gpu.fwdback.source import FwdSpec
 
-    spec = DecodeSpec() if kernel_name == "decoding" else (FwdSpec if kernel_name == "forward" else BwdSpec)(storage)
+    specs = dict(forward=FwdSpec, backward=BwdSpec, forward_matrix=FwdMatrixSpec, backward_matrix=BwdMatrixSpec)
+    spec = DecodeSpec() if kernel_name == "decoding" else specs[kernel_name](storage)
     tree = ast.parse(spec.source("cuda"))
     kernel = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel")
     floats = {"xe_move", "xe_loop", "tbm_min", "F0", "F1", "FMIN", "ABSORB", "RESCALE_AT"}

@@ -79,8 +79,8 @@ from dataclasses import dataclass
 from hmmgpu.stages.forward import OWN_SCALES_AT
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
-from hmmgpu.gpu.fwdback.source import (SCRATCH_PER_Q, claim_target, from_lane, group_head, module_lines,
-                                       store_specials, tiny_test)
+from hmmgpu.gpu.fwdback.source import (SCRATCH_PER_Q, claim_target, from_lane, group_head, indented, module_lines,
+                                       or_flags, store_specials, tiny_test)
 
 #: Parameters of the Backward parser kernel, in order: the Forward kernel's target list and
 #: model tables (:data:`hmmgpu.gpu.fwdback.source.ARGS`), the Forward rows of each item
@@ -261,6 +261,42 @@ def bwd_first_row(e: Emitter) -> None:
         e("flags |= RANGE")
 
 
+def backward_rows(e: Emitter, after_row=None) -> None:
+    """Rows L down to 0 of the Backward recursion on the target's packed residues (from word
+    ``wb``), with Forward's scale factors read from its special rows at ``fwd_rows[rb:]`` (own
+    scale factors after a B above 1e16: ``own``); after each row i = L..1 is rescaled and its
+    specials stored, ``after_row(e, i)`` (e.g. a full matrix's store of the row's cells). The
+    parser and the full-matrix kernel (:mod:`.matrix_source`) both run it; ``flags``, ``bad``
+    and ``own`` are set before."""
+    bwd_last_row(e)
+    bwd_dd_carry_passes(e)
+    bwd_md_pass(e)
+    e("scale = fwd_rows[rb + 6 * L + 5]")
+    bwd_rescale_row(e, "L")
+    if after_row is not None:
+        after_row(e, "L")
+    with e.block("for i in range(L - 1, 0, -1):"):
+        _residue(e, "i")
+        bwd_main_pass(e)
+        bwd_specials(e)
+        bwd_dd_first_pass(e)
+        bwd_dd_carry_passes(e)
+        bwd_md_pass(e)
+        with e.block("if np.float64(xB) > OWN_SCALES_AT:"):
+            e("own = True")
+        with e.block("if own:"):
+            e("scale = xB if xB > RESCALE_AT else F1")
+        with e.block("else:"):
+            e("scale = fwd_rows[rb + 6 * i + 5]")
+        bwd_rescale_row(e, "i")
+        if after_row is not None:
+            after_row(e, "i")
+    bwd_first_row(e)
+    with e.block("if bad:"):
+        e("flags |= SUBNORMAL")
+    or_flags(e)
+
+
 def kernel_body(spec: "BwdSpec") -> str:
     """The kernel's body (the lines under its ``def``)."""
     e = Emitter()
@@ -268,32 +304,10 @@ def kernel_body(spec: "BwdSpec") -> str:
     with e.block("while True:"):
         claim_target(e)
         e("rb = row_base[k]", "flags = int32(0)", "bad = False", "own = False")
-        bwd_last_row(e)
-        bwd_dd_carry_passes(e)
-        bwd_md_pass(e)
-        e("scale = fwd_rows[rb + 6 * L + 5]")
-        bwd_rescale_row(e, "L")
-        with e.block("for i in range(L - 1, 0, -1):"):
-            _residue(e, "i")
-            bwd_main_pass(e)
-            bwd_specials(e)
-            bwd_dd_first_pass(e)
-            bwd_dd_carry_passes(e)
-            bwd_md_pass(e)
-            with e.block("if np.float64(xB) > OWN_SCALES_AT:"):
-                e("own = True")
-            with e.block("if own:"):
-                e("scale = xB if xB > RESCALE_AT else F1")
-            with e.block("else:"):
-                e("scale = fwd_rows[rb + 6 * i + 5]")
-            bwd_rescale_row(e, "i")
-        bwd_first_row(e)
-        with e.block("if bad:"):
-            e("flags |= SUBNORMAL")
-        e("flags = flags | cuda.shfl_xor_sync(gmask, flags, 1)", "flags = flags | cuda.shfl_xor_sync(gmask, flags, 2)")
+        backward_rows(e)
         with e.block("if z == 0:"):
             e("out_flags[k] = flags", "out_own[k] = int32(own)")
-    return "".join(f"    {line}\n" if line else "\n" for line in e.text().splitlines())
+    return indented(e)
 
 
 @dataclass(frozen=True)

@@ -235,8 +235,9 @@ def update_specials(e: Emitter) -> None:
         e("flags |= SUBNORMAL")
 
 
-def rescale_row(e: Emitter) -> None:
-    """The sparse rescaling (spec 2.5), the row's flags and its special-state row."""
+def rescale_row(e: Emitter, store_when: str) -> None:
+    """The sparse rescaling (spec 2.5), the row's flags and its special-state row (stored
+    where ``store_when`` holds: lane 0, and in the parser only when the rows are asked for)."""
     e("# rescale_row", "scale = F1")
     with e.block("if xE > RESCALE_AT:"):
         e("xN = fdiv(xN, xE)", "xC = fdiv(xC, xE)", "xJ = fdiv(xJ, xE)", "xB = fdiv(xB, xE)", "rcp = fdiv(F1, xE)",
@@ -250,7 +251,7 @@ def rescale_row(e: Emitter) -> None:
         e("nscale += 1", "scale = xE", "xE = F1")
     with e.block("if " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
         e("flags |= TINY_ROWS")
-    with e.block("if want_rows != 0 and z == 0:"):
+    with e.block(f"if {store_when}:"):
         store_specials(e, "i", "scale")
 
 
@@ -276,26 +277,78 @@ def group_head(e: Emitter, storage: str) -> None:
           "T = np.int64(n_threads)", "slot = np.int64(tid)")
 
 
-def claim_target(e: Emitter) -> None:
-    """The head of a parser kernel's work loop (inside ``while True:``): lane 0 takes the next
-    item ``k`` from the atomic counter, the group reads its target and its model's tables, and
-    clears its row."""
-    e("k = int32(0)")
+def claim_item(e: Emitter, var: str = "k") -> None:
+    """The head of a kernel's work loop (inside ``while True:``): lane 0 takes the next item
+    ``var`` from the atomic counter, the group gets it, and leaves the loop past the last."""
+    e(f"{var} = int32(0)")
     with e.block("if z == 0:"):
-        e("k = cuda.atomic.add(counters, 0, 1)")
-    from_lane(e, "k", "k", "0")
-    with e.block("if k >= n_items:"):
+        e(f"{var} = cuda.atomic.add(counters, 0, 1)")
+    from_lane(e, var, var, "0")
+    with e.block(f"if {var} >= n_items:"):
         e("break")
-    e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
-      "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
-      "m = item_model[k]", "QQ = np.int64(model_q[m])",
+
+
+def model_head(e: Emitter) -> None:
+    """Model ``m``'s shape and where its tables start, and where the lane's D and I cells
+    start in its row, which is cleared."""
+    e("QQ = np.int64(model_q[m])",
       "rb0 = model_rfv[m]", "tb = model_tfv[m]",
-      "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]",
       "D0 = QQ * T  # the lane's D cells, after its M cells",
       "I0 = 2 * QQ * T  # and its I cells",
       "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others")
     with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
         e("row[c * T + slot] = F0")
+
+
+def claim_target(e: Emitter) -> None:
+    """The head of a parser kernel's work loop (inside ``while True:``): lane 0 takes the next
+    item ``k`` from the atomic counter, the group reads its target (a database target, the
+    length model at its length) and its model's tables, and clears its row."""
+    claim_item(e)
+    e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
+      "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
+      "m = item_model[k]", "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]")
+    model_head(e)
+
+
+def forward_start(e: Emitter) -> None:
+    """The specials of row 0 (``xB = pmove``), the flags, the count of scale factors and where
+    they go (``sb``)."""
+    e("M = model_m[m]", "tbm_min = model_f[3 * m + 2]",
+      "xE = F0", "xN = F1", "xJ = F0", "xB = pmove", "xC = F0", "flags = int32(0)", "nscale = 0",
+      "sb = scale_base[k]")
+
+
+def forward_rows(e: Emitter, store_when: str, after_row=None) -> None:
+    """Rows 1..L of the Forward recursion on the target's packed residues (from word ``wb``),
+    each row's specials stored where ``store_when`` holds (:func:`rescale_row`), then
+    ``after_row(e)`` (e.g. a full matrix's store of the row's cells); then the final C's range
+    check and the four lanes' flags OR-ed. The parser and the full-matrix kernel
+    (:mod:`.matrix_source`) both run it."""
+    e("w = u32(0)")
+    with e.block("for i in range(1, L + 1):"):
+        e("j = i - 1")
+        with e.block("if (j & 3) == 0:"):
+            e("w = residues[wb + (j >> 2)]")
+        e("x = int32((w >> u32(8 * (j & 3))) & u32(255))", "eb = rb0 + np.int64(x) * QQ * 4")
+        with e.block("if not (fmul(xB, tbm_min) >= ABSORB):"):
+            e("flags |= SUBNORMAL")
+        main_pass(e)
+        dd_first_pass(e)
+        dd_carry_passes(e)
+        sum_e(e)
+        update_specials(e)
+        rescale_row(e, store_when)
+        if after_row is not None:
+            after_row(e)
+    with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
+        e("flags |= RANGE")
+    or_flags(e)
+
+
+def or_flags(e: Emitter) -> None:
+    """``flags``: the OR of the group's four lanes' flags, in every lane."""
+    e("flags = flags | cuda.shfl_xor_sync(gmask, flags, 1)", "flags = flags | cuda.shfl_xor_sync(gmask, flags, 2)")
 
 
 def kernel_body(spec: "FwdSpec") -> str:
@@ -304,31 +357,19 @@ def kernel_body(spec: "FwdSpec") -> str:
     group_head(e, spec.storage)
     with e.block("while True:"):
         claim_target(e)
-        e("M = model_m[m]", "tbm_min = model_f[3 * m + 2]",
-          "xE = F0", "xN = F1", "xJ = F0", "xB = pmove", "xC = F0", "flags = int32(0)", "nscale = 0",
-          "sb = scale_base[k]", "rb = np.int64(0)")
+        forward_start(e)
+        e("rb = np.int64(0)")
         with e.block("if want_rows != 0 and z == 0:"):
             e("rb = row_base[k]")
             store_specials(e, "0", "F1")
-        e("w = u32(0)")
-        with e.block("for i in range(1, L + 1):"):
-            e("j = i - 1")
-            with e.block("if (j & 3) == 0:"):
-                e("w = residues[wb + (j >> 2)]")
-            e("x = int32((w >> u32(8 * (j & 3))) & u32(255))", "eb = rb0 + np.int64(x) * QQ * 4")
-            with e.block("if not (fmul(xB, tbm_min) >= ABSORB):"):
-                e("flags |= SUBNORMAL")
-            main_pass(e)
-            dd_first_pass(e)
-            dd_carry_passes(e)
-            sum_e(e)
-            update_specials(e)
-            rescale_row(e)
-        with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
-            e("flags |= RANGE")
-        e("flags = flags | cuda.shfl_xor_sync(gmask, flags, 1)", "flags = flags | cuda.shfl_xor_sync(gmask, flags, 2)")
+        forward_rows(e, "want_rows != 0 and z == 0")
         with e.block("if z == 0:"):
             e("out_flags[k] = flags", "out_xc[k] = xC", "out_nscale[k] = nscale")
+    return indented(e)
+
+
+def indented(e: Emitter) -> str:
+    """The emitted lines as a kernel's body (under its ``def``)."""
     return "".join(f"    {line}\n" if line else "\n" for line in e.text().splitlines())
 
 

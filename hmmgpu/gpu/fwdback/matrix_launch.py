@@ -1,0 +1,311 @@
+"""Producing full Forward and Backward matrices on the GPU for a batch of slices: the host side
+of the full-matrix kernels (:mod:`.matrix_source`).
+
+Domain definition needs full matrices of slices of its targets: the multihit Forward matrix
+of each clustered region (the stochastic-trace ensemble, :mod:`hmmgpu.gpu.ensemble`) and the
+unihit Forward and Backward matrices of each envelope (decoding and optimal accuracy,
+:mod:`hmmgpu.gpu.envelope`). :func:`produce_matrices` computes them for a batch of
+:class:`MatrixJob` (a model's tables, a target, the slice ``i..j``, multihit or unihit, with or
+without Backward; jobs of any targets and models) and leaves them in device memory, in the
+layout those kernels read (:class:`hmmgpu.cpu.fwdback.StripedMatrix`, end to end):
+
+* ``fwd_dp`` float32: job k's cells at ``dp_base[k]``, ``(Ld + 1) 3 Q 4`` floats
+  (``((3 i + s) Q + q) 4 + z``, row 0 zero); ``fwd_x`` float32: its specials at ``x_base[k]``,
+  ``6 (Ld + 1)`` floats (E N J B C SCALE a row);
+* ``bck_dp``, ``bck_x``: the Backward matrices of the jobs that asked for one, at the SAME
+  offsets (the envelope kernel reads both matrices of an envelope at one ``dp_base`` and one
+  ``x_base``). Those jobs are laid out first, so the Backward arrays end with the last of them.
+
+The ensemble's :func:`~hmmgpu.gpu.ensemble.launch.pack_regions` lays its regions end to end from
+offset 0; a batch of regions produced here is handed over by replacing its ``dp_base`` and
+``x_base`` with this batch's offsets of those jobs and calling
+:func:`~hmmgpu.gpu.ensemble.launch.launch` with ``fwd_dp`` and ``fwd_x``.
+
+Only a few numbers per job come back to the host (:class:`MatrixSummary`: the flags, the
+score and ``totscale`` formed with libm's ``log`` from the kernels' scale factors and final C,
+as the CPU references form them, and ``has_own_scales``); a job's matrices are copied back
+only when asked for (:meth:`MatrixBatch.host_result`, :meth:`MatrixBatch.host_results`), as
+the :class:`~hmmgpu.cpu.fwdback.MatrixResult` that :func:`hmmgpu.cpu.fwdback.forward_matrix`
+and :func:`~hmmgpu.cpu.fwdback.backward_matrix` return, bit for bit.
+
+The launches go through numba's own arrays and kernels (numba's CUDA target, or its simulator
+in the tests), as the ensemble and envelope launchers do, so that their kernels take these
+arrays as they are; on the default stream, so that a kernel launched after them reads them
+finished. Jobs are claimed costliest first; a job's row lives in shared memory where a block's
+rows fit in numba's 48 KB default (models of up to 512 nodes), else in a global scratch array
+(a second launch per kernel).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix, special_transitions, unihit_tables
+from hmmgpu.gpu.fwdback.matrix_source import BWD_ARGS, FWD_ARGS, BwdMatrixSpec, FwdMatrixSpec
+from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q
+from hmmgpu.gpu.runtime import tuning
+from hmmgpu.gpu.runtime.kargs import arguments
+from hmmgpu.stages.forward import (
+    FLT_MIN, SUBNORMAL, ForwardTables, backward_score_from_scales, forward_score, forward_totscale)
+
+__all__ = ["MatrixJob", "MatrixSummary", "MatrixBatch", "produce_matrices", "matrix_bytes"]
+
+#: Threads per job (one per SSE lane).
+GROUP = 4
+#: Shared memory a block may use without raising numba's default limit.
+SHARED_LIMIT = 48 * 1024
+
+
+@dataclass
+class MatrixJob:
+    """One full matrix to produce: ``tables`` the model's multihit
+    :class:`~hmmgpu.stages.forward.ForwardTables` (``unihit``: configured as
+    :func:`hmmgpu.cpu.fwdback.unihit_tables` does), ``codes`` the WHOLE target (digital, no
+    sentinels: its length sets the length model), ``i..j`` the slice (1-based, inclusive);
+    ``backward``: the Backward matrix too (after the Forward one, with its scale factors)."""
+
+    tables: ForwardTables
+    codes: np.ndarray
+    i: int
+    j: int
+    unihit: bool = False
+    backward: bool = False
+
+    @property
+    def Ld(self) -> int:
+        return int(self.j) - int(self.i) + 1
+
+
+@dataclass
+class MatrixSummary:
+    """One matrix's host-side numbers, as :func:`hmmgpu.cpu.fwdback.forward_matrix` (or
+    ``backward_matrix``) returns them in its :class:`~hmmgpu.cpu.fwdback.MatrixResult`: the
+    flags (a Backward matrix's with its Forward matrix's), the score (float32 nats, NaN on
+    :data:`~hmmgpu.stages.forward.RANGE`), ``totscale`` and ``has_own_scales`` (always True for
+    Forward, as HMMER sets it)."""
+
+    flags: int
+    score: np.float32
+    totscale: np.float32
+    has_own_scales: bool
+
+
+def matrix_bytes(job: MatrixJob) -> int:
+    """Device bytes of one job's matrices (cells and specials; twice with Backward)."""
+    one = 4 * (job.Ld + 1) * (3 * job.tables.Q * 4 + 6)
+    return one * (2 if job.backward else 1)
+
+
+def _offsets(sizes) -> np.ndarray:
+    sizes = np.asarray(sizes, np.int64)
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if sizes.size else np.zeros(0, np.int64)
+
+
+@dataclass
+class MatrixBatch:
+    """A batch's matrices in device memory (numba device arrays, float32) and what the host
+    keeps of each job: ``dp_base``, ``x_base`` int64 [n] (job k's cells and specials in
+    ``fwd_dp``/``fwd_x``, and in ``bck_dp``/``bck_x`` where it asked for Backward; None where no
+    job did), ``forward`` and ``backward`` (a :class:`MatrixSummary` per job; None where no
+    Backward was asked for)."""
+
+    jobs: list
+    fwd_dp: object
+    fwd_x: object
+    bck_dp: object
+    bck_x: object
+    dp_base: np.ndarray
+    x_base: np.ndarray
+    forward: list
+    backward: list
+
+    def _shapes(self, k: int) -> tuple:
+        job = self.jobs[k]
+        return (job.Ld + 1, 3, job.tables.Q, 4), (job.Ld + 1, 6)
+
+    def _result(self, k: int, backward: bool, dp_host, x_host, at: tuple) -> MatrixResult:
+        """Job ``k``'s matrix from host copies whose job k starts at ``at`` (cells, specials)."""
+        dp_shape, x_shape = self._shapes(k)
+        a, b = at
+        dp = np.array(dp_host[a:a + int(np.prod(dp_shape))]).reshape(dp_shape)
+        xmx = np.array(x_host[b:b + int(np.prod(x_shape))]).reshape(x_shape)
+        s = self.backward[k] if backward else self.forward[k]
+        return MatrixResult(flags=s.flags, score=s.score, matrix=StripedMatrix(
+            dp=dp, xmx=xmx, totscale=s.totscale, has_own_scales=s.has_own_scales))
+
+    def host_result(self, k: int, backward: bool = False) -> MatrixResult:
+        """Job ``k``'s Forward (or Backward) matrix copied to the host, as the CPU reference
+        returns it."""
+        if backward and self.backward[k] is None:
+            raise ValueError(f"job {k} asked for no Backward matrix")
+        dp_shape, x_shape = self._shapes(k)
+        a, b = int(self.dp_base[k]), int(self.x_base[k])
+        dp, x = (self.bck_dp, self.bck_x) if backward else (self.fwd_dp, self.fwd_x)
+        return self._result(k, backward, dp[a:a + int(np.prod(dp_shape))].copy_to_host(),
+                            x[b:b + int(np.prod(x_shape))].copy_to_host(), (0, 0))
+
+    def host_results(self, backward: bool = False) -> list:
+        """Every job's Forward (or Backward) matrix on the host (one copy of each device array):
+        a :class:`~hmmgpu.cpu.fwdback.MatrixResult` per job, None for a job without Backward."""
+        dp, x = (self.bck_dp, self.bck_x) if backward else (self.fwd_dp, self.fwd_x)
+        if dp is None:
+            return [None] * len(self.jobs)
+        dp_host, x_host = dp.copy_to_host(), x.copy_to_host()
+        return [None if backward and self.backward[k] is None
+                else self._result(k, backward, dp_host, x_host, (int(self.dp_base[k]), int(self.x_base[k])))
+                for k in range(len(self.jobs))]
+
+
+def _binding() -> str:
+    """The kernel modules' binding for numba's current target: ``"python"`` under the
+    simulator, else the device's lane binding (the matrix kernels call no lane helper)."""
+    from numba import cuda
+
+    from hmmgpu.gpu.runtime.context import simulator_enabled
+
+    if simulator_enabled():
+        return "python"
+    return "dpx" if tuple(cuda.get_current_device().compute_capability) >= (9, 0) else "swar"
+
+
+def _pack_slices(jobs) -> tuple:
+    """The jobs' slices packed four residues a word (little-endian, each slice from a word of
+    its own): (words uint32, word offsets int64)."""
+    words = [(job.Ld + 3) // 4 for job in jobs]
+    packed = np.zeros(4 * max(sum(words), 1), np.uint8)
+    offsets = _offsets(words)
+    for job, at in zip(jobs, offsets.tolist()):
+        codes = np.asarray(job.codes, np.uint8)
+        if not 1 <= int(job.i) <= int(job.j) <= codes.size:
+            raise ValueError(f"slice {job.i}..{job.j} is not within 1..{codes.size}")
+        packed[4 * at:4 * at + job.Ld] = codes[int(job.i) - 1:int(job.j)]
+    return packed.view("<u4").astype(np.uint32), offsets
+
+
+def produce_matrices(jobs, *, binding: str | None = None, storage: str | None = None, block: int = 32,
+                     scratch_bytes: int = tuning.FWD_SCRATCH_BYTES) -> MatrixBatch:
+    """Full Forward matrices of every :class:`MatrixJob`, and Backward ones where asked, left in
+    device memory (:class:`MatrixBatch`; module text). ``binding``: the kernel modules' (numba's
+    current target's by default); ``storage``: "shared" or "global" for every job's rows (default:
+    shared where they fit); ``block``: threads a block on a GPU; ``scratch_bytes``: the most global
+    scratch for the rows."""
+    from numba import cuda
+
+    from hmmgpu.gpu.runtime import build
+
+    jobs = list(jobs)
+    n = len(jobs)
+    if n == 0:
+        return MatrixBatch(jobs=[], fwd_dp=None, fwd_x=None, bck_dp=None, bck_x=None, dp_base=np.zeros(0, np.int64),
+                           x_base=np.zeros(0, np.int64), forward=[], backward=[])
+    binding = binding or _binding()
+    simulator = binding == "python"
+    if simulator:
+        block = GROUP  # a block is one group: the simulator's shuffles wait for the whole block
+    Ld = np.array([job.Ld for job in jobs], np.int64)
+    Q = np.array([job.tables.Q for job in jobs], np.int64)
+    layout = sorted(range(n), key=lambda k: not jobs[k].backward)  # Backward's jobs first
+    cells, rows = (Ld + 1) * 12 * Q, 6 * (Ld + 1)
+    dp_base, x_base = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    dp_base[layout], x_base[layout] = _offsets(cells[layout]), _offsets(rows[layout])
+    wants = np.array([job.backward for job in jobs], bool)
+    bck_cells = int((cells[wants]).sum())
+    bck_rows = int((rows[wants]).sum())
+    models, model_of = {}, np.zeros(n, np.int32)
+    for k, job in enumerate(jobs):
+        model_of[k] = models.setdefault(id(job.tables), len(models))
+    tables = list({id(job.tables): job.tables for job in jobs}.values())
+    item_xf = np.zeros(4 * n, np.float32)
+    for k, job in enumerate(jobs):
+        xf = special_transitions(unihit_tables(job.tables) if job.unihit else job.tables, len(job.codes))
+        item_xf[4 * k:4 * k + 4] = (xf[1, 0], xf[1, 1], xf[0, 0], xf[0, 1])
+    residues, word_offsets = _pack_slices(jobs)
+    scale_base = _offsets(Ld)
+    rfv = [np.ascontiguousarray(t.rfv, np.float32).ravel() for t in tables]
+    tfv = [np.ascontiguousarray(t.tfv, np.float32).ravel() for t in tables]
+    dev = cuda.to_device
+    common = dict(
+        residues=dev(residues), word_offsets=dev(word_offsets), lengths=dev(Ld.astype(np.int32)),
+        item_model=dev(model_of), item_xf=dev(item_xf), rfv=dev(np.concatenate(rfv)), tfv=dev(np.concatenate(tfv)),
+        model_q=dev(np.array([t.Q for t in tables], np.int32)), model_m=dev(np.array([t.M for t in tables], np.int32)),
+        model_rfv=dev(_offsets([a.size for a in rfv])), model_tfv=dev(_offsets([a.size for a in tfv])),
+        model_f=dev(np.array([[t.xe_move, t.xe_loop, t.tbm_min] for t in tables], np.float32).ravel()),
+        row_base=dev(x_base), cell_base=dev(dp_base), scale_base=dev(scale_base))
+    fwd = dict(out_rows=cuda.device_array(int(rows.sum()), np.float32),
+               out_cells=cuda.device_array(int(cells.sum()), np.float32),
+               out_flags=cuda.device_array(n, np.int32), out_xc=cuda.device_array(n, np.float32),
+               out_nscale=cuda.device_array(n, np.int32), out_scales=cuda.device_array(int(Ld.sum()), np.float32))
+    bwd = None
+    if wants.any():
+        bwd = dict(fwd_rows=fwd["out_rows"], out_rows=cuda.device_array(bck_rows, np.float32),
+                   out_cells=cuda.device_array(bck_cells, np.float32), out_flags=cuda.device_array(n, np.int32),
+                   out_own=cuda.device_array(n, np.int32), out_nscale=cuda.device_array(n, np.int32),
+                   out_scales=cuda.device_array(int(Ld.sum()), np.float32), out_xn=cuda.device_array(n, np.float32))
+    shared_q = -1 if storage == "global" else SHARED_LIMIT // (4 * SCRATCH_PER_Q * block)
+    cost = Ld * Q
+    for where, sel in (("shared", Q <= shared_q), ("global", Q > shared_q)):
+        items = np.flatnonzero(sel)
+        items = items[np.argsort(-cost[items], kind="stable")]  # costliest first
+        for spec, args, outs, chosen in ((FwdMatrixSpec(where), FWD_ARGS, fwd, items),
+                                         (BwdMatrixSpec(where), BWD_ARGS, bwd, items[wants[items]])):
+            if chosen.size == 0:
+                continue
+            grid, threads, smem, scratch = _launch_shape(where, chosen.size, int(Q[chosen].max()), block,
+                                                         scratch_bytes, simulator)
+            values = dict(common, items=dev(chosen.astype(np.int32)), n_items=int(chosen.size),
+                          counters=dev(np.zeros(1, np.int32)), scratch=scratch, n_threads=threads, **outs)
+            kernel = build.numba_kernel(spec, binding)
+            kernel[grid, block, 0, smem](*arguments(args, **values))
+    return MatrixBatch(jobs=jobs, fwd_dp=fwd["out_cells"], fwd_x=fwd["out_rows"],
+                       bck_dp=None if bwd is None else bwd["out_cells"], bck_x=None if bwd is None else bwd["out_rows"],
+                       dp_base=dp_base, x_base=x_base, **_summaries(jobs, fwd, bwd, scale_base))
+
+
+def _launch_shape(storage: str, m: int, q_max: int, block: int, scratch_bytes: int, simulator: bool) -> tuple:
+    """(blocks, threads, dynamic shared bytes, scratch array) of a launch of ``m`` jobs."""
+    from numba import cuda
+
+    groups_per_block = block // GROUP
+    if storage == "shared":
+        blocks = min(m, 2) if simulator else -(-m // groups_per_block)
+        return blocks, blocks * block, 4 * SCRATCH_PER_Q * q_max * block, cuda.device_array(1, np.float32)
+    most = max(1, scratch_bytes // (4 * SCRATCH_PER_Q * q_max * GROUP))
+    groups = max(1, min(m, most, 2 if simulator else m))
+    blocks = -(-groups // groups_per_block)
+    threads = GROUP * groups
+    return blocks, threads, 0, cuda.device_array(SCRATCH_PER_Q * q_max * threads, np.float32)
+
+
+def _summaries(jobs, fwd, bwd, scale_base) -> dict:
+    """``forward`` and ``backward``: each job's :class:`MatrixSummary`, formed on the host from
+    the kernels' flags, final C (Forward), row 0's N (Backward) and scale factors, as
+    :func:`hmmgpu.cpu.fwdback.forward_parser` and ``backward_parser`` form them."""
+    n = len(jobs)
+    got = {name: fwd[name].copy_to_host() for name in ("out_flags", "out_xc", "out_nscale")}
+    scales = fwd["out_scales"].copy_to_host()
+    forward = []
+    for k, job in enumerate(jobs):
+        flags, xc = int(got["out_flags"][k]), got["out_xc"][k]
+        s = scales[scale_base[k]:scale_base[k] + got["out_nscale"][k]]
+        score = np.float32(np.nan)  # the final C NaN, 0 or infinite: RANGE (libhmmer: eslERANGE)
+        if np.isfinite(xc) and xc != 0:
+            pmove = special_transitions(unihit_tables(job.tables) if job.unihit else job.tables, len(job.codes))[1, 0]
+            last = np.float32(xc * pmove)
+            if 0 < last <= FLT_MIN:
+                flags |= SUBNORMAL
+            score = forward_score(s, xc, pmove) if last > 0 else np.float32(-np.inf)  # numba's log(0) in the reference
+        forward.append(MatrixSummary(flags=flags, score=score, totscale=forward_totscale(s), has_own_scales=True))
+    backward = [None] * n
+    if bwd is not None:
+        got = {name: bwd[name].copy_to_host() for name in ("out_flags", "out_own", "out_nscale", "out_xn")}
+        scales = bwd["out_scales"].copy_to_host()
+        for k, job in enumerate(jobs):
+            if not job.backward:
+                continue
+            totscale, score = backward_score_from_scales(scales[scale_base[k]:scale_base[k] + got["out_nscale"][k]],
+                                                         got["out_xn"][k])
+            flags = int(got["out_flags"][k]) | forward[k].flags
+            backward[k] = MatrixSummary(flags=flags, score=score, totscale=totscale,
+                                        has_own_scales=bool(got["out_own"][k]))
+    return dict(forward=forward, backward=backward)

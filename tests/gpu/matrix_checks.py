@@ -1,0 +1,262 @@
+"""The full-matrix Forward and Backward kernels (hmmgpu.gpu.fwdback.matrix_source, launched by
+hmmgpu.gpu.fwdback.matrix_launch.produce_matrices) against the CPU references
+(hmmgpu.cpu.fwdback.forward_matrix, backward_matrix), bit for bit: every cell, every row of
+specials, flags, score, totscale and has_own_scales. Run by tests/gpu/test_matrix_kernel.py
+under numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` in a subprocess, since the simulator
+is chosen at numba import), and on a GPU by its ``gpu`` test.
+
+    NUMBA_ENABLE_CUDASIM=1 PYTHONPATH=. python3 tests/gpu/matrix_checks.py simulator_matrix_checks
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tests.helpers import bits
+
+
+def _tables(hmm):
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.stages.forward import ForwardTables
+
+    with HmmerModel(hmm) as model:
+        return ForwardTables.from_hmmer(model)
+
+
+def matrix_jobs(cases):
+    """MatrixJobs of ``cases`` (M, seed, max_len, homolog): each target of
+    :func:`tests.gpu.fwdback_checks.fwd_case` whole (multihit; Backward too on targets of even
+    length) and two slices (unihit with Backward, as an envelope; multihit, as a region, with
+    Backward on targets of odd length), and a lone '*' (multihit, and unihit with Backward)."""
+    from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob
+    from tests.gpu.fwdback_checks import fwd_case
+
+    jobs = []
+    for M, seed, max_len, homolog in cases:
+        hmm, db = fwd_case(M, seed, n_random=1, max_len=max_len, homolog=homolog)
+        tables = _tables(hmm)
+        for t in range(db.n):
+            codes = db.codes(t)
+            L = codes.size
+            jobs += [MatrixJob(tables, codes, 1, L, backward=L % 2 == 0),
+                     MatrixJob(tables, codes, 1 + L // 4, L - L // 5, unihit=True, backward=True),
+                     MatrixJob(tables, codes, 1 + L // 3, L, unihit=False, backward=L % 2 == 1)]
+        stop = np.array([27], np.uint8)  # a lone '*': the final C is 0 (RANGE, libhmmer's eslERANGE)
+        jobs += [MatrixJob(tables, stop, 1, 1), MatrixJob(tables, stop, 1, 1, unihit=True, backward=True)]
+    return jobs
+
+
+def _equal(what: str, got, want) -> None:
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    if got.shape != want.shape:
+        raise AssertionError(f"{what}: shape {got.shape}, reference {want.shape}")
+    if not np.array_equal(bits(got), bits(want)):
+        bad = tuple(np.argwhere(bits(got) != bits(want))[0])
+        raise AssertionError(f"{what}{list(bad)}: {got[bad]!r}, reference {want[bad]!r}")
+
+
+def _equal_result(what: str, got, want) -> None:
+    """A MatrixResult against the reference's: cells, specials, flags (but the reference's
+    diagnostic ANY_TINY), score, totscale, has_own_scales."""
+    from hmmgpu.stages.forward import ANY_TINY
+
+    _equal(f"{what} dp", got.matrix.dp, want.matrix.dp)
+    _equal(f"{what} xmx", got.matrix.xmx, want.matrix.xmx)
+    if got.flags != want.flags & ~ANY_TINY:
+        raise AssertionError(f"{what}: flags {got.flags}, reference {want.flags}")
+    for name, a, b in (("score", got.score, want.score), ("totscale", got.matrix.totscale, want.matrix.totscale)):
+        if bits(a) != bits(b) and not (np.isnan(a) and np.isnan(b)):
+            raise AssertionError(f"{what}: {name} {a!r}, reference {b!r}")
+    if got.matrix.has_own_scales != want.matrix.has_own_scales:
+        raise AssertionError(f"{what}: has_own_scales {got.matrix.has_own_scales}")
+
+
+def check_jobs(jobs, **options) -> dict:
+    """:func:`produce_matrices` on ``jobs`` (``options`` its keywords) against the references, job
+    by job, with the matrices copied back two ways (every job at once, and one job alone)."""
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
+
+    batch = produce_matrices(jobs, **options)
+    forward, backward = batch.host_results(), batch.host_results(backward=True)
+    report = dict(jobs=len(jobs), backward=0, unihit=0, rescaled=0, backward_rescaled=0, range=0,
+                  models=len({id(j.tables) for j in jobs}))
+    for k, job in enumerate(jobs):
+        what = f"job {k} ({job.i}..{job.j} of L={len(job.codes)}, M={job.tables.M}, unihit={job.unihit})"
+        fwd = ref.forward_matrix(job.tables, job.codes, job.i, job.j, unihit=job.unihit)
+        _equal_result(f"{what} Forward", forward[k], fwd)
+        report["unihit"] += int(job.unihit)
+        report["rescaled"] += int((fwd.matrix.xmx[:, ref.XSCALE] > 1).any())
+        report["range"] += int(bool(fwd.flags & ref.RANGE))
+        if job.backward:
+            bck = ref.backward_matrix(job.tables, job.codes, fwd, job.i, job.j, unihit=job.unihit)
+            _equal_result(f"{what} Backward", backward[k], bck)
+            report["backward"] += 1
+            report["backward_rescaled"] += int((bck.matrix.xmx[:, ref.XSCALE] > 1).any())
+        elif backward[k] is not None:
+            raise AssertionError(f"{what}: a Backward matrix nobody asked for")
+    last = len(jobs) - 1
+    _equal_result("the last job alone", batch.host_result(last), ref.forward_matrix(
+        jobs[last].tables, jobs[last].codes, jobs[last].i, jobs[last].j, unihit=jobs[last].unihit))
+    wants = np.array([job.backward for job in jobs])
+    if wants.any() and not wants.all() and batch.dp_base[wants].max() > batch.dp_base[~wants].min():
+        raise AssertionError("the Backward jobs are not laid out first")
+    return report
+
+
+def check_own_scales(M: int = 12, seed: int = 5, length: int = 60) -> dict:
+    """``has_own_scales`` in the Backward matrix kernel: on a homolog of a sampled model, with
+    Forward rows whose scale factors are all 1 (the kernel reads nothing else of them), Backward's
+    B passes 1e16 and it switches to its own scale factors; the kernel alone against
+    :func:`hmmgpu.cpu.fwdback.backward_parser` given the same scale factors (libhmmer cannot be
+    given such rows)."""
+    from numba import cuda
+
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.gpu.fwdback import matrix_launch
+    from hmmgpu.gpu.fwdback.matrix_source import BWD_ARGS, BwdMatrixSpec
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.kargs import arguments
+    from hmmgpu.stages.forward import backward_score_from_scales
+    from tests.helpers import sampled_hmm
+
+    tables = _tables(sampled_hmm(M, seed))
+    k = np.arange(M)
+    codes = np.resize(tables.rfv[:20, k % tables.Q, k // tables.Q].argmax(axis=0), length).astype(np.uint8)
+    fwd_scale = np.ones(length + 1, np.float32)
+    xmx = np.zeros((length + 1, 6), np.float32)
+    dp = np.zeros((length + 1, 3, tables.Q, 4), np.float32)
+    pmove, ploop = ref.length_specials(length, tables.nj)
+    flags, own, totscale, score = ref.backward_parser(codes, tables.rfv, tables.tfv, pmove, ploop, tables.xe_move,
+                                                      tables.xe_loop, fwd_scale, xmx, dp)
+    if not own:
+        raise AssertionError("Backward did not switch to its own scale factors")
+    rows = np.zeros((length + 1, 6), np.float32)
+    rows[:, ref.XSCALE] = fwd_scale
+    out = dict(fwd_rows=cuda.to_device(rows.ravel()), out_rows=cuda.device_array(6 * (length + 1), np.float32),
+               out_cells=cuda.device_array(dp.size, np.float32),
+               **{name: cuda.device_array(1, np.int32) for name in ("out_flags", "out_own", "out_nscale")},
+               out_scales=cuda.device_array(length, np.float32), out_xn=cuda.device_array(1, np.float32))
+    word = np.zeros(4 * ((length + 3) // 4), np.uint8)
+    word[:length] = codes
+    values = dict(
+        residues=cuda.to_device(word.view("<u4").astype(np.uint32)), word_offsets=cuda.to_device(np.zeros(1, np.int64)),
+        lengths=cuda.to_device(np.array([length], np.int32)), items=cuda.to_device(np.zeros(1, np.int32)),
+        item_model=cuda.to_device(np.zeros(1, np.int32)),
+        item_xf=cuda.to_device(np.array([pmove, ploop, tables.xe_move, tables.xe_loop], np.float32)), n_items=1,
+        counters=cuda.to_device(np.zeros(1, np.int32)), rfv=cuda.to_device(tables.rfv.ravel()),
+        tfv=cuda.to_device(tables.tfv.ravel()), model_q=cuda.to_device(np.array([tables.Q], np.int32)),
+        model_m=cuda.to_device(np.array([tables.M], np.int32)), model_rfv=cuda.to_device(np.zeros(1, np.int64)),
+        model_tfv=cuda.to_device(np.zeros(1, np.int64)),
+        model_f=cuda.to_device(np.array([tables.xe_move, tables.xe_loop, tables.tbm_min], np.float32)),
+        scratch=cuda.device_array(3 * tables.Q * 4, np.float32), n_threads=4,
+        row_base=cuda.to_device(np.zeros(1, np.int64)), cell_base=cuda.to_device(np.zeros(1, np.int64)),
+        scale_base=cuda.to_device(np.zeros(1, np.int64)), **out)
+    build.numba_kernel(BwdMatrixSpec("global"), matrix_launch._binding())[1, 4, 0, 0](*arguments(BWD_ARGS, **values))
+    got_flags, got_own = int(out["out_flags"].copy_to_host()[0]), bool(out["out_own"].copy_to_host()[0])
+    if got_flags != flags & ~ref.ANY_TINY or not got_own:
+        raise AssertionError(f"kernel flags {got_flags}, own scales {got_own}; CPU reference {flags}, True")
+    _equal("own scales xmx", out["out_rows"].copy_to_host().reshape(xmx.shape), xmx)
+    _equal("own scales dp", out["out_cells"].copy_to_host().reshape(dp.shape), dp)
+    n = int(out["out_nscale"].copy_to_host()[0])
+    tot, sc = backward_score_from_scales(out["out_scales"].copy_to_host()[:n], out["out_xn"].copy_to_host()[0])
+    if bits(tot) != bits(totscale) or bits(sc) != bits(score):
+        raise AssertionError(f"own scales: totscale {tot!r}, score {sc!r}; reference {totscale!r}, {score!r}")
+    own_rows = int((xmx[1:length, ref.XSCALE] != fwd_scale[1:length]).sum())
+    return dict(L=length, own_scales=got_own, rows_own_scale=own_rows, flags=got_flags)
+
+
+def real_jobs(hmm, db, targets: int) -> tuple:
+    """Jobs of a real model on its first ``targets`` targets of ``db`` that libhmmer's domain
+    definition gives a domain: every clustered region (multihit, Forward alone) and every
+    domain's envelope (unihit, with Backward), and libhmmer's ``envsc`` of each envelope job
+    (by job index): the score of its unihit Forward matrix."""
+    from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob
+    from hmmgpu.stages.forward import ForwardTables
+    from tests.helpers import clustered_regions
+
+    jobs, envsc = [], {}
+    with HmmerModel(hmm) as model:
+        tables = ForwardTables.from_hmmer(model)
+        for t in range(db.n):
+            codes = db.codes(t)
+            domains = model.domain_definition(codes)["domains"] if codes.size else []
+            if not domains:
+                continue
+            jobs += [MatrixJob(tables, codes, i, j) for i, j in clustered_regions(model, codes)]
+            for d in domains:
+                envsc[len(jobs)] = d["envsc"]
+                jobs.append(MatrixJob(tables, codes, d["ienv"], d["jenv"], unihit=True, backward=True))
+            targets -= 1
+            if targets == 0:
+                break
+    return jobs, envsc
+
+
+def check_real(hmm, db, targets: int, **options) -> dict:
+    """:func:`check_jobs` on :func:`real_jobs`, and each envelope's Forward score against
+    libhmmer's ``envsc``."""
+    from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
+
+    jobs, envsc = real_jobs(hmm, db, targets)
+    report = check_jobs(jobs, **options)
+    batch = produce_matrices([jobs[k] for k in envsc], **options)
+    for summary, (k, score) in zip(batch.forward, envsc.items()):
+        if bits(summary.score) != bits(score):
+            raise AssertionError(f"job {k}: envelope score {summary.score!r}, libhmmer's envsc {score!r}")
+    report["envelopes"] = len(envsc)
+    return report
+
+
+def check_ensemble_handoff(jobs) -> dict:
+    """The ensemble kernel (:func:`hmmgpu.gpu.ensemble.launch.launch`) sampling the multihit
+    jobs' regions from the device matrices of a batch (its offsets in place of
+    :func:`~hmmgpu.gpu.ensemble.launch.pack_regions`' own) gives what it gives from the CPU
+    reference's matrices uploaded by :func:`~hmmgpu.gpu.ensemble.launch.sample_regions`."""
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.gpu.ensemble.launch import RegionRequest, launch, pack_regions, sample_regions
+    from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
+
+    batch = produce_matrices(jobs)
+    regions = [k for k, job in enumerate(jobs) if not job.unihit]
+    requests = [RegionRequest(matrix=None, tables=jobs[k].tables, xf=ref.special_transitions(jobs[k].tables,
+                                                                                             len(jobs[k].codes)),
+                              codes=jobs[k].codes, i=jobs[k].i, j=jobs[k].j) for k in regions]
+    packed = pack_regions(requests)
+    packed.arrays["dp_base"], packed.arrays["x_base"] = batch.dp_base[regions], batch.x_base[regions]
+    from_device = launch(packed, batch.fwd_dp, batch.fwd_x)
+    for r, k in zip(requests, regions):
+        r.matrix = ref.forward_matrix(jobs[k].tables, jobs[k].codes, jobs[k].i, jobs[k].j).matrix
+    from_host = sample_regions(requests)
+    for k, a, b in zip(regions, from_device, from_host):
+        if a.status != b.status or (a.ensemble is not None and not (
+                np.array_equal(bits(a.ensemble.acc), bits(b.ensemble.acc))
+                and np.array_equal(a.ensemble.pairs, b.ensemble.pairs) and a.ensemble.draws == b.ensemble.draws)):
+            raise AssertionError(f"job {k}: the ensemble from the device matrices differs")
+    return dict(regions=len(regions))
+
+
+#: The sampled cases (M, seed, longest random target, homolog run): one node; padding lanes
+#: (M = 5: Q = 2, three lanes of padding); M = 18 with a homolog run that rescales; M = 45.
+CASES = ((1, 1, 10, 0), (5, 3, 10, 0), (18, 2, 8, 36), (45, 4, 6, 0))
+
+
+def simulator_matrix_checks():
+    """Every job of :data:`CASES` in one batch (several models, multihit and unihit, with and
+    without Backward, whole targets and slices, rows in shared memory); a few of them again
+    with their rows in global scratch run by one group in turn; the switch to Backward's own
+    scale factors."""
+    jobs = matrix_jobs(CASES)
+    out = [("one batch", check_jobs(jobs))]
+    few = [job for job in jobs if job.tables.M == 18][-5:]  # the homolog's (rescaled) and the lone '*''s
+    out.append(("global scratch, one group", check_jobs(few, storage="global", scratch_bytes=48 * few[0].tables.Q)))
+    out.append(("own scales", check_own_scales()))
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    from tests.helpers import run_named_checks
+
+    run_named_checks(globals(), sys.argv[1:])

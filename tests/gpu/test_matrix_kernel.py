@@ -1,0 +1,73 @@
+"""The full-matrix Forward and Backward kernels (hmmgpu.gpu.fwdback.matrix_source, launched by
+hmmgpu.gpu.fwdback.matrix_launch.produce_matrices) bit for bit against the CPU references
+(hmmgpu.cpu.fwdback.forward_matrix, backward_matrix): under numba's CUDA simulator
+(tests/gpu/matrix_checks.py in a subprocess), and on a GPU (``pytest -m gpu``). The
+float-rounding check of their sources is in test_fwdback.py."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hmmgpu.cpu.hmmerlib import libhmmer_available
+from tests.helpers import MODEL_NAMES, sample_hmm
+
+pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_matrix_kernels_exact_under_simulator(tmp_path):
+    """Sampled models of 1, 5 (padding lanes), 18 (a homolog whose rows rescale) and 45 nodes,
+    in one batch of 47 jobs: whole targets and slices, multihit and unihit, with and without
+    Backward, degenerate residues, a lone '*' (RANGE); a few of them again with their rows in
+    global scratch run by one group; and Backward's switch to its own scale factors. Every
+    cell, special row, flag, score, totscale and has_own_scales equals the CPU references'."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "matrix_checks.py"), "simulator_matrix_checks"],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
+    rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
+    assert set(rows) == {"one batch", "global scratch, one group", "own scales"}, p.stdout
+    assert rows["one batch"] == dict(jobs=47, backward=30, unihit=17, rescaled=2, backward_rescaled=1, range=8,
+                                     models=4)
+    assert rows["global scratch, one group"] == dict(jobs=5, backward=3, unihit=2, rescaled=2, backward_rescaled=1,
+                                                     range=2, models=1)
+    own = rows["own scales"]
+    assert own["own_scales"] and own["rows_own_scale"] >= 1 and own["flags"] == 0
+
+
+@pytest.mark.gpu
+def test_matrix_kernels_exact_on_gpu(proteome):
+    """On a GPU: the kernels' PTX holds explicitly rounded float operations and no fused
+    multiply-add or flush-to-zero operation; sampled models from M = 1 to 2600 with targets up
+    to 400 residues (shared and global rows); the four pfam_samples models' clustered regions
+    and envelopes on their first 40 proteome targets with a domain (every matrix equal to the
+    CPU references', every envelope's score equal to libhmmer's envsc); the ensemble kernel
+    sampling the multihit slices from the device matrices as from the CPU's."""
+    from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.context import cuda_available
+    from hmmgpu.gpu.runtime.device import GpuDevice
+    from tests.gpu.matrix_checks import check_ensemble_handoff, check_jobs, check_real, matrix_jobs
+
+    if not cuda_available():
+        pytest.skip("no CUDA GPU")
+    binding = GpuDevice.open(0).lane_binding
+    for spec in (FwdMatrixSpec("shared"), FwdMatrixSpec("global"), BwdMatrixSpec("shared"), BwdMatrixSpec("global")):
+        ptx = build.numba_kernel(spec, binding).inspect_asm()
+        ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
+        assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx
+        assert "fma." not in ptx and ".ftz" not in ptx
+    cases = ((1, 1, 400, 0), (2, 2, 400, 6), (5, 3, 400, 15), (99, 4, 400, 297), (100, 5, 400, 300),
+             (400, 6, 300, 400), (2600, 7, 100, 200))
+    jobs = matrix_jobs(cases)
+    print(check_jobs(jobs))
+    print(check_jobs(jobs, storage="global", scratch_bytes=1 << 20))
+    for name in MODEL_NAMES:
+        report = check_real(sample_hmm(name), proteome, 40)
+        print(name, report)
+        assert report["envelopes"] >= 40
+    print(check_ensemble_handoff(matrix_jobs(((18, 2, 60, 80), (100, 5, 60, 300)))))
