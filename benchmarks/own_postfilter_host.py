@@ -1,13 +1,15 @@
 """What hmmgpu's own post-filter costs on the host alone, per F3 passer, whatever device runs its matrices.
 
-Domain definition's driver (:func:`hmmgpu.stages.domaindef.define_domains`: domain decoding,
-the region scan, the bookkeeping) and the hits (:func:`hmmgpu.stages.hits.pipeline_hit`:
+Domain definition's driver (:func:`hmmgpu.stages.domaindef.define_domains_batched` on a
+model's passers at once, as a post-filter task runs it: domain decoding, the region scans,
+the bookkeeping) and the hits (:func:`hmmgpu.stages.hits.pipeline_hit`:
 scores, alignment displays; :func:`~hmmgpu.stages.hits.tophits_state`: the serialized state)
 run on the host for every passer, on every route; the stage functions (region Forward,
 stochastic traces, envelope rescoring) move to the GPU. This script takes those out of the
 measurement: for each model named (default: :data:`own_postfilter_profile.MODELS`) and the
 first ``--max-seqs`` proteins of the shared data, it runs every F3 passer once with the CPU
-references and records their parser rows and the stage functions' answers, then replays the
+references and records their parser rows and the stage functions' answers (by target and
+span, so that any order of calls replays), then replays the
 host's part ``--reps`` times with stages that hand the recorded answers back, and prints the
 fastest replay's CPU milliseconds per passer (``time.thread_time``): ``driver``, ``hits``,
 ``state``, and a digest of the states (which must not change when the host code does).
@@ -32,75 +34,86 @@ from hmmgpu.stages.domaindef import DomainStages
 
 
 class Recording(DomainStages):
-    """Another implementation's stages, their answers kept in call order."""
+    """Another implementation's stages, their answers kept by target (its ``codes`` object) and span."""
 
     def __init__(self, stages):
-        self.stages, self.answers = stages, []
+        self.stages, self.answers = stages, {}
 
     def region_forward(self, codes, i, j):
         return self.stages.region_forward(codes, i, j)
 
     def region_ensemble(self, matrix, codes, i, j):
-        self.answers.append(self.stages.region_ensemble(matrix, codes, i, j))
-        return self.answers[-1]
+        answer = self.answers[id(codes), i, j] = self.stages.region_ensemble(matrix, codes, i, j)
+        return answer
 
     def rescore_envelope(self, codes, i, j, null2_is_done, n2sc):
-        self.answers.append(self.stages.rescore_envelope(codes, i, j, null2_is_done, n2sc))
-        return self.answers[-1]
+        answer = self.answers[id(codes), i, j, null2_is_done] = self.stages.rescore_envelope(codes, i, j,
+                                                                                            null2_is_done, n2sc)
+        return answer
 
 
 class Replay(DomainStages):
-    """Stages that hand a :class:`Recording`'s answers back, in order."""
+    """Stages that hand a :class:`Recording`'s answers back (in any order of calls)."""
 
     def __init__(self, answers):
-        self.answers = iter(answers)
+        self.answers = answers
 
     def region_forward(self, codes, i, j):
         return None
 
     def region_ensemble(self, matrix, codes, i, j):
-        return next(self.answers)
+        return self.answers[id(codes), i, j]
 
     def rescore_envelope(self, codes, i, j, null2_is_done, n2sc):
-        return next(self.answers)
+        return self.answers[id(codes), i, j, null2_is_done]
 
 
-def record(model, db, passers: list) -> list:
-    """Each passer's codes, parser rows and scores, and its stages' answers."""
+def decoded(targets: list) -> list:
+    """(codes, decoding) of each recorded target, from its parser rows."""
+    from hmmgpu.cpu.fwdback import length_specials
+    from hmmgpu.stages.domaindef import domain_decoding
+
+    return [(codes, domain_decoding(*rows, length_specials(codes.size)[1])) for _, codes, rows, _ in targets]
+
+
+def record(model, db, passers: list) -> tuple:
+    """Each passer's codes, parser rows and Forward score, and the stages' answers of them all."""
     from hmmgpu.cpu.fwdback import backward, parse
-    from hmmgpu.stages.domaindef import define_domains
+    from hmmgpu.stages.domaindef import define_domains_batched
 
-    out = []
+    targets = []
     for p in passers:
         codes = db.codes(p)
         fwd = parse(model.tables, codes)
         bck = backward(model.tables, codes, fwd)
-        stages = Recording(model.stages)
-        define_domains(stages, codes, fwd.xmx, bck.xmx, bck.has_own_scales)
-        out.append((p, codes, fwd.xmx, bck.xmx, bck.has_own_scales, fwd.score, stages.answers))
-    return out
+        targets.append((p, codes, (fwd.xmx, bck.xmx, bck.has_own_scales), fwd.score))
+    stages = Recording(model.stages)
+    define_domains_batched(stages, decoded(targets))
+    return targets, stages.answers
 
 
 def replay(recorded: list, db, seconds: dict) -> list:
-    """The host's part of every recorded passer, timed into ``seconds``: each model's state."""
-    from hmmgpu.stages.domaindef import define_domains
+    """The host's part of every recorded passer, timed into ``seconds``: a model's passers
+    defined in one batch (as a post-filter task's), their hits, each model's state. The
+    driver's time includes ``p7_DomainDecoding`` (as the per-target driver's did)."""
+    from hmmgpu.stages.domaindef import define_domains_batched
     from hmmgpu.stages.hits import pipeline_hit, tophits_state
     from hmmgpu.stages.profiles import null_table
 
     states = []
-    for model, pipeline, targets in recorded:
+    for model, pipeline, (targets, answers) in recorded:
+        start = time.thread_time()
+        definitions = define_domains_batched(Replay(answers), decoded(targets))
+        seconds["driver"] += time.thread_time() - start
+        start = time.thread_time()
         hits = []
-        for p, codes, fx, bx, own, fwdsc, answers in targets:
-            start = time.thread_time()
-            definition = define_domains(Replay(answers), codes, fx, bx, own)
-            middle = time.thread_time()
+        for (p, codes, _, fwdsc), definition in zip(targets, definitions):
             L = int(codes.size)
             hit = pipeline_hit(definition, codes, db.name(p), db.accession(p), db.description(p), null_table(L)[L],
                                fwdsc, model.hit_model, pipeline)
-            seconds["driver"] += middle - start
-            seconds["hits"] += time.thread_time() - middle
             if hit is not None:
                 hits.append(hit)
+        seconds["hits"] += time.thread_time() - start
         start = time.thread_time()
         states.append(tophits_state(hits, dict(pipeline)))
         seconds["state"] += time.thread_time() - start
@@ -133,7 +146,7 @@ def main() -> None:
     for name in args.models:
         model, passers = passers_of(read_model(data, name), db, options)
         recorded.append((model, dict(model.settings, Z=float(len(passers)), Z_setby=1), record(model, db, passers)))
-    n = sum(len(targets) for _, _, targets in recorded)
+    n = sum(len(targets) for _, _, (targets, _) in recorded)
     replay(recorded, db, defaultdict(float))   # loads (or compiles) the numba functions first
     best = None
     for _ in range(args.reps):

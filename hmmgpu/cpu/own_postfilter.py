@@ -15,8 +15,11 @@ Viterbi filter (HMMER 3.4 ``src/p7_pipeline.c``), every step by hmmgpu's exact c
    with ``--nobias``), decided as the gate decides (:func:`~hmmgpu.stages.stats.passes_exponential`);
    the gate's passers passed it already;
 4. the Backward parser's rows (:func:`hmmgpu.cpu.fwdback.backward`);
-5. domain definition (:func:`hmmgpu.stages.domaindef.define_domains` with the CPU stage
-   functions :class:`~hmmgpu.cpu.domaindef.CpuDomainStages`, seeded with ``--seed``);
+5. ``p7_DomainDecoding`` (:func:`hmmgpu.stages.domaindef.domain_decoding`), and domain
+   definition of all the task's F3 passers at once (the batched driver,
+   :func:`hmmgpu.stages.domaindef.define_domains_batched`, each target's definition as if
+   alone) with the CPU stage functions :class:`~hmmgpu.cpu.domaindef.CpuDomainStages`,
+   seeded with ``--seed``;
 6. the target's scores and hit (:func:`hmmgpu.stages.hits.pipeline_hit`), and the task's
    hits as the ``TopHits`` state pyhmmer's pipeline gives for the same task
    (:func:`hmmgpu.stages.hits.tophits_state`, with the counters ``p7_Pipeline`` keeps: a
@@ -28,7 +31,7 @@ Viterbi filter (HMMER 3.4 ``src/p7_pipeline.c``), every step by hmmgpu's exact c
 On the GPU route the GPU process has done steps 2 and 4 and ``p7_DomainDecoding`` already for
 the F3 passers it could promise bit for bit (:mod:`hmmgpu.gpu.cascade`): the query's cascade
 result carries their Forward scores and decodings (:class:`~hmmgpu.stages.decoded.DecodedTargets`),
-and domain definition starts from those (:func:`hmmgpu.stages.domaindef.define_domains_decoded`).
+and domain definition starts from those, in the same batch as the targets decoded here.
 The device left out every target whose parsers or decoding raised a flag that could matter in
 either float mode, so such a decoding is hmmsearch's and pyhmmer's alike, and domain definition
 goes on from it here as for a target whose parsers ran here; the targets it left out run steps
@@ -63,6 +66,14 @@ PF00001, PF07690, PF00005, PF00133, PF00096 and more (benchmarks/results/ftz_ref
 nearly all of them flagged. The GPU's kernels compute in IEEE arithmetic: the device sends
 only decodings that no flag marks, which are the same in both modes.
 
+Domain definition runs on a task's F3 passers together so that a device can take them as
+batches (all clustered regions in one launch, all envelopes in one); its stages are the CPU
+references' on every route. The GPU's (:class:`hmmgpu.gpu.domaindef.GpuDomainStages`) take
+those batches, but the device belongs to the GPU process (:mod:`hmmgpu.gpu.process`), which
+made the decodings, not to this one, and the envelope kernel does not yet equal the
+references on a GPU: on the GPU route, domain definition belongs with the decodings in that
+process.
+
 A task with targets sent to pyhmmer is cut into runs of consecutive targets, each run's
 state made by one side, and the runs' states joined by pyhmmer's own ``TopHits.merge`` (the
 exact merge the search uses for its tasks), so that the hits stay in search order; its
@@ -79,9 +90,9 @@ import numpy as np
 
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.cpu.domaindef import CpuDomainStages
-from hmmgpu.cpu.fwdback import RANGE, ForwardTables, backward, parse
+from hmmgpu.cpu.fwdback import RANGE, ForwardTables, backward, length_specials, parse
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
-from hmmgpu.stages.domaindef import define_domains, define_domains_decoded
+from hmmgpu.stages.domaindef import define_domains_batched, domain_decoding
 from hmmgpu.stages.hits import HitModel, pipeline_hit, pipeline_settings, tophits_state
 from hmmgpu.stages.merge import drop_unkept
 from hmmgpu.stages.postfilter import Task, TaskResult
@@ -186,34 +197,49 @@ class OwnPostFilter(PyhmmerStage):
     # ------------------------------------------------------------ per target
     def target(self, query, model: QueryModel, position: int, decided: bool, Z: float | None,
                device: tuple | None = None) -> tuple:
-        """``p7_Pipeline`` from the Forward filter on, on the target at ``position``
-        (``decided``: the gate passed it), in the calling thread's float mode (module header):
-        (:class:`TargetOutcome`, its hit or None). ``Z``: the pipeline's for the keep rule
-        (None: the settings'); ``device``: (Forward score, decoding) that the GPU computed for
-        this F3 passer (:meth:`~hmmgpu.stages.decoded.DecodedTargets.target`), in place of the
-        parsers here."""
+        """``p7_Pipeline`` from the Forward filter on, on the target at ``position``: :meth:`targets`
+        of one target, (:class:`TargetOutcome`, its hit or None)."""
+        return self.targets(query, model, [position], [decided], Z, [device])[0]
+
+    def targets(self, query, model: QueryModel, positions, decided, Z: float | None, devices) -> list:
+        """``p7_Pipeline`` from the Forward filter on, on the targets at ``positions`` of one query
+        (``decided``: whether the gate passed each), in the calling thread's float mode (module
+        header): (:class:`TargetOutcome`, its hit or None) for each. ``Z``: the pipeline's for the
+        keep rule (None: the settings'); ``devices``: for each target, (Forward score, decoding)
+        that the GPU computed for this F3 passer (:meth:`~hmmgpu.stages.decoded.DecodedTargets.target`)
+        in place of the parsers here, or None. Domain definition runs on all the F3 passers at
+        once (:func:`~hmmgpu.stages.domaindef.define_domains_batched`)."""
         from hmmgpu.stages.profiles import null_table
 
-        codes = self.db.codes(position)
-        L = int(codes.size)
-        nullsc = null_table(L)[L]
-        if device is None:
-            outcome, fwdsc, definition = self._defined_here(query, model, position, codes, decided, nullsc)
-            if outcome is not None:
-                return outcome, None
-        else:
-            fwdsc, decoding = device
-            definition = define_domains_decoded(model.stages, codes, decoding)
-        if definition.status != STATUS_OK or definition.flags & RANGE:
-            return TargetOutcome.HOST, None
-        hit = pipeline_hit(definition, codes, self.db.name(position), self.db.accession(position),
-                           self.db.description(position), nullsc, fwdsc, model.hit_model, model.settings, Z)
-        return TargetOutcome.PASSED, hit
+        out = [None] * len(positions)
+        passers = []
+        for k, (position, known, device) in enumerate(zip(positions, decided, devices)):
+            codes = self.db.codes(position)
+            L = int(codes.size)
+            nullsc = null_table(L)[L]
+            if device is None:
+                outcome, fwdsc, decoding = self._decoded_here(query, model, position, codes, known, nullsc)
+                if outcome is not None:
+                    out[k] = (outcome, None)
+                    continue
+            else:
+                fwdsc, decoding = device
+            passers.append((k, position, codes, nullsc, fwdsc, decoding))
+        definitions = define_domains_batched(model.stages, [(p[2], p[5]) for p in passers])
+        for (k, position, codes, nullsc, fwdsc, _), definition in zip(passers, definitions):
+            if definition.status != STATUS_OK or definition.flags & RANGE:
+                out[k] = (TargetOutcome.HOST, None)
+                continue
+            out[k] = (TargetOutcome.PASSED, pipeline_hit(definition, codes, self.db.name(position),
+                                                         self.db.accession(position), self.db.description(position),
+                                                         nullsc, fwdsc, model.hit_model, model.settings, Z))
+        return out
 
-    def _defined_here(self, query, model: QueryModel, position: int, codes, decided: bool, nullsc) -> tuple:
-        """The Forward filter and domain definition of a target with the CPU references' parsers:
-        (None, Forward score, :class:`~hmmgpu.stages.domaindef.DomainDefinition`), or
-        (:class:`TargetOutcome`, None, None) for a target that ends before domain definition."""
+    def _decoded_here(self, query, model: QueryModel, position: int, codes, decided: bool, nullsc) -> tuple:
+        """The Forward filter and ``p7_DomainDecoding`` of a target with the CPU references'
+        parsers: (None, Forward score, decoding as :func:`~hmmgpu.stages.domaindef.domain_decoding`
+        gives it), or (:class:`TargetOutcome`, None, None) for a target that ends before domain
+        definition."""
         tables = model.tables
         forward = parse(tables, codes)
         if forward.flags & RANGE:
@@ -223,7 +249,8 @@ class OwnPostFilter(PyhmmerStage):
         bck = backward(tables, codes, forward)
         if (bck.flags | bck.forward_flags) & RANGE:
             return TargetOutcome.HOST, None, None
-        return None, forward.score, define_domains(model.stages, codes, forward.xmx, bck.xmx, bck.has_own_scales)
+        _, ploop = length_specials(codes.size)
+        return None, forward.score, domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales, ploop)
 
     def _passes_f3(self, query, model: QueryModel, position: int, fwdsc, nullsc) -> bool:
         """``p7_Pipeline``'s Forward filter on a target the gate left undecided."""
@@ -257,19 +284,16 @@ class OwnPostFilter(PyhmmerStage):
         decoded = getattr(task.query.counts, "decoded", None)   # the GPU's, for the F3 passers it did not flag
         found = decoded.find if decoded is not None else (lambda position: -1)
         Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
-        outcomes, hits = [], []
-        on_device = 0
+        positions = task.positions.tolist()
+        devices = [decoded.target(k) if k >= 0 else None for k in map(found, positions)]
+        on_device = sum(device is not None for device in devices)
         previous = set_flush_to_zero(self.ftz)   # the run's own float mode (module header)
         try:
-            for position, known in zip(task.positions.tolist(), decided.tolist()):
-                k = found(position)
-                device = decoded.target(k) if k >= 0 else None
-                on_device += device is not None
-                outcome, hit = self.target(task.query, model, position, known, Z, device)
-                outcomes.append(outcome)
-                hits.append(hit)
+            results = self.targets(task.query, model, positions, decided.tolist(), Z, devices)
         finally:
             set_flush_to_zero(previous)
+        outcomes = [outcome for outcome, _ in results]
+        hits = [hit for _, hit in results]
         own_seconds = time.thread_time() - start
         states = [self._run_state(task, model, outcomes[a:b], hits[a:b], task.positions[a:b])
                   if outcomes[a] != TargetOutcome.HOST else self._pyhmmer_state(task, task.positions[a:b])
