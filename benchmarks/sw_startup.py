@@ -9,7 +9,8 @@ archive COMMIT hmmgpu | tar -x -C DIR``) and this tree, run in turns (``--repeat
 median reported), after one untimed run of each (numba's cache of each tree's traceback passes
 filled). Variants of this tree with one of its settings changed back show what each one is
 worth: ``new, switch interval 5 ms`` (CPython's default instead of
-:data:`hmmgpu.sw.cli.SWITCH_INTERVAL`).
+:data:`hmmgpu.sw.cli.SWITCH_INTERVAL`) and ``1 ms``; ``base, switch interval 0.2 ms`` is the
+earlier code with the interval alone changed.
 
 Each process's timeline (``--timeline-run``: this file wraps ``hmmgpu.cli.main`` and marks,
 from the process's start, when the command started, the device's context was made, the
@@ -20,7 +21,7 @@ last moment is the exit; and how many CUDA driver calls were made before the fir
 after, with the seconds from each call to the interpreter's lock back in the caller's hands:
 calls of a few microseconds that take milliseconds waited for the lock) comes from two more
 runs of each tree. The outputs of the two trees
-must be identical (checked). ``--proteins N`` also times one run of N real proteins drawn
+must be identical (checked, every variant's). ``--proteins N`` also times one run of N real proteins drawn
 from the database (``bench_sw --e2e``'s sample) for each variant; ``--cudasw DIR`` builds
 CUDASW++4 and times its ``align`` on the 20 queries (``--repeats``, median).
 Writes ``sw_startup_<device>_<date>.json`` and ``.txt``.
@@ -229,14 +230,16 @@ def main() -> int:
                 "--gapextend", str(bench_sw.GAP_EXTEND), "--stats", "-o", str(out), str(queries), str(work / "hdb")]
 
     variants = {"base": (base, ""), "new": (new, ""),
-                "new, switch interval 5 ms": (new, "import hmmgpu.sw.cli as c; c.SWITCH_INTERVAL = 0.005")}
+                "new, switch interval 5 ms": (new, "import hmmgpu.sw.cli as c; c.SWITCH_INTERVAL = 0.005"),
+                "new, switch interval 1 ms": (new, "import hmmgpu.sw.cli as c; c.SWITCH_INTERVAL = 0.001"),
+                "base, switch interval 0.2 ms": (base, "sys.setswitchinterval(0.0002)")}
     outputs = {}
     for name, (root, patch) in variants.items():  # untimed: numba's cache of each tree filled, files read once
-        out = work / f"{name.split(',')[0]}.tsv"
+        out = work / f"variant{len(outputs)}.tsv"
         _run(root, argv(q20, out), patch)
         outputs[name] = out.read_bytes()
-    same = outputs["base"] == outputs["new"]
-    note(f"20 queries: the two trees' outputs identical: {same} ({len(outputs['new'])} bytes)")
+    same = len(set(outputs.values())) == 1
+    note(f"20 queries: every variant's output identical: {same} ({len(outputs['new'])} bytes)")
     runs = {name: [] for name in variants}
     for _ in range(args.repeats):
         for name, (root, patch) in variants.items():
@@ -270,14 +273,14 @@ def main() -> int:
 
         proteins = bench_sw._sample_proteins(open_database(work / "hdb"), args.proteins, work / "proteins.fa")
         res["proteins"] = {}
-        for name, (root, patch) in variants.items():
-            out = work / f"proteins_{name.split(',')[0]}.tsv"
+        for k, (name, (root, patch)) in enumerate(variants.items()):
+            out = work / f"proteins{k}.tsv"
             r = _run(root, argv(proteins, out), patch)
             res["proteins"][name] = dict(seconds=r["seconds"], stats=r["lines"])
             note(f"{name}, {args.proteins} proteins: {r['seconds']:.3f} s", *[f"\n  {ln}" for ln in r["lines"]])
-        same = (work / "proteins_base.tsv").read_bytes() == (work / "proteins_new.tsv").read_bytes()
+        same = len({(work / f"proteins{k}.tsv").read_bytes() for k in range(len(variants))}) == 1
         res["proteins"]["outputs_identical"] = same
-        note(f"{args.proteins} proteins: the two trees' outputs identical: {same}")
+        note(f"{args.proteins} proteins: every variant's output identical: {same}")
         save(res, path)
     if args.cudasw:
         bin_dir = bench_sw.build_cudasw(args.cudasw.resolve(), work / "build")

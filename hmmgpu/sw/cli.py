@@ -88,6 +88,7 @@ SWITCH_INTERVAL = 0.0002
 
 
 def _run(args, started: float) -> int:
+    """:func:`run`'s work, under the switch interval."""
     import io
 
     from hmmgpu.formats.outfiles import OutputFiles, refuse_inputs

@@ -619,3 +619,27 @@ def test_cli_stats_lines(tmp_path):
     assert 0 <= first <= last <= hits <= wall, lines
     p = _cli(tmp_path, str(q), str(PROTEOME), "--backend", "cpu", "--outfmt", "6", "--max-hits", "5")
     assert p.returncode == 0 and "# hmmgpu sw: " not in p.stderr
+
+
+def test_cli_process_ends_at_once_after_its_output(tmp_path):
+    """``hmmgpu sw`` from the process's own command line (``python -m hmmgpu``) ends the process
+    as soon as its output is flushed (hmmgpu.host.end_process): the report arrives whole on a
+    pipe, with the command's status; an error's status and line too. Called in the same
+    process, ``main`` returns instead, the interpreter's switch interval as it was."""
+    from hmmgpu.cli import main
+
+    q = tmp_path / "q.fa"
+    q.write_text(">qq\nMKVLAAGIVGLLLAACSSEKKAEEAKPAAEQ\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "hmmgpu", "sw", "--backend", "cpu", "--max-hits", "3", str(q),
+                        str(PROTEOME)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("Query= qq") and p.stdout.splitlines()[-1].startswith("[ok] 1 query in "), p.stdout
+    p = subprocess.run([sys.executable, "-m", "hmmgpu", "sw", "--backend", "cpu", "--matrix", "BLOSUM99", str(q),
+                        str(PROTEOME)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert p.returncode == 1 and p.stderr.startswith("hmmgpu: error: unknown substitution matrix"), p.stderr
+    interval = sys.getswitchinterval()
+    assert main(["sw", "--backend", "cpu", "--outfmt", "6", "--max-hits", "3", "-o", str(tmp_path / "hits.tsv"),
+                 str(q), str(PROTEOME)]) == 0
+    assert sys.getswitchinterval() == interval
+    assert (tmp_path / "hits.tsv").read_text().startswith("qq\t")
