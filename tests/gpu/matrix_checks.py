@@ -244,12 +244,15 @@ CASES = ((1, 1, 10, 0), (5, 3, 10, 0), (18, 2, 8, 36), (45, 4, 6, 0))
 def simulator_matrix_checks():
     """Every job of :data:`CASES` in one batch (several models, multihit and unihit, with and
     without Backward, whole targets and slices, rows in shared memory); a few of them again
-    with their rows in global scratch run by one group in turn; the switch to Backward's own
-    scale factors."""
+    with their rows in global scratch run by one group in turn, on a stream of their own; the
+    switch to Backward's own scale factors."""
+    from numba import cuda
+
     jobs = matrix_jobs(CASES)
     out = [("one batch", check_jobs(jobs))]
     few = [job for job in jobs if job.tables.M == 18][-5:]  # the homolog's (rescaled) and the lone '*''s
-    out.append(("global scratch, one group", check_jobs(few, storage="global", scratch_bytes=48 * few[0].tables.Q)))
+    report = check_jobs(few, storage="global", scratch_bytes=48 * few[0].tables.Q, stream=cuda.stream())
+    out.append(("global scratch, one group, a stream", report))
     out.append(("own scales", check_own_scales()))
     return out
 

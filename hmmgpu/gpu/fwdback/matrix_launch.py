@@ -30,10 +30,10 @@ and :func:`~hmmgpu.cpu.fwdback.backward_matrix` return, bit for bit.
 
 The launches go through numba's own arrays and kernels (numba's CUDA target, or its simulator
 in the tests), as the ensemble and envelope launchers do, so that their kernels take these
-arrays as they are; on the default stream, so that a kernel launched after them reads them
-finished. Jobs are claimed costliest first; a job's row lives in shared memory where a block's
-rows fit in numba's 48 KB default (models of up to 512 nodes), else in a global scratch array
-(a second launch per kernel).
+arrays as they are; on one stream (the default stream unless given), so that a kernel
+launched after them on it reads them finished. Jobs are claimed costliest first; a job's row
+lives in shared memory where a block's rows fit in numba's 48 KB default (models of up to 512
+nodes), else in a global scratch array (a second launch per kernel).
 """
 from __future__ import annotations
 
@@ -184,12 +184,13 @@ def _pack_slices(jobs) -> tuple:
 
 
 def produce_matrices(jobs, *, binding: str | None = None, storage: str | None = None, block: int = 32,
-                     scratch_bytes: int = tuning.FWD_SCRATCH_BYTES) -> MatrixBatch:
+                     scratch_bytes: int = tuning.FWD_SCRATCH_BYTES, stream=0) -> MatrixBatch:
     """Full Forward matrices of every :class:`MatrixJob`, and Backward ones where asked, left in
     device memory (:class:`MatrixBatch`; module text). ``binding``: the kernel modules' (numba's
     current target's by default); ``storage``: "shared" or "global" for every job's rows (default:
     shared where they fit); ``block``: threads a block on a GPU; ``scratch_bytes``: the most global
-    scratch for the rows."""
+    scratch for the rows; ``stream``: numba's stream of the launches and of the summaries' copies
+    (the default stream by default). Returns once the summaries are on the host."""
     from numba import cuda
 
     from hmmgpu.gpu.runtime import build
@@ -256,10 +257,10 @@ def produce_matrices(jobs, *, binding: str | None = None, storage: str | None = 
             values = dict(common, items=dev(chosen.astype(np.int32)), n_items=int(chosen.size),
                           counters=dev(np.zeros(1, np.int32)), scratch=scratch, n_threads=threads, **outs)
             kernel = build.numba_kernel(spec, binding)
-            kernel[grid, block, 0, smem](*arguments(args, **values))
+            kernel[grid, block, stream, smem](*arguments(args, **values))
     return MatrixBatch(jobs=jobs, fwd_dp=fwd["out_cells"], fwd_x=fwd["out_rows"],
                        bck_dp=None if bwd is None else bwd["out_cells"], bck_x=None if bwd is None else bwd["out_rows"],
-                       dp_base=dp_base, x_base=x_base, **_summaries(jobs, fwd, bwd, scale_base))
+                       dp_base=dp_base, x_base=x_base, **_summaries(jobs, fwd, bwd, scale_base, stream))
 
 
 def _launch_shape(storage: str, m: int, q_max: int, block: int, scratch_bytes: int, simulator: bool) -> tuple:
@@ -277,13 +278,20 @@ def _launch_shape(storage: str, m: int, q_max: int, block: int, scratch_bytes: i
     return blocks, threads, 0, cuda.device_array(SCRATCH_PER_Q * q_max * threads, np.float32)
 
 
-def _summaries(jobs, fwd, bwd, scale_base) -> dict:
+def _summaries(jobs, fwd, bwd, scale_base, stream) -> dict:
     """``forward`` and ``backward``: each job's :class:`MatrixSummary`, formed on the host from
-    the kernels' flags, final C (Forward), row 0's N (Backward) and scale factors, as
-    :func:`hmmgpu.cpu.fwdback.forward_parser` and ``backward_parser`` form them."""
+    the kernels' flags, final C (Forward), row 0's N (Backward) and scale factors (copied on
+    ``stream``), as :func:`hmmgpu.cpu.fwdback.forward_parser` and ``backward_parser`` form them."""
     n = len(jobs)
-    got = {name: fwd[name].copy_to_host() for name in ("out_flags", "out_xc", "out_nscale")}
-    scales = fwd["out_scales"].copy_to_host()
+    copies = {f"fwd_{name}": fwd[name].copy_to_host(stream=stream)
+              for name in ("out_flags", "out_xc", "out_nscale", "out_scales")}
+    if bwd is not None:
+        copies.update({f"bwd_{name}": bwd[name].copy_to_host(stream=stream)
+                       for name in ("out_flags", "out_own", "out_nscale", "out_xn", "out_scales")})
+    if stream:
+        stream.synchronize()
+    got = {name: copies[f"fwd_{name}"] for name in ("out_flags", "out_xc", "out_nscale")}
+    scales = copies["fwd_out_scales"]
     forward = []
     for k, job in enumerate(jobs):
         flags, xc = int(got["out_flags"][k]), got["out_xc"][k]
@@ -298,8 +306,8 @@ def _summaries(jobs, fwd, bwd, scale_base) -> dict:
         forward.append(MatrixSummary(flags=flags, score=score, totscale=forward_totscale(s), has_own_scales=True))
     backward = [None] * n
     if bwd is not None:
-        got = {name: bwd[name].copy_to_host() for name in ("out_flags", "out_own", "out_nscale", "out_xn")}
-        scales = bwd["out_scales"].copy_to_host()
+        got = {name: copies[f"bwd_{name}"] for name in ("out_flags", "out_own", "out_nscale", "out_xn")}
+        scales = copies["bwd_out_scales"]
         for k, job in enumerate(jobs):
             if not job.backward:
                 continue
