@@ -218,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="verify every checksum of the made database DIR (residues included)")
 
     a = sub.add_parser("audit", allow_abbrev=False,
-                       help="check every filter stage against HMMER's own code, target by target")
+                       help="check every stage (filters, parsers, domains, hits) against HMMER's own code, "
+                            "target by target")
     a.add_argument("hmmfile")
     a.add_argument("seqdb")
     a.add_argument("--backend", default="numba", choices=["numba", "cuda"])

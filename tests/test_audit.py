@@ -1,11 +1,28 @@
 """`hmmgpu audit`: a clear table, zero disagreements on real data, exit 1 when a stage is wrong."""
 import numpy as np
+import pytest
 
 from hmmgpu.cpu import filters as cpu_filters
 from hmmgpu.audit import run_audit
 from hmmgpu.cli import main
 from hmmgpu.options import SearchOptions
 from tests.helpers import PROTEOME, SAMPLES
+
+#: The sample proteome's first proteins: three of them are F3 passers of PF02826.
+SLICE = 320
+
+
+@pytest.fixture(scope="module")
+def proteome_slice(tmp_path_factory):
+    """The first :data:`SLICE` proteins of the sample proteome, as a FASTA file."""
+    path = tmp_path_factory.mktemp("audit") / "slice.faa"
+    path.write_text(">" + ">".join(PROTEOME.read_text().split(">")[1:SLICE + 1]))
+    return path
+
+
+def _rows(out: str, stage: str) -> list:
+    """(compared, agree, disagree) of every table row of ``stage`` in the audit's output."""
+    return [tuple(int(cell) for cell in line.split("│")[2:5]) for line in out.splitlines() if stage in line]
 
 
 def test_audit_all_samples_agree(capsys):
@@ -15,6 +32,9 @@ def test_audit_all_samples_agree(capsys):
         assert stage in out
     assert "all stages agree with HMMER" in out
     assert "2100" in out
+    for stage in ("Backward parser", "domain list"):   # per model, on its F3 passers (22, 1, 1, 9)
+        rows = _rows(out, stage)
+        assert len(rows) == 4 and all(compared == agree > 0 and disagree == 0 for compared, agree, disagree in rows)
 
 
 def test_audit_reports_a_broken_stage(monkeypatch, capsys):
@@ -51,3 +71,51 @@ def test_audit_reports_a_broken_forward_score(monkeypatch, capsys):
     row = next(line for line in out.splitlines() if "Forward parser" in line).split("│")
     compared, agree, disagree = (int(cell) for cell in row[2:5])
     assert compared == 48 and agree == 47 and disagree == 1  # PF02826's Viterbi-filter survivors
+
+
+def test_audit_reports_a_broken_backward_score(monkeypatch, capsys, proteome_slice):
+    """A Backward score one ulp off on one F3 passer is a disagreement of the Backward parser
+    stage, and the command exits 1. The references ran in hmmsearch's float mode."""
+    from hmmgpu.cpu import fwdback
+    from hmmgpu.host import set_flush_to_zero
+
+    real = fwdback.backward_scores
+    modes = []
+
+    def off_by_one_ulp(*args, **kwargs):
+        modes.append(set_flush_to_zero(True))   # the mode it was in (left as it was)
+        status, scores, recomputed = real(*args, **kwargs)
+        scores[0] = np.nextafter(scores[0], np.float32(np.inf))
+        return status, scores, recomputed
+
+    monkeypatch.setattr(fwdback, "backward_scores", off_by_one_ulp)
+    assert main(["audit", "--backend", "numba", str(SAMPLES / "PF02826.hmm"), str(proteome_slice)]) == 1
+    assert modes == [True]
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1] == "DISAGREEMENTS FOUND"
+    assert _rows(out, "Backward parser") == [(3, 2, 1)]   # PF02826's F3 passers among the slice's proteins
+    assert _rows(out, "domain list") == [(3, 3, 0)]
+
+
+def test_audit_reports_a_broken_domain(monkeypatch, capsys, proteome_slice):
+    """One domain's envelope score one ulp off in hmmgpu's domain definition of one F3 passer
+    is a disagreement of the domain list, and the command exits 1."""
+    from hmmgpu.stages import domaindef
+
+    real = domaindef.define_domains
+    calls = []
+
+    def one_envelope_off(*args, **kwargs):
+        definition = real(*args, **kwargs)
+        calls.append(definition)
+        if len(calls) == 2:
+            definition.domains[0].envsc = np.nextafter(definition.domains[0].envsc, np.float32(np.inf))
+        return definition
+
+    monkeypatch.setattr(domaindef, "define_domains", one_envelope_off)
+    assert main(["audit", "--backend", "numba", str(SAMPLES / "PF02826.hmm"), str(proteome_slice)]) == 1
+    out = capsys.readouterr().out
+    assert out.rstrip().splitlines()[-1] == "DISAGREEMENTS FOUND"
+    assert _rows(out, "domain list") == [(3, 2, 1)]
+    assert "domain 1 envsc hmmgpu" in out
+    assert _rows(out, "Backward parser") == [(3, 3, 0)]

@@ -69,10 +69,28 @@ class NumbaBackend(FilterBackend):
     def forward(self, profile, indices, fallback: bool = False):
         """The Forward parser's CPU reference on ``indices`` (serial), with libhmmer for the
         targets it flags when ``fallback``; None without the gate (or a model without its HMM)."""
-        import numpy as np
-
         if not (self.forward_gate or fallback) or profile.hmm is None:
             return None
+        from hmmgpu.cpu import fwdback
+
+        return self._parser_scores(fwdback.score_targets, profile, indices, fallback)
+
+    def backward(self, profile, indices, fallback: bool = False):
+        """The Backward parser's CPU reference (after the Forward parser's) on ``indices``
+        (serial), with libhmmer for the targets either flags when ``fallback``; None for a
+        model without its HMM."""
+        if profile.hmm is None:
+            return None
+        from hmmgpu.cpu import fwdback
+
+        return self._parser_scores(fwdback.backward_scores, profile, indices, fallback)
+
+    def _parser_scores(self, scores_of, profile, indices, fallback: bool):
+        """``scores_of(tables, db, indices, model)`` (:func:`hmmgpu.cpu.fwdback.score_targets`
+        or :func:`~hmmgpu.cpu.fwdback.backward_scores`) with the model's Forward tables, and
+        libhmmer's model for the fallback, as a :class:`~hmmgpu.stages.cascade.ForwardResult`."""
+        import numpy as np
+
         from hmmgpu.cpu import fwdback
         from hmmgpu.stages.cascade import ForwardResult
         from hmmgpu.stages.profiles import configured_profile
@@ -85,7 +103,7 @@ class NumbaBackend(FilterBackend):
 
             model = HmmerModel(profile.hmm)
         try:
-            status, scores, recomputed = fwdback.score_targets(tables, self.db, idx, model)
+            status, scores, recomputed = scores_of(tables, self.db, idx, model)
         finally:
             if model is not None:
                 model.close()

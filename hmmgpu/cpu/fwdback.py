@@ -794,6 +794,34 @@ def score_targets(tables: ForwardTables, db, indices, model=None) -> tuple:
     return status, scores, recomputed
 
 
+def backward_scores(tables: ForwardTables, db, indices, model=None) -> tuple:
+    """The Backward parser's score of each target of ``indices`` (database indices of
+    non-empty targets of ``db``) after its Forward parser, as ``p7_Pipeline`` runs the two on
+    an F3 passer: :func:`backward` after :func:`parse`. Returns (status int32, scores float32
+    nats, how many libhmmer computed). A target either pass flags for the host
+    (:attr:`BackwardResult.needs_host`), or every target of a model whose tables the flags'
+    argument does not cover, is computed by ``model`` (``HmmerModel.backward_parser``, in the
+    calling thread's float mode), or, without one, gets :data:`STATUS_UNSURE` and no score."""
+    idx = np.asarray(indices, np.int64)
+    status = np.zeros(idx.size, np.int32)
+    scores = np.full(idx.size, np.nan, np.float32)
+    covered = tables.exactness_conditions() is None
+    recomputed = 0
+    for j, t in enumerate(idx.tolist()):
+        codes = db.codes(t)
+        if covered:
+            mine = backward(tables, codes)
+            if not mine.needs_host:
+                scores[j] = mine.score
+                continue
+        if model is None:
+            status[j] = STATUS_UNSURE
+            continue
+        status[j], scores[j] = model.backward_parser(codes)[:2]
+        recomputed += 1
+    return status, scores, recomputed
+
+
 # ----------------------------------------------------------------------------------------
 # Full matrices (forward_engine / backward_engine with do_full = 1)
 # ----------------------------------------------------------------------------------------
@@ -932,6 +960,6 @@ def backward_matrix(tables: ForwardTables, codes, forward: MatrixResult, i: int 
 
 
 __all__ = ["ForwardTables", "ForwardResult", "BackwardResult", "forward_parser", "backward_parser", "backward",
-           "forward_score", "length_specials", "parse", "nqf", "score_targets", "RANGE", "SUBNORMAL", "TINY_ROWS",
-           "ANY_TINY", "HOST", "STATUS_UNSURE", "StripedMatrix", "DP_M", "DP_D", "DP_I",
+           "forward_score", "length_specials", "parse", "nqf", "score_targets", "backward_scores", "RANGE", "SUBNORMAL",
+           "TINY_ROWS", "ANY_TINY", "HOST", "STATUS_UNSURE", "StripedMatrix", "DP_M", "DP_D", "DP_I",
            "MatrixResult", "unihit_tables", "special_transitions", "forward_matrix", "backward_matrix", "right_shift"]

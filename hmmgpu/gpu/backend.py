@@ -58,6 +58,12 @@ class CudaBackend(FilterBackend):
         """The Forward parser kernel (:meth:`hmmgpu.gpu.cascade.GpuCascade.forward`)."""
         return self.gpu.forward(profile, indices, fallback)
 
+    def backward(self, profile, indices, fallback: bool = False):
+        """The Backward parser kernel (:meth:`hmmgpu.gpu.cascade.GpuCascade.backward`)."""
+        if profile.hmm is None:
+            return None
+        return self.gpu.backward(profile, indices, fallback)
+
     def cascade(self, profile, options):
         return self.gpu.run(profile, options)
 

@@ -475,6 +475,23 @@ class GpuCascade:
         ``profile.hmm``); the targets it cannot promise bit for bit get ``STATUS_UNSURE``, or
         with ``fallback`` are computed by libhmmer (in the calling thread's float mode)."""
         idx = np.asarray(indices, np.int64)
+        got = self._parsers(profile, idx, fallback, backward=False)
+        recomputed = int(got.host.sum()) if fallback else 0
+        return ForwardResult(idx, got.status, got.scores, recomputed)
+
+    def backward(self, profile, indices, fallback: bool = False) -> ForwardResult:
+        """The Backward parser kernel after the Forward parser kernel on ``indices`` (as
+        :meth:`forward`), its score formed on the host from its rows; the targets either kernel
+        cannot promise bit for bit get ``STATUS_UNSURE``, or with ``fallback`` are computed by
+        libhmmer's ``p7_BackwardParser`` (in the calling thread's float mode)."""
+        idx = np.asarray(indices, np.int64)
+        bwd = self._parsers(profile, idx, fallback, backward=True).backward
+        recomputed = int(bwd.host.sum()) if fallback else 0
+        return ForwardResult(idx, bwd.status, bwd.scores, recomputed)
+
+    def _parsers(self, profile, idx, fallback: bool, backward: bool):
+        """:meth:`hmmgpu.gpu.fwdback.launch.ForwardStage.run` of one model on ``idx``, waiting
+        for it (with Backward: its rows too, from which its scores are formed)."""
         tables = self._forward_tables(profile)
         model = None
         if fallback:
@@ -484,14 +501,13 @@ class GpuCascade:
         try:
             with self._forward_lock, self._simulated:
                 stage = self._stage()
-                got = stage.run(model, idx, tables=tables, fallback=fallback)
+                got = stage.run(model, idx, rows=backward, tables=tables, fallback=fallback, backward=backward)
                 last = dict(stage.last)
         finally:
             if model is not None:
                 model.close()
         self._add_forward_time(last["kernel_ms"], last.get("span"))
-        recomputed = int(got.host.sum()) if fallback else 0
-        return ForwardResult(idx, got.status, got.scores, recomputed)
+        return got
 
     def _queue_gate(self, profile, options, partial: CascadeResult, filtersc) -> GateTicket:
         """Queue the Forward gate of one model's Viterbi-filter survivors (``partial.past_vit``,

@@ -77,7 +77,8 @@ class ViterbiResult:
 
 @dataclass(frozen=True)
 class ForwardResult:
-    """The Forward parser (``p7_ForwardParser``) of some targets: status and score in nats."""
+    """The Forward parser (``p7_ForwardParser``) of some targets, or the Backward parser after it
+    (``p7_BackwardParser``: a backend's ``backward``): status and score in nats."""
 
     indices: np.ndarray  #: int64 database indices
     status: np.ndarray  #: int32: STATUS_OK, STATUS_RANGE (libhmmer's eslERANGE) or STATUS_UNSURE

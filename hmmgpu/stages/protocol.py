@@ -122,6 +122,14 @@ class FilterBackend(CascadeBackend):
         thread's float mode)."""
         return None
 
+    def backward(self, profile, indices, fallback: bool = False) -> "ForwardResult | None":
+        """The Backward parser (``p7_BackwardParser``, after the Forward parser on the same
+        target, as ``p7_Pipeline`` runs it on an F3 passer) of the targets ``indices``: its
+        status and score in a :class:`~hmmgpu.stages.cascade.ForwardResult`, or None where the
+        backend has none. As :meth:`forward`: scores only where they are libhmmer's bit for bit
+        in either float mode, the others ``STATUS_UNSURE`` or, with ``fallback``, libhmmer's."""
+        return None
+
     def cascade(self, profile, options) -> "CascadeResult":
         """The filter cascade of one model over every target."""
         from hmmgpu.stages.cascade import run_cascade

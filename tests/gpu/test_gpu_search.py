@@ -59,8 +59,16 @@ def test_cuda_tables_equal_hmmsearch_real_pfam(tmp_path, model, lanes):
 
 @pytest.mark.parametrize("lanes", ["8x4", "16x2"])
 def test_cuda_audit_zero_disagreements(lanes, capsys):
+    """Every row agrees, the Backward parser's from the GPU's kernels and the domain list from
+    the GPU's decodings of the F3 passers (the others by the CPU references)."""
     assert run_audit(str(SAMPLES / "samples.hmm"), str(PROTEOME), SearchOptions.from_kwargs(backend="cuda", lanes=lanes)) is True
-    assert "cuda" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cuda" in out
+    for stage in ("Backward parser", "domain list"):
+        rows = [line.split("│")[2:5] for line in out.splitlines() if stage in line]
+        assert len(rows) == 4 and all(int(compared) == int(agree) > 0 for compared, agree, _ in rows), stage
+    assert "[cuda]" in next(line for line in out.splitlines() if "Backward parser" in line)
+    assert "decoded on the GPU" in out
 
 
 def test_packing_on_the_device_equals_the_hosts():
