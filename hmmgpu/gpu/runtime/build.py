@@ -18,12 +18,14 @@ line while it compiles, and compiles the missing kernels in parallel processes (
 warmup`` calls it for every shape).
 
 Some kernels also ship with hmmgpu, compiled ahead of time for the GPUs the project runs on
-(:data:`SHIPPED_DIR`, written by ``python3 -m hmmgpu.gpu.sw.prebuilt``): a fresh machine
+(:data:`SHIPPED_DIR`, written by ``python3 -m hmmgpu.gpu.prebuilt_kernels``): a fresh machine
 then runs them without compiling (numba's pipeline takes 4-13 s a kernel). A shipped file
-has the exported format, gzip-compressed, and its header also holds a digest of the lane
-and warp helpers the kernel modules import (:func:`helpers_digest`), which the source text
-does not contain: a shipped kernel is used only while both digests match the code, and one
-that does not, or that the driver refuses to load, is compiled as before.
+has the exported format, gzip-compressed, and its header also holds a digest of the hmmgpu
+modules the kernel module imports (:func:`helpers_digest`: the lane and warp helpers, and
+for the bias kernel the float helpers of :mod:`hmmgpu.gpu.bias`), whose device functions are
+compiled into the kernel but whose text the source does not contain: a shipped kernel is
+used only while both digests match the code, and one that does not, or that the driver
+refuses to load, is compiled as before.
 """
 from __future__ import annotations
 
@@ -160,16 +162,39 @@ def _exported(spec, device, cubin: bool = False) -> tuple | None:
 
 #: Kernels compiled ahead of time and shipped with hmmgpu (see the module text).
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "prebuilt"
-#: The modules every generated kernel module imports (:func:`hmmgpu.gpu.runtime.emit.preamble`).
-_HELPER_MODULES = ("lanes.py", "warp.py")
+#: The directory that holds the ``hmmgpu`` package.
+_PACKAGE_PARENT = Path(__file__).resolve().parents[3]
+
+
+def imported_modules(text: str) -> list:
+    """The files of the hmmgpu modules a generated kernel module's ``text`` imports, in the
+    order it names them: ``from hmmgpu.a import b, c as d`` names ``a/b.py`` and ``a/c.py``
+    where those are modules, else ``a.py`` (or ``a/__init__.py``); ``import hmmgpu.a`` names
+    ``a.py``."""
+    files = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[0] == "from" and words[1].startswith("hmmgpu.") and words[2] == "import":
+            package = _PACKAGE_PARENT.joinpath(*words[1].split("."))
+            for name in (item.split()[0] for item in line.split(" import ", 1)[1].split(",")):
+                files.append(package / f"{name}.py" if (package / f"{name}.py").is_file() else _module_file(package))
+        elif len(words) >= 2 and words[0] == "import" and words[1].startswith("hmmgpu."):
+            files.append(_module_file(_PACKAGE_PARENT.joinpath(*words[1].split("."))))
+    return list(dict.fromkeys(files))
+
+
+def _module_file(path: Path) -> Path:
+    """``path``'s module file: ``path.py``, or the package's ``__init__.py``."""
+    return path.with_name(path.name + ".py") if path.with_name(path.name + ".py").is_file() else path / "__init__.py"
 
 
 @functools.lru_cache(maxsize=None)
-def helpers_digest() -> str:
-    """Digest of the lane and warp helpers' source, part of a shipped kernel's key."""
+def helpers_digest(spec, binding: str) -> str:
+    """Digest of the hmmgpu modules ``spec``'s kernel module imports (:func:`imported_modules`:
+    their device functions are compiled into the kernel), part of a shipped kernel's key."""
     h = hashlib.sha256()
-    for name in _HELPER_MODULES:
-        h.update((Path(__file__).resolve().parent / name).read_bytes())
+    for path in imported_modules(spec.source(binding)):
+        h.update(path.read_bytes())
     return h.hexdigest()[:20]
 
 
@@ -181,7 +206,7 @@ def shipped_path(spec, binding: str, cc) -> Path:
 
 def shipped_header(spec, binding: str) -> dict:
     """The digests a shipped kernel's header must hold to be used."""
-    return dict(source=_source_digest(spec, binding), helpers=helpers_digest())
+    return dict(source=_source_digest(spec, binding), helpers=helpers_digest(spec, binding))
 
 
 def shipped(spec, binding: str, cc) -> tuple | None:

@@ -1,5 +1,6 @@
-"""The kernels shipped compiled (hmmgpu.gpu.sw.prebuilt): current, used on a fresh sm_90
-machine without compiling, and ignored once they no longer match the code."""
+"""The kernels shipped compiled (hmmgpu.gpu.prebuilt_kernels): current, used on a fresh sm_90
+machine without compiling (a Pfam search, hmmgpu sw), and ignored once they no longer match
+the code."""
 import dataclasses
 import gzip
 import json
@@ -8,12 +9,18 @@ from types import SimpleNamespace
 import pytest
 
 from hmmgpu.errors import HmmgpuError
+from hmmgpu.gpu import cascade, prebuilt_kernels
+from hmmgpu.gpu.bias import BiasSpec
+from hmmgpu.gpu.msv.launch import MsvKernels
 from hmmgpu.gpu.runtime import build
-from hmmgpu.gpu.sw import launch, prebuilt
+from hmmgpu.gpu.sw import launch
 from hmmgpu.gpu.sw.source import SwSpec
+from hmmgpu.gpu.vit.launch import VitKernels
 
 #: A GPU of the shipped kind, as build sees one (nothing here opens a device).
 SM90 = SimpleNamespace(cc=(9, 0), lane_binding="dpx", simulator=False)
+#: An H100 or H200 as the driver describes it (nothing here opens a device).
+H100 = prebuilt_kernels.TARGETS[0]
 #: The lengths of the 20 classic CUDASW++ queries (41,752 residues: the benchmark's cold run).
 CLASSIC_LENGTHS = (144, 189, 222, 375, 464, 567, 657, 729, 850, 1000, 1500, 2005, 2504, 3005, 3564, 4061, 4548,
                    4743, 5147, 5478)
@@ -27,14 +34,34 @@ def empty_cache(tmp_path, monkeypatch):
 
 
 def test_every_shipped_kernel_matches_the_code():
-    stale = [f"{s.name}_{b}.sm{cc[0]}{cc[1]}" for s, b, cc in prebuilt.stale()]
-    assert not stale, f"shipped kernels missing or out of date: {stale}; run `python3 -m hmmgpu.gpu.sw.prebuilt`"
+    stale = [f"{s.name}_{b}.sm{cc[0]}{cc[1]}" for s, b, cc in prebuilt_kernels.stale()]
+    assert not stale, (f"shipped kernels missing or out of date: {stale}; "
+                       "run `python3 -m hmmgpu.gpu.prebuilt_kernels` (no GPU needed) and commit hmmgpu/gpu/prebuilt")
 
 
 def test_a_fresh_sm90_machine_compiles_no_kernel_for_sw(empty_cache):
-    assert build.missing(prebuilt.specs(), SM90) == []
     assert launch.compile_for(CLASSIC_LENGTHS, SM90) == 0
     assert not empty_cache.exists() or not list(empty_cache.rglob("*.cubin"))
+
+
+@pytest.mark.parametrize("lanes", ["auto", "8x4"])
+def test_a_fresh_sm90_machine_compiles_no_kernel_for_a_search(empty_cache, lanes):
+    """Models of every length the GPU shapes take (Pfam's longest has about 2,000 nodes), the
+    own post-filter's kernels included."""
+    msv, vit = MsvKernels(H100, lanes), VitKernels(H100)
+    specs = cascade.needed_specs(msv, vit, range(1, 4097)) + cascade.all_specs(H100, lanes)
+    assert len({s.name for s in specs if s.name.startswith("msv_")}) == (20 if msv.lanes == "16x2" else 17)
+    assert [s.name for s in build.missing(specs, H100)] == []  # what a search would compile first
+
+
+def test_a_kernels_key_holds_the_hmmgpu_modules_its_module_imports():
+    names = lambda spec: [p.name for p in build.imported_modules(spec.source("dpx"))]  # noqa: E731
+    assert names(SwSpec(16, 6)) == ["lanes.py", "warp.py"]
+    assert names(BiasSpec()) == ["lanes.py", "warp.py", "bias.py"]  # its float helpers are compiled in
+    text = "from hmmgpu.gpu.runtime import lanes, warp as w\nfrom hmmgpu.gpu import bias as _b\nimport hmmgpu.constants\n"
+    assert [str(p.relative_to(build.SHIPPED_DIR.parents[2])) for p in build.imported_modules(text)] == [
+        "hmmgpu/gpu/runtime/lanes.py", "hmmgpu/gpu/runtime/warp.py", "hmmgpu/gpu/bias.py", "hmmgpu/constants.py"]
+    assert build.helpers_digest(BiasSpec(), "dpx") != build.helpers_digest(SwSpec(16, 6), "dpx")
 
 
 def _ship(path, header, image=b"\x7fELF-not-a-real-cubin"):
