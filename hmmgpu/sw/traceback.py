@@ -37,6 +37,8 @@ query and shared by its hits. The passes are compiled by numba (:mod:`._tracebac
 """
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -57,14 +59,14 @@ def passes():
     set up here with scipy hidden (:func:`~hmmgpu.gpu.runtime.build._scipy_hidden`): numba's
     check of scipy's version and its probe for a BLAS would import scipy and its linear
     algebra (0.45 s on the GPU machine, holding the interpreter's lock the search's other
-    threads need) for functions the passes do not use."""
+    threads need) for functions the passes do not use. cffi is hidden too (:func:`_cffi_hidden`)."""
     global _PASSES
     if _PASSES is None:
         with _SETUP_LOCK:
             if _PASSES is None:
                 from hmmgpu.gpu.runtime.build import _scipy_hidden
 
-                with _scipy_hidden():
+                with _scipy_hidden(), _cffi_hidden():
                     from numba.core.registry import cpu_target
 
                     from hmmgpu.sw import _traceback_jit
@@ -76,6 +78,24 @@ def passes():
 
 _PASSES = None
 _SETUP_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _cffi_hidden():
+    """cffi (and its C parser, pycparser), where not yet imported, hidden while numba's CPU
+    target is set up: numba's typing imports cffi and makes an ``FFI()``, which imports
+    pycparser, to type cffi functions, which the passes do not call: 12% of numba's load on
+    the development machine (its fastest of 12: 0.66 -> 0.58 s), in the thread that loads the
+    passes beside the GPU's start (:func:`warm`). numba then leaves its cffi support out."""
+    hidden = [name for name in ("cffi", "pycparser") if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # an import of it, or of any part of it, raises ImportError
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 def warm() -> None:
