@@ -9,9 +9,14 @@ is chosen at numba import), and on a GPU by its ``gpu`` test.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from tests.helpers import bits
+
+#: The model of each job's tables (made here), for the comparison with libhmmer's own matrices.
+_HMM_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _tables(hmm):
@@ -19,7 +24,9 @@ def _tables(hmm):
     from hmmgpu.stages.forward import ForwardTables
 
     with HmmerModel(hmm) as model:
-        return ForwardTables.from_hmmer(model)
+        tables = ForwardTables.from_hmmer(model)
+    _HMM_OF[tables] = hmm
+    return tables
 
 
 def matrix_jobs(cases):
@@ -70,16 +77,47 @@ def _equal_result(what: str, got, want) -> None:
         raise AssertionError(f"{what}: has_own_scales {got.matrix.has_own_scales}")
 
 
+def _equal_libhmmer(what: str, got, score, matrix) -> None:
+    """A MatrixResult against libhmmer's own full matrix (``HmmerModel.forward_matrix`` or
+    ``backward_matrix``) where libhmmer's status is OK: cells, specials, score, totscale,
+    has_own_scales."""
+    _equal(f"{what} dp (libhmmer)", got.matrix.dp, matrix.dp)
+    _equal(f"{what} xmx (libhmmer)", got.matrix.xmx, matrix.xmx)
+    if (bits(got.score), bits(got.matrix.totscale), got.matrix.has_own_scales) != (
+            bits(score), bits(matrix.totscale), matrix.has_own_scales):
+        raise AssertionError(f"{what}: score, totscale or has_own_scales differ from libhmmer's")
+
+
 def check_jobs(jobs, **options) -> dict:
     """:func:`produce_matrices` on ``jobs`` (``options`` its keywords) against the references, job
-    by job, with the matrices copied back two ways (every job at once, and one job alone)."""
+    by job, with the matrices copied back two ways (every job at once, and one job alone); and
+    against libhmmer's own ``p7_Forward`` and ``p7_Backward`` matrices where libhmmer's status is
+    OK (``libhmmer``: how many matrices)."""
     from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
 
     batch = produce_matrices(jobs, **options)
     forward, backward = batch.host_results(), batch.host_results(backward=True)
     report = dict(jobs=len(jobs), backward=0, unihit=0, rescaled=0, backward_rescaled=0, range=0,
-                  models=len({id(j.tables) for j in jobs}))
+                  models=len({id(j.tables) for j in jobs}), libhmmer=0)
+    models = {id(job.tables): HmmerModel(_HMM_OF[job.tables]) for job in jobs}
+    try:
+        for k, job in enumerate(jobs):
+            model = models[id(job.tables)]
+            what = f"job {k} ({job.i}..{job.j} of L={len(job.codes)}, M={job.tables.M}, unihit={job.unihit})"
+            status, score, matrix = model.forward_matrix(job.codes, job.i, job.j, unihit=job.unihit)
+            if status == 0:
+                _equal_libhmmer(f"{what} Forward", forward[k], score, matrix)
+                report["libhmmer"] += 1
+            if job.backward:
+                status, score, matrix = model.backward_matrix(job.codes, job.i, job.j, unihit=job.unihit)
+                if status == 0:
+                    _equal_libhmmer(f"{what} Backward", backward[k], score, matrix)
+                    report["libhmmer"] += 1
+    finally:
+        for model in models.values():
+            model.close()
     for k, job in enumerate(jobs):
         what = f"job {k} ({job.i}..{job.j} of L={len(job.codes)}, M={job.tables.M}, unihit={job.unihit})"
         fwd = ref.forward_matrix(job.tables, job.codes, job.i, job.j, unihit=job.unihit)
@@ -178,6 +216,7 @@ def real_jobs(hmm, db, targets: int) -> tuple:
     jobs, envsc = [], {}
     with HmmerModel(hmm) as model:
         tables = ForwardTables.from_hmmer(model)
+        _HMM_OF[tables] = hmm
         for t in range(db.n):
             codes = db.codes(t)
             domains = model.domain_definition(codes)["domains"] if codes.size else []
