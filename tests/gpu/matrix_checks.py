@@ -272,7 +272,7 @@ def check_ensemble_handoff(jobs) -> dict:
                 np.array_equal(bits(a.ensemble.acc), bits(b.ensemble.acc))
                 and np.array_equal(a.ensemble.pairs, b.ensemble.pairs) and a.ensemble.draws == b.ensemble.draws)):
             raise AssertionError(f"job {k}: the ensemble from the device matrices differs")
-    return dict(regions=len(regions))
+    return dict(regions=len(regions), sampled=sum(a.ensemble is not None for a in from_device))
 
 
 #: The sampled cases (M, seed, longest random target, homolog run): one node; padding lanes
@@ -284,7 +284,8 @@ def simulator_matrix_checks():
     """Every job of :data:`CASES` in one batch (several models, multihit and unihit, with and
     without Backward, whole targets and slices, rows in shared memory); a few of them again
     with their rows in global scratch run by one group in turn, on a stream of their own; the
-    switch to Backward's own scale factors."""
+    switch to Backward's own scale factors; the ensemble kernel sampling regions from a batch's
+    device matrices (laid out after envelopes')."""
     from numba import cuda
 
     jobs = matrix_jobs(CASES)
@@ -292,6 +293,8 @@ def simulator_matrix_checks():
     few = [job for job in jobs if job.tables.M == 18][-5:]  # the homolog's (rescaled) and the lone '*''s
     report = check_jobs(few, storage="global", scratch_bytes=48 * few[0].tables.Q, stream=cuda.stream())
     out.append(("global scratch, one group, a stream", report))
+    five = [job for job in jobs if job.tables.M == 5 and len(job.codes) > 1]  # regions among envelopes
+    out.append(("ensemble from the device", check_ensemble_handoff(five[:2] + five[3:6])))
     out.append(("own scales", check_own_scales()))
     return out
 

@@ -21,8 +21,9 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     """Sampled models of 1, 5 (padding lanes), 18 (a homolog whose rows rescale) and 45 nodes,
     in one batch of 47 jobs: whole targets and slices, multihit and unihit, with and without
     Backward, degenerate residues, a lone '*' (RANGE); a few of them again with their rows in
-    global scratch run by one group, on a stream; Backward's switch to its own scale factors.
-    Every cell, special row, flag, score, totscale and has_own_scales equals the CPU references',
+    global scratch run by one group, on a stream; Backward's switch to its own scale factors;
+    the ensemble kernel sampling three regions from a batch's device matrices (laid out after two
+    envelopes') as from the CPU's. Every cell, special row, flag, score, totscale and has_own_scales equals the CPU references',
     and every matrix libhmmer computes (status OK: 65 + 5) equals its own ``p7_Forward`` or
     ``p7_Backward`` matrix."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
@@ -32,11 +33,13 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "simulator checks OK" in p.stdout
     rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
-    assert set(rows) == {"one batch", "global scratch, one group, a stream", "own scales"}, p.stdout
+    assert set(rows) == {"one batch", "global scratch, one group, a stream", "ensemble from the device",
+                         "own scales"}, p.stdout
     assert rows["one batch"] == dict(jobs=47, backward=30, unihit=17, rescaled=2, backward_rescaled=1, range=8,
                                      models=4, libhmmer=65)
     assert rows["global scratch, one group, a stream"] == dict(jobs=5, backward=3, unihit=2, rescaled=2,
                                                                backward_rescaled=1, range=2, models=1, libhmmer=5)
+    assert rows["ensemble from the device"] == dict(regions=3, sampled=3)
     own = rows["own scales"]
     assert own["own_scales"] and own["rows_own_scale"] >= 1 and own["flags"] == 0
 
