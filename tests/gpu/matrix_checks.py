@@ -275,6 +275,68 @@ def check_ensemble_handoff(jobs) -> dict:
     return dict(regions=len(regions), sampled=sum(a.ensemble is not None for a in from_device))
 
 
+def check_envelope_handoff(jobs) -> dict:
+    """The envelope kernel (:mod:`hmmgpu.gpu.envelope.source`) run on the unihit Backward jobs'
+    matrices where a batch left them (its device arrays and offsets as the kernel's ``fwd_dp``,
+    ``bck_dp``, ``fwd_x``, ``bck_x``, ``dp_base``, ``x_base``; the other arguments as
+    :func:`~hmmgpu.gpu.envelope.launch.decode_oa` makes them) gives what ``decode_oa`` gives on the
+    CPU references' host matrices: status, oasc, the kernel's flags, null2 odds, OA trace."""
+    from numba import cuda
+
+    from hmmgpu.constants import KP
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.gpu.envelope.launch import GROUP, decode_oa
+    from hmmgpu.gpu.envelope.source import ARGS, DecodeOASpec
+    from hmmgpu.gpu.fwdback.matrix_launch import _binding, produce_matrices
+    from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.kargs import arguments
+
+    batch = produce_matrices(jobs)
+    envs = [k for k, job in enumerate(jobs) if job.unihit and job.backward]
+    n = len(envs)
+    uni = [ref.unihit_tables(jobs[k].tables) for k in envs]
+    xf = [ref.special_transitions(u, len(jobs[k].codes)) for u, k in zip(uni, envs)]
+    capacity = [2 * (jobs[k].Ld + u.M) + 6 for u, k in zip(uni, envs)]
+    trace_base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
+    dev = cuda.to_device
+    outs = dict(out_status=dev(np.zeros(n, np.int32)), out_oasc=dev(np.zeros(n, np.float32)),
+                out_flags=dev(np.zeros(n, np.int32)), out_null2=dev(np.zeros(n * KP, np.float32)),
+                out_n=dev(np.zeros(n, np.int32)),
+                **{name: dev(np.zeros(sum(capacity), dt)) for name, dt in (
+                    ("out_st", np.int32), ("out_k", np.int32), ("out_i", np.int32), ("out_pp", np.float32))})
+    tfv_at = np.concatenate([[0], np.cumsum([u.tfv.size for u in uni])[:-1]]).astype(np.int64)
+    rfv_at = np.concatenate([[0], np.cumsum([u.rfv.size for u in uni])[:-1]]).astype(np.int64)
+    values = dict(
+        fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x,
+        dp_base=dev(batch.dp_base[envs]), x_base=dev(batch.x_base[envs]),
+        lengths=dev(np.array([jobs[k].Ld for k in envs], np.int32)), item_q=dev(np.array([u.Q for u in uni], np.int32)),
+        tfv=dev(np.concatenate([u.tfv.ravel() for u in uni])), item_tfv=dev(tfv_at),
+        item_xf=dev(np.concatenate([x.ravel() for x in xf]).astype(np.float32)),
+        own_scales=dev(np.array([batch.backward[k].has_own_scales for k in envs], np.int32)),
+        rfv=dev(np.concatenate([u.rfv.ravel() for u in uni])), item_rfv=dev(rfv_at), n_items=n,
+        counters=dev(np.zeros(1, np.int32)), n_threads=GROUP * n, trace_base=dev(trace_base), **outs)
+    build.numba_kernel(DecodeOASpec(), _binding())[n, GROUP](*arguments(ARGS, **values))
+    got = {name: a.copy_to_host() for name, a in outs.items()}
+    references = []
+    for u, x, k in zip(uni, xf, envs):
+        fwd = ref.forward_matrix(jobs[k].tables, jobs[k].codes, jobs[k].i, jobs[k].j, unihit=True)
+        references.append((fwd, ref.backward_matrix(jobs[k].tables, jobs[k].codes, fwd, jobs[k].i, jobs[k].j,
+                                                    unihit=True), u, x))
+    for e, (k, want) in enumerate(zip(envs, decode_oa(references, _binding()))):
+        carried = batch.forward[k].flags | batch.backward[k].flags | int(got["out_flags"][e])
+        if (int(got["out_status"][e]), bits(got["out_oasc"][e]), carried) != (want.status, bits(want.oasc), want.flags):
+            raise AssertionError(f"job {k}: envelope status, oasc or flags differ from the host matrices'")
+        if want.status != 0:
+            continue
+        z = slice(int(trace_base[e]), int(trace_base[e] + got["out_n"][e]))
+        if not (np.array_equal(bits(got["out_null2"][e * KP:(e + 1) * KP]), bits(want.null2))
+                and np.array_equal(got["out_st"][z], want.trace.st) and np.array_equal(got["out_k"][z], want.trace.k)
+                and np.array_equal(got["out_i"][z], want.trace.i)
+                and np.array_equal(bits(got["out_pp"][z]), bits(want.trace.pp))):
+            raise AssertionError(f"job {k}: envelope null2 odds or OA trace differ from the host matrices'")
+    return dict(envelopes=n, decoded=sum(int(s == 0) for s in got["out_status"]))
+
+
 #: The sampled cases (M, seed, longest random target, homolog run): one node; padding lanes
 #: (M = 5: Q = 2, three lanes of padding); M = 18 with a homolog run that rescales; M = 45.
 CASES = ((1, 1, 10, 0), (5, 3, 10, 0), (18, 2, 8, 36), (45, 4, 6, 0))
@@ -284,8 +346,8 @@ def simulator_matrix_checks():
     """Every job of :data:`CASES` in one batch (several models, multihit and unihit, with and
     without Backward, whole targets and slices, rows in shared memory); a few of them again
     with their rows in global scratch run by one group in turn, on a stream of their own; the
-    switch to Backward's own scale factors; the ensemble kernel sampling regions from a batch's
-    device matrices (laid out after envelopes')."""
+    switch to Backward's own scale factors; the ensemble and envelope kernels reading a batch's
+    device matrices (regions laid out after envelopes)."""
     from numba import cuda
 
     jobs = matrix_jobs(CASES)
@@ -295,6 +357,7 @@ def simulator_matrix_checks():
     out.append(("global scratch, one group, a stream", report))
     five = [job for job in jobs if job.tables.M == 5 and len(job.codes) > 1]  # regions among envelopes
     out.append(("ensemble from the device", check_ensemble_handoff(five[:2] + five[3:6])))
+    out.append(("envelopes from the device", check_envelope_handoff(five[:2] + five[3:6])))
     out.append(("own scales", check_own_scales()))
     return out
 

@@ -22,10 +22,11 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     in one batch of 47 jobs: whole targets and slices, multihit and unihit, with and without
     Backward, degenerate residues, a lone '*' (RANGE); a few of them again with their rows in
     global scratch run by one group, on a stream; Backward's switch to its own scale factors;
-    the ensemble kernel sampling three regions from a batch's device matrices (laid out after two
-    envelopes') as from the CPU's. Every cell, special row, flag, score, totscale and has_own_scales equals the CPU references',
-    and every matrix libhmmer computes (status OK: 65 + 5) equals its own ``p7_Forward`` or
-    ``p7_Backward`` matrix."""
+    the ensemble kernel sampling three regions, and the envelope kernel decoding and aligning two
+    envelopes, from a batch's device matrices as from the CPU's host matrices. Every cell,
+    special row, flag, score, totscale and has_own_scales equals the CPU references', and every
+    matrix libhmmer computes (status OK: 65 + 5) equals its own ``p7_Forward`` or ``p7_Backward``
+    matrix."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "matrix_checks.py"), "simulator_matrix_checks"],
@@ -34,12 +35,13 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     assert "simulator checks OK" in p.stdout
     rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
     assert set(rows) == {"one batch", "global scratch, one group, a stream", "ensemble from the device",
-                         "own scales"}, p.stdout
+                         "envelopes from the device", "own scales"}, p.stdout
     assert rows["one batch"] == dict(jobs=47, backward=30, unihit=17, rescaled=2, backward_rescaled=1, range=8,
                                      models=4, libhmmer=65)
     assert rows["global scratch, one group, a stream"] == dict(jobs=5, backward=3, unihit=2, rescaled=2,
                                                                backward_rescaled=1, range=2, models=1, libhmmer=5)
     assert rows["ensemble from the device"] == dict(regions=3, sampled=3)
+    assert rows["envelopes from the device"] == dict(envelopes=2, decoded=2)
     own = rows["own scales"]
     assert own["own_scales"] and own["rows_own_scale"] >= 1 and own["flags"] == 0
 
@@ -51,12 +53,14 @@ def test_matrix_kernels_exact_on_gpu(proteome):
     to 400 residues (shared and global rows); the four pfam_samples models' clustered regions
     and envelopes on their first 40 proteome targets with a domain (every matrix equal to the
     CPU references', every envelope's score equal to libhmmer's envsc); the ensemble kernel
-    sampling the multihit slices from the device matrices as from the CPU's."""
+    sampling the multihit slices, and the envelope kernel decoding and aligning the unihit ones,
+    from the device matrices as from the CPU's."""
     from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
     from hmmgpu.gpu.runtime import build
     from hmmgpu.gpu.runtime.context import cuda_available
     from hmmgpu.gpu.runtime.device import GpuDevice
-    from tests.gpu.matrix_checks import check_ensemble_handoff, check_jobs, check_real, matrix_jobs
+    from tests.gpu.matrix_checks import (check_ensemble_handoff, check_envelope_handoff, check_jobs, check_real,
+                                         matrix_jobs)
 
     if not cuda_available():
         pytest.skip("no CUDA GPU")
@@ -75,4 +79,6 @@ def test_matrix_kernels_exact_on_gpu(proteome):
         report = check_real(sample_hmm(name), proteome, 40)
         print(name, report)
         assert report["envelopes"] >= 40
-    print(check_ensemble_handoff(matrix_jobs(((18, 2, 60, 80), (100, 5, 60, 300)))))
+    handoff = matrix_jobs(((18, 2, 60, 80), (100, 5, 60, 300)))
+    print(check_ensemble_handoff(handoff))
+    print(check_envelope_handoff(handoff))
