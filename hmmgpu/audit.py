@@ -248,7 +248,7 @@ def _libhmmer_domains(hmm, ref_model, db, options, passers, search) -> list:
 
     from hmmgpu.report.hitlist import read_hit
 
-    definitions = [ref_model.domain_definition(db.codes(int(t))) for t in passers]
+    definitions = [ref_model.domain_definition(db.codes(int(t)), seed=options.seed) for t in passers]
     scored = [t for t, d in zip(passers, definitions) if d["status"] == STATUS_OK and d["domains"]]
     records = []
     if scored:
@@ -320,9 +320,11 @@ def audit_domains(hmm, ref_model, db, options, passers, decoded, searches, show:
     each side's Z and domZ."""
     from hmmgpu.cpu.own_postfilter import QueryModel
 
+    if options.seed == 0:
+        return StageAudit("domain list: not compared (--seed 0: domain definition's random numbers are arbitrary)")
     ours_search, ref_search = searches
     model = QueryModel.of(hmm, options)
-    own = model.covered and options.seed != 0   # else the search runs pyhmmer's pipeline on every passer
+    own = model.covered   # else the search runs pyhmmer's pipeline on every passer
     ref = _libhmmer_domains(hmm, ref_model, db, options, passers, ref_search)
     label = f"domain list ({sum(len(domains) for _, domains in ref)} domains; p7_domaindef, p7_Pipeline scores) [numba"
     if decoded is not None:

@@ -724,18 +724,18 @@ class HmmerModel:
         _check(_state["lib"].p7_Null2_ByExpectation(self._om, self._bck, null2), "p7_Null2_ByExpectation")
         return np.array(null2, dtype=np.float32)[:KP]
 
-    def domain_definition(self, codes) -> dict:
+    def domain_definition(self, codes, seed: int = _PIPELINE_SEED) -> dict:
         """``p7_domaindef_ByPosteriorHeuristics`` on a target as ``p7_Pipeline`` runs it on an F3
         passer (whether or not this target passes): the Forward and Backward parsers, then domain
-        definition with a fresh pipeline RNG (Easel's fast generator, seed 42, reseeded per
-        region). Returns 'status', 'nexpected', 'nregions', 'nclustered', 'noverlaps',
-        'nenvelopes', 'n2sc' float32 [L+1], and 'domains': one dict per ``dcl`` entry (ienv,
-        jenv, iali, jali, envsc, domcorrection, oasc), in ``dcl`` order."""
+        definition with a fresh pipeline RNG (Easel's fast generator, ``seed``: the pipeline's,
+        42 by default; reseeded per region). Returns 'status', 'nexpected', 'nregions',
+        'nclustered', 'noverlaps', 'nenvelopes', 'n2sc' float32 [L+1], and 'domains': one dict
+        per ``dcl`` entry (ienv, jenv, iali, jali, envsc, domcorrection, oasc), in ``dcl`` order."""
         lib = _state["lib"]
         dsq, n = self._target(codes)
         self._parsers(dsq, n)
         self._full(1)
-        rng = lib.esl_randomness_CreateFast(_PIPELINE_SEED)
+        rng = lib.esl_randomness_CreateFast(int(seed))
         ddef = lib.p7_domaindef_Create(rng)
         sq = lib.esl_sq_CreateDigitalFrom(self._abc, b"target", dsq.ctypes.data, n, None, None, None)
         try:
