@@ -119,3 +119,41 @@ def test_audit_reports_a_broken_domain(monkeypatch, capsys, proteome_slice):
     assert _rows(out, "domain list") == [(3, 2, 1)]
     assert "domain 1 envsc hmmgpu" in out
     assert _rows(out, "Backward parser") == [(3, 3, 0)]
+
+
+def test_audit_domain_list_from_a_devices_decodings(monkeypatch, capsys, proteome_slice):
+    """The domain list's device branch (``--backend cuda``: domain definition from the GPU's
+    decodings of the F3 passers, as the own post-filter's search takes them): with decodings
+    made by the CPU references in the cascade's result, every passer agrees and the label
+    counts them."""
+    from dataclasses import replace
+
+    from hmmgpu.cpu.backends import NumbaBackend
+    from hmmgpu.cpu.fwdback import ForwardTables, backward, parse
+    from hmmgpu.stages.decoded import DecodedTargets
+    from hmmgpu.stages.domaindef import domain_decoding
+    from hmmgpu.stages.forward import length_specials
+    from hmmgpu.stages.profiles import configured_profile
+
+    real = NumbaBackend.cascade
+
+    def decoded_cascade(self, profile, options):
+        result = real(self, profile, options)
+        tables = ForwardTables.from_optimized(configured_profile(profile.hmm).to_optimized())
+        passers = np.setdiff1d(result.survivors, result.forward.unsure)
+        made = []
+        for t in passers.tolist():
+            codes = self.db.codes(t)
+            fwd = parse(tables, codes)
+            bck = backward(tables, codes, fwd)
+            made.append((fwd.score, domain_decoding(fwd.xmx, bck.xmx, bck.has_own_scales,
+                                                    length_specials(codes.size)[1])))
+        decoded = DecodedTargets.gather(passers, [score for score, _ in made], [d[0] for _, d in made],
+                                        *([d[k] for _, d in made] for k in (1, 2, 3)))
+        return replace(result, decoded=decoded)
+
+    monkeypatch.setattr(NumbaBackend, "cascade", decoded_cascade)
+    assert main(["audit", "--backend", "numba", str(SAMPLES / "PF02826.hmm"), str(proteome_slice)]) == 0
+    out = capsys.readouterr().out
+    assert _rows(out, "domain list") == [(3, 3, 0)]
+    assert "3 decoded on the" in out
