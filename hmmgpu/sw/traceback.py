@@ -38,6 +38,7 @@ query and shared by its hits. The passes are compiled by numba (:mod:`._tracebac
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -59,14 +60,15 @@ def passes():
     set up here with scipy hidden (:func:`~hmmgpu.gpu.runtime.build._scipy_hidden`): numba's
     check of scipy's version and its probe for a BLAS would import scipy and its linear
     algebra (0.45 s on the GPU machine, holding the interpreter's lock the search's other
-    threads need) for functions the passes do not use. cffi is hidden too (:func:`_cffi_hidden`)."""
+    threads need) for functions the passes do not use; cffi and yaml are hidden too
+    (:func:`_unused_modules_hidden`)."""
     global _PASSES
     if _PASSES is None:
         with _SETUP_LOCK:
             if _PASSES is None:
                 from hmmgpu.gpu.runtime.build import _scipy_hidden
 
-                with _scipy_hidden(), _cffi_hidden():
+                with _scipy_hidden(), _unused_modules_hidden():
                     from numba.core.registry import cpu_target
 
                     from hmmgpu.sw import _traceback_jit
@@ -81,13 +83,18 @@ _SETUP_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _cffi_hidden():
-    """cffi (and its C parser, pycparser), where not yet imported, hidden while numba's CPU
-    target is set up: numba's typing imports cffi and makes an ``FFI()``, which imports
-    pycparser, to type cffi functions, which the passes do not call: 12% of numba's load on
-    the development machine (its fastest of 12: 0.66 -> 0.58 s), in the thread that loads the
-    passes beside the GPU's start (:func:`warm`). numba then leaves its cffi support out."""
-    hidden = [name for name in ("cffi", "pycparser") if name not in sys.modules]
+def _unused_modules_hidden():
+    """Modules numba's import and CPU target import for what the passes never use, hidden
+    (where not yet imported) while the passes load, in the thread beside the GPU's start
+    (:func:`warm`): cffi, whose ``FFI()`` numba's typing makes (importing pycparser) to type
+    cffi functions, and yaml, which numba's configuration imports to read a
+    ``.numba_config.yaml`` in the working directory (hidden only where there is none, so
+    such a file is still read). Each is left out of numba's features as when it is not
+    installed. The CPU time of numba's load and the passes' (the least of 14 processes on the
+    loaded development machine): 0.54 s with both, 0.50 s without cffi, 0.46 s without
+    either (first quartiles 0.61, 0.55, 0.49)."""
+    names = ("cffi", "pycparser") + (() if os.path.exists(".numba_config.yaml") else ("yaml",))
+    hidden = [name for name in names if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None  # an import of it, or of any part of it, raises ImportError
     try:
