@@ -213,10 +213,13 @@ def produce_matrices(jobs, *, binding: str | None = None, storage: str | None = 
     wants = np.array([job.backward for job in jobs], bool)
     bck_cells = int((cells[wants]).sum())
     bck_rows = int((rows[wants]).sum())
-    models, model_of = {}, np.zeros(n, np.int32)
-    for k, job in enumerate(jobs):
-        model_of[k] = models.setdefault(id(job.tables), len(models))
-    tables = list({id(job.tables): job.tables for job in jobs}.values())
+    models, model_of, tables = {}, np.zeros(n, np.int32), []
+    for k, job in enumerate(jobs):  # a model's tables once (its multihit and unihit tables share rfv and tfv)
+        key = (id(job.tables.rfv), id(job.tables.tfv))
+        if key not in models:
+            models[key] = len(tables)
+            tables.append(job.tables)
+        model_of[k] = models[key]
     item_xf = np.zeros(4 * n, np.float32)
     for k, job in enumerate(jobs):
         xf = special_transitions(unihit_tables(job.tables) if job.unihit else job.tables, len(job.codes))
