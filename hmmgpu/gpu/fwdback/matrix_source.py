@@ -59,6 +59,11 @@ its own length ``lengths[k] = Ld``, and its special transitions per job (``item_
 instead of per-length and per-model tables, so that regions (multihit) and envelopes (unihit)
 of any targets share a launch. Each thread writes its own lane's cells: the four threads of a
 group write four consecutive words.
+
+Not yet measured on a GPU (written without one): the time per cell against the parsers' (the
+stores add 12 Q bytes a row per lane to the parsers' traffic), and whether the rows of models
+above 128 vectors (numba's 48 KB of shared memory a block of 32 threads) should go to smaller
+blocks rather than to global scratch.
 """
 from __future__ import annotations
 
