@@ -338,8 +338,9 @@ def check_envelope_handoff(jobs) -> dict:
 
 
 #: The sampled cases (M, seed, longest random target, homolog run): one node; padding lanes
-#: (M = 5: Q = 2, three lanes of padding); M = 18 with a homolog run that rescales; M = 45.
-CASES = ((1, 1, 10, 0), (5, 3, 10, 0), (18, 2, 8, 36), (45, 4, 6, 0))
+#: (M = 5: Q = 2, three lanes of padding); M = 18 with a homolog run that rescales; M = 100 (the
+#: D->D carry passes' early exit).
+CASES = ((1, 1, 10, 0), (5, 3, 10, 0), (18, 2, 8, 36), (100, 5, 6, 0))
 
 
 def simulator_matrix_checks():

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_matrix_kernels_exact_under_simulator(tmp_path):
-    """Sampled models of 1, 5 (padding lanes), 18 (a homolog whose rows rescale) and 45 nodes,
-    in one batch of 47 jobs: whole targets and slices, multihit and unihit, with and without
+    """Sampled models of 1, 5 (padding lanes), 18 (a homolog whose rows rescale) and 100 nodes
+    (the D->D passes' early exit), in one batch of 47 jobs: whole targets and slices, multihit and unihit, with and without
     Backward, degenerate residues, a lone '*' (RANGE); a few of them again with their rows in
     global scratch run by one group, on a stream; Backward's switch to its own scale factors;
     the ensemble kernel sampling three regions, and the envelope kernel decoding and aligning two
