@@ -114,6 +114,7 @@ def test_exported_kernels_are_keyed_by_their_source(tmp_path, monkeypatch):
     from hmmgpu.gpu.runtime.device import GpuDevice
 
     monkeypatch.setenv("HMMGPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "SHIPPED_DIR", tmp_path / "shipped")  # the cache alone (sm_90's kernels ship)
     device = GpuDevice(id=0, name="test", cc=(9, 0), sm_count=1, smem_per_block_optin=1 << 16,
                        smem_per_sm=1 << 16, simulator=False)
     spec = BiasSpec()
