@@ -129,3 +129,13 @@ def test_a_shipped_kernel_is_loaded_or_else_compiled_here(tmp_path, monkeypatch,
     kernel = build._driver_kernel.__wrapped__(spec, _Device(_Driver(refused)))
     assert kernel == ((b"compiled", "compiled") if refused else (b"shipped", "shipped"))
     assert compiled == ([spec] if refused else [])
+
+
+@pytest.mark.parametrize("cc, ready", [((9, 0), True), ((8, 0), False), (None, False)])
+def test_auto_counts_a_gpu_with_shipped_kernels_as_warm(empty_cache, monkeypatch, cc, ready):
+    """An H100's cache stays empty (shipped kernels are loaded, not exported), yet its searches
+    compile nothing: ``auto`` must not price in compiling there (``None``: no GPU)."""
+    from hmmgpu.gpu.runtime import context
+
+    monkeypatch.setattr(context, "compute_capability", lambda device=0: cc)
+    assert build.any_compiled() is ready

@@ -16,7 +16,8 @@ from hmmgpu.errors import DeviceUnavailable, InputError
 from hmmgpu.gpu.runtime import libcuda
 from hmmgpu.gpu.runtime.libcuda import primary_context
 
-__all__ = ["cuda_available", "cuda_device_count", "device_ids", "cuda_driver_present", "open_primary_context", "simulator_enabled"]
+__all__ = ["compute_capability", "cuda_available", "cuda_device_count", "device_ids", "cuda_driver_present",
+           "open_primary_context", "simulator_enabled"]
 
 def simulator_enabled() -> bool:
     """numba's CUDA simulator is on: ``NUMBA_ENABLE_CUDASIM=1`` when numba was imported, or,
@@ -69,6 +70,26 @@ def cuda_device_count() -> int:
     if driver is None or driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return 0
     return count.value
+
+
+#: ``CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR`` and ``_MINOR``.
+_CC_ATTRIBUTES = (75, 76)
+
+
+def compute_capability(device: int = 0) -> tuple | None:
+    """(major, minor) of GPU ``device`` as the driver reports it (``cuInit`` first: 0.1-0.2 s
+    on the GPU machine), or None where there is no such GPU or driver (and under the
+    simulator)."""
+    if _simulator_requested():
+        return None
+    driver = libcuda.load()
+    values = [ctypes.c_int(0), ctypes.c_int(0)]
+    if driver is None or driver.cuInit(0) != 0:
+        return None
+    for value, attribute in zip(values, _CC_ATTRIBUTES):
+        if driver.cuDeviceGetAttribute(ctypes.byref(value), attribute, device) != 0:
+            return None
+    return values[0].value, values[1].value
 
 
 def open_primary_context(device: int = 0) -> bool:
