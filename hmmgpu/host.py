@@ -11,6 +11,10 @@ A few steps must not be cut in two by it: a temporary file created but not yet r
 removal, or outputs half renamed into place. They run under :func:`signals_deferred`, which
 holds a signal back until the step is over.
 
+Imports: :func:`modules_hidden` makes an import of the named modules fail for the duration of
+a ``with`` block (where they are not yet imported), for libraries that probe for optional
+modules at import and pay for them (numba's BLAS and cffi probes).
+
 The end: :func:`end_process` ends the process at once, its outputs complete, skipping an
 exit that would only tear down (``hmmgpu sw``'s command line and its device processes).
 
@@ -118,6 +122,21 @@ def signals_deferred():
 
 _FTZ = 0x8000  # MXCSR bit 15
 _MXCSR_OFFSET = 28  # glibc x86-64 fenv_t: 28 bytes of x87 environment, then the MXCSR word
+
+
+@contextlib.contextmanager
+def modules_hidden(names):
+    """Within the block, an import of any of ``names`` (or of any part of it) that is not yet
+    imported raises ImportError, as if it were not installed; afterwards they import again."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 def end_process(status: int) -> None:

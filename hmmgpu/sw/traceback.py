@@ -37,15 +37,14 @@ query and shared by its hits. The passes are compiled by numba (:mod:`._tracebac
 """
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from hmmgpu.errors import HmmgpuError
+from hmmgpu.host import modules_hidden
 
 #: Alignment column kinds of :attr:`Alignment.ops`.
 ALIGNED, QUERY_GAP_IN_TARGET, TARGET_GAP_IN_QUERY = 0, 1, 2
@@ -82,7 +81,6 @@ _PASSES = None
 _SETUP_LOCK = threading.Lock()
 
 
-@contextlib.contextmanager
 def _unused_modules_hidden():
     """Modules numba's import and CPU target import for what the passes never use, hidden
     (where not yet imported) while the passes load, in the thread beside the GPU's start
@@ -94,15 +92,7 @@ def _unused_modules_hidden():
     loaded development machine): 0.54 s with both, 0.50 s without cffi, 0.46 s without
     either (first quartiles 0.61, 0.55, 0.49)."""
     names = ("cffi", "pycparser") + (() if os.path.exists(".numba_config.yaml") else ("yaml",))
-    hidden = [name for name in names if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # an import of it, or of any part of it, raises ImportError
-    try:
-        yield
-    finally:
-        for name in hidden:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
+    return modules_hidden(names)
 
 
 def warm() -> None:

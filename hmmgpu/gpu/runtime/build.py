@@ -29,7 +29,6 @@ refuses to load, is compiled as before.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import gzip
 import hashlib
@@ -42,7 +41,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.host import usable_cores
+from hmmgpu.host import modules_hidden, usable_cores
 
 #: One import (and compile) of a kernel module at a time, so that every thread gets the same
 #: kernel object (its launch attributes, such as the dynamic shared-memory limit, are set
@@ -263,7 +262,6 @@ def _export(spec, binding: str, device) -> None:
     os.replace(tmp, path)
 
 
-@contextlib.contextmanager
 def _scipy_hidden():
     """numba-cuda sets its CUDA target up at the first kernel compiled or loaded from its cache,
     and there probes for a BLAS by importing ``scipy.linalg`` (``numba.cuda.np.arraymath``):
@@ -274,15 +272,7 @@ def _scipy_hidden():
     leaves its BLAS functions out); other modules may have imported scipy itself already.
     numba's CPU target probes the same way when it is set up (``numba.np.arraymath``), which
     :func:`hmmgpu.sw.traceback.passes` hides too."""
-    hidden = [name for name in ("scipy", "scipy.linalg") if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # an import of it, or of any part of it, raises ImportError
-    try:
-        yield
-    finally:
-        for name in hidden:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
+    return modules_hidden(("scipy", "scipy.linalg"))
 
 
 def missing(specs, device) -> list:
