@@ -1,10 +1,19 @@
 """Domain definition's GPU stages (hmmgpu.gpu.domaindef.GpuDomainStages): how a call's items are
-cut into launches, and on a GPU (``pytest -m gpu``) the batched driver with those stages
-against the CPU stages and libhmmer on real hits. Under the simulator the same check runs in
-tests/gpu/test_ensemble_kernel.py (tests/gpu/ensemble_checks.check_define_domains)."""
+cut into launches; their envelope rescoring under numba's CUDA simulator against the CPU
+stages (tests/gpu/domaindef_checks.py); and on a GPU (``pytest -m gpu``) the batched driver
+with those stages against the CPU stages and libhmmer on real hits. Under the simulator the
+whole batched driver with the GPU stages runs in tests/gpu/test_ensemble_kernel.py
+(tests/gpu/ensemble_checks.check_define_domains)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from hmmgpu.cpu.hmmerlib import libhmmer_available
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_runs_within_cuts_consecutive_runs_under_the_budget():
@@ -14,6 +23,23 @@ def test_runs_within_cuts_consecutive_runs_under_the_budget():
     assert runs_within([4, 4, 4, 11, 1, 9, 10], 10) == [(0, 2), (2, 3), (3, 4), (4, 6), (6, 7)]
     assert runs_within([3] * 5, 100) == [(0, 5)]
     assert matrix_bytes(0, 1) == 4 * 18 and matrix_bytes(9, 2) == 4 * 10 * 30
+
+
+@pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
+def test_gpu_stages_rescore_envelopes_under_simulator(tmp_path):
+    """The envelope kernel's simulator cases (sampled models of 1, 5 and 18 nodes, '*' runs whose
+    decoding overflows), every other one with its null2 given, rescored by the GPU stages in
+    several launches of several envelopes: each envelope equals the CPU stages' (dropped,
+    flags, scores, coordinates, trace, n2sc)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "domaindef_checks.py"),
+                        "simulator_domaindef_checks"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
+    report = eval(p.stdout.split("envelopes ", 1)[1].splitlines()[0])
+    assert report["envelopes"] > report["null2"] > report["dropped"] > 0, report
+    assert report["envelopes"] > report["launches"] > 3, report
 
 
 @pytest.mark.gpu

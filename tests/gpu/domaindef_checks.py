@@ -1,0 +1,67 @@
+"""Domain definition's GPU stages (hmmgpu.gpu.domaindef.GpuDomainStages) against the CPU stages,
+envelope by envelope: run by tests/gpu/test_domaindef_stages.py under numba's CUDA simulator
+(``NUMBA_ENABLE_CUDASIM=1`` in a subprocess, since the simulator is chosen at numba import).
+
+    NUMBA_ENABLE_CUDASIM=1 PYTHONPATH=. python3 tests/gpu/domaindef_checks.py simulator_domaindef_checks
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+
+def bits(a):
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def check_rescored_envelopes(cases, binding) -> dict:
+    """``rescore_envelopes`` of the GPU stages (a model's envelopes in runs of at most 64 KB of
+    matrices, a decoding + OA launch a run: several launches of several envelopes) equals the CPU stages' on every envelope of
+    ``cases`` ((tables, codes, i, j), as tests/gpu/envelope_checks.envelope_cases gives them):
+    whether dropped, the flags, and unless dropped envsc, oasc, iali, jali, the trace, and for
+    the envelopes whose null2 is not done (every other one) the n2sc bits."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.gpu.domaindef import GpuDomainStages, matrix_bytes, runs_within
+    from hmmgpu.stages.domaindef import EnvelopeSpan
+
+    rng = np.random.default_rng(1)
+    by_model = {}
+    for k, (tables, codes, i, j) in enumerate(cases):
+        n2sc = rng.standard_normal(codes.size + 1).astype(np.float32)   # a clustered region's scores, given
+        by_model.setdefault(id(tables), (tables, []))[1].append(EnvelopeSpan(codes, i, j, k % 2 == 1, n2sc))
+    report = dict(envelopes=0, dropped=0, null2=0, launches=0)
+    for tables, spans in by_model.values():
+        gpu = GpuDomainStages(tables, binding=binding, batch_bytes=64 << 10)
+        report["launches"] += len(runs_within([2 * matrix_bytes(s.j - s.i + 1, tables.Q) for s in spans], 64 << 10))
+        mine = gpu.rescore_envelopes(spans)
+        theirs = CpuDomainStages(tables).rescore_envelopes(spans)
+        for span, a, b in zip(spans, mine, theirs):
+            what = f"envelope {span.i}..{span.j} of L={span.codes.size}, M={tables.M}"
+            assert (a.dropped, a.flags) == (b.dropped, b.flags), what
+            report["envelopes"] += 1
+            if b.dropped:
+                report["dropped"] += 1
+                continue
+            assert (bits(a.envsc), bits(a.oasc), a.iali, a.jali) == (bits(b.envsc), bits(b.oasc), b.iali, b.jali), what
+            assert all(np.array_equal(x, y) for x, y in zip((a.trace.st, a.trace.k, a.trace.i, bits(a.trace.pp)),
+                                                            (b.trace.st, b.trace.k, b.trace.i, bits(b.trace.pp)))), what
+            assert (a.n2sc is None) == (b.n2sc is None) == span.null2_is_done, what
+            if b.n2sc is not None:
+                assert np.array_equal(bits(a.n2sc), bits(b.n2sc)), what
+                report["null2"] += 1
+    return report
+
+
+def simulator_domaindef_checks():
+    """The envelopes of the envelope kernel's simulator check (sampled models of 1, 5 and 18
+    nodes, whole targets and slices, '*' runs whose decoding overflows)."""
+    from tests.gpu.envelope_checks import envelope_cases
+
+    return [("envelopes", check_rescored_envelopes(envelope_cases(), "python"))]
+
+
+if __name__ == "__main__":
+    for name, report in globals()[sys.argv[1]]():
+        print(name, report, flush=True)
+    print("simulator checks OK")
