@@ -35,6 +35,31 @@ def shared_data() -> Path:
     return Path(given) if given else ROOT.parent / "shared" / "data"
 
 
+def shared_proteins(data: Path):
+    """The shared proteins (``seqs/public_proteins.fa.gz`` of ``data``) as a pyhmmer digital
+    block, and the same sequences by name."""
+    from pyhmmer.easel import Alphabet, SequenceFile
+
+    with SequenceFile(str(data / "seqs" / "public_proteins.fa.gz"), digital=True, alphabet=Alphabet.amino()) as f:
+        proteins = f.read_block()
+    return proteins, {seq.name: seq for seq in proteins}
+
+
+def shared_pfam_model(data: Path, name: str):
+    """The shared Pfam model ``name`` (``pfam/NAME.hmm.gz`` of ``data``), a pyhmmer HMM."""
+    from pyhmmer.plan7 import HMMFile
+
+    with gzip.open(data / "pfam" / f"{name}.hmm.gz") as raw, HMMFile(raw) as hf:
+        return hf.read()
+
+
+def shared_model_paths(data: Path, wanted=()) -> list:
+    """The shared Pfam and CUDAMPF model files of ``data`` (``pfam/``, ``cudampf/``), those whose
+    name contains one of ``wanted`` (every one if none is given)."""
+    paths = sorted((data / "pfam").glob("*.hmm.gz")) + sorted((data / "cudampf").glob("*.hmm.gz"))
+    return [p for p in paths if not wanted or any(w in p.name for w in wanted)]
+
+
 def resolve(ref: str, data: Path | None = None) -> Path:
     """A workload's input: ``data:PATH`` (in the shared data), ``repo:PATH`` (in this checkout) or a path."""
     if ref.startswith("data:"):

@@ -29,12 +29,13 @@ answer under flush-to-zero.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import time
 from pathlib import Path
 
 import numpy as np
+
+from common import shared_pfam_model, shared_proteins
 
 DEFAULT_MODELS = ["PF07690", "PF00096", "PF00400", "PF00023", "PF00005", "PF00133"]
 
@@ -91,8 +92,6 @@ def differences(mine, theirs) -> list:
 
 def main() -> None:
     import pyhmmer
-    from pyhmmer.easel import Alphabet, SequenceFile
-    from pyhmmer.plan7 import HMMFile
 
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.cpu.hmmerlib import HmmerModel
@@ -105,14 +104,10 @@ def main() -> None:
     ap.add_argument("models", nargs="*", default=DEFAULT_MODELS)
     args = ap.parse_args()
 
-    amino = Alphabet.amino()
-    with SequenceFile(str(args.data / "seqs" / "public_proteins.fa.gz"), digital=True, alphabet=amino) as f:
-        proteins = f.read_block()
-    by_name = {seq.name: seq for seq in proteins}
+    proteins, by_name = shared_proteins(args.data)
     total = {}
     for name in args.models:
-        with gzip.open(args.data / "pfam" / f"{name}.hmm.gz") as raw, HMMFile(raw) as hf:
-            hmm = hf.read()
+        hmm = shared_pfam_model(args.data, name)
         t0 = time.time()
         hits = next(pyhmmer.hmmsearch([hmm], proteins, cpus=args.cpus))
         c = dict.fromkeys(("targets", "regions", "clustered_regions", "envelopes", "domains", "overlaps",

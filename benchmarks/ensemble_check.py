@@ -24,12 +24,13 @@ Under numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) use a few small regions onl
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import time
 from pathlib import Path
 
 import numpy as np
+
+from common import shared_pfam_model, shared_proteins
 
 DEFAULT_MODELS = ["PF07690", "PF00096", "PF00400", "PF00023", "PF00005", "PF00133"]
 
@@ -64,8 +65,6 @@ def clustered_requests(hmm, codes_list):
 
 def main() -> None:
     import pyhmmer
-    from pyhmmer.easel import Alphabet, SequenceFile
-    from pyhmmer.plan7 import HMMFile
 
     from hmmgpu.cpu.domaindef import region_result
     from hmmgpu.cpu.stotrace import OK, trace_ensemble
@@ -80,14 +79,10 @@ def main() -> None:
     ap.add_argument("models", nargs="*", default=DEFAULT_MODELS)
     args = ap.parse_args()
 
-    amino = Alphabet.amino()
-    with SequenceFile(str(args.data / "seqs" / "public_proteins.fa.gz"), digital=True, alphabet=amino) as f:
-        proteins = f.read_block()
-    by_name = {seq.name: seq for seq in proteins}
+    proteins, by_name = shared_proteins(args.data)
     items = []
     for name in args.models:
-        with gzip.open(args.data / "pfam" / f"{name}.hmm.gz") as raw, HMMFile(raw) as hf:
-            hmm = hf.read()
+        hmm = shared_pfam_model(args.data, name)
         hits = next(pyhmmer.hmmsearch([hmm], proteins, cpus=args.cpus))
         codes_list = [np.asarray(by_name[hit.name].sequence, np.uint8) for hit in list(hits)[:args.max]]
         found = clustered_requests(hmm, codes_list)

@@ -14,7 +14,6 @@ dcl field), parser_mismatch (Forward score, both parsers' rows), domains. Result
 benchmarks/results/ftz_references_2026-11-28.log (1,623 targets, 1,111 flagged, 3,521 domains, 0
 mismatches).
 """
-import gzip
 import json
 import sys
 import time
@@ -22,14 +21,12 @@ from pathlib import Path
 
 import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import shared_data  # noqa: E402
+from common import shared_data, shared_pfam_model, shared_proteins  # noqa: E402
 from domaindef_check import bits, differences  # noqa: E402
 
 
 def main():
     import pyhmmer
-    from pyhmmer.easel import Alphabet, SequenceFile
-    from pyhmmer.plan7 import HMMFile
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.cpu.fwdback import parse, backward
@@ -37,16 +34,12 @@ def main():
     from hmmgpu.stages.domaindef import define_domains
     from hmmgpu.host import flush_to_zero
     data = shared_data()
-    amino = Alphabet.amino()
-    with SequenceFile(str(data / "seqs" / "public_proteins.fa.gz"), digital=True, alphabet=amino) as f:
-        proteins = f.read_block()
-    by = {s.name: s for s in proteins}
+    proteins, by = shared_proteins(data)
     names = sys.argv[2:] or ["PF00001", "PF07690", "PF00005", "PF00133"]
     nmax = int(sys.argv[1])
     tot = dict(targets=0, flagged=0, mismatched=0, parser_mismatch=0, domains=0)
     for name in names:
-        with gzip.open(data / "pfam" / f"{name}.hmm.gz") as raw, HMMFile(raw) as hf:
-            hmm = hf.read()
+        hmm = shared_pfam_model(data, name)
         hits = next(pyhmmer.hmmsearch([hmm], proteins, cpus=2))
         targets = [h.name for h in hits][:nmax]
         c = dict(targets=0, flagged=0, mismatched=0, parser_mismatch=0, domains=0)

@@ -23,12 +23,13 @@ Under numba's simulator (``NUMBA_ENABLE_CUDASIM=1``) use a few small jobs only
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import time
 from pathlib import Path
 
 import numpy as np
+
+from common import shared_pfam_model, shared_proteins
 
 DEFAULT_MODELS = ["PF07690", "PF00096", "PF00400", "PF00023", "PF00005", "PF00133"]
 
@@ -73,8 +74,6 @@ def same(a, b) -> bool:
 
 def main() -> None:
     import pyhmmer
-    from pyhmmer.easel import Alphabet, SequenceFile
-    from pyhmmer.plan7 import HMMFile
 
     from hmmgpu.cpu.fwdback import backward_matrix, forward_matrix
     from hmmgpu.gpu.fwdback.matrix_launch import matrix_bytes, produce_matrices
@@ -88,14 +87,10 @@ def main() -> None:
     ap.add_argument("models", nargs="*", default=DEFAULT_MODELS)
     args = ap.parse_args()
 
-    amino = Alphabet.amino()
-    with SequenceFile(str(args.data / "seqs" / "public_proteins.fa.gz"), digital=True, alphabet=amino) as f:
-        proteins = f.read_block()
-    by_name = {seq.name: seq for seq in proteins}
+    proteins, by_name = shared_proteins(args.data)
     jobs, envsc = [], {}
     for name in args.models:
-        with gzip.open(args.data / "pfam" / f"{name}.hmm.gz") as raw, HMMFile(raw) as hf:
-            hmm = hf.read()
+        hmm = shared_pfam_model(args.data, name)
         hits = next(pyhmmer.hmmsearch([hmm], proteins, cpus=args.cpus))
         codes_list = [np.asarray(by_name[hit.name].sequence, np.uint8) for hit in list(hits)[:args.max]]
         found, scores = model_jobs(hmm, codes_list)

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common import shared_model_paths
+
 
 def bits(v):
     return np.asarray(v, np.float32).view(np.uint32)
@@ -98,8 +100,7 @@ def main() -> None:
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
     db = SequenceDB.from_fasta(a.data / "seqs" / "public_proteins.fa.gz")
-    paths = sorted((a.data / "pfam").glob("*.hmm.gz")) + sorted((a.data / "cudampf").glob("*.hmm.gz"))
-    paths = [p for p in paths if not a.models or any(m in p.name for m in a.models)]
+    paths = shared_model_paths(a.data, a.models)
     t0 = time.time()
     backend = NumbaBackend(db)
     chosen = [passers(db, backend, path, a.limit) for path in paths]
