@@ -181,3 +181,15 @@ def assert_definition_equal(where, mine, theirs):
         assert (d.ienv, d.jenv, d.iali, d.jali) == (ref["ienv"], ref["jenv"], ref["iali"], ref["jali"]), where
         for key in ("envsc", "domcorrection", "oasc"):
             assert bits(getattr(d, key)) == bits(ref[key]), (where, key)
+
+
+def assert_rounded_ptx(kernel, *ops) -> None:
+    """A compiled kernel's PTX holds each of ``ops`` (its explicitly rounded float operations,
+    ``"mul.rn.f32"`` say) and no fused multiply-add or flush-to-zero instruction: numba-cuda
+    contracts ``a*b+c`` into an FMA unless every product is rounded explicitly, which would
+    break bit-exactness with HMMER (../shared/docs/gpu-notes.md)."""
+    ptx = kernel.inspect_asm()
+    ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
+    missing = [op for op in ops if op not in ptx]
+    assert not missing, f"rounded operations not in the PTX: {missing}"
+    assert "fma." not in ptx and ".ftz" not in ptx

@@ -16,7 +16,7 @@ import pytest
 from hmmgpu.cpu import fwdback as ref
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
 from hmmgpu.stages.forward import backward_score
-from tests.helpers import MODEL_NAMES, bits, sample_hmm
+from tests.helpers import MODEL_NAMES, assert_rounded_ptx, bits, sample_hmm
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,10 +121,7 @@ def test_backward_kernel_exact_on_gpu(proteome):
         pytest.skip("no CUDA GPU")
     device = GpuDevice.open(0)
     for spec in (BwdSpec("shared"), BwdSpec("global"), DecodeSpec()):
-        ptx = build.numba_kernel(spec, device.lane_binding).inspect_asm()
-        ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
-        assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx
-        assert "fma." not in ptx and ".ftz" not in ptx
+        assert_rounded_ptx(build.numba_kernel(spec, device.lane_binding), "mul.rn.f32", "add.rn.f32", "div.rn.f32")
     stage = forward_stage(proteome, max_cells=1 << 40)
     for name in MODEL_NAMES:
         report = check_backward(stage, sample_hmm(name), proteome)

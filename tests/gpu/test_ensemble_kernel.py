@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hmmgpu.cpu.hmmerlib import libhmmer_available
+from tests.helpers import assert_rounded_ptx
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,10 +111,8 @@ def test_ensemble_kernel_on_gpu(tmp_path):
     if not cuda_available():
         pytest.skip("no CUDA GPU")
     binding = GpuDevice.open(0).lane_binding
-    ptx = build.numba_kernel(EnsembleSpec(), binding).inspect_asm()
-    ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
-    assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx and "div.rn.f64" in ptx
-    assert "fma." not in ptx and ".ftz" not in ptx
+    assert_rounded_ptx(build.numba_kernel(EnsembleSpec(), binding), "mul.rn.f32", "add.rn.f32", "div.rn.f32",
+                       "div.rn.f64")
     rows = dict(gpu_ensemble_checks(binding))
     print(rows)
     assert rows["regions"]["sampled"] == rows["regions"]["regions"] >= 100

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hmmgpu.cpu import fwdback as ref
 from hmmgpu.host import flush_to_zero
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
-from tests.helpers import MODEL_NAMES, adversarial_results, bits, sample_hmm, sampled_hmm, zero_tiny
+from tests.helpers import MODEL_NAMES, adversarial_results, assert_rounded_ptx, bits, sample_hmm, sampled_hmm, zero_tiny
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,9 +158,9 @@ def test_score_targets_equal_libhmmer(M, seed):
     unsure = status == ref.STATUS_UNSURE
     assert recomputed == 0 and recomputed2 == unsure.sum() >= 1 and set(status2) <= {STATUS_OK, STATUS_RANGE}
     assert np.isnan(scores[unsure]).all() and (status[~unsure] == STATUS_OK).all()
-    for j, (st, sc) in enumerate(expected):
-        assert status2[j] == st
-        if st == STATUS_OK:
+    for j, (status_ref, sc) in enumerate(expected):
+        assert status2[j] == status_ref
+        if status_ref == STATUS_OK:
             assert bits(scores2[j]) == bits(sc)
             assert unsure[j] or bits(scores[j]) == bits(sc)
         else:
@@ -308,11 +308,8 @@ def test_kernel_exact_on_gpu(proteome):
     if not cuda_available():
         pytest.skip("no CUDA GPU")
     device = GpuDevice.open(0)
-    kernel = build.numba_kernel(FwdSpec("shared"), device.lane_binding)
-    ptx = kernel.inspect_asm()
-    ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
-    assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx
-    assert "fma." not in ptx and ".ftz" not in ptx
+    assert_rounded_ptx(build.numba_kernel(FwdSpec("shared"), device.lane_binding), "mul.rn.f32", "add.rn.f32",
+                       "div.rn.f32")
     # every target on the GPU, the longest too (a search leaves those above
     # tuning.FWD_MAX_CELLS to pyhmmer; the kernel's exactness does not depend on it)
     stage = forward_stage(proteome, max_cells=1 << 40)

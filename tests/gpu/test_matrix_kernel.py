@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hmmgpu.cpu.hmmerlib import libhmmer_available
-from tests.helpers import MODEL_NAMES, sample_hmm
+from tests.helpers import MODEL_NAMES, assert_rounded_ptx, sample_hmm
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,8 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     Backward, degenerate residues, a lone '*' (RANGE); a few of them again with their rows in
     global scratch run by one group, on a stream; Backward's switch to its own scale factors;
     the ensemble kernel sampling three regions, and the envelope kernel decoding and aligning two
-    envelopes, from a batch's device matrices as from the CPU's host matrices. Every cell,
+    envelopes (one's posterior and OA matrices copied back), from a batch's device matrices
+    (sample_regions and decode_produced given the batch) as from the CPU's host matrices. Every cell,
     special row, flag, score, totscale and has_own_scales equals the CPU references', and every
     matrix libhmmer computes (status OK: 65 + 5) equals its own ``p7_Forward`` or ``p7_Backward``
     matrix."""
@@ -41,7 +42,7 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     assert rows["global scratch, one group, a stream"] == dict(jobs=5, backward=3, unihit=2, rescaled=2,
                                                                backward_rescaled=1, range=2, models=1, libhmmer=5)
     assert rows["ensemble from the device"] == dict(regions=3, sampled=3)
-    assert rows["envelopes from the device"] == dict(envelopes=2, decoded=2)
+    assert rows["envelopes from the device"] == dict(envelopes=2, decoded=2, matrices=1)
     own = rows["own scales"]
     assert own["own_scales"] and own["rows_own_scale"] >= 1 and own["flags"] == 0
 
@@ -66,10 +67,7 @@ def test_matrix_kernels_exact_on_gpu(proteome):
         pytest.skip("no CUDA GPU")
     binding = GpuDevice.open(0).lane_binding
     for spec in (FwdMatrixSpec("shared"), FwdMatrixSpec("global"), BwdMatrixSpec("shared"), BwdMatrixSpec("global")):
-        ptx = build.numba_kernel(spec, binding).inspect_asm()
-        ptx = "\n".join(ptx.values()) if isinstance(ptx, dict) else ptx
-        assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx and "div.rn.f32" in ptx
-        assert "fma." not in ptx and ".ftz" not in ptx
+        assert_rounded_ptx(build.numba_kernel(spec, binding), "mul.rn.f32", "add.rn.f32", "div.rn.f32")
     cases = ((1, 1, 400, 0), (2, 2, 400, 6), (5, 3, 400, 15), (99, 4, 400, 297), (100, 5, 400, 300),
              (400, 6, 300, 400), (2600, 7, 100, 200))
     jobs = matrix_jobs(cases)
