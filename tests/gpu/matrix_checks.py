@@ -248,12 +248,11 @@ def check_real(hmm, db, targets: int, **options) -> dict:
 
 
 def check_ensemble_handoff(jobs) -> dict:
-    """The ensemble kernel (:func:`hmmgpu.gpu.ensemble.launch.launch`) sampling the multihit
-    jobs' regions from the device matrices of a batch (its offsets in place of
-    :func:`~hmmgpu.gpu.ensemble.launch.pack_regions`' own) gives what it gives from the CPU
-    reference's matrices uploaded by :func:`~hmmgpu.gpu.ensemble.launch.sample_regions`."""
+    """The ensemble kernel sampling the multihit jobs' regions where a batch left their
+    matrices (:func:`hmmgpu.gpu.ensemble.launch.sample_regions` given the batch) gives what it
+    gives from the CPU reference's matrices uploaded from the host."""
     from hmmgpu.cpu import fwdback as ref
-    from hmmgpu.gpu.ensemble.launch import RegionRequest, launch, pack_regions, sample_regions
+    from hmmgpu.gpu.ensemble.launch import RegionRequest, sample_regions
     from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
 
     batch = produce_matrices(jobs)
@@ -261,9 +260,7 @@ def check_ensemble_handoff(jobs) -> dict:
     requests = [RegionRequest(matrix=None, tables=jobs[k].tables, xf=ref.special_transitions(jobs[k].tables,
                                                                                              len(jobs[k].codes)),
                               codes=jobs[k].codes, i=jobs[k].i, j=jobs[k].j) for k in regions]
-    packed = pack_regions(requests)
-    packed.arrays["dp_base"], packed.arrays["x_base"] = batch.dp_base[regions], batch.x_base[regions]
-    from_device = launch(packed, batch.fwd_dp, batch.fwd_x)
+    from_device = sample_regions(requests, batch=batch, jobs=regions)
     for r, k in zip(requests, regions):
         r.matrix = ref.forward_matrix(jobs[k].tables, jobs[k].codes, jobs[k].i, jobs[k].j).matrix
     from_host = sample_regions(requests)
@@ -276,65 +273,42 @@ def check_ensemble_handoff(jobs) -> dict:
 
 
 def check_envelope_handoff(jobs) -> dict:
-    """The envelope kernel (:mod:`hmmgpu.gpu.envelope.source`) run on the unihit Backward jobs'
-    matrices where a batch left them (its device arrays and offsets as the kernel's ``fwd_dp``,
-    ``bck_dp``, ``fwd_x``, ``bck_x``, ``dp_base``, ``x_base``; the other arguments as
-    :func:`~hmmgpu.gpu.envelope.launch.decode_oa` makes them) gives what ``decode_oa`` gives on the
-    CPU references' host matrices: status, oasc, the kernel's flags, null2 odds, OA trace."""
-    from numba import cuda
-
-    from hmmgpu.constants import KP
+    """The envelope kernel run on the unihit Backward jobs' matrices where a batch left them
+    (:func:`hmmgpu.gpu.envelope.launch.decode_produced`) gives what
+    :func:`~hmmgpu.gpu.envelope.launch.decode_oa` gives on the CPU references' host matrices:
+    status, oasc, flags (but the references' diagnostic ANY_TINY), null2 odds, OA trace, and
+    the posterior and OA matrices of the one envelope asked for (the first; ``matrices``: how
+    many came back)."""
     from hmmgpu.cpu import fwdback as ref
-    from hmmgpu.gpu.envelope.launch import GROUP, decode_oa
-    from hmmgpu.gpu.envelope.source import ARGS, DecodeOASpec
+    from hmmgpu.gpu.envelope.launch import decode_oa, decode_produced
     from hmmgpu.gpu.fwdback.matrix_launch import _binding, produce_matrices
-    from hmmgpu.gpu.runtime import build
-    from hmmgpu.gpu.runtime.kargs import arguments
 
     batch = produce_matrices(jobs)
     envs = [k for k, job in enumerate(jobs) if job.unihit and job.backward]
-    n = len(envs)
-    uni = [ref.unihit_tables(jobs[k].tables) for k in envs]
-    xf = [ref.special_transitions(u, len(jobs[k].codes)) for u, k in zip(uni, envs)]
-    capacity = [2 * (jobs[k].Ld + u.M) + 6 for u, k in zip(uni, envs)]
-    trace_base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
-    dev = cuda.to_device
-    outs = dict(out_status=dev(np.zeros(n, np.int32)), out_oasc=dev(np.zeros(n, np.float32)),
-                out_flags=dev(np.zeros(n, np.int32)), out_null2=dev(np.zeros(n * KP, np.float32)),
-                out_n=dev(np.zeros(n, np.int32)),
-                **{name: dev(np.zeros(sum(capacity), dt)) for name, dt in (
-                    ("out_st", np.int32), ("out_k", np.int32), ("out_i", np.int32), ("out_pp", np.float32))})
-    tfv_at = np.concatenate([[0], np.cumsum([u.tfv.size for u in uni])[:-1]]).astype(np.int64)
-    rfv_at = np.concatenate([[0], np.cumsum([u.rfv.size for u in uni])[:-1]]).astype(np.int64)
-    values = dict(
-        fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x,
-        dp_base=dev(batch.dp_base[envs]), x_base=dev(batch.x_base[envs]),
-        lengths=dev(np.array([jobs[k].Ld for k in envs], np.int32)), item_q=dev(np.array([u.Q for u in uni], np.int32)),
-        tfv=dev(np.concatenate([u.tfv.ravel() for u in uni])), item_tfv=dev(tfv_at),
-        item_xf=dev(np.concatenate([x.ravel() for x in xf]).astype(np.float32)),
-        own_scales=dev(np.array([batch.backward[k].has_own_scales for k in envs], np.int32)),
-        rfv=dev(np.concatenate([u.rfv.ravel() for u in uni])), item_rfv=dev(rfv_at), n_items=n,
-        counters=dev(np.zeros(1, np.int32)), n_threads=GROUP * n, trace_base=dev(trace_base), **outs)
-    build.numba_kernel(DecodeOASpec(), _binding())[n, GROUP](*arguments(ARGS, **values))
-    got = {name: a.copy_to_host() for name, a in outs.items()}
+    got = decode_produced(batch, envs, matrices=lambda e, decoded: e == 0)
     references = []
-    for u, x, k in zip(uni, xf, envs):
+    for k in envs:
+        uni = ref.unihit_tables(jobs[k].tables)
         fwd = ref.forward_matrix(jobs[k].tables, jobs[k].codes, jobs[k].i, jobs[k].j, unihit=True)
         references.append((fwd, ref.backward_matrix(jobs[k].tables, jobs[k].codes, fwd, jobs[k].i, jobs[k].j,
-                                                    unihit=True), u, x))
-    for e, (k, want) in enumerate(zip(envs, decode_oa(references, _binding()))):
-        carried = batch.forward[k].flags | batch.backward[k].flags | int(got["out_flags"][e])
-        if (int(got["out_status"][e]), bits(got["out_oasc"][e]), carried) != (want.status, bits(want.oasc), want.flags):
+                                                    unihit=True), uni, ref.special_transitions(uni, len(jobs[k].codes))))
+    for k, mine, want in zip(envs, got, decode_oa(references, _binding())):
+        if (mine.status, bits(mine.oasc), mine.flags) != (want.status, bits(want.oasc), want.flags & ~ref.ANY_TINY):
             raise AssertionError(f"job {k}: envelope status, oasc or flags differ from the host matrices'")
+        if mine.posterior.matrix is not None:
+            _equal(f"job {k} posterior dp", mine.posterior.matrix.dp, want.posterior.matrix.dp)
+            _equal(f"job {k} posterior xmx", mine.posterior.matrix.xmx, want.posterior.matrix.xmx)
         if want.status != 0:
             continue
-        z = slice(int(trace_base[e]), int(trace_base[e] + got["out_n"][e]))
-        if not (np.array_equal(bits(got["out_null2"][e * KP:(e + 1) * KP]), bits(want.null2))
-                and np.array_equal(got["out_st"][z], want.trace.st) and np.array_equal(got["out_k"][z], want.trace.k)
-                and np.array_equal(got["out_i"][z], want.trace.i)
-                and np.array_equal(bits(got["out_pp"][z]), bits(want.trace.pp))):
+        if mine.oa is not None:
+            _equal(f"job {k} OA dp", mine.oa.matrix.dp, want.oa.matrix.dp)
+            _equal(f"job {k} OA xmx", mine.oa.matrix.xmx, want.oa.matrix.xmx)
+        if not (np.array_equal(bits(mine.null2), bits(want.null2)) and np.array_equal(mine.trace.st, want.trace.st)
+                and np.array_equal(mine.trace.k, want.trace.k) and np.array_equal(mine.trace.i, want.trace.i)
+                and np.array_equal(bits(mine.trace.pp), bits(want.trace.pp))):
             raise AssertionError(f"job {k}: envelope null2 odds or OA trace differ from the host matrices'")
-    return dict(envelopes=n, decoded=sum(int(s == 0) for s in got["out_status"]))
+    return dict(envelopes=len(envs), decoded=sum(d.status == 0 for d in got),
+                matrices=sum(d.posterior.matrix is not None for d in got))
 
 
 #: The sampled cases (M, seed, longest random target, homolog run): one node; padding lanes

@@ -7,8 +7,10 @@ regions of any targets and models. :func:`pack_regions` lays them out end to end
 kernel reads them (:class:`RegionBatch`: the matrices' cells and rows, one copy of each
 model's ``tfv`` and ``rfv``, the region's residues, the offsets of each region's scratch,
 null2 sums and pair buffer). :func:`launch` runs the kernel on a batch whose matrices are
-already in device memory (the full-matrix Forward kernel of :mod:`hmmgpu.gpu.envelope` will
-leave them there, in the same layout), :func:`sample_regions` uploads host matrices first.
+already in device memory; :func:`sample_regions` packs the requests and either uploads the
+host's matrices first or, for regions whose matrices
+:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices` left in device memory (a
+``MatrixBatch``, in this very layout), reads them where they are, at that batch's offsets.
 Each region comes back as a :class:`SampledRegion`: the kernel's status and, where it is OK,
 the region's :class:`hmmgpu.cpu.stotrace.TraceEnsemble`, the very object the CPU reference
 returns (``acc``, ``pairs``, ``nsamples``, ``draws``, ``ftz_differs``).
@@ -202,16 +204,30 @@ def launch(batch: RegionBatch, dp, xmx, *, seed: int = DEFAULT_SEED, table: int 
     return out
 
 
-def sample_regions(requests, *, nsamples: int = NSAMPLES, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
-                   binding: str | None = None, block: int = 32, pair_cap: int | None = None) -> list:
-    """:func:`launch` on regions whose matrices the host holds: packs them (``pair_cap`` as
-    :func:`pack_regions` takes it), uploads the cells and rows, and samples every region (a
-    :class:`SampledRegion` each, in order)."""
+def sample_regions(requests, *, batch=None, jobs=None, nsamples: int = NSAMPLES, seed: int = DEFAULT_SEED,
+                   table: int = DEFAULT_TABLE, binding: str | None = None, block: int = 32,
+                   pair_cap: int | None = None) -> list:
+    """:func:`launch` on ``requests``: packs them (``pair_cap`` as :func:`pack_regions` takes it)
+    and samples every region (a :class:`SampledRegion` each, in order). Without ``batch`` the
+    requests' host matrices are uploaded; with one (a
+    :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), request k's matrix is its multihit
+    Forward job ``jobs[k]``, read in device memory at the batch's offsets (the requests'
+    ``matrix`` unused, None)."""
     from numba import cuda
 
-    batch = pack_regions(requests, nsamples, pair_cap)
-    if batch.n == 0:
+    packed = pack_regions(requests, nsamples, pair_cap)
+    if packed.n == 0:
         return []
-    dp = cuda.to_device(np.concatenate([np.ascontiguousarray(r.matrix.dp, np.float32).ravel() for r in requests]))
-    xmx = cuda.to_device(np.concatenate([np.ascontiguousarray(r.matrix.xmx, np.float32).ravel() for r in requests]))
-    return launch(batch, dp, xmx, seed=seed, table=table, binding=binding, block=block)
+    if batch is None:
+        dp = cuda.to_device(np.concatenate([np.ascontiguousarray(r.matrix.dp, np.float32).ravel() for r in requests]))
+        xmx = cuda.to_device(np.concatenate([np.ascontiguousarray(r.matrix.xmx, np.float32).ravel()
+                                             for r in requests]))
+    else:
+        jobs = np.asarray(jobs, np.int64)
+        for r, k in zip(requests, jobs.tolist()):
+            job = batch.jobs[k]
+            if job.unihit or job.Ld != r.j - r.i + 1 or job.tables.Q != r.tables.Q:
+                raise ValueError(f"region {r.i}..{r.j}: job {k} is not its multihit Forward matrix")
+        packed.arrays["dp_base"], packed.arrays["x_base"] = batch.dp_base[jobs], batch.x_base[jobs]
+        dp, xmx = batch.fwd_dp, batch.fwd_x
+    return launch(packed, dp, xmx, seed=seed, table=table, binding=binding, block=block)

@@ -1,12 +1,26 @@
 """Launching the envelope decoding + optimal accuracy kernel (:mod:`.source`) on a batch of
-envelopes whose full Forward and Backward matrices the host holds.
+envelopes, whose full Forward and Backward matrices the host holds or the device already does.
 
-The matrices of every envelope are packed end to end (cells and special rows, the layout of
-:class:`hmmgpu.cpu.fwdback.StripedMatrix`), sent, decoded and aligned in place by groups of
-four threads, and read back: the posterior over the Backward matrix, the OA matrix over the
-Forward matrix, as HMMER leaves them, the null2 odds and the OA trace. The launch goes through numba's own arrays and kernel
-(numba's CUDA target, or its simulator in the tests); batching it with the parsers' launches
-on the driver runtime comes with the full-matrix parser kernels.
+The kernel decodes and aligns each envelope in place, by a group of four threads: the
+posterior over the Backward matrix, the OA matrix over the Forward matrix, as HMMER leaves
+them, and writes the null2 odds and the OA trace. Two ways in, one launch
+(:func:`_launch`) and one reading of the results (:func:`_decoded`):
+
+* :func:`decode_oa`: envelopes whose matrices the host holds
+  (:class:`~hmmgpu.cpu.fwdback.MatrixResult` pairs). They are packed end to end (cells and
+  special rows, the layout of :class:`hmmgpu.cpu.fwdback.StripedMatrix`), sent, and read back
+  whole: every envelope's posterior and OA matrix comes back with its status, ``oasc``,
+  flags, null2 odds and trace.
+* :func:`decode_produced`: envelopes whose unihit Forward and Backward matrices
+  :func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices` left in device memory (jobs of a
+  ``MatrixBatch``), read and overwritten where they are, at the batch's offsets. Only what the
+  host needs comes back (status, ``oasc``, flags, null2 odds, OA trace); an envelope's
+  posterior and OA matrices only where asked for (``matrices``: the domain definition stages
+  ask for the posterior where the flush-to-zero check of its null2 odds needs it).
+
+Each model's ``tfv`` and ``rfv`` are sent once a launch (an envelope's unihit tables share
+them with the multihit ones). The launch goes through numba's own arrays and kernel (numba's
+CUDA target, or its simulator in the tests).
 """
 from __future__ import annotations
 
@@ -30,7 +44,9 @@ class DecodedEnvelope:
     ``oasc``, ``flags`` (the kernel's, with its matrices'), the ``posterior`` matrix (its row 0
     holding null2's normalised state weights, as HMMER leaves it), the ``oa`` matrix and the
     ``null2`` odds float32 [Kp] and the OA ``trace`` (residues 1..Ld of the envelope; ``oa``,
-    ``null2`` and ``trace`` None where decoding overflowed)."""
+    ``null2`` and ``trace`` None where decoding overflowed). Where the matrices were not asked
+    for (:func:`decode_produced`), ``posterior`` holds the flags alone (its ``matrix`` None)
+    and ``oa`` is None."""
 
     status: int
     oasc: np.float32
@@ -41,74 +57,148 @@ class DecodedEnvelope:
     trace: Trace | None
 
 
-def decode_oa(envelopes, binding: str = "python", block: int | None = None) -> list:
-    """Decode and align ``envelopes``: tuples (Forward :class:`MatrixResult`, Backward
-    :class:`MatrixResult`, the model's :class:`~hmmgpu.stages.forward.ForwardTables`, its
-    unihit special transitions ``xf`` float32 [4][2] at the target's length). ``binding``: numba's (``"python"`` under
-    the simulator). Returns a :class:`DecodedEnvelope` per envelope."""
+def _offsets(sizes) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
+
+
+def _launch(lengths, tables, xf, own_scales, matrices: dict, dp_base, x_base, binding: str,
+            block: int | None) -> dict:
+    """Run the kernel on ``n`` envelopes: ``lengths`` (Ld each), ``tables`` (each one's unihit
+    :class:`~hmmgpu.stages.forward.ForwardTables`), ``xf`` (its unihit special transitions),
+    ``own_scales`` (its Backward matrix's ``has_own_scales``), their matrices in the device
+    arrays ``matrices`` (``fwd_dp``, ``bck_dp``, ``fwd_x``, ``bck_x``) at ``dp_base`` and
+    ``x_base``. Returns the host copies of the per-envelope outputs (``status``, ``oasc``,
+    ``flags``, ``null2`` [n][Kp], the traces ``st``, ``k``, ``i``, ``pp`` with their
+    ``trace_base`` and lengths ``n``)."""
     from numba import cuda
 
     from hmmgpu.gpu.runtime import build
 
-    n = len(envelopes)
-    cells = [f.matrix.dp.size for f, _, _, _ in envelopes]
-    rows = [f.matrix.xmx.size for f, _, _, _ in envelopes]
-    dp_base = np.concatenate([[0], np.cumsum(cells)[:-1]]).astype(np.int64)
-    x_base = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
-    tfvs = [np.ascontiguousarray(t.tfv, np.float32).ravel() for _, _, t, _ in envelopes]
-    item_tfv = np.concatenate([[0], np.cumsum([t.size for t in tfvs])[:-1]]).astype(np.int64)
-    rfvs = [np.ascontiguousarray(t.rfv, np.float32).ravel() for _, _, t, _ in envelopes]
-    item_rfv = np.concatenate([[0], np.cumsum([r.size for r in rfvs])[:-1]]).astype(np.int64)
+    n = len(lengths)
+    models, model_of, tfvs, rfvs = {}, [], [], []
+    for t in tables:  # a model's tables once
+        key = (id(t.rfv), id(t.tfv))
+        if key not in models:
+            models[key] = len(tfvs)
+            tfvs.append(np.ascontiguousarray(t.tfv, np.float32).ravel())
+            rfvs.append(np.ascontiguousarray(t.rfv, np.float32).ravel())
+        model_of.append(models[key])
+    tfv_at, rfv_at = _offsets([t.size for t in tfvs]), _offsets([r.size for r in rfvs])
+    capacity = [2 * (int(Ld) + t.M) + 6 for Ld, t in zip(lengths, tables)]
+    trace_base = _offsets(capacity)
+    dev = cuda.to_device
+    outs = dict(out_status=dev(np.zeros(n, np.int32)), out_oasc=dev(np.zeros(n, np.float32)),
+                out_flags=dev(np.zeros(n, np.int32)), out_null2=dev(np.zeros(n * KP, np.float32)),
+                out_n=dev(np.zeros(n, np.int32)),
+                **{name: dev(np.zeros(sum(capacity), dt)) for name, dt in (
+                    ("out_st", np.int32), ("out_k", np.int32), ("out_i", np.int32), ("out_pp", np.float32))})
+    block = block or GROUP
+    values = dict(
+        dp_base=dev(np.asarray(dp_base, np.int64)), x_base=dev(np.asarray(x_base, np.int64)),
+        lengths=dev(np.asarray(lengths, np.int32)), item_q=dev(np.array([t.Q for t in tables], np.int32)),
+        tfv=dev(np.concatenate(tfvs)), item_tfv=dev(tfv_at[model_of]), rfv=dev(np.concatenate(rfvs)),
+        item_rfv=dev(rfv_at[model_of]),
+        item_xf=dev(np.concatenate([np.asarray(x, np.float32).ravel() for x in xf])),
+        own_scales=dev(np.asarray(own_scales, np.int32)), n_items=n, counters=dev(np.zeros(1, np.int32)),
+        n_threads=GROUP * n, trace_base=dev(trace_base), **matrices, **outs)
+    kernel = build.numba_kernel(DecodeOASpec(), binding)
+    kernel[(GROUP * n + block - 1) // block, block](*arguments(ARGS, **values))
+    got = {name[4:]: a.copy_to_host() for name, a in outs.items()}
+    got["null2"] = got["null2"].reshape(n, KP)
+    got["trace_base"] = trace_base
+    return got
+
+
+def _reader(arrays: dict, dp_at: int, x_at: int, Ld: int, Q: int):
+    """A function of an array's name (``fwd_dp``, ``bck_dp``, ``fwd_x``, ``bck_x``) that gives an
+    envelope's part of it on the host, shaped as its matrix: the envelope's cells at ``dp_at``
+    (``[Ld+1][3][Q][4]``), its rows at ``x_at`` (``[Ld+1][6]``); ``arrays`` host copies (numpy)
+    or device arrays, of which only that part is copied."""
+    def read(name: str) -> np.ndarray:
+        at, shape = (dp_at, (Ld + 1, 3, Q, 4)) if name.endswith("_dp") else (x_at, (Ld + 1, 6))
+        part = arrays[name][int(at):int(at) + int(np.prod(shape))]
+        return (part if isinstance(part, np.ndarray) else part.copy_to_host()).reshape(shape)
+    return read
+
+
+def _decoded(got: dict, k: int, flags: int, scales, read=None) -> DecodedEnvelope:
+    """Envelope ``k``'s :class:`DecodedEnvelope` from :func:`_launch`'s outputs: ``flags`` its
+    Forward and Backward matrices', ``scales`` its Backward matrix's ``totscale`` and
+    ``has_own_scales`` (attributes); ``read`` (None: the matrices are not asked for) a
+    :func:`_reader` of its matrices."""
+    status = int(got["status"][k])
+    carried = int(flags) | int(got["flags"][k])
+    posterior = oa = odds = trace = None
+    if read is not None:
+        posterior = StripedMatrix(dp=read("bck_dp"), xmx=read("bck_x"), totscale=scales.totscale,
+                                  has_own_scales=scales.has_own_scales)
+    if status == 0:
+        odds = got["null2"][k].copy()
+        z = slice(got["trace_base"][k], got["trace_base"][k] + got["n"][k])
+        trace = Trace(st=got["st"][z].astype(np.uint8), k=got["k"][z].copy(), i=got["i"][z].copy(),
+                      pp=got["pp"][z].copy())
+        if read is not None:
+            oa = MatrixResult(flags=carried, score=np.float32(np.nan), matrix=StripedMatrix(
+                dp=read("fwd_dp"), xmx=read("fwd_x"), totscale=np.float32(0.0), has_own_scales=False))
+    return DecodedEnvelope(status=status, oasc=np.float32(got["oasc"][k]), flags=carried,
+                           posterior=MatrixResult(flags=carried, score=np.float32(np.nan), matrix=posterior),
+                           oa=oa, null2=odds, trace=trace)
+
+
+def decode_oa(envelopes, binding: str = "python", block: int | None = None) -> list:
+    """Decode and align ``envelopes`` whose matrices the host holds: tuples (Forward
+    :class:`MatrixResult`, Backward :class:`MatrixResult`, the model's unihit
+    :class:`~hmmgpu.stages.forward.ForwardTables`, its unihit special transitions ``xf`` float32
+    [4][2] at the target's length). ``binding``: numba's (``"python"`` under the simulator).
+    Returns a :class:`DecodedEnvelope` per envelope, its posterior and OA matrices included."""
+    from numba import cuda
+
+    cells = [f.matrix.dp.size for f, *_ in envelopes]
+    rows = [f.matrix.xmx.size for f, *_ in envelopes]
+    dp_base, x_base = _offsets(cells), _offsets(rows)
 
     def flat(parts):
         return cuda.to_device(np.concatenate([np.ascontiguousarray(p, np.float32).ravel() for p in parts]))
 
-    fwd_dp, bck_dp = flat([f.matrix.dp for f, *_ in envelopes]), flat([b.matrix.dp for _, b, *_ in envelopes])
-    fwd_x, bck_x = flat([f.matrix.xmx for f, *_ in envelopes]), flat([b.matrix.xmx for _, b, *_ in envelopes])
-    out_status, out_oasc, out_flags = (cuda.to_device(np.zeros(n, dt)) for dt in (np.int32, np.float32, np.int32))
-    out_null2 = cuda.to_device(np.zeros(n * KP, np.float32))
-    capacity = [2 * (f.matrix.L + t.M) + 6 for f, _, t, _ in envelopes]
-    trace_base = np.concatenate([[0], np.cumsum(capacity)[:-1]]).astype(np.int64)
-    traces = {name: cuda.to_device(np.zeros(sum(capacity), dt))
-              for name, dt in (("out_st", np.int32), ("out_k", np.int32), ("out_i", np.int32), ("out_pp", np.float32))}
-    out_n = cuda.to_device(np.zeros(n, np.int32))
-    groups = max(1, n)
-    block = block or GROUP
-    values = dict(
-        fwd_dp=fwd_dp, bck_dp=bck_dp, fwd_x=fwd_x, bck_x=bck_x, dp_base=cuda.to_device(dp_base),
-        x_base=cuda.to_device(x_base), lengths=cuda.to_device(np.array([f.matrix.L for f, *_ in envelopes], np.int32)),
-        item_q=cuda.to_device(np.array([f.matrix.Q for f, *_ in envelopes], np.int32)),
-        tfv=cuda.to_device(np.concatenate(tfvs)), item_tfv=cuda.to_device(item_tfv),
-        item_xf=cuda.to_device(np.concatenate([np.asarray(x, np.float32).ravel() for *_, x in envelopes])),
-        own_scales=cuda.to_device(np.array([b.matrix.has_own_scales for _, b, *_ in envelopes], np.int32)),
-        rfv=cuda.to_device(np.concatenate(rfvs)), item_rfv=cuda.to_device(item_rfv),
-        n_items=n, counters=cuda.to_device(np.zeros(1, np.int32)), n_threads=GROUP * groups,
-        out_status=out_status, out_oasc=out_oasc, out_flags=out_flags, out_null2=out_null2,
-        trace_base=cuda.to_device(trace_base), out_n=out_n, **traces)
-    kernel = build.numba_kernel(DecodeOASpec(), binding)
-    kernel[(GROUP * groups + block - 1) // block, block](*arguments(ARGS, **values))
-    status, oasc, flags = out_status.copy_to_host(), out_oasc.copy_to_host(), out_flags.copy_to_host()
-    null2 = out_null2.copy_to_host().reshape(n, KP)
-    lengths = out_n.copy_to_host()
-    st, tk, ti, tpp = (traces[name].copy_to_host() for name in ("out_st", "out_k", "out_i", "out_pp"))
-    host = {name: values[name].copy_to_host() for name in ("fwd_dp", "bck_dp", "fwd_x", "bck_x")}
+    matrices = dict(fwd_dp=flat([f.matrix.dp for f, *_ in envelopes]), bck_dp=flat([b.matrix.dp for _, b, *_ in envelopes]),
+                    fwd_x=flat([f.matrix.xmx for f, *_ in envelopes]), bck_x=flat([b.matrix.xmx for _, b, *_ in envelopes]))
+    got = _launch([f.matrix.L for f, *_ in envelopes], [t for *_, t, _ in envelopes], [x for *_, x in envelopes],
+                  [b.matrix.has_own_scales for _, b, *_ in envelopes], matrices, dp_base, x_base, binding, block)
+    host = {name: a.copy_to_host() for name, a in matrices.items()}
+    return [_decoded(got, k, f.flags | b.flags, b.matrix, _reader(host, dp_base[k], x_base[k], f.matrix.L, f.matrix.Q))
+            for k, (f, b, _, _) in enumerate(envelopes)]
+
+
+def decode_produced(batch, jobs, binding: str | None = None, block: int | None = None, matrices=False) -> list:
+    """Decode and align the envelopes whose unihit Forward and Backward matrices are the jobs
+    ``jobs`` of ``batch`` (a :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), where they
+    are in device memory; the kernel overwrites them (those jobs' Forward matrices then hold the
+    OA matrices, their Backward matrices the posteriors). ``binding``: numba's (that of numba's
+    current target if None). Returns a :class:`DecodedEnvelope` per job, whose ``posterior``
+    has a matrix (None otherwise), and ``oa`` too, only where ``matrices`` asks for it: True
+    (every envelope), or a function ``matrices(e, decoded)`` of the envelope's position in
+    ``jobs`` and its :class:`DecodedEnvelope` without them."""
+    from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
+    from hmmgpu.gpu.ensemble.launch import default_binding
+
+    jobs = np.asarray(jobs, np.int64)
+    chosen = [batch.jobs[k] for k in jobs.tolist()]
+    for k, job in zip(jobs.tolist(), chosen):
+        if not (job.unihit and job.backward):
+            raise ValueError(f"job {k} is not an envelope's (unihit, with Backward)")
+    if not chosen:
+        return []
+    uni = [unihit_tables(job.tables) for job in chosen]
+    matrices_of = dict(fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x)
+    got = _launch([job.Ld for job in chosen], uni, [special_transitions(u, len(job.codes)) for u, job in zip(uni, chosen)],
+                  [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
+                  batch.x_base[jobs], binding or default_binding(), block)
     out = []
-    for k, (f, b, _, _) in enumerate(envelopes):
-        dp = slice(dp_base[k], dp_base[k] + cells[k])
-        x = slice(x_base[k], x_base[k] + rows[k])
-        carried = f.flags | b.flags | int(flags[k])
-        posterior = StripedMatrix(dp=host["bck_dp"][dp].reshape(f.matrix.dp.shape),
-                                  xmx=host["bck_x"][x].reshape(f.matrix.xmx.shape), totscale=b.matrix.totscale,
-                                  has_own_scales=b.matrix.has_own_scales)
-        oa = odds = trace = None
-        if status[k] == 0:
-            odds = null2[k].copy()
-            z = slice(trace_base[k], trace_base[k] + lengths[k])
-            trace = Trace(st=st[z].astype(np.uint8), k=tk[z].copy(), i=ti[z].copy(), pp=tpp[z].copy())
-            oa = MatrixResult(flags=carried, score=np.float32(np.nan), matrix=StripedMatrix(
-                dp=host["fwd_dp"][dp].reshape(f.matrix.dp.shape), xmx=host["fwd_x"][x].reshape(f.matrix.xmx.shape),
-                totscale=np.float32(0.0), has_own_scales=False))
-        out.append(DecodedEnvelope(status=int(status[k]), oasc=np.float32(oasc[k]), flags=carried,
-                                   posterior=MatrixResult(flags=carried, score=np.float32(np.nan), matrix=posterior),
-                                   oa=oa, null2=odds, trace=trace))
+    for e, (k, job) in enumerate(zip(jobs.tolist(), chosen)):
+        flags = batch.forward[k].flags | batch.backward[k].flags
+        decoded = _decoded(got, e, flags, batch.backward[k])
+        if matrices is True or (matrices and matrices(e, decoded)):
+            decoded = _decoded(got, e, flags, batch.backward[k],
+                               _reader(matrices_of, batch.dp_base[k], batch.x_base[k], job.Ld, job.tables.Q))
+        out.append(decoded)
     return out
