@@ -48,7 +48,8 @@ import numpy as np
 from numba import njit
 
 from hmmgpu.constants import AMINO_SYMBOLS, KP
-from hmmgpu.report.hitlist import _ALIDISPLAY, _ASEQ, _CS, _MM, _PP, _RF, AlignmentDisplay
+from hmmgpu.report.hitlist import (ALI_HAS_ASEQ, ALI_HAS_CS, ALI_HAS_MM, ALI_HAS_PP, ALI_HAS_RF, ALIDISPLAY_STRUCT,
+                                   AlignmentDisplay)
 
 #: HMMER's p7T_ state codes of the states a display shows, and of the domain's bounds (those
 #: of :class:`hmmgpu.cpu.optacc.Trace`, not imported from there: imports point down).
@@ -229,8 +230,8 @@ def serialize_alidisplay(ad: AlignmentDisplay) -> bytes:
     byte order; each present line followed by a NUL, then the six NUL-terminated names)."""
     present = 0
     lines = []
-    for flag, line in ((_RF, ad.rf), (_MM, ad.mm), (_CS, ad.cs), (0, ad.model), (0, ad.match), (_ASEQ, ad.aseq),
-                       (_PP, ad.pp)):
+    for flag, line in ((ALI_HAS_RF, ad.rf), (ALI_HAS_MM, ad.mm), (ALI_HAS_CS, ad.cs), (0, ad.model), (0, ad.match),
+                       (ALI_HAS_ASEQ, ad.aseq), (ALI_HAS_PP, ad.pp)):
         if line is None:
             continue
         present |= flag
@@ -238,8 +239,9 @@ def serialize_alidisplay(ad: AlignmentDisplay) -> bytes:
     names = b"".join(text + b"\0" for text in (ad.hmm_name, ad.hmm_acc, ad.hmm_desc, ad.seq_name, ad.seq_acc,
                                                  ad.seq_desc))
     body = b"".join(lines) + names
-    size = _ALIDISPLAY.size + len(body)
-    return _ALIDISPLAY.pack(size, ad.N, ad.hmm_from, ad.hmm_to, ad.M, ad.seq_from, ad.seq_to, ad.L, present) + body
+    size = ALIDISPLAY_STRUCT.size + len(body)
+    head = ALIDISPLAY_STRUCT.pack(size, ad.N, ad.hmm_from, ad.hmm_to, ad.M, ad.seq_from, ad.seq_to, ad.L, present)
+    return head + body
 
 
 __all__ = ["ModelLines", "alidisplay_create", "encode_posterior", "serialize_alidisplay"]

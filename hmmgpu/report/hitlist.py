@@ -35,11 +35,14 @@ IS_INCLUDED, IS_REPORTED, IS_NEW, IS_DROPPED, IS_DUPLICATE = 1, 2, 4, 8, 16
 #: ``p7_zsetby_e``: Z and domZ counted from the targets, or set by an option.
 ZSETBY_NTARGETS, ZSETBY_OPTION = 0, 1
 
-_HIT = struct.Struct(">Iidfffdddfiiiii" "Iiiiqq" "B")
-_DOMAIN = struct.Struct(">Iqqqqqq" "fffff" "d" "iii")
-_ALIDISPLAY = struct.Struct(">IIiiiqqqB")
-_HIT_ACC, _HIT_DESC = 1, 2
-_RF, _MM, _CS, _PP, _ASEQ, _NTSEQ = 1, 2, 4, 8, 16, 32
+#: The records of pyhmmer's serialized TopHits (the ``hits`` bytes of its ``__getstate__``): a
+#: hit, a domain and an alignment display, each followed by its variable parts; which optional
+#: parts are present is a bit set (``HIT_HAS_*``, ``ALI_HAS_*``).
+HIT_STRUCT = struct.Struct(">Iidfffdddfiiiii" "Iiiiqq" "B")
+DOMAIN_STRUCT = struct.Struct(">Iqqqqqq" "fffff" "d" "iii")
+ALIDISPLAY_STRUCT = struct.Struct(">IIiiiqqqB")
+HIT_HAS_ACCESSION, HIT_HAS_DESCRIPTION = 1, 2
+ALI_HAS_RF, ALI_HAS_MM, ALI_HAS_CS, ALI_HAS_PP, ALI_HAS_ASEQ, ALI_HAS_NTSEQ = 1, 2, 4, 8, 16, 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,13 +195,13 @@ def _fixed(buf: memoryview, pos: int, n: int) -> tuple[bytes, int]:
 def _read_hit(buf: memoryview) -> HitRecord:
     (size, _window, sortkey, score, pre_score, sum_score, lnP, _pre_lnP, _sum_lnP, nexpected, _nregions,
      _nclustered, _noverlaps, _nenvelopes, ndom, flags, nreported, nincluded, best_domain, seqidx, _subseq,
-     present) = _HIT.unpack_from(buf, 0)
-    pos = _HIT.size
+     present) = HIT_STRUCT.unpack_from(buf, 0)
+    pos = HIT_STRUCT.size
     name, pos = _cstring(buf, pos)
     acc = desc = None
-    if present & _HIT_ACC:
+    if present & HIT_HAS_ACCESSION:
         acc, pos = _cstring(buf, pos)
-    if present & _HIT_DESC:
+    if present & HIT_HAS_DESCRIPTION:
         desc, pos = _cstring(buf, pos)
     _check(pos == size, "hit")
     domains = []
@@ -213,8 +216,8 @@ def _read_hit(buf: memoryview) -> HitRecord:
 
 def _read_domain(buf: memoryview, start: int) -> tuple[DomainRecord, int]:
     (size, ienv, jenv, iali, jali, _iorf, _jorf, envsc, domcorrection, dombias, oasc, bitscore, lnP, reported,
-     included, n_scores) = _DOMAIN.unpack_from(buf, start)
-    pos = start + _DOMAIN.size + 4 * n_scores
+     included, n_scores) = DOMAIN_STRUCT.unpack_from(buf, start)
+    pos = start + DOMAIN_STRUCT.size + 4 * n_scores
     _check(pos - start == size, "domain")
     alignment, pos = _read_alidisplay(buf, pos)
     return DomainRecord(ienv=ienv, jenv=jenv, iali=iali, jali=jali, envsc=envsc, domcorrection=domcorrection,
@@ -223,15 +226,16 @@ def _read_domain(buf: memoryview, start: int) -> tuple[DomainRecord, int]:
 
 
 def _read_alidisplay(buf: memoryview, start: int) -> tuple[AlignmentDisplay, int]:
-    size, N, hmm_from, hmm_to, M, seq_from, seq_to, L, present = _ALIDISPLAY.unpack_from(buf, start)
-    pos = start + _ALIDISPLAY.size
+    size, N, hmm_from, hmm_to, M, seq_from, seq_to, L, present = ALIDISPLAY_STRUCT.unpack_from(buf, start)
+    pos = start + ALIDISPLAY_STRUCT.size
     lines = {}
-    for flag, key in ((_RF, "rf"), (_MM, "mm"), (_CS, "cs"), (0, "model"), (0, "match"), (_ASEQ, "aseq")):
+    for flag, key in ((ALI_HAS_RF, "rf"), (ALI_HAS_MM, "mm"), (ALI_HAS_CS, "cs"), (0, "model"), (0, "match"),
+                      (ALI_HAS_ASEQ, "aseq")):
         if flag == 0 or present & flag:
             lines[key], pos = _fixed(buf, pos, N)
-    if present & _NTSEQ:
+    if present & ALI_HAS_NTSEQ:
         pos += 3 * N + 1
-    if present & _PP:
+    if present & ALI_HAS_PP:
         lines["pp"], pos = _fixed(buf, pos, N)
     names = []
     for _ in range(6):

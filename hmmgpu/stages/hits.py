@@ -53,7 +53,8 @@ import numpy as np
 
 from hmmgpu.constants import LOG2
 from hmmgpu.report.alidisplay import ModelLines, alidisplay_create, serialize_alidisplay
-from hmmgpu.report.hitlist import _DOMAIN, _HIT, _HIT_ACC, _HIT_DESC, IS_DUPLICATE, IS_INCLUDED, IS_REPORTED
+from hmmgpu.report.hitlist import (DOMAIN_STRUCT, HIT_HAS_ACCESSION, HIT_HAS_DESCRIPTION, HIT_STRUCT, IS_DUPLICATE,
+                                   IS_INCLUDED, IS_REPORTED)
 
 F32 = np.float32
 #: ``bg->omega``, the prior of the null2 model (``p7_bg_Create``: 1/256 as a float).
@@ -377,20 +378,20 @@ def threshold(hits: list, pipeline: dict) -> tuple:
 
 def _serialize_domain(dom: HitDomain) -> bytes:
     """``p7_domain_Serialize`` (no per-position scores: protein search) and its display."""
-    return _DOMAIN.pack(_DOMAIN.size, dom.ienv, dom.jenv, dom.iali, dom.jali, 0, 0, dom.envsc, dom.domcorrection,
-                        dom.dombias, dom.oasc, dom.bitscore, dom.lnP, int(dom.is_reported), int(dom.is_included),
-                        0) + serialize_alidisplay(dom.alignment)
+    return DOMAIN_STRUCT.pack(DOMAIN_STRUCT.size, dom.ienv, dom.jenv, dom.iali, dom.jali, 0, 0, dom.envsc,
+                              dom.domcorrection, dom.dombias, dom.oasc, dom.bitscore, dom.lnP, int(dom.is_reported),
+                              int(dom.is_included), 0) + serialize_alidisplay(dom.alignment)
 
 
 def serialize_hit(hit: Hit) -> bytes:
     """``p7_hit_Serialize``: the hit, then each of its domains, as one buffer."""
-    present = (_HIT_ACC if hit.acc is not None else 0) | (_HIT_DESC if hit.desc is not None else 0)
+    present = (HIT_HAS_ACCESSION if hit.acc is not None else 0) | (HIT_HAS_DESCRIPTION if hit.desc is not None else 0)
     names = hit.name + b"\0" + (hit.acc + b"\0" if hit.acc is not None else b"") + (
         hit.desc + b"\0" if hit.desc is not None else b"")
-    head = _HIT.pack(_HIT.size + len(names), 0, hit.sortkey, hit.score, hit.pre_score, hit.sum_score, hit.lnP,
-                     hit.pre_lnP, hit.sum_lnP, hit.nexpected, hit.nregions, hit.nclustered, hit.noverlaps,
-                     hit.nenvelopes, len(hit.domains), hit.flags, hit.nreported, hit.nincluded, hit.best_domain, 0, 0,
-                     present)
+    head = HIT_STRUCT.pack(HIT_STRUCT.size + len(names), 0, hit.sortkey, hit.score, hit.pre_score, hit.sum_score,
+                           hit.lnP, hit.pre_lnP, hit.sum_lnP, hit.nexpected, hit.nregions, hit.nclustered,
+                           hit.noverlaps, hit.nenvelopes, len(hit.domains), hit.flags, hit.nreported, hit.nincluded,
+                           hit.best_domain, 0, 0, present)
     return head + names + b"".join(_serialize_domain(dom) for dom in hit.domains)
 
 
