@@ -250,8 +250,13 @@ def check_real(hmm, db, targets: int, **options) -> dict:
 def check_ensemble_handoff(jobs) -> dict:
     """The ensemble kernel sampling the multihit jobs' regions where a batch left their
     matrices (:func:`hmmgpu.gpu.ensemble.launch.sample_regions` given the batch) gives what it
-    gives from the CPU reference's matrices uploaded from the host."""
+    gives from the CPU reference's matrices uploaded from the host; and the stage function
+    (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`) given the batch, the second region's
+    matrix flagged SUBNORMAL (sampled by the CPU reference from its matrix copied back), gives
+    the CPU stages' results (``flagged``: how many regions the CPU reference sampled)."""
     from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.gpu.ensemble import stages
     from hmmgpu.gpu.ensemble.launch import RegionRequest, sample_regions
     from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
 
@@ -261,15 +266,24 @@ def check_ensemble_handoff(jobs) -> dict:
                                                                                              len(jobs[k].codes)),
                               codes=jobs[k].codes, i=jobs[k].i, j=jobs[k].j) for k in regions]
     from_device = sample_regions(requests, batch=batch, jobs=regions)
-    for r, k in zip(requests, regions):
-        r.matrix = ref.forward_matrix(jobs[k].tables, jobs[k].codes, jobs[k].i, jobs[k].j).matrix
+    forwards = [ref.forward_matrix(jobs[k].tables, jobs[k].codes, jobs[k].i, jobs[k].j) for k in regions]
+    for r, forward in zip(requests, forwards):
+        r.matrix = forward.matrix
     from_host = sample_regions(requests)
     for k, a, b in zip(regions, from_device, from_host):
         if a.status != b.status or (a.ensemble is not None and not (
                 np.array_equal(bits(a.ensemble.acc), bits(b.ensemble.acc))
                 and np.array_equal(a.ensemble.pairs, b.ensemble.pairs) and a.ensemble.draws == b.ensemble.draws)):
             raise AssertionError(f"job {k}: the ensemble from the device matrices differs")
-    return dict(regions=len(regions), sampled=sum(a.ensemble is not None for a in from_device))
+    flags = [batch.forward[k].flags | (ref.SUBNORMAL if n == 1 else 0) for n, k in enumerate(regions)]
+    sampled = stages.region_ensembles(requests, flags, batch=batch, jobs=regions)
+    for n, (k, forward, got) in enumerate(zip(regions, forwards, sampled)):
+        want = CpuDomainStages(jobs[k].tables).region_ensemble(forward, jobs[k].codes, jobs[k].i, jobs[k].j)
+        if not (np.array_equal(bits(got.n2sc), bits(want.n2sc)) and np.array_equal(got.envelopes, want.envelopes)
+                and got.flags == (want.flags & ~ref.ANY_TINY) | (ref.SUBNORMAL if n == 1 else 0)):
+            raise AssertionError(f"job {k}: the region's result from the device matrices differs from the CPU stages'")
+    return dict(regions=len(regions), sampled=sum(a.ensemble is not None for a in from_device),
+                flagged=sum(1 for f, a in zip(flags, from_device) if f & ref.HOST or a.ensemble is None))
 
 
 def check_envelope_handoff(jobs) -> dict:

@@ -22,7 +22,8 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     (the D->D passes' early exit), in one batch of 47 jobs: whole targets and slices, multihit and unihit, with and without
     Backward, degenerate residues, a lone '*' (RANGE); a few of them again with their rows in
     global scratch run by one group, on a stream; Backward's switch to its own scale factors;
-    the ensemble kernel sampling three regions, and the envelope kernel decoding and aligning two
+    the ensemble kernel sampling three regions (their results, one region flagged and sampled by
+    the CPU reference, the CPU stages'), and the envelope kernel decoding and aligning two
     envelopes (one's posterior and OA matrices copied back), from a batch's device matrices
     (sample_regions and decode_produced given the batch) as from the CPU's host matrices. Every cell,
     special row, flag, score, totscale and has_own_scales equals the CPU references', and every
@@ -41,7 +42,7 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
                                      models=4, libhmmer=65)
     assert rows["global scratch, one group, a stream"] == dict(jobs=5, backward=3, unihit=2, rescaled=2,
                                                                backward_rescaled=1, range=2, models=1, libhmmer=5)
-    assert rows["ensemble from the device"] == dict(regions=3, sampled=3)
+    assert rows["ensemble from the device"] == dict(regions=3, sampled=3, flagged=1)
     assert rows["envelopes from the device"] == dict(envelopes=2, decoded=2, matrices=1)
     own = rows["own scales"]
     assert own["own_scales"] and own["rows_own_scale"] >= 1 and own["flags"] == 0
