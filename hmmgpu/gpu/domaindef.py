@@ -1,5 +1,6 @@
 """Domain definition's stages on the GPU: the batch methods of
-:class:`hmmgpu.stages.domaindef.DomainStages`, each batch a launch.
+:class:`hmmgpu.stages.domaindef.DomainStages`, each batch a few launches, the full matrices
+never leaving the device.
 
 What it computes
 ----------------
@@ -7,45 +8,47 @@ What it computes
 region of a batch of targets in one call, then every envelope in one call.
 :class:`GpuDomainStages` runs each call as few kernel launches:
 
-* :meth:`GpuDomainStages.region_ensembles`: the regions' multihit full Forward matrices
-  (:meth:`~hmmgpu.cpu.domaindef.CpuDomainStages.region_forward`), then the stochastic-trace
-  ensemble kernel on all of them (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`,
-  which finishes each region on the host: glibc's ``logf``, the clusters, the domination
-  filter; a region the kernel leaves is sampled by the CPU reference);
-* :meth:`GpuDomainStages.rescore_envelopes`: the envelopes' unihit full Forward and
-  Backward matrices (:meth:`GpuDomainStages.envelope_matrices`), then the decoding and
-  optimal accuracy kernel on all of them (:func:`hmmgpu.gpu.envelope.launch.decode_oa`:
-  posterior, OA matrix and trace, null2 odds), each envelope finished on the host by
-  :func:`hmmgpu.cpu.envelope.finish_envelope`, the end of the CPU reference itself (the
-  trace moved to target coordinates, ``iali``/``jali``, ``n2sc`` by glibc's ``logf``, the
+* :meth:`GpuDomainStages.region_ensembles`: the regions' multihit full Forward matrices by
+  the full-matrix Forward kernel (:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices`),
+  then the stochastic-trace ensemble kernel on all of them where they lie
+  (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`, which finishes each region on the
+  host: glibc's ``logf``, the clusters, the domination filter; a region the kernel leaves, or
+  whose matrix is flagged, is sampled by the CPU reference from its matrix copied back);
+* :meth:`GpuDomainStages.rescore_envelopes`: the envelopes' unihit full Forward and Backward
+  matrices by the full-matrix kernels, then the decoding and optimal accuracy kernel on all
+  of them where they lie (:func:`hmmgpu.gpu.envelope.launch.decode_produced`: status,
+  ``oasc``, flags, OA trace and null2 odds come back), each envelope finished on the host by
+  :func:`hmmgpu.cpu.envelope.finish_envelope`, the end of the CPU reference itself (the trace
+  moved to target coordinates, ``iali``/``jali``, ``n2sc`` by glibc's ``logf``, the
   flush-to-zero check of the odds, the flags; an envelope whose decoding overflowed is
-  dropped).
+  dropped). An unclustered envelope whose posterior has tiny values (TINY_ROWS) has its
+  posterior copied back: the flush-to-zero check of its null2 odds reads it.
 
-The full matrices are the CPU references' for now (:mod:`hmmgpu.cpu.fwdback`): producing
-them is one method each (``region_forward``, :meth:`~GpuDomainStages.envelope_matrices`),
-the step that full-matrix parser kernels will replace, leaving the matrices in device
-memory where the two kernels read them. The one-item methods are the CPU stages' (the
-driver calls the batch methods only).
+The host computes no full matrix; a matrix comes back only for the CPU reference's
+fallbacks above. The one-item methods are the CPU stages' (the driver calls the batch
+methods only).
 
 Why it looks as it does
 -----------------------
-Every matrix of a batch is held at once (on the host, then on the device, in the kernels'
-packed layout): a region's Forward matrix is ``(Lr + 1) (12 Q + 6)`` floats, an envelope's
-Forward and Backward twice that. A call's items are therefore cut into consecutive runs of
-at most ``batch_bytes`` of matrices (:func:`runs_within`), one launch a run; the answers
-come back in the items' order, which is all the driver needs. The answers equal the CPU
-stages' bit for bit: the kernels equal the CPU references (tests/gpu), and the host's part
-is the references' own code.
+Every matrix of a batch is held at once in device memory: a region's Forward matrix is
+``(Lr + 1) (12 Q + 6)`` floats, an envelope's Forward and Backward twice that. A call's items
+are therefore cut into consecutive runs of at most ``batch_bytes`` of matrices
+(:func:`runs_within`), a batch of launches a run; the answers come back in the items'
+order, which is all the driver needs. The answers equal the CPU stages' bit for bit (their
+flags but the CPU references' diagnostic ANY_TINY, which no kernel raises): the kernels
+equal the CPU references (tests/gpu), and the host's part is the references' own code.
 """
 from __future__ import annotations
 
 from hmmgpu.cpu.domaindef import CpuDomainStages, envelope_result
 from hmmgpu.cpu.envelope import finish_envelope
-from hmmgpu.cpu.fwdback import backward_matrix, forward_matrix, special_transitions, unihit_tables
+from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
 from hmmgpu.cpu.stotrace import DEFAULT_SEED
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest, default_binding
 from hmmgpu.gpu.ensemble.stages import region_ensembles
-from hmmgpu.gpu.envelope.launch import decode_oa
+from hmmgpu.gpu.envelope.launch import decode_produced
+from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, produce_matrices
+from hmmgpu.stages.forward import TINY_ROWS
 
 __all__ = ["DEFAULT_BATCH_BYTES", "GpuDomainStages", "matrix_bytes", "runs_within"]
 
@@ -86,26 +89,17 @@ class GpuDomainStages(CpuDomainStages):
         self.batch_bytes = int(batch_bytes)
 
     def region_ensembles(self, regions) -> list:
+        binding = self.binding or default_binding()
         out = []
         sizes = [matrix_bytes(r.j - r.i + 1, self.tables.Q) for r in regions]
         for start, end in runs_within(sizes, self.batch_bytes):
             run = regions[start:end]
-            forwards = [self.region_forward(*region) for region in run]
-            requests = [RegionRequest(matrix=f.matrix, tables=self.tables,
+            batch = produce_matrices([MatrixJob(self.tables, r.codes, r.i, r.j) for r in run], binding=binding)
+            requests = [RegionRequest(matrix=None, tables=self.tables,
                                       xf=special_transitions(self.tables, r.codes.size), codes=r.codes, i=r.i, j=r.j)
-                        for f, r in zip(forwards, run)]
-            out += region_ensembles(requests, [f.flags for f in forwards], seed=self.seed, binding=self.binding,
-                                    table=self.table)
-        return out
-
-    def envelope_matrices(self, envelopes) -> list:
-        """The unihit full Forward and Backward :class:`~hmmgpu.cpu.fwdback.MatrixResult` of
-        each :class:`~hmmgpu.stages.domaindef.EnvelopeSpan` (the length model of its whole
-        target), as (Forward, Backward) pairs: the CPU references'."""
-        out = []
-        for e in envelopes:
-            forward = forward_matrix(self.tables, e.codes, e.i, e.j, unihit=True)
-            out.append((forward, backward_matrix(self.tables, e.codes, forward, e.i, e.j, unihit=True)))
+                        for r in run]
+            out += region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
+                                    seed=self.seed, binding=binding, table=self.table)
         return out
 
     def rescore_envelopes(self, envelopes) -> list:
@@ -115,10 +109,14 @@ class GpuDomainStages(CpuDomainStages):
         sizes = [2 * matrix_bytes(e.j - e.i + 1, self.tables.Q) for e in envelopes]
         for start, end in runs_within(sizes, self.batch_bytes):
             run = envelopes[start:end]
-            matrices = self.envelope_matrices(run)
-            decoded = decode_oa([(f, b, uni, special_transitions(uni, e.codes.size))
-                                 for (f, b), e in zip(matrices, run)], binding)
+            batch = produce_matrices([MatrixJob(self.tables, e.codes, e.i, e.j, unihit=True, backward=True)
+                                      for e in run], binding=binding)
+
+            def needs_posterior(k, decoded, run=run):  # finish_envelope's flush-to-zero check of the null2 odds
+                return decoded.status == 0 and not run[k].null2_is_done and bool(decoded.flags & TINY_ROWS)
+
+            decoded = decode_produced(batch, range(len(run)), binding, matrices=needs_posterior)
             out += [envelope_result(finish_envelope(uni, e.codes, e.i, e.j, e.null2_is_done, e.n2sc, f.score,
                                                     d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2))
-                    for e, (f, _), d in zip(run, matrices, decoded)]
+                    for e, f, d in zip(run, batch.forward, decoded)]
         return out

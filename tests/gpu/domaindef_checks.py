@@ -24,6 +24,7 @@ def check_rescored_envelopes(cases, binding) -> dict:
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.gpu.domaindef import GpuDomainStages, matrix_bytes, runs_within
     from hmmgpu.stages.domaindef import EnvelopeSpan
+    from hmmgpu.stages.forward import ANY_TINY
 
     rng = np.random.default_rng(1)
     by_model = {}
@@ -38,7 +39,7 @@ def check_rescored_envelopes(cases, binding) -> dict:
         theirs = CpuDomainStages(tables).rescore_envelopes(spans)
         for span, a, b in zip(spans, mine, theirs):
             what = f"envelope {span.i}..{span.j} of L={span.codes.size}, M={tables.M}"
-            assert (a.dropped, a.flags) == (b.dropped, b.flags), what
+            assert (a.dropped, a.flags) == (b.dropped, b.flags & ~ANY_TINY), what  # ANY_TINY: the references' alone
             report["envelopes"] += 1
             if b.dropped:
                 report["dropped"] += 1

@@ -281,7 +281,7 @@ def check_ensemble_handoff(jobs) -> dict:
         want = CpuDomainStages(jobs[k].tables).region_ensemble(forward, jobs[k].codes, jobs[k].i, jobs[k].j)
         if not (np.array_equal(bits(got.n2sc), bits(want.n2sc)) and np.array_equal(got.envelopes, want.envelopes)
                 and got.flags == (want.flags & ~ref.ANY_TINY) | (ref.SUBNORMAL if n == 1 else 0)):
-            raise AssertionError(f"job {k}: the region's result from the device matrices differs from the CPU stages'")
+            raise AssertionError(f"job {k}: the region's result from the device matrices is not the CPU stages'")
     return dict(regions=len(regions), sampled=sum(a.ensemble is not None for a in from_device),
                 flagged=sum(1 for f, a in zip(flags, from_device) if f & ref.HOST or a.ensemble is None))
 
@@ -304,8 +304,8 @@ def check_envelope_handoff(jobs) -> dict:
     for k in envs:
         uni = ref.unihit_tables(jobs[k].tables)
         fwd = ref.forward_matrix(jobs[k].tables, jobs[k].codes, jobs[k].i, jobs[k].j, unihit=True)
-        references.append((fwd, ref.backward_matrix(jobs[k].tables, jobs[k].codes, fwd, jobs[k].i, jobs[k].j,
-                                                    unihit=True), uni, ref.special_transitions(uni, len(jobs[k].codes))))
+        bck = ref.backward_matrix(jobs[k].tables, jobs[k].codes, fwd, jobs[k].i, jobs[k].j, unihit=True)
+        references.append((fwd, bck, uni, ref.special_transitions(uni, len(jobs[k].codes))))
     for k, mine, want in zip(envs, got, decode_oa(references, _binding())):
         if (mine.status, bits(mine.oasc), mine.flags) != (want.status, bits(want.oasc), want.flags & ~ref.ANY_TINY):
             raise AssertionError(f"job {k}: envelope status, oasc or flags differ from the host matrices'")

@@ -160,8 +160,10 @@ def decode_oa(envelopes, binding: str = "python", block: int | None = None) -> l
     def flat(parts):
         return cuda.to_device(np.concatenate([np.ascontiguousarray(p, np.float32).ravel() for p in parts]))
 
-    matrices = dict(fwd_dp=flat([f.matrix.dp for f, *_ in envelopes]), bck_dp=flat([b.matrix.dp for _, b, *_ in envelopes]),
-                    fwd_x=flat([f.matrix.xmx for f, *_ in envelopes]), bck_x=flat([b.matrix.xmx for _, b, *_ in envelopes]))
+    matrices = dict(fwd_dp=flat([f.matrix.dp for f, *_ in envelopes]),
+                    bck_dp=flat([b.matrix.dp for _, b, *_ in envelopes]),
+                    fwd_x=flat([f.matrix.xmx for f, *_ in envelopes]),
+                    bck_x=flat([b.matrix.xmx for _, b, *_ in envelopes]))
     got = _launch([f.matrix.L for f, *_ in envelopes], [t for *_, t, _ in envelopes], [x for *_, x in envelopes],
                   [b.matrix.has_own_scales for _, b, *_ in envelopes], matrices, dp_base, x_base, binding, block)
     host = {name: a.copy_to_host() for name, a in matrices.items()}
@@ -190,7 +192,8 @@ def decode_produced(batch, jobs, binding: str | None = None, block: int | None =
         return []
     uni = [unihit_tables(job.tables) for job in chosen]
     matrices_of = dict(fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x)
-    got = _launch([job.Ld for job in chosen], uni, [special_transitions(u, len(job.codes)) for u, job in zip(uni, chosen)],
+    got = _launch([job.Ld for job in chosen], uni,
+                  [special_transitions(u, len(job.codes)) for u, job in zip(uni, chosen)],
                   [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
                   batch.x_base[jobs], binding or default_binding(), block)
     out = []
