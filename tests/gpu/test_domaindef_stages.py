@@ -27,10 +27,11 @@ def test_runs_within_cuts_consecutive_runs_under_the_budget():
 
 @pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 def test_gpu_stages_rescore_envelopes_under_simulator(tmp_path):
-    """The envelope kernel's simulator cases (sampled models of 1, 5 and 18 nodes, '*' runs whose
-    decoding overflows), every other one with its null2 given, rescored by the GPU stages in
-    several launches of several envelopes: each envelope equals the CPU stages' (dropped,
-    flags, scores, coordinates, trace, n2sc)."""
+    """Every other target of the envelope kernel's simulator cases (sampled models of 1, 5 and
+    18 nodes, '*' runs whose decoding overflows), every other envelope with its null2 given,
+    rescored by the GPU stages (full matrices and decoding on the device) in several runs of
+    several envelopes: each envelope equals the CPU stages' (dropped, flags but the
+    references' ANY_TINY, scores, coordinates, trace, n2sc)."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "domaindef_checks.py"),
