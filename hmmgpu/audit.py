@@ -275,12 +275,13 @@ def _libhmmer_domains(hmm, ref_model, db, options, passers, search) -> list:
     return out
 
 
-def _own_domains(model, db, position: int, decoded, search) -> tuple | None:
+def _own_domains(model, db, position: int, decoded, defined, search) -> tuple | None:
     """hmmgpu's (status, domains) of the F3 passer at ``position`` as its own post-filter makes
-    them (:class:`~hmmgpu.cpu.own_postfilter.OwnPostFilter`: the device's decoding where it made
-    one, else the CPU references' parsers; domain definition; ``p7_Pipeline``'s scores), Z and
-    domZ from ``search`` (hmmgpu's ``TopHits``); None where the search sends the target to
-    pyhmmer's pipeline (a range error)."""
+    them (:class:`~hmmgpu.cpu.own_postfilter.OwnPostFilter`: the device's definition where its
+    process made one, else domain definition from the device's decoding where it made one, else
+    from the CPU references' parsers; ``p7_Pipeline``'s scores), Z and domZ from ``search``
+    (hmmgpu's ``TopHits``); None where the search sends the target to pyhmmer's pipeline (a
+    range error)."""
     from hmmgpu.cpu.fwdback import RANGE, backward, parse
     from hmmgpu.stages.domaindef import define_domains, define_domains_decoded
     from hmmgpu.stages.hits import score_target
@@ -289,7 +290,10 @@ def _own_domains(model, db, position: int, decoded, search) -> tuple | None:
     codes = db.codes(position)
     L = int(codes.size)
     k = decoded.find(position) if decoded is not None else -1
-    if k >= 0:
+    sent = defined.find(position) if defined is not None else -1
+    if sent >= 0:
+        fwdsc, definition = defined.target(sent)
+    elif k >= 0:
         fwdsc, decoding = decoded.target(k)
         definition = define_domains_decoded(model.stages, codes, decoding)
     else:
@@ -312,11 +316,13 @@ def _own_domains(model, db, position: int, decoded, search) -> tuple | None:
                             for dom, score in zip(definition.domains, scores.domains))
 
 
-def audit_domains(hmm, ref_model, db, options, passers, decoded, searches, show: int = 5) -> StageAudit:
+def audit_domains(hmm, ref_model, db, options, passers, decoded, searches, show: int = 5,
+                  defined=None) -> StageAudit:
     """Compare the domain list of every F3 passer (``passers``) made by hmmgpu's own
     post-filter with libhmmer's (see the module header). ``decoded``: the device's decodings
     of the passers (the cascade's :class:`~hmmgpu.stages.decoded.DecodedTargets`, None on the
-    CPU); ``searches``: (hmmgpu's ``TopHits``, pyhmmer's ``TopHits``) of the whole search, for
+    CPU); ``defined``: the passers the device's process defined (the cascade's
+    :class:`~hmmgpu.stages.defined.DefinedTargets`, not among ``decoded``; None: none); ``searches``: (hmmgpu's ``TopHits``, pyhmmer's ``TopHits``) of the whole search, for
     each side's Z and domZ."""
     from hmmgpu.cpu.own_postfilter import QueryModel
 
@@ -328,11 +334,13 @@ def audit_domains(hmm, ref_model, db, options, passers, decoded, searches, show:
     ref = _libhmmer_domains(hmm, ref_model, db, options, passers, ref_search)
     label = f"domain list ({sum(len(domains) for _, domains in ref)} domains; p7_domaindef, p7_Pipeline scores) [numba"
     if decoded is not None:
-        label += f", {int(np.isin(passers, decoded.indices).sum())} decoded on the GPU"
+        on_gpu = int(np.isin(passers, decoded.indices).sum())
+        by_gpu = int(np.isin(passers, defined.indices).sum()) if defined is not None else 0
+        label += f", {on_gpu + by_gpu} decoded on the GPU" + (f", {by_gpu} of them defined there" if by_gpu else "")
     res = StageAudit(label + "]", compared=int(len(passers)))
     by_libhmmer = 0
     for t, theirs in zip(np.asarray(passers).tolist(), ref):
-        ours = _own_domains(model, db, t, decoded, ours_search) if own else None
+        ours = _own_domains(model, db, t, decoded, defined, ours_search) if own else None
         if ours is None:
             ours = theirs
             by_libhmmer += 1
@@ -409,7 +417,8 @@ def audit_model(hmm, db, backend, options, show: int = 5) -> list:
     with HmmerModel(hmm) as ref_model:
         forward, passers = audit_forward(prof, ref_model, db, backend, options, cascade.past_vit, show)
         rows += [forward, audit_backward(prof, ref_model, db, backend, passers, show),
-                 audit_domains(hmm, ref_model, db, options, passers, cascade.decoded, searches, show)]
+                 audit_domains(hmm, ref_model, db, options, passers, cascade.decoded, searches, show,
+                               defined=cascade.defined)]
     return rows + [audit_hits(*searches, show)]
 
 

@@ -121,12 +121,17 @@ def test_audit_reports_a_broken_domain(monkeypatch, capsys, proteome_slice):
     assert _rows(out, "Backward parser") == [(3, 3, 0)]
 
 
-def test_audit_domain_list_from_a_devices_decodings(monkeypatch, capsys, proteome_slice):
+@pytest.mark.parametrize("defined", [False, True])
+def test_audit_domain_list_from_a_devices_decodings(monkeypatch, capsys, proteome_slice, defined):
     """The domain list's device branch (``--backend cuda``: domain definition from the GPU's
-    decodings of the F3 passers, as the own post-filter's search takes them): with decodings
-    made by the CPU references in the cascade's result, every passer agrees and the label
-    counts them."""
+    decodings of the F3 passers, as the own post-filter's search takes them; ``defined``: the
+    passers defined as the GPU process defines them, stages.defined.split_defined, here with
+    the CPU stages): with decodings made by the CPU references in the cascade's result, every
+    passer agrees and the label counts them."""
     from dataclasses import replace
+
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.stages.defined import split_defined
 
     from hmmgpu.cpu.backends import NumbaBackend
     from hmmgpu.cpu.fwdback import ForwardTables, backward, parse
@@ -150,10 +155,15 @@ def test_audit_domain_list_from_a_devices_decodings(monkeypatch, capsys, proteom
                                                     length_specials(codes.size)[1])))
         decoded = DecodedTargets.gather(passers, [score for score, _ in made], [d[0] for _, d in made],
                                         *([d[k] for _, d in made] for k in (1, 2, 3)))
-        return replace(result, decoded=decoded)
+        if not defined:
+            return replace(result, decoded=decoded)
+        sent, rest = split_defined(CpuDomainStages(tables, seed=options.seed), self.db.codes, decoded)
+        return replace(result, decoded=rest, defined=sent)
 
     monkeypatch.setattr(NumbaBackend, "cascade", decoded_cascade)
     assert main(["audit", "--backend", "numba", str(SAMPLES / "PF02826.hmm"), str(proteome_slice)]) == 0
     out = capsys.readouterr().out
     assert _rows(out, "domain list") == [(3, 3, 0)]
     assert "3 decoded on the" in out
+    label = " ".join(out.replace("│", " ").split())   # the table's wrapped cells read as one text
+    assert ("3 decoded on the GPU, 2 of them defined there]" in label) == defined   # the third flagged

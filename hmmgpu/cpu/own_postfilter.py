@@ -35,7 +35,10 @@ and domain definition starts from those, in the same batch as the targets decode
 The device left out every target whose parsers or decoding raised a flag that could matter in
 either float mode, so such a decoding is hmmsearch's and pyhmmer's alike, and domain definition
 goes on from it here as for a target whose parsers ran here; the targets it left out run steps
-2-4 here.
+2-4 here. The GPU process has also run step 5 on its decoded passers, with the GPU's stages
+(:class:`hmmgpu.gpu.domaindef.GpuDomainStages`, seeded with ``--seed``), and sent the
+definitions no exactness flag marks (:class:`~hmmgpu.stages.defined.DefinedTargets`) in place
+of their decodings: for those only step 6 runs here.
 
 Everything else is pyhmmer's pipeline, whose stage (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`)
 this one extends: the plan and the merge, the tasks over ranges of targets (pyhmmer's whole
@@ -67,12 +70,12 @@ nearly all of them flagged. The GPU's kernels compute in IEEE arithmetic: the de
 only decodings that no flag marks, which are the same in both modes.
 
 Domain definition runs on a task's F3 passers together so that a device can take them as
-batches (all clustered regions in one launch, all envelopes in one); its stages are the CPU
-references' on every route. The GPU's (:class:`hmmgpu.gpu.domaindef.GpuDomainStages`) take
-those batches, but the device belongs to the GPU process (:mod:`hmmgpu.gpu.process`), which
-made the decodings, not to this one, and the envelope kernel does not yet equal the
-references on a GPU: on the GPU route, domain definition belongs with the decodings in that
-process.
+batches (all clustered regions in one launch, all envelopes in one); its stages here are the
+CPU references' on every route. The GPU's (:class:`hmmgpu.gpu.domaindef.GpuDomainStages`) take
+those batches in the GPU process (:mod:`hmmgpu.gpu.process`), which owns the device and made
+the decodings: the same driver (:func:`~hmmgpu.stages.domaindef.define_domains_batched`) runs
+there on a model's decoded passers (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_domains`), and
+this stage defines only the passers that process did not.
 
 A task with targets sent to pyhmmer is cut into runs of consecutive targets, each run's
 state made by one side, and the runs' states joined by pyhmmer's own ``TopHits.merge`` (the
@@ -160,7 +163,7 @@ class OwnPostFilter(PyhmmerStage):
         #: of whole tasks left to pyhmmer (``--seed 0``, a model the flags do not cover), and the
         #: CPU seconds of the own targets
         self.counts = {TargetOutcome.PASSED: 0, TargetOutcome.FAILED: 0, TargetOutcome.HOST: 0, "whole_tasks": 0,
-                       "decoded_on_gpu": 0}
+                       "decoded_on_gpu": 0, "defined_on_gpu": 0}
         self.own_seconds = 0.0
 
     # ------------------------------------------------------------ per query
@@ -201,22 +204,30 @@ class OwnPostFilter(PyhmmerStage):
         of one target, (:class:`TargetOutcome`, its hit or None)."""
         return self.targets(query, model, [position], [decided], Z, [device])[0]
 
-    def targets(self, query, model: QueryModel, positions, decided, Z: float | None, devices) -> list:
+    def targets(self, query, model: QueryModel, positions, decided, Z: float | None, devices,
+                defined=None) -> list:
         """``p7_Pipeline`` from the Forward filter on, on the targets at ``positions`` of one query
         (``decided``: whether the gate passed each), in the calling thread's float mode (module
         header): (:class:`TargetOutcome`, its hit or None) for each. ``Z``: the pipeline's for the
         keep rule (None: the settings'); ``devices``: for each target, (Forward score, decoding)
         that the GPU computed for this F3 passer (:meth:`~hmmgpu.stages.decoded.DecodedTargets.target`)
-        in place of the parsers here, or None. Domain definition runs on all the F3 passers at
-        once (:func:`~hmmgpu.stages.domaindef.define_domains_batched`)."""
+        in place of the parsers here, or None; ``defined``: for each target, (Forward score,
+        definition) that the GPU process defined (:meth:`~hmmgpu.stages.defined.DefinedTargets.target`)
+        in place of the parsers and domain definition here, or None (None: none defined). Domain
+        definition runs on all the other F3 passers at once
+        (:func:`~hmmgpu.stages.domaindef.define_domains_batched`)."""
         from hmmgpu.stages.profiles import null_table
 
         out = [None] * len(positions)
-        passers = []
+        defined = defined or [None] * len(positions)
+        passers = []   # [k, position, codes, nullsc, Forward score, decoding, then definition]: in order
         for k, (position, known, device) in enumerate(zip(positions, decided, devices)):
             codes = self.db.codes(position)
             L = int(codes.size)
             nullsc = null_table(L)[L]
+            if defined[k] is not None:
+                passers.append([k, position, codes, nullsc, *defined[k]])
+                continue
             if device is None:
                 outcome, fwdsc, decoding = self._decoded_here(query, model, position, codes, known, nullsc)
                 if outcome is not None:
@@ -224,9 +235,11 @@ class OwnPostFilter(PyhmmerStage):
                     continue
             else:
                 fwdsc, decoding = device
-            passers.append((k, position, codes, nullsc, fwdsc, decoding))
-        definitions = define_domains_batched(model.stages, [(p[2], p[5]) for p in passers])
-        for (k, position, codes, nullsc, fwdsc, _), definition in zip(passers, definitions):
+            passers.append([k, position, codes, nullsc, fwdsc, decoding])
+        here = [p for p in passers if defined[p[0]] is None]
+        for p, definition in zip(here, define_domains_batched(model.stages, [(p[2], p[5]) for p in here])):
+            p[5] = definition
+        for k, position, codes, nullsc, fwdsc, definition in passers:
             if definition.status != STATUS_OK or definition.flags & RANGE:
                 out[k] = (TargetOutcome.HOST, None)
                 continue
@@ -281,15 +294,15 @@ class OwnPostFilter(PyhmmerStage):
         start = time.thread_time()
         gate = getattr(task.query.counts, "forward", None)
         decided = ~np.isin(task.positions, gate.unsure) if gate is not None else np.zeros(task.positions.size, bool)
-        decoded = getattr(task.query.counts, "decoded", None)   # the GPU's, for the F3 passers it did not flag
-        found = decoded.find if decoded is not None else (lambda position: -1)
-        Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
         positions = task.positions.tolist()
-        devices = [decoded.target(k) if k >= 0 else None for k in map(found, positions)]
+        # the GPU's, for the F3 passers it did not flag: decodings, and definitions made in its process
+        devices, defined = (_sent(getattr(task.query.counts, name, None), positions) for name in ("decoded", "defined"))
+        Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
         on_device = sum(device is not None for device in devices)
+        on_device_defined = sum(d is not None for d in defined)
         previous = set_flush_to_zero(self.ftz)   # the run's own float mode (module header)
         try:
-            results = self.targets(task.query, model, positions, decided.tolist(), Z, devices)
+            results = self.targets(task.query, model, positions, decided.tolist(), Z, devices, defined)
         finally:
             set_flush_to_zero(previous)
         outcomes = [outcome for outcome, _ in results]
@@ -301,7 +314,8 @@ class OwnPostFilter(PyhmmerStage):
         with self._counts_lock:
             for outcome in outcomes:
                 self.counts[outcome] += 1
-            self.counts["decoded_on_gpu"] += on_device
+            self.counts["decoded_on_gpu"] += on_device + on_device_defined
+            self.counts["defined_on_gpu"] += on_device_defined
             self.own_seconds += own_seconds
         return TaskResult(_joined(task.query.hmm, states), cpu_seconds=time.thread_time() - start, filtered=True)
 
@@ -332,6 +346,15 @@ class OwnPostFilter(PyhmmerStage):
         """What the stage did: F3 passers done here, targets sent to pyhmmer, seconds."""
         with self._counts_lock:
             return dict(self.counts, own_seconds=self.own_seconds)
+
+
+def _sent(targets, positions: list) -> list:
+    """For each position, its entry in what the GPU process sent (``targets``:
+    :class:`~hmmgpu.stages.decoded.DecodedTargets` or :class:`~hmmgpu.stages.defined.DefinedTargets`,
+    or None), (Forward score, decoding or definition), or None."""
+    if targets is None:
+        return [None] * len(positions)
+    return [targets.target(k) if k >= 0 else None for k in map(targets.find, positions)]
 
 
 def _runs(outcomes: list) -> list:

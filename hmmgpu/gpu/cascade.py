@@ -42,7 +42,13 @@ the Backward parser and the decodings, runs the Backward parser on a quarter of 
 (33,600 of 142,000 Viterbi-filter survivors pass F3 with 600 Pfam models against 29 M residues)
 at the cost of a second Forward pass on them, and keeps the gate's launches as they are:
 without the own post-filter nothing of this runs. Targets the kernels flag (or would not run)
-are left out of a model's decodings, and the post-filter stage computes them itself.
+are left out of a model's decodings, and the post-filter stage computes them itself. When a
+model's result is asked for, its decoded passers are then defined here, in the process that
+owns the device: the batched driver of domain definition with the GPU's stages
+(:meth:`GpuCascade.define_domains`, :class:`~hmmgpu.gpu.domaindef.GpuDomainStages`); the
+result carries the definitions no exactness flag marks
+(:class:`~hmmgpu.stages.defined.DefinedTargets`) in place of those passers' decodings, and
+the post-filter stage only forms their hits.
 
 A database larger than the GPU's memory budget is processed chunk after chunk, each model
 synchronously (correct, slower).
@@ -243,7 +249,8 @@ class GateTicket:
             else:
                 from dataclasses import replace
 
-                self._done = replace(decided, decoded=self.step.decoded(self))
+                decoded, defined = self.step.decoded(self)
+                self._done = replace(decided, decoded=decoded, defined=defined)
         return self._done
 
 
@@ -298,15 +305,18 @@ class _DecodingStep:
     def ready(self) -> bool:
         return self._launched and (self._batch is None or self._batch.done())
 
-    def decoded(self, member: GateTicket):
-        """``member``'s decoded passers (the decodings launched now and waited for if need be)."""
+    def decoded(self, member: GateTicket) -> tuple:
+        """``member``'s decoded passers (the decodings launched now and waited for if need be):
+        (:class:`~hmmgpu.stages.decoded.DecodedTargets`, :class:`~hmmgpu.stages.defined.DefinedTargets`
+        or None), the passers the GPU's domain definition stages defined moved from the first
+        to the second (:meth:`GpuCascade.define_domains`)."""
         from hmmgpu.stages.decoded import DecodedTargets
         from hmmgpu.stages.forward import STATUS_UNSURE
 
         self.launch(wait=True)
         job = self._job.get(id(member))
         if job is None:
-            return DecodedTargets.gather([], [], [], [], [], [])
+            return DecodedTargets.gather([], [], [], [], [], []), None
         cascade = self._cascade
         with cascade._forward_lock:
             got = self._batch.results()[job]
@@ -318,8 +328,11 @@ class _DecodingStep:
         decoded = DecodedTargets.gather(got.indices[keep], got.scores[keep], dec.status[keep],
                                         [dec.mocc[k] for k in keep], [dec.btot[k] for k in keep],
                                         [dec.etot[k] for k in keep])
-        cascade._count_decoded(len(keep), int(got.indices.size) - len(keep), decoded.nbytes)
-        return decoded
+        decoded, defined = cascade.define_domains(member, decoded)
+        cascade._count_decoded(len(keep), int(got.indices.size) - len(keep),
+                               decoded.nbytes + (defined.nbytes if defined is not None else 0),
+                               len(defined) if defined is not None else 0)
+        return decoded, defined
 
 
 class GpuCascade:
@@ -342,7 +355,7 @@ class GpuCascade:
         #: their kernel time, how many the kernels decoded or left to the host, and the bytes of
         #: the decodings sent with the results
         self.decoding_ms = 0.0
-        self.decoding_counts = dict(decoded=0, host=0, bytes=0)
+        self.decoding_counts = dict(decoded=0, host=0, bytes=0, defined=0)
         self._steps: list = []  #: the decoding steps whose launch waits for their gate batch
         self.forward_gate = forward_gate
         #: the Forward gate's decisions, summed over models: passed and failed F3, and left
@@ -357,7 +370,9 @@ class GpuCascade:
         #: gate of an earlier one runs) are taken one at a time there (a GPU needs no lock)
         self._simulated = threading.RLock() if self.device.simulator else contextlib.nullcontext()
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
-        self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0)  #: the host's side of the cascade
+        #: the host's side of the cascade (``define``: domain definition of the F3 passers, its
+        #: kernels' waits included, with hmmgpu's own post-filter)
+        self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0, define=0.0)
         self._bias_kernel = None
         max_len = max(resident.max_length, 1)
         self.max_length = max_len
@@ -463,11 +478,32 @@ class GpuCascade:
             if span is not None:
                 self._busy.append(span)
 
-    def _count_decoded(self, decoded: int, host: int, nbytes: int) -> None:
+    def _count_decoded(self, decoded: int, host: int, nbytes: int, defined: int) -> None:
         with self._lock:
             self.decoding_counts["decoded"] += decoded
             self.decoding_counts["host"] += host
             self.decoding_counts["bytes"] += nbytes
+            self.decoding_counts["defined"] += defined
+
+    def define_domains(self, gated: GateTicket, decoded) -> tuple:
+        """Domain definition of a model's decoded passers with the GPU's stages
+        (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`, seeded with the search's ``--seed``):
+        :func:`~hmmgpu.stages.defined.split_defined`'s (definitions sent, decodings sent). None
+        defined with ``--seed 0`` (the post-filter stage then leaves the model's tasks to
+        pyhmmer's pipeline)."""
+        seed = gated.options.seed
+        if not len(decoded) or seed == 0:
+            return decoded, None
+        from hmmgpu.gpu.domaindef import GpuDomainStages
+        from hmmgpu.stages.defined import split_defined
+
+        clock = time.perf_counter()
+        with self._simulated, self.device.activate():
+            defined, decoded = split_defined(GpuDomainStages(gated.tables, seed=seed), self.resident.db.codes,
+                                             decoded)
+        with self._lock:
+            self.host_seconds["define"] += time.perf_counter() - clock
+        return decoded, defined
 
     def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:
         """The Forward parser kernel on ``indices`` (database indices of non-empty targets) of

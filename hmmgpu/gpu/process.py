@@ -28,7 +28,12 @@ seconds)``. Models are queued on the GPU as they arrive, up to the cascade's rin
 hmmgpu's own post-filter (the model's options say ``postfilter="hmmgpu"``) a model's result
 also carries its F3 passers' Forward scores and domain decodings
 (:class:`~hmmgpu.stages.decoded.DecodedTargets`, twelve bytes a residue: about 370 KB a Pfam
-model against 29 M residues), and goes back once their second launch is done.
+model against 29 M residues), and goes back once their second launch is done; here domain
+definition then runs on the decoded passers with the GPU's stages
+(:meth:`~hmmgpu.gpu.cascade.GpuCascade.define_domains`, seeded with the options' ``--seed``),
+and the passers whose definitions no exactness flag marks go back as those definitions
+(:class:`~hmmgpu.stages.defined.DefinedTargets`: counters, domains, traces) instead of their
+decodings.
 
 The database is never pickled: the child opens the same file itself (a database made by
 ``hmmgpu makedb`` is mapped, a sequence file is read while the parent reads it too, so the

@@ -277,7 +277,9 @@ class EngineStats:
                 + (f"; {whole} targets of whole tasks on pyhmmer's pipeline (--seed 0, or a model the flags do "
                    "not cover)" if whole else "")
                 + (f"; {p['decoded_on_gpu']} F3 passers' Forward and Backward parsers and domain decoding done on "
-                   "the GPU" if p.get("decoded_on_gpu") else ""))
+                   "the GPU" if p.get("decoded_on_gpu") else "")
+                + (f", {p['defined_on_gpu']} passers defined on the GPU (domain definition in the GPU process)"
+                   if p.get("defined_on_gpu") else ""))
 
     def forward_gate_line(self) -> str:
         """One line on the Forward gate: what hmmgpu's Forward decided, the work taken from pyhmmer."""

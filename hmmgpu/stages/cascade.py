@@ -141,6 +141,9 @@ class CascadeResult:
     #: the F3 passers' Forward scores and domain decodings, where the backend made them for hmmgpu's
     #: own post-filter (:class:`~hmmgpu.stages.decoded.DecodedTargets`; None: it did not)
     decoded: object = None
+    #: the F3 passers whose domains the backend defined for hmmgpu's own post-filter, no longer
+    #: among ``decoded`` (:class:`~hmmgpu.stages.defined.DefinedTargets`; None: it defined none)
+    defined: object = None
 
 
 def forward_gate(profile, options, fwd: ForwardResult, filtersc) -> tuple:

@@ -66,20 +66,24 @@ def sample_targets(hmms, hits: int, misses: int, others: int, max_length: int = 
     return pyhmmer.easel.DigitalSequenceBlock(proteome.alphabet, list(chosen.values()))
 
 
-def check_decodings(hmm, db, result) -> dict:
+def check_decodings(hmm, db, result, seed: int = 42) -> dict:
     """One model's cascade result with the own post-filter asked for: its decoded targets are F3
     passers of the gate, and each one's Forward score and decoding (status, mocc, btot, etot)
-    equal the CPU references' bit for bit (and libhmmer's ``p7_DomainDecoding``'s)."""
+    equal the CPU references' bit for bit (and libhmmer's ``p7_DomainDecoding``'s); the passers
+    the GPU process defined (``result.defined``, with the GPU's domain definition stages) are
+    F3 passers too, not among the decodings, each one's Forward score and definition equal to
+    the CPU references' parsers and domain definition stages' (``seed``: the search's)."""
     from hmmgpu.cpu.fwdback import ForwardTables, backward, length_specials, parse
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.stages.domaindef import domain_decoding
     from hmmgpu.stages.profiles import configured_profile
 
-    decoded = result.decoded
+    decoded, defined = result.decoded, result.defined
     passers = np.setdiff1d(result.survivors, result.forward.unsure)
     if decoded is None or not np.isin(decoded.indices, passers).all():
         raise AssertionError(f"{hmm.name}: decoded targets that are not F3 passers")
     tables = ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
+    n_defined = _check_definitions(hmm, db, tables, passers, decoded, defined, seed) if defined is not None else 0
     with HmmerModel(hmm) as model:
         for k, index in enumerate(decoded.indices.tolist()):
             codes = db.codes(index)
@@ -94,8 +98,43 @@ def check_decodings(hmm, db, result) -> dict:
             for name, a, b, c in zip(("mocc", "btot", "etot"), got[1:], expected[1:], libhmmer[1:]):
                 if not (np.array_equal(_bits(a), _bits(b)) and np.array_equal(_bits(a), _bits(c))):
                     raise AssertionError(f"{hmm.name} target {index}: {name} differs from the reference")
-    return dict(passers=int(passers.size), decoded=len(decoded), left_to_host=int(passers.size) - len(decoded),
-                bytes=decoded.nbytes)
+    n_decoded = len(decoded) + n_defined
+    return dict(passers=int(passers.size), decoded=n_decoded, defined=n_defined,
+                left_to_host=int(passers.size) - n_decoded,
+                bytes=decoded.nbytes + (defined.nbytes if defined is not None else 0))
+
+
+def _check_definitions(hmm, db, tables, passers, decoded, defined, seed: int) -> int:
+    """:func:`check_decodings`' definitions part: how many the GPU process sent, each checked."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.cpu.fwdback import backward, parse
+    from hmmgpu.stages.domaindef import define_domains
+    from hmmgpu.stages.forward import HOST
+
+    if not np.isin(defined.indices, passers).all() or np.isin(defined.indices, decoded.indices).any():
+        raise AssertionError(f"{hmm.name}: defined targets that are not F3 passers, or decoded too")
+    stages = CpuDomainStages(tables, seed=seed)
+    for k, index in enumerate(defined.indices.tolist()):
+        codes = db.codes(index)
+        forward = parse(tables, codes)
+        bck = backward(tables, codes, forward)
+        want = define_domains(stages, codes, forward.xmx, bck.xmx, bck.has_own_scales)
+        score, got = defined.target(k)
+        if want.flags & HOST or _bits(score) != _bits(forward.score):
+            raise AssertionError(f"{hmm.name} target {index}: sent, but score {score} (reference {forward.score}) "
+                                 f"or the reference's flags {want.flags}")
+        same = [getattr(got, n) == getattr(want, n) for n in ("nregions", "nclustered", "noverlaps", "nenvelopes")]
+        same += [_bits(got.nexpected) == _bits(want.nexpected), _bits(got.n2sc_sum) == _bits(want.n2sc_sum),
+                 len(got.domains) == len(want.domains)]
+        for a, b in zip(got.domains, want.domains):
+            same += [(a.ienv, a.jenv, a.iali, a.jali) == (b.ienv, b.jenv, b.iali, b.jali)]
+            same += [_bits(getattr(a, n)) == _bits(getattr(b, n)) for n in ("envsc", "domcorrection", "oasc")]
+            same += [np.array_equal(getattr(a.trace, n), getattr(b.trace, n)) for n in ("st", "k", "i")]
+            same += [np.array_equal(_bits(a.trace.pp), _bits(b.trace.pp))]
+        if not all(same):
+            raise AssertionError(f"{hmm.name} target {index}: the GPU process's definition differs from the "
+                                 "CPU stages'")
+    return len(defined)
 
 
 def check_engine(backend, db, hmms, **options) -> list:
@@ -124,7 +163,7 @@ def check_engine(backend, db, hmms, **options) -> list:
         results = list(engine.search(hmms))
     finally:
         del backend.submit
-    rows = [(f"decodings {hmm.name}", check_decodings(hmm, db, ticket.result()))
+    rows = [(f"decodings {hmm.name}", check_decodings(hmm, db, ticket.result(), opts.seed))
             for hmm, ticket in zip(hmms, tickets, strict=True)]
     hits = 0
     for result, hmm in zip(results, hmms, strict=True):
@@ -137,9 +176,10 @@ def check_engine(backend, db, hmms, **options) -> list:
             raise AssertionError(f"{hmm.name}: the engine's hits or counters differ from pyhmmer's")
         hits += ref["N"]
     p = engine.stats.postfilter
-    if not p.get("decoded_on_gpu"):
-        raise AssertionError(f"the post-filter used no decoding of the GPU: {p}")
-    return rows + [("engine", dict(hits=hits, **{k: p[k] for k in ("passed", "host", "failed", "decoded_on_gpu")}))]
+    if not p.get("decoded_on_gpu") or not p.get("defined_on_gpu"):
+        raise AssertionError(f"the post-filter used no decoding or no definition of the GPU: {p}")
+    return rows + [("engine", dict(hits=hits, **{k: p[k] for k in ("passed", "host", "failed", "decoded_on_gpu",
+                                                                  "defined_on_gpu")}))]
 
 
 def _rows(path) -> list:
@@ -185,8 +225,9 @@ def check_command_line(hmms, block, cpus: int = 2, route: str = "hmmer") -> dict
         ours, said = runs["hmmgpu"]
         decoded = re.search(r"(\d+) F3 passers' Forward and Backward parsers and domain decoding done on the GPU",
                             said)
-        if decoded is None:
-            raise AssertionError(f"the command line used no decoding of the GPU:\n{said[-3000:]}")
+        defined = re.search(r"(\d+) passers defined on the GPU", said)
+        if decoded is None or defined is None:
+            raise AssertionError(f"the command line used no decoding or no definition of the GPU:\n{said[-3000:]}")
         for kind in ("tblout", "domtblout", "pfamtblout"):
             if _rows(ours / f"out.{kind}") != _rows(runs["route"][0] / f"out.{kind}"):
                 raise AssertionError(f"{kind} differs from the pyhmmer route's")
@@ -203,7 +244,8 @@ def check_command_line(hmms, block, cpus: int = 2, route: str = "hmmer") -> dict
             author = re.compile(rb"^#=GF AU .*$", re.M)
             if author.sub(b"", (ours / "out.sto").read_bytes()) != author.sub(b"", (ref / "out.sto").read_bytes()):
                 raise AssertionError("the -A alignment differs from hmmsearch's")
-        return dict(domain_rows=n_rows, decoded_on_gpu=int(decoded.group(1)), hmmsearch=hmmsearch is not None)
+        return dict(domain_rows=n_rows, decoded_on_gpu=int(decoded.group(1)), defined_on_gpu=int(defined.group(1)),
+                    hmmsearch=hmmsearch is not None)
 
 
 def simulator_own_postfilter_checks():

@@ -27,10 +27,13 @@ def _assert_rows(rows: dict, models: list) -> None:
     decodings = [rows[f"decodings {name}"] for name in models]
     assert all(got["decoded"] + got["left_to_host"] == got["passers"] for got in decodings)
     assert sum(got["decoded"] for got in decodings) > 0
+    assert sum(got["defined"] for got in decodings) > 0   # domain definition's stages ran in the GPU's process
     engine = rows["engine"]
     assert engine["hits"] > 0 and engine["decoded_on_gpu"] == sum(rows[f"decodings {n}"]["decoded"] for n in models)
+    assert engine["defined_on_gpu"] == sum(got["defined"] for got in decodings)
     if "command line" in rows:   # the GPU run (under the simulator the GPU process's route costs minutes)
         assert rows["command line"]["decoded_on_gpu"] == engine["decoded_on_gpu"]
+        assert rows["command line"]["defined_on_gpu"] == engine["defined_on_gpu"]
         assert rows["command line"]["domain_rows"] > 0
 
 

@@ -86,3 +86,41 @@ def test_a_device_decoding_gives_the_references_outcome(survivors):
                     hits += 1
             compared += 1
     assert compared >= 75 and hits >= 2 * 33 and left_out >= 1   # 79, 158 and 7 with the four sample models
+
+
+def test_a_definition_of_the_gpu_process_gives_the_references_hit(survivors):
+    """The same targets defined as the GPU process defines them (stages.defined.split_defined on
+    their decodings, in IEEE arithmetic as the device computes; the CPU stages here, which the
+    GPU's equal bit for bit): every definition sent (no HOST flag) gives the stage the outcome
+    and hit bytes its own parsers and domain definition give, in both float modes; the others
+    come back as their decodings (tests/test_audit.py has one such)."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.stages.decoded import DecodedTargets
+    from hmmgpu.stages.defined import split_defined
+
+    db, chosen = survivors
+    stage = OwnPostFilter(db, SearchOptions())
+    sent = kept = hits = 0
+    for index, hmm, positions in chosen:
+        query = SimpleNamespace(index=index, hmm=hmm)
+        model = stage._model(query)
+        made = {p: device_decoding(model.tables, db.codes(p)) for p in positions}
+        made = {p: d for p, d in made.items() if d is not None}
+        decoded = DecodedTargets.gather(list(made), [s for s, _ in made.values()], [d[0] for _, d in made.values()],
+                                        *([d[n] for _, d in made.values()] for n in (1, 2, 3)))
+        defined, rest = split_defined(CpuDomainStages(model.tables, seed=42), db.codes, decoded)
+        assert sorted(defined.indices.tolist() + rest.indices.tolist()) == sorted(made)
+        order = defined.indices.tolist()
+        for ftz in (False, True):
+            with flush_to_zero() if ftz else contextlib.nullcontext():
+                here = stage.targets(query, model, order, [True] * len(order), None, [None] * len(order))
+                there = stage.targets(query, model, order, [True] * len(order), None, [None] * len(order),
+                                      [defined.target(k) for k in range(len(order))])
+            for position, a, b in zip(order, here, there, strict=True):
+                assert a[0] == b[0] == TargetOutcome.PASSED and (a[1] is None) == (b[1] is None), (hmm.name, position)
+                if a[1] is not None:
+                    assert serialize_hit(a[1]) == serialize_hit(b[1]), (hmm.name, position, ftz)
+                    hits += 1
+        sent += len(defined)
+        kept += len(rest)
+    assert sent + kept >= 75 and sent >= 70 and hits >= 2 * 70   # 79 sent, 158 hits, none kept with the samples

@@ -1,0 +1,187 @@
+"""The domain definitions a device made for a model's F3 passers, on their way to the post-filter stage.
+
+What it holds
+-------------
+With hmmgpu's own post-filter (``--postfilter hmmgpu``) on the GPU route, the GPU process
+decodes each model's F3 passers (:mod:`hmmgpu.stages.decoded`) and then runs domain definition
+on them too: the batched driver (:func:`hmmgpu.stages.domaindef.define_domains_batched`) with
+the GPU's stages, in the process that owns the device (:mod:`hmmgpu.gpu.cascade`). What the
+post-filter stage still needs of a definition to form the target's hit
+(:func:`hmmgpu.stages.hits.pipeline_hit`) travels here, per target (database index): the
+Forward parser's score (float32 nats), the counters ``nregions``, ``nclustered``,
+``noverlaps``, ``nenvelopes``, ``nexpected`` and the null2 total ``esl_vec_FSum(n2sc, L+1)``
+(the per-residue null2 scores themselves are read by nothing after domain definition), and per
+domain (``dcl`` order) ``ienv``, ``jenv``, ``iali``, ``jali``, ``envsc``, ``domcorrection``,
+``oasc`` and its optimal accuracy trace (``st``, ``k``, ``i``, ``pp``, target coordinates).
+:meth:`DefinedTargets.target` gives a target back as a :class:`SentDefinition`, which
+:func:`~hmmgpu.stages.hits.pipeline_hit` takes as it takes a
+:class:`~hmmgpu.stages.domaindef.DomainDefinition`.
+
+Which definitions are sent (:func:`split_defined`): those whose decoding was OK and whose
+stages raised no flag that could send them to the host (:data:`~hmmgpu.stages.forward.HOST`:
+RANGE, SUBNORMAL). The device computes in IEEE arithmetic and the post-filter stage runs in the
+search's own float mode (hmmsearch's flush-to-zero on the command line); a definition no HOST
+flag marks is the same in both, as a decoding the device sends is. Every other decoded passer
+(its decoding overflowed, or a matrix of its definition was flagged) is sent as its decoding
+(:class:`~hmmgpu.stages.decoded.DecodedTargets`) and defined by the post-filter stage as
+before, in its float mode.
+
+Why it looks as it does
+-----------------------
+As with the decodings, a model's definitions are a few flat arrays (``offsets`` say where each
+target's domains and each domain's trace start), one pickled message. A trace is about 2.5
+rows a residue of its alignment, 13 bytes a row: a Pfam domain of 200 residues some 6.5 KB,
+against the 12 bytes a residue of the whole target that its decoding took.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from hmmgpu.constants import STATUS_OK
+from hmmgpu.stages.decoded import DecodedTargets
+from hmmgpu.stages.domaindef import Domain, define_domains_batched
+from hmmgpu.stages.forward import HOST
+
+__all__ = ["DefinedTargets", "SentDefinition", "SentTrace", "split_defined"]
+
+F32 = np.float32
+#: Columns of :attr:`DefinedTargets.counters`.
+_NREGIONS, _NCLUSTERED, _NOVERLAPS, _NENVELOPES = range(4)
+#: Columns of :attr:`DefinedTargets.totals`.
+_NEXPECTED, _N2SC_SUM = range(2)
+#: Columns of :attr:`DefinedTargets.bounds` and :attr:`DefinedTargets.domain_scores`.
+_IENV, _JENV, _IALI, _JALI = range(4)
+_ENVSC, _DOMCORRECTION, _OASC = range(3)
+
+
+class SentTrace(NamedTuple):
+    """A domain's optimal accuracy trace as :class:`DefinedTargets` carries it: the arrays of
+    a :class:`hmmgpu.cpu.optacc.Trace` (target coordinates), which is what
+    :func:`hmmgpu.report.alidisplay.alidisplay_create` reads."""
+
+    st: np.ndarray
+    k: np.ndarray
+    i: np.ndarray
+    pp: np.ndarray
+
+
+@dataclass
+class SentDefinition:
+    """A target's domain definition as :class:`DefinedTargets` carries it: what
+    :func:`~hmmgpu.stages.hits.pipeline_hit` reads of a
+    :class:`~hmmgpu.stages.domaindef.DomainDefinition` (``status`` OK and no flag: only such
+    definitions are sent), the null2 total in place of the null2 scores."""
+
+    domains: list
+    nregions: int
+    nclustered: int
+    noverlaps: int
+    nenvelopes: int
+    nexpected: np.float32
+    n2sc_sum: np.float32
+    status: int = STATUS_OK
+    flags: int = 0
+
+
+@dataclass
+class DefinedTargets:
+    """One model's F3 passers as a device defined them (see the module header)."""
+
+    indices: np.ndarray  #: int64 database indices, sorted
+    scores: np.ndarray  #: float32: the Forward parser's score (nats)
+    counters: np.ndarray  #: int32 [n][4]: nregions, nclustered, noverlaps, nenvelopes
+    totals: np.ndarray  #: float32 [n][2]: nexpected, esl_vec_FSum(n2sc)
+    domain_offsets: np.ndarray  #: int64 [n+1]: where each target's domains start
+    bounds: np.ndarray  #: int32 [D][4]: ienv, jenv, iali, jali
+    domain_scores: np.ndarray  #: float32 [D][3]: envsc, domcorrection, oasc
+    trace_offsets: np.ndarray  #: int64 [D+1]: where each domain's trace starts
+    st: np.ndarray  #: uint8: every trace's states, one after the other
+    k: np.ndarray  #: int32
+    i: np.ndarray  #: int32
+    pp: np.ndarray  #: float32
+
+    @classmethod
+    def gather(cls, indices, scores, definitions: list) -> "DefinedTargets":
+        """From per-target Forward scores and definitions (any order; ``definitions``:
+        :class:`~hmmgpu.stages.domaindef.DomainDefinition` with status OK)."""
+        indices = np.asarray(indices, np.int64)
+        order = np.argsort(indices, kind="stable").tolist()
+        chosen = [definitions[k] for k in order]
+        domains = [dom for d in chosen for dom in d.domains]
+        traces = [dom.trace for dom in domains]
+
+        def flat(name, dtype):
+            return np.concatenate([getattr(t, name) for t in traces]).astype(dtype, copy=False) \
+                if traces else np.zeros(0, dtype)
+
+        return cls(indices=indices[order], scores=np.asarray(scores, F32).reshape(-1)[order],
+                   counters=np.array([[d.nregions, d.nclustered, d.noverlaps, d.nenvelopes] for d in chosen],
+                                     np.int32).reshape(-1, 4),
+                   totals=np.array([[d.nexpected, d.n2sc_sum] for d in chosen], F32).reshape(-1, 2),
+                   domain_offsets=_offsets([len(d.domains) for d in chosen]),
+                   bounds=np.array([[dom.ienv, dom.jenv, dom.iali, dom.jali] for dom in domains],
+                                   np.int32).reshape(-1, 4),
+                   domain_scores=np.array([[dom.envsc, dom.domcorrection, dom.oasc] for dom in domains],
+                                          F32).reshape(-1, 3),
+                   trace_offsets=_offsets([t.st.size for t in traces]),
+                   st=flat("st", np.uint8), k=flat("k", np.int32), i=flat("i", np.int32), pp=flat("pp", F32))
+
+    def __len__(self) -> int:
+        return int(self.indices.size)
+
+    @property
+    def nbytes(self) -> int:
+        """The arrays' bytes (what the message carries, less pickle's few framing bytes)."""
+        return sum(a.nbytes for a in (self.indices, self.scores, self.counters, self.totals, self.domain_offsets,
+                                      self.bounds, self.domain_scores, self.trace_offsets, self.st, self.k, self.i,
+                                      self.pp))
+
+    def find(self, index: int) -> int:
+        """The position of database index ``index`` here, or -1."""
+        k = int(np.searchsorted(self.indices, index))
+        return k if k < self.indices.size and int(self.indices[k]) == index else -1
+
+    def target(self, k: int) -> tuple:
+        """(Forward score, :class:`SentDefinition`) of the target at position ``k``."""
+        domains = []
+        for d in range(int(self.domain_offsets[k]), int(self.domain_offsets[k + 1])):
+            a, b = int(self.trace_offsets[d]), int(self.trace_offsets[d + 1])
+            ienv, jenv, iali, jali = self.bounds[d].tolist()
+            envsc, domcorrection, oasc = self.domain_scores[d]
+            domains.append(Domain(ienv=ienv, jenv=jenv, iali=iali, jali=jali, envsc=envsc,
+                                  domcorrection=domcorrection, oasc=oasc,
+                                  trace=SentTrace(st=self.st[a:b], k=self.k[a:b], i=self.i[a:b], pp=self.pp[a:b])))
+        counters, totals = self.counters[k].tolist(), self.totals[k]
+        return self.scores[k], SentDefinition(
+            domains=domains, nregions=counters[_NREGIONS], nclustered=counters[_NCLUSTERED],
+            noverlaps=counters[_NOVERLAPS], nenvelopes=counters[_NENVELOPES], nexpected=totals[_NEXPECTED],
+            n2sc_sum=totals[_N2SC_SUM])
+
+
+def _offsets(sizes: list) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))]).astype(np.int64)
+
+
+def split_defined(stages, codes_of, decoded: DecodedTargets) -> tuple:
+    """Domain definition of a model's decoded passers (``decoded``; ``codes_of(index)``: a
+    target's digital residues) with ``stages`` (the model's
+    :class:`~hmmgpu.stages.domaindef.DomainStages`), every OK decoding in one batch of the
+    driver: (:class:`DefinedTargets` of the definitions no HOST flag marks,
+    :class:`~hmmgpu.stages.decoded.DecodedTargets` of the other passers, their decodings as
+    they came)."""
+    ok = [k for k in range(len(decoded)) if int(decoded.status[k]) == STATUS_OK]
+    items = [decoded.target(k) for k in ok]
+    indices = decoded.indices.tolist()
+    definitions = define_domains_batched(stages, [(codes_of(indices[k]), decoding) for k, (_, decoding)
+                                                  in zip(ok, items)])
+    sent = {k: d for k, d in zip(ok, definitions) if d.status == STATUS_OK and not d.flags & HOST}
+    kept = [k for k in range(len(decoded)) if k not in sent]
+    targets = [decoded.target(k) for k in kept]
+    rest = DecodedTargets.gather([indices[k] for k in kept], [score for score, _ in targets],
+                                 [decoding[0] for _, decoding in targets], *(
+                                     [decoding[n] for _, decoding in targets] for n in (1, 2, 3)))
+    defined = DefinedTargets.gather([indices[k] for k in sent], decoded.scores[list(sent)], list(sent.values()))
+    return defined, rest
