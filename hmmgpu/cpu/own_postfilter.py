@@ -75,7 +75,9 @@ CPU references' on every route. The GPU's (:class:`hmmgpu.gpu.domaindef.GpuDomai
 those batches in the GPU process (:mod:`hmmgpu.gpu.process`), which owns the device and made
 the decodings: the same driver (:func:`~hmmgpu.stages.domaindef.define_domains_batched`) runs
 there on a model's decoded passers (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_domains`), and
-this stage defines only the passers that process did not.
+this stage defines only the passers that process did not. (The GPU's stages equal the CPU
+stages bit for bit under numba's CUDA simulator, tests/gpu; their equality on a GPU is what
+``pytest -m gpu`` of tests/gpu/test_own_postfilter_gpu.py and test_domaindef_stages.py confirm.)
 
 A task with targets sent to pyhmmer is cut into runs of consecutive targets, each run's
 state made by one side, and the runs' states joined by pyhmmer's own ``TopHits.merge`` (the

@@ -1,10 +1,12 @@
 """hmmgpu's own post-filter on the GPU route (``--backend cuda --postfilter hmmgpu``): the checks.
 
 The GPU process decodes each model's F3 passers (the Forward and Backward parser kernels and the
-domain decoding kernel, after the Forward gate: hmmgpu.gpu.cascade) and the post-filter stage
-starts domain definition from those decodings (hmmgpu.cpu.own_postfilter). Checked here: every
-decoding a model's result carries, and its Forward score, equal the CPU references' bit for bit
-(and libhmmer's ``p7_DomainDecoding``), only F3 passers are decoded; searches on that route, in
+domain decoding kernel, after the Forward gate: hmmgpu.gpu.cascade), defines them with the GPU's
+domain definition stages, and the post-filter stage forms the hits of those definitions, or
+starts domain definition from the decodings sent instead (hmmgpu.cpu.own_postfilter). Checked
+here: every decoding a model's result carries, and its Forward score, equal the CPU references'
+bit for bit (and libhmmer's ``p7_DomainDecoding``), every definition the CPU stages', only F3
+passers are decoded or defined; searches on that route, in
 this process (pyhmmer's IEEE mode) and through the command line (the GPU process, hmmsearch's
 flush-to-zero mode), equal pyhmmer's states, hmmsearch's tables, report and alignment and the
 pyhmmer route's tables. Run under numba's CUDA simulator on a few dozen sample targets by
@@ -249,8 +251,9 @@ def check_command_line(hmms, block, cpus: int = 2, route: str = "hmmer") -> dict
 
 
 def simulator_own_postfilter_checks():
-    """Under the simulator: KR against a dozen proteome targets (its shortest hits, Viterbi-filter
-    survivors that fail F3, others)."""
+    """Under the simulator: KR against nine proteome targets (its three shortest hits, two
+    Viterbi-filter survivors that fail F3, four others: nine, not the dozen before, since the
+    passers' domain definition now runs in the simulated GPU's kernels too)."""
     from hmmgpu.formats.seqdb import SequenceDB
     from hmmgpu.gpu.backend import CudaBackend
 
@@ -258,7 +261,7 @@ def simulator_own_postfilter_checks():
 
     clock = time.perf_counter()
     hmms = sample_models(["KR"])
-    block = sample_targets(hmms, hits=4, misses=2, others=6, max_length=260)
+    block = sample_targets(hmms, hits=3, misses=2, others=4, max_length=260)
     db = SequenceDB.from_block(block)
     out = [("targets", len(block))]
     backend = CudaBackend(db)
@@ -274,14 +277,16 @@ def simulator_decoding_batch_checks():
     """Under the simulator: three sampled models' gates in one batch (F3 = 1: every decided
     Viterbi-filter survivor passes) with the own post-filter asked for, a fourth without: the
     three share one decoding step, each one's decodings are its own passers' and equal the
-    references' (:func:`check_decodings`), and the fourth gets none."""
+    references' (:func:`check_decodings`), and the fourth gets none. With ``--seed 0`` (domain
+    definition's random numbers arbitrary: the post-filter leaves such tasks to pyhmmer) the GPU
+    process defines none of them (the search's definitions: :func:`simulator_own_postfilter_checks`)."""
     from hmmgpu.gpu.backend import CudaBackend
     from hmmgpu.options import SearchOptions
     from tests.gpu.kernel_checks import vit_case
 
     cases = [vit_case(M, seed, 4, 14, long_cases=False) for M, seed in ((24, 11), (40, 3), (17, 5))]
     db = cases[0][2]
-    own = SearchOptions.from_kwargs(F1=1.0, F2=1.0, F3=1.0, postfilter="hmmgpu")
+    own = SearchOptions.from_kwargs(F1=1.0, F2=1.0, F3=1.0, postfilter="hmmgpu", seed=0)
     plain = SearchOptions.from_kwargs(F1=1.0, F2=1.0, F3=1.0)
     backend = CudaBackend(db)
     try:
@@ -295,6 +300,8 @@ def simulator_decoding_batch_checks():
                if g.decode]
         if gated[3].result().decoded is not None:
             raise AssertionError("a model without the own post-filter got decodings")
+        if any(g.result().defined is not None for g in gated):
+            raise AssertionError("definitions made with --seed 0")
         return out + [("decoding counts", dict(backend.gpu.decoding_counts))]
     finally:
         backend.close()

@@ -1,6 +1,7 @@
 """hmmgpu's own post-filter on the GPU route (``--backend cuda --postfilter hmmgpu``): the F3
-passers' Forward and Backward parsers and domain decoding on the GPU, domain definition and
-scores on the host from those decodings (tests/gpu/postfilter_checks.py says what is checked).
+passers' Forward and Backward parsers and domain decoding on the GPU, domain definition in the
+GPU's process with the GPU's stages, the scores and hits on the host from those definitions
+(tests/gpu/postfilter_checks.py says what is checked).
 Under numba's CUDA simulator on a few dozen sample targets (in a subprocess: the simulator is
 chosen when numba is imported), and on a GPU over the whole sample proteome (``pytest -m gpu``)."""
 import ast
@@ -48,20 +49,23 @@ def _simulate(checks: str, tmp_path) -> dict:
 
 
 def test_own_postfilter_on_the_gpu_route_under_simulator(tmp_path):
-    """KR against a dozen targets (its shortest hits, Viterbi-filter survivors that fail F3,
-    others): the decodings equal the CPU references' and libhmmer's, the engine's states
-    pyhmmer's (the command line's outputs against hmmsearch's: the GPU test)."""
+    """KR against nine targets (its shortest hits, Viterbi-filter survivors that fail F3,
+    others): the decodings equal the CPU references' and libhmmer's, the definitions the GPU
+    process made with the GPU's stages (every passer's here) the CPU stages', the engine's
+    states pyhmmer's (the command line's outputs against hmmsearch's: the GPU test)."""
     _assert_rows(_simulate("simulator_own_postfilter_checks", tmp_path), ["KR"])
 
 
 def test_decodings_of_several_models_share_a_step_under_simulator(tmp_path):
     """Three sampled models' gates in one batch, their passers decoded in one second launch,
     each model's decodings its own and equal to the references'; a model of the same batch
-    without the own post-filter gets none."""
+    without the own post-filter gets none (with --seed 0, so that no passer is defined: the
+    first test's definitions suffice)."""
     rows = _simulate("simulator_decoding_batch_checks", tmp_path)
     batched = [rows[f"batched M{M}"] for M in (24, 40, 17)]
     assert all(r["decoded"] > 0 for r in batched)
     assert rows["decoding counts"]["decoded"] == sum(r["decoded"] for r in batched)
+    assert rows["decoding counts"]["defined"] == 0   # --seed 0: no definition in the GPU process
 
 
 @pytest.mark.gpu

@@ -92,8 +92,9 @@ def test_a_definition_of_the_gpu_process_gives_the_references_hit(survivors):
     """The same targets defined as the GPU process defines them (stages.defined.split_defined on
     their decodings, in IEEE arithmetic as the device computes; the CPU stages here, which the
     GPU's equal bit for bit): every definition sent (no HOST flag) gives the stage the outcome
-    and hit bytes its own parsers and domain definition give, in both float modes; the others
-    come back as their decodings (tests/test_audit.py has one such)."""
+    and hit bytes its own parsers and domain definition give, in both float modes, in a batch
+    where every other target is defined by the stage itself; the others come back as their
+    decodings (tests/test_audit.py has one such)."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.stages.decoded import DecodedTargets
     from hmmgpu.stages.defined import split_defined
@@ -115,7 +116,7 @@ def test_a_definition_of_the_gpu_process_gives_the_references_hit(survivors):
             with flush_to_zero() if ftz else contextlib.nullcontext():
                 here = stage.targets(query, model, order, [True] * len(order), None, [None] * len(order))
                 there = stage.targets(query, model, order, [True] * len(order), None, [None] * len(order),
-                                      [defined.target(k) for k in range(len(order))])
+                                      [defined.target(k) if k % 2 else None for k in range(len(order))])
             for position, a, b in zip(order, here, there, strict=True):
                 assert a[0] == b[0] == TargetOutcome.PASSED and (a[1] is None) == (b[1] is None), (hmm.name, position)
                 if a[1] is not None:
