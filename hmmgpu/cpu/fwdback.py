@@ -773,25 +773,14 @@ def score_targets(tables: ForwardTables, db, indices, model=None) -> tuple:
     argument does not cover) is computed by ``model`` (a :class:`hmmgpu.cpu.hmmerlib.HmmerModel`,
     in the calling thread's float mode), or, without one, gets :data:`STATUS_UNSURE` and no
     score."""
-    idx = np.asarray(indices, np.int64)
-    status = np.zeros(idx.size, np.int32)
-    scores = np.full(idx.size, np.nan, np.float32)
-    covered = tables.exactness_conditions() is None
-    recomputed = 0
-    for j, t in enumerate(idx.tolist()):
-        codes = db.codes(t)
-        if covered:
-            mine = parse(tables, codes, rows=False)
-            pmove = length_specials(codes.size, tables.nj)[0]
-            if not (mine.flags & HOST) and np.float32(mine.xc * pmove) > FLT_MIN:
-                scores[j] = forward_score(mine.scales, mine.xc, pmove)
-                continue
-        if model is None:
-            status[j] = STATUS_UNSURE
-            continue
-        status[j], scores[j] = model.forward_parser(codes)[:2]
-        recomputed += 1
-    return status, scores, recomputed
+    def own(codes):
+        mine = parse(tables, codes, rows=False)
+        pmove = length_specials(codes.size, tables.nj)[0]
+        if not (mine.flags & HOST) and np.float32(mine.xc * pmove) > FLT_MIN:
+            return forward_score(mine.scales, mine.xc, pmove)
+        return None
+
+    return _scores(tables, db, indices, own, model.forward_parser if model is not None else None)
 
 
 def backward_scores(tables: ForwardTables, db, indices, model=None) -> tuple:
@@ -802,6 +791,18 @@ def backward_scores(tables: ForwardTables, db, indices, model=None) -> tuple:
     (:attr:`BackwardResult.needs_host`), or every target of a model whose tables the flags'
     argument does not cover, is computed by ``model`` (``HmmerModel.backward_parser``, in the
     calling thread's float mode), or, without one, gets :data:`STATUS_UNSURE` and no score."""
+    def own(codes):
+        mine = backward(tables, codes)
+        return None if mine.needs_host else mine.score
+
+    return _scores(tables, db, indices, own, model.backward_parser if model is not None else None)
+
+
+def _scores(tables: ForwardTables, db, indices, own, host) -> tuple:
+    """Each target's score by ``own(codes)`` (None where its flags send it to the host), else
+    by ``host(codes)`` (libhmmer's parser: status and score first), else STATUS_UNSURE; every
+    target by ``host`` where the tables' exactness conditions are not met. (status, scores,
+    how many ``host`` computed), as :func:`score_targets` and :func:`backward_scores` return."""
     idx = np.asarray(indices, np.int64)
     status = np.zeros(idx.size, np.int32)
     scores = np.full(idx.size, np.nan, np.float32)
@@ -809,16 +810,14 @@ def backward_scores(tables: ForwardTables, db, indices, model=None) -> tuple:
     recomputed = 0
     for j, t in enumerate(idx.tolist()):
         codes = db.codes(t)
-        if covered:
-            mine = backward(tables, codes)
-            if not mine.needs_host:
-                scores[j] = mine.score
-                continue
-        if model is None:
+        score = own(codes) if covered else None
+        if score is not None:
+            scores[j] = score
+        elif host is None:
             status[j] = STATUS_UNSURE
-            continue
-        status[j], scores[j] = model.backward_parser(codes)[:2]
-        recomputed += 1
+        else:
+            status[j], scores[j] = host(codes)[:2]
+            recomputed += 1
     return status, scores, recomputed
 
 
