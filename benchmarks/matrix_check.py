@@ -76,7 +76,7 @@ def main() -> None:
     import pyhmmer
 
     from hmmgpu.cpu.fwdback import backward_matrix, forward_matrix
-    from hmmgpu.gpu.fwdback.matrix_launch import matrix_bytes, produce_matrices
+    from hmmgpu.gpu.fwdback.matrix_launch import job_bytes, produce_matrices
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True, type=Path)
@@ -131,7 +131,7 @@ def main() -> None:
                 c["own_scales"] += int(want_b.matrix.has_own_scales)
             k += 1
     print(json.dumps(dict(model="all", gpu_seconds=round(gpu_s, 3), cpu_seconds=round(cpu_s, 3),
-                          device_mb=round(sum(matrix_bytes(job) for job in jobs) / 2 ** 20, 1), **c)), flush=True)
+                          device_mb=round(sum(job_bytes(job) for job in jobs) / 2 ** 20, 1), **c)), flush=True)
 
 
 if __name__ == "__main__":

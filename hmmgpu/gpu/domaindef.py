@@ -44,21 +44,17 @@ from hmmgpu.cpu.domaindef import CpuDomainStages, envelope_result
 from hmmgpu.cpu.envelope import finish_envelope
 from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
 from hmmgpu.cpu.stotrace import DEFAULT_SEED
-from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest, default_binding
+from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest
 from hmmgpu.gpu.ensemble.stages import region_ensembles
 from hmmgpu.gpu.envelope.launch import decode_produced
-from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, produce_matrices
+from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, matrix_bytes, produce_matrices
+from hmmgpu.gpu.runtime.context import numba_binding
 from hmmgpu.stages.forward import TINY_ROWS
 
-__all__ = ["DEFAULT_BATCH_BYTES", "GpuDomainStages", "matrix_bytes", "runs_within"]
+__all__ = ["DEFAULT_BATCH_BYTES", "GpuDomainStages", "runs_within"]
 
 #: The matrices a launch holds at most (bytes; an item larger than this is a launch alone).
 DEFAULT_BATCH_BYTES = 256 << 20
-
-
-def matrix_bytes(Ld: int, Q: int) -> int:
-    """The bytes of a full striped matrix of ``Ld`` residues: cells and special rows."""
-    return 4 * (int(Ld) + 1) * (12 * int(Q) + 6)
 
 
 def runs_within(sizes, budget: int) -> list:
@@ -77,7 +73,7 @@ def runs_within(sizes, budget: int) -> list:
 
 class GpuDomainStages(CpuDomainStages):
     """The stages of one model (``tables``, the pipeline's ``seed``) with the batch methods on
-    the GPU: ``binding`` the kernels' (:func:`~hmmgpu.gpu.ensemble.launch.default_binding` if
+    the GPU: ``binding`` the kernels' (:func:`~hmmgpu.gpu.runtime.context.numba_binding` if
     None), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the matrices a
     launch holds at most."""
 
@@ -89,7 +85,7 @@ class GpuDomainStages(CpuDomainStages):
         self.batch_bytes = int(batch_bytes)
 
     def region_ensembles(self, regions) -> list:
-        binding = self.binding or default_binding()
+        binding = self.binding or numba_binding()
         out = []
         sizes = [matrix_bytes(r.j - r.i + 1, self.tables.Q) for r in regions]
         for start, end in runs_within(sizes, self.batch_bytes):
@@ -104,7 +100,7 @@ class GpuDomainStages(CpuDomainStages):
 
     def rescore_envelopes(self, envelopes) -> list:
         uni = unihit_tables(self.tables)
-        binding = self.binding or default_binding()
+        binding = self.binding or numba_binding()
         out = []
         sizes = [2 * matrix_bytes(e.j - e.i + 1, self.tables.Q) for e in envelopes]
         for start, end in runs_within(sizes, self.batch_bytes):

@@ -22,7 +22,8 @@ def check_rescored_envelopes(cases, binding) -> dict:
     whether dropped, the flags, and unless dropped envsc, oasc, iali, jali, the trace, and for
     the envelopes whose null2 is not done (every other one) the n2sc bits."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
-    from hmmgpu.gpu.domaindef import GpuDomainStages, matrix_bytes, runs_within
+    from hmmgpu.gpu.domaindef import GpuDomainStages, runs_within
+    from hmmgpu.gpu.fwdback.matrix_launch import matrix_bytes
     from hmmgpu.stages.domaindef import EnvelopeSpan
     from hmmgpu.stages.forward import ANY_TINY
 

@@ -150,9 +150,9 @@ def check_own_scales(M: int = 12, seed: int = 5, length: int = 60) -> dict:
     from numba import cuda
 
     from hmmgpu.cpu import fwdback as ref
-    from hmmgpu.gpu.fwdback import matrix_launch
     from hmmgpu.gpu.fwdback.matrix_source import BWD_ARGS, BwdMatrixSpec
     from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.context import numba_binding
     from hmmgpu.gpu.runtime.kargs import arguments
     from hmmgpu.stages.forward import backward_score_from_scales
     from tests.helpers import sampled_hmm
@@ -189,7 +189,7 @@ def check_own_scales(M: int = 12, seed: int = 5, length: int = 60) -> dict:
         scratch=cuda.device_array(3 * tables.Q * 4, np.float32), n_threads=4,
         row_base=cuda.to_device(np.zeros(1, np.int64)), cell_base=cuda.to_device(np.zeros(1, np.int64)),
         scale_base=cuda.to_device(np.zeros(1, np.int64)), **out)
-    build.numba_kernel(BwdMatrixSpec("global"), matrix_launch._binding())[1, 4, 0, 0](*arguments(BWD_ARGS, **values))
+    build.numba_kernel(BwdMatrixSpec("global"), numba_binding())[1, 4, 0, 0](*arguments(BWD_ARGS, **values))
     got_flags, got_own = int(out["out_flags"].copy_to_host()[0]), bool(out["out_own"].copy_to_host()[0])
     if got_flags != flags & ~ref.ANY_TINY or not got_own:
         raise AssertionError(f"kernel flags {got_flags}, own scales {got_own}; CPU reference {flags}, True")
@@ -295,7 +295,8 @@ def check_envelope_handoff(jobs) -> dict:
     many came back)."""
     from hmmgpu.cpu import fwdback as ref
     from hmmgpu.gpu.envelope.launch import decode_oa, decode_produced
-    from hmmgpu.gpu.fwdback.matrix_launch import _binding, produce_matrices
+    from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
+    from hmmgpu.gpu.runtime.context import numba_binding
 
     batch = produce_matrices(jobs)
     envs = [k for k, job in enumerate(jobs) if job.unihit and job.backward]
@@ -306,7 +307,7 @@ def check_envelope_handoff(jobs) -> dict:
         fwd = ref.forward_matrix(jobs[k].tables, jobs[k].codes, jobs[k].i, jobs[k].j, unihit=True)
         bck = ref.backward_matrix(jobs[k].tables, jobs[k].codes, fwd, jobs[k].i, jobs[k].j, unihit=True)
         references.append((fwd, bck, uni, ref.special_transitions(uni, len(jobs[k].codes))))
-    for k, mine, want in zip(envs, got, decode_oa(references, _binding())):
+    for k, mine, want in zip(envs, got, decode_oa(references, numba_binding())):
         if (mine.status, bits(mine.oasc), mine.flags) != (want.status, bits(want.oasc), want.flags & ~ref.ANY_TINY):
             raise AssertionError(f"job {k}: envelope status, oasc or flags differ from the host matrices'")
         if mine.posterior.matrix is not None:

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_runs_within_cuts_consecutive_runs_under_the_budget():
-    from hmmgpu.gpu.domaindef import matrix_bytes, runs_within
+    from hmmgpu.gpu.domaindef import runs_within
+    from hmmgpu.gpu.fwdback.matrix_launch import matrix_bytes
 
     assert runs_within([], 10) == []
     assert runs_within([4, 4, 4, 11, 1, 9, 10], 10) == [(0, 2), (2, 3), (3, 4), (4, 6), (6, 7)]

@@ -27,9 +27,10 @@ import numpy as np
 
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, TraceEnsemble, uniform_table
 from hmmgpu.gpu.ensemble.source import ARGS, EnsembleSpec
+from hmmgpu.gpu.runtime.context import numba_binding
 from hmmgpu.gpu.runtime.kargs import arguments
 
-__all__ = ["DEFAULT_TABLE", "default_binding", "RegionRequest", "RegionBatch", "SampledRegion", "pair_capacity",
+__all__ = ["DEFAULT_TABLE", "RegionRequest", "RegionBatch", "SampledRegion", "pair_capacity",
            "pack_regions", "launch", "sample_regions"]
 
 #: Draws in the device table (8 MB of doubles; the longest region measured read 190,690).
@@ -138,20 +139,6 @@ def pack_regions(requests, nsamples: int = NSAMPLES, pair_cap: int | None = None
                        pair_size=int(caps.astype(np.int64).sum()), nsamples=int(nsamples))
 
 
-def default_binding() -> str:
-    """The kernel module's binding for numba's current target: ``"python"`` under the
-    simulator, else the lane binding of numba's current device (as
-    :attr:`hmmgpu.gpu.runtime.device.GpuDevice.lane_binding` names it; the kernel calls no
-    lane helper)."""
-    from numba import cuda
-
-    from hmmgpu.gpu.runtime.context import simulator_enabled
-
-    if simulator_enabled():
-        return "python"
-    return "dpx" if tuple(cuda.get_current_device().compute_capability) >= (9, 0) else "swar"
-
-
 _tables = {}
 
 
@@ -170,7 +157,7 @@ def launch(batch: RegionBatch, dp, xmx, *, seed: int = DEFAULT_SEED, table: int 
     """Sample every region of ``batch`` whose matrices are the device arrays ``dp`` and ``xmx``
     (float32, the regions' cells and rows at the batch's offsets): a :class:`SampledRegion`
     per region, in order. ``table``: draws in the device table; ``binding``: the kernel
-    module's (:func:`default_binding` if None)."""
+    module's (:func:`~hmmgpu.gpu.runtime.context.numba_binding` if None)."""
     from numba import cuda
 
     from hmmgpu.gpu.runtime import build
@@ -187,7 +174,7 @@ def launch(batch: RegionBatch, dp, xmx, *, seed: int = DEFAULT_SEED, table: int 
                   work=cuda.device_array(max(batch.work_size, 1), np.float32), n_items=n,
                   counters=cuda.to_device(np.zeros(1, np.int32)), n_threads=n, acc=acc, pairs=pairs, **outs,
                   **{name: cuda.to_device(value) for name, value in a.items()})
-    kernel = build.numba_kernel(EnsembleSpec(), binding or default_binding())
+    kernel = build.numba_kernel(EnsembleSpec(), binding or numba_binding())
     kernel[(n + block - 1) // block, block](*arguments(ARGS, **values))
     status, npairs, draws, ftz = (outs[name].copy_to_host() for name in ("out_status", "out_npairs", "out_draws",
                                                                          "out_ftz"))

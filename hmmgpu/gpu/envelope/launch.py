@@ -181,7 +181,7 @@ def decode_produced(batch, jobs, binding: str | None = None, block: int | None =
     (every envelope), or a function ``matrices(e, decoded)`` of the envelope's position in
     ``jobs`` and its :class:`DecodedEnvelope` without them."""
     from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
-    from hmmgpu.gpu.ensemble.launch import default_binding
+    from hmmgpu.gpu.runtime.context import numba_binding
 
     jobs = np.asarray(jobs, np.int64)
     chosen = [batch.jobs[k] for k in jobs.tolist()]
@@ -195,7 +195,7 @@ def decode_produced(batch, jobs, binding: str | None = None, block: int | None =
     got = _launch([job.Ld for job in chosen], uni,
                   [special_transitions(u, len(job.codes)) for u, job in zip(uni, chosen)],
                   [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
-                  batch.x_base[jobs], binding or default_binding(), block)
+                  batch.x_base[jobs], binding or numba_binding(), block)
     out = []
     for e, (k, job) in enumerate(zip(jobs.tolist(), chosen)):
         flags = batch.forward[k].flags | batch.backward[k].flags

@@ -45,11 +45,12 @@ from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix, special_transitions,
 from hmmgpu.gpu.fwdback.matrix_source import BWD_ARGS, FWD_ARGS, BwdMatrixSpec, FwdMatrixSpec
 from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q
 from hmmgpu.gpu.runtime import tuning
+from hmmgpu.gpu.runtime.context import numba_binding
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.stages.forward import (
     FLT_MIN, SUBNORMAL, ForwardTables, backward_score_from_scales, forward_score, forward_totscale)
 
-__all__ = ["MatrixJob", "MatrixSummary", "MatrixBatch", "produce_matrices", "matrix_bytes"]
+__all__ = ["MatrixJob", "MatrixSummary", "MatrixBatch", "produce_matrices", "job_bytes", "matrix_bytes"]
 
 #: Threads per job (one per SSE lane).
 GROUP = 4
@@ -91,10 +92,15 @@ class MatrixSummary:
     has_own_scales: bool
 
 
-def matrix_bytes(job: MatrixJob) -> int:
-    """Device bytes of one job's matrices (cells and specials; twice with Backward)."""
-    one = 4 * (job.Ld + 1) * (3 * job.tables.Q * 4 + 6)
-    return one * (2 if job.backward else 1)
+def matrix_bytes(Ld: int, Q: int) -> int:
+    """The bytes of a full striped matrix of ``Ld`` residues and ``Q`` vectors: its cells and
+    special rows."""
+    return 4 * (int(Ld) + 1) * (12 * int(Q) + 6)
+
+
+def job_bytes(job: MatrixJob) -> int:
+    """Device bytes of one job's matrices (twice with Backward)."""
+    return matrix_bytes(job.Ld, job.tables.Q) * (2 if job.backward else 1)
 
 
 def _offsets(sizes) -> np.ndarray:
@@ -157,18 +163,6 @@ class MatrixBatch:
                 for k in range(len(self.jobs))]
 
 
-def _binding() -> str:
-    """The kernel modules' binding for numba's current target: ``"python"`` under the
-    simulator, else the device's lane binding (the matrix kernels call no lane helper)."""
-    from numba import cuda
-
-    from hmmgpu.gpu.runtime.context import simulator_enabled
-
-    if simulator_enabled():
-        return "python"
-    return "dpx" if tuple(cuda.get_current_device().compute_capability) >= (9, 0) else "swar"
-
-
 def _pack_slices(jobs) -> tuple:
     """The jobs' slices packed four residues a word (little-endian, each slice from a word of
     its own): (words uint32, word offsets int64)."""
@@ -200,7 +194,7 @@ def produce_matrices(jobs, *, binding: str | None = None, storage: str | None = 
     if n == 0:
         return MatrixBatch(jobs=[], fwd_dp=None, fwd_x=None, bck_dp=None, bck_x=None, dp_base=np.zeros(0, np.int64),
                            x_base=np.zeros(0, np.int64), forward=[], backward=[])
-    binding = binding or _binding()
+    binding = binding or numba_binding()
     simulator = binding == "python"
     if simulator:
         block = GROUP  # a block is one group: the simulator's shuffles wait for the whole block
