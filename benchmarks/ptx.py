@@ -56,7 +56,9 @@ def ptxas_report(spec, binding: str = "dpx") -> str:
     from numba import cuda
 
     source = spec.source(binding)
-    sig_line = next(line for line in source.splitlines() if line.startswith("@cuda.jit("))
+    lines = source.splitlines()
+    sig_line = lines[next(k for k, line in enumerate(lines) if line.startswith("def kernel(")) - 1]  # the kernel's,
+    # not a device helper's decorator
     signature = sig_line.split("(", 1)[1].rsplit(", cache=True)", 1)[0]
     namespace = {}
     exec(compile(source.replace(sig_line, "@cuda.jit"), spec.name, "exec"), namespace)
