@@ -193,3 +193,25 @@ def assert_rounded_ptx(kernel, *ops) -> None:
     missing = [op for op in ops if op not in ptx]
     assert not missing, f"rounded operations not in the PTX: {missing}"
     assert "fma." not in ptx and ".ftz" not in ptx
+
+
+def run_simulated(script, *checks, cache_dir, extra_paths=()) -> str:
+    """The output of a check script (``script``, a path) run on the named check functions under
+    numba's CUDA simulator, in a subprocess (the simulator is chosen at numba's import), with
+    this checkout (and ``extra_paths``) importable and hmmgpu's kernel cache in ``cache_dir``;
+    it must exit 0 and print the line :func:`run_named_checks` ends with."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(cache_dir))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *map(str, extra_paths), env.get("PYTHONPATH", "")])
+    p = subprocess.run([sys.executable, str(script), *checks], env=env, cwd=ROOT, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "simulator checks OK" in p.stdout
+    return p.stdout
+
+
+def simulated_rows(stdout: str) -> dict:
+    """The ``name {report}`` lines of a check script's output, as {name: report dict}."""
+    return {line.split(" {")[0]: eval(line[line.index("{"):]) for line in stdout.splitlines() if " {" in line}

@@ -5,9 +5,6 @@
 hmmgpu.cpu.hmmerlib) and the CPU references (``hmmgpu.cpu.fwdback.backward``,
 ``hmmgpu.stages.domaindef.domain_decoding``): under numba's CUDA simulator, and on a GPU
 (``pytest -m gpu``). The float-rounding check of their sources is in test_fwdback.py."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +13,7 @@ import pytest
 from hmmgpu.cpu import fwdback as ref
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
 from hmmgpu.stages.forward import backward_score
-from tests.helpers import MODEL_NAMES, assert_rounded_ptx, bits, sample_hmm
+from tests.helpers import MODEL_NAMES, assert_rounded_ptx, bits, run_simulated, sample_hmm, simulated_rows
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,15 +80,10 @@ def test_backward_kernel_exact_under_simulator(tmp_path):
     and libhmmer's fallback, rows in shared and in global memory, one group running every
     target, several chunks, two models in one batch, and a target switched to its own scale
     factors (rows and decoding against the CPU references)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "fwdback_checks.py"), "simulator_bwd_checks"],
-                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
-    rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
+    stdout = run_simulated(ROOT / "tests" / "gpu" / "fwdback_checks.py", "simulator_bwd_checks", cache_dir=tmp_path)
+    rows = simulated_rows(stdout)
     assert set(rows) == {"M18 shared", "M18 global, one group, chunked, fallback", "M101", "M18 + M101 in one batch",
-                         "KR", "own scales"}, p.stdout
+                         "KR", "own scales"}, stdout
     assert rows["M18 shared"] == dict(n=7, host=2, rescaled=1, range=1, tiny_rows=0, own=0, decoding_tiny=0)
     assert rows["M18 global, one group, chunked, fallback"] == rows["M18 shared"]
     assert rows["M101"] == dict(n=4, host=0, rescaled=1, range=0, tiny_rows=0, own=0, decoding_tiny=0)

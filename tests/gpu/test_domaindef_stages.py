@@ -4,12 +4,11 @@ stages (tests/gpu/domaindef_checks.py); and on a GPU (``pytest -m gpu``) the bat
 with those stages against the CPU stages and libhmmer on real hits. Under the simulator the
 whole batched driver with the GPU stages runs in tests/gpu/test_ensemble_kernel.py
 (tests/gpu/ensemble_checks.check_define_domains)."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import run_simulated
 
 from hmmgpu.cpu.hmmerlib import libhmmer_available
 
@@ -33,13 +32,8 @@ def test_gpu_stages_rescore_envelopes_under_simulator(tmp_path):
     rescored by the GPU stages (full matrices and decoding on the device) in several runs of
     several envelopes: each envelope equals the CPU stages' (dropped, flags but the
     references' ANY_TINY, scores, coordinates, trace, n2sc)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "domaindef_checks.py"),
-                        "simulator_domaindef_checks"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
-    report = eval(p.stdout.split("envelopes ", 1)[1].splitlines()[0])
+    stdout = run_simulated(ROOT / "tests" / "gpu" / "domaindef_checks.py", "simulator_domaindef_checks", cache_dir=tmp_path)
+    report = eval(stdout.split("envelopes ", 1)[1].splitlines()[0])
     assert report["envelopes"] > report["null2"] > report["dropped"] > 0, report
     assert report["envelopes"] > report["launches"] > 3, report
 

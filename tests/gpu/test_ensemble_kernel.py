@@ -2,15 +2,12 @@
 reference of ``region_trace_ensemble``'s sampling (tests/gpu/ensemble_checks.py): under numba's
 CUDA simulator, and on a GPU (``pytest -m gpu``); and the rounding of its source."""
 import ast
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from hmmgpu.cpu.hmmerlib import libhmmer_available
-from tests.helpers import assert_rounded_ptx
+from tests.helpers import assert_rounded_ptx, run_simulated, simulated_rows
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,13 +72,8 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     in one batch (ensembles and envelope decoding + OA by the kernels) equal the CPU stages'
     and libhmmer's; matrices with no path stop the kernel (NaN: FATAL, as Easel aborts; all
     zero: FATAL or OUTSIDE)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "ensemble_checks.py"),
-                        "simulator_ensemble_checks"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
-    rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
+    stdout = run_simulated(ROOT / "tests" / "gpu" / "ensemble_checks.py", "simulator_ensemble_checks", cache_dir=tmp_path)
+    rows = simulated_rows(stdout)
     sampled = rows["sampled models"]
     assert sampled["models"] == 4 and sampled["regions"] >= 6 and sampled["left"] == 0, sampled
     assert sampled["sampled"] == sampled["regions"] and sampled["pairs"] >= 1500

@@ -1,14 +1,11 @@
 """The envelope decoding + optimal accuracy kernel (hmmgpu.gpu.envelope) under numba's CUDA
 simulator, bit for bit against the CPU references (tests/gpu/envelope_checks.py)."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from hmmgpu.cpu.hmmerlib import libhmmer_available
-from tests.helpers import assert_rounded_ptx
+from tests.helpers import assert_rounded_ptx, run_simulated
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,12 +16,7 @@ def test_decode_oa_kernel_under_simulator(tmp_path):
     rescales, '*' runs whose decoding overflows (dropped): the posterior and OA matrices,
     oasc, the flags, the null2 odds and the kernel's OA trace equal the references' (the
     simulator's NaN made a GPU's, as the GPU check meets it)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "envelope_checks.py"),
-                        "simulator_envelope_checks"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
+    run_simulated(ROOT / "tests" / "gpu" / "envelope_checks.py", "simulator_envelope_checks", cache_dir=tmp_path)
 
 
 @pytest.mark.gpu

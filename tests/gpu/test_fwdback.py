@@ -3,9 +3,6 @@ hmmgpu.cpu.hmmerlib): the CPU reference (hmmgpu.cpu.fwdback) on real models and 
 generated ones, the GPU kernel (hmmgpu.gpu.runtime.context.fwdback) under numba's CUDA simulator, and on
 a GPU (``pytest -m gpu``)."""
 import ast
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +13,7 @@ from hypothesis import strategies as st
 from hmmgpu.cpu import fwdback as ref
 from hmmgpu.host import flush_to_zero
 from hmmgpu.cpu.hmmerlib import HmmerModel, libhmmer_available
-from tests.helpers import MODEL_NAMES, adversarial_results, assert_rounded_ptx, bits, sample_hmm, sampled_hmm, zero_tiny
+from tests.helpers import MODEL_NAMES, adversarial_results, assert_rounded_ptx, bits, run_simulated, sample_hmm, sampled_hmm, simulated_rows, zero_tiny
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -270,15 +267,10 @@ def test_kernel_exact_under_simulator(tmp_path):
     rescaling, a range error, a subnormal fallback, rows in shared and in global memory,
     several targets per thread, chunks, two models in one batch and a target left to the host
     for its cost."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "fwdback_checks.py"), "simulator_fwd_checks"],
-                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
-    rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
+    stdout = run_simulated(ROOT / "tests" / "gpu" / "fwdback_checks.py", "simulator_fwd_checks", cache_dir=tmp_path)
+    rows = simulated_rows(stdout)
     assert set(rows) == {"M18 shared", "M18 global, one group", "M18 chunked, global", "M18 chunked, shared", "M101",
-                         "M18 + M101 in one batch", "KR", "M18, a costly target to the host"}, p.stdout
+                         "M18 + M101 in one batch", "KR", "M18, a costly target to the host"}, stdout
     assert rows["M18 shared"] == dict(n=7, host=2, rescaled=1, range=1, tiny_rows=0)
     assert rows["M18 global, one group"] == rows["M18 shared"]
     for storage in ("global", "shared"):

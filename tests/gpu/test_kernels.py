@@ -10,6 +10,7 @@ import numpy as np
 
 from hmmgpu.gpu.runtime import tuning
 from hmmgpu.gpu.msv.launch import stripe_words
+from tests.helpers import run_simulated
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,13 +187,8 @@ def test_shape_tables_cover_models():
 
 
 def _simulate(checks: str, tmp_path) -> str:
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "kernel_checks.py"), checks], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
-    return p.stdout
+    stdout = run_simulated(ROOT / "tests" / "gpu" / "kernel_checks.py", checks, cache_dir=tmp_path)
+    return stdout
 
 
 def test_packing_kernel_under_simulator(tmp_path):

@@ -3,15 +3,12 @@ hmmgpu.gpu.fwdback.matrix_launch.produce_matrices) bit for bit against the CPU r
 (hmmgpu.cpu.fwdback.forward_matrix, backward_matrix): under numba's CUDA simulator
 (tests/gpu/matrix_checks.py in a subprocess), and on a GPU (``pytest -m gpu``). The
 float-rounding check of their sources is in test_fwdback.py."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from hmmgpu.cpu.hmmerlib import libhmmer_available
-from tests.helpers import MODEL_NAMES, assert_rounded_ptx, sample_hmm
+from tests.helpers import MODEL_NAMES, assert_rounded_ptx, run_simulated, sample_hmm, simulated_rows
 
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,15 +26,10 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     special row, flag, score, totscale and has_own_scales equals the CPU references', and every
     matrix libhmmer computes (status OK: 65 + 5) equals its own ``p7_Forward`` or ``p7_Backward``
     matrix."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "matrix_checks.py"), "simulator_matrix_checks"],
-                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
-    rows = {line.split(" {")[0]: eval(line[line.index("{"):]) for line in p.stdout.splitlines() if " {" in line}
+    stdout = run_simulated(ROOT / "tests" / "gpu" / "matrix_checks.py", "simulator_matrix_checks", cache_dir=tmp_path)
+    rows = simulated_rows(stdout)
     assert set(rows) == {"one batch", "global scratch, one group, a stream", "ensemble from the device",
-                         "envelopes from the device", "own scales"}, p.stdout
+                         "envelopes from the device", "own scales"}, stdout
     assert rows["one batch"] == dict(jobs=47, backward=30, unihit=17, rescaled=2, backward_rescaled=1, range=8,
                                      models=4, libhmmer=65)
     assert rows["global scratch, one group, a stream"] == dict(jobs=5, backward=3, unihit=2, rescaled=2,

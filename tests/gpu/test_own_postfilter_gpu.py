@@ -5,12 +5,11 @@ GPU's process with the GPU's stages, the scores and hits on the host from those 
 Under numba's CUDA simulator on a few dozen sample targets (in a subprocess: the simulator is
 chosen when numba is imported), and on a GPU over the whole sample proteome (``pytest -m gpu``)."""
 import ast
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import run_simulated
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,13 +38,8 @@ def _assert_rows(rows: dict, models: list) -> None:
 
 
 def _simulate(checks: str, tmp_path) -> dict:
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "postfilter_checks.py"), checks], env=env,
-                       cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
-    return _rows(p.stdout)
+    stdout = run_simulated(ROOT / "tests" / "gpu" / "postfilter_checks.py", checks, cache_dir=tmp_path)
+    return _rows(stdout)
 
 
 def test_own_postfilter_on_the_gpu_route_under_simulator(tmp_path):
