@@ -13,7 +13,7 @@ import pytest
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.gpu.runtime import lanes
 
-from helpers import PROTEOME, ROOT
+from helpers import PROTEOME, ROOT, run_simulated
 from sw_kernel_checks import make_db, parasail_scores, text
 
 parasail = pytest.importorskip("parasail")
@@ -387,23 +387,15 @@ def test_query_profile_layout():
 
 
 def test_kernels_exact_under_simulator(tmp_path):
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "sw" / "sw_kernel_checks.py"), "simulator_sw_checks"],
-                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
+    run_simulated(ROOT / "tests" / "sw" / "sw_kernel_checks.py", "simulator_sw_checks", cache_dir=tmp_path,
+                  extra_paths=[ROOT / "tests"])
 
 
 def test_batched_kernels_exact_under_simulator(tmp_path):
     """The batched scan (batches over several streams, mixed lengths and tiles, saturated
     targets, a chunked database) and the search pipeline on it, under the simulator."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", HMMGPU_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
-    p = subprocess.run([sys.executable, str(ROOT / "tests" / "sw" / "sw_kernel_checks.py"), "batched_checks",
-                        "pipeline_checks"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "simulator checks OK" in p.stdout
+    run_simulated(ROOT / "tests" / "sw" / "sw_kernel_checks.py", "batched_checks", "pipeline_checks",
+                  cache_dir=tmp_path, extra_paths=[ROOT / "tests"])
 
 
 def test_cli_output_is_whole_or_nothing(tmp_path):
