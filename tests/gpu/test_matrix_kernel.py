@@ -70,6 +70,8 @@ def test_matrix_kernels_exact_on_gpu(proteome):
         report = check_real(sample_hmm(name), proteome, 40)
         print(name, report)
         assert report["envelopes"] >= 40
-    handoff = matrix_jobs(((18, 2, 60, 80), (100, 5, 60, 300)))
+    # without the lone '*' jobs: a region whose Forward matrix is empty has no stochastic trace (Easel aborts
+    # there; a region of a target that passed F3 never has one), as the simulator's check leaves them out
+    handoff = [job for job in matrix_jobs(((18, 2, 60, 80), (100, 5, 60, 300))) if len(job.codes) > 1]
     print(check_ensemble_handoff(handoff))
     print(check_envelope_handoff(handoff))
