@@ -73,8 +73,8 @@ Domain definition runs on a task's F3 passers together so that a device can take
 batches (all clustered regions in one launch, all envelopes in one); its stages here are the
 CPU references' on every route. The GPU's (:class:`hmmgpu.gpu.domaindef.GpuDomainStages`) take
 those batches in the GPU process (:mod:`hmmgpu.gpu.process`), which owns the device and made
-the decodings: the same driver (:func:`~hmmgpu.stages.domaindef.define_domains_batched`) runs
-there on a model's decoded passers (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_domains`), and
+the decodings: the same driver (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`) runs
+there on the decoded passers of a batch's models (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_domains_of`), and
 this stage defines only the passers that process did not. (The GPU's stages equal the CPU
 stages bit for bit under numba's CUDA simulator, tests/gpu; their equality on a GPU is what
 ``pytest -m gpu`` of tests/gpu/test_own_postfilter_gpu.py and test_domaindef_stages.py confirm.)

@@ -43,9 +43,11 @@ the Backward parser and the decodings, runs the Backward parser on a quarter of 
 at the cost of a second Forward pass on them, and keeps the gate's launches as they are:
 without the own post-filter nothing of this runs. Targets the kernels flag (or would not run)
 are left out of a model's decodings, and the post-filter stage computes them itself. When a
-model's result is asked for, its decoded passers are then defined here, in the process that
-owns the device: the batched driver of domain definition with the GPU's stages
-(:meth:`GpuCascade.define_domains`, :class:`~hmmgpu.gpu.domaindef.GpuDomainStages`); the
+model's result is asked for, the decoded passers of every model of its batch are then defined
+here at once, in the process that owns the device (one launch serves all those models; a
+launch over one model's few dozen passers would wait for its longest, model after model):
+the batched driver of domain definition with the GPU's stages
+(:meth:`GpuCascade.define_domains_of`, :class:`~hmmgpu.gpu.domaindef.GpuDomainStages`); the
 result carries the definitions no exactness flag marks
 (:class:`~hmmgpu.stages.defined.DefinedTargets`) in place of those passers' decodings, and
 the post-filter stage only forms their hits.
@@ -274,6 +276,8 @@ class _DecodingStep:
         self._launched = False
         self._batch = None  #: the decodings' batch (None: no member had a passer)
         self._job = {}  #: id(member) -> its job in the batch
+        self._models = []  #: each job's model: (its tables, the search's --seed)
+        self._answers = None  #: each job's (decoded, defined), once every member is defined
         self._lock = threading.Lock()
 
     def launch(self, wait: bool) -> bool:
@@ -295,6 +299,7 @@ class _DecodingStep:
             if passers.size:
                 self._job[id(member)] = len(jobs)
                 jobs.append(ForwardJob(member.tables, passers))
+                self._models.append((member.tables, member.options.seed))
         self.members = []  # no longer needed, and no cycle left between the tickets and their step
         cascade = self._cascade
         if jobs:
@@ -309,30 +314,44 @@ class _DecodingStep:
         """``member``'s decoded passers (the decodings launched now and waited for if need be):
         (:class:`~hmmgpu.stages.decoded.DecodedTargets`, :class:`~hmmgpu.stages.defined.DefinedTargets`
         or None), the passers the GPU's domain definition stages defined moved from the first
-        to the second (:meth:`GpuCascade.define_domains`)."""
+        to the second. The first member asked defines every member's passers at once
+        (:meth:`GpuCascade.define_domains_of`: one launch serves all the batch's models)."""
         from hmmgpu.stages.decoded import DecodedTargets
-        from hmmgpu.stages.forward import STATUS_UNSURE
 
         self.launch(wait=True)
         job = self._job.get(id(member))
         if job is None:
             return DecodedTargets.gather([], [], [], [], [], []), None
+        with self._lock:
+            if self._answers is None:
+                self._answers = self._define_all()
+            return self._answers[job]
+
+    def _define_all(self) -> list:
+        """Every job's (decoded, defined): its passers the kernels did not flag, defined."""
+        from hmmgpu.stages.decoded import DecodedTargets
+        from hmmgpu.stages.forward import STATUS_UNSURE
+
         cascade = self._cascade
         with cascade._forward_lock:
-            got = self._batch.results()[job]
+            results = self._batch.results()
             time_once = self._batch.claim_time()
         if time_once is not None:
             cascade._add_forward_time(*time_once, kind="decoding")
-        dec = got.decoding
-        keep = np.flatnonzero(dec.status != STATUS_UNSURE).tolist()
-        decoded = DecodedTargets.gather(got.indices[keep], got.scores[keep], dec.status[keep],
-                                        [dec.mocc[k] for k in keep], [dec.btot[k] for k in keep],
-                                        [dec.etot[k] for k in keep])
-        decoded, defined = cascade.define_domains(member, decoded)
-        cascade._count_decoded(len(keep), int(got.indices.size) - len(keep),
-                               decoded.nbytes + (defined.nbytes if defined is not None else 0),
-                               len(defined) if defined is not None else 0)
-        return decoded, defined
+        work, unsure = [], []
+        for (profile_tables, seed), got in zip(self._models, results):
+            dec = got.decoding
+            keep = np.flatnonzero(dec.status != STATUS_UNSURE).tolist()
+            work.append((profile_tables, seed, DecodedTargets.gather(got.indices[keep], got.scores[keep], dec.status[keep],
+                                                             [dec.mocc[k] for k in keep],
+                                                             [dec.btot[k] for k in keep],
+                                                             [dec.etot[k] for k in keep])))
+            unsure.append(int(got.indices.size) - len(keep))
+        answers = cascade.define_domains_of(work)
+        for (decoded, defined), (_, _, sent), host in zip(answers, work, unsure):
+            cascade._count_decoded(len(sent), host, decoded.nbytes + (defined.nbytes if defined is not None else 0),
+                                   len(defined) if defined is not None else 0)
+        return answers
 
 
 class GpuCascade:
@@ -485,25 +504,29 @@ class GpuCascade:
             self.decoding_counts["bytes"] += nbytes
             self.decoding_counts["defined"] += defined
 
-    def define_domains(self, gated: GateTicket, decoded) -> tuple:
-        """Domain definition of a model's decoded passers with the GPU's stages
-        (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`, seeded with the search's ``--seed``):
-        :func:`~hmmgpu.stages.defined.split_defined`'s (definitions sent, decodings sent). None
-        defined with ``--seed 0`` (the post-filter stage then leaves the model's tasks to
-        pyhmmer's pipeline)."""
-        seed = gated.options.seed
-        if not len(decoded) or seed == 0:
-            return decoded, None
+    def define_domains_of(self, work) -> list:
+        """Domain definition of several models' decoded passers with the GPU's stages
+        (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`), all at once: ``work`` (tables, the
+        search's ``--seed``, decoded) triples; a (decodings sent, definitions sent or None) pair
+        each, as :func:`~hmmgpu.stages.defined.split_defined_grouped` splits them. None defined
+        with ``--seed 0`` (the post-filter stage then leaves the model's tasks to pyhmmer's
+        pipeline)."""
+        answers = [(decoded, None) for _, _, decoded in work]
+        chosen = [m for m, (_, seed, decoded) in enumerate(work) if len(decoded) and seed != 0]
+        if not chosen:
+            return answers
         from hmmgpu.gpu.domaindef import GpuDomainStages
-        from hmmgpu.stages.defined import split_defined
+        from hmmgpu.stages.defined import split_defined_grouped
 
         clock = time.perf_counter()
         with self._simulated, self.device.activate():
-            defined, decoded = split_defined(GpuDomainStages(gated.tables, seed=seed), self.resident.db.codes,
-                                             decoded)
+            split = split_defined_grouped([(GpuDomainStages(work[m][0], seed=work[m][1]), work[m][2]) for m in chosen],
+                                          self.resident.db.codes)
+        for m, (defined, rest) in zip(chosen, split):
+            answers[m] = (rest, defined)
         with self._lock:
             self.host_seconds["define"] += time.perf_counter() - clock
-        return decoded, defined
+        return answers
 
     def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:
         """The Forward parser kernel on ``indices`` (database indices of non-empty targets) of

@@ -5,8 +5,11 @@ never leaving the device.
 What it computes
 ----------------
 :func:`hmmgpu.stages.domaindef.define_domains_batched` hands a model's stages every clustered
-region of a batch of targets in one call, then every envelope in one call.
-:class:`GpuDomainStages` runs each call as few kernel launches:
+region of a batch of targets in one call, then every envelope in one call, and
+:func:`~hmmgpu.stages.domaindef.define_domains_grouped` does so for several models at once
+(the GPU process hands it every model of a Forward-gate batch: a launch over one model's few
+dozen passers would wait for its longest, model after model). :class:`GpuDomainStages` runs
+each call as few kernel launches, whatever the models of its items:
 
 * :meth:`GpuDomainStages.region_ensembles`: the regions' multihit full Forward matrices by
   the full-matrix Forward kernel (:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices`),
@@ -85,34 +88,69 @@ class GpuDomainStages(CpuDomainStages):
         self.batch_bytes = int(batch_bytes)
 
     def region_ensembles(self, regions) -> list:
-        binding = self.binding or numba_binding()
-        out = []
-        sizes = [matrix_bytes(r.j - r.i + 1, self.tables.Q) for r in regions]
-        for start, end in runs_within(sizes, self.batch_bytes):
-            run = regions[start:end]
-            batch = produce_matrices([MatrixJob(self.tables, r.codes, r.i, r.j) for r in run], binding=binding)
-            requests = [RegionRequest(matrix=None, tables=self.tables,
-                                      xf=special_transitions(self.tables, r.codes.size), codes=r.codes, i=r.i, j=r.j)
-                        for r in run]
-            out += region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
-                                    seed=self.seed, binding=binding, table=self.table)
-        return out
+        return self.region_ensembles_of([(self, regions)])[0]
 
     def rescore_envelopes(self, envelopes) -> list:
-        uni = unihit_tables(self.tables)
-        binding = self.binding or numba_binding()
-        out = []
-        sizes = [2 * matrix_bytes(e.j - e.i + 1, self.tables.Q) for e in envelopes]
-        for start, end in runs_within(sizes, self.batch_bytes):
-            run = envelopes[start:end]
-            batch = produce_matrices([MatrixJob(self.tables, e.codes, e.i, e.j, unihit=True, backward=True)
-                                      for e in run], binding=binding)
+        return self.rescore_envelopes_of([(self, envelopes)])[0]
+
+    def _settings(self) -> tuple:
+        return self.seed, self.binding, self.table, self.batch_bytes
+
+    @classmethod
+    def region_ensembles_of(cls, work) -> list:
+        """Every model's regions in the same launches (the models' settings equal; else each
+        model's in turn): a run of at most ``batch_bytes`` of matrices holds regions of any
+        models, each with its own model's tables."""
+        work = list(work)
+        if not work or len({stages._settings() for stages, _ in work}) > 1:
+            return super().region_ensembles_of(work)
+        first = work[0][0]
+        binding = first.binding or numba_binding()
+        items = [(stages, region) for stages, regions in work for region in regions]
+        sizes = [matrix_bytes(r.j - r.i + 1, stages.tables.Q) for stages, r in items]
+        flat = []
+        for start, end in runs_within(sizes, first.batch_bytes):
+            run = items[start:end]
+            batch = produce_matrices([MatrixJob(stages.tables, r.codes, r.i, r.j) for stages, r in run],
+                                     binding=binding)
+            requests = [RegionRequest(matrix=None, tables=stages.tables, xf=special_transitions(stages.tables,
+                                                                                                r.codes.size),
+                                      codes=r.codes, i=r.i, j=r.j) for stages, r in run]
+            flat += region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
+                                     seed=first.seed, binding=binding, table=first.table)
+        return _split(flat, [len(regions) for _, regions in work])
+
+    @classmethod
+    def rescore_envelopes_of(cls, work) -> list:
+        """Every model's envelopes in the same launches (as :meth:`region_ensembles_of`)."""
+        work = list(work)
+        if not work or len({stages._settings() for stages, _ in work}) > 1:
+            return super().rescore_envelopes_of(work)
+        first = work[0][0]
+        binding = first.binding or numba_binding()
+        uni = [unihit_tables(stages.tables) for stages, _ in work]
+        items = [(m, envelope) for m, (_, envelopes) in enumerate(work) for envelope in envelopes]
+        sizes = [2 * matrix_bytes(e.j - e.i + 1, work[m][0].tables.Q) for m, e in items]
+        flat = []
+        for start, end in runs_within(sizes, first.batch_bytes):
+            run = items[start:end]
+            batch = produce_matrices([MatrixJob(work[m][0].tables, e.codes, e.i, e.j, unihit=True, backward=True)
+                                      for m, e in run], binding=binding)
 
             def needs_posterior(k, decoded, run=run):  # finish_envelope's flush-to-zero check of the null2 odds
-                return decoded.status == 0 and not run[k].null2_is_done and bool(decoded.flags & TINY_ROWS)
+                return decoded.status == 0 and not run[k][1].null2_is_done and bool(decoded.flags & TINY_ROWS)
 
             decoded = decode_produced(batch, range(len(run)), binding, matrices=needs_posterior)
-            out += [envelope_result(finish_envelope(uni, e.codes, e.i, e.j, e.null2_is_done, e.n2sc, f.score,
-                                                    d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2))
-                    for e, f, d in zip(run, batch.forward, decoded)]
-        return out
+            flat += [envelope_result(finish_envelope(uni[m], e.codes, e.i, e.j, e.null2_is_done, e.n2sc, f.score,
+                                                     d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2))
+                     for (m, e), f, d in zip(run, batch.forward, decoded)]
+        return _split(flat, [len(envelopes) for _, envelopes in work])
+
+
+def _split(flat: list, counts: list) -> list:
+    """``flat`` cut into consecutive lists of ``counts`` items."""
+    out, start = [], 0
+    for n in counts:
+        out.append(flat[start:start + n])
+        start += n
+    return out

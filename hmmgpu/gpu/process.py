@@ -30,7 +30,7 @@ also carries its F3 passers' Forward scores and domain decodings
 (:class:`~hmmgpu.stages.decoded.DecodedTargets`, twelve bytes a residue: about 370 KB a Pfam
 model against 29 M residues), and goes back once their second launch is done; here domain
 definition then runs on the decoded passers with the GPU's stages
-(:meth:`~hmmgpu.gpu.cascade.GpuCascade.define_domains`, seeded with the options' ``--seed``),
+(:meth:`~hmmgpu.gpu.cascade.GpuCascade.define_domains_of`, seeded with the options' ``--seed``),
 and the passers whose definitions no exactness flag marks go back as those definitions
 (:class:`~hmmgpu.stages.defined.DefinedTargets`: counters, domains, traces) instead of their
 decodings.

@@ -4,8 +4,9 @@ What it holds
 -------------
 With hmmgpu's own post-filter (``--postfilter hmmgpu``) on the GPU route, the GPU process
 decodes each model's F3 passers (:mod:`hmmgpu.stages.decoded`) and then runs domain definition
-on them too: the batched driver (:func:`hmmgpu.stages.domaindef.define_domains_batched`) with
-the GPU's stages, in the process that owns the device (:mod:`hmmgpu.gpu.cascade`). What the
+on them too: the batched driver (:func:`hmmgpu.stages.domaindef.define_domains_grouped`, every
+model of a Forward-gate batch at once) with the GPU's stages, in the process that owns the
+device (:mod:`hmmgpu.gpu.cascade`). What the
 post-filter stage still needs of a definition to form the target's hit
 (:func:`hmmgpu.stages.hits.pipeline_hit`) travels here, per target (database index): the
 Forward parser's score (float32 nats), the counters ``nregions``, ``nclustered``,
@@ -17,7 +18,7 @@ domain (``dcl`` order) ``ienv``, ``jenv``, ``iali``, ``jali``, ``envsc``, ``domc
 :func:`~hmmgpu.stages.hits.pipeline_hit` takes as it takes a
 :class:`~hmmgpu.stages.domaindef.DomainDefinition`.
 
-Which definitions are sent (:func:`split_defined`): those whose decoding was OK and whose
+Which definitions are sent (:func:`split_defined`, :func:`split_defined_grouped`): those whose decoding was OK and whose
 stages raised no flag that could send them to the host (:data:`~hmmgpu.stages.forward.HOST`:
 RANGE, SUBNORMAL). The device computes in IEEE arithmetic and the post-filter stage runs in the
 search's own float mode (hmmsearch's flush-to-zero on the command line); a definition no HOST
@@ -42,10 +43,10 @@ import numpy as np
 
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.stages.decoded import DecodedTargets
-from hmmgpu.stages.domaindef import Domain, define_domains_batched
+from hmmgpu.stages.domaindef import Domain, define_domains_grouped
 from hmmgpu.stages.forward import HOST
 
-__all__ = ["DefinedTargets", "SentDefinition", "SentTrace", "split_defined"]
+__all__ = ["DefinedTargets", "SentDefinition", "SentTrace", "split_defined", "split_defined_grouped"]
 
 F32 = np.float32
 #: Columns of :attr:`DefinedTargets.counters`.
@@ -172,11 +173,28 @@ def split_defined(stages, codes_of, decoded: DecodedTargets) -> tuple:
     driver: (:class:`DefinedTargets` of the definitions no HOST flag marks,
     :class:`~hmmgpu.stages.decoded.DecodedTargets` of the other passers, their decodings as
     they came)."""
-    ok = [k for k in range(len(decoded)) if int(decoded.status[k]) == STATUS_OK]
-    items = [decoded.target(k) for k in ok]
+    return split_defined_grouped([(stages, decoded)], codes_of)[0]
+
+
+def split_defined_grouped(work, codes_of) -> list:
+    """:func:`split_defined` of several models at once: ``work`` (stages, decoded) pairs, the
+    stages of one class; every model's OK decodings defined in one call of the driver
+    (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). A (defined, rest) pair per model,
+    in order."""
+    work = list(work)
+    oks = [[k for k in range(len(decoded)) if int(decoded.status[k]) == STATUS_OK] for _, decoded in work]
+    groups = []
+    for (stages, decoded), ok in zip(work, oks):
+        indices = decoded.indices.tolist()
+        groups.append((stages, [(codes_of(indices[k]), decoded.target(k)[1]) for k in ok]))
+    return [_split(decoded, ok, definitions)
+            for (_, decoded), ok, definitions in zip(work, oks, define_domains_grouped(groups))]
+
+
+def _split(decoded: DecodedTargets, ok: list, definitions: list) -> tuple:
+    """(defined, rest) of one model: the definitions of its OK decodings ``ok`` that no HOST
+    flag marks, and its other passers' decodings."""
     indices = decoded.indices.tolist()
-    definitions = define_domains_batched(stages, [(codes_of(indices[k]), decoding) for k, (_, decoding)
-                                                  in zip(ok, items)])
     sent = {k: d for k, d in zip(ok, definitions) if d.status == STATUS_OK and not d.flags & HOST}
     kept = [k for k in range(len(decoded)) if k not in sent]
     targets = [decoded.target(k) for k in kept]

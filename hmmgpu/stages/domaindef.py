@@ -54,6 +54,14 @@ D walks each target's regions and envelopes in HMMER's order. One target is the 
 one (:func:`define_domains_decoded`): the algorithm is written once. The stages' batch
 methods run their one-item methods one after another unless a device overrides them.
 
+A device gains more from many models at once: one model has a few dozen passers, and a GPU
+launch over them waits for the longest. :func:`define_domains_grouped` runs the same phases
+over several models' targets (a stages object per model), each phase one call of the
+stages' class over all of them (:meth:`DomainStages.region_ensembles_of`,
+:meth:`DomainStages.rescore_envelopes_of`); by default those call each model's batch method
+in turn, and the GPU stages run every model's items in the same launches. The answers are
+each target's alone, as above: nothing a target computes reads another target's work.
+
 Why the code looks as it does
 -----------------------------
 The answer must equal libhmmer's bit for bit. The float steps done here are few and are
@@ -89,6 +97,7 @@ from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE, length_specials
 
 __all__ = ["RT1", "RT2", "RT3", "Domain", "DomainDefinition", "DomainStages", "Envelope", "EnvelopeSpan",
            "RegionEnsemble", "RegionSpan", "define_domains", "define_domains_batched", "define_domains_decoded",
+           "define_domains_grouped",
            "domain_decoding", "fsum", "is_multidomain_region", "region_scan", "scan_regions"]
 
 F32 = np.float32
@@ -229,6 +238,19 @@ class DomainStages(ABC):
         model; their ``n2sc`` read only), an :class:`Envelope` each, in order."""
         return [self.rescore_envelope(*envelope) for envelope in envelopes]
 
+    @classmethod
+    def region_ensembles_of(cls, work) -> list:
+        """:meth:`region_ensembles` of several models at once: ``work`` (stages, regions) pairs,
+        stages of this class, one model each; a list of :class:`RegionEnsemble` per pair, in
+        order. Each model's own batch method in turn unless a device overrides it."""
+        return [stages.region_ensembles(regions) for stages, regions in work]
+
+    @classmethod
+    def rescore_envelopes_of(cls, work) -> list:
+        """:meth:`rescore_envelopes` of several models at once: ``work`` (stages, envelopes)
+        pairs, as :meth:`region_ensembles_of` takes them."""
+        return [stages.rescore_envelopes(envelopes) for stages, envelopes in work]
+
 
 @functools.lru_cache(maxsize=None)
 def _easel_fsum():
@@ -368,19 +390,37 @@ def define_domains_batched(stages: DomainStages, targets) -> list:
     the target's alone. The phases (module header): every target's region scan, every
     clustered region sampled in one :meth:`DomainStages.region_ensembles` call, every envelope
     rescored in one :meth:`DomainStages.rescore_envelopes` call, each target assembled."""
-    scanned = [_ScannedTarget.of(codes, decoding) for codes, decoding in targets]
-    regions = [(t, k) for t in scanned for k in np.flatnonzero(t.clustered).tolist()]
-    ensembles = stages.region_ensembles([RegionSpan(t.codes, *t.regions[k]) for t, k in regions])
-    for (t, k), ensemble in zip(regions, ensembles):
-        t.take_ensemble(k, ensemble)
-    envelopes = [envelope for t in scanned for envelope in t.envelope_spans()]
-    rescored = stages.rescore_envelopes(envelopes)
-    start = 0
-    for t in scanned:
-        end = start + len(t.envelopes)
-        t.assemble(rescored[start:end])
-        start = end
-    return [t.definition for t in scanned]
+    return define_domains_grouped([(stages, targets)])[0]
+
+
+def define_domains_grouped(groups) -> list:
+    """:func:`define_domains_batched` on several models' targets at once: ``groups``
+    (stages, targets) pairs, the stages of one class (a model each); a list of
+    :class:`DomainDefinition` per group, in order, each equal to the target's alone. Each
+    phase is one call of that class over every group (:meth:`DomainStages.region_ensembles_of`,
+    :meth:`DomainStages.rescore_envelopes_of`)."""
+    groups = list(groups)
+    if not groups:
+        return []
+    kind = type(groups[0][0])
+    if any(type(stages) is not kind for stages, _ in groups):
+        raise TypeError("define_domains_grouped: every group's stages must be of one class")
+    scanned = [[_ScannedTarget.of(codes, decoding) for codes, decoding in targets] for _, targets in groups]
+    regions = [[(t, k) for t in group for k in np.flatnonzero(t.clustered).tolist()] for group in scanned]
+    ensembles = kind.region_ensembles_of([(stages, [RegionSpan(t.codes, *t.regions[k]) for t, k in spans])
+                                          for (stages, _), spans in zip(groups, regions)])
+    for spans, answers in zip(regions, ensembles):
+        for (t, k), ensemble in zip(spans, answers):
+            t.take_ensemble(k, ensemble)
+    envelopes = [[envelope for t in group for envelope in t.envelope_spans()] for group in scanned]
+    rescored = kind.rescore_envelopes_of([(stages, spans) for (stages, _), spans in zip(groups, envelopes)])
+    for group, answers in zip(scanned, rescored):
+        start = 0
+        for t in group:
+            end = start + len(t.envelopes)
+            t.assemble(answers[start:end])
+            start = end
+    return [[t.definition for t in group] for group in scanned]
 
 
 class _ScannedTarget:

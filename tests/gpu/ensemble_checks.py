@@ -164,29 +164,41 @@ def check_define_domains(hmm, targets, binding, **stages) -> dict:
     where they lie in one decoding + OA launch; ``stages``: more arguments of the stages)
     equals the CPU stages' target by target (their flags but the references' diagnostic
     ANY_TINY) and libhmmer's (counters, n2sc, each domain, its OA trace)."""
+    return check_grouped_definitions([(hmm, targets)], binding, **stages)
+
+
+def check_grouped_definitions(models, binding, **stages) -> dict:
+    """:func:`check_define_domains` of several models' targets (``models``: (hmm, targets)
+    pairs) defined in one call of the driver (:func:`hmmgpu.stages.domaindef.define_domains_grouped`:
+    every model's regions in the same launches, then every model's envelopes): each target's
+    definition equals the CPU stages' and libhmmer's, as each model's alone does."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.gpu.domaindef import GpuDomainStages
-    from hmmgpu.stages.domaindef import define_domains_batched, define_domains_decoded
+    from hmmgpu.stages.domaindef import define_domains_decoded, define_domains_grouped
     from hmmgpu.stages.forward import ANY_TINY, ForwardTables
     from tests.helpers import assert_definition_equal
 
-    with HmmerModel(hmm) as model:
-        tables = ForwardTables.from_hmmer(model)
-        decodings = [model.domain_decoding(codes) for codes in targets]
-        theirs = [model.domain_definition(codes) for codes in targets]
-    batched = define_domains_batched(GpuDomainStages(tables, binding=binding, **stages), list(zip(targets, decodings)))
-    report = dict(targets=len(targets), nclustered=0, envelopes=0, domains=0)
-    for k, (codes, decoding, mine, libhmmer) in enumerate(zip(targets, decodings, batched, theirs)):
-        assert_definition_equal(k, mine, libhmmer)
-        ref = define_domains_decoded(CpuDomainStages(tables), codes, decoding)
-        assert mine.flags == ref.flags & ~ANY_TINY, k
-        for a, b in zip((d.trace for d in mine.domains), (d.trace for d in ref.domains)):
-            assert a.st.tobytes() == b.st.tobytes() and a.k.tobytes() == b.k.tobytes(), k
-            assert a.i.tobytes() == b.i.tobytes() and bits(a.pp).tobytes() == bits(b.pp).tobytes(), k
-        report["nclustered"] += mine.nclustered
-        report["envelopes"] += mine.nenvelopes
-        report["domains"] += mine.ndom
+    prepared = []
+    for hmm, targets in models:
+        with HmmerModel(hmm) as model:
+            prepared.append((ForwardTables.from_hmmer(model), targets, [model.domain_decoding(c) for c in targets],
+                             [model.domain_definition(c) for c in targets]))
+    grouped = define_domains_grouped([(GpuDomainStages(tables, binding=binding, **stages), list(zip(targets, decodings)))
+                                      for tables, targets, decodings, _ in prepared])
+    report = dict(targets=0, nclustered=0, envelopes=0, domains=0)
+    for m, ((tables, targets, decodings, theirs), batched) in enumerate(zip(prepared, grouped)):
+        for k, (codes, decoding, mine, libhmmer) in enumerate(zip(targets, decodings, batched, theirs)):
+            assert_definition_equal((m, k), mine, libhmmer)
+            ref = define_domains_decoded(CpuDomainStages(tables), codes, decoding)
+            assert mine.flags == ref.flags & ~ANY_TINY, (m, k)
+            for a, b in zip((d.trace for d in mine.domains), (d.trace for d in ref.domains)):
+                assert a.st.tobytes() == b.st.tobytes() and a.k.tobytes() == b.k.tobytes(), (m, k)
+                assert a.i.tobytes() == b.i.tobytes() and bits(a.pp).tobytes() == bits(b.pp).tobytes(), (m, k)
+            report["targets"] += 1
+            report["nclustered"] += mine.nclustered
+            report["envelopes"] += mine.nenvelopes
+            report["domains"] += mine.ndom
     return report
 
 
@@ -196,7 +208,7 @@ def simulator_ensemble_checks():
     all six scaled near the subnormal range (flush-to-zero flags on two copies only);
     a short table of draws and a small pair buffer (regions left to the CPU reference); the
     domain definitions of a tandem target and a homolog in noise (clustered and unclustered
-    envelopes) through the GPU stages in one batch."""
+    envelopes) and of another model's tandem target through the GPU stages in one call of the driver."""
     from hmmgpu.cpu.stotrace import EXHAUSTED, FULL
     from hmmgpu.gpu.ensemble.launch import sample_regions
     from tests.helpers import sampled_hmm
@@ -215,7 +227,8 @@ def simulator_ensemble_checks():
     out.append(("left to the host", dict(exhausted=short.count(EXHAUSTED), full=full.count(FULL),
                                          **check_results(items[:2], "python", table=512))))
     noise = homolog_in_noise(hmms[1], 0, 20)   # a clustered and an unclustered region
-    out.append(("define_domains", check_define_domains(hmms[1], [tandem_targets(hmms[1], 1)[1], noise], None)))
+    out.append(("define_domains", check_grouped_definitions(   # two models' targets in the same launches
+        [(hmms[2], tandem_targets(hmms[2], 2)[1:2]), (hmms[1], [tandem_targets(hmms[1], 1)[1], noise])], None)))
     out.append(("no path", no_path_statuses(requests[0], "python")))
     return out
 

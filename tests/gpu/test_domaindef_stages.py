@@ -3,7 +3,7 @@ cut into launches; their envelope rescoring under numba's CUDA simulator against
 stages (tests/gpu/domaindef_checks.py); and on a GPU (``pytest -m gpu``) the batched driver
 with those stages against the CPU stages and libhmmer on real hits. Under the simulator the
 whole batched driver with the GPU stages runs in tests/gpu/test_ensemble_kernel.py
-(tests/gpu/ensemble_checks.check_define_domains)."""
+(tests/gpu/ensemble_checks.check_grouped_definitions: two models' targets in one call)."""
 from pathlib import Path
 
 import pytest
@@ -41,16 +41,17 @@ def test_gpu_stages_rescore_envelopes_under_simulator(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 def test_gpu_stages_on_gpu():
-    """On a GPU: the four sample models' hits in the sample proteome and tandem targets, each
-    model's targets in one batch (runs of at most 64 MB of matrices a launch), equal to the
-    CPU stages' and libhmmer's domain definitions."""
+    """On a GPU: the four sample models' hits in the sample proteome and tandem targets, all
+    four models' targets in one call of the driver, as the GPU process defines a Forward-gate
+    batch's models (runs of at most 64 MB of matrices a launch, regions and envelopes of any
+    model in each), equal to the CPU stages' and libhmmer's domain definitions."""
     import numpy as np
     import pyhmmer
     from pyhmmer.easel import SequenceFile
 
     from hmmgpu.gpu.runtime.context import cuda_available
     from hmmgpu.gpu.runtime.device import GpuDevice
-    from tests.gpu.ensemble_checks import check_define_domains, tandem_targets
+    from tests.gpu.ensemble_checks import check_grouped_definitions, tandem_targets
     from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, sample_hmm
 
     if not cuda_available():
@@ -60,11 +61,9 @@ def test_gpu_stages_on_gpu():
         proteome = f.read_block()
     by_name = {seq.name: np.asarray(seq.sequence, np.uint8) for seq in proteome}
     hmms = [sample_hmm(name) for name in MODEL_NAMES]
-    total = dict(targets=0, nclustered=0, envelopes=0, domains=0)
-    for seed, (hmm, top) in enumerate(zip(hmms, pyhmmer.hmmsearch(hmms, proteome))):
-        targets = [by_name[hit.name] for hit in top] + tandem_targets(hmm, seed)
-        for key, value in check_define_domains(hmm, targets, binding, batch_bytes=64 << 20).items():
-            total[key] += value
+    models = [(hmm, [by_name[hit.name] for hit in top] + tandem_targets(hmm, seed))
+              for seed, (hmm, top) in enumerate(zip(hmms, pyhmmer.hmmsearch(hmms, proteome)))]
+    total = check_grouped_definitions(models, binding, batch_bytes=64 << 20)
     print(total)
     # the sample proteome's hits and the tandem targets, as counted on an H100 (a floor: the check compared them all)
     assert total["targets"] >= 45 and total["nclustered"] >= 10 and total["envelopes"] >= 85, total

@@ -68,8 +68,9 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     flag equal the CPU reference's, and so do the finished regions (n2sc, envelopes, flags);
     two of them beside copies of all six scaled near the subnormal range, in one launch: the
     flags are raised alike, on two copies only; regions the kernel leaves (a short table of draws, a small pair buffer)
-    come out right from the CPU reference; two targets' domain definitions with the GPU stages
-    in one batch (ensembles and envelope decoding + OA by the kernels) equal the CPU stages'
+    come out right from the CPU reference; three targets' domain definitions, of two models,
+    with the GPU stages in one call of the driver (both models' regions and envelopes in the
+    same launches: ensembles and envelope decoding + OA by the kernels) equal the CPU stages'
     and libhmmer's; matrices with no path stop the kernel (NaN: FATAL, as Easel aborts; all
     zero: FATAL or OUTSIDE)."""
     stdout = run_simulated(ROOT / "tests" / "gpu" / "ensemble_checks.py", "simulator_ensemble_checks", cache_dir=tmp_path)
@@ -83,7 +84,7 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     left = rows["left to the host"]
     assert left["exhausted"] == 2 and left["full"] == 2, left
     batched = rows["define_domains"]
-    assert batched["targets"] == 2 and batched["nclustered"] == 2 and batched["envelopes"] == 3, batched
+    assert batched["targets"] == 3 and batched["nclustered"] == 3 and batched["envelopes"] == 4, batched
     assert rows["no path"] == dict(nan=True, zero=True)
 
 

@@ -5,7 +5,8 @@ import numpy as np
 
 from hmmgpu.constants import STATUS_OK, STATUS_RANGE
 from hmmgpu.stages.domaindef import (RT1, RT2, RT3, DomainStages, Envelope, RegionEnsemble, define_domains,
-                                     define_domains_batched, define_domains_decoded, domain_decoding, fsum,
+                                     define_domains_batched, define_domains_decoded, define_domains_grouped,
+                                     domain_decoding, fsum,
                                      is_multidomain_region, region_scan, scan_regions)
 from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE
 
@@ -160,6 +161,57 @@ def test_batched_driver_equals_each_target_alone():
         assert [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in mine.domains] == \
             [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in alone.domains]
     assert [d.ndom for d in together] == [2, 2, 0, 2]
+
+
+class _Grouped(_Stub):
+    """:class:`_Stub` whose class records the calls over several models the driver makes."""
+
+    grouped: list = []
+
+    @classmethod
+    def region_ensembles_of(cls, work):
+        cls.grouped.append(("regions", [len(regions) for _, regions in work]))
+        return super().region_ensembles_of(work)
+
+    @classmethod
+    def rescore_envelopes_of(cls, work):
+        cls.grouped.append(("envelopes", [len(envelopes) for _, envelopes in work]))
+        return super().rescore_envelopes_of(work)
+
+
+def test_grouped_driver_equals_each_model_alone(monkeypatch):
+    """Three models' targets in one call of the driver (a model of two targets, one with
+    none, one of three with a decoding overflow; the models answer with different envelopes):
+    one call over every model per phase, each model's regions and envelopes handed to its own
+    stages; every definition equals the model's batch alone. Stages of two classes are refused."""
+    import pytest
+
+    monkeypatch.setattr(_Grouped, "grouped", [])
+    rows = [_two_domains(60, joined=True), _two_domains(60), _rows(10, [(2, 8)], {2: 1}, {8: 1}),
+            _two_domains(70, joined=True)]
+    decodings = [domain_decoding(*r, False, F32(1.0)) for r in rows]
+    decodings[2] = (STATUS_RANGE,) + decodings[2][1:]
+    codes = [np.zeros(d[1].size - 1, np.uint8) for d in decodings]
+    targets = list(zip(codes, decodings))
+    answers = ([(10, 30), (25, 40), (35, 45)], {(25, 40)}), ([(8, 20), (30, 44)], set()), ([(12, 18)], set())
+    work = [targets[:2], [], targets[1:]]
+    stages = [_Grouped(*a) for a in answers]
+    together = define_domains_grouped(list(zip(stages, work)))
+    assert _Grouped.grouped == [("regions", [1, 0, 1]), ("envelopes", [5, 0, 3])]
+    assert [len(s.calls) for s in stages] == [2 + 5, 0, 2 + 3]
+    for a, group, mine in zip(answers, work, together):
+        alone = define_domains_batched(_Stub(*a), group)
+        assert len(mine) == len(alone) == len(group)
+        for x, y in zip(mine, alone):
+            for key in ("status", "nregions", "nclustered", "noverlaps", "nenvelopes", "flags", "nexpected"):
+                assert getattr(x, key) == getattr(y, key), key
+            assert x.n2sc.tobytes() == y.n2sc.tobytes()
+            assert [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in x.domains] == \
+                [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in y.domains]
+    assert [[d.ndom for d in group] for group in together] == [[2, 2], [], [2, 0, 1]]
+    assert define_domains_grouped([]) == []
+    with pytest.raises(TypeError):
+        define_domains_grouped([(_Grouped(*answers[0]), targets[:1]), (_Stub(*answers[0]), targets[:1])])
 
 
 def _decoding_by_arrays(fx, bx, has_own_scales, ploop):
