@@ -31,14 +31,19 @@ Viterbi filter (HMMER 3.4 ``src/p7_pipeline.c``), every step by hmmgpu's exact c
 On the GPU route the GPU process has done steps 2 and 4 and ``p7_DomainDecoding`` already for
 the F3 passers it could promise bit for bit (:mod:`hmmgpu.gpu.cascade`): the query's cascade
 result carries their Forward scores and decodings (:class:`~hmmgpu.stages.decoded.DecodedTargets`),
-and domain definition starts from those, in the same batch as the targets decoded here.
 The device left out every target whose parsers or decoding raised a flag that could matter in
-either float mode, so such a decoding is hmmsearch's and pyhmmer's alike, and domain definition
-goes on from it here as for a target whose parsers ran here; the targets it left out run steps
-2-4 here. The GPU process has also run step 5 on its decoded passers, with the GPU's stages
+either float mode, so such a decoding is hmmsearch's and pyhmmer's alike. The GPU process has
+also run step 5 on its decoded passers, with the GPU's stages
 (:class:`hmmgpu.gpu.domaindef.GpuDomainStages`, seeded with ``--seed``), and sent the
 definitions no exactness flag marks (:class:`~hmmgpu.stages.defined.DefinedTargets`) in place
-of their decodings: for those only step 6 runs here.
+of their decodings: for those only step 6 runs here, and a decoded passer whose definition
+raised a flag is defined here from its decoding (step 5, in the run's float mode). On that
+route a target the GPU did not decode (the gate left it undecided, or the kernels flagged its
+parsers or decoding: about 28% of the F3 passers of Pfam models against real proteins) goes
+to pyhmmer's pipeline, as on the default route, rather than through steps 2-5 here: pyhmmer's
+SIMD code does in about 3 ms what the serial references take some 20 ms for (measured on an
+H100 machine: such targets of 150 Pfam models cost the references most of their 113 s of
+CPU). Without a GPU every step runs here, the references being the stage.
 
 Everything else is pyhmmer's pipeline, whose stage (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`)
 this one extends: the plan and the merge, the tasks over ranges of targets (pyhmmer's whole
@@ -50,7 +55,8 @@ task's Z, as part of the task) and counted (:meth:`OwnPostFilter.details`):
   or Backward parser or in any matrix of domain definition;
 * domain decoding overflowed (HMMER's pipeline then fails; pyhmmer raises its error);
 * every target of a model whose tables the flags' argument does not cover
-  (:meth:`~hmmgpu.stages.forward.ForwardTables.exactness_conditions`).
+  (:meth:`~hmmgpu.stages.forward.ForwardTables.exactness_conditions`);
+* on the GPU route, every target the GPU did not decode (above).
 
 With ``--seed 0`` HMMER draws domain definition's random numbers from one generator of an
 arbitrary seed that is never reseeded; the CPU references reseed at every region, so such a
@@ -207,7 +213,7 @@ class OwnPostFilter(PyhmmerStage):
         return self.targets(query, model, [position], [decided], Z, [device])[0]
 
     def targets(self, query, model: QueryModel, positions, decided, Z: float | None, devices,
-                defined=None) -> list:
+                defined=None, gpu_route: bool = False) -> list:
         """``p7_Pipeline`` from the Forward filter on, on the targets at ``positions`` of one query
         (``decided``: whether the gate passed each), in the calling thread's float mode (module
         header): (:class:`TargetOutcome`, its hit or None) for each. ``Z``: the pipeline's for the
@@ -217,7 +223,9 @@ class OwnPostFilter(PyhmmerStage):
         definition) that the GPU process defined (:meth:`~hmmgpu.stages.defined.DefinedTargets.target`)
         in place of the parsers and domain definition here, or None (None: none defined). Domain
         definition runs on all the other F3 passers at once
-        (:func:`~hmmgpu.stages.domaindef.define_domains_batched`)."""
+        (:func:`~hmmgpu.stages.domaindef.define_domains_batched`); with ``gpu_route`` (the GPU
+        decoded the query's passers) a target the GPU neither decoded nor defined is left to
+        pyhmmer's pipeline (HOST) instead of the parsers here."""
         from hmmgpu.stages.profiles import null_table
 
         out = [None] * len(positions)
@@ -229,6 +237,9 @@ class OwnPostFilter(PyhmmerStage):
             nullsc = null_table(L)[L]
             if defined[k] is not None:
                 passers.append([k, position, codes, nullsc, *defined[k]])
+                continue
+            if device is None and gpu_route:
+                out[k] = (TargetOutcome.HOST, None)
                 continue
             if device is None:
                 outcome, fwdsc, decoding = self._decoded_here(query, model, position, codes, known, nullsc)
@@ -304,7 +315,8 @@ class OwnPostFilter(PyhmmerStage):
         on_device_defined = sum(d is not None for d in defined)
         previous = set_flush_to_zero(self.ftz)   # the run's own float mode (module header)
         try:
-            results = self.targets(task.query, model, positions, decided.tolist(), Z, devices, defined)
+            results = self.targets(task.query, model, positions, decided.tolist(), Z, devices, defined,
+                                   gpu_route=getattr(task.query.counts, "decoded", None) is not None)
         finally:
             set_flush_to_zero(previous)
         outcomes = [outcome for outcome, _ in results]
