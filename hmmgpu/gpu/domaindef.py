@@ -35,9 +35,13 @@ Why it looks as it does
 -----------------------
 Every matrix of a batch is held at once in device memory: a region's Forward matrix is
 ``(Lr + 1) (12 Q + 6)`` floats, an envelope's Forward and Backward twice that. A call's items
-are therefore cut into consecutive runs of at most ``batch_bytes`` of matrices
-(:func:`runs_within`), a batch of launches a run; the answers come back in the items'
-order, which is all the driver needs. The answers equal the CPU stages' bit for bit (their
+are therefore cut into runs of at most ``batch_bytes`` of matrices (:func:`runs_by_size`), a
+batch of launches a run, largest items first: a few threads run an item, row after row (the
+ensemble kernel one thread a region, 200 traces after another), so a launch lasts as long
+as its largest item, and runs cut in the items' order each waited for a long item of their
+own (on an H100, 600 Pfam models' definitions took 74 s of the GPU process, most of it
+waiting for such launches in runs of 256 MB). The answers come back in the items' order,
+which is all the driver needs. The answers equal the CPU stages' bit for bit (their
 flags but the CPU references' diagnostic ANY_TINY, which no kernel raises): the kernels
 equal the CPU references (tests/gpu), and the host's part is the references' own code.
 """
@@ -51,26 +55,26 @@ from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest
 from hmmgpu.gpu.ensemble.stages import region_ensembles
 from hmmgpu.gpu.envelope.launch import decode_produced
 from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, matrix_bytes, produce_matrices
+from hmmgpu.gpu.runtime import tuning
 from hmmgpu.gpu.runtime.context import numba_binding
 from hmmgpu.stages.forward import TINY_ROWS
 
-__all__ = ["DEFAULT_BATCH_BYTES", "GpuDomainStages", "runs_within"]
-
-#: The matrices a launch holds at most (bytes; an item larger than this is a launch alone).
-DEFAULT_BATCH_BYTES = 256 << 20
+__all__ = ["GpuDomainStages", "runs_by_size"]
 
 
-def runs_within(sizes, budget: int) -> list:
-    """(start, end) of consecutive runs of items whose ``sizes`` add up to at most ``budget``
-    each (an item larger than the budget is a run alone), covering every item in order."""
-    runs, start, total = [], 0, 0
-    for k, size in enumerate(sizes):
-        if k > start and total + size > budget:
-            runs.append((start, k))
-            start, total = k, 0
-        total += size
-    if start < len(sizes):
-        runs.append((start, len(sizes)))
+def runs_by_size(sizes, budget: int) -> list:
+    """The items (indices into ``sizes``) in runs whose sizes add up to at most ``budget``
+    each (an item larger than the budget is a run alone), the largest items first (ties in
+    order), every item in one run: a list of index lists."""
+    runs, run, total = [], [], 0
+    for k in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
+        if run and total + sizes[k] > budget:
+            runs.append(run)
+            run, total = [], 0
+        run.append(k)
+        total += sizes[k]
+    if run:
+        runs.append(run)
     return runs
 
 
@@ -78,10 +82,10 @@ class GpuDomainStages(CpuDomainStages):
     """The stages of one model (``tables``, the pipeline's ``seed``) with the batch methods on
     the GPU: ``binding`` the kernels' (:func:`~hmmgpu.gpu.runtime.context.numba_binding` if
     None), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the matrices a
-    launch holds at most."""
+    launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`)."""
 
     def __init__(self, tables, seed: int = DEFAULT_SEED, binding: str | None = None, table: int = DEFAULT_TABLE,
-                 batch_bytes: int = DEFAULT_BATCH_BYTES):
+                 batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES):
         super().__init__(tables, seed)
         self.binding = binding
         self.table = int(table)
@@ -108,16 +112,18 @@ class GpuDomainStages(CpuDomainStages):
         binding = first.binding or numba_binding()
         items = [(stages, region) for stages, regions in work for region in regions]
         sizes = [matrix_bytes(r.j - r.i + 1, stages.tables.Q) for stages, r in items]
-        flat = []
-        for start, end in runs_within(sizes, first.batch_bytes):
-            run = items[start:end]
+        flat = [None] * len(items)
+        for chosen in runs_by_size(sizes, first.batch_bytes):
+            run = [items[k] for k in chosen]
             batch = produce_matrices([MatrixJob(stages.tables, r.codes, r.i, r.j) for stages, r in run],
                                      binding=binding)
             requests = [RegionRequest(matrix=None, tables=stages.tables, xf=special_transitions(stages.tables,
                                                                                                 r.codes.size),
                                       codes=r.codes, i=r.i, j=r.j) for stages, r in run]
-            flat += region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
-                                     seed=first.seed, binding=binding, table=first.table)
+            answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
+                                       seed=first.seed, binding=binding, table=first.table)
+            for k, answer in zip(chosen, answers):
+                flat[k] = answer
         return _split(flat, [len(regions) for _, regions in work])
 
     @classmethod
@@ -131,9 +137,9 @@ class GpuDomainStages(CpuDomainStages):
         uni = [unihit_tables(stages.tables) for stages, _ in work]
         items = [(m, envelope) for m, (_, envelopes) in enumerate(work) for envelope in envelopes]
         sizes = [2 * matrix_bytes(e.j - e.i + 1, work[m][0].tables.Q) for m, e in items]
-        flat = []
-        for start, end in runs_within(sizes, first.batch_bytes):
-            run = items[start:end]
+        flat = [None] * len(items)
+        for chosen in runs_by_size(sizes, first.batch_bytes):
+            run = [items[k] for k in chosen]
             batch = produce_matrices([MatrixJob(work[m][0].tables, e.codes, e.i, e.j, unihit=True, backward=True)
                                       for m, e in run], binding=binding)
 
@@ -141,9 +147,9 @@ class GpuDomainStages(CpuDomainStages):
                 return decoded.status == 0 and not run[k][1].null2_is_done and bool(decoded.flags & TINY_ROWS)
 
             decoded = decode_produced(batch, range(len(run)), binding, matrices=needs_posterior)
-            flat += [envelope_result(finish_envelope(uni[m], e.codes, e.i, e.j, e.null2_is_done, e.n2sc, f.score,
-                                                     d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2))
-                     for (m, e), f, d in zip(run, batch.forward, decoded)]
+            for k, (m, e), f, d in zip(chosen, run, batch.forward, decoded):
+                flat[k] = envelope_result(finish_envelope(uni[m], e.codes, e.i, e.j, e.null2_is_done, e.n2sc, f.score,
+                                                          d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2))
         return _split(flat, [len(envelopes) for _, envelopes in work])
 
 

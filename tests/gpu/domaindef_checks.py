@@ -17,12 +17,13 @@ def bits(a):
 
 def check_rescored_envelopes(cases, binding) -> dict:
     """``rescore_envelopes`` of the GPU stages (a model's envelopes in runs of at most 64 KB of
-    matrices, a decoding + OA launch a run: several launches of several envelopes) equals the CPU stages' on every envelope of
+    matrices, largest first, a decoding + OA launch a run: several launches of several
+    envelopes, answers back in order) equals the CPU stages' on every envelope of
     ``cases`` ((tables, codes, i, j), as tests/gpu/envelope_checks.envelope_cases gives them):
     whether dropped, the flags, and unless dropped envsc, oasc, iali, jali, the trace, and for
     the envelopes whose null2 is not done (every other one) the n2sc bits."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
-    from hmmgpu.gpu.domaindef import GpuDomainStages, runs_within
+    from hmmgpu.gpu.domaindef import GpuDomainStages, runs_by_size
     from hmmgpu.gpu.fwdback.matrix_launch import matrix_bytes
     from hmmgpu.stages.domaindef import EnvelopeSpan
     from hmmgpu.stages.forward import ANY_TINY
@@ -35,7 +36,7 @@ def check_rescored_envelopes(cases, binding) -> dict:
     report = dict(envelopes=0, dropped=0, null2=0, launches=0)
     for tables, spans in by_model.values():
         gpu = GpuDomainStages(tables, binding=binding, batch_bytes=64 << 10)
-        report["launches"] += len(runs_within([2 * matrix_bytes(s.j - s.i + 1, tables.Q) for s in spans], 64 << 10))
+        report["launches"] += len(runs_by_size([2 * matrix_bytes(s.j - s.i + 1, tables.Q) for s in spans], 64 << 10))
         mine = gpu.rescore_envelopes(spans)
         theirs = CpuDomainStages(tables).rescore_envelopes(spans)
         for span, a, b in zip(spans, mine, theirs):

@@ -15,13 +15,15 @@ from hmmgpu.cpu.hmmerlib import libhmmer_available
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_runs_within_cuts_consecutive_runs_under_the_budget():
-    from hmmgpu.gpu.domaindef import runs_within
+def test_runs_by_size_puts_the_largest_items_first_under_the_budget():
+    from hmmgpu.gpu.domaindef import runs_by_size
     from hmmgpu.gpu.fwdback.matrix_launch import matrix_bytes
 
-    assert runs_within([], 10) == []
-    assert runs_within([4, 4, 4, 11, 1, 9, 10], 10) == [(0, 2), (2, 3), (3, 4), (4, 6), (6, 7)]
-    assert runs_within([3] * 5, 100) == [(0, 5)]
+    assert runs_by_size([], 10) == []
+    # by size 11 (alone: over the budget), 10, 9, then the 4s in order and the 1
+    assert runs_by_size([4, 4, 4, 11, 1, 9, 10], 10) == [[3], [6], [5], [0, 1], [2, 4]]
+    assert runs_by_size([3] * 5, 100) == [[0, 1, 2, 3, 4]]
+    assert sorted(k for run in runs_by_size([5, 2, 7, 7, 1, 3], 8) for k in run) == list(range(6))
     assert matrix_bytes(0, 1) == 4 * 18 and matrix_bytes(9, 2) == 4 * 10 * 30
 
 
