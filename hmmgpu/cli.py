@@ -475,7 +475,14 @@ def cmd_warmup(args) -> int:
     device = GpuDevice.open(args.device)
     n = build.compile_ahead(cascade.all_specs(device, args.lanes) + sw_launch.all_specs(), device)
     print(f"hmmgpu: {n} kernels compiled in {time.perf_counter() - start:.1f}s" if n else
-          "hmmgpu: every kernel is already compiled for this device")
+          "hmmgpu: every kernel is already compiled for this device", flush=True)
+    from hmmgpu.gpu.domaindef import load_kernels as load_definition_kernels
+
+    start = time.perf_counter()
+    with device.activate():
+        n = load_definition_kernels(device.lane_binding)
+    print(f"hmmgpu: {n} kernels of --postfilter hmmgpu's domain definition compiled or loaded from numba's cache "
+          f"in {time.perf_counter() - start:.1f}s")
     return 0
 
 

@@ -85,6 +85,8 @@ class CudaBackend(FilterBackend):
                        forward_gate=dict(self.gpu.forward_counts))
         if any(self.gpu.decoding_counts.values()):  # hmmgpu's own post-filter: the F3 passers' decodings
             details["decoding"] = dict(self.gpu.decoding_counts, kernel_ms=round(self.gpu.decoding_ms, 1))
+            if any(self.gpu.define_seconds.values()):  # ... and their domain definition's steps
+                details["definition_seconds"] = {k: round(v, 2) for k, v in self.gpu.define_seconds.items()}
         return details
 
     def close(self, wait: bool = True) -> None:

@@ -375,6 +375,8 @@ class GpuCascade:
         #: the decodings sent with the results
         self.decoding_ms = 0.0
         self.decoding_counts = dict(decoded=0, host=0, bytes=0, defined=0)
+        #: domain definition's steps in this process (:attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds`)
+        self.define_seconds = dict(matrices=0.0, ensembles=0.0, decoding=0.0, finish=0.0)
         self._steps: list = []  #: the decoding steps whose launch waits for their gate batch
         self.forward_gate = forward_gate
         #: the Forward gate's decisions, summed over models: passed and failed F3, and left
@@ -388,6 +390,8 @@ class GpuCascade:
         #: context for the process: launches from two threads (a model's filters while the
         #: gate of an earlier one runs) are taken one at a time there (a GPU needs no lock)
         self._simulated = threading.RLock() if self.device.simulator else contextlib.nullcontext()
+        #: the thread loading domain definition's kernels (:meth:`_prepare_definition`), once started
+        self._definition_kernels: threading.Thread | None = None
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         #: the host's side of the cascade (``define``: domain definition of the F3 passers, its
         #: kernels' waits included, with hmmgpu's own post-filter)
@@ -504,6 +508,27 @@ class GpuCascade:
             self.decoding_counts["bytes"] += nbytes
             self.decoding_counts["defined"] += defined
 
+    def _prepare_definition(self) -> None:
+        """Start loading domain definition's kernels (:func:`hmmgpu.gpu.domaindef.load_kernels`)
+        in a thread, once: the first model that asks for hmmgpu's own post-filter starts it,
+        so that their compilation on a fresh machine (about 40 s on an H100 with numba's cache
+        empty) runs beside the filters instead of before the first definitions."""
+        with self._lock:
+            if self._definition_kernels is not None:
+                return
+            self._definition_kernels = threading.Thread(target=self._load_definition_kernels, daemon=True,
+                                                        name="hmmgpu-definition-kernels")
+        self._definition_kernels.start()
+
+    def _load_definition_kernels(self) -> None:
+        from hmmgpu.gpu.domaindef import load_kernels
+
+        try:
+            with self._simulated, self.device.activate():
+                load_kernels()
+        except Exception:  # noqa: BLE001 - only ahead of time: the stage's own load raises the same error
+            return
+
     def define_domains_of(self, work) -> list:
         """Domain definition of several models' decoded passers with the GPU's stages
         (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`), all at once: ``work`` (tables, the
@@ -519,13 +544,16 @@ class GpuCascade:
         from hmmgpu.stages.defined import split_defined_grouped
 
         clock = time.perf_counter()
+        stages = [GpuDomainStages(work[m][0], seed=work[m][1]) for m in chosen]
         with self._simulated, self.device.activate():
-            split = split_defined_grouped([(GpuDomainStages(work[m][0], seed=work[m][1]), work[m][2]) for m in chosen],
-                                          self.resident.db.codes)
+            split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes)
         for m, (defined, rest) in zip(chosen, split):
             answers[m] = (rest, defined)
         with self._lock:
             self.host_seconds["define"] += time.perf_counter() - clock
+            for s in stages:
+                for step, seconds in s.seconds.items():
+                    self.define_seconds[step] += seconds
         return answers
 
     def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:
@@ -579,6 +607,8 @@ class GpuCascade:
         job = ForwardJob(self._forward_tables(profile), partial.past_vit)
         gated = GateTicket(self, partial, profile, options, filtersc, tables=job.tables,
                            decode=options.run.postfilter == "hmmgpu")
+        if gated.decode and options.seed != 0:
+            self._prepare_definition()
         with self._forward_lock:
             self._queued.append((gated, job))
             self._queued_targets += int(partial.past_vit.size)

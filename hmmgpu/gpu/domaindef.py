@@ -39,27 +39,53 @@ are therefore cut into runs of at most ``batch_bytes`` of matrices (:func:`runs_
 batch of launches a run, largest items first: a few threads run an item, row after row (the
 ensemble kernel one thread a region, 200 traces after another), so a launch lasts as long
 as its largest item, and runs cut in the items' order each waited for a long item of their
-own (on an H100, 600 Pfam models' definitions took 74 s of the GPU process, most of it
-waiting for such launches in runs of 256 MB). The answers come back in the items' order,
-which is all the driver needs. The answers equal the CPU stages' bit for bit (their
-flags but the CPU references' diagnostic ANY_TINY, which no kernel raises): the kernels
-equal the CPU references (tests/gpu), and the host's part is the references' own code.
+own. The answers come back in the items' order, which is all the driver needs. They
+equal the CPU stages' bit for bit (their flags but the CPU references' diagnostic ANY_TINY,
+which no kernel raises): the kernels equal the CPU references (tests/gpu), and the host's
+part is the references' own code. Where the time goes is kept per stage
+(:attr:`GpuDomainStages.seconds`: each step waits for its launches, so a step's wall time is
+its kernels' plus the host's part).
 """
 from __future__ import annotations
+
+import time
 
 from hmmgpu.cpu.domaindef import CpuDomainStages, envelope_result
 from hmmgpu.cpu.envelope import finish_envelope
 from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
 from hmmgpu.cpu.stotrace import DEFAULT_SEED
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest
+from hmmgpu.gpu.ensemble.source import EnsembleSpec
 from hmmgpu.gpu.ensemble.stages import region_ensembles
 from hmmgpu.gpu.envelope.launch import decode_produced
+from hmmgpu.gpu.envelope.source import DecodeOASpec
 from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, matrix_bytes, produce_matrices
-from hmmgpu.gpu.runtime import tuning
+from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
+from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.context import numba_binding
 from hmmgpu.stages.forward import TINY_ROWS
 
-__all__ = ["GpuDomainStages", "runs_by_size"]
+__all__ = ["GpuDomainStages", "kernel_specs", "load_kernels", "runs_by_size"]
+
+
+def kernel_specs() -> list:
+    """The kernels of domain definition's stages, all launched through numba: the full-matrix
+    Forward and Backward kernels (rows in shared memory and in global scratch), the ensemble
+    kernel, and the envelopes' decoding and optimal accuracy kernel."""
+    return [FwdMatrixSpec("shared"), FwdMatrixSpec("global"), BwdMatrixSpec("shared"), BwdMatrixSpec("global"),
+            EnsembleSpec(), DecodeOASpec()]
+
+
+def load_kernels(binding: str | None = None) -> int:
+    """Compile (on a fresh machine: numba writes them to its cache) or load from numba's cache
+    every kernel of :func:`kernel_specs` for numba's current device (``binding``: the kernels'
+    lane binding, numba's current target's if None); returns how many. ``hmmgpu warmup`` runs
+    it, and the GPU process in a thread when a model first asks for hmmgpu's own post-filter."""
+    binding = binding or numba_binding()
+    specs = kernel_specs()
+    for spec in specs:
+        build.numba_kernel(spec, binding)
+    return len(specs)
 
 
 def runs_by_size(sizes, budget: int) -> list:
@@ -82,7 +108,11 @@ class GpuDomainStages(CpuDomainStages):
     """The stages of one model (``tables``, the pipeline's ``seed``) with the batch methods on
     the GPU: ``binding`` the kernels' (:func:`~hmmgpu.gpu.runtime.context.numba_binding` if
     None), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the matrices a
-    launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`)."""
+    launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`).
+    ``seconds``: the wall time of each step of the calls whose work this object led (the
+    first of a call's models): ``matrices`` (the full-matrix kernels), ``ensembles`` (the
+    ensemble kernel and each region's finish on the host), ``decoding`` (the envelopes'
+    decoding and optimal accuracy kernel), ``finish`` (each envelope's finish on the host)."""
 
     def __init__(self, tables, seed: int = DEFAULT_SEED, binding: str | None = None, table: int = DEFAULT_TABLE,
                  batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES):
@@ -90,6 +120,7 @@ class GpuDomainStages(CpuDomainStages):
         self.binding = binding
         self.table = int(table)
         self.batch_bytes = int(batch_bytes)
+        self.seconds = dict(matrices=0.0, ensembles=0.0, decoding=0.0, finish=0.0)
 
     def region_ensembles(self, regions) -> list:
         return self.region_ensembles_of([(self, regions)])[0]
@@ -99,6 +130,12 @@ class GpuDomainStages(CpuDomainStages):
 
     def _settings(self) -> tuple:
         return self.seed, self.binding, self.table, self.batch_bytes
+
+    def _timed(self, step: str, since: float) -> float:
+        """Add the time since ``since`` to ``step``'s; the time now."""
+        now = time.perf_counter()
+        self.seconds[step] += now - since
+        return now
 
     @classmethod
     def region_ensembles_of(cls, work) -> list:
@@ -115,13 +152,16 @@ class GpuDomainStages(CpuDomainStages):
         flat = [None] * len(items)
         for chosen in runs_by_size(sizes, first.batch_bytes):
             run = [items[k] for k in chosen]
+            clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, r.codes, r.i, r.j) for stages, r in run],
                                      binding=binding)
+            clock = first._timed("matrices", clock)
             requests = [RegionRequest(matrix=None, tables=stages.tables, xf=special_transitions(stages.tables,
                                                                                                 r.codes.size),
                                       codes=r.codes, i=r.i, j=r.j) for stages, r in run]
             answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
                                        seed=first.seed, binding=binding, table=first.table)
+            first._timed("ensembles", clock)
             for k, answer in zip(chosen, answers):
                 flat[k] = answer
         return _split(flat, [len(regions) for _, regions in work])
@@ -140,16 +180,20 @@ class GpuDomainStages(CpuDomainStages):
         flat = [None] * len(items)
         for chosen in runs_by_size(sizes, first.batch_bytes):
             run = [items[k] for k in chosen]
+            clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(work[m][0].tables, e.codes, e.i, e.j, unihit=True, backward=True)
                                       for m, e in run], binding=binding)
+            clock = first._timed("matrices", clock)
 
             def needs_posterior(k, decoded, run=run):  # finish_envelope's flush-to-zero check of the null2 odds
                 return decoded.status == 0 and not run[k][1].null2_is_done and bool(decoded.flags & TINY_ROWS)
 
             decoded = decode_produced(batch, range(len(run)), binding, matrices=needs_posterior)
+            clock = first._timed("decoding", clock)
             for k, (m, e), f, d in zip(chosen, run, batch.forward, decoded):
                 flat[k] = envelope_result(finish_envelope(uni[m], e.codes, e.i, e.j, e.null2_is_done, e.n2sc, f.score,
                                                           d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2))
+            first._timed("finish", clock)
         return _split(flat, [len(envelopes) for _, envelopes in work])
 
 

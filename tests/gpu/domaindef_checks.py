@@ -63,8 +63,16 @@ def simulator_domaindef_checks():
     full-matrix kernels too, which doubles the simulator's time a case."""
     from tests.gpu.envelope_checks import envelope_cases
 
+    from hmmgpu.gpu.domaindef import kernel_specs, load_kernels
+    from hmmgpu.gpu.runtime import build
+
     cases = [case for n, case in enumerate(envelope_cases()) if n // 2 % 2 == 0]
-    return [("envelopes", check_rescored_envelopes(cases, "python"))]
+    out = [("envelopes", check_rescored_envelopes(cases, "python"))]
+    # warmup's (and the GPU process's early) load gives the very kernels the stages then launch
+    loaded = load_kernels("python")
+    same = all(build.numba_kernel(spec, "python") is build.numba_kernel(spec, "python") for spec in kernel_specs())
+    out.append(("kernels", dict(loaded=loaded, names=sorted(spec.name for spec in kernel_specs()), same=same)))
+    return out
 
 
 if __name__ == "__main__":

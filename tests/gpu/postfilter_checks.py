@@ -181,7 +181,8 @@ def check_engine(backend, db, hmms, **options) -> list:
     if not p.get("decoded_on_gpu") or not p.get("defined_on_gpu"):
         raise AssertionError(f"the post-filter used no decoding or no definition of the GPU: {p}")
     return rows + [("engine", dict(hits=hits, **{k: p[k] for k in ("passed", "host", "failed", "decoded_on_gpu",
-                                                                  "defined_on_gpu")}))]
+                                                                  "defined_on_gpu")})),
+                   ("definition seconds", backend.details()["definition_seconds"])]
 
 
 def _rows(path) -> list:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_simulated
+from tests.helpers import run_simulated, simulated_rows
 
 from hmmgpu.cpu.hmmerlib import libhmmer_available
 
@@ -33,11 +33,18 @@ def test_gpu_stages_rescore_envelopes_under_simulator(tmp_path):
     18 nodes, '*' runs whose decoding overflows), every other envelope with its null2 given,
     rescored by the GPU stages (full matrices and decoding on the device) in several runs of
     several envelopes: each envelope equals the CPU stages' (dropped, flags but the
-    references' ANY_TINY, scores, coordinates, trace, n2sc)."""
+    references' ANY_TINY, scores, coordinates, trace, n2sc). The kernels ``hmmgpu warmup``
+    loads ahead are the stages' own."""
     stdout = run_simulated(ROOT / "tests" / "gpu" / "domaindef_checks.py", "simulator_domaindef_checks", cache_dir=tmp_path)
-    report = eval(stdout.split("envelopes ", 1)[1].splitlines()[0])
+    rows = simulated_rows(stdout)
+    report = rows["envelopes"]
     assert report["envelopes"] > report["null2"] > report["dropped"] > 0, report
     assert report["envelopes"] > report["launches"] > 3, report
+    kernels = rows["kernels"]   # hmmgpu warmup's list: the six kernels the stages launch, each loaded once
+    assert kernels["loaded"] == 6 and kernels["same"], kernels
+    assert kernels["names"] == ["ensemble_traces_v1", "envelope_decode_oa_v4", "fwdback_backward_matrix_v1_global",
+                                "fwdback_backward_matrix_v1_shared", "fwdback_forward_matrix_v1_global",
+                                "fwdback_forward_matrix_v1_shared"], kernels
 
 
 @pytest.mark.gpu

@@ -33,6 +33,8 @@ def _assert_rows(rows: dict, models: list) -> None:
     assert engine["defined_on_gpu"] == sum(got["defined"] for got in decodings)
     # every passer the GPU did not decode went to pyhmmer's pipeline (with the targets the gate left undecided)
     assert engine["host"] >= sum(got["left_to_host"] for got in decodings)
+    steps = rows["definition seconds"]   # the backend's statistics time domain definition's steps
+    assert set(steps) == {"matrices", "ensembles", "decoding", "finish"} and steps["matrices"] > 0 < steps["decoding"]
     if "command line" in rows:   # the GPU run (under the simulator the GPU process's route costs minutes)
         assert rows["command line"]["decoded_on_gpu"] == engine["decoded_on_gpu"]
         assert rows["command line"]["defined_on_gpu"] == engine["defined_on_gpu"]

@@ -45,8 +45,11 @@ from hmmgpu.host import modules_hidden, usable_cores
 
 #: One import (and compile) of a kernel module at a time, so that every thread gets the same
 #: kernel object (its launch attributes, such as the dynamic shared-memory limit, are set
-#: once).
+#: once): the driver's kernels under the first lock, numba's under the second (taken after
+#: the first where both are), so that numba compiling the domain-definition kernels in a
+#: thread of the GPU process never holds back a filter kernel's load.
 _LOAD_LOCK = threading.Lock()
+_NUMBA_LOCK = threading.Lock()
 
 
 def cache_root() -> Path:
@@ -99,14 +102,15 @@ def load(spec, device):
     here first if missing)."""
     with _LOAD_LOCK:
         if device.simulator:
-            return _numba_kernel(spec, "python")
+            with _NUMBA_LOCK:
+                return _numba_kernel(spec, "python")
         return _driver_kernel(spec, device)
 
 
 def numba_kernel(spec, binding: str):
     """numba's kernel of ``spec`` (compiled for numba's current device, or loaded from numba's
-    cache): for tools that inspect its code."""
-    with _LOAD_LOCK:
+    cache): the kernels launched through numba, and tools that inspect a kernel's code."""
+    with _NUMBA_LOCK:
         return _numba_kernel(spec, binding)
 
 
@@ -247,7 +251,8 @@ def _export(spec, binding: str, device) -> None:
     cubin, entry name and argument kinds (one file, replaced atomically)."""
     from hmmgpu.gpu.runtime.kargs import argument_kind
 
-    compiled = next(iter(_numba_kernel(spec, binding).overloads.values()))
+    with _NUMBA_LOCK:
+        compiled = next(iter(_numba_kernel(spec, binding).overloads.values()))
     library = compiled._codelibrary
     if library._setup_functions or compiled.cooperative:
         raise HmmgpuError(f"kernel {spec.name} needs numba's own launch (module set-up or a cooperative grid)")

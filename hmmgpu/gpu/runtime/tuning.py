@@ -57,10 +57,12 @@ FWD_STREAMS = 8
 FWD_GATE_TARGETS = 16384
 #: Domain definition's stages (:mod:`hmmgpu.gpu.domaindef`): the full matrices a launch holds at
 #: most (an envelope's Forward and Backward, a region's Forward; item sizes are capped by
-#: FWD_MAX_CELLS, since only the passers the parsers' kernels decoded come here). Each launch
-#: waits for its largest item, so fewer, larger runs (largest items first) wait less: at 256 MB
-#: a run, 600 Pfam models' definitions took 74 s of the GPU process on one H100 (5c43a71).
-DOMAINDEF_BATCH_BYTES = 2 << 30
+#: FWD_MAX_CELLS, since only the passers the parsers' kernels decoded come here). Measured with
+#: 600 Pfam models x 29 M residues on one H100: runs of 256 MB cut in the items' order, 74 s of
+#: domain definition in the GPU process (5c43a71, numba's caches warm); runs of 2 GB, largest
+#: items first, 102 s of which about 38 s compiled the kernels (b3bd9c3, caches empty): no gain
+#: seen, so the smaller runs stay (largest first).
+DOMAINDEF_BATCH_BYTES = 256 << 20
 #: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
 PACK_BLOCK = 256
 PACK_BLOCKS_PER_SM = 8
