@@ -463,6 +463,12 @@ def cmd_warmup(args) -> int:
     from hmmgpu.sw.traceback import warm as warm_sw_traceback
 
     warm_sw_traceback()  # the Smith-Waterman traceback's compiled passes (numba, cached on disk), GPU or not
+    from hmmgpu.cpu.own_postfilter import warm as warm_own_postfilter
+
+    start = time.perf_counter()
+    warm_own_postfilter()  # --postfilter hmmgpu's CPU references (numba, cached on disk), GPU or not
+    print(f"hmmgpu: --postfilter hmmgpu's CPU references compiled or loaded from numba's cache in "
+          f"{time.perf_counter() - start:.1f}s", flush=True)
     if not cuda_available(args.device):
         raise DeviceUnavailable(f"warmup: no usable CUDA GPU with id {args.device} (the Python bytecode is written; "
                           "no GPU kernel was compiled)")

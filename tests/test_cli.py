@@ -327,8 +327,9 @@ def test_a_gpu_process_started_early_is_stopped_when_the_search_cannot_go_on(mon
 
 def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeypatch, tmp_path, capsys):
     """`hmmgpu warmup` writes the compiled bytecode of the packages a search imports (here a
-    package of its own), which a process under PYTHONDONTWRITEBYTECODE then runs from; without
-    a GPU it says so in one line and exits 1, the bytecode written."""
+    package of its own), which a process under PYTHONDONTWRITEBYTECODE then runs from, and
+    loads the own post-filter's CPU references; without a GPU it says so in one line and
+    exits 1, the bytecode written."""
     import importlib.util
 
     from hmmgpu import bytecode
@@ -349,6 +350,7 @@ def test_warmup_writes_bytecode_that_python_reads_where_it_may_not_write(monkeyp
     out, err = capsys.readouterr()
     assert code == ERROR_STATUS
     assert out.startswith("hmmgpu: Python bytecode of ") and "packages and modules up to date" in out
+    assert "hmmgpu: --postfilter hmmgpu's CPU references compiled or loaded from numba's cache in " in out
     assert err.strip().splitlines() == ["hmmgpu: error: warmup: no usable CUDA GPU with id 0 (the Python bytecode "
                                         "is written; no GPU kernel was compiled)"]
     cached = [importlib.util.cache_from_source(str(package / name)) for name in ("__init__.py", "inner.py")]

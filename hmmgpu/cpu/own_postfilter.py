@@ -108,7 +108,7 @@ from hmmgpu.stages.hits import HitModel, pipeline_hit, pipeline_settings, tophit
 from hmmgpu.stages.merge import drop_unkept
 from hmmgpu.stages.postfilter import Task, TaskResult
 
-__all__ = ["OwnPostFilter", "QueryModel", "TargetOutcome"]
+__all__ = ["OwnPostFilter", "QueryModel", "TargetOutcome", "warm"]
 
 F32 = np.float32
 #: ``p7_zsetby_e``: Z set by an option (a task's fixed Z).
@@ -360,6 +360,29 @@ class OwnPostFilter(PyhmmerStage):
         """What the stage did: F3 passers done here, targets sent to pyhmmer, seconds."""
         with self._counts_lock:
             return dict(self.counts, own_seconds=self.own_seconds)
+
+
+def warm() -> None:
+    """Load (or compile, on a fresh machine, about 40 s; numba keeps them in its cache) the CPU
+    references this stage runs: the Forward and Backward parsers, the decoding and domain
+    definition's stages (a clustered region's ensemble, an envelope's rescoring), on a
+    sampled model of 20 nodes and a tandem repeat of its consensus. ``hmmgpu warmup`` calls
+    it, so that a search's first flagged passer does not wait for the compiler."""
+    from pyhmmer.easel import Alphabet, Randomness
+    from pyhmmer.plan7 import HMM
+
+    from hmmgpu.stages.profiles import configured_profile
+
+    hmm = HMM.sample(Alphabet.amino(), 20, Randomness(1))
+    tables = ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
+    consensus = np.asarray(hmm.match_emissions, F32)[1:].argmax(axis=1).astype(np.uint8)
+    half = consensus.size // 2
+    codes = np.concatenate([consensus[half:], consensus, consensus[:half]])  # a clustered region
+    forward = parse(tables, codes)
+    bck = backward(tables, codes, forward)
+    _, ploop = length_specials(codes.size)
+    define_domains_batched(CpuDomainStages(tables), [(codes, domain_decoding(forward.xmx, bck.xmx,
+                                                                             bck.has_own_scales, ploop))])
 
 
 def _sent(targets, positions: list) -> list:
