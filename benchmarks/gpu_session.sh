@@ -18,6 +18,9 @@
 #   kernels        benchmarks/run.py kernels ${BENCH_KERNELS_ARGS}
 #   sw             benchmarks/run.py sw ${BENCH_SW_ARGS}
 #   scaling        benchmarks/run.py scaling ${BENCH_SCALING_ARGS}
+#   own            600 Pfam x 29 M on the default route, then with --postfilter hmmgpu (issue 31), each under
+#                  py-spy where the profile carried it (the default's with --gil: who holds the interpreter lock),
+#                  tables, domain tables and reports compared -> own_postfilter_<device>_<date>.log, pyspy_*.txt.gz
 #   scale          benchmarks/run.py scaling --parts scale: 600 Pfam models x 116 M residues on one GPU, with
 #                  --devices all and through a LocalCUDACluster, outputs compared (issue 33) -> scale_<device>_<date>.json
 #   bench:SCRIPT   an ad hoc script of .bench, sourced
@@ -150,6 +153,34 @@ sys.exit(0 if a == b and a else 1)" ;;
     scale)
       log scale: one GPU, --devices all and a LocalCUDACluster on $(nvidia-smi -L | wc -l) GPUs
       timeout "$t" python3 benchmarks/run.py scaling --parts scale --out "$OUT" ;;
+    own)
+      log "own post-filter: 600 Pfam x 29 M, the default route then --postfilter hmmgpu, outputs compared"
+      unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
+      unpack "$DATA/seqs/public_proteins.fa.gz" /tmp/proteins.fa
+      local v spy rc=0
+      for v in pyhmmer hmmgpu; do
+        spy=()
+        if command -v py-spy >/dev/null; then
+          spy=(py-spy record --subprocesses -r 20 -f raw -o "/tmp/pyspy_${v}.txt")
+          [ "$v" = pyhmmer ] && spy+=(--gil)
+          spy+=(--)
+        fi
+        echo "=== $(date +%T) --postfilter $v, commit $HMMGPU_COMMIT"
+        /usr/bin/time -f "$v: %e s wall, %U s user, %S s sys" timeout "$(( $(left) - 20 ))" "${spy[@]}" python3 -m hmmgpu \
+            search --backend cuda --postfilter "$v" --cpu 16 -o "/tmp/own_$v.out" --tblout "/tmp/own_$v.tbl" \
+            --domtblout "/tmp/own_$v.dom" /tmp/pfam600.hmm /tmp/proteins.fa 2>&1 | grep -v -i warning | cut -c1-1200
+        [ -f "/tmp/pyspy_${v}.txt" ] && gzip -c "/tmp/pyspy_${v}.txt" >"$OUT/pyspy_${v}_600_${DEV}_${DAY}.txt.gz"
+      done
+      for kind in out tbl dom; do
+        if [ ! -s "/tmp/own_pyhmmer.$kind" ] || [ ! -s "/tmp/own_hmmgpu.$kind" ]; then
+          echo "own post-filter $kind: a run wrote none"; rc=1
+        elif cmp -s <(grep -v '^#' "/tmp/own_pyhmmer.$kind") <(grep -v '^#' "/tmp/own_hmmgpu.$kind"); then
+          echo "own post-filter $kind equal the default's ($(grep -vc '^#' "/tmp/own_pyhmmer.$kind") lines)"
+        else
+          echo "own post-filter $kind DIFFER from the default's"; rc=1
+        fi
+      done
+      return $rc ;;
     bench:*)
       log ad hoc script ${name#bench:} from .bench; source ".bench/${name#bench:}" ;;
     *) echo "unknown phase $name"; return 2 ;;

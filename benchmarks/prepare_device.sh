@@ -11,6 +11,7 @@
 #   scaling  threads, GPUs and pyhmmer's stage                                            ~6-9 min
 #   scale    600 Pfam x 116 M residues: one GPU, --devices all, LocalCUDACluster (2-4 GPUs) ~5-7 min
 #   sw       Smith-Waterman GPU tests and the benchmark against CUDASW++4                 ~8 min
+#   own      600 Pfam x 29 M: the default route and --postfilter hmmgpu, profiled, compared  ~5 min
 # PHASEs given after the profile replace its phases (see gpu_session.sh for the list).
 #
 # What it writes (both in .gitignore; nothing tracked changes):
@@ -45,9 +46,12 @@ case "$PROFILE" in
            # dask-cuda 26.10 and the dask it was made for (the machine has its other needs: pynvml, cuda-core, ...);
            # no hmmer wheel (no hmmsearch in this profile): the data and wheels stay under 64 MiB with --clean
            WHEELS="${BASE/hmmer==3.4.0.2 /} dask==2026.7.1 distributed==2026.7.1 dask-cuda==26.10.0 tornado==6.6.1 tblib==3.2.2 zict==3.0.0 locket==1.0.0 partd==1.4.2" ;;
+  own)     DATA="seqs pfam_db"; PHASES="own"; SECONDS_EST=300
+           # py-spy for the profiles; no hmmer wheel (no hmmsearch here) and the machine's numpy, to stay under 64 MiB
+           WHEELS="pyhmmer==0.12.3 pyopal==0.7.3 archspec==0.2.7 scoring-matrices==0.3.5 py-spy==0.4.3" ;;
   sw)      DATA="seqs"; WHEELS="pyhmmer==0.12.3 pyopal==0.7.3 archspec==0.2.7 scoring-matrices==0.3.5 numpy<2.5 parasail==1.3.4"
            PHASES="swtests sw"; SECONDS_EST=480 ;;
-  *) echo "unknown profile $PROFILE (check, e2e116, kernels, scaling, scale, sw)" >&2; exit 2 ;;
+  *) echo "unknown profile $PROFILE (check, e2e116, kernels, scaling, scale, sw, own)" >&2; exit 2 ;;
 esac
 [ $# -gt 0 ] && PHASES="$*"
 
