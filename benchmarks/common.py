@@ -53,6 +53,16 @@ def shared_pfam_model(data: Path, name: str):
         return hf.read()
 
 
+def best_hits(hmm, proteins, by_name, most: int, cpus: int) -> list:
+    """The ``most`` best hits of ``hmm`` among ``proteins`` (pyhmmer's search, ``by_name``: the
+    sequences by name, as :func:`shared_proteins` gives them): (name, digital codes uint8) each."""
+    import numpy as np
+    import pyhmmer
+
+    hits = list(next(pyhmmer.hmmsearch([hmm], proteins, cpus=cpus)))[:most]
+    return [(hit.name, np.asarray(by_name[hit.name].sequence, np.uint8)) for hit in hits]
+
+
 def shared_model_paths(data: Path, wanted=()) -> list:
     """The shared Pfam and CUDAMPF model files of ``data`` (``pfam/``, ``cudampf/``), those whose
     name contains one of ``wanted`` (every one if none is given)."""

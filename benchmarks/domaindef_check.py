@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import shared_pfam_model, shared_proteins
+from common import best_hits, shared_pfam_model, shared_proteins
 
 DEFAULT_MODELS = ["PF07690", "PF00096", "PF00400", "PF00023", "PF00005", "PF00133"]
 
@@ -91,8 +91,6 @@ def differences(mine, theirs) -> list:
 
 
 def main() -> None:
-    import pyhmmer
-
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.stages.forward import ForwardTables
@@ -109,17 +107,15 @@ def main() -> None:
     for name in args.models:
         hmm = shared_pfam_model(args.data, name)
         t0 = time.time()
-        hits = next(pyhmmer.hmmsearch([hmm], proteins, cpus=args.cpus))
         c = dict.fromkeys(("targets", "regions", "clustered_regions", "envelopes", "domains", "overlaps",
                            "n2sc_positions", "n2sc_mismatches", "targets_mismatched", "flagged_host", "ftz_checked",
                            "ftz_mismatched"), 0)
         with HmmerModel(hmm) as model:
             stages = CpuDomainStages(ForwardTables.from_hmmer(model))
-            for hit in list(hits)[:args.max]:
-                codes = np.asarray(by_name[hit.name].sequence, np.uint8)
+            for target, codes in best_hits(hmm, proteins, by_name, args.max, args.cpus):
                 bad = check_target(c, model, stages, codes)
                 if bad:
-                    print(f"  MISMATCH {name} {hit.name}: {sorted(set(bad))}", flush=True)
+                    print(f"  MISMATCH {name} {target}: {sorted(set(bad))}", flush=True)
         print(json.dumps(dict(model=name, M=hmm.M, seconds=round(time.time() - t0, 1), **c)), flush=True)
         for key, value in c.items():
             total[key] = total.get(key, 0) + value

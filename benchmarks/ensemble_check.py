@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import shared_pfam_model, shared_proteins
+from common import best_hits, shared_pfam_model, shared_proteins
 
 DEFAULT_MODELS = ["PF07690", "PF00096", "PF00400", "PF00023", "PF00005", "PF00133"]
 
@@ -64,8 +64,6 @@ def clustered_requests(hmm, codes_list):
 
 
 def main() -> None:
-    import pyhmmer
-
     from hmmgpu.cpu.domaindef import region_result
     from hmmgpu.cpu.stotrace import OK, trace_ensemble
     from hmmgpu.gpu.ensemble.launch import sample_regions
@@ -83,8 +81,7 @@ def main() -> None:
     items = []
     for name in args.models:
         hmm = shared_pfam_model(args.data, name)
-        hits = next(pyhmmer.hmmsearch([hmm], proteins, cpus=args.cpus))
-        codes_list = [np.asarray(by_name[hit.name].sequence, np.uint8) for hit in list(hits)[:args.max]]
+        codes_list = [codes for _, codes in best_hits(hmm, proteins, by_name, args.max, args.cpus)]
         found = clustered_requests(hmm, codes_list)
         print(json.dumps(dict(model=name, M=hmm.M, targets=len(codes_list), clustered_regions=len(found))), flush=True)
         items += found

@@ -19,14 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import shared_data, shared_pfam_model, shared_proteins  # noqa: E402
+from common import best_hits, shared_data, shared_pfam_model, shared_proteins  # noqa: E402
 from domaindef_check import bits, differences  # noqa: E402
 
 
 def main():
-    import pyhmmer
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.cpu.fwdback import parse, backward
@@ -40,15 +38,13 @@ def main():
     tot = dict(targets=0, flagged=0, mismatched=0, parser_mismatch=0, domains=0)
     for name in names:
         hmm = shared_pfam_model(data, name)
-        hits = next(pyhmmer.hmmsearch([hmm], proteins, cpus=2))
-        targets = [h.name for h in hits][:nmax]
+        targets = best_hits(hmm, proteins, by, nmax, 2)
         c = dict(targets=0, flagged=0, mismatched=0, parser_mismatch=0, domains=0)
         t0 = time.time()
         with HmmerModel(hmm) as model:
             tables = ForwardTables.from_hmmer(model)
             stages = CpuDomainStages(tables)
-            for tn in targets:
-                codes = np.asarray(by[tn].sequence, np.uint8)
+            for tn, codes in targets:
                 with flush_to_zero():
                     theirs = model.domain_definition(codes)
                     st, sc, frows, _ = model.forward_parser(codes)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import shared_pfam_model, shared_proteins
+from common import best_hits, shared_pfam_model, shared_proteins
 
 DEFAULT_MODELS = ["PF07690", "PF00096", "PF00400", "PF00023", "PF00005", "PF00133"]
 
@@ -73,8 +73,6 @@ def same(a, b) -> bool:
 
 
 def main() -> None:
-    import pyhmmer
-
     from hmmgpu.cpu.fwdback import backward_matrix, forward_matrix
     from hmmgpu.gpu.fwdback.matrix_launch import job_bytes, produce_matrices
 
@@ -91,8 +89,7 @@ def main() -> None:
     jobs, envsc = [], {}
     for name in args.models:
         hmm = shared_pfam_model(args.data, name)
-        hits = next(pyhmmer.hmmsearch([hmm], proteins, cpus=args.cpus))
-        codes_list = [np.asarray(by_name[hit.name].sequence, np.uint8) for hit in list(hits)[:args.max]]
+        codes_list = [codes for _, codes in best_hits(hmm, proteins, by_name, args.max, args.cpus)]
         found, scores = model_jobs(hmm, codes_list)
         print(json.dumps(dict(model=name, M=hmm.M, targets=len(codes_list), jobs=len(found),
                               envelopes=len(scores))), flush=True)
