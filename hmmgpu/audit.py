@@ -141,19 +141,29 @@ def audit_filters(hmm, db, backend, show: int = 5) -> list:
     return results
 
 
-def _parser_row(label, db, idx, result, ref_status, ref_scores, show) -> StageAudit:
-    """A parser's row: hmmgpu's ``result`` (a :class:`~hmmgpu.stages.cascade.ForwardResult`)
-    against libhmmer's statuses and scores, the score's float bits where the status is OK."""
+def _parser_row(stage: str, function: str, backend, db, idx, result, parser, show) -> tuple:
+    """A parser's row: hmmgpu's ``result`` of ``stage`` on the targets ``idx`` (a
+    :class:`~hmmgpu.stages.cascade.ForwardResult` from ``backend``) against libhmmer's
+    ``parser`` (``function``, a method of :class:`~hmmgpu.cpu.hmmerlib.HmmerModel` giving
+    (status, score, ...) of a target's codes): statuses, and the score's float bits where the
+    status is OK. Returns (the row, libhmmer's statuses int32, scores float32)."""
+    where = _backend_name(backend)
+    if result is None or not np.array_equal(result.indices, idx):
+        raise HmmgpuError(f"the {where} backend did not run the {stage} on the targets asked for")
+    ref = [parser(db.codes(int(t)))[:2] for t in idx]
+    ref_status = np.array([st for st, _ in ref], np.int32)
+    ref_scores = np.array([sc for _, sc in ref], F32)
     ours = np.asarray(result.scores, F32)
     ok = ref_status == STATUS_OK
     same = (np.asarray(result.status) == ref_status) & (~ok | (ours.view(np.uint32) == ref_scores.view(np.uint32)))
+    label = f"{stage} ({function}) [{where}]"
     if result.recomputed:
         label += f" ({result.recomputed} flagged, by libhmmer)"
     res = StageAudit(label, compared=int(idx.size), agree=int(same.sum()))
     for j in np.flatnonzero(~same)[:show]:
         res.examples.append(f"{db.name(int(idx[j])).decode(errors='replace')}: hmmgpu status {int(result.status[j])} "
                             f"{ours[j]!r} vs HMMER status {int(ref_status[j])} {ref_scores[j]!r}")
-    return res
+    return res, ref_status, ref_scores
 
 
 def audit_forward(prof, ref_model, db, backend, options, past_vit, show: int = 5) -> tuple:
@@ -167,15 +177,10 @@ def audit_forward(prof, ref_model, db, backend, options, past_vit, show: int = 5
     whose ``p7_ForwardParser`` score passes ``p7_Pipeline``'s Forward filter)."""
     from hmmgpu.stages import stats
 
-    where = _backend_name(backend)
     idx = np.asarray(past_vit, np.int64)
-    fwd = backend.forward(prof, idx, fallback=True)
-    if fwd is None or not np.array_equal(fwd.indices, idx):
-        raise HmmgpuError(f"the {where} backend did not run the Forward parser on the targets asked for")
-    ref = [ref_model.forward_parser(db.codes(int(t)))[:2] for t in idx]
-    ref_status = np.array([st for st, _ in ref], np.int32)
-    ref_scores = np.array([sc for _, sc in ref], F32)
-    row = _parser_row(f"Forward parser (p7_ForwardParser) [{where}]", db, idx, fwd, ref_status, ref_scores, show)
+    row, ref_status, ref_scores = _parser_row("Forward parser", "p7_ForwardParser", backend, db, idx,
+                                              backend.forward(prof, idx, fallback=True), ref_model.forward_parser,
+                                              show)
 
     filter_score = ref_model.bias_filter_score if options.bias_filter else ref_model.null_score
     filtersc = np.array([filter_score(db.codes(int(t))) for t in idx], F32)
@@ -192,15 +197,9 @@ def audit_backward(prof, ref_model, db, backend, passers, show: int = 5) -> Stag
     and the score's float bits. hmmgpu's score is the backend's (the GPU's Backward kernel after
     its Forward kernel, or the CPU references); flagged targets are libhmmer's and counted, as
     in :func:`audit_forward`."""
-    where = _backend_name(backend)
     idx = np.asarray(passers, np.int64)
-    bwd = backend.backward(prof, idx, fallback=True)
-    if bwd is None or not np.array_equal(bwd.indices, idx):
-        raise HmmgpuError(f"the {where} backend did not run the Backward parser on the targets asked for")
-    ref = [ref_model.backward_parser(db.codes(int(t)))[:2] for t in idx]
-    ref_status = np.array([st for st, _ in ref], np.int32)
-    ref_scores = np.array([sc for _, sc in ref], F32)
-    return _parser_row(f"Backward parser (p7_BackwardParser) [{where}]", db, idx, bwd, ref_status, ref_scores, show)
+    return _parser_row("Backward parser", "p7_BackwardParser", backend, db, idx,
+                       backend.backward(prof, idx, fallback=True), ref_model.backward_parser, show)[0]
 
 
 #: What the domain list compares of each domain, in order: ``P7_DOMAIN``'s fields that
