@@ -371,18 +371,17 @@ def warm() -> None:
     from pyhmmer.easel import Alphabet, Randomness
     from pyhmmer.plan7 import HMM
 
-    from hmmgpu.stages.profiles import configured_profile
+    from hmmgpu.options import SearchOptions
+    from hmmgpu.stages.domaindef import define_domains
 
     hmm = HMM.sample(Alphabet.amino(), 20, Randomness(1))
-    tables = ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
+    model = QueryModel.of(hmm, SearchOptions())
     consensus = np.asarray(hmm.match_emissions, F32)[1:].argmax(axis=1).astype(np.uint8)
     half = consensus.size // 2
     codes = np.concatenate([consensus[half:], consensus, consensus[:half]])  # a clustered region
-    forward = parse(tables, codes)
-    bck = backward(tables, codes, forward)
-    _, ploop = length_specials(codes.size)
-    define_domains_batched(CpuDomainStages(tables), [(codes, domain_decoding(forward.xmx, bck.xmx,
-                                                                             bck.has_own_scales, ploop))])
+    forward = parse(model.tables, codes)
+    bck = backward(model.tables, codes, forward)
+    define_domains(model.stages, codes, forward.xmx, bck.xmx, bck.has_own_scales)
 
 
 def _sent(targets, positions: list) -> list:
