@@ -147,11 +147,8 @@ class GpuDomainStages(CpuDomainStages):
             return super().region_ensembles_of(work)
         first = work[0][0]
         binding = first.binding or numba_binding()
-        items = [(stages, region) for stages, regions in work for region in regions]
-        sizes = [matrix_bytes(r.j - r.i + 1, stages.tables.Q) for stages, r in items]
-        flat = [None] * len(items)
-        for chosen in runs_by_size(sizes, first.batch_bytes):
-            run = [items[k] for k in chosen]
+
+        def answer(run):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, r.codes, r.i, r.j) for stages, r in run],
                                      binding=binding)
@@ -162,9 +159,10 @@ class GpuDomainStages(CpuDomainStages):
             answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
                                        seed=first.seed, binding=binding, table=first.table)
             first._timed("ensembles", clock)
-            for k, answer in zip(chosen, answers):
-                flat[k] = answer
-        return _split(flat, [len(regions) for _, regions in work])
+            return answers
+
+        items = [(stages, region) for stages, regions in work for region in regions]
+        return _in_runs(work, items, [matrix_bytes(r.j - r.i + 1, stages.tables.Q) for stages, r in items], answer)
 
     @classmethod
     def rescore_envelopes_of(cls, work) -> list:
@@ -174,27 +172,40 @@ class GpuDomainStages(CpuDomainStages):
             return super().rescore_envelopes_of(work)
         first = work[0][0]
         binding = first.binding or numba_binding()
-        uni = [unihit_tables(stages.tables) for stages, _ in work]
-        items = [(m, envelope) for m, (_, envelopes) in enumerate(work) for envelope in envelopes]
-        sizes = [2 * matrix_bytes(e.j - e.i + 1, work[m][0].tables.Q) for m, e in items]
-        flat = [None] * len(items)
-        for chosen in runs_by_size(sizes, first.batch_bytes):
-            run = [items[k] for k in chosen]
+        uni = {id(stages): unihit_tables(stages.tables) for stages, _ in work}
+
+        def answer(run):
             clock = time.perf_counter()
-            batch = produce_matrices([MatrixJob(work[m][0].tables, e.codes, e.i, e.j, unihit=True, backward=True)
-                                      for m, e in run], binding=binding)
+            batch = produce_matrices([MatrixJob(stages.tables, e.codes, e.i, e.j, unihit=True, backward=True)
+                                      for stages, e in run], binding=binding)
             clock = first._timed("matrices", clock)
 
-            def needs_posterior(k, decoded, run=run):  # finish_envelope's flush-to-zero check of the null2 odds
+            def needs_posterior(k, decoded):  # finish_envelope's flush-to-zero check of the null2 odds
                 return decoded.status == 0 and not run[k][1].null2_is_done and bool(decoded.flags & TINY_ROWS)
 
             decoded = decode_produced(batch, range(len(run)), binding, matrices=needs_posterior)
             clock = first._timed("decoding", clock)
-            for k, (m, e), f, d in zip(chosen, run, batch.forward, decoded):
-                flat[k] = envelope_result(finish_envelope(uni[m], e.codes, e.i, e.j, e.null2_is_done, e.n2sc, f.score,
-                                                          d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2))
+            answers = [envelope_result(finish_envelope(uni[id(stages)], e.codes, e.i, e.j, e.null2_is_done, e.n2sc,
+                                                       f.score, d.status, d.posterior, d.oasc, d.flags, d.trace,
+                                                       d.null2))
+                       for (stages, e), f, d in zip(run, batch.forward, decoded)]
             first._timed("finish", clock)
-        return _split(flat, [len(envelopes) for _, envelopes in work])
+            return answers
+
+        items = [(stages, envelope) for stages, envelopes in work for envelope in envelopes]
+        return _in_runs(work, items, [2 * matrix_bytes(e.j - e.i + 1, stages.tables.Q) for stages, e in items], answer)
+
+
+def _in_runs(work, items, sizes, answer) -> list:
+    """``answer`` (a function of a run's items, giving their answers in order) on the items of
+    every model of ``work`` in runs of at most the first model's ``batch_bytes``
+    (:func:`runs_by_size`, largest first); the answers back in the items' order, a list per
+    model."""
+    flat = [None] * len(items)
+    for chosen in runs_by_size(sizes, work[0][0].batch_bytes):
+        for k, got in zip(chosen, answer([items[k] for k in chosen])):
+            flat[k] = got
+    return _split(flat, [len(group) for _, group in work])
 
 
 def _split(flat: list, counts: list) -> list:
