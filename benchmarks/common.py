@@ -320,7 +320,8 @@ def engine_stats(lines: list) -> dict:
         gpu_busy_s=number(r"GPU busy ([\d.]+) s"), workers_busy_s=number(r"workers ([\d.]+) s"),
         forward_busy_s=number(r"Forward/domain stage ([\d.]+) s"), pipeline_busy_s=number(r"whole pipeline ([\d.]+) s"),
         filters_ready_s=number(r"filters ready after ([\d.]+) s"), cpu_seconds=cpu,
-        fallback_targets=number(r"(\d+) left to pyhmmer undecided", int),
+        fallback_targets=number(r"(\d+) targets sent to pyhmmer's pipeline", int)   # --postfilter hmmgpu's line
+        or number(r"(\d+) left to pyhmmer undecided", int),
         targets={k.strip(): v for k, v in targets.items()} if targets else None, backend=lines[0] if lines else None)
     busy, n = out["workers_busy_s"], out["threads"] or out["processes"]
     if busy and n and out["wall_s"]:

@@ -280,9 +280,9 @@ def _own_domains(model, db, position: int, decoded, defined, search) -> tuple | 
     process made one, else domain definition from the device's decoding where it made one, else
     from the CPU references' parsers; ``p7_Pipeline``'s scores), Z and domZ from ``search``
     (hmmgpu's ``TopHits``); None where the search sends the target to pyhmmer's pipeline (a
-    range error). On the GPU route the search also leaves a passer the device did not decode to
-    pyhmmer's pipeline; the audit checks the CPU references on it all the same (they are the
-    stage without a GPU)."""
+    range error). On the GPU route the search also leaves a passer the device did not decode,
+    or decoded but did not define (a flag raised), to pyhmmer's pipeline; the audit checks the
+    CPU references on it all the same (they are the stage without a GPU)."""
     from hmmgpu.cpu.fwdback import RANGE, backward, parse
     from hmmgpu.stages.domaindef import define_domains, define_domains_decoded
     from hmmgpu.stages.hits import score_target

@@ -36,14 +36,16 @@ either float mode, so such a decoding is hmmsearch's and pyhmmer's alike. The GP
 also run step 5 on its decoded passers, with the GPU's stages
 (:class:`hmmgpu.gpu.domaindef.GpuDomainStages`, seeded with ``--seed``), and sent the
 definitions no exactness flag marks (:class:`~hmmgpu.stages.defined.DefinedTargets`) in place
-of their decodings: for those only step 6 runs here, and a decoded passer whose definition
-raised a flag is defined here from its decoding (step 5, in the run's float mode). On that
-route a target the GPU did not decode (the gate left it undecided, or the kernels flagged its
-parsers or decoding: about 28% of the F3 passers of Pfam models against real proteins) goes
-to pyhmmer's pipeline, as on the default route, rather than through steps 2-5 here: pyhmmer's
-SIMD code does in about 3 ms what the serial references take some 20 ms for (measured on an
-H100 machine: such targets of 150 Pfam models cost the references most of their 113 s of
-CPU). Without a GPU every step runs here, the references being the stage.
+of their decodings: for those only step 6 runs here. On that route a target the GPU did not
+decode (the gate left it undecided, or the kernels flagged its parsers or decoding: about 28%
+of the F3 passers of Pfam models against real proteins), and a decoded passer whose
+definition on the GPU raised a flag (about 8% of them), goes to pyhmmer's pipeline, as on the
+default route, rather than through steps 2-5 here: pyhmmer's SIMD code does in about 3 ms
+what the serial references take some 20 ms for (measured on an H100 machine: such targets of
+150 Pfam models cost the references most of their 113 s of CPU; on an H200, 600 Pfam models
+x 29 M residues, defining the 2,245 flagged passers here cost 73 of the worker threads' 115 s
+of CPU, where pyhmmer's pipeline took 22 s for 6,812 targets). Without a GPU every step runs
+here, the references being the stage.
 
 Everything else is pyhmmer's pipeline, whose stage (:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage`)
 this one extends: the plan and the merge, the tasks over ranges of targets (pyhmmer's whole
@@ -56,7 +58,8 @@ task's Z, as part of the task) and counted (:meth:`OwnPostFilter.details`):
 * domain decoding overflowed (HMMER's pipeline then fails; pyhmmer raises its error);
 * every target of a model whose tables the flags' argument does not cover
   (:meth:`~hmmgpu.stages.forward.ForwardTables.exactness_conditions`);
-* on the GPU route, every target the GPU did not decode (above).
+* on the GPU route, every target the GPU did not decode, and every decoded passer the GPU
+  process defined with a flag raised (above).
 
 With ``--seed 0`` HMMER draws domain definition's random numbers from one generator of an
 arbitrary seed that is never reseeded; the CPU references reseed at every region, so such a
@@ -213,7 +216,7 @@ class OwnPostFilter(PyhmmerStage):
         return self.targets(query, model, [position], [decided], Z, [device])[0]
 
     def targets(self, query, model: QueryModel, positions, decided, Z: float | None, devices,
-                defined=None, gpu_route: bool = False) -> list:
+                defined=None, gpu_route: bool = False, gpu_defined: bool = False) -> list:
         """``p7_Pipeline`` from the Forward filter on, on the targets at ``positions`` of one query
         (``decided``: whether the gate passed each), in the calling thread's float mode (module
         header): (:class:`TargetOutcome`, its hit or None) for each. ``Z``: the pipeline's for the
@@ -225,7 +228,9 @@ class OwnPostFilter(PyhmmerStage):
         definition runs on all the other F3 passers at once
         (:func:`~hmmgpu.stages.domaindef.define_domains_batched`); with ``gpu_route`` (the GPU
         decoded the query's passers) a target the GPU neither decoded nor defined is left to
-        pyhmmer's pipeline (HOST) instead of the parsers here."""
+        pyhmmer's pipeline (HOST) instead of the parsers here, and with ``gpu_defined`` (the GPU
+        process defined the query's decoded passers) so is a decoded passer it did not define
+        (its definition raised a flag) instead of domain definition here."""
         from hmmgpu.stages.profiles import null_table
 
         out = [None] * len(positions)
@@ -238,7 +243,7 @@ class OwnPostFilter(PyhmmerStage):
             if defined[k] is not None:
                 passers.append([k, position, codes, nullsc, *defined[k]])
                 continue
-            if device is None and gpu_route:
+            if (device is None and gpu_route) or (device is not None and gpu_defined):
                 out[k] = (TargetOutcome.HOST, None)
                 continue
             if device is None:
@@ -316,7 +321,8 @@ class OwnPostFilter(PyhmmerStage):
         previous = set_flush_to_zero(self.ftz)   # the run's own float mode (module header)
         try:
             results = self.targets(task.query, model, positions, decided.tolist(), Z, devices, defined,
-                                   gpu_route=getattr(task.query.counts, "decoded", None) is not None)
+                                   gpu_route=getattr(task.query.counts, "decoded", None) is not None,
+                                   gpu_defined=getattr(task.query.counts, "defined", None) is not None)
         finally:
             set_flush_to_zero(previous)
         outcomes = [outcome for outcome, _ in results]
