@@ -120,14 +120,19 @@ def check_sampled(requests, binding, **launch) -> dict:
     return report
 
 
-def check_results(items, binding, **launch) -> dict:
+def check_results(items, binding, cpu_threads=0, **launch) -> dict:
     """The finished region results (n2sc bits, envelopes, flags) of the GPU stage equal the
-    CPU stages' (regions the kernel leaves included: the CPU reference samples them)."""
+    CPU stages' (regions the kernel leaves included: the CPU reference samples them; with
+    ``cpu_threads``, the longest regions too, beside the launch: ``cpu_regions`` says how many
+    the CPU reference sampled, ``split`` how many :func:`~hmmgpu.gpu.ensemble.stages.split_by_cost`
+    gave it)."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
-    from hmmgpu.gpu.ensemble.stages import region_ensembles
+    from hmmgpu.gpu.ensemble.stages import region_ensembles, split_by_cost
 
     requests = [r for r, _ in items]
-    mine = region_ensembles(requests, [f.flags for _, f in items], binding=binding, **launch)
+    counts = {}
+    mine = region_ensembles(requests, [f.flags for _, f in items], binding=binding, cpu_threads=cpu_threads,
+                            counts=counts, **launch)
     envelopes = 0
     for k, ((request, forward), got) in enumerate(zip(items, mine)):
         ref = CpuDomainStages(request.tables).region_ensemble(forward, request.codes, request.i, request.j)
@@ -137,7 +142,8 @@ def check_results(items, binding, **launch) -> dict:
         if not np.array_equal(np.asarray(got.envelopes), np.asarray(ref.envelopes)) or got.flags != ref.flags:
             raise AssertionError(f"{what}: envelopes or flags differ")
         envelopes += len(ref.envelopes)
-    return dict(regions=len(items), envelopes=envelopes)
+    split = split_by_cost([r.j - r.i + 1 for r in requests], cpu_threads, launch.get("step_cost", 24))
+    return dict(regions=len(items), envelopes=envelopes, cpu_regions=counts["cpu_regions"], split=len(split))
 
 
 def with_tiny_cells(items, factor=2.0 ** -106):
@@ -220,6 +226,7 @@ def simulator_ensemble_checks():
     requests = [r for r, _ in items]
     out = [("sampled models", check_sampled(requests, None))]
     out.append(("results", check_results(items, "python")))
+    out.append(("results split", check_results(items, "python", cpu_threads=2, step_cost=24)))
     tiny = with_tiny_cells(items)
     out.append(("subnormal cells", check_sampled(requests[:2] + [r for r, _ in tiny], "python")))
     short = [r.status for r in sample_regions(requests[:2], table=512, binding="python")]
@@ -271,6 +278,7 @@ def gpu_ensemble_checks(binding):
     items = region_requests(hmms, targets, limit=2)
     out = [("regions", check_sampled([r for r, _ in items], binding))]
     out.append(("results", check_results(items, binding)))
+    out.append(("results split", check_results(items, binding, cpu_threads=8, step_cost=24)))
     out.append(("subnormal cells", check_sampled([r for r, _ in with_tiny_cells(items)], binding)))
     return out
 

@@ -78,7 +78,9 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     sampled = rows["sampled models"]
     assert sampled["models"] == 4 and sampled["regions"] >= 6 and sampled["left"] == 0, sampled
     assert sampled["sampled"] == sampled["regions"] and sampled["pairs"] >= 1500
-    assert rows["results"]["envelopes"] >= 3
+    assert rows["results"]["envelopes"] >= 3 and rows["results"]["cpu_regions"] == 0   # every region on the kernel
+    split = rows["results split"]   # the longest regions sampled by the CPU reference beside the launch
+    assert split["cpu_regions"] == split["split"] >= 1 and split["envelopes"] == rows["results"]["envelopes"], split
     tiny = rows["subnormal cells"]
     assert tiny["ftz"] == 2 and tiny["sampled"] == tiny["regions"] == 8, tiny
     left = rows["left to the host"]
@@ -86,6 +88,20 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     batched = rows["define_domains"]
     assert batched["targets"] == 3 and batched["nclustered"] == 3 and batched["envelopes"] == 4, batched
     assert rows["no path"] == dict(nan=True, zero=True)
+
+
+def test_split_by_cost_moves_the_longest_regions_while_it_pays():
+    """The cost model of the kernel/CPU split: the long tail moves to the CPU, longest first,
+    until the pool's share passes the kernel's; regions of one length stay on the kernel (moving
+    one would not shorten the launch); no threads, nothing moves."""
+    from hmmgpu.gpu.ensemble.stages import split_by_cost
+
+    lengths = [300] * 500 + [5000, 2000, 900]
+    assert split_by_cost(lengths, 8, 24) == [500, 501, 502]
+    assert split_by_cost([300] * 500, 8, 24) == []
+    assert split_by_cost([100, 5000], 1, 24) == [1]
+    assert split_by_cost([100, 5000], 1, 0.01) == []   # a kernel step as cheap as the reference's: nothing moves
+    assert split_by_cost(lengths, 0, 24) == []
 
 
 @pytest.mark.gpu
@@ -109,4 +125,5 @@ def test_ensemble_kernel_on_gpu(tmp_path):
     rows = dict(gpu_ensemble_checks(binding))
     print(rows)
     assert rows["regions"]["sampled"] == rows["regions"]["regions"] >= 100
+    assert rows["results split"]["cpu_regions"] == rows["results split"]["split"] >= 1
     assert rows["subnormal cells"]["ftz"] >= 1

@@ -1,45 +1,122 @@
 """Domain definition's region ensemble on the GPU: the stage function that plugs the ensemble
 kernel into :func:`hmmgpu.stages.domaindef.define_domains_batched`.
 
-:func:`region_ensembles` samples a batch of clustered regions (of any targets and models) with
-the kernel (:func:`hmmgpu.gpu.ensemble.launch.sample_regions`: the regions' multihit Forward
-matrices held by the host, or left in device memory by
-:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices`) and finishes each on the host as the
-CPU stages do (:func:`hmmgpu.cpu.domaindef.region_result`: glibc's ``logf``, the clustering,
-the domination filter). The CPU reference (:func:`hmmgpu.cpu.stotrace.trace_ensemble`, which
-grows its table and buffers, and raises where Easel aborts) samples a region the kernel leaves
-(its status not OK: the table of draws or the pair buffer ran out, a path Easel would abort on,
-a step outside the matrix) and a region whose matrix is flagged (:data:`~hmmgpu.stages.forward.HOST`:
-RANGE, its values not finite, or SUBNORMAL), as the CPU stages sample it: the kernel is proven
-on matrices that are neither. Such a region's matrix is copied from the device where only the
-device holds it. The GPU stages (:class:`hmmgpu.gpu.domaindef.GpuDomainStages`) call it on all
-the clustered regions the driver hands them at once.
+What it computes
+----------------
+:func:`region_ensembles` samples a batch of clustered regions (of any targets and models) and
+finishes each on the host as the CPU stages do (:func:`hmmgpu.cpu.domaindef.region_result`:
+glibc's ``logf``, the clustering, the domination filter). Two samplers give the same
+ensemble bit for bit: the kernel (:func:`hmmgpu.gpu.ensemble.launch.sample_regions`: the
+regions' multihit Forward matrices held by the host, or left in device memory by
+:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices`) and the CPU reference
+(:func:`hmmgpu.cpu.stotrace.trace_ensemble`, which grows its table and buffers, and raises where
+Easel aborts). The CPU reference samples
+
+* a region whose matrix is flagged (:data:`~hmmgpu.stages.forward.HOST`: RANGE, its values not
+  finite, or SUBNORMAL), as the CPU stages sample it: the kernel is proven on matrices that are
+  neither;
+* a region the kernel leaves (its status not OK: the table of draws or the pair buffer ran
+  out, a path Easel would abort on, a step outside the matrix);
+* the longest regions of the batch (:func:`split_by_cost`), in a pool of threads of this
+  process while the kernel runs on the others.
+
+Such a region's matrix is copied from the device where only the device holds it (before the
+launch: the pool's threads touch no device memory). The GPU stages
+(:class:`hmmgpu.gpu.domaindef.GpuDomainStages`) call it on all the clustered regions the
+driver hands them at once.
+
+Why the longest regions go to the CPU
+-------------------------------------
+The kernel gives a region one thread, which runs its 200 traces a step after another, each
+step a chain of dependent loads and IEEE divisions; a launch therefore lasts as long as its
+longest region, however many short ones run beside it. The CPU reference runs the same steps
+many times faster on one core, and the regions' lengths have a long tail (a multi-domain
+protein of a few thousand residues against a repeat family), so sampling the few longest
+regions on the CPU, beside the launch, shortens the launch to the longest region left to
+it, at a cost in CPU time that the cost model bounds: regions move to the CPU, longest first,
+while that lowers the larger of the two sides' estimated times (the kernel's: its longest
+region's residues times :data:`~hmmgpu.gpu.runtime.tuning.ENSEMBLE_GPU_STEP_COST`; the
+pool's: the residues it holds over its threads).
 """
 from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 from hmmgpu.cpu.domaindef import region_result
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, trace_ensemble
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, sample_regions
+from hmmgpu.gpu.runtime import tuning
 from hmmgpu.stages.forward import HOST
 
-__all__ = ["region_ensembles"]
+__all__ = ["region_ensembles", "split_by_cost"]
+
+
+def split_by_cost(lengths, threads: int, step_cost: float) -> list:
+    """The regions (indices into ``lengths``, their residues) the CPU reference samples in
+    ``threads`` threads while the kernel samples the others, longest first: each moves while
+    that lowers ``max(residues moved / threads, step_cost x the longest region left)`` (an
+    equal length left changes nothing, so it stays). None without threads."""
+    if threads <= 0:
+        return []
+    order = sorted(range(len(lengths)), key=lambda k: -lengths[k])
+    moved, total = [], 0
+    for n, k in enumerate(order):
+        left = lengths[order[n + 1]] if n + 1 < len(order) else 0
+        before = max(total / threads, step_cost * lengths[k])
+        if max((total + lengths[k]) / threads, step_cost * left) >= before:
+            break
+        moved.append(k)
+        total += lengths[k]
+    return moved
 
 
 def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFAULT_SEED,
-                     binding: str | None = None, table: int = DEFAULT_TABLE) -> list:
+                     binding: str | None = None, table: int = DEFAULT_TABLE,
+                     cpu_threads: int = tuning.ENSEMBLE_CPU_THREADS,
+                     step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, counts: dict | None = None) -> list:
     """``region_trace_ensemble`` on every :class:`~hmmgpu.gpu.ensemble.launch.RegionRequest`
     (``flags``: each region matrix's exactness flags): a
     :class:`~hmmgpu.stages.domaindef.RegionEnsemble` each, in order, equal to the CPU stages'.
     ``batch``, ``jobs``: where the matrices are in device memory, as
-    :func:`~hmmgpu.gpu.ensemble.launch.sample_regions` takes them."""
-    sampled = sample_regions(requests, batch=batch, jobs=jobs, nsamples=NSAMPLES, seed=seed, table=table,
-                             binding=binding)
-    out = []
-    for k, (request, region, matrix_flags) in enumerate(zip(requests, sampled, flags)):
-        ensemble = region.ensemble
-        if region.status != OK or matrix_flags & HOST:
-            matrix = request.matrix if batch is None else batch.host_result(int(jobs[k])).matrix
-            ensemble = trace_ensemble(matrix.dp[:, 0], matrix.dp[:, 1], matrix.dp[:, 2], matrix.xmx, request.tables,
-                                      request.xf, request.codes, request.i, request.j, nsamples=NSAMPLES, seed=seed)
-        out.append(region_result(ensemble, matrix_flags))
-    return out
+    :func:`~hmmgpu.gpu.ensemble.launch.sample_regions` takes them; ``cpu_threads``,
+    ``step_cost``: the pool and cost model of :func:`split_by_cost` (0 threads: the kernel
+    samples every region it can). ``counts``, if given, gets ``cpu_regions`` (regions the CPU
+    reference sampled) and ``cpu_seconds`` (their thread time) added."""
+    n = len(requests)
+    if n == 0:
+        return []
+    flagged = [k for k in range(n) if flags[k] & HOST]
+    clean = [k for k in range(n) if not flags[k] & HOST]
+    longest = [clean[m] for m in split_by_cost([requests[k].j - requests[k].i + 1 for k in clean], cpu_threads,
+                                               step_cost)]
+    on_kernel = sorted(set(clean) - set(longest))
+
+    def matrix_of(k):
+        return requests[k].matrix if batch is None else batch.host_result(int(jobs[k])).matrix
+
+    def reference(request, matrix) -> tuple:
+        clock = time.thread_time()
+        ensemble = trace_ensemble(matrix.dp[:, 0], matrix.dp[:, 1], matrix.dp[:, 2], matrix.xmx, request.tables,
+                                  request.xf, request.codes, request.i, request.j, nsamples=NSAMPLES, seed=seed)
+        return ensemble, time.thread_time() - clock
+
+    ensembles = [None] * n
+    with ThreadPoolExecutor(max(1, cpu_threads), thread_name_prefix="hmmgpu-ensembles") as pool:
+        futures = {k: pool.submit(reference, requests[k], matrix_of(k)) for k in flagged + longest}
+        sampled = sample_regions([requests[k] for k in on_kernel], batch=batch,
+                                 jobs=None if batch is None else [jobs[k] for k in on_kernel], nsamples=NSAMPLES,
+                                 seed=seed, table=table, binding=binding)
+        for k, region in zip(on_kernel, sampled):
+            if region.status == OK:
+                ensembles[k] = region.ensemble
+            else:
+                futures[k] = pool.submit(reference, requests[k], matrix_of(k))
+        seconds = 0.0
+        for k, future in futures.items():
+            ensembles[k], spent = future.result()
+            seconds += spent
+    if counts is not None:
+        counts["cpu_regions"] = counts.get("cpu_regions", 0) + len(futures)
+        counts["cpu_seconds"] = counts.get("cpu_seconds", 0.0) + seconds
+    return [region_result(ensemble, matrix_flags) for ensemble, matrix_flags in zip(ensembles, flags)]

@@ -63,6 +63,14 @@ FWD_GATE_TARGETS = 16384
 #: items first, 102 s of which about 38 s compiled the kernels (b3bd9c3, caches empty): no gain
 #: seen, so the smaller runs stay (largest first).
 DOMAINDEF_BATCH_BYTES = 256 << 20
+#: The stochastic-trace ensemble kernel (:mod:`hmmgpu.gpu.ensemble`) runs a region on one thread,
+#: its 200 traces a step after another, so a launch lasts as long as its longest region, while
+#: the CPU reference runs one far faster: the longest regions of a launch are sampled by the CPU
+#: reference in this many threads of the GPU process while the kernel runs on the others
+#: (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`), and a step of the kernel's thread is taken
+#: to cost this many of the reference's (residues of a region being its steps on both sides).
+ENSEMBLE_CPU_THREADS = 8
+ENSEMBLE_GPU_STEP_COST = 24
 #: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
 PACK_BLOCK = 256
 PACK_BLOCKS_PER_SM = 8
