@@ -510,9 +510,10 @@ class GpuCascade:
 
     def _prepare_definition(self) -> None:
         """Start loading domain definition's kernels (:func:`hmmgpu.gpu.domaindef.load_kernels`)
-        in a thread, once: the first model that asks for hmmgpu's own post-filter starts it,
-        so that their compilation on a fresh machine (about 40 s on an H100 with numba's cache
-        empty) runs beside the filters instead of before the first definitions."""
+        in a thread, once: the first model that asks for hmmgpu's own post-filter starts it.
+        On an H100 or H200 they ship compiled and load in milliseconds; on a GPU for which none
+        ship, their compilation (about 40 s with the cache empty) runs beside the filters
+        instead of before the first definitions."""
         with self._lock:
             if self._definition_kernels is not None:
                 return
@@ -524,8 +525,8 @@ class GpuCascade:
         from hmmgpu.gpu.domaindef import load_kernels
 
         try:
-            with self._simulated, self.device.activate():
-                load_kernels()
+            with self._simulated:
+                load_kernels(self.device)
         except Exception:  # noqa: BLE001 - only ahead of time: the stage's own load raises the same error
             return
 
@@ -544,7 +545,7 @@ class GpuCascade:
         from hmmgpu.stages.defined import split_defined_grouped
 
         clock = time.perf_counter()
-        stages = [GpuDomainStages(work[m][0], seed=work[m][1]) for m in chosen]
+        stages = [GpuDomainStages(work[m][0], seed=work[m][1], device=self.device) for m in chosen]
         with self._simulated, self.device.activate():
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes)
         for m, (defined, rest) in zip(chosen, split):

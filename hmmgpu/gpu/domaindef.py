@@ -29,7 +29,11 @@ each call as few kernel launches, whatever the models of its items:
 
 The host computes no full matrix; a matrix comes back only for the CPU reference's
 fallbacks above. The one-item methods are the CPU stages' (the driver calls the batch
-methods only).
+methods only). Every launch runs on the stages' device (the GPU process's
+:class:`~hmmgpu.gpu.runtime.device.GpuDevice`), through its runtime, as the filters' kernels
+do: the six kernels (:func:`kernel_specs`) ship compiled for sm_90
+(:mod:`hmmgpu.gpu.prebuilt_kernels`), so that on an H100 or H200 they are loaded, not
+compiled, and the GPU process does not import numba's CUDA target for them.
 
 Why it looks as it does
 -----------------------
@@ -62,29 +66,30 @@ from hmmgpu.gpu.envelope.source import DecodeOASpec
 from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, matrix_bytes, produce_matrices
 from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
 from hmmgpu.gpu.runtime import build, tuning
-from hmmgpu.gpu.runtime.context import numba_binding
+from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.stages.forward import TINY_ROWS
 
 __all__ = ["GpuDomainStages", "kernel_specs", "load_kernels", "runs_by_size"]
 
 
 def kernel_specs() -> list:
-    """The kernels of domain definition's stages, all launched through numba: the full-matrix
-    Forward and Backward kernels (rows in shared memory and in global scratch), the ensemble
-    kernel, and the envelopes' decoding and optimal accuracy kernel."""
+    """The kernels of domain definition's stages: the full-matrix Forward and Backward kernels
+    (rows in shared memory and in global scratch), the ensemble kernel, and the envelopes'
+    decoding and optimal accuracy kernel (shipped compiled: :mod:`hmmgpu.gpu.prebuilt_kernels`)."""
     return [FwdMatrixSpec("shared"), FwdMatrixSpec("global"), BwdMatrixSpec("shared"), BwdMatrixSpec("global"),
             EnsembleSpec(), DecodeOASpec()]
 
 
-def load_kernels(binding: str | None = None) -> int:
-    """Compile (on a fresh machine: numba writes them to its cache) or load from numba's cache
-    every kernel of :func:`kernel_specs` for numba's current device (``binding``: the kernels'
-    lane binding, numba's current target's if None); returns how many. ``hmmgpu warmup`` runs
-    it, and the GPU process in a thread when a model first asks for hmmgpu's own post-filter."""
-    binding = binding or numba_binding()
+def load_kernels(device: GpuDevice) -> int:
+    """Load every kernel of :func:`kernel_specs` on ``device`` (:func:`hmmgpu.gpu.runtime.build.load`),
+    compiling first, in parallel processes, those that neither ship for it nor are in the cache
+    (a GPU other than sm_90); returns how many were loaded. ``hmmgpu warmup`` runs it, and the
+    GPU process in a thread when a model first asks for hmmgpu's own post-filter."""
     specs = kernel_specs()
-    for spec in specs:
-        build.numba_kernel(spec, binding)
+    build.compile_ahead(specs, device)
+    with device.activate():
+        for spec in specs:
+            build.load(spec, device)
     return len(specs)
 
 
@@ -106,17 +111,19 @@ def runs_by_size(sizes, budget: int) -> list:
 
 class GpuDomainStages(CpuDomainStages):
     """The stages of one model (``tables``, the pipeline's ``seed``) with the batch methods on
-    the GPU: ``binding`` the kernels' (:func:`~hmmgpu.gpu.runtime.context.numba_binding` if
-    None), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the matrices a
-    launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`).
+    the GPU: ``device`` the :class:`~hmmgpu.gpu.runtime.device.GpuDevice` that runs them (GPU 0,
+    or the simulator, if None; ``binding``, if given, must be its lane binding: the ensemble
+    launch checks it), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the
+    matrices a launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`).
     ``seconds``: the wall time of each step of the calls whose work this object led (the
     first of a call's models): ``matrices`` (the full-matrix kernels), ``ensembles`` (the
     ensemble kernel and each region's finish on the host), ``decoding`` (the envelopes'
     decoding and optimal accuracy kernel), ``finish`` (each envelope's finish on the host)."""
 
     def __init__(self, tables, seed: int = DEFAULT_SEED, binding: str | None = None, table: int = DEFAULT_TABLE,
-                 batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES):
+                 batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES, device: GpuDevice | None = None):
         super().__init__(tables, seed)
+        self.device = device or GpuDevice.open(0)
         self.binding = binding
         self.table = int(table)
         self.batch_bytes = int(batch_bytes)
@@ -129,7 +136,7 @@ class GpuDomainStages(CpuDomainStages):
         return self.rescore_envelopes_of([(self, envelopes)])[0]
 
     def _settings(self) -> tuple:
-        return self.seed, self.binding, self.table, self.batch_bytes
+        return self.seed, self.device, self.binding, self.table, self.batch_bytes
 
     def _timed(self, step: str, since: float) -> float:
         """Add the time since ``since`` to ``step``'s; the time now."""
@@ -146,18 +153,17 @@ class GpuDomainStages(CpuDomainStages):
         if not work or len({stages._settings() for stages, _ in work}) > 1:
             return super().region_ensembles_of(work)
         first = work[0][0]
-        binding = first.binding or numba_binding()
 
         def answer(run):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, r.codes, r.i, r.j) for stages, r in run],
-                                     binding=binding)
+                                     device=first.device)
             clock = first._timed("matrices", clock)
             requests = [RegionRequest(matrix=None, tables=stages.tables, xf=special_transitions(stages.tables,
                                                                                                 r.codes.size),
                                       codes=r.codes, i=r.i, j=r.j) for stages, r in run]
             answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
-                                       seed=first.seed, binding=binding, table=first.table)
+                                       seed=first.seed, binding=first.binding, table=first.table)
             first._timed("ensembles", clock)
             return answers
 
@@ -171,19 +177,18 @@ class GpuDomainStages(CpuDomainStages):
         if not work or len({stages._settings() for stages, _ in work}) > 1:
             return super().rescore_envelopes_of(work)
         first = work[0][0]
-        binding = first.binding or numba_binding()
         uni = {id(stages): unihit_tables(stages.tables) for stages, _ in work}
 
         def answer(run):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, e.codes, e.i, e.j, unihit=True, backward=True)
-                                      for stages, e in run], binding=binding)
+                                      for stages, e in run], device=first.device)
             clock = first._timed("matrices", clock)
 
             def needs_posterior(k, decoded):  # finish_envelope's flush-to-zero check of the null2 odds
                 return decoded.status == 0 and not run[k][1].null2_is_done and bool(decoded.flags & TINY_ROWS)
 
-            decoded = decode_produced(batch, range(len(run)), binding, matrices=needs_posterior)
+            decoded = decode_produced(batch, range(len(run)), matrices=needs_posterior)
             clock = first._timed("decoding", clock)
             answers = [envelope_result(finish_envelope(uni[id(stages)], e.codes, e.i, e.j, e.null2_is_done, e.n2sc,
                                                        f.score, d.status, d.posterior, d.oasc, d.flags, d.trace,

@@ -21,14 +21,17 @@ and shipped in :data:`hmmgpu.gpu.runtime.build.SHIPPED_DIR`:
   gives each, the bias and residue packing kernels, the Forward parser (the F3 gate) in
   both storages, and the Backward parser and domain decoding kernels of ``--postfilter
   hmmgpu``;
+- the six kernels of ``--postfilter hmmgpu``'s domain definition
+  (:func:`hmmgpu.gpu.domaindef.kernel_specs`: the full-matrix Forward and Backward kernels in
+  both storages, the stochastic-trace ensemble kernel, the envelopes' decoding and optimal
+  accuracy kernel), which a fresh H100 took about 38 s to compile before they shipped;
 - every Smith-Waterman shape of ``hmmgpu sw`` (:func:`hmmgpu.gpu.sw.launch.all_specs`).
 
 :func:`hmmgpu.gpu.runtime.build.load` runs a shipped kernel when the cache has none, so a
 fresh sm_90 machine compiles nothing; any other GPU, or code whose kernel source or imported
 helpers changed since the files were written, compiles as before (each file holds the digests
-of what it was made from). Kernels outside these lists (the ensemble and envelope kernels,
-which no route runs yet, and the J-state-only MSV kernels of the tests and audit) compile on
-first use.
+of what it was made from). Kernels outside these lists (the J-state-only MSV kernels of the
+tests and audit) compile on first use.
 
 Writing them
 ------------
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 import sys
 
-from hmmgpu.gpu import cascade
+from hmmgpu.gpu import cascade, domaindef
 from hmmgpu.gpu.runtime import cross_compile
 from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.sw import launch as sw_launch
@@ -59,7 +62,7 @@ LANES = ("16x2", "8x4")
 def specs(device) -> list:
     """Every kernel ``hmmgpu warmup`` compiles for ``device``, in each of :data:`LANES`."""
     search = [s for lanes in LANES for s in cascade.all_specs(device, lanes)]
-    return list(dict.fromkeys(search + sw_launch.all_specs(device)))
+    return list(dict.fromkeys(search + domaindef.kernel_specs() + sw_launch.all_specs(device)))
 
 
 def jobs() -> list:

@@ -48,8 +48,11 @@ imports numpy and pyhmmer and reads the database (plain driver calls, which leav
 interpreter's lock free: 0.3-0.4 s on the GPU machine,
 :func:`~hmmgpu.gpu.runtime.context.open_primary_context`). Then it loads the kernels for the model
 lengths of the ``init`` message and puts the database on the device. The kernels are the cubins numba compiled and :mod:`hmmgpu.gpu.runtime.build`
-exported, loaded and launched through the CUDA driver (:mod:`hmmgpu.gpu.runtime.driver`): the
-child imports numba only when a kernel it needs was never compiled on this machine. Loading
+exported, or those shipped for sm_90, loaded and launched through the CUDA driver
+(:mod:`hmmgpu.gpu.runtime.driver`): the child imports numba's CUDA target only when a kernel
+it needs was neither shipped nor compiled on this machine, domain definition's kernels of
+``--postfilter hmmgpu`` included (whose CPU references import numba's CPU compiler; the
+statistics say which were imported: ``numba_imported``, ``numba_cuda_imported``). Loading
 numba's CUDA target and its cached kernels took 0.85 s of this start-up before.
 """
 from __future__ import annotations
@@ -158,7 +161,8 @@ def _serve(conn: Connection) -> None:
                 elif kind == "stats":
                     _drain(conn, backend, pending, gating)
                     details = dict(backend.details(), startup={k: round(v, 3) for k, v in startup.items()},
-                                   numba_imported="numba" in sys.modules)
+                                   numba_imported="numba" in sys.modules,
+                                   numba_cuda_imported="numba.cuda" in sys.modules)
                     conn.send(("stats", details, backend.gpu_seconds()))
             # ... then finish the oldest model's filters (its Forward gate joins the next batch),
             # send every result whose gate is done, and, with nothing else to do, launch the

@@ -15,7 +15,7 @@ def bits(a):
     return np.asarray(a, np.float32).view(np.uint32)
 
 
-def check_rescored_envelopes(cases, binding) -> dict:
+def check_rescored_envelopes(cases, device) -> dict:
     """``rescore_envelopes`` of the GPU stages (a model's envelopes in runs of at most 64 KB of
     matrices, largest first, a decoding + OA launch a run: several launches of several
     envelopes, answers back in order) equals the CPU stages' on every envelope of
@@ -35,7 +35,7 @@ def check_rescored_envelopes(cases, binding) -> dict:
         by_model.setdefault(id(tables), (tables, []))[1].append(EnvelopeSpan(codes, i, j, k % 2 == 1, n2sc))
     report = dict(envelopes=0, dropped=0, null2=0, launches=0)
     for tables, spans in by_model.values():
-        gpu = GpuDomainStages(tables, binding=binding, batch_bytes=64 << 10)
+        gpu = GpuDomainStages(tables, device=device, batch_bytes=64 << 10)
         report["launches"] += len(runs_by_size([2 * matrix_bytes(s.j - s.i + 1, tables.Q) for s in spans], 64 << 10))
         mine = gpu.rescore_envelopes(spans)
         theirs = CpuDomainStages(tables).rescore_envelopes(spans)
@@ -65,12 +65,14 @@ def simulator_domaindef_checks():
 
     from hmmgpu.gpu.domaindef import kernel_specs, load_kernels
     from hmmgpu.gpu.runtime import build
+    from hmmgpu.gpu.runtime.device import GpuDevice
 
+    device = GpuDevice.open(0)
     cases = [case for n, case in enumerate(envelope_cases()) if n // 2 % 2 == 0]
-    out = [("envelopes", check_rescored_envelopes(cases, "python"))]
+    out = [("envelopes", check_rescored_envelopes(cases, device))]
     # warmup's (and the GPU process's early) load gives the very kernels the stages then launch
-    loaded = load_kernels("python")
-    same = all(build.numba_kernel(spec, "python") is build.numba_kernel(spec, "python") for spec in kernel_specs())
+    loaded = load_kernels(device)
+    same = all(build.load(spec, device) is build.load(spec, GpuDevice.open(0)) for spec in kernel_specs())
     out.append(("kernels", dict(loaded=loaded, names=sorted(spec.name for spec in kernel_specs()), same=same)))
     return out
 

@@ -119,13 +119,14 @@ def describe(case, expected) -> str:
     return f"{i}..{j} of L={codes.size}, M={expected[3].M}"
 
 
-def check_cases(cases, binding: str = "python", block: int | None = None) -> dict:
-    """The cases in one launch (``block`` threads a block), each against the references; the
-    first envelope that differs raises, with every field that differs."""
+def check_cases(cases, device=None, block: int | None = None) -> dict:
+    """The cases in one launch on ``device`` (GPU 0, or the simulator, if None; ``block``
+    threads a block), each against the references; the first envelope that differs raises,
+    with every field that differs."""
     from hmmgpu.gpu.envelope.launch import decode_oa
 
     batch, expected = references(cases)
-    gpu = decode_oa(batch, binding, block)
+    gpu = decode_oa(batch, device, block)
     report = dict(envelopes=len(cases), dropped=0)
     for k, (want, got) in enumerate(zip(expected, gpu)):
         found = differences(want, got)

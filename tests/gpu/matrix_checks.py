@@ -147,12 +147,10 @@ def check_own_scales(M: int = 12, seed: int = 5, length: int = 60) -> dict:
     B passes 1e16 and it switches to its own scale factors; the kernel alone against
     :func:`hmmgpu.cpu.fwdback.backward_parser` given the same scale factors (libhmmer cannot be
     given such rows)."""
-    from numba import cuda
-
     from hmmgpu.cpu import fwdback as ref
     from hmmgpu.gpu.fwdback.matrix_source import BWD_ARGS, BwdMatrixSpec
     from hmmgpu.gpu.runtime import build
-    from hmmgpu.gpu.runtime.context import numba_binding
+    from hmmgpu.gpu.runtime.device import GpuDevice
     from hmmgpu.gpu.runtime.kargs import arguments
     from hmmgpu.stages.forward import backward_score_from_scales
     from tests.helpers import sampled_hmm
@@ -170,26 +168,26 @@ def check_own_scales(M: int = 12, seed: int = 5, length: int = 60) -> dict:
         raise AssertionError("Backward did not switch to its own scale factors")
     rows = np.zeros((length + 1, 6), np.float32)
     rows[:, ref.XSCALE] = fwd_scale
-    out = dict(fwd_rows=cuda.to_device(rows.ravel()), out_rows=cuda.device_array(6 * (length + 1), np.float32),
-               out_cells=cuda.device_array(dp.size, np.float32),
-               **{name: cuda.device_array(1, np.int32) for name in ("out_flags", "out_own", "out_nscale")},
-               out_scales=cuda.device_array(length, np.float32), out_xn=cuda.device_array(1, np.float32))
+    device = GpuDevice.open(0)
+    dev, empty = device.runtime.to_device, device.runtime.device_array
+    out = dict(fwd_rows=dev(rows.ravel()), out_rows=empty(6 * (length + 1), np.float32),
+               out_cells=empty(dp.size, np.float32),
+               **{name: empty(1, np.int32) for name in ("out_flags", "out_own", "out_nscale")},
+               out_scales=empty(length, np.float32), out_xn=empty(1, np.float32))
     word = np.zeros(4 * ((length + 3) // 4), np.uint8)
     word[:length] = codes
     values = dict(
-        residues=cuda.to_device(word.view("<u4").astype(np.uint32)), word_offsets=cuda.to_device(np.zeros(1, np.int64)),
-        lengths=cuda.to_device(np.array([length], np.int32)), items=cuda.to_device(np.zeros(1, np.int32)),
-        item_model=cuda.to_device(np.zeros(1, np.int32)),
-        item_xf=cuda.to_device(np.array([pmove, ploop, tables.xe_move, tables.xe_loop], np.float32)), n_items=1,
-        counters=cuda.to_device(np.zeros(1, np.int32)), rfv=cuda.to_device(tables.rfv.ravel()),
-        tfv=cuda.to_device(tables.tfv.ravel()), model_q=cuda.to_device(np.array([tables.Q], np.int32)),
-        model_m=cuda.to_device(np.array([tables.M], np.int32)), model_rfv=cuda.to_device(np.zeros(1, np.int64)),
-        model_tfv=cuda.to_device(np.zeros(1, np.int64)),
-        model_f=cuda.to_device(np.array([tables.xe_move, tables.xe_loop, tables.tbm_min], np.float32)),
-        scratch=cuda.device_array(3 * tables.Q * 4, np.float32), n_threads=4,
-        row_base=cuda.to_device(np.zeros(1, np.int64)), cell_base=cuda.to_device(np.zeros(1, np.int64)),
-        scale_base=cuda.to_device(np.zeros(1, np.int64)), **out)
-    build.numba_kernel(BwdMatrixSpec("global"), numba_binding())[1, 4, 0, 0](*arguments(BWD_ARGS, **values))
+        residues=dev(word.view("<u4").astype(np.uint32)), word_offsets=dev(np.zeros(1, np.int64)),
+        lengths=dev(np.array([length], np.int32)), items=dev(np.zeros(1, np.int32)),
+        item_model=dev(np.zeros(1, np.int32)),
+        item_xf=dev(np.array([pmove, ploop, tables.xe_move, tables.xe_loop], np.float32)), n_items=1,
+        counters=dev(np.zeros(1, np.int32)), rfv=dev(tables.rfv.ravel()), tfv=dev(tables.tfv.ravel()),
+        model_q=dev(np.array([tables.Q], np.int32)), model_m=dev(np.array([tables.M], np.int32)),
+        model_rfv=dev(np.zeros(1, np.int64)), model_tfv=dev(np.zeros(1, np.int64)),
+        model_f=dev(np.array([tables.xe_move, tables.xe_loop, tables.tbm_min], np.float32)),
+        scratch=empty(3 * tables.Q * 4, np.float32), n_threads=4, row_base=dev(np.zeros(1, np.int64)),
+        cell_base=dev(np.zeros(1, np.int64)), scale_base=dev(np.zeros(1, np.int64)), **out)
+    build.load(BwdMatrixSpec("global"), device)[1, 4, None, 0](*arguments(BWD_ARGS, **values))
     got_flags, got_own = int(out["out_flags"].copy_to_host()[0]), bool(out["out_own"].copy_to_host()[0])
     if got_flags != flags & ~ref.ANY_TINY or not got_own:
         raise AssertionError(f"kernel flags {got_flags}, own scales {got_own}; CPU reference {flags}, True")
@@ -296,7 +294,6 @@ def check_envelope_handoff(jobs) -> dict:
     from hmmgpu.cpu import fwdback as ref
     from hmmgpu.gpu.envelope.launch import decode_oa, decode_produced
     from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
-    from hmmgpu.gpu.runtime.context import numba_binding
 
     batch = produce_matrices(jobs)
     envs = [k for k, job in enumerate(jobs) if job.unihit and job.backward]
@@ -307,7 +304,7 @@ def check_envelope_handoff(jobs) -> dict:
         fwd = ref.forward_matrix(jobs[k].tables, jobs[k].codes, jobs[k].i, jobs[k].j, unihit=True)
         bck = ref.backward_matrix(jobs[k].tables, jobs[k].codes, fwd, jobs[k].i, jobs[k].j, unihit=True)
         references.append((fwd, bck, uni, ref.special_transitions(uni, len(jobs[k].codes))))
-    for k, mine, want in zip(envs, got, decode_oa(references, numba_binding())):
+    for k, mine, want in zip(envs, got, decode_oa(references, batch.device)):
         if (mine.status, bits(mine.oasc), mine.flags) != (want.status, bits(want.oasc), want.flags & ~ref.ANY_TINY):
             raise AssertionError(f"job {k}: envelope status, oasc or flags differ from the host matrices'")
         if mine.posterior.matrix is not None:
@@ -338,12 +335,14 @@ def simulator_matrix_checks():
     with their rows in global scratch run by one group in turn, on a stream of their own; the
     switch to Backward's own scale factors; the ensemble and envelope kernels reading a batch's
     device matrices (regions laid out after envelopes)."""
-    from numba import cuda
+    from hmmgpu.gpu.runtime.device import GpuDevice
 
     jobs = matrix_jobs(CASES)
     out = [("one batch", check_jobs(jobs))]
     few = [job for job in jobs if job.tables.M == 18][-5:]  # the homolog's (rescaled) and the lone '*''s
-    report = check_jobs(few, storage="global", scratch_bytes=48 * few[0].tables.Q, stream=cuda.stream())
+    device = GpuDevice.open(0)
+    report = check_jobs(few, device=device, storage="global", scratch_bytes=48 * few[0].tables.Q,
+                        stream=device.runtime.stream())
     out.append(("global scratch, one group, a stream", report))
     five = [job for job in jobs if job.tables.M == 5 and len(job.codes) > 1]  # regions among envelopes
     out.append(("ensemble from the device", check_ensemble_handoff(five[:2] + five[3:6])))

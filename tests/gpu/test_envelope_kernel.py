@@ -32,9 +32,9 @@ def test_decode_oa_kernel_on_gpu():
 
     if not cuda_available():
         pytest.skip("no CUDA GPU")
-    binding = GpuDevice.open(0).lane_binding
+    device = GpuDevice.open(0)
     # the one double division, f32(1.0 / (double) x), comes out of NVVM as a float reciprocal
     # (rcp.rn.f32: the same number, since double's 53 bits are at least twice float's 24 plus 2)
-    assert_rounded_ptx(build.numba_kernel(DecodeOASpec(), binding), "mul.rn.f32", "add.rn.f32")
-    report = check_cases(envelope_cases(), binding)
+    assert_rounded_ptx(build.numba_kernel(DecodeOASpec(), device.lane_binding), "mul.rn.f32", "add.rn.f32")
+    report = check_cases(envelope_cases(), device)
     assert report["envelopes"] > report["dropped"] > 0

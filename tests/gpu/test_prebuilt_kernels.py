@@ -1,6 +1,6 @@
 """The kernels shipped compiled (hmmgpu.gpu.prebuilt_kernels): current, used on a fresh sm_90
-machine without compiling (a Pfam search, hmmgpu sw), and ignored once they no longer match
-the code."""
+machine without compiling (a Pfam search, --postfilter hmmgpu's domain definition, hmmgpu sw),
+and ignored once they no longer match the code."""
 import dataclasses
 import gzip
 import json
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.gpu import cascade, prebuilt_kernels
+from hmmgpu.gpu import cascade, domaindef, prebuilt_kernels
 from hmmgpu.gpu.bias import BiasSpec
 from hmmgpu.gpu.msv.launch import MsvKernels
 from hmmgpu.gpu.runtime import build
@@ -47,9 +47,10 @@ def test_a_fresh_sm90_machine_compiles_no_kernel_for_sw(empty_cache):
 @pytest.mark.parametrize("lanes", ["auto", "8x4"])
 def test_a_fresh_sm90_machine_compiles_no_kernel_for_a_search(empty_cache, lanes):
     """Models of every length the GPU shapes take (Pfam's longest has about 2,000 nodes), the
-    own post-filter's kernels included."""
+    own post-filter's kernels included (its decodings' and its domain definition's)."""
     msv, vit = MsvKernels(H100, lanes), VitKernels(H100)
     specs = cascade.needed_specs(msv, vit, range(1, 4097)) + cascade.all_specs(H100, lanes)
+    specs += domaindef.kernel_specs()
     assert len({s.name for s in specs if s.name.startswith("msv_")}) == (20 if msv.lanes == "16x2" else 17)
     assert [s.name for s in build.missing(specs, H100)] == []  # what a search would compile first
 
@@ -139,3 +140,36 @@ def test_auto_counts_a_gpu_with_shipped_kernels_as_warm(empty_cache, monkeypatch
 
     monkeypatch.setattr(context, "compute_capability", lambda device=0: cc)
     assert build.any_compiled() is ready
+
+
+@pytest.mark.gpu
+def test_a_fresh_sm90_gpu_process_defines_domains_with_the_shipped_kernels(empty_cache):
+    """On an H100 or H200 with an empty kernel cache: ``--postfilter hmmgpu`` on the four sample
+    models and the sample proteome, its F3 passers defined in the GPU process, which compiles
+    no kernel and never imports numba's CUDA target."""
+    import pyhmmer
+
+    from hmmgpu.formats.seqdb import SequenceDB
+    from hmmgpu.gpu.process import CudaProcessBackend
+    from hmmgpu.gpu.runtime.context import compute_capability
+    from hmmgpu.options import SearchOptions
+    from hmmgpu.search.engine import SearchEngine
+    from tests.helpers import PROTEOME, SAMPLES
+
+    if compute_capability(0) != H100.cc:
+        pytest.skip("no GPU of the shipped kernels' architecture")
+    with pyhmmer.plan7.HMMFile(SAMPLES / "samples.hmm") as fh:
+        hmms = list(fh)
+    db = SequenceDB.from_fasta(PROTEOME)
+    backend = CudaProcessBackend(db)
+    try:
+        backend.prepare_for([h.M for h in hmms])
+        results = list(SearchEngine(db, SearchOptions.from_kwargs(backend="cuda", postfilter="hmmgpu", cpus=4),
+                                    backend).search(hmms))
+        details = backend.details()
+    finally:
+        backend.close()
+    assert sum(len(result.hits) for result in results) > 0
+    assert details["decoding"]["defined"] > 0, details
+    assert details["numba_cuda_imported"] is False, details
+    assert not empty_cache.exists() or not list(empty_cache.rglob("*.cubin"))

@@ -15,19 +15,23 @@ Each region comes back as a :class:`SampledRegion`: the kernel's status and, whe
 the region's :class:`hmmgpu.cpu.stotrace.TraceEnsemble`, the very object the CPU reference
 returns (``acc``, ``pairs``, ``nsamples``, ``draws``, ``ftz_differs``).
 
-The launch goes through numba's own arrays and kernel (numba's CUDA target, or its simulator
-in the tests), as :mod:`hmmgpu.gpu.envelope.launch` does; the table of draws is uploaded once
-per seed and size and kept.
+The launch goes through the device's runtime, as :mod:`hmmgpu.gpu.fwdback.matrix_launch` and
+:mod:`hmmgpu.gpu.envelope.launch` do: on a GPU the kernel is loaded from its cubin (shipped for
+sm_90: :func:`hmmgpu.gpu.runtime.build.load`) and launched through the CUDA driver, without
+numba; under numba's simulator it is numba's own. Regions of a ``MatrixBatch`` are sampled on
+the batch's device. The table of draws is uploaded once per device, seed and size and kept.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, TraceEnsemble, uniform_table
 from hmmgpu.gpu.ensemble.source import ARGS, EnsembleSpec
-from hmmgpu.gpu.runtime.context import numba_binding
+from hmmgpu.gpu.runtime import build
+from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
 
 __all__ = ["DEFAULT_TABLE", "RegionRequest", "RegionBatch", "SampledRegion", "pair_capacity",
@@ -139,46 +143,35 @@ def pack_regions(requests, nsamples: int = NSAMPLES, pair_cap: int | None = None
                        pair_size=int(caps.astype(np.int64).sum()), nsamples=int(nsamples))
 
 
-_tables = {}
+@functools.lru_cache(maxsize=None)
+def _device_uniforms(device: GpuDevice, seed: int, size: int):
+    """The table of draws in ``device``'s memory (uploaded once per device, seed and size)."""
+    return device.runtime.to_device(uniform_table(seed, size))
 
 
-def _device_uniforms(seed: int, size: int):
-    """The table of draws in device memory (uploaded once per seed and size)."""
-    from numba import cuda
-
-    key = (int(seed), int(size))
-    if key not in _tables:
-        _tables[key] = cuda.to_device(uniform_table(seed, size))
-    return _tables[key]
-
-
-def launch(batch: RegionBatch, dp, xmx, *, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
-           binding: str | None = None, block: int = 32) -> list:
-    """Sample every region of ``batch`` whose matrices are the device arrays ``dp`` and ``xmx``
+def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
+           block: int = 32) -> list:
+    """Sample every region of ``batch`` whose matrices are ``device``'s arrays ``dp`` and ``xmx``
     (float32, the regions' cells and rows at the batch's offsets): a :class:`SampledRegion`
-    per region, in order. ``table``: draws in the device table; ``binding``: the kernel
-    module's (:func:`~hmmgpu.gpu.runtime.context.numba_binding` if None)."""
-    from numba import cuda
-
-    from hmmgpu.gpu.runtime import build
-
+    per region, in order. ``table``: draws in the device table."""
     n = batch.n
     if n == 0:
         return []
     a = batch.arrays
-    outs = {name: cuda.to_device(np.zeros(n, np.int32)) for name in ("out_status", "out_npairs", "out_draws",
-                                                                     "out_ftz")}
-    acc = cuda.device_array(max(batch.acc_size, 1), np.float32)
-    pairs = cuda.device_array(max(5 * batch.pair_size, 1), np.int32)
-    values = dict(dp=dp, xmx=xmx, uniforms=_device_uniforms(seed, table), nsamples=batch.nsamples,
-                  work=cuda.device_array(max(batch.work_size, 1), np.float32), n_items=n,
-                  counters=cuda.to_device(np.zeros(1, np.int32)), n_threads=n, acc=acc, pairs=pairs, **outs,
-                  **{name: cuda.to_device(value) for name, value in a.items()})
-    kernel = build.numba_kernel(EnsembleSpec(), binding or numba_binding())
-    kernel[(n + block - 1) // block, block](*arguments(ARGS, **values))
-    status, npairs, draws, ftz = (outs[name].copy_to_host() for name in ("out_status", "out_npairs", "out_draws",
-                                                                         "out_ftz"))
-    acc_host, pairs_host = acc.copy_to_host(), pairs.copy_to_host().reshape(-1, 5)
+    rt = device.runtime
+    with device.activate():
+        outs = {name: rt.to_device(np.zeros(n, np.int32)) for name in ("out_status", "out_npairs", "out_draws",
+                                                                       "out_ftz")}
+        acc = rt.device_array(max(batch.acc_size, 1), np.float32)
+        pairs = rt.device_array(max(5 * batch.pair_size, 1), np.int32)
+        values = dict(dp=dp, xmx=xmx, uniforms=_device_uniforms(device, int(seed), int(table)), nsamples=batch.nsamples,
+                      work=rt.device_array(max(batch.work_size, 1), np.float32), n_items=n,
+                      counters=rt.to_device(np.zeros(1, np.int32)), n_threads=n, acc=acc, pairs=pairs, **outs,
+                      **{name: rt.to_device(value) for name, value in a.items()})
+        build.load(EnsembleSpec(), device)[(n + block - 1) // block, block](*arguments(ARGS, **values))
+        status, npairs, draws, ftz = (outs[name].copy_to_host() for name in ("out_status", "out_npairs", "out_draws",
+                                                                             "out_ftz"))
+        acc_host, pairs_host = acc.copy_to_host(), pairs.copy_to_host().reshape(-1, 5)
     out = []
     for k in range(n):
         if status[k] != OK:
@@ -191,24 +184,30 @@ def launch(batch: RegionBatch, dp, xmx, *, seed: int = DEFAULT_SEED, table: int 
     return out
 
 
-def sample_regions(requests, *, batch=None, jobs=None, nsamples: int = NSAMPLES, seed: int = DEFAULT_SEED,
-                   table: int = DEFAULT_TABLE, binding: str | None = None, block: int = 32,
+def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, jobs=None, nsamples: int = NSAMPLES,
+                   seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE, binding: str | None = None, block: int = 32,
                    pair_cap: int | None = None) -> list:
     """:func:`launch` on ``requests``: packs them (``pair_cap`` as :func:`pack_regions` takes it)
     and samples every region (a :class:`SampledRegion` each, in order). Without ``batch`` the
-    requests' host matrices are uploaded; with one (a
-    :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), request k's matrix is its multihit
-    Forward job ``jobs[k]``, read in device memory at the batch's offsets (the requests'
-    ``matrix`` unused, None)."""
-    from numba import cuda
-
+    requests' host matrices are uploaded to ``device`` (GPU 0, or the simulator, if None); with
+    one (a :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), request k's matrix is its
+    multihit Forward job ``jobs[k]``, read where it is, in the batch's device memory at the
+    batch's offsets (the requests' ``matrix`` unused, None; ``device``, if given, the batch's).
+    ``binding``, if given, must be the device's lane binding (the kernel is that of
+    :attr:`~hmmgpu.gpu.runtime.device.GpuDevice.lane_binding`)."""
+    if batch is not None and device is not None and device != batch.device:
+        raise ValueError("the regions' matrices are on the batch's device, not on the one given")
+    device = batch.device if batch is not None else device or GpuDevice.open(0)
+    if binding is not None and binding != device.lane_binding:
+        raise ValueError(f"the kernel runs with {device.description}'s lane binding, "
+                         f"{device.lane_binding!r}, not {binding!r}")
     packed = pack_regions(requests, nsamples, pair_cap)
     if packed.n == 0:
         return []
     if batch is None:
-        dp = cuda.to_device(np.concatenate([np.ascontiguousarray(r.matrix.dp, np.float32).ravel() for r in requests]))
-        xmx = cuda.to_device(np.concatenate([np.ascontiguousarray(r.matrix.xmx, np.float32).ravel()
-                                             for r in requests]))
+        upload = device.runtime.to_device
+        dp = upload(np.concatenate([np.ascontiguousarray(r.matrix.dp, np.float32).ravel() for r in requests]))
+        xmx = upload(np.concatenate([np.ascontiguousarray(r.matrix.xmx, np.float32).ravel() for r in requests]))
     else:
         jobs = np.asarray(jobs, np.int64)
         for r, k in zip(requests, jobs.tolist()):
@@ -217,4 +216,4 @@ def sample_regions(requests, *, batch=None, jobs=None, nsamples: int = NSAMPLES,
                 raise ValueError(f"region {r.i}..{r.j}: job {k} is not its multihit Forward matrix")
         packed.arrays["dp_base"], packed.arrays["x_base"] = batch.dp_base[jobs], batch.x_base[jobs]
         dp, xmx = batch.fwd_dp, batch.fwd_x
-    return launch(packed, dp, xmx, seed=seed, table=table, binding=binding, block=block)
+    return launch(packed, dp, xmx, device=device, seed=seed, table=table, block=block)

@@ -19,8 +19,11 @@ them, and writes the null2 odds and the OA trace. Two ways in, one launch
   ask for the posterior where the flush-to-zero check of its null2 odds needs it).
 
 Each model's ``tfv`` and ``rfv`` are sent once a launch (an envelope's unihit tables share
-them with the multihit ones). The launch goes through numba's own arrays and kernel (numba's
-CUDA target, or its simulator in the tests).
+them with the multihit ones). The launch goes through the device's runtime, as
+:mod:`hmmgpu.gpu.fwdback.matrix_launch` does: on a GPU the kernel is loaded from its cubin
+(shipped for sm_90: :func:`hmmgpu.gpu.runtime.build.load`) and launched through the CUDA driver,
+without numba; under numba's simulator it is numba's own. :func:`decode_produced` runs on the
+batch's device.
 """
 from __future__ import annotations
 
@@ -32,6 +35,8 @@ from hmmgpu.constants import KP
 from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix
 from hmmgpu.cpu.optacc import Trace
 from hmmgpu.gpu.envelope.source import ARGS, DecodeOASpec
+from hmmgpu.gpu.runtime import build
+from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
 
 #: Threads per envelope (one per SSE lane).
@@ -61,19 +66,14 @@ def _offsets(sizes) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
 
 
-def _launch(lengths, tables, xf, own_scales, matrices: dict, dp_base, x_base, binding: str,
-            block: int | None) -> dict:
-    """Run the kernel on ``n`` envelopes: ``lengths`` (Ld each), ``tables`` (each one's unihit
+def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_base, block: int | None) -> dict:
+    """Run the kernel on ``device`` on ``n`` envelopes: ``lengths`` (Ld each), ``tables`` (each one's unihit
     :class:`~hmmgpu.stages.forward.ForwardTables`), ``xf`` (its unihit special transitions),
     ``own_scales`` (its Backward matrix's ``has_own_scales``), their matrices in the device
     arrays ``matrices`` (``fwd_dp``, ``bck_dp``, ``fwd_x``, ``bck_x``) at ``dp_base`` and
     ``x_base``. Returns the host copies of the per-envelope outputs (``status``, ``oasc``,
     ``flags``, ``null2`` [n][Kp], the traces ``st``, ``k``, ``i``, ``pp`` with their
     ``trace_base`` and lengths ``n``)."""
-    from numba import cuda
-
-    from hmmgpu.gpu.runtime import build
-
     n = len(lengths)
     models, model_of, tfvs, rfvs = {}, [], [], []
     for t in tables:  # a model's tables once
@@ -86,24 +86,24 @@ def _launch(lengths, tables, xf, own_scales, matrices: dict, dp_base, x_base, bi
     tfv_at, rfv_at = _offsets([t.size for t in tfvs]), _offsets([r.size for r in rfvs])
     capacity = [2 * (int(Ld) + t.M) + 6 for Ld, t in zip(lengths, tables)]
     trace_base = _offsets(capacity)
-    dev = cuda.to_device
-    outs = dict(out_status=dev(np.zeros(n, np.int32)), out_oasc=dev(np.zeros(n, np.float32)),
-                out_flags=dev(np.zeros(n, np.int32)), out_null2=dev(np.zeros(n * KP, np.float32)),
-                out_n=dev(np.zeros(n, np.int32)),
-                **{name: dev(np.zeros(sum(capacity), dt)) for name, dt in (
-                    ("out_st", np.int32), ("out_k", np.int32), ("out_i", np.int32), ("out_pp", np.float32))})
     block = block or GROUP
-    values = dict(
-        dp_base=dev(np.asarray(dp_base, np.int64)), x_base=dev(np.asarray(x_base, np.int64)),
-        lengths=dev(np.asarray(lengths, np.int32)), item_q=dev(np.array([t.Q for t in tables], np.int32)),
-        tfv=dev(np.concatenate(tfvs)), item_tfv=dev(tfv_at[model_of]), rfv=dev(np.concatenate(rfvs)),
-        item_rfv=dev(rfv_at[model_of]),
-        item_xf=dev(np.concatenate([np.asarray(x, np.float32).ravel() for x in xf])),
-        own_scales=dev(np.asarray(own_scales, np.int32)), n_items=n, counters=dev(np.zeros(1, np.int32)),
-        n_threads=GROUP * n, trace_base=dev(trace_base), **matrices, **outs)
-    kernel = build.numba_kernel(DecodeOASpec(), binding)
-    kernel[(GROUP * n + block - 1) // block, block](*arguments(ARGS, **values))
-    got = {name[4:]: a.copy_to_host() for name, a in outs.items()}
+    with device.activate():
+        dev = device.runtime.to_device
+        outs = dict(out_status=dev(np.zeros(n, np.int32)), out_oasc=dev(np.zeros(n, np.float32)),
+                    out_flags=dev(np.zeros(n, np.int32)), out_null2=dev(np.zeros(n * KP, np.float32)),
+                    out_n=dev(np.zeros(n, np.int32)),
+                    **{name: dev(np.zeros(sum(capacity), dt)) for name, dt in (
+                        ("out_st", np.int32), ("out_k", np.int32), ("out_i", np.int32), ("out_pp", np.float32))})
+        values = dict(
+            dp_base=dev(np.asarray(dp_base, np.int64)), x_base=dev(np.asarray(x_base, np.int64)),
+            lengths=dev(np.asarray(lengths, np.int32)), item_q=dev(np.array([t.Q for t in tables], np.int32)),
+            tfv=dev(np.concatenate(tfvs)), item_tfv=dev(tfv_at[model_of]), rfv=dev(np.concatenate(rfvs)),
+            item_rfv=dev(rfv_at[model_of]),
+            item_xf=dev(np.concatenate([np.asarray(x, np.float32).ravel() for x in xf])),
+            own_scales=dev(np.asarray(own_scales, np.int32)), n_items=n, counters=dev(np.zeros(1, np.int32)),
+            n_threads=GROUP * n, trace_base=dev(trace_base), **matrices, **outs)
+        build.load(DecodeOASpec(), device)[(GROUP * n + block - 1) // block, block](*arguments(ARGS, **values))
+        got = {name[4:]: a.copy_to_host() for name, a in outs.items()}
     got["null2"] = got["null2"].reshape(n, KP)
     got["trace_base"] = trace_base
     return got
@@ -145,43 +145,42 @@ def _decoded(got: dict, k: int, flags: int, scales, read=None) -> DecodedEnvelop
                            oa=oa, null2=odds, trace=trace)
 
 
-def decode_oa(envelopes, binding: str = "python", block: int | None = None) -> list:
+def decode_oa(envelopes, device: GpuDevice | None = None, block: int | None = None) -> list:
     """Decode and align ``envelopes`` whose matrices the host holds: tuples (Forward
     :class:`MatrixResult`, Backward :class:`MatrixResult`, the model's unihit
     :class:`~hmmgpu.stages.forward.ForwardTables`, its unihit special transitions ``xf`` float32
-    [4][2] at the target's length). ``binding``: numba's (``"python"`` under the simulator).
+    [4][2] at the target's length), on ``device`` (GPU 0, or the simulator, if None).
     Returns a :class:`DecodedEnvelope` per envelope, its posterior and OA matrices included."""
-    from numba import cuda
-
+    device = device or GpuDevice.open(0)
     cells = [f.matrix.dp.size for f, *_ in envelopes]
     rows = [f.matrix.xmx.size for f, *_ in envelopes]
     dp_base, x_base = _offsets(cells), _offsets(rows)
 
     def flat(parts):
-        return cuda.to_device(np.concatenate([np.ascontiguousarray(p, np.float32).ravel() for p in parts]))
+        return device.runtime.to_device(np.concatenate([np.ascontiguousarray(p, np.float32).ravel() for p in parts]))
 
     matrices = dict(fwd_dp=flat([f.matrix.dp for f, *_ in envelopes]),
                     bck_dp=flat([b.matrix.dp for _, b, *_ in envelopes]),
                     fwd_x=flat([f.matrix.xmx for f, *_ in envelopes]),
                     bck_x=flat([b.matrix.xmx for _, b, *_ in envelopes]))
-    got = _launch([f.matrix.L for f, *_ in envelopes], [t for *_, t, _ in envelopes], [x for *_, x in envelopes],
-                  [b.matrix.has_own_scales for _, b, *_ in envelopes], matrices, dp_base, x_base, binding, block)
+    got = _launch(device, [f.matrix.L for f, *_ in envelopes], [t for *_, t, _ in envelopes],
+                  [x for *_, x in envelopes], [b.matrix.has_own_scales for _, b, *_ in envelopes], matrices, dp_base,
+                  x_base, block)
     host = {name: a.copy_to_host() for name, a in matrices.items()}
     return [_decoded(got, k, f.flags | b.flags, b.matrix, _reader(host, dp_base[k], x_base[k], f.matrix.L, f.matrix.Q))
             for k, (f, b, _, _) in enumerate(envelopes)]
 
 
-def decode_produced(batch, jobs, binding: str | None = None, block: int | None = None, matrices=False) -> list:
+def decode_produced(batch, jobs, block: int | None = None, matrices=False) -> list:
     """Decode and align the envelopes whose unihit Forward and Backward matrices are the jobs
     ``jobs`` of ``batch`` (a :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), where they
-    are in device memory; the kernel overwrites them (those jobs' Forward matrices then hold the
-    OA matrices, their Backward matrices the posteriors). ``binding``: numba's (that of numba's
-    current target if None). Returns a :class:`DecodedEnvelope` per job, whose ``posterior``
-    has a matrix (None otherwise), and ``oa`` too, only where ``matrices`` asks for it: True
-    (every envelope), or a function ``matrices(e, decoded)`` of the envelope's position in
-    ``jobs`` and its :class:`DecodedEnvelope` without them."""
+    are in device memory, on the batch's device; the kernel overwrites them (those jobs' Forward
+    matrices then hold the OA matrices, their Backward matrices the posteriors). Returns a
+    :class:`DecodedEnvelope` per job, whose ``posterior`` has a matrix (None otherwise), and
+    ``oa`` too, only where ``matrices`` asks for it: True (every envelope), or a function
+    ``matrices(e, decoded)`` of the envelope's position in ``jobs`` and its
+    :class:`DecodedEnvelope` without them."""
     from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
-    from hmmgpu.gpu.runtime.context import numba_binding
 
     jobs = np.asarray(jobs, np.int64)
     chosen = [batch.jobs[k] for k in jobs.tolist()]
@@ -192,10 +191,10 @@ def decode_produced(batch, jobs, binding: str | None = None, block: int | None =
         return []
     uni = [unihit_tables(job.tables) for job in chosen]
     matrices_of = dict(fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x)
-    got = _launch([job.Ld for job in chosen], uni,
+    got = _launch(batch.device, [job.Ld for job in chosen], uni,
                   [special_transitions(u, len(job.codes)) for u, job in zip(uni, chosen)],
                   [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
-                  batch.x_base[jobs], binding or numba_binding(), block)
+                  batch.x_base[jobs], block)
     out = []
     for e, (k, job) in enumerate(zip(jobs.tolist(), chosen)):
         flags = batch.forward[k].flags | batch.backward[k].flags

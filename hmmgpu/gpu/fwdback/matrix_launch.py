@@ -28,12 +28,16 @@ only when asked for (:meth:`MatrixBatch.host_result`, :meth:`MatrixBatch.host_re
 the :class:`~hmmgpu.cpu.fwdback.MatrixResult` that :func:`hmmgpu.cpu.fwdback.forward_matrix`
 and :func:`~hmmgpu.cpu.fwdback.backward_matrix` return, bit for bit.
 
-The launches go through numba's own arrays and kernels (numba's CUDA target, or its simulator
-in the tests), as the ensemble and envelope launchers do, so that their kernels take these
-arrays as they are; on one stream (the default stream unless given), so that a kernel
-launched after them on it reads them finished. Jobs are claimed costliest first; a job's row
-lives in shared memory where a block's rows fit in numba's 48 KB default (models of up to 512
-nodes), else in a global scratch array (a second launch per kernel).
+The launches go through the device's runtime (:attr:`hmmgpu.gpu.runtime.device.GpuDevice.runtime`),
+as every other kernel of the search does: on a GPU the kernels are loaded from their cubins
+(shipped for sm_90, else compiled once and cached: :func:`hmmgpu.gpu.runtime.build.load`) and
+launched through the CUDA driver with its arrays, without numba; under numba's simulator (CI)
+they are numba's own kernels and arrays. The ensemble and envelope launchers do the same on the
+batch's device, so that their kernels read these arrays as they are; on one stream (the default
+stream unless given), so that a kernel launched after them on it reads them finished. Jobs are
+claimed costliest first; a job's row lives in shared memory where a block's rows fit in the 48
+KB a block may use without opting in to more (models of up to 512 nodes), else in a global
+scratch array (a second launch per kernel).
 """
 from __future__ import annotations
 
@@ -44,8 +48,8 @@ import numpy as np
 from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix, special_transitions, unihit_tables
 from hmmgpu.gpu.fwdback.matrix_source import BWD_ARGS, FWD_ARGS, BwdMatrixSpec, FwdMatrixSpec
 from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q
-from hmmgpu.gpu.runtime import tuning
-from hmmgpu.gpu.runtime.context import numba_binding
+from hmmgpu.gpu.runtime import build, tuning
+from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.stages.forward import (
     FLT_MIN, SUBNORMAL, ForwardTables, backward_score_from_scales, forward_score, forward_totscale)
@@ -54,7 +58,7 @@ __all__ = ["MatrixJob", "MatrixSummary", "MatrixBatch", "produce_matrices", "job
 
 #: Threads per job (one per SSE lane).
 GROUP = 4
-#: Shared memory a block may use without raising numba's default limit.
+#: Shared memory a block may use without opting in to more.
 SHARED_LIMIT = 48 * 1024
 
 
@@ -110,13 +114,14 @@ def _offsets(sizes) -> np.ndarray:
 
 @dataclass
 class MatrixBatch:
-    """A batch's matrices in device memory (numba device arrays, float32) and what the host
-    keeps of each job: ``dp_base``, ``x_base`` int64 [n] (job k's cells and specials in
-    ``fwd_dp``/``fwd_x``, and in ``bck_dp``/``bck_x`` where it asked for Backward; None where no
-    job did), ``forward`` and ``backward`` (a :class:`MatrixSummary` per job; None where no
-    Backward was asked for)."""
+    """A batch's matrices in ``device``'s memory (float32 arrays of its runtime: the driver's on
+    a GPU, numba's under the simulator) and what the host keeps of each job: ``dp_base``,
+    ``x_base`` int64 [n] (job k's cells and specials in ``fwd_dp``/``fwd_x``, and in
+    ``bck_dp``/``bck_x`` where it asked for Backward; None where no job did), ``forward`` and
+    ``backward`` (a :class:`MatrixSummary` per job; None where no Backward was asked for)."""
 
     jobs: list
+    device: GpuDevice
     fwd_dp: object
     fwd_x: object
     bck_dp: object
@@ -177,26 +182,30 @@ def _pack_slices(jobs) -> tuple:
     return packed.view("<u4").astype(np.uint32), offsets
 
 
-def produce_matrices(jobs, *, binding: str | None = None, storage: str | None = None, block: int = 32,
-                     scratch_bytes: int = tuning.FWD_SCRATCH_BYTES, stream=0) -> MatrixBatch:
+def produce_matrices(jobs, *, device: GpuDevice | None = None, storage: str | None = None, block: int = 32,
+                     scratch_bytes: int = tuning.FWD_SCRATCH_BYTES, stream=None) -> MatrixBatch:
     """Full Forward matrices of every :class:`MatrixJob`, and Backward ones where asked, left in
-    device memory (:class:`MatrixBatch`; module text). ``binding``: the kernel modules' (numba's
-    current target's by default); ``storage``: "shared" or "global" for every job's rows (default:
-    shared where they fit); ``block``: threads a block on a GPU; ``scratch_bytes``: the most global
-    scratch for the rows; ``stream``: numba's stream of the launches and of the summaries' copies
-    (the default stream by default). Returns once the summaries are on the host."""
-    from numba import cuda
-
-    from hmmgpu.gpu.runtime import build
-
+    ``device``'s memory (:class:`MatrixBatch`; module text). ``device``: the
+    :class:`~hmmgpu.gpu.runtime.device.GpuDevice` that runs the kernels (GPU 0, or the simulator,
+    if None); ``storage``: "shared" or "global" for every job's rows (default: shared where they
+    fit); ``block``: threads a block on a GPU; ``scratch_bytes``: the most global scratch for the
+    rows; ``stream``: a stream of the device's runtime for the launches and the summaries' copies
+    (the default stream if None). Returns once the summaries are on the host."""
+    device = device or GpuDevice.open(0)
     jobs = list(jobs)
     n = len(jobs)
     if n == 0:
-        return MatrixBatch(jobs=[], fwd_dp=None, fwd_x=None, bck_dp=None, bck_x=None, dp_base=np.zeros(0, np.int64),
-                           x_base=np.zeros(0, np.int64), forward=[], backward=[])
-    binding = binding or numba_binding()
-    simulator = binding == "python"
-    if simulator:
+        return MatrixBatch(jobs=[], device=device, fwd_dp=None, fwd_x=None, bck_dp=None, bck_x=None,
+                           dp_base=np.zeros(0, np.int64), x_base=np.zeros(0, np.int64), forward=[], backward=[])
+    with device.activate():
+        return _produce(jobs, device, storage, block, scratch_bytes, stream)
+
+
+def _produce(jobs, device, storage, block, scratch_bytes, stream) -> MatrixBatch:
+    """:func:`produce_matrices` of a non-empty list of jobs, ``device``'s context current."""
+    n = len(jobs)
+    rt = device.runtime
+    if device.simulator:
         block = GROUP  # a block is one group: the simulator's shuffles wait for the whole block
     Ld = np.array([job.Ld for job in jobs], np.int64)
     Q = np.array([job.tables.Q for job in jobs], np.int64)
@@ -222,7 +231,7 @@ def produce_matrices(jobs, *, binding: str | None = None, storage: str | None = 
     scale_base = _offsets(Ld)
     rfv = [np.ascontiguousarray(t.rfv, np.float32).ravel() for t in tables]
     tfv = [np.ascontiguousarray(t.tfv, np.float32).ravel() for t in tables]
-    dev = cuda.to_device
+    dev = rt.to_device
     common = dict(
         residues=dev(residues), word_offsets=dev(word_offsets), lengths=dev(Ld.astype(np.int32)),
         item_model=dev(model_of), item_xf=dev(item_xf), rfv=dev(np.concatenate(rfv)), tfv=dev(np.concatenate(tfv)),
@@ -230,16 +239,16 @@ def produce_matrices(jobs, *, binding: str | None = None, storage: str | None = 
         model_rfv=dev(_offsets([a.size for a in rfv])), model_tfv=dev(_offsets([a.size for a in tfv])),
         model_f=dev(np.array([[t.xe_move, t.xe_loop, t.tbm_min] for t in tables], np.float32).ravel()),
         row_base=dev(x_base), cell_base=dev(dp_base), scale_base=dev(scale_base))
-    fwd = dict(out_rows=cuda.device_array(int(rows.sum()), np.float32),
-               out_cells=cuda.device_array(int(cells.sum()), np.float32),
-               out_flags=cuda.device_array(n, np.int32), out_xc=cuda.device_array(n, np.float32),
-               out_nscale=cuda.device_array(n, np.int32), out_scales=cuda.device_array(int(Ld.sum()), np.float32))
+    empty = rt.device_array
+    fwd = dict(out_rows=empty(int(rows.sum()), np.float32), out_cells=empty(int(cells.sum()), np.float32),
+               out_flags=empty(n, np.int32), out_xc=empty(n, np.float32), out_nscale=empty(n, np.int32),
+               out_scales=empty(int(Ld.sum()), np.float32))
     bwd = None
     if wants.any():
-        bwd = dict(fwd_rows=fwd["out_rows"], out_rows=cuda.device_array(bck_rows, np.float32),
-                   out_cells=cuda.device_array(bck_cells, np.float32), out_flags=cuda.device_array(n, np.int32),
-                   out_own=cuda.device_array(n, np.int32), out_nscale=cuda.device_array(n, np.int32),
-                   out_scales=cuda.device_array(int(Ld.sum()), np.float32), out_xn=cuda.device_array(n, np.float32))
+        bwd = dict(fwd_rows=fwd["out_rows"], out_rows=empty(bck_rows, np.float32),
+                   out_cells=empty(bck_cells, np.float32), out_flags=empty(n, np.int32), out_own=empty(n, np.int32),
+                   out_nscale=empty(n, np.int32), out_scales=empty(int(Ld.sum()), np.float32),
+                   out_xn=empty(n, np.float32))
     shared_q = -1 if storage == "global" else SHARED_LIMIT // (4 * SCRATCH_PER_Q * block)
     cost = Ld * Q
     for where, sel in (("shared", Q <= shared_q), ("global", Q > shared_q)):
@@ -249,30 +258,28 @@ def produce_matrices(jobs, *, binding: str | None = None, storage: str | None = 
                                          (BwdMatrixSpec(where), BWD_ARGS, bwd, items[wants[items]])):
             if chosen.size == 0:
                 continue
-            grid, threads, smem, scratch = _launch_shape(where, chosen.size, int(Q[chosen].max()), block,
-                                                         scratch_bytes, simulator)
+            grid, threads, smem, scratch = _launch_shape(device, where, chosen.size, int(Q[chosen].max()), block,
+                                                         scratch_bytes)
             values = dict(common, items=dev(chosen.astype(np.int32)), n_items=int(chosen.size),
                           counters=dev(np.zeros(1, np.int32)), scratch=scratch, n_threads=threads, **outs)
-            kernel = build.numba_kernel(spec, binding)
-            kernel[grid, block, stream, smem](*arguments(args, **values))
-    return MatrixBatch(jobs=jobs, fwd_dp=fwd["out_cells"], fwd_x=fwd["out_rows"],
+            build.load(spec, device)[grid, block, stream, smem](*arguments(args, **values))
+    return MatrixBatch(jobs=jobs, device=device, fwd_dp=fwd["out_cells"], fwd_x=fwd["out_rows"],
                        bck_dp=None if bwd is None else bwd["out_cells"], bck_x=None if bwd is None else bwd["out_rows"],
                        dp_base=dp_base, x_base=x_base, **_summaries(jobs, fwd, bwd, scale_base, stream))
 
 
-def _launch_shape(storage: str, m: int, q_max: int, block: int, scratch_bytes: int, simulator: bool) -> tuple:
-    """(blocks, threads, dynamic shared bytes, scratch array) of a launch of ``m`` jobs."""
-    from numba import cuda
-
+def _launch_shape(device, storage: str, m: int, q_max: int, block: int, scratch_bytes: int) -> tuple:
+    """(blocks, threads, dynamic shared bytes, scratch array on ``device``) of a launch of ``m`` jobs."""
+    simulator, rt = device.simulator, device.runtime
     groups_per_block = block // GROUP
     if storage == "shared":
         blocks = min(m, 2) if simulator else -(-m // groups_per_block)
-        return blocks, blocks * block, 4 * SCRATCH_PER_Q * q_max * block, cuda.device_array(1, np.float32)
+        return blocks, blocks * block, 4 * SCRATCH_PER_Q * q_max * block, rt.device_array(1, np.float32)
     most = max(1, scratch_bytes // (4 * SCRATCH_PER_Q * q_max * GROUP))
     groups = max(1, min(m, most, 2 if simulator else m))
     blocks = -(-groups // groups_per_block)
     threads = GROUP * groups
-    return blocks, threads, 0, cuda.device_array(SCRATCH_PER_Q * q_max * threads, np.float32)
+    return blocks, threads, 0, rt.device_array(SCRATCH_PER_Q * q_max * threads, np.float32)
 
 
 def _summaries(jobs, fwd, bwd, scale_base, stream) -> dict:

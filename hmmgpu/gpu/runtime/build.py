@@ -46,8 +46,8 @@ from hmmgpu.host import modules_hidden, usable_cores
 #: One import (and compile) of a kernel module at a time, so that every thread gets the same
 #: kernel object (its launch attributes, such as the dynamic shared-memory limit, are set
 #: once): the driver's kernels under the first lock, numba's under the second (taken after
-#: the first where both are), so that numba compiling the domain-definition kernels in a
-#: thread of the GPU process never holds back a filter kernel's load.
+#: the first where both are), which is also taken where numba's kernel is asked for outside
+#: :func:`load` (:func:`numba_kernel`, an export).
 _LOAD_LOCK = threading.Lock()
 _NUMBA_LOCK = threading.Lock()
 
@@ -109,7 +109,8 @@ def load(spec, device):
 
 def numba_kernel(spec, binding: str):
     """numba's kernel of ``spec`` (compiled for numba's current device, or loaded from numba's
-    cache): the kernels launched through numba, and tools that inspect a kernel's code."""
+    cache), for the tools and tests that inspect a kernel's code (every route launches through
+    :func:`load`)."""
     with _NUMBA_LOCK:
         return _numba_kernel(spec, binding)
 
