@@ -18,7 +18,8 @@
 #   kernels        benchmarks/run.py kernels ${BENCH_KERNELS_ARGS}
 #   sw             benchmarks/run.py sw ${BENCH_SW_ARGS}
 #   scaling        benchmarks/run.py scaling ${BENCH_SCALING_ARGS}
-#   own            600 Pfam x 29 M on the default route, then with --postfilter hmmgpu (issue 31), each under
+#   own            600 Pfam x 29 M on the default route, then with --postfilter hmmgpu (issue 31) twice (empty
+#                  caches, then warm), each under
 #                  py-spy where the profile carried it (the default's with --gil: who holds the interpreter lock),
 #                  tables, domain tables and reports compared -> own_postfilter_<device>_<date>.log, pyspy_*.txt.gz
 #   scale          benchmarks/run.py scaling --parts scale: 600 Pfam models x 116 M residues on one GPU, with
@@ -157,19 +158,21 @@ sys.exit(0 if a == b and a else 1)" ;;
       log "own post-filter: 600 Pfam x 29 M, the default route then --postfilter hmmgpu, outputs compared"
       unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
       unpack "$DATA/seqs/public_proteins.fa.gz" /tmp/proteins.fa
-      local v spy rc=0
-      for v in pyhmmer hmmgpu; do
+      local v run spy rc=0
+      # the default route, then --postfilter hmmgpu on a fresh machine (empty caches) and again warm
+      for run in pyhmmer hmmgpu hmmgpu_warm; do
+        v=${run%_warm}
         spy=()
         if command -v py-spy >/dev/null; then
-          spy=(py-spy record --subprocesses -r 20 -f raw -o "/tmp/pyspy_${v}.txt")
+          spy=(py-spy record --subprocesses -r 20 -f raw -o "/tmp/pyspy_${run}.txt")
           [ "$v" = pyhmmer ] && spy+=(--gil)
           spy+=(--)
         fi
-        echo "=== $(date +%T) --postfilter $v, commit $HMMGPU_COMMIT"
-        /usr/bin/time -f "$v: %e s wall, %U s user, %S s sys" timeout "$(( $(left) - 20 ))" "${spy[@]}" python3 -m hmmgpu \
+        echo "=== $(date +%T) $run: --postfilter $v, commit $HMMGPU_COMMIT"
+        /usr/bin/time -f "$run: %e s wall, %U s user, %S s sys" timeout "$(( $(left) - 20 ))" "${spy[@]}" python3 -m hmmgpu \
             search --backend cuda --postfilter "$v" --cpu 16 -o "/tmp/own_$v.out" --tblout "/tmp/own_$v.tbl" \
-            --domtblout "/tmp/own_$v.dom" /tmp/pfam600.hmm /tmp/proteins.fa 2>&1 | grep -v -i warning | cut -c1-1200
-        [ -f "/tmp/pyspy_${v}.txt" ] && gzip -c "/tmp/pyspy_${v}.txt" >"$OUT/pyspy_${v}_600_${DEV}_${DAY}.txt.gz"
+            --domtblout "/tmp/own_$v.dom" /tmp/pfam600.hmm /tmp/proteins.fa 2>&1 | grep -v -i warning | cut -c1-1400
+        [ -f "/tmp/pyspy_${run}.txt" ] && gzip -c "/tmp/pyspy_${run}.txt" >"$OUT/pyspy_${run}_600_${DEV}_${DAY}.txt.gz"
       done
       for kind in out tbl dom; do
         if [ ! -s "/tmp/own_pyhmmer.$kind" ] || [ ! -s "/tmp/own_hmmgpu.$kind" ]; then

@@ -87,6 +87,7 @@ class CudaBackend(FilterBackend):
             details["decoding"] = dict(self.gpu.decoding_counts, kernel_ms=round(self.gpu.decoding_ms, 1))
             if any(self.gpu.define_seconds.values()):  # ... and their domain definition's steps
                 details["definition_seconds"] = {k: round(v, 2) for k, v in self.gpu.define_seconds.items()}
+                details["ensemble_regions"] = {k: round(v, 2) for k, v in self.gpu.ensemble_counts.items()}
         return details
 
     def close(self, wait: bool = True) -> None:

@@ -43,9 +43,12 @@ the Backward parser and the decodings, runs the Backward parser on a quarter of 
 at the cost of a second Forward pass on them, and keeps the gate's launches as they are:
 without the own post-filter nothing of this runs. Targets the kernels flag (or would not run)
 are left out of a model's decodings, and the post-filter stage computes them itself. When a
-model's result is asked for, the decoded passers of every model of its batch are then defined
-here at once, in the process that owns the device (one launch serves all those models; a
-launch over one model's few dozen passers would wait for its longest, model after model):
+model's decodings are done, the decoded passers of every model of its batch are then defined
+at once, in the process that owns the device (one launch serves all those models; a launch
+over one model's few dozen passers would wait for its longest, model after model), in a
+thread of its own (:meth:`GpuCascade.definer`: one batch after another, in order), so that
+the filters of later models go on meanwhile and a model's result is ready once its batch is
+defined:
 the batched driver of domain definition with the GPU's stages
 (:meth:`GpuCascade.define_domains_of`, :class:`~hmmgpu.gpu.domaindef.GpuDomainStages`); the
 result carries the definitions no exactness flag marks
@@ -60,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +89,8 @@ from hmmgpu.gpu.vit.source import STATUS_UNCERTAIN, TRANSITION_ROWS
 
 #: Models in flight on the GPU at once (buffer sets in the ring).
 SLOTS = 8
+#: How often the definer's thread looks whether a batch's decodings are done.
+_POLL_SECONDS = 0.0005
 #: Counter array of one slot: the MSV kernel's counters, then the Viterbi work-list count
 #: and the Viterbi kernel's work counter.
 _VIT_LIST = len(MsvCounter)
@@ -277,7 +283,8 @@ class _DecodingStep:
         self._batch = None  #: the decodings' batch (None: no member had a passer)
         self._job = {}  #: id(member) -> its job in the batch
         self._models = []  #: each job's model: (its tables, the search's --seed)
-        self._answers = None  #: each job's (decoded, defined), once every member is defined
+        #: the future of each job's (decoded, defined), every member defined in the definer's thread
+        self._answers = None
         self._lock = threading.Lock()
 
     def launch(self, wait: bool) -> bool:
@@ -305,27 +312,33 @@ class _DecodingStep:
         if jobs:
             with cascade._forward_lock, cascade._simulated:
                 self._batch = cascade._stage().launch(jobs, decoding=True)
+            self._answers = cascade.definer().submit(self._define_when_decoded)
         self._launched = True
 
     def ready(self) -> bool:
-        return self._launched and (self._batch is None or self._batch.done())
+        return self._launched and (self._batch is None or self._answers.done())
 
     def decoded(self, member: GateTicket) -> tuple:
         """``member``'s decoded passers (the decodings launched now and waited for if need be):
         (:class:`~hmmgpu.stages.decoded.DecodedTargets`, :class:`~hmmgpu.stages.defined.DefinedTargets`
         or None), the passers the GPU's domain definition stages defined moved from the first
         to the second. The first member asked defines every member's passers at once
-        (:meth:`GpuCascade.define_domains_of`: one launch serves all the batch's models)."""
+        (:meth:`GpuCascade.define_domains_of`: one launch serves all the batch's models), in the
+        definer's thread, started as soon as the decodings were launched."""
         from hmmgpu.stages.decoded import DecodedTargets
 
         self.launch(wait=True)
         job = self._job.get(id(member))
         if job is None:
             return DecodedTargets.gather([], [], [], [], [], []), None
-        with self._lock:
-            if self._answers is None:
-                self._answers = self._define_all()
-            return self._answers[job]
+        return self._answers.result()[job]
+
+    def _define_when_decoded(self) -> list:
+        """The definer's task: :meth:`_define_all` once the decodings' kernels are done (waited
+        for here, outside the gate's lock, which the filters' thread takes to launch gates)."""
+        while not self._batch.done():
+            time.sleep(_POLL_SECONDS)
+        return self._define_all()
 
     def _define_all(self) -> list:
         """Every job's (decoded, defined): its passers the kernels did not flag, defined."""
@@ -377,6 +390,8 @@ class GpuCascade:
         self.decoding_counts = dict(decoded=0, host=0, bytes=0, defined=0)
         #: domain definition's steps in this process (:attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds`)
         self.define_seconds = dict(matrices=0.0, ensembles=0.0, decoding=0.0, finish=0.0)
+        #: its clustered regions, and those the CPU reference sampled (:attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.ensemble_counts`)
+        self.ensemble_counts = dict(regions=0, cpu_regions=0, cpu_seconds=0.0)
         self._steps: list = []  #: the decoding steps whose launch waits for their gate batch
         self.forward_gate = forward_gate
         #: the Forward gate's decisions, summed over models: passed and failed F3, and left
@@ -392,6 +407,7 @@ class GpuCascade:
         self._simulated = threading.RLock() if self.device.simulator else contextlib.nullcontext()
         #: the thread loading domain definition's kernels (:meth:`_prepare_definition`), once started
         self._definition_kernels: threading.Thread | None = None
+        self._definer: ThreadPoolExecutor | None = None  #: :meth:`definer`, once a model needs it
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         #: the host's side of the cascade (``define``: domain definition of the F3 passers, its
         #: kernels' waits included, with hmmgpu's own post-filter)
@@ -530,6 +546,14 @@ class GpuCascade:
         except Exception:  # noqa: BLE001 - only ahead of time: the stage's own load raises the same error
             return
 
+    def definer(self) -> ThreadPoolExecutor:
+        """The thread that defines the decoded passers of one gate batch after another
+        (:class:`_DecodingStep`), made when the first batch needs it."""
+        with self._lock:
+            if self._definer is None:
+                self._definer = ThreadPoolExecutor(1, thread_name_prefix="hmmgpu-definer")
+            return self._definer
+
     def define_domains_of(self, work) -> list:
         """Domain definition of several models' decoded passers with the GPU's stages
         (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`), all at once: ``work`` (tables, the
@@ -555,6 +579,8 @@ class GpuCascade:
             for s in stages:
                 for step, seconds in s.seconds.items():
                     self.define_seconds[step] += seconds
+                for name, value in s.ensemble_counts.items():
+                    self.ensemble_counts[name] += value
         return answers
 
     def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:
@@ -838,6 +864,8 @@ class GpuCascade:
         for ticket in list(self._in_flight):
             ticket.filtered()
         self.flush_gates()
+        if self._definer is not None:
+            self._definer.shutdown(wait=True)
         self._slots = []
         self._db_tables = {}
         self._forward_stage = None

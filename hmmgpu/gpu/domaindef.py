@@ -128,6 +128,9 @@ class GpuDomainStages(CpuDomainStages):
         self.table = int(table)
         self.batch_bytes = int(batch_bytes)
         self.seconds = dict(matrices=0.0, ensembles=0.0, decoding=0.0, finish=0.0)
+        #: the clustered regions of those calls, those the CPU reference sampled (the longest,
+        #: beside the kernel, and those it left or whose matrix is flagged) and their thread time
+        self.ensemble_counts = dict(regions=0, cpu_regions=0, cpu_seconds=0.0)
 
     def region_ensembles(self, regions) -> list:
         return self.region_ensembles_of([(self, regions)])[0]
@@ -163,7 +166,9 @@ class GpuDomainStages(CpuDomainStages):
                                                                                                 r.codes.size),
                                       codes=r.codes, i=r.i, j=r.j) for stages, r in run]
             answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
-                                       seed=first.seed, binding=first.binding, table=first.table)
+                                       seed=first.seed, binding=first.binding, table=first.table,
+                                       counts=first.ensemble_counts)
+            first.ensemble_counts["regions"] += len(run)
             first._timed("ensembles", clock)
             return answers
 
