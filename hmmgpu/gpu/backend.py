@@ -87,7 +87,8 @@ class CudaBackend(FilterBackend):
             details["decoding"] = dict(self.gpu.decoding_counts, kernel_ms=round(self.gpu.decoding_ms, 1))
             if any(self.gpu.define_seconds.values()):  # ... and their domain definition's steps
                 details["definition_seconds"] = {k: round(v, 2) for k, v in self.gpu.define_seconds.items()}
-                details["ensemble_regions"] = {k: round(v, 2) for k, v in self.gpu.ensemble_counts.items()}
+                details["ensemble_regions"] = dict({k: round(v, 2) for k, v in self.gpu.ensemble_counts.items()},
+                                                   step_cost=round(self.gpu.ensemble_step_cost(), 1))
         return details
 
     def close(self, wait: bool = True) -> None:

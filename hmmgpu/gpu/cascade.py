@@ -391,7 +391,8 @@ class GpuCascade:
         #: domain definition's steps in this process (:attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds`)
         self.define_seconds = dict(matrices=0.0, ensembles=0.0, decoding=0.0, finish=0.0)
         #: its clustered regions, and those the CPU reference sampled (:attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.ensemble_counts`)
-        self.ensemble_counts = dict(regions=0, cpu_regions=0, cpu_seconds=0.0)
+        self.ensemble_counts = dict(regions=0, cpu_regions=0, cpu_seconds=0.0, cpu_residues=0, kernel_longest=0,
+                                    kernel_seconds=0.0)
         self._steps: list = []  #: the decoding steps whose launch waits for their gate batch
         self.forward_gate = forward_gate
         #: the Forward gate's decisions, summed over models: passed and failed F3, and left
@@ -408,6 +409,10 @@ class GpuCascade:
         #: the thread loading domain definition's kernels (:meth:`_prepare_definition`), once started
         self._definition_kernels: threading.Thread | None = None
         self._definer: ThreadPoolExecutor | None = None  #: :meth:`definer`, once a model needs it
+        #: the stream of domain definition's launches, made with the definer: it does not
+        #: synchronise with the default stream, so the filters' synchronous copies do not wait
+        #: for a definition kernel (nor its launches for theirs)
+        self._definition_stream = None
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         #: the host's side of the cascade (``define``: domain definition of the F3 passers, its
         #: kernels' waits included, with hmmgpu's own post-filter)
@@ -552,7 +557,17 @@ class GpuCascade:
         with self._lock:
             if self._definer is None:
                 self._definer = ThreadPoolExecutor(1, thread_name_prefix="hmmgpu-definer")
+                self._definition_stream = self.device.runtime.stream(non_blocking=True)
             return self._definer
+
+    def ensemble_step_cost(self) -> float:
+        """The ensemble split's step cost (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`): as
+        this process's launches and CPU threads measured it so far, else the tuning's."""
+        from hmmgpu.gpu.ensemble.stages import measured_step_cost
+
+        with self._lock:
+            measured = measured_step_cost(self.ensemble_counts)
+        return tuning.ENSEMBLE_GPU_STEP_COST if measured is None else measured
 
     def define_domains_of(self, work) -> list:
         """Domain definition of several models' decoded passers with the GPU's stages
@@ -569,7 +584,9 @@ class GpuCascade:
         from hmmgpu.stages.defined import split_defined_grouped
 
         clock = time.perf_counter()
-        stages = [GpuDomainStages(work[m][0], seed=work[m][1], device=self.device) for m in chosen]
+        step_cost = self.ensemble_step_cost()
+        stages = [GpuDomainStages(work[m][0], seed=work[m][1], device=self.device, step_cost=step_cost,
+                                  stream=self._definition_stream) for m in chosen]
         with self._simulated, self.device.activate():
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes)
         for m, (defined, rest) in zip(chosen, split):

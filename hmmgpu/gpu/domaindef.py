@@ -114,15 +114,22 @@ class GpuDomainStages(CpuDomainStages):
     the GPU: ``device`` the :class:`~hmmgpu.gpu.runtime.device.GpuDevice` that runs them (GPU 0,
     or the simulator, if None; ``binding``, if given, must be its lane binding: the ensemble
     launch checks it), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the
-    matrices a launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`).
+    matrices a launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`),
+    ``step_cost`` the ensemble split's (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`),
+    ``stream`` the stream of every launch (the default stream if None).
     ``seconds``: the wall time of each step of the calls whose work this object led (the
     first of a call's models): ``matrices`` (the full-matrix kernels), ``ensembles`` (the
     ensemble kernel and each region's finish on the host), ``decoding`` (the envelopes'
-    decoding and optimal accuracy kernel), ``finish`` (each envelope's finish on the host)."""
+    decoding and optimal accuracy kernel), ``finish`` (each envelope's finish on the host);
+    ``ensemble_counts``: their clustered regions and what the ensemble split measured
+    (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`' ``counts``)."""
 
     def __init__(self, tables, seed: int = DEFAULT_SEED, binding: str | None = None, table: int = DEFAULT_TABLE,
-                 batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES, device: GpuDevice | None = None):
+                 batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES, device: GpuDevice | None = None,
+                 step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, stream=None):
         super().__init__(tables, seed)
+        self.step_cost = float(step_cost)
+        self.stream = stream
         self.device = device or GpuDevice.open(0)
         self.binding = binding
         self.table = int(table)
@@ -130,7 +137,8 @@ class GpuDomainStages(CpuDomainStages):
         self.seconds = dict(matrices=0.0, ensembles=0.0, decoding=0.0, finish=0.0)
         #: the clustered regions of those calls, those the CPU reference sampled (the longest,
         #: beside the kernel, and those it left or whose matrix is flagged) and their thread time
-        self.ensemble_counts = dict(regions=0, cpu_regions=0, cpu_seconds=0.0)
+        self.ensemble_counts = dict(regions=0, cpu_regions=0, cpu_seconds=0.0, cpu_residues=0, kernel_longest=0,
+                                    kernel_seconds=0.0)
 
     def region_ensembles(self, regions) -> list:
         return self.region_ensembles_of([(self, regions)])[0]
@@ -160,14 +168,14 @@ class GpuDomainStages(CpuDomainStages):
         def answer(run):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, r.codes, r.i, r.j) for stages, r in run],
-                                     device=first.device)
+                                     device=first.device, stream=first.stream)
             clock = first._timed("matrices", clock)
             requests = [RegionRequest(matrix=None, tables=stages.tables, xf=special_transitions(stages.tables,
                                                                                                 r.codes.size),
                                       codes=r.codes, i=r.i, j=r.j) for stages, r in run]
             answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
                                        seed=first.seed, binding=first.binding, table=first.table,
-                                       counts=first.ensemble_counts)
+                                       step_cost=first.step_cost, counts=first.ensemble_counts, stream=first.stream)
             first.ensemble_counts["regions"] += len(run)
             first._timed("ensembles", clock)
             return answers
@@ -187,13 +195,13 @@ class GpuDomainStages(CpuDomainStages):
         def answer(run):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, e.codes, e.i, e.j, unihit=True, backward=True)
-                                      for stages, e in run], device=first.device)
+                                      for stages, e in run], device=first.device, stream=first.stream)
             clock = first._timed("matrices", clock)
 
             def needs_posterior(k, decoded):  # finish_envelope's flush-to-zero check of the null2 odds
                 return decoded.status == 0 and not run[k][1].null2_is_done and bool(decoded.flags & TINY_ROWS)
 
-            decoded = decode_produced(batch, range(len(run)), matrices=needs_posterior)
+            decoded = decode_produced(batch, range(len(run)), matrices=needs_posterior, stream=first.stream)
             clock = first._timed("decoding", clock)
             answers = [envelope_result(finish_envelope(uni[id(stages)], e.codes, e.i, e.j, e.null2_is_done, e.n2sc,
                                                        f.score, d.status, d.posterior, d.oasc, d.flags, d.trace,

@@ -150,10 +150,11 @@ def _device_uniforms(device: GpuDevice, seed: int, size: int):
 
 
 def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
-           block: int = 32) -> list:
+           block: int = 32, stream=None) -> list:
     """Sample every region of ``batch`` whose matrices are ``device``'s arrays ``dp`` and ``xmx``
     (float32, the regions' cells and rows at the batch's offsets): a :class:`SampledRegion`
-    per region, in order. ``table``: draws in the device table."""
+    per region, in order. ``table``: draws in the device table; ``stream``: the launch's (the
+    default stream if None), synchronised before the results are copied."""
     n = batch.n
     if n == 0:
         return []
@@ -168,7 +169,9 @@ def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAUL
                       work=rt.device_array(max(batch.work_size, 1), np.float32), n_items=n,
                       counters=rt.to_device(np.zeros(1, np.int32)), n_threads=n, acc=acc, pairs=pairs, **outs,
                       **{name: rt.to_device(value) for name, value in a.items()})
-        build.load(EnsembleSpec(), device)[(n + block - 1) // block, block](*arguments(ARGS, **values))
+        build.load(EnsembleSpec(), device)[(n + block - 1) // block, block, stream, 0](*arguments(ARGS, **values))
+        if stream:
+            stream.synchronize()
         status, npairs, draws, ftz = (outs[name].copy_to_host() for name in ("out_status", "out_npairs", "out_draws",
                                                                              "out_ftz"))
         acc_host, pairs_host = acc.copy_to_host(), pairs.copy_to_host().reshape(-1, 5)
@@ -186,7 +189,7 @@ def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAUL
 
 def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, jobs=None, nsamples: int = NSAMPLES,
                    seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE, binding: str | None = None, block: int = 32,
-                   pair_cap: int | None = None) -> list:
+                   pair_cap: int | None = None, stream=None) -> list:
     """:func:`launch` on ``requests``: packs them (``pair_cap`` as :func:`pack_regions` takes it)
     and samples every region (a :class:`SampledRegion` each, in order). Without ``batch`` the
     requests' host matrices are uploaded to ``device`` (GPU 0, or the simulator, if None); with
@@ -194,7 +197,7 @@ def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, job
     multihit Forward job ``jobs[k]``, read where it is, in the batch's device memory at the
     batch's offsets (the requests' ``matrix`` unused, None; ``device``, if given, the batch's).
     ``binding``, if given, must be the device's lane binding (the kernel is that of
-    :attr:`~hmmgpu.gpu.runtime.device.GpuDevice.lane_binding`)."""
+    :attr:`~hmmgpu.gpu.runtime.device.GpuDevice.lane_binding`); ``stream`` the launch's."""
     if batch is not None and device is not None and device != batch.device:
         raise ValueError("the regions' matrices are on the batch's device, not on the one given")
     device = batch.device if batch is not None else device or GpuDevice.open(0)
@@ -216,4 +219,4 @@ def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, job
                 raise ValueError(f"region {r.i}..{r.j}: job {k} is not its multihit Forward matrix")
         packed.arrays["dp_base"], packed.arrays["x_base"] = batch.dp_base[jobs], batch.x_base[jobs]
         dp, xmx = batch.fwd_dp, batch.fwd_x
-    return launch(packed, dp, xmx, device=device, seed=seed, table=table, block=block)
+    return launch(packed, dp, xmx, device=device, seed=seed, table=table, block=block, stream=stream)

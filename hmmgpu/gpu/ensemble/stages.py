@@ -35,8 +35,11 @@ protein of a few thousand residues against a repeat family), so sampling the few
 regions on the CPU, beside the launch, shortens the launch to the longest region left to
 it, at a cost in CPU time that the cost model bounds: regions move to the CPU, longest first,
 while that lowers the larger of the two sides' estimated times (the kernel's: its longest
-region's residues times :data:`~hmmgpu.gpu.runtime.tuning.ENSEMBLE_GPU_STEP_COST`; the
-pool's: the residues it holds over its threads).
+region's residues times the step cost; the pool's: the residues it holds over its threads).
+The step cost, a residue of the kernel's over one of the reference's, depends on the GPU and
+the CPU: it starts at :data:`~hmmgpu.gpu.runtime.tuning.ENSEMBLE_GPU_STEP_COST` and the GPU
+process then takes it from what its launches and its pool measured
+(:func:`measured_step_cost`).
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, sample_regions
 from hmmgpu.gpu.runtime import tuning
 from hmmgpu.stages.forward import HOST
 
-__all__ = ["region_ensembles", "split_by_cost"]
+__all__ = ["measured_step_cost", "region_ensembles", "split_by_cost"]
 
 
 def split_by_cost(lengths, threads: int, step_cost: float) -> list:
@@ -71,18 +74,32 @@ def split_by_cost(lengths, threads: int, step_cost: float) -> list:
     return moved
 
 
+def measured_step_cost(counts: dict) -> float | None:
+    """The kernel's cost of a residue of its longest region over the CPU reference's cost of a
+    residue, from what :func:`region_ensembles` measured into ``counts`` (a launch taken to last
+    as long as its longest region); None before both sides have run."""
+    if not (counts.get("kernel_longest") and counts.get("kernel_seconds") and counts.get("cpu_residues")
+            and counts.get("cpu_seconds")):
+        return None
+    return (counts["kernel_seconds"] / counts["kernel_longest"]) / (counts["cpu_seconds"] / counts["cpu_residues"])
+
+
 def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFAULT_SEED,
                      binding: str | None = None, table: int = DEFAULT_TABLE,
                      cpu_threads: int = tuning.ENSEMBLE_CPU_THREADS,
-                     step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, counts: dict | None = None) -> list:
+                     step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, counts: dict | None = None,
+                     stream=None) -> list:
     """``region_trace_ensemble`` on every :class:`~hmmgpu.gpu.ensemble.launch.RegionRequest`
     (``flags``: each region matrix's exactness flags): a
     :class:`~hmmgpu.stages.domaindef.RegionEnsemble` each, in order, equal to the CPU stages'.
     ``batch``, ``jobs``: where the matrices are in device memory, as
     :func:`~hmmgpu.gpu.ensemble.launch.sample_regions` takes them; ``cpu_threads``,
     ``step_cost``: the pool and cost model of :func:`split_by_cost` (0 threads: the kernel
-    samples every region it can). ``counts``, if given, gets ``cpu_regions`` (regions the CPU
-    reference sampled) and ``cpu_seconds`` (their thread time) added."""
+    samples every region it can); ``stream``: the kernel's launch's. ``counts``, if given, gets added what measures the two sides
+    (:func:`measured_step_cost`): ``cpu_regions`` (regions the CPU reference sampled),
+    ``cpu_residues`` and ``cpu_seconds`` (theirs, and their thread time), ``kernel_longest``
+    (the longest region the kernel sampled) and ``kernel_seconds`` (the launch's wall time,
+    transfers included)."""
     n = len(requests)
     if n == 0:
         return []
@@ -104,9 +121,11 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
     ensembles = [None] * n
     with ThreadPoolExecutor(max(1, cpu_threads), thread_name_prefix="hmmgpu-ensembles") as pool:
         futures = {k: pool.submit(reference, requests[k], matrix_of(k)) for k in flagged + longest}
+        clock = time.perf_counter()
         sampled = sample_regions([requests[k] for k in on_kernel], batch=batch,
                                  jobs=None if batch is None else [jobs[k] for k in on_kernel], nsamples=NSAMPLES,
-                                 seed=seed, table=table, binding=binding)
+                                 seed=seed, table=table, binding=binding, stream=stream)
+        kernel_seconds = time.perf_counter() - clock
         for k, region in zip(on_kernel, sampled):
             if region.status == OK:
                 ensembles[k] = region.ensemble
@@ -117,6 +136,10 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
             ensembles[k], spent = future.result()
             seconds += spent
     if counts is not None:
-        counts["cpu_regions"] = counts.get("cpu_regions", 0) + len(futures)
-        counts["cpu_seconds"] = counts.get("cpu_seconds", 0.0) + seconds
+        measured = dict(cpu_regions=len(futures), cpu_seconds=seconds,
+                        cpu_residues=sum(requests[k].j - requests[k].i + 1 for k in futures),
+                        kernel_longest=max((requests[k].j - requests[k].i + 1 for k in on_kernel), default=0),
+                        kernel_seconds=kernel_seconds if on_kernel else 0.0)
+        for name, value in measured.items():
+            counts[name] = counts.get(name, 0) + value
     return [region_result(ensemble, matrix_flags) for ensemble, matrix_flags in zip(ensembles, flags)]

@@ -66,14 +66,16 @@ def _offsets(sizes) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if len(sizes) else np.zeros(0, np.int64)
 
 
-def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_base, block: int | None) -> dict:
+def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_base, block: int | None,
+            stream=None) -> dict:
     """Run the kernel on ``device`` on ``n`` envelopes: ``lengths`` (Ld each), ``tables`` (each one's unihit
     :class:`~hmmgpu.stages.forward.ForwardTables`), ``xf`` (its unihit special transitions),
     ``own_scales`` (its Backward matrix's ``has_own_scales``), their matrices in the device
     arrays ``matrices`` (``fwd_dp``, ``bck_dp``, ``fwd_x``, ``bck_x``) at ``dp_base`` and
     ``x_base``. Returns the host copies of the per-envelope outputs (``status``, ``oasc``,
     ``flags``, ``null2`` [n][Kp], the traces ``st``, ``k``, ``i``, ``pp`` with their
-    ``trace_base`` and lengths ``n``)."""
+    ``trace_base`` and lengths ``n``); ``stream`` the launch's (the default stream if None),
+    synchronised before the copies."""
     n = len(lengths)
     models, model_of, tfvs, rfvs = {}, [], [], []
     for t in tables:  # a model's tables once
@@ -102,7 +104,10 @@ def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_
             item_xf=dev(np.concatenate([np.asarray(x, np.float32).ravel() for x in xf])),
             own_scales=dev(np.asarray(own_scales, np.int32)), n_items=n, counters=dev(np.zeros(1, np.int32)),
             n_threads=GROUP * n, trace_base=dev(trace_base), **matrices, **outs)
-        build.load(DecodeOASpec(), device)[(GROUP * n + block - 1) // block, block](*arguments(ARGS, **values))
+        build.load(DecodeOASpec(), device)[(GROUP * n + block - 1) // block, block, stream, 0](
+            *arguments(ARGS, **values))
+        if stream:
+            stream.synchronize()
         got = {name[4:]: a.copy_to_host() for name, a in outs.items()}
     got["null2"] = got["null2"].reshape(n, KP)
     got["trace_base"] = trace_base
@@ -171,7 +176,7 @@ def decode_oa(envelopes, device: GpuDevice | None = None, block: int | None = No
             for k, (f, b, _, _) in enumerate(envelopes)]
 
 
-def decode_produced(batch, jobs, block: int | None = None, matrices=False) -> list:
+def decode_produced(batch, jobs, block: int | None = None, matrices=False, stream=None) -> list:
     """Decode and align the envelopes whose unihit Forward and Backward matrices are the jobs
     ``jobs`` of ``batch`` (a :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), where they
     are in device memory, on the batch's device; the kernel overwrites them (those jobs' Forward
@@ -179,7 +184,7 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False) -> li
     :class:`DecodedEnvelope` per job, whose ``posterior`` has a matrix (None otherwise), and
     ``oa`` too, only where ``matrices`` asks for it: True (every envelope), or a function
     ``matrices(e, decoded)`` of the envelope's position in ``jobs`` and its
-    :class:`DecodedEnvelope` without them."""
+    :class:`DecodedEnvelope` without them. ``stream``: the launch's (the default stream if None)."""
     from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
 
     jobs = np.asarray(jobs, np.int64)
@@ -194,7 +199,7 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False) -> li
     got = _launch(batch.device, [job.Ld for job in chosen], uni,
                   [special_transitions(u, len(job.codes)) for u, job in zip(uni, chosen)],
                   [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
-                  batch.x_base[jobs], block)
+                  batch.x_base[jobs], block, stream)
     out = []
     for e, (k, job) in enumerate(zip(jobs.tolist(), chosen)):
         flags = batch.forward[k].flags | batch.backward[k].flags

@@ -44,6 +44,8 @@ from hmmgpu.gpu.runtime.kargs import SCALAR_FORMATS
 from hmmgpu.gpu.runtime.libcuda import primary_context
 from hmmgpu.gpu.runtime.libcuda import call
 
+#: ``CU_STREAM_NON_BLOCKING``: a :class:`Stream` that does not synchronise with the default stream.
+NON_BLOCKING = 1
 #: ``CUdevice_attribute`` values read by :meth:`DriverRuntime.attribute`.
 DEVICE_ATTRIBUTES = dict(sm_count=16, smem_per_sm=81, smem_per_block_optin=97, cc_major=75, cc_minor=76)
 #: ``CUfunction_attribute`` values read by :meth:`Kernel.attribute`.
@@ -192,11 +194,11 @@ class _Handle:
 
     _create = _destroy = _synchronize = ""
 
-    def __init__(self, context):
+    def __init__(self, context, flags: int = 0):
         self.context = context
         self.handle = ctypes.c_void_p()
         with current(context):
-            call(self._create, ctypes.byref(self.handle), 0)
+            call(self._create, ctypes.byref(self.handle), flags)
         weakref.finalize(self, _free, self._destroy, context, self.handle).atexit = False
 
     def synchronize(self) -> None:
@@ -205,7 +207,10 @@ class _Handle:
 
 
 class Stream(_Handle):
-    """A CUDA stream (synchronising with the legacy default stream, as numba's)."""
+    """A CUDA stream: synchronising with the legacy default stream, as numba's, or with
+    ``flags`` :data:`NON_BLOCKING` not (``CU_STREAM_NON_BLOCKING``: its work then neither waits
+    for the default stream's nor holds back a synchronous copy, which do not wait for it
+    either: a copy of what its kernels wrote follows its synchronisation)."""
 
     _create, _destroy, _synchronize = "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize"
 
@@ -350,8 +355,8 @@ class DriverRuntime:
         weakref.finalize(buffer, _free, "cuMemFreeHost", self.context, ptr.value).atexit = False
         return np.frombuffer(buffer, dtype, count=int(n))
 
-    def stream(self) -> Stream:
-        return Stream(self.context)
+    def stream(self, non_blocking: bool = False) -> Stream:
+        return Stream(self.context, NON_BLOCKING if non_blocking else 0)
 
     def event(self) -> Event:
         return Event(self.context)
