@@ -122,7 +122,7 @@ print('check: rows equal hmmsearch:', a == b, len(a))
 sys.exit(0 if a == b and a else 1)" ;;
     tests)
       log GPU tests: kernels and search
-      timeout "$t" python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu 2>&1 | tee "$OUT/gpu_tests_${DEV}_${DAY}.log" \
+      timeout "$t" python3 -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-tests/gpu} 2>&1 | tee "$OUT/gpu_tests_${DEV}_${DAY}.log" \
           | tail -25 ;;
     swtests)
       log Smith-Waterman GPU tests
