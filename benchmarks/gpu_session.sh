@@ -10,7 +10,7 @@
 #
 # Phases (in order; A+B runs A and B at the same time, their logs printed when both end):
 #   check          the sample search on the GPU, its table against hmmsearch's (stops the session on failure)
-#   tests          pytest -m gpu tests/gpu                     -> gpu_tests_<device>_<date>.log
+#   tests          pytest -m gpu ${GPU_TESTS:-tests/gpu}          -> gpu_tests_<device>_<date>.log
 #   swtests        pytest -m gpu tests/sw/test_sw_gpu.py       -> sw_gpu_tests_<device>_<date>.log (needs parasail)
 #   audit          hmmgpu audit, PF00005 x the 77,801 proteins, both lane modes -> audit_<lanes>_<device>_<date>.txt
 #   warmup         hmmgpu warmup, timed
