@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, TraceEnsemble, uniform_table
-from hmmgpu.gpu.ensemble.source import ARGS, EnsembleSpec
+from hmmgpu.gpu.ensemble.source import ARGS, EnsembleSpec, region_lanes
 from hmmgpu.gpu.runtime import build
 from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
@@ -160,6 +160,7 @@ def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAUL
         return []
     a = batch.arrays
     rt = device.runtime
+    threads = region_lanes(device.lane_binding) * n  # a warp a region on a GPU (source.py)
     with device.activate():
         outs = {name: rt.to_device(np.zeros(n, np.int32)) for name in ("out_status", "out_npairs", "out_draws",
                                                                        "out_ftz")}
@@ -167,9 +168,10 @@ def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAUL
         pairs = rt.device_array(max(5 * batch.pair_size, 1), np.int32)
         values = dict(dp=dp, xmx=xmx, uniforms=_device_uniforms(device, int(seed), int(table)), nsamples=batch.nsamples,
                       work=rt.device_array(max(batch.work_size, 1), np.float32), n_items=n,
-                      counters=rt.to_device(np.zeros(1, np.int32)), n_threads=n, acc=acc, pairs=pairs, **outs,
+                      counters=rt.to_device(np.zeros(1, np.int32)), n_threads=threads, acc=acc, pairs=pairs, **outs,
                       **{name: rt.to_device(value) for name, value in a.items()})
-        build.load(EnsembleSpec(), device)[(n + block - 1) // block, block, stream, 0](*arguments(ARGS, **values))
+        build.load(EnsembleSpec(), device)[(threads + block - 1) // block, block, stream, 0](
+            *arguments(ARGS, **values))
         if stream:
             stream.synchronize()
         status, npairs, draws, ftz = (outs[name].copy_to_host() for name in ("out_status", "out_npairs", "out_draws",

@@ -31,13 +31,17 @@ reads the same stream ``u[0], u[1], ...``: one device table of doubles
 (:func:`hmmgpu.cpu.stotrace.uniform_table`) and a cursor per region. Each step of a trace
 draws once, except from N (no draw); the cursor runs on from sample to sample.
 
-One thread per region
----------------------
+One thread per region, one region per warp
+------------------------------------------
 The samples of a region are sequential (sample t+1 starts at the draw where sample t ended)
 and so are the steps of a trace (a Markov chain): one thread runs a region from its first
 draw to its last; regions are independent, and threads take them from an atomic counter
 (long and short regions balance over the launch). The parallel work inside a step is small
 (two or four paths, or the E step's prefix sum, which must be sequential in double, below).
+The running thread is the first lane of a warp of its own (``REGION_LANES`` threads a region,
+the others leave at once): 32 regions in one warp would step through every state's branch,
+the E step's loop and the domains' null2 sums of each other, one after another (on a GPU;
+the simulator, which runs every thread in Python, gives a region one thread).
 
 The trace is never stored. HMMER builds it backwards from T, reverses it, indexes its
 domains (``p7_trace_Index``: B..E, first and last M) and counts each domain's emitting states
@@ -159,7 +163,7 @@ def _degenerate_lines() -> list:
 
 _KERNEL = """
 tid = cuda.grid(1)
-if tid >= n_threads:
+if tid >= n_threads or tid % REGION_LANES != 0:
     return
 null2 = cuda.local.array(KP, float32)
 lanes = cuda.local.array(LANE_SUMS, float32)
@@ -433,6 +437,11 @@ def kernel_body() -> str:
     return "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").splitlines())
 
 
+def region_lanes(binding: str) -> int:
+    """Threads a region on a GPU (a warp; its first lane runs the region), one under the simulator."""
+    return 1 if binding == "python" else 32
+
+
 def module_lines(binding: str) -> tuple:
     """Imports, constants and the device functions of the kernel's module."""
     simulator = binding == "python"
@@ -593,7 +602,7 @@ def module_lines(binding: str) -> tuple:
             f"ST_C = {ST_C}; ST_J = {ST_J}",
             f"XE = {XE}; XN = {XN}; XJ = {XJ}; XB = {XB}; XC = {XC}; XSCALE = {XSCALE}",
             "XF_E = 0; XF_N = 2; XF_J = 4; XF_C = 6  # rows of xf ([E N J C]), MOVE at +0 and LOOP at +1",
-            f"K = {K}; KP = {KP}; LANE_SUMS = {4 * K}",
+            f"K = {K}; KP = {KP}; LANE_SUMS = {4 * K}; REGION_LANES = {region_lanes(binding)}",
             "F0 = np.float32(0.0); F1 = np.float32(1.0); HALF = np.float32(0.5); QUARTER = np.float32(0.25)",
             f"FMIN = np.float32({float(FLT_MIN)!r}); D0 = np.float64(0.0)",
             "", doubles, functions)
@@ -601,7 +610,8 @@ def module_lines(binding: str) -> tuple:
 
 @dataclass(frozen=True)
 class EnsembleSpec:
-    """The stochastic-trace ensemble kernel (one thread per region; no shape to specialise)."""
+    """The stochastic-trace ensemble kernel (one thread runs a region, a warp of its own on a GPU;
+    no shape to specialise)."""
 
     @property
     def name(self) -> str:
