@@ -168,7 +168,7 @@ class GpuDomainStages(CpuDomainStages):
         def answer(run):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, r.codes, r.i, r.j) for stages, r in run],
-                                     device=first.device, stream=first.stream)
+                                     device=first.device, block=tuning.DOMAINDEF_MATRIX_BLOCK, stream=first.stream)
             clock = first._timed("matrices", clock)
             requests = [RegionRequest(matrix=None, tables=stages.tables, xf=special_transitions(stages.tables,
                                                                                                 r.codes.size),
@@ -195,7 +195,8 @@ class GpuDomainStages(CpuDomainStages):
         def answer(run):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, e.codes, e.i, e.j, unihit=True, backward=True)
-                                      for stages, e in run], device=first.device, stream=first.stream)
+                                      for stages, e in run], device=first.device, block=tuning.DOMAINDEF_MATRIX_BLOCK,
+                                     stream=first.stream)
             clock = first._timed("matrices", clock)
 
             def needs_posterior(k, decoded):  # finish_envelope's flush-to-zero check of the null2 odds
