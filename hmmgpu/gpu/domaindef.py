@@ -112,8 +112,7 @@ def runs_by_size(sizes, budget: int) -> list:
 class GpuDomainStages(CpuDomainStages):
     """The stages of one model (``tables``, the pipeline's ``seed``) with the batch methods on
     the GPU: ``device`` the :class:`~hmmgpu.gpu.runtime.device.GpuDevice` that runs them (GPU 0,
-    or the simulator, if None; ``binding``, if given, must be its lane binding: the ensemble
-    launch checks it), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the
+    or the simulator, if None), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the
     matrices a launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`),
     ``step_cost`` the ensemble split's (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`),
     ``stream`` the stream of every launch (the default stream if None).
@@ -124,14 +123,13 @@ class GpuDomainStages(CpuDomainStages):
     ``ensemble_counts``: their clustered regions and what the ensemble split measured
     (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`' ``counts``)."""
 
-    def __init__(self, tables, seed: int = DEFAULT_SEED, binding: str | None = None, table: int = DEFAULT_TABLE,
+    def __init__(self, tables, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
                  batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES, device: GpuDevice | None = None,
                  step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, stream=None):
         super().__init__(tables, seed)
         self.step_cost = float(step_cost)
         self.stream = stream
         self.device = device or GpuDevice.open(0)
-        self.binding = binding
         self.table = int(table)
         self.batch_bytes = int(batch_bytes)
         self.seconds = dict(matrices=0.0, ensembles=0.0, decoding=0.0, finish=0.0)
@@ -147,7 +145,7 @@ class GpuDomainStages(CpuDomainStages):
         return self.rescore_envelopes_of([(self, envelopes)])[0]
 
     def _settings(self) -> tuple:
-        return self.seed, self.device, self.binding, self.table, self.batch_bytes
+        return self.seed, self.device, self.table, self.batch_bytes
 
     def _timed(self, step: str, since: float) -> float:
         """Add the time since ``since`` to ``step``'s; the time now."""
@@ -174,7 +172,7 @@ class GpuDomainStages(CpuDomainStages):
                                                                                                 r.codes.size),
                                       codes=r.codes, i=r.i, j=r.j) for stages, r in run]
             answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
-                                       seed=first.seed, binding=first.binding, table=first.table,
+                                       seed=first.seed, table=first.table,
                                        step_cost=first.step_cost, counts=first.ensemble_counts, stream=first.stream)
             first.ensemble_counts["regions"] += len(run)
             first._timed("ensembles", clock)

@@ -91,13 +91,13 @@ def reference(request):
                           request.codes, request.i, request.j)
 
 
-def check_sampled(requests, binding, **launch) -> dict:
+def check_sampled(requests, **launch) -> dict:
     """The kernel's pairs, null2 sums (acc), draws and flush-to-zero flag equal the CPU
     reference's on every region it samples (status OK); the report counts them."""
     from hmmgpu.cpu.stotrace import OK
     from hmmgpu.gpu.ensemble.launch import sample_regions
 
-    got = sample_regions(requests, binding=binding, **launch)
+    got = sample_regions(requests, **launch)
     report = dict(regions=len(requests), sampled=0, left=0, pairs=0, positions=0, ftz=0, models=len(
         {id(r.tables) for r in requests}))
     for k, (request, sampled) in enumerate(zip(requests, got)):
@@ -120,7 +120,7 @@ def check_sampled(requests, binding, **launch) -> dict:
     return report
 
 
-def check_results(items, binding, cpu_threads=0, **launch) -> dict:
+def check_results(items, cpu_threads=0, **launch) -> dict:
     """The finished region results (n2sc bits, envelopes, flags) of the GPU stage equal the
     CPU stages' (regions the kernel leaves included: the CPU reference samples them; with
     ``cpu_threads``, the longest regions too, beside the launch: ``cpu_regions`` says how many
@@ -131,7 +131,7 @@ def check_results(items, binding, cpu_threads=0, **launch) -> dict:
 
     requests = [r for r, _ in items]
     counts = {}
-    mine = region_ensembles(requests, [f.flags for _, f in items], binding=binding, cpu_threads=cpu_threads,
+    mine = region_ensembles(requests, [f.flags for _, f in items], cpu_threads=cpu_threads,
                             counts=counts, **launch)
     envelopes = 0
     for k, ((request, forward), got) in enumerate(zip(items, mine)):
@@ -163,21 +163,15 @@ def with_tiny_cells(items, factor=2.0 ** -106):
     return out
 
 
-def check_define_domains(hmm, targets, binding, **stages) -> dict:
-    """The batched domain definition of ``targets`` with the GPU stages (every clustered region's
-    Forward matrix in one batch of the full-matrix kernels and sampled where it lies in one
-    ensemble launch, every envelope's Forward and Backward matrices in one batch and decoded
-    where they lie in one decoding + OA launch; ``stages``: more arguments of the stages)
-    equals the CPU stages' target by target (their flags but the references' diagnostic
-    ANY_TINY) and libhmmer's (counters, n2sc, each domain, its OA trace)."""
-    return check_grouped_definitions([(hmm, targets)], binding, **stages)
-
-
-def check_grouped_definitions(models, binding, **stages) -> dict:
-    """:func:`check_define_domains` of several models' targets (``models``: (hmm, targets)
-    pairs) defined in one call of the driver (:func:`hmmgpu.stages.domaindef.define_domains_grouped`:
-    every model's regions in the same launches, then every model's envelopes): each target's
-    definition equals the CPU stages' and libhmmer's, as each model's alone does."""
+def check_grouped_definitions(models, **stages) -> dict:
+    """The batched domain definition of several models' targets (``models``: (hmm, targets)
+    pairs) with the GPU stages, in one call of the driver
+    (:func:`hmmgpu.stages.domaindef.define_domains_grouped`: every model's clustered regions'
+    Forward matrices in one batch of the full-matrix kernels and sampled where they lie in one
+    ensemble launch, then every model's envelopes' Forward and Backward matrices in one batch
+    and decoded where they lie in one decoding + OA launch; ``stages``: more arguments of the
+    stages): each target's definition equals the CPU stages' (their flags but the references'
+    diagnostic ANY_TINY) and libhmmer's (counters, n2sc, each domain, its OA trace)."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.gpu.domaindef import GpuDomainStages
@@ -190,7 +184,7 @@ def check_grouped_definitions(models, binding, **stages) -> dict:
         with HmmerModel(hmm) as model:
             prepared.append((ForwardTables.from_hmmer(model), targets, [model.domain_decoding(c) for c in targets],
                              [model.domain_definition(c) for c in targets]))
-    grouped = define_domains_grouped([(GpuDomainStages(tables, binding=binding, **stages), list(zip(targets, decodings)))
+    grouped = define_domains_grouped([(GpuDomainStages(tables, **stages), list(zip(targets, decodings)))
                                       for tables, targets, decodings, _ in prepared])
     report = dict(targets=0, nclustered=0, envelopes=0, domains=0)
     for m, ((tables, targets, decodings, theirs), batched) in enumerate(zip(prepared, grouped)):
@@ -224,23 +218,23 @@ def simulator_ensemble_checks():
                             tandem_targets(hmm, seed)[2:], limit=1)
     items += shortest_homolog_region("PF02826")
     requests = [r for r, _ in items]
-    out = [("sampled models", check_sampled(requests, None))]
-    out.append(("results", check_results(items, "python")))
-    out.append(("results split", check_results(items, "python", cpu_threads=2, step_cost=24)))
+    out = [("sampled models", check_sampled(requests))]
+    out.append(("results", check_results(items)))
+    out.append(("results split", check_results(items, cpu_threads=2, step_cost=24)))
     tiny = with_tiny_cells(items)
-    out.append(("subnormal cells", check_sampled(requests[:2] + [r for r, _ in tiny], "python")))
-    short = [r.status for r in sample_regions(requests[:2], table=512, binding="python")]
-    full = [r.status for r in sample_regions(requests[:2], pair_cap=40, binding="python")]
+    out.append(("subnormal cells", check_sampled(requests[:2] + [r for r, _ in tiny])))
+    short = [r.status for r in sample_regions(requests[:2], table=512)]
+    full = [r.status for r in sample_regions(requests[:2], pair_cap=40)]
     out.append(("left to the host", dict(exhausted=short.count(EXHAUSTED), full=full.count(FULL),
-                                         **check_results(items[:2], "python", table=512))))
+                                         **check_results(items[:2], table=512))))
     noise = homolog_in_noise(hmms[1], 0, 20)   # a clustered and an unclustered region
     out.append(("define_domains", check_grouped_definitions(   # two models' targets in the same launches
-        [(hmms[2], tandem_targets(hmms[2], 2)[1:2]), (hmms[1], [tandem_targets(hmms[1], 1)[1], noise])], None)))
-    out.append(("no path", no_path_statuses(requests[0], "python")))
+        [(hmms[2], tandem_targets(hmms[2], 2)[1:2]), (hmms[1], [tandem_targets(hmms[1], 1)[1], noise])])))
+    out.append(("no path", no_path_statuses(requests[0])))
     return out
 
 
-def no_path_statuses(request, binding) -> dict:
+def no_path_statuses(request) -> dict:
     """A NaN matrix stops the kernel where Easel aborts (FATAL); an all-zero one samples
     uniformly until a step leaves the matrix (OUTSIDE) or meets E's NaN norm (FATAL)."""
     from dataclasses import replace
@@ -252,11 +246,11 @@ def no_path_statuses(request, binding) -> dict:
     matrix = request.matrix
     nan = replace(matrix, dp=np.full_like(matrix.dp, np.nan), xmx=np.full_like(matrix.xmx, np.nan))
     zero = replace(matrix, dp=np.zeros_like(matrix.dp), xmx=np.zeros_like(matrix.xmx))
-    statuses = [s.status for s in sample_regions([replace(request, matrix=m) for m in (nan, zero)], binding=binding)]
+    statuses = [s.status for s in sample_regions([replace(request, matrix=m) for m in (nan, zero)])]
     return dict(nan=statuses[0] == FATAL, zero=statuses[1] in (OUTSIDE, FATAL))
 
 
-def gpu_ensemble_checks(binding):
+def gpu_ensemble_checks():
     """On a GPU: every clustered region (up to 2 a target) of the four sample models' hits in
     the sample proteome and of tandem targets (4 seeds) of the sample models and of sampled
     models of 5 to 400 nodes, all in one launch; the same regions with subnormal cells."""
@@ -276,10 +270,10 @@ def gpu_ensemble_checks(binding):
         return homologs.get(id(hmm), []) + [t for s in range(4) for t in tandem_targets(hmm, 10 * seed + s)]
 
     items = region_requests(hmms, targets, limit=2)
-    out = [("regions", check_sampled([r for r, _ in items], binding))]
-    out.append(("results", check_results(items, binding)))
-    out.append(("results split", check_results(items, binding, cpu_threads=8, step_cost=24)))
-    out.append(("subnormal cells", check_sampled([r for r, _ in with_tiny_cells(items)], binding)))
+    out = [("regions", check_sampled([r for r, _ in items]))]
+    out.append(("results", check_results(items)))
+    out.append(("results split", check_results(items, cpu_threads=8, step_cost=24)))
+    out.append(("subnormal cells", check_sampled([r for r, _ in with_tiny_cells(items)])))
     return out
 
 

@@ -59,20 +59,18 @@ def test_gpu_stages_on_gpu():
     from pyhmmer.easel import SequenceFile
 
     from hmmgpu.gpu.runtime.context import cuda_available
-    from hmmgpu.gpu.runtime.device import GpuDevice
     from tests.gpu.ensemble_checks import check_grouped_definitions, tandem_targets
     from tests.helpers import AMINO, MODEL_NAMES, PROTEOME, sample_hmm
 
     if not cuda_available():
         pytest.skip("no CUDA GPU")
-    binding = GpuDevice.open(0).lane_binding
     with SequenceFile(str(PROTEOME), digital=True, alphabet=AMINO) as f:
         proteome = f.read_block()
     by_name = {seq.name: np.asarray(seq.sequence, np.uint8) for seq in proteome}
     hmms = [sample_hmm(name) for name in MODEL_NAMES]
     models = [(hmm, [by_name[hit.name] for hit in top] + tandem_targets(hmm, seed))
               for seed, (hmm, top) in enumerate(zip(hmms, pyhmmer.hmmsearch(hmms, proteome)))]
-    total = check_grouped_definitions(models, binding, batch_bytes=64 << 20)
+    total = check_grouped_definitions(models, batch_bytes=64 << 20)
     print(total)
     # the sample proteome's hits and the tandem targets, as counted on an H100 (a floor: the check compared them all)
     assert total["targets"] >= 45 and total["nclustered"] >= 10 and total["envelopes"] >= 85, total

@@ -122,7 +122,7 @@ def test_ensemble_kernel_on_gpu(tmp_path):
     binding = GpuDevice.open(0).lane_binding
     assert_rounded_ptx(build.numba_kernel(EnsembleSpec(), binding), "mul.rn.f32", "add.rn.f32", "div.rn.f32",
                        "div.rn.f64")
-    rows = dict(gpu_ensemble_checks(binding))
+    rows = dict(gpu_ensemble_checks())
     print(rows)
     assert rows["regions"]["sampled"] == rows["regions"]["regions"] >= 100
     assert rows["results split"]["cpu_regions"] == rows["results split"]["split"] >= 1

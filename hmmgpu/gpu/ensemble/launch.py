@@ -190,22 +190,18 @@ def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAUL
 
 
 def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, jobs=None, nsamples: int = NSAMPLES,
-                   seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE, binding: str | None = None, block: int = 32,
+                   seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE, block: int = 32,
                    pair_cap: int | None = None, stream=None) -> list:
     """:func:`launch` on ``requests``: packs them (``pair_cap`` as :func:`pack_regions` takes it)
     and samples every region (a :class:`SampledRegion` each, in order). Without ``batch`` the
     requests' host matrices are uploaded to ``device`` (GPU 0, or the simulator, if None); with
     one (a :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), request k's matrix is its
     multihit Forward job ``jobs[k]``, read where it is, in the batch's device memory at the
-    batch's offsets (the requests' ``matrix`` unused, None; ``device``, if given, the batch's).
-    ``binding``, if given, must be the device's lane binding (the kernel is that of
-    :attr:`~hmmgpu.gpu.runtime.device.GpuDevice.lane_binding`); ``stream`` the launch's."""
+    batch's offsets (the requests' ``matrix`` unused, None; ``device``, if given, the batch's);
+    ``stream`` the launch's."""
     if batch is not None and device is not None and device != batch.device:
         raise ValueError("the regions' matrices are on the batch's device, not on the one given")
     device = batch.device if batch is not None else device or GpuDevice.open(0)
-    if binding is not None and binding != device.lane_binding:
-        raise ValueError(f"the kernel runs with {device.description}'s lane binding, "
-                         f"{device.lane_binding!r}, not {binding!r}")
     packed = pack_regions(requests, nsamples, pair_cap)
     if packed.n == 0:
         return []

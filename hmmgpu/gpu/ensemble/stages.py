@@ -85,7 +85,7 @@ def measured_step_cost(counts: dict) -> float | None:
 
 
 def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFAULT_SEED,
-                     binding: str | None = None, table: int = DEFAULT_TABLE,
+                     table: int = DEFAULT_TABLE,
                      cpu_threads: int = tuning.ENSEMBLE_CPU_THREADS,
                      step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, counts: dict | None = None,
                      stream=None) -> list:
@@ -124,7 +124,7 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
         clock = time.perf_counter()
         sampled = sample_regions([requests[k] for k in on_kernel], batch=batch,
                                  jobs=None if batch is None else [jobs[k] for k in on_kernel], nsamples=NSAMPLES,
-                                 seed=seed, table=table, binding=binding, stream=stream)
+                                 seed=seed, table=table, stream=stream)
         kernel_seconds = time.perf_counter() - clock
         for k, region in zip(on_kernel, sampled):
             if region.status == OK:

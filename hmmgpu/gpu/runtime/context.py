@@ -33,18 +33,6 @@ def simulator_enabled() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-def numba_binding() -> str:
-    """The binding of kernel modules launched as numba's own kernels (the ensemble, envelope and
-    full-matrix kernels) on numba's current target: ``"python"`` under the simulator, else the
-    lane binding of numba's current device, as
-    :attr:`hmmgpu.gpu.runtime.device.GpuDevice.lane_binding` names it (``"dpx"`` from sm_90)."""
-    if simulator_enabled():
-        return "python"
-    from numba import cuda
-
-    return "dpx" if tuple(cuda.get_current_device().compute_capability) >= (9, 0) else "swar"
-
-
 def _simulator_requested() -> bool:
     """``NUMBA_ENABLE_CUDASIM`` asks for numba's CUDA simulator (read without importing numba)."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")

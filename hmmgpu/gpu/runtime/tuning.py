@@ -73,8 +73,10 @@ ENSEMBLE_CPU_THREADS = 8
 ENSEMBLE_GPU_STEP_COST = 24
 #: Threads a block of domain definition's full-matrix launches (:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices`):
 #: four, one job's group, so that no job's rows wait on another's in the same warp (jobs of
-#: different models and lengths; the envelope kernel's launches are so too). The ensemble
-#: kernel gained 6x from a warp a region (40 -> 10 s on 600 Pfam models, H200, 98f5256).
+#: different models and lengths; the envelope kernel's launches are so too). Measured on 600
+#: Pfam models x 29 M residues on one H200: the matrices' step 8.2 s with blocks of 32 (98f5256),
+#: 6.7 s with 4 (f19d116), the run's wall time within the runs' noise (31-34 s); the ensemble
+#: kernel had gained 4x from a warp a region (40 -> 10 s).
 DOMAINDEF_MATRIX_BLOCK = 4
 #: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
 PACK_BLOCK = 256
