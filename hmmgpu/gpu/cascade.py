@@ -89,8 +89,6 @@ from hmmgpu.gpu.vit.source import STATUS_UNCERTAIN, TRANSITION_ROWS
 
 #: Models in flight on the GPU at once (buffer sets in the ring).
 SLOTS = 8
-#: How often the definer's thread looks whether a batch's decodings are done.
-_POLL_SECONDS = 0.0005
 #: Counter array of one slot: the MSV kernel's counters, then the Viterbi work-list count
 #: and the Viterbi kernel's work counter.
 _VIT_LIST = len(MsvCounter)
@@ -336,8 +334,7 @@ class _DecodingStep:
     def _define_when_decoded(self) -> list:
         """The definer's task: :meth:`_define_all` once the decodings' kernels are done (waited
         for here, outside the gate's lock, which the filters' thread takes to launch gates)."""
-        while not self._batch.done():
-            time.sleep(_POLL_SECONDS)
+        self._batch.wait()
         return self._define_all()
 
     def _define_all(self) -> list:
@@ -388,11 +385,11 @@ class GpuCascade:
         #: the decodings sent with the results
         self.decoding_ms = 0.0
         self.decoding_counts = dict(decoded=0, host=0, bytes=0, defined=0)
-        #: domain definition's steps in this process (:attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds`)
-        self.define_seconds = dict(matrices=0.0, ensembles=0.0, decoding=0.0, finish=0.0)
-        #: its clustered regions, and those the CPU reference sampled (:attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.ensemble_counts`)
-        self.ensemble_counts = dict(regions=0, cpu_regions=0, cpu_seconds=0.0, cpu_residues=0, kernel_longest=0,
-                                    kernel_seconds=0.0)
+        #: domain definition's steps in this process, and its clustered regions and those the CPU
+        #: reference sampled: the sums of :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds` and
+        #: :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.ensemble_counts` (empty before a definition)
+        self.define_seconds: dict = {}
+        self.ensemble_counts: dict = {}
         self._steps: list = []  #: the decoding steps whose launch waits for their gate batch
         self.forward_gate = forward_gate
         #: the Forward gate's decisions, summed over models: passed and failed F3, and left
@@ -594,10 +591,9 @@ class GpuCascade:
         with self._lock:
             self.host_seconds["define"] += time.perf_counter() - clock
             for s in stages:
-                for step, seconds in s.seconds.items():
-                    self.define_seconds[step] += seconds
-                for name, value in s.ensemble_counts.items():
-                    self.ensemble_counts[name] += value
+                for total, part in ((self.define_seconds, s.seconds), (self.ensemble_counts, s.ensemble_counts)):
+                    for name, value in part.items():
+                        total[name] = total.get(name, 0) + value
         return answers
 
     def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:

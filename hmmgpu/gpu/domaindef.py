@@ -174,7 +174,6 @@ class GpuDomainStages(CpuDomainStages):
             answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
                                        seed=first.seed, table=first.table,
                                        step_cost=first.step_cost, counts=first.ensemble_counts, stream=first.stream)
-            first.ensemble_counts["regions"] += len(run)
             first._timed("ensembles", clock)
             return answers
 

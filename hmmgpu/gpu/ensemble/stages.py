@@ -95,18 +95,19 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
     ``batch``, ``jobs``: where the matrices are in device memory, as
     :func:`~hmmgpu.gpu.ensemble.launch.sample_regions` takes them; ``cpu_threads``,
     ``step_cost``: the pool and cost model of :func:`split_by_cost` (0 threads: the kernel
-    samples every region it can); ``stream``: the kernel's launch's. ``counts``, if given, gets added what measures the two sides
-    (:func:`measured_step_cost`): ``cpu_regions`` (regions the CPU reference sampled),
+    samples every region it can); ``stream``: the kernel's launch's. ``counts``, if given, gets
+    added ``regions`` (how many) and what measures the two sides (:func:`measured_step_cost`):
+    ``cpu_regions`` (regions the CPU reference sampled),
     ``cpu_residues`` and ``cpu_seconds`` (theirs, and their thread time), ``kernel_longest``
     (the longest region the kernel sampled) and ``kernel_seconds`` (the launch's wall time,
     transfers included)."""
     n = len(requests)
     if n == 0:
         return []
+    lengths = [r.j - r.i + 1 for r in requests]
     flagged = [k for k in range(n) if flags[k] & HOST]
     clean = [k for k in range(n) if not flags[k] & HOST]
-    longest = [clean[m] for m in split_by_cost([requests[k].j - requests[k].i + 1 for k in clean], cpu_threads,
-                                               step_cost)]
+    longest = [clean[m] for m in split_by_cost([lengths[k] for k in clean], cpu_threads, step_cost)]
     on_kernel = sorted(set(clean) - set(longest))
 
     def matrix_of(k):
@@ -136,9 +137,9 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
             ensembles[k], spent = future.result()
             seconds += spent
     if counts is not None:
-        measured = dict(cpu_regions=len(futures), cpu_seconds=seconds,
-                        cpu_residues=sum(requests[k].j - requests[k].i + 1 for k in futures),
-                        kernel_longest=max((requests[k].j - requests[k].i + 1 for k in on_kernel), default=0),
+        measured = dict(regions=n, cpu_regions=len(futures), cpu_seconds=seconds,
+                        cpu_residues=sum(lengths[k] for k in futures),
+                        kernel_longest=max((lengths[k] for k in on_kernel), default=0),
                         kernel_seconds=kernel_seconds if on_kernel else 0.0)
         for name, value in measured.items():
             counts[name] = counts.get(name, 0) + value

@@ -130,8 +130,8 @@ class _Launch:
 
 
 class ForwardBatch:
-    """Launched jobs: :meth:`done` says whether the GPU has finished them (no wait), and
-    :meth:`results` waits and returns one :class:`ForwardResults` per job, in order (without
+    """Launched jobs: :meth:`done` says whether the GPU has finished them (no wait), :meth:`wait`
+    waits for them (nothing collected), and :meth:`results` waits and returns one :class:`ForwardResults` per job, in order (without
     libhmmer's fallback: targets the GPU gave no score are marked in ``host``)."""
 
     def __init__(self, stage, jobs, job_start, rows, launches, stop, flat, reason, kernel_ms_start=None,
@@ -151,6 +151,10 @@ class ForwardBatch:
         if self._results is not None or self._stop is None or self.stage.device.simulator:
             return True
         return self._stop.query()
+
+    def wait(self) -> None:
+        if not self.done():
+            self._stop.synchronize()
 
     def results(self) -> list:
         if self._results is None:
