@@ -21,7 +21,9 @@
 #   own            600 Pfam x 29 M on the default route, then with --postfilter hmmgpu (issue 31) twice (empty
 #                  caches, then warm), each under
 #                  py-spy where the profile carried it (the default's with --gil: who holds the interpreter lock),
-#                  tables, domain tables and reports compared -> own_postfilter_<device>_<date>.log, pyspy_*.txt.gz
+#                  tables, domain tables and reports compared -> own_postfilter_<device>_<date>.log, pyspy_*.txt.gz;
+#                  then once more warm for each setting of OWN_SWEEP ("NAME=VALUE,... NAME=VALUE": constants of
+#                  hmmgpu.gpu.runtime.tuning, set by the session's sitecustomize through HMMGPU_TUNING), compared too
 #   scale          benchmarks/run.py scaling --parts scale: 600 Pfam models x 116 M residues on one GPU, with
 #                  --devices all and through a LocalCUDACluster, outputs compared (issue 33) -> scale_<device>_<date>.json
 #   bench:SCRIPT   an ad hoc script of .bench, sourced
@@ -72,6 +74,32 @@ class _RowStack(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _RowStack())
+
+
+class _Tuning(importlib.abc.MetaPathFinder):
+    """HMMGPU_TUNING="NAME=VALUE,..." (a sweep of the own phase): those constants of
+    hmmgpu.gpu.runtime.tuning replaced as soon as the module has run, before any module reads them."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "hmmgpu.gpu.runtime.tuning":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            for item in os.environ["HMMGPU_TUNING"].split(","):
+                key, value = item.split("=")
+                setattr(module, key, type(getattr(module, key))(float(value)))
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+import os  # noqa: E402
+
+if os.environ.get("HMMGPU_TUNING"):
+    sys.meta_path.insert(0, _Tuning())
 EOF
 chmod +x /tmp/site/hmmer/data/bin/* 2>/dev/null
 export PYTHONPATH=/tmp/shim:/tmp/site:$PWD
@@ -173,6 +201,19 @@ sys.exit(0 if a == b and a else 1)" ;;
             search --backend cuda --postfilter "$v" --cpu 16 -o "/tmp/own_$v.out" --tblout "/tmp/own_$v.tbl" \
             --domtblout "/tmp/own_$v.dom" /tmp/pfam600.hmm /tmp/proteins.fa 2>&1 | grep -v -i warning | cut -c1-1400
         [ -f "/tmp/pyspy_${run}.txt" ] && gzip -c "/tmp/pyspy_${run}.txt" >"$OUT/pyspy_${run}_600_${DEV}_${DAY}.txt.gz"
+      done
+      # OWN_SWEEP="A=1,B=2 A=4": warm runs more, each with those tuning constants (HMMGPU_TUNING), outputs compared
+      local setting
+      for setting in ${OWN_SWEEP:-}; do
+        echo "=== $(date +%T) hmmgpu_tuned: --postfilter hmmgpu, HMMGPU_TUNING=$setting, commit $HMMGPU_COMMIT"
+        HMMGPU_TUNING=$setting /usr/bin/time -f "tuned $setting: %e s wall, %U s user, %S s sys" \
+            timeout "$(( $(left) - 20 ))" python3 -m hmmgpu search --backend cuda --postfilter hmmgpu --cpu 16 \
+            -o /tmp/own_tuned.out --tblout /tmp/own_tuned.tbl --domtblout /tmp/own_tuned.dom /tmp/pfam600.hmm \
+            /tmp/proteins.fa 2>&1 | grep -v -i warning | cut -c1-1400
+        for kind in out tbl dom; do
+          cmp -s <(grep -v '^#' "/tmp/own_pyhmmer.$kind") <(grep -v '^#' "/tmp/own_tuned.$kind") \
+              && echo "tuned $setting $kind equal the default's" || { echo "tuned $setting $kind DIFFER"; rc=1; }
+        done
       done
       for kind in out tbl dom; do
         if [ ! -s "/tmp/own_pyhmmer.$kind" ] || [ ! -s "/tmp/own_hmmgpu.$kind" ]; then

@@ -45,10 +45,11 @@ without the own post-filter nothing of this runs. Targets the kernels flag (or w
 are left out of a model's decodings, and the post-filter stage computes them itself. When a
 model's decodings are done, the decoded passers of every model of its batch are then defined
 at once, in the process that owns the device (one launch serves all those models; a launch
-over one model's few dozen passers would wait for its longest, model after model), in a
-thread of its own (:meth:`GpuCascade.definer`: one batch after another, in order), so that
-the filters of later models go on meanwhile and a model's result is ready once its batch is
-defined:
+over one model's few dozen passers would wait for its longest, model after model), in
+threads of their own (:meth:`GpuCascade.definer`: a few batches at once, each thread
+launching on its own stream, since one batch's launches are latency-bound and leave most of
+the GPU idle), so that the filters of later models go on meanwhile and a model's result is
+ready once its batch is defined:
 the batched driver of domain definition with the GPU's stages
 (:meth:`GpuCascade.define_domains_of`, :class:`~hmmgpu.gpu.domaindef.GpuDomainStages`); the
 result carries the definitions no exactness flag marks
@@ -406,10 +407,8 @@ class GpuCascade:
         #: the thread loading domain definition's kernels (:meth:`_prepare_definition`), once started
         self._definition_kernels: threading.Thread | None = None
         self._definer: ThreadPoolExecutor | None = None  #: :meth:`definer`, once a model needs it
-        #: the stream of domain definition's launches, made with the definer: it does not
-        #: synchronise with the default stream, so the filters' synchronous copies do not wait
-        #: for a definition kernel (nor its launches for theirs)
-        self._definition_stream = None
+        #: each definer thread's stream of domain definition's launches (:meth:`_definition_stream`)
+        self._definition_streams = threading.local()
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         #: the host's side of the cascade (``define``: domain definition of the F3 passers, its
         #: kernels' waits included, with hmmgpu's own post-filter)
@@ -549,13 +548,23 @@ class GpuCascade:
             return
 
     def definer(self) -> ThreadPoolExecutor:
-        """The thread that defines the decoded passers of one gate batch after another
-        (:class:`_DecodingStep`), made when the first batch needs it."""
+        """The threads that define the decoded passers of the gate batches
+        (:class:`_DecodingStep`; :data:`~hmmgpu.gpu.runtime.tuning.DEFINE_THREADS` batches at
+        once), made when the first batch needs them."""
         with self._lock:
             if self._definer is None:
-                self._definer = ThreadPoolExecutor(1, thread_name_prefix="hmmgpu-definer")
-                self._definition_stream = self.device.runtime.stream(non_blocking=True)
+                self._definer = ThreadPoolExecutor(tuning.DEFINE_THREADS, thread_name_prefix="hmmgpu-definer")
             return self._definer
+
+    def _definition_stream(self):
+        """The calling definer thread's stream, made on its first batch: it does not synchronise
+        with the default stream, so the filters' synchronous copies do not wait for a definition
+        kernel (nor its launches for theirs), and no definer's launches wait for another's."""
+        streams = self._definition_streams
+        if getattr(streams, "stream", None) is None:
+            with self.device.activate():
+                streams.stream = self.device.runtime.stream(non_blocking=True)
+        return streams.stream
 
     def ensemble_step_cost(self) -> float:
         """The ensemble split's step cost (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`): as
@@ -583,7 +592,7 @@ class GpuCascade:
         clock = time.perf_counter()
         step_cost = self.ensemble_step_cost()
         stages = [GpuDomainStages(work[m][0], seed=work[m][1], device=self.device, step_cost=step_cost,
-                                  stream=self._definition_stream) for m in chosen]
+                                  stream=self._definition_stream()) for m in chosen]
         with self._simulated, self.device.activate():
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes)
         for m, (defined, rest) in zip(chosen, split):

@@ -71,6 +71,12 @@ DOMAINDEF_BATCH_BYTES = 256 << 20
 #: to cost this many of the reference's (residues of a region being its steps on both sides).
 ENSEMBLE_CPU_THREADS = 8
 ENSEMBLE_GPU_STEP_COST = 24
+#: Threads of the GPU process that define gate batches' decoded passers at the same time
+#: (:meth:`hmmgpu.gpu.cascade.GpuCascade.definer`), each launching on a stream of its own:
+#: a definition's launches are latency-bound (a few threads run an item, row after row, and a
+#: launch waits for its longest item), so one batch's leave most of the GPU idle, and the
+#: host's part of one batch runs while another's kernels do.
+DEFINE_THREADS = 4
 #: Threads a block of domain definition's full-matrix launches (:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices`):
 #: four, one job's group, so that no job's rows wait on another's in the same warp (jobs of
 #: different models and lengths; the envelope kernel's launches are so too). Measured on 600
