@@ -82,7 +82,7 @@ from hmmgpu.cpu.optacc import Trace
 from hmmgpu.constants import KP
 
 __all__ = ["DEFAULT_SEED", "EXHAUSTED", "FATAL", "OK", "NSAMPLES", "mix3", "fast_rng_state", "uniform_table",
-           "fsum", "fnorm", "fchoose", "stochastic_trace", "stochastic_traces", "trace_index", "trace_ensemble",
+           "compile_sampler", "fsum", "fnorm", "fchoose", "stochastic_trace", "stochastic_traces", "trace_index", "trace_ensemble",
            "TraceEnsemble",
            "ST_M", "ST_D", "ST_I", "ST_S", "ST_N", "ST_B", "ST_E", "ST_C", "ST_T", "ST_J"]
 
@@ -514,6 +514,28 @@ def _uniforms(seed, n):
     return table
 
 
+def _sampler_arguments(uniforms, dp_m, dp_d, dp_i, xmx, tables, xf, region, ireg, nsamples) -> tuple:
+    """The sampler's arguments for one region (its ``acc`` and pair buffer new), as
+    :func:`trace_ensemble` passes them."""
+    return (uniforms, np.asarray(dp_m, F32), np.asarray(dp_d, F32), np.asarray(dp_i, F32), np.asarray(xmx, F32),
+            np.asarray(tables.tfv, F32), np.asarray(tables.rfv, F32), np.asarray(xf, F32), int(tables.M), region,
+            int(ireg), int(nsamples), np.zeros(region.size + 1, dtype=np.float32),
+            np.empty((max(16, 2 * nsamples), 5), dtype=np.int32))
+
+
+def compile_sampler(tables, xf) -> None:
+    """Compile the sampler of :func:`trace_ensemble` (or load it from numba's cache) for the
+    argument types it gets from a region's matrix held as cells ``[Lr+1][3][Q][4]`` (the CPU
+    reference's and a device's copies alike) and ``tables`` of that kind, without sampling:
+    a process that will sample calls it ahead, beside other work (``xf`` as there)."""
+    import numba
+
+    dp = np.zeros((2, 3, tables.Q, 4), F32)
+    args = _sampler_arguments(_uniforms(DEFAULT_SEED, _DEFAULT_TABLE), dp[:, 0], dp[:, 1], dp[:, 2],
+                              np.zeros((2, 6), F32), tables, xf, np.zeros(1, np.uint8), 1, NSAMPLES)
+    _ensemble.compile(tuple(numba.typeof(a) for a in args))
+
+
 def trace_ensemble(dp_m, dp_d, dp_i, xmx, tables, xf, codes, ireg, jreg, *, nsamples=NSAMPLES,
                    seed=DEFAULT_SEED) -> TraceEnsemble:
     """``region_trace_ensemble``'s sampling for the region ``ireg..jreg`` (1-based) of the
@@ -522,17 +544,13 @@ def trace_ensemble(dp_m, dp_d, dp_i, xmx, tables, xf, codes, ireg, jreg, *, nsam
     generator reseeded to ``seed`` first; ``tables`` a :class:`~hmmgpu.stages.forward.ForwardTables`,
     ``xf`` float32 [4][2] the multihit specials for the full target length."""
     region = np.ascontiguousarray(codes[ireg - 1:jreg], dtype=np.uint8)
-    Lr = region.size
-    args = (np.asarray(dp_m, F32), np.asarray(dp_d, F32), np.asarray(dp_i, F32), np.asarray(xmx, F32),
-            np.asarray(tables.tfv, F32), np.asarray(tables.rfv, F32), np.asarray(xf, F32), int(tables.M),
-            region, int(ireg), int(nsamples))
     size = _DEFAULT_TABLE
     while True:
         uniforms = _uniforms(seed, size)
-        acc = np.zeros(Lr + 1, dtype=np.float32)
-        result = _ensemble(uniforms, *args, acc, np.empty((max(16, 2 * nsamples), 5), dtype=np.int32))
-        npairs, draws, status, pairs, ftz_differs = result
+        args = _sampler_arguments(uniforms, dp_m, dp_d, dp_i, xmx, tables, xf, region, ireg, nsamples)
+        npairs, draws, status, pairs, ftz_differs = _ensemble(*args)
         if status == OK:
+            acc = args[-2]
             return TraceEnsemble(acc, np.array(pairs[:npairs]), int(nsamples), int(draws), bool(ftz_differs))
         if status == FATAL:
             raise FloatingPointError(f"stochastic traceback of region {ireg}..{jreg} found no path "

@@ -406,6 +406,9 @@ class GpuCascade:
         self._simulated = threading.RLock() if self.device.simulator else contextlib.nullcontext()
         #: the thread loading domain definition's kernels (:meth:`_prepare_definition`), once started
         self._definition_kernels: threading.Thread | None = None
+        #: set once that thread has also compiled (or loaded) the CPU code of the definitions'
+        #: host part (:func:`hmmgpu.gpu.domaindef.compile_host_code`)
+        self._host_code_ready = threading.Event()
         self._definer: ThreadPoolExecutor | None = None  #: :meth:`definer`, once a model needs it
         #: each definer thread's stream of domain definition's launches (:meth:`_definition_stream`)
         self._definition_streams = threading.local()
@@ -530,7 +533,9 @@ class GpuCascade:
         in a thread, once: the first model that asks for hmmgpu's own post-filter starts it.
         On an H100 or H200 they ship compiled and load in milliseconds; on a GPU for which none
         ship, their compilation (about 40 s with the cache empty) runs beside the filters
-        instead of before the first definitions."""
+        instead of before the first definitions. The thread then compiles the CPU code of the
+        definitions' host part (:func:`hmmgpu.gpu.domaindef.compile_host_code`; 10-20 s on a
+        fresh machine, while the first definitions go on without it)."""
         with self._lock:
             if self._definition_kernels is not None:
                 return
@@ -539,13 +544,16 @@ class GpuCascade:
         self._definition_kernels.start()
 
     def _load_definition_kernels(self) -> None:
-        from hmmgpu.gpu.domaindef import load_kernels
+        from hmmgpu.gpu.domaindef import compile_host_code, load_kernels
 
         try:
             with self._simulated:
                 load_kernels(self.device)
-        except Exception:  # noqa: BLE001 - only ahead of time: the stage's own load raises the same error
-            return
+            compile_host_code()
+        except Exception:  # noqa: BLE001 - only ahead of time: the stages' own calls raise the same error
+            pass
+        finally:
+            self._host_code_ready.set()
 
     def definer(self) -> ThreadPoolExecutor:
         """The threads that define the decoded passers of the gate batches
@@ -591,8 +599,13 @@ class GpuCascade:
 
         clock = time.perf_counter()
         step_cost = self.ensemble_step_cost()
+        # until the CPU reference's sampler is compiled, no region waits for it that can do
+        # without: the longest go to the kernel too; a flagged region's target goes to pyhmmer's
+        # pipeline whatever its ensemble, so it is never sampled here
+        cpu_threads = tuning.ENSEMBLE_CPU_THREADS if self._host_code_ready.is_set() else 0
         stages = [GpuDomainStages(work[m][0], seed=work[m][1], device=self.device, step_cost=step_cost,
-                                  stream=self._definition_stream()) for m in chosen]
+                                  stream=self._definition_stream(), cpu_threads=cpu_threads, sample_flagged=False)
+                  for m in chosen]
         with self._simulated, self.device.activate():
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes)
         for m, (defined, rest) in zip(chosen, split):

@@ -56,7 +56,7 @@ import time
 
 from hmmgpu.cpu.domaindef import CpuDomainStages, envelope_result
 from hmmgpu.cpu.envelope import finish_envelope
-from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
+from hmmgpu.cpu.fwdback import DP_I, DP_M, special_transitions, unihit_tables
 from hmmgpu.cpu.stotrace import DEFAULT_SEED
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest
 from hmmgpu.gpu.ensemble.source import EnsembleSpec
@@ -69,7 +69,7 @@ from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.stages.forward import TINY_ROWS
 
-__all__ = ["GpuDomainStages", "kernel_specs", "load_kernels", "runs_by_size"]
+__all__ = ["GpuDomainStages", "compile_host_code", "kernel_specs", "load_kernels", "runs_by_size"]
 
 
 def kernel_specs() -> list:
@@ -91,6 +91,38 @@ def load_kernels(device: GpuDevice) -> int:
         for spec in specs:
             build.load(spec, device)
     return len(specs)
+
+
+def compile_host_code() -> None:
+    """Compile the CPU code that the host's part of these stages calls (or load it from numba's
+    cache), on a sampled model, without defining anything: the region scan, glibc's ``logf``
+    loop (never cached: it calls through a ctypes pointer), the clustering, null2 by expectation
+    (an envelope's flush-to-zero check), then the CPU reference's sampler of the ensemble (by far
+    the longest to compile: about 10-20 s with numba's cache empty). The GPU process runs it in
+    a thread as soon as a model asks for hmmgpu's own post-filter, so that the first definitions
+    do not wait for the compiler; until it has ended they leave the CPU reference no region it
+    can do without (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_domains_of`)."""
+    import numpy as np
+    from pyhmmer.easel import Alphabet, Randomness
+    from pyhmmer.plan7 import HMM
+
+    from hmmgpu.cpu.null2 import glibc_logf, null2_by_expectation
+    from hmmgpu.cpu.spensemble import cluster
+    from hmmgpu.cpu.stotrace import NSAMPLES, compile_sampler
+    from hmmgpu.stages.domaindef import scan_regions
+    from hmmgpu.stages.forward import ForwardTables
+    from hmmgpu.stages.profiles import configured_profile
+
+    f32 = np.float32
+    scan_regions(np.ones(3, f32), np.zeros(3, f32), np.zeros(3, f32))
+    glibc_logf(np.ones(2, f32))
+    cluster(np.array([[0, 1, 2, 1, 2]], np.int32), NSAMPLES)
+    tables = ForwardTables.from_optimized(configured_profile(HMM.sample(Alphabet.amino(), 8, Randomness(1)))
+                                          .to_optimized())
+    pp = np.zeros((2, 3, tables.Q, 4), f32)
+    for flush_tiny in (False, True):
+        null2_by_expectation(pp[:, DP_M], pp[:, DP_I], np.zeros((2, 6), f32), tables.rfv, flush_tiny)
+    compile_sampler(tables, special_transitions(tables, 2))
 
 
 def runs_by_size(sizes, budget: int) -> list:
@@ -115,7 +147,9 @@ class GpuDomainStages(CpuDomainStages):
     or the simulator, if None), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the
     matrices a launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`),
     ``step_cost`` the ensemble split's (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`),
-    ``stream`` the stream of every launch (the default stream if None).
+    ``stream`` the stream of every launch (the default stream if None), ``cpu_threads`` the
+    threads of the split and ``sample_flagged`` whether a region whose matrix is flagged is
+    sampled (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`).
     ``seconds``: the wall time of each step of the calls whose work this object led (the
     first of a call's models): ``matrices`` (the full-matrix kernels), ``ensembles`` (the
     ensemble kernel and each region's finish on the host), ``decoding`` (the envelopes'
@@ -125,9 +159,12 @@ class GpuDomainStages(CpuDomainStages):
 
     def __init__(self, tables, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
                  batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES, device: GpuDevice | None = None,
-                 step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, stream=None):
+                 step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, stream=None,
+                 cpu_threads: int = tuning.ENSEMBLE_CPU_THREADS, sample_flagged: bool = True):
         super().__init__(tables, seed)
         self.step_cost = float(step_cost)
+        self.cpu_threads = int(cpu_threads)
+        self.sample_flagged = bool(sample_flagged)
         self.stream = stream
         self.device = device or GpuDevice.open(0)
         self.table = int(table)
@@ -145,7 +182,7 @@ class GpuDomainStages(CpuDomainStages):
         return self.rescore_envelopes_of([(self, envelopes)])[0]
 
     def _settings(self) -> tuple:
-        return self.seed, self.device, self.table, self.batch_bytes
+        return self.seed, self.device, self.table, self.batch_bytes, self.cpu_threads, self.sample_flagged
 
     def _timed(self, step: str, since: float) -> float:
         """Add the time since ``since`` to ``step``'s; the time now."""
@@ -172,8 +209,9 @@ class GpuDomainStages(CpuDomainStages):
                                                                                                 r.codes.size),
                                       codes=r.codes, i=r.i, j=r.j) for stages, r in run]
             answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
-                                       seed=first.seed, table=first.table,
-                                       step_cost=first.step_cost, counts=first.ensemble_counts, stream=first.stream)
+                                       seed=first.seed, table=first.table, cpu_threads=first.cpu_threads,
+                                       sample_flagged=first.sample_flagged, step_cost=first.step_cost,
+                                       counts=first.ensemble_counts, stream=first.stream)
             first._timed("ensembles", clock)
             return answers
 

@@ -4,6 +4,8 @@ CUDA simulator, and on a GPU (``pytest -m gpu``); and the rounding of its source
 import ast
 from pathlib import Path
 
+import numpy as np
+import pyhmmer
 import pytest
 
 from hmmgpu.cpu.hmmerlib import libhmmer_available
@@ -127,3 +129,44 @@ def test_ensemble_kernel_on_gpu(tmp_path):
     assert rows["regions"]["sampled"] == rows["regions"]["regions"] >= 100
     assert rows["results split"]["cpu_regions"] == rows["results split"]["split"] >= 1
     assert rows["subnormal cells"]["ftz"] >= 1
+
+
+def test_flagged_regions_are_not_sampled_when_asked():
+    """``sample_flagged=False`` (the GPU process: a flagged region's target goes to pyhmmer's
+    pipeline whatever its ensemble): a region whose matrix is flagged gets no envelope, null2
+    scores 0 over its residues and the matrix's flags, without any sampler running."""
+    from hmmgpu.gpu.ensemble.launch import RegionRequest
+    from hmmgpu.gpu.ensemble.stages import region_ensembles
+    from hmmgpu.stages.forward import RANGE, SUBNORMAL
+
+    requests = [RegionRequest(matrix=None, tables=None, xf=None, codes=np.zeros(40, np.uint8), i=i, j=j)
+                for i, j in ((3, 12), (20, 40))]
+    counts = {}
+    got = region_ensembles(requests, [SUBNORMAL, RANGE], sample_flagged=False, counts=counts)
+    assert [r.flags for r in got] == [SUBNORMAL, RANGE]
+    assert [r.n2sc.size for r in got] == [10, 21] and not any(r.n2sc.any() for r in got)
+    assert [len(r.envelopes) for r in got] == [0, 0]
+    assert counts["regions"] == 2 and counts["cpu_regions"] == 0
+
+
+def test_compile_host_code_compiles_the_sampler_a_region_calls():
+    """:func:`hmmgpu.gpu.domaindef.compile_host_code` leaves the CPU sampler compiled for the
+    argument types :func:`hmmgpu.cpu.stotrace.trace_ensemble` gives it from a region's matrix
+    as the GPU stages copy it back (cells [Lr+1][3][Q][4] in one array), so that the first
+    region the GPU process samples on the CPU does not compile it."""
+    import numba
+
+    from hmmgpu.cpu import stotrace
+    from hmmgpu.cpu.fwdback import special_transitions
+    from hmmgpu.gpu.domaindef import compile_host_code
+    from hmmgpu.stages.forward import ForwardTables
+    from hmmgpu.stages.profiles import configured_profile
+
+    compile_host_code()
+    hmm = pyhmmer.plan7.HMM.sample(pyhmmer.easel.Alphabet.amino(), 30, pyhmmer.easel.Randomness(3))
+    tables = ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
+    dp = np.array(np.zeros(7 * 3 * tables.Q * 4, np.float32)).reshape(7, 3, tables.Q, 4)
+    args = stotrace._sampler_arguments(stotrace.uniform_table(42, 16), dp[:, 0], dp[:, 1], dp[:, 2],
+                                       np.zeros((7, 6), np.float32), tables, special_transitions(tables, 50),
+                                       np.zeros(6, np.uint8), 4, stotrace.NSAMPLES)
+    assert tuple(numba.typeof(a) for a in args) in stotrace._ensemble.signatures

@@ -154,7 +154,8 @@ def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAUL
     """Sample every region of ``batch`` whose matrices are ``device``'s arrays ``dp`` and ``xmx``
     (float32, the regions' cells and rows at the batch's offsets): a :class:`SampledRegion`
     per region, in order. ``table``: draws in the device table; ``stream``: the launch's (the
-    default stream if None), synchronised before the results are copied."""
+    default stream if None), which also holds its arrays and copies (:mod:`hmmgpu.gpu.runtime.driver`:
+    stream-ordered memory)."""
     n = batch.n
     if n == 0:
         return []
@@ -162,21 +163,20 @@ def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAUL
     rt = device.runtime
     threads = region_lanes(device.lane_binding) * n  # a warp a region on a GPU (source.py)
     with device.activate():
-        outs = {name: rt.to_device(np.zeros(n, np.int32)) for name in ("out_status", "out_npairs", "out_draws",
-                                                                       "out_ftz")}
-        acc = rt.device_array(max(batch.acc_size, 1), np.float32)
-        pairs = rt.device_array(max(5 * batch.pair_size, 1), np.int32)
+        upload = functools.partial(rt.to_device, stream=stream)  # every upload and array in the stream's order
+        empty = functools.partial(rt.device_array, stream=stream)
+        outs = {name: upload(np.zeros(n, np.int32)) for name in ("out_status", "out_npairs", "out_draws", "out_ftz")}
+        acc = empty(max(batch.acc_size, 1), np.float32)
+        pairs = empty(max(5 * batch.pair_size, 1), np.int32)
         values = dict(dp=dp, xmx=xmx, uniforms=_device_uniforms(device, int(seed), int(table)), nsamples=batch.nsamples,
-                      work=rt.device_array(max(batch.work_size, 1), np.float32), n_items=n,
-                      counters=rt.to_device(np.zeros(1, np.int32)), n_threads=threads, acc=acc, pairs=pairs, **outs,
-                      **{name: rt.to_device(value) for name, value in a.items()})
+                      work=empty(max(batch.work_size, 1), np.float32), n_items=n,
+                      counters=upload(np.zeros(1, np.int32)), n_threads=threads, acc=acc, pairs=pairs, **outs,
+                      **{name: upload(value) for name, value in a.items()})
         build.load(EnsembleSpec(), device)[(threads + block - 1) // block, block, stream, 0](
             *arguments(ARGS, **values))
-        if stream:
-            stream.synchronize()
-        status, npairs, draws, ftz = (outs[name].copy_to_host() for name in ("out_status", "out_npairs", "out_draws",
-                                                                             "out_ftz"))
-        acc_host, pairs_host = acc.copy_to_host(), pairs.copy_to_host().reshape(-1, 5)
+        status, npairs, draws, ftz = (outs[name].copy_to_host(stream=stream)
+                                      for name in ("out_status", "out_npairs", "out_draws", "out_ftz"))
+        acc_host, pairs_host = acc.copy_to_host(stream=stream), pairs.copy_to_host(stream=stream).reshape(-1, 5)
     out = []
     for k in range(n):
         if status[k] != OK:
@@ -201,12 +201,14 @@ def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, job
     ``stream`` the launch's."""
     if batch is not None and device is not None and device != batch.device:
         raise ValueError("the regions' matrices are on the batch's device, not on the one given")
+    if not len(requests):
+        return []
     device = batch.device if batch is not None else device or GpuDevice.open(0)
     packed = pack_regions(requests, nsamples, pair_cap)
     if packed.n == 0:
         return []
     if batch is None:
-        upload = device.runtime.to_device
+        upload = functools.partial(device.runtime.to_device, stream=stream)
         dp = upload(np.concatenate([np.ascontiguousarray(r.matrix.dp, np.float32).ravel() for r in requests]))
         xmx = upload(np.concatenate([np.ascontiguousarray(r.matrix.xmx, np.float32).ravel() for r in requests]))
     else:

@@ -14,7 +14,8 @@ Easel aborts). The CPU reference samples
 
 * a region whose matrix is flagged (:data:`~hmmgpu.stages.forward.HOST`: RANGE, its values not
   finite, or SUBNORMAL), as the CPU stages sample it: the kernel is proven on matrices that are
-  neither;
+  neither (the GPU process samples no such region: its target goes to pyhmmer's pipeline
+  whatever the ensemble);
 * a region the kernel leaves (its status not OK: the table of draws or the pair buffer ran
   out, a path Easel would abort on, a step outside the matrix);
 * the longest regions of the batch (:func:`split_by_cost`), in a pool of threads of this
@@ -46,10 +47,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
 from hmmgpu.cpu.domaindef import region_result
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, trace_ensemble
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, sample_regions
 from hmmgpu.gpu.runtime import tuning
+from hmmgpu.stages.domaindef import RegionEnsemble
 from hmmgpu.stages.forward import HOST
 
 __all__ = ["measured_step_cost", "region_ensembles", "split_by_cost"]
@@ -88,14 +92,17 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
                      table: int = DEFAULT_TABLE,
                      cpu_threads: int = tuning.ENSEMBLE_CPU_THREADS,
                      step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, counts: dict | None = None,
-                     stream=None) -> list:
+                     stream=None, sample_flagged: bool = True) -> list:
     """``region_trace_ensemble`` on every :class:`~hmmgpu.gpu.ensemble.launch.RegionRequest`
     (``flags``: each region matrix's exactness flags): a
     :class:`~hmmgpu.stages.domaindef.RegionEnsemble` each, in order, equal to the CPU stages'.
     ``batch``, ``jobs``: where the matrices are in device memory, as
     :func:`~hmmgpu.gpu.ensemble.launch.sample_regions` takes them; ``cpu_threads``,
     ``step_cost``: the pool and cost model of :func:`split_by_cost` (0 threads: the kernel
-    samples every region it can); ``stream``: the kernel's launch's. ``counts``, if given, gets
+    samples every region it can); ``stream``: the kernel's launch's; ``sample_flagged`` False: a
+    region whose matrix is flagged is not sampled (an ensemble without envelopes, its null2
+    scores 0, and the matrix's flags, which send the whole target to pyhmmer's pipeline on
+    the GPU route: what it would sample is never used there). ``counts``, if given, gets
     added ``regions`` (how many) and what measures the two sides (:func:`measured_step_cost`):
     ``cpu_regions`` (regions the CPU reference sampled),
     ``cpu_residues`` and ``cpu_seconds`` (theirs, and their thread time), ``kernel_longest``
@@ -105,7 +112,7 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
     if n == 0:
         return []
     lengths = [r.j - r.i + 1 for r in requests]
-    flagged = [k for k in range(n) if flags[k] & HOST]
+    flagged = [k for k in range(n) if flags[k] & HOST and sample_flagged]
     clean = [k for k in range(n) if not flags[k] & HOST]
     longest = [clean[m] for m in split_by_cost([lengths[k] for k in clean], cpu_threads, step_cost)]
     on_kernel = sorted(set(clean) - set(longest))
@@ -143,4 +150,6 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
                         kernel_seconds=kernel_seconds if on_kernel else 0.0)
         for name, value in measured.items():
             counts[name] = counts.get(name, 0) + value
-    return [region_result(ensemble, matrix_flags) for ensemble, matrix_flags in zip(ensembles, flags)]
+    return [RegionEnsemble(n2sc=np.zeros(lengths[k], np.float32), envelopes=np.zeros((0, 2), np.int64),
+                           flags=int(flags[k])) if ensembles[k] is None else region_result(ensembles[k], flags[k])
+            for k in range(n)]

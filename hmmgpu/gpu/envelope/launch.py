@@ -27,6 +27,8 @@ batch's device.
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,7 +77,7 @@ def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_
     ``x_base``. Returns the host copies of the per-envelope outputs (``status``, ``oasc``,
     ``flags``, ``null2`` [n][Kp], the traces ``st``, ``k``, ``i``, ``pp`` with their
     ``trace_base`` and lengths ``n``); ``stream`` the launch's (the default stream if None),
-    synchronised before the copies."""
+    which also holds its arrays and copies (stream-ordered memory)."""
     n = len(lengths)
     models, model_of, tfvs, rfvs = {}, [], [], []
     for t in tables:  # a model's tables once
@@ -90,7 +92,7 @@ def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_
     trace_base = _offsets(capacity)
     block = block or GROUP
     with device.activate():
-        dev = device.runtime.to_device
+        dev = functools.partial(device.runtime.to_device, stream=stream)
         outs = dict(out_status=dev(np.zeros(n, np.int32)), out_oasc=dev(np.zeros(n, np.float32)),
                     out_flags=dev(np.zeros(n, np.int32)), out_null2=dev(np.zeros(n * KP, np.float32)),
                     out_n=dev(np.zeros(n, np.int32)),
@@ -106,23 +108,21 @@ def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_
             n_threads=GROUP * n, trace_base=dev(trace_base), **matrices, **outs)
         build.load(DecodeOASpec(), device)[(GROUP * n + block - 1) // block, block, stream, 0](
             *arguments(ARGS, **values))
-        if stream:
-            stream.synchronize()
-        got = {name[4:]: a.copy_to_host() for name, a in outs.items()}
+        got = {name[4:]: a.copy_to_host(stream=stream) for name, a in outs.items()}
     got["null2"] = got["null2"].reshape(n, KP)
     got["trace_base"] = trace_base
     return got
 
 
-def _reader(arrays: dict, dp_at: int, x_at: int, Ld: int, Q: int):
+def _reader(arrays: dict, dp_at: int, x_at: int, Ld: int, Q: int, stream=None):
     """A function of an array's name (``fwd_dp``, ``bck_dp``, ``fwd_x``, ``bck_x``) that gives an
     envelope's part of it on the host, shaped as its matrix: the envelope's cells at ``dp_at``
     (``[Ld+1][3][Q][4]``), its rows at ``x_at`` (``[Ld+1][6]``); ``arrays`` host copies (numpy)
-    or device arrays, of which only that part is copied."""
+    or device arrays, of which only that part is copied (on ``stream``)."""
     def read(name: str) -> np.ndarray:
         at, shape = (dp_at, (Ld + 1, 3, Q, 4)) if name.endswith("_dp") else (x_at, (Ld + 1, 6))
         part = arrays[name][int(at):int(at) + int(np.prod(shape))]
-        return (part if isinstance(part, np.ndarray) else part.copy_to_host()).reshape(shape)
+        return (part if isinstance(part, np.ndarray) else part.copy_to_host(stream=stream)).reshape(shape)
     return read
 
 
@@ -206,6 +206,7 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False, strea
         decoded = _decoded(got, e, flags, batch.backward[k])
         if matrices is True or (matrices and matrices(e, decoded)):
             decoded = _decoded(got, e, flags, batch.backward[k],
-                               _reader(matrices_of, batch.dp_base[k], batch.x_base[k], job.Ld, job.tables.Q))
+                               _reader(matrices_of, batch.dp_base[k], batch.x_base[k], job.Ld, job.tables.Q,
+                                       stream))
         out.append(decoded)
     return out

@@ -40,6 +40,8 @@ The stage imports no numba (the GPU process runs it from exported kernels).
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from dataclasses import dataclass, field
 
@@ -123,8 +125,10 @@ class _Launch:
     """One kernel launch of a batch: its items (indices into the batch's flat target list), the
     device arrays it writes, and where each item's scale factors and rows start in them."""
 
-    def __init__(self, items, outputs, scale_base, row_base, backward_outputs=None, decoding_outputs=None):
+    def __init__(self, items, outputs, scale_base, row_base, backward_outputs=None, decoding_outputs=None,
+                 stream=None):
         self.items, self.outputs, self.scale_base, self.row_base = items, outputs, scale_base, row_base
+        self.stream = stream  #: the launch's stream: its arrays are in that stream's order, and so are their copies
         self.backward_outputs = backward_outputs  #: the Backward kernel's arrays, when it ran
         self.decoding_outputs = decoding_outputs  #: the decoding kernel's arrays, when it ran
 
@@ -190,8 +194,10 @@ class ForwardBatch:
                     if stage.epoch is not None:
                         self.span = (rt.elapsed_ms(stage.epoch, self._start), rt.elapsed_ms(stage.epoch, self._stop))
             for launch in self._launches:
-                got = {name: launch.outputs[name].copy_to_host() for name in ("out_flags", "out_xc", "out_nscale",
-                                                                               "out_scales")}
+                def host(array, stream=launch.stream):  # on the launch's stream: its arrays are in its order
+                    return array.copy_to_host(stream=stream)
+
+                got = {name: host(launch.outputs[name]) for name in ("out_flags", "out_xc", "out_nscale", "out_scales")}
                 items = launch.items
                 flags[items] = got["out_flags"]
                 xc[items] = got["out_xc"]
@@ -200,18 +206,17 @@ class ForwardBatch:
                     s = int(launch.scale_base[b])
                     scales[j] = got["out_scales"][s:s + int(got["out_nscale"][b])].copy()
                 if self.rows:
-                    _rows_to(out_rows, launch.outputs["out_rows"].copy_to_host(), launch, lengths)
+                    _rows_to(out_rows, host(launch.outputs["out_rows"]), launch, lengths)
                 if self.backward:
-                    bwd["flags"][items] = launch.backward_outputs["out_flags"].copy_to_host()
-                    bwd["own"][items] = launch.backward_outputs["out_own"].copy_to_host() != 0
+                    bwd["flags"][items] = host(launch.backward_outputs["out_flags"])
+                    bwd["own"][items] = host(launch.backward_outputs["out_own"]) != 0
                     if self.rows:
-                        _rows_to(bwd["rows"], launch.backward_outputs["out_rows"].copy_to_host(), launch, lengths)
+                        _rows_to(bwd["rows"], host(launch.backward_outputs["out_rows"]), launch, lengths)
                 if self.decoding:
-                    dec["status"][items] = launch.decoding_outputs["out_status"].copy_to_host()
-                    dec["flags"][items] = launch.decoding_outputs["out_flags"].copy_to_host()
+                    dec["status"][items] = host(launch.decoding_outputs["out_status"])
+                    dec["flags"][items] = host(launch.decoding_outputs["out_flags"])
                     for name in ("mocc", "btot", "etot"):
-                        _rows_to(dec[name], launch.decoding_outputs[f"out_{name}"].copy_to_host(), launch, lengths,
-                                 width=1)
+                        _rows_to(dec[name], host(launch.decoding_outputs[f"out_{name}"]), launch, lengths, width=1)
         host = ~on_gpu | ((flags & ref.HOST) != 0)
         last = xc * stage.pmove[lengths]  # float32 products, as forward_engine's xC * xf[C][MOVE]
         host |= ~(last > ref.FLT_MIN)  # a tiny last product: the FTZ mode could matter (never seen)
@@ -363,11 +368,11 @@ class ForwardStage:
         shared_q = self._shared_q()
         with self.device.activate():
             stream, start, stop = self._stream()
-            tables = dict(rfv=rt.to_device(np.concatenate(rfv)), tfv=rt.to_device(np.concatenate(tfv)),
-                          model_q=rt.to_device(Qs[used].astype(np.int32)),
-                          model_m=rt.to_device(np.array([jobs[m].tables.M for m in used.tolist()], np.int32)),
-                          model_rfv=rt.to_device(model_rfv), model_tfv=rt.to_device(model_tfv),
-                          model_f=rt.to_device(model_f))
+            dev = functools.partial(rt.to_device, stream=stream)  # every upload and array in the stream's order
+            tables = dict(rfv=dev(np.concatenate(rfv)), tfv=dev(np.concatenate(tfv)),
+                          model_q=dev(Qs[used].astype(np.int32)),
+                          model_m=dev(np.array([jobs[m].tables.M for m in used.tolist()], np.int32)),
+                          model_rfv=dev(model_rfv), model_tfv=dev(model_tfv), model_f=dev(model_f))
             if start is not None:
                 start.record(stream)
             launches = []
@@ -400,6 +405,8 @@ class ForwardStage:
         device), followed on the same stream by those of ``after`` = (backward, decoding): the
         Backward kernel and the decoding kernel."""
         rt = self.device.runtime
+        dev = functools.partial(rt.to_device, stream=stream)  # every upload and array in the stream's order
+        empty = functools.partial(rt.device_array, stream=stream)
         m = items.size
         L = lengths[items]
         q_max = int(q_of[items].max())
@@ -423,32 +430,32 @@ class ForwardStage:
             most = max(1, self.scratch_bytes // (4 * SCRATCH_PER_Q * q_max * GROUP))
             n_threads = GROUP * max(1, min(m, most, 2 if self.device.simulator else m))
             blocks, shared = -(-n_threads // block), 0
-            scratch = rt.device_array(SCRATCH_PER_Q * q_max * n_threads, np.float32)
+            scratch = empty(SCRATCH_PER_Q * q_max * n_threads, np.float32)
         scale_base = np.concatenate([[0], np.cumsum(L)[:-1]]).astype(np.int64)
-        out = dict(out_flags=rt.device_array(m, np.int32), out_xc=rt.device_array(m, np.float32),
-                   out_nscale=rt.device_array(m, np.int32), out_scales=rt.device_array(max(int(L.sum()), 1), np.float32))
+        out = dict(out_flags=empty(m, np.int32), out_xc=empty(m, np.float32), out_nscale=empty(m, np.int32),
+                   out_scales=empty(max(int(L.sum()), 1), np.float32))
         row_base = None
         if rows:
             row_base = np.concatenate([[0], np.cumsum(6 * (L + 1))[:-1]]).astype(np.int64)
-            out["out_rows"] = rt.device_array(int(6 * (L + 1).sum()), np.float32)
-            row_base_dev = rt.to_device(row_base)
+            out["out_rows"] = empty(int(6 * (L + 1).sum()), np.float32)
+            row_base_dev = dev(row_base)
         else:
             out["out_rows"], row_base_dev = self._dummy_f32, self._dummy_i64
         targets = dict(residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
-                       items=rt.to_device((pos[items] - chunk.lo).astype(np.int32)),
-                       item_model=rt.to_device(model_of[items].astype(np.int32)), n_items=m,
+                       items=dev((pos[items] - chunk.lo).astype(np.int32)),
+                       item_model=dev(model_of[items].astype(np.int32)), n_items=m,
                        pmove_by_length=self._pmove_dev, ploop_by_length=self._ploop_dev, scratch=scratch,
                        n_threads=n_threads)
-        args = arguments(ARGS, counters=rt.to_device(np.zeros(1, np.int32)), scale_base=rt.to_device(scale_base),
+        args = arguments(ARGS, counters=dev(np.zeros(1, np.int32)), scale_base=dev(scale_base),
                          want_rows=int(bool(rows)), row_base=row_base_dev, **targets, **tables, **out)
         kernel[blocks, block, stream, shared](*args)
         backward, decoding = after
         bwd_out = dec_out = None
         if backward:  # on the same stream: it reads the Forward rows just written, and reuses the scratch
-            bwd_out = dict(out_flags=rt.device_array(m, np.int32), out_own=rt.device_array(m, np.int32),
-                           out_rows=rt.device_array(int(6 * (L + 1).sum()), np.float32))
+            bwd_out = dict(out_flags=empty(m, np.int32), out_own=empty(m, np.int32),
+                           out_rows=empty(int(6 * (L + 1).sum()), np.float32))
             bwd_tables = {a.name: tables[a.name] for a in BWD_ARGS if a.name in tables}
-            bwd_args = arguments(BWD_ARGS, counters=rt.to_device(np.zeros(1, np.int32)), row_base=row_base_dev,
+            bwd_args = arguments(BWD_ARGS, counters=dev(np.zeros(1, np.int32)), row_base=row_base_dev,
                                  fwd_rows=out["out_rows"], **targets, **bwd_tables, **bwd_out)
             bwd_kernel = build.load(BwdSpec(storage), self.device)
             if storage == "shared" and not self.device.simulator and shared > 48 * 1024:
@@ -456,16 +463,16 @@ class ForwardStage:
             bwd_kernel[blocks, block, stream, shared](*bwd_args)
         if decoding:
             n_rows = int((L + 1).sum())
-            dec_out = dict(out_status=rt.device_array(m, np.int32), out_flags=rt.device_array(m, np.int32),
-                           out_mocc=rt.device_array(n_rows, np.float32),
-                           out_btot=rt.device_array(n_rows, np.float32), out_etot=rt.device_array(n_rows, np.float32))
+            dec_out = dict(out_status=empty(m, np.int32), out_flags=empty(m, np.int32),
+                           out_mocc=empty(n_rows, np.float32), out_btot=empty(n_rows, np.float32),
+                           out_etot=empty(n_rows, np.float32))
             dec_args = arguments(DECODE_ARGS, lengths=chunk.lengths, items=targets["items"], n_items=m,
                                  ploop_by_length=self._ploop_dev, row_base=row_base_dev, fwd_rows=out["out_rows"],
                                  bwd_rows=bwd_out["out_rows"], bwd_own=bwd_out["out_own"], **dec_out)
             dec_block = GROUP if self.device.simulator else DECODE_BLOCK
             build.load(DecodeSpec(), self.device)[-(-m // dec_block), dec_block, stream, 0](*dec_args)
         self.last = dict(storage=storage, threads=n_threads, groups=n_threads // GROUP, items=m)
-        return _Launch(items, out, scale_base, row_base, bwd_out, dec_out)
+        return _Launch(items, out, scale_base, row_base, bwd_out, dec_out, stream)
 
     # ------------------------------------------------------------ one model, with libhmmer's fallback
     def run(self, model, indices, rows: bool = False, tables=None, fallback: bool = True,

@@ -41,6 +41,8 @@ scratch array (a second launch per kernel).
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,6 +132,8 @@ class MatrixBatch:
     x_base: np.ndarray
     forward: list
     backward: list
+    #: the stream the matrices were made on (None: the default stream): their copies to the host go there
+    stream: object = None
 
     def _shapes(self, k: int) -> tuple:
         job = self.jobs[k]
@@ -153,8 +157,9 @@ class MatrixBatch:
         dp_shape, x_shape = self._shapes(k)
         a, b = int(self.dp_base[k]), int(self.x_base[k])
         dp, x = (self.bck_dp, self.bck_x) if backward else (self.fwd_dp, self.fwd_x)
-        return self._result(k, backward, dp[a:a + int(np.prod(dp_shape))].copy_to_host(),
-                            x[b:b + int(np.prod(x_shape))].copy_to_host(), (0, 0))
+        with self.device.activate():
+            return self._result(k, backward, dp[a:a + int(np.prod(dp_shape))].copy_to_host(stream=self.stream),
+                                x[b:b + int(np.prod(x_shape))].copy_to_host(stream=self.stream), (0, 0))
 
     def host_results(self, backward: bool = False) -> list:
         """Every job's Forward (or Backward) matrix on the host (one copy of each device array):
@@ -162,7 +167,8 @@ class MatrixBatch:
         dp, x = (self.bck_dp, self.bck_x) if backward else (self.fwd_dp, self.fwd_x)
         if dp is None:
             return [None] * len(self.jobs)
-        dp_host, x_host = dp.copy_to_host(), x.copy_to_host()
+        with self.device.activate():
+            dp_host, x_host = dp.copy_to_host(stream=self.stream), x.copy_to_host(stream=self.stream)
         return [None if backward and self.backward[k] is None
                 else self._result(k, backward, dp_host, x_host, (int(self.dp_base[k]), int(self.x_base[k])))
                 for k in range(len(self.jobs))]
@@ -231,7 +237,7 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream) -> MatrixBatch
     scale_base = _offsets(Ld)
     rfv = [np.ascontiguousarray(t.rfv, np.float32).ravel() for t in tables]
     tfv = [np.ascontiguousarray(t.tfv, np.float32).ravel() for t in tables]
-    dev = rt.to_device
+    dev = functools.partial(rt.to_device, stream=stream)  # every upload and array in the stream's order
     common = dict(
         residues=dev(residues), word_offsets=dev(word_offsets), lengths=dev(Ld.astype(np.int32)),
         item_model=dev(model_of), item_xf=dev(item_xf), rfv=dev(np.concatenate(rfv)), tfv=dev(np.concatenate(tfv)),
@@ -239,7 +245,7 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream) -> MatrixBatch
         model_rfv=dev(_offsets([a.size for a in rfv])), model_tfv=dev(_offsets([a.size for a in tfv])),
         model_f=dev(np.array([[t.xe_move, t.xe_loop, t.tbm_min] for t in tables], np.float32).ravel()),
         row_base=dev(x_base), cell_base=dev(dp_base), scale_base=dev(scale_base))
-    empty = rt.device_array
+    empty = functools.partial(rt.device_array, stream=stream)
     fwd = dict(out_rows=empty(int(rows.sum()), np.float32), out_cells=empty(int(cells.sum()), np.float32),
                out_flags=empty(n, np.int32), out_xc=empty(n, np.float32), out_nscale=empty(n, np.int32),
                out_scales=empty(int(Ld.sum()), np.float32))
@@ -259,27 +265,28 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream) -> MatrixBatch
             if chosen.size == 0:
                 continue
             grid, threads, smem, scratch = _launch_shape(device, where, chosen.size, int(Q[chosen].max()), block,
-                                                         scratch_bytes)
+                                                         scratch_bytes, stream)
             values = dict(common, items=dev(chosen.astype(np.int32)), n_items=int(chosen.size),
                           counters=dev(np.zeros(1, np.int32)), scratch=scratch, n_threads=threads, **outs)
             build.load(spec, device)[grid, block, stream, smem](*arguments(args, **values))
     return MatrixBatch(jobs=jobs, device=device, fwd_dp=fwd["out_cells"], fwd_x=fwd["out_rows"],
                        bck_dp=None if bwd is None else bwd["out_cells"], bck_x=None if bwd is None else bwd["out_rows"],
-                       dp_base=dp_base, x_base=x_base, **_summaries(jobs, fwd, bwd, scale_base, stream))
+                       dp_base=dp_base, x_base=x_base, stream=stream, **_summaries(jobs, fwd, bwd, scale_base, stream))
 
 
-def _launch_shape(device, storage: str, m: int, q_max: int, block: int, scratch_bytes: int) -> tuple:
-    """(blocks, threads, dynamic shared bytes, scratch array on ``device``) of a launch of ``m`` jobs."""
+def _launch_shape(device, storage: str, m: int, q_max: int, block: int, scratch_bytes: int, stream) -> tuple:
+    """(blocks, threads, dynamic shared bytes, scratch array on ``device``, in ``stream``'s order)
+    of a launch of ``m`` jobs."""
     simulator, rt = device.simulator, device.runtime
     groups_per_block = block // GROUP
     if storage == "shared":
         blocks = min(m, 2) if simulator else -(-m // groups_per_block)
-        return blocks, blocks * block, 4 * SCRATCH_PER_Q * q_max * block, rt.device_array(1, np.float32)
+        return blocks, blocks * block, 4 * SCRATCH_PER_Q * q_max * block, rt.device_array(1, np.float32, stream=stream)
     most = max(1, scratch_bytes // (4 * SCRATCH_PER_Q * q_max * GROUP))
     groups = max(1, min(m, most, 2 if simulator else m))
     blocks = -(-groups // groups_per_block)
     threads = GROUP * groups
-    return blocks, threads, 0, rt.device_array(SCRATCH_PER_Q * q_max * threads, np.float32)
+    return blocks, threads, 0, rt.device_array(SCRATCH_PER_Q * q_max * threads, np.float32, stream=stream)
 
 
 def _summaries(jobs, fwd, bwd, scale_base, stream) -> dict:

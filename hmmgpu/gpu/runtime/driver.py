@@ -39,7 +39,7 @@ import weakref
 import numpy as np
 
 from hmmgpu.errors import HmmgpuError
-from hmmgpu.gpu.runtime import libcuda
+from hmmgpu.gpu.runtime import libcuda, tuning
 from hmmgpu.gpu.runtime.kargs import SCALAR_FORMATS
 from hmmgpu.gpu.runtime.libcuda import primary_context
 from hmmgpu.gpu.runtime.libcuda import call
@@ -47,7 +47,10 @@ from hmmgpu.gpu.runtime.libcuda import call
 #: ``CU_STREAM_NON_BLOCKING``: a :class:`Stream` that does not synchronise with the default stream.
 NON_BLOCKING = 1
 #: ``CUdevice_attribute`` values read by :meth:`DriverRuntime.attribute`.
-DEVICE_ATTRIBUTES = dict(sm_count=16, smem_per_sm=81, smem_per_block_optin=97, cc_major=75, cc_minor=76)
+DEVICE_ATTRIBUTES = dict(sm_count=16, smem_per_sm=81, smem_per_block_optin=97, cc_major=75, cc_minor=76,
+                         memory_pools=115)
+#: ``CU_MEMPOOL_ATTR_RELEASE_THRESHOLD``: the bytes a memory pool keeps when a stream synchronises.
+POOL_RELEASE_THRESHOLD = 4
 #: ``CUfunction_attribute`` values read by :meth:`Kernel.attribute`.
 #: ``CUDA_ERROR_NOT_READY``: what ``cuEventQuery`` returns while the work is still running.
 NOT_READY = 600
@@ -127,6 +130,16 @@ def _free(function: str, context, handle) -> None:
     if lib.cuCtxPushCurrent_v2(context) != 0:
         return
     getattr(lib, function)(handle)
+    lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+
+
+def _free_async(context, handle, stream) -> None:
+    """A finalizer: free the stream-ordered allocation ``handle`` on ``stream`` (after the work
+    queued there, which is all the work that used it), errors ignored as in :func:`_free`."""
+    lib = libcuda.load()
+    if lib.cuCtxPushCurrent_v2(context) != 0:
+        return
+    lib.cuMemFreeAsync(handle, stream.handle)
     lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
 
 
@@ -301,6 +314,20 @@ class DriverRuntime:
         if opened is None:
             raise HmmgpuError(f"no usable CUDA GPU with id {device_id}")
         self._device, self.context = opened
+        self.stream_ordered = self._keep_pool(tuning.DEVICE_POOL_KEEP_BYTES)
+
+    def _keep_pool(self, nbytes: int) -> bool:
+        """Whether stream-ordered allocation works here (a CUDA 11.2 driver and a device with
+        memory pools); if so, the device's default pool keeps up to ``nbytes`` freed bytes for
+        the next allocations instead of giving them back at each synchronisation."""
+        if not (libcuda.has("cuMemAllocAsync") and libcuda.has("cuDeviceGetDefaultMemPool")
+                and self.attribute("memory_pools")):
+            return False
+        pool = ctypes.c_void_p()
+        call("cuDeviceGetDefaultMemPool", ctypes.byref(pool), self._device)
+        keep = ctypes.c_uint64(int(nbytes))
+        call("cuMemPoolSetAttribute", pool, POOL_RELEASE_THRESHOLD, ctypes.byref(keep))
+        return True
 
     # ------------------------------------------------------------ the device
     def attribute(self, name: str) -> int:
@@ -327,21 +354,31 @@ class DriverRuntime:
         return int(free.value)
 
     # ------------------------------------------------------------ objects (each in the context)
-    def device_array(self, n: int, dtype) -> DeviceArray:
-        """``n`` uninitialised elements of ``dtype`` on the device."""
+    def device_array(self, n: int, dtype, stream=None) -> DeviceArray:
+        """``n`` uninitialised elements of ``dtype`` on the device. With a ``stream``, allocated
+        and freed in that stream's order (``cuMemAllocAsync``, ``cuMemFreeAsync`` once the array
+        goes), for work on that stream only: neither waits for the rest of the device, where
+        ``cuMemFree`` waits for every stream's work."""
         dtype = np.dtype(dtype)
         ptr = ctypes.c_uint64()
-        with self.activate():
-            call("cuMemAlloc_v2", ctypes.byref(ptr), max(int(n) * dtype.itemsize, 1))
+        nbytes = max(int(n) * dtype.itemsize, 1)
         memory = _Memory(self.context)
-        weakref.finalize(memory, _free, "cuMemFree_v2", self.context, ptr.value).atexit = False
+        with self.activate():
+            if stream is not None and self.stream_ordered:
+                call("cuMemAllocAsync", ctypes.byref(ptr), nbytes, stream.handle)
+                weakref.finalize(memory, _free_async, self.context, ptr.value, stream).atexit = False
+            else:
+                call("cuMemAlloc_v2", ctypes.byref(ptr), nbytes)
+                weakref.finalize(memory, _free, "cuMemFree_v2", self.context, ptr.value).atexit = False
         return DeviceArray(ptr.value, int(n), dtype, memory)
 
-    def to_device(self, host) -> DeviceArray:
-        """A device copy of the host array ``host`` (flattened)."""
+    def to_device(self, host, stream=None) -> DeviceArray:
+        """A device copy of the host array ``host`` (flattened); with a ``stream``, allocated
+        (:meth:`device_array`) and copied in that stream's order (the copy of pageable memory is
+        staged before the call returns, so ``host`` may go at once)."""
         host = np.ascontiguousarray(host).reshape(-1)
-        out = self.device_array(host.size, host.dtype)
-        out.copy_to_device(host)
+        out = self.device_array(host.size, host.dtype, stream=stream)
+        out.copy_to_device(host, stream=stream)
         return out
 
     def pinned_array(self, n: int, dtype) -> np.ndarray:

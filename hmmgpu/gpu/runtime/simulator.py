@@ -41,10 +41,11 @@ class SimulatorRuntime:
     def free_memory() -> int:
         return 1 << 40
 
-    def device_array(self, n: int, dtype):
+    def device_array(self, n: int, dtype, stream=None):
+        """(The simulator runs every launch and copy in the calling thread: ``stream`` is unused.)"""
         return self._cuda.device_array(int(n), dtype)
 
-    def to_device(self, host):
+    def to_device(self, host, stream=None):
         return self._cuda.to_device(host)
 
     def pinned_array(self, n: int, dtype):

@@ -77,6 +77,10 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: launch waits for its longest item), so one batch's leave most of the GPU idle, and the
 #: host's part of one batch runs while another's kernels do.
 DEFINE_THREADS = 4
+#: Bytes the device's memory pool keeps for the next stream-ordered allocations (the
+#: definition's and the Forward parser's launches: :meth:`hmmgpu.gpu.runtime.driver.DriverRuntime.device_array`)
+#: instead of giving them back to the driver at each synchronisation.
+DEVICE_POOL_KEEP_BYTES = 4 << 30
 #: Threads a block of domain definition's full-matrix launches (:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices`):
 #: four, one job's group, so that no job's rows wait on another's in the same warp (jobs of
 #: different models and lengths; the envelope kernel's launches are so too). Measured on 600
