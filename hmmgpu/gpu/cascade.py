@@ -228,6 +228,10 @@ class GateTicket:
         self._done = self._decided
         self._lock = threading.Lock()
 
+    def queued(self) -> bool:
+        """Whether its Forward gate waits in the queue for a fuller batch (not launched yet)."""
+        return self._done is None and self.batch is None
+
     def ready(self) -> bool:
         if self._done is not None:
             return True
@@ -382,10 +386,10 @@ class GpuCascade:
         #: overlap, so this is more than the GPU's busy time, :attr:`gpu_ms`)
         self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0, forward=0.0)
         #: hmmgpu's own post-filter only: the F3 passers' parsers and decodings (:class:`_DecodingStep`),
-        #: their kernel time, how many the kernels decoded or left to the host, and the bytes of
-        #: the decodings sent with the results
+        #: their kernel time, how many the kernels decoded or left to the host, the bytes of the
+        #: decodings sent with the results, and the gate batches whose passers were defined
         self.decoding_ms = 0.0
-        self.decoding_counts = dict(decoded=0, host=0, bytes=0, defined=0)
+        self.decoding_counts = dict(decoded=0, host=0, bytes=0, defined=0, batches=0)
         #: domain definition's steps in this process, and its clustered regions and those the CPU
         #: reference sampled: the sums of :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds` and
         #: :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.ensemble_counts` (empty before a definition)
@@ -534,8 +538,8 @@ class GpuCascade:
         On an H100 or H200 they ship compiled and load in milliseconds; on a GPU for which none
         ship, their compilation (about 40 s with the cache empty) runs beside the filters
         instead of before the first definitions. The thread then compiles the CPU code of the
-        definitions' host part (:func:`hmmgpu.gpu.domaindef.compile_host_code`; 10-20 s on a
-        fresh machine, while the first definitions go on without it)."""
+        definitions' host part in child processes (:func:`hmmgpu.gpu.domaindef.compile_host_code_aside`;
+        10-20 s on a fresh machine, while the first definitions go on without it) and loads it."""
         with self._lock:
             if self._definition_kernels is not None:
                 return
@@ -544,11 +548,12 @@ class GpuCascade:
         self._definition_kernels.start()
 
     def _load_definition_kernels(self) -> None:
-        from hmmgpu.gpu.domaindef import compile_host_code, load_kernels
+        from hmmgpu.gpu.domaindef import compile_host_code, compile_host_code_aside, load_kernels
 
         try:
             with self._simulated:
                 load_kernels(self.device)
+            compile_host_code_aside()
             compile_host_code()
         except Exception:  # noqa: BLE001 - only ahead of time: the stages' own calls raise the same error
             pass
@@ -611,6 +616,7 @@ class GpuCascade:
         for m, (defined, rest) in zip(chosen, split):
             answers[m] = (rest, defined)
         with self._lock:
+            self.decoding_counts["batches"] += 1
             self.host_seconds["define"] += time.perf_counter() - clock
             for s in stages:
                 for total, part in ((self.define_seconds, s.seconds), (self.ensemble_counts, s.ensemble_counts)):

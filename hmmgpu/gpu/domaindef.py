@@ -69,7 +69,8 @@ from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.stages.forward import TINY_ROWS
 
-__all__ = ["GpuDomainStages", "compile_host_code", "kernel_specs", "load_kernels", "runs_by_size"]
+__all__ = ["GpuDomainStages", "HOST_CODE_PARTS", "compile_host_code", "compile_host_code_aside", "kernel_specs",
+           "load_kernels", "runs_by_size"]
 
 
 def kernel_specs() -> list:
@@ -93,15 +94,20 @@ def load_kernels(device: GpuDevice) -> int:
     return len(specs)
 
 
-def compile_host_code() -> None:
+#: The parts of :func:`compile_host_code`.
+HOST_CODE_PARTS = ("driver", "sampler")
+
+
+def compile_host_code(parts=HOST_CODE_PARTS) -> None:
     """Compile the CPU code that the host's part of these stages calls (or load it from numba's
-    cache), on a sampled model, without defining anything: the region scan, glibc's ``logf``
-    loop (never cached: it calls through a ctypes pointer), the clustering, null2 by expectation
-    (an envelope's flush-to-zero check), then the CPU reference's sampler of the ensemble (by far
-    the longest to compile: about 10-20 s with numba's cache empty). The GPU process runs it in
-    a thread as soon as a model asks for hmmgpu's own post-filter, so that the first definitions
-    do not wait for the compiler; until it has ended they leave the CPU reference no region it
-    can do without (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_domains_of`)."""
+    cache), on a sampled model, without defining anything: ``driver``, the region scan, glibc's
+    ``logf`` loop (never cached: it calls through a ctypes pointer), the clustering and null2 by
+    expectation (an envelope's flush-to-zero check); ``sampler``, the CPU reference's sampler of
+    the ensemble (the longest to compile: about 10-20 s with numba's cache empty). The GPU
+    process runs it in a thread as soon as a model asks for hmmgpu's own post-filter, after
+    :func:`compile_host_code_aside`, so that the first definitions wait neither for the compiler
+    nor for the interpreter's lock it holds; until it has ended they leave the CPU reference no
+    region it can do without (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_domains_of`)."""
     import numpy as np
     from pyhmmer.easel import Alphabet, Randomness
     from pyhmmer.plan7 import HMM
@@ -114,15 +120,45 @@ def compile_host_code() -> None:
     from hmmgpu.stages.profiles import configured_profile
 
     f32 = np.float32
-    scan_regions(np.ones(3, f32), np.zeros(3, f32), np.zeros(3, f32))
-    glibc_logf(np.ones(2, f32))
-    cluster(np.array([[0, 1, 2, 1, 2]], np.int32), NSAMPLES)
     tables = ForwardTables.from_optimized(configured_profile(HMM.sample(Alphabet.amino(), 8, Randomness(1)))
                                           .to_optimized())
-    pp = np.zeros((2, 3, tables.Q, 4), f32)
-    for flush_tiny in (False, True):
-        null2_by_expectation(pp[:, DP_M], pp[:, DP_I], np.zeros((2, 6), f32), tables.rfv, flush_tiny)
-    compile_sampler(tables, special_transitions(tables, 2))
+    if "driver" in parts:
+        scan_regions(np.ones(3, f32), np.zeros(3, f32), np.zeros(3, f32))
+        glibc_logf(np.ones(2, f32))
+        cluster(np.array([[0, 1, 2, 1, 2]], np.int32), NSAMPLES)
+        pp = np.zeros((2, 3, tables.Q, 4), f32)
+        for flush_tiny in (False, True):
+            null2_by_expectation(pp[:, DP_M], pp[:, DP_I], np.zeros((2, 6), f32), tables.rfv, flush_tiny)
+    if "sampler" in parts:
+        compile_sampler(tables, special_transitions(tables, 2))
+
+
+def compile_host_code_aside(timeout: float = 300.0) -> bool:
+    """:func:`compile_host_code` in child processes, one a part, at once, into numba's cache on
+    disk (its cache directory from the environment, as this process's), this thread waiting for
+    them without the interpreter's lock; :func:`compile_host_code` here then only loads. Whether
+    every part compiled (a part that failed is compiled here, as before)."""
+    import os
+    import subprocess
+    import sys
+
+    import hmmgpu
+
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(hmmgpu.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    children = [subprocess.Popen([sys.executable, "-c", "from hmmgpu.gpu.domaindef import compile_host_code; "
+                                  f"compile_host_code(({part!r},))"], env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for part in HOST_CODE_PARTS]
+    ok = True
+    for child in children:
+        try:
+            ok = child.wait(timeout) == 0 and ok
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            ok = False
+    return ok
 
 
 def runs_by_size(sizes, budget: int) -> list:

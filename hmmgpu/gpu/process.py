@@ -71,6 +71,7 @@ from multiprocessing.connection import Connection
 from hmmgpu.stages.protocol import CascadeBackend
 from hmmgpu.child import start_child
 from hmmgpu.errors import DeviceUnavailable, HmmgpuError, WorkerError
+from hmmgpu.gpu.runtime import tuning
 
 
 #: How the child's answer to ``init`` starts when there is no usable device (then its id).
@@ -131,6 +132,10 @@ def _serve(conn: Connection) -> None:
         conn.send(("error", _one_line(error)))
         return
     conn.send(("ready", backend.description, backend.lanes, (db.n, db.total_residues)))
+    # this process's threads (the loop's filters, the definers, the ensembles' pool) each make
+    # many short driver calls, which leave the interpreter's lock: a short switch interval lets
+    # a thread back in without waiting for another's Python to be interrupted
+    sys.setswitchinterval(tuning.GPU_PROCESS_SWITCH_INTERVAL)
     pending: collections.deque = collections.deque()  # ("model", ticket) or ("error", message)
     gating: collections.deque = collections.deque()  # ("model", GateTicket) or ("error", message), in order
     try:
@@ -169,13 +174,23 @@ def _serve(conn: Connection) -> None:
             # gates still queued and wait for the oldest
             if pending:
                 gating.append(_filtered(pending.popleft()))
-            while gating and (gating[0][0] == "error" or gating[0][1].ready()):
+            while gating and _ready(gating[0]):
                 _send_gated(conn, gating.popleft())
             if gating and not pending and not conn.poll(0):
-                backend.flush_gates()
-                _send_gated(conn, gating.popleft())
+                if gating[0][0] == "model" and gating[0][1].queued():
+                    backend.flush_gates()  # the oldest model's gate waits for a fuller batch: no more
+                # wait for the oldest model, or for a request (a gate batch stays full-sized while
+                # the parent sends models: launching the queue at every wait would cut the gates,
+                # the decodings and the definitions that follow into batches of a model or two)
+                while not _ready(gating[0]) and not conn.poll(tuning.GPU_PROCESS_POLL_SECONDS):
+                    pass
     finally:
         backend.close()
+
+
+def _ready(entry: tuple) -> bool:
+    """Whether an entry of ``gating`` can be sent without waiting (an error always can)."""
+    return entry[0] == "error" or entry[1].ready()
 
 
 def _filtered(entry: tuple) -> tuple:

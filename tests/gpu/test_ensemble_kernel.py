@@ -150,7 +150,8 @@ def test_flagged_regions_are_not_sampled_when_asked():
 
 
 def test_compile_host_code_compiles_the_sampler_a_region_calls():
-    """:func:`hmmgpu.gpu.domaindef.compile_host_code` leaves the CPU sampler compiled for the
+    """:func:`hmmgpu.gpu.domaindef.compile_host_code` (after its children's compile into numba's
+    cache, :func:`~hmmgpu.gpu.domaindef.compile_host_code_aside`) leaves the CPU sampler compiled for the
     argument types :func:`hmmgpu.cpu.stotrace.trace_ensemble` gives it from a region's matrix
     as the GPU stages copy it back (cells [Lr+1][3][Q][4] in one array), so that the first
     region the GPU process samples on the CPU does not compile it."""
@@ -158,10 +159,11 @@ def test_compile_host_code_compiles_the_sampler_a_region_calls():
 
     from hmmgpu.cpu import stotrace
     from hmmgpu.cpu.fwdback import special_transitions
-    from hmmgpu.gpu.domaindef import compile_host_code
+    from hmmgpu.gpu.domaindef import compile_host_code, compile_host_code_aside
     from hmmgpu.stages.forward import ForwardTables
     from hmmgpu.stages.profiles import configured_profile
 
+    assert compile_host_code_aside()  # both parts compiled (or loaded) in child processes
     compile_host_code()
     hmm = pyhmmer.plan7.HMM.sample(pyhmmer.easel.Alphabet.amino(), 30, pyhmmer.easel.Randomness(3))
     tables = ForwardTables.from_optimized(configured_profile(hmm).to_optimized())

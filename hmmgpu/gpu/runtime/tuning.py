@@ -77,6 +77,10 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: launch waits for its longest item), so one batch's leave most of the GPU idle, and the
 #: host's part of one batch runs while another's kernels do.
 DEFINE_THREADS = 4
+#: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
+#: long its loop waits for a request at a time while it waits for the oldest model's result.
+GPU_PROCESS_SWITCH_INTERVAL = 0.001
+GPU_PROCESS_POLL_SECONDS = 0.002
 #: Bytes the device's memory pool keeps for the next stream-ordered allocations (the
 #: definition's and the Forward parser's launches: :meth:`hmmgpu.gpu.runtime.driver.DriverRuntime.device_array`)
 #: instead of giving them back to the driver at each synchronisation.
