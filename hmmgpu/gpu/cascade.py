@@ -289,6 +289,9 @@ class _DecodingStep:
         #: the future of each job's (decoded, defined), every member defined in the definer's thread
         self._answers = None
         self._lock = threading.Lock()
+        #: when its gate batch was launched, then its decodings, then when they were done and when
+        #: its definitions were (seconds on the cascade's clock: :attr:`GpuCascade.definition_timeline`)
+        self.times = [cascade.clock()]
 
     def launch(self, wait: bool) -> bool:
         """Launch the decodings if the gate batch is done (``wait``: waiting for it); whether
@@ -315,6 +318,7 @@ class _DecodingStep:
         if jobs:
             with cascade._forward_lock, cascade._simulated:
                 self._batch = cascade._stage().launch(jobs, decoding=True)
+            self.times.append(cascade.clock())
             self._answers = cascade.definer().submit(self._define_when_decoded)
         self._launched = True
 
@@ -340,7 +344,12 @@ class _DecodingStep:
         """The definer's task: :meth:`_define_all` once the decodings' kernels are done (waited
         for here, outside the gate's lock, which the filters' thread takes to launch gates)."""
         self._batch.wait()
-        return self._define_all()
+        self.times.append(self._cascade.clock())
+        answers = self._define_all()
+        self.times.append(self._cascade.clock())
+        self._cascade.add_timeline(self.times, sum(len(rest) + (0 if defined is None else len(defined))
+                                                   for rest, defined in answers))
+        return answers
 
     def _define_all(self) -> list:
         """Every job's (decoded, defined): its passers the kernels did not flag, defined."""
@@ -417,6 +426,10 @@ class GpuCascade:
         #: each definer thread's stream of domain definition's launches (:meth:`_definition_stream`)
         self._definition_streams = threading.local()
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
+        self._started = time.perf_counter()  #: :meth:`clock`'s zero
+        #: hmmgpu's own post-filter: each gate batch's (gate launched, decodings launched, decoded,
+        #: defined) on :meth:`clock`, and its passers decoded, in the order their definitions ended
+        self.definition_timeline: list = []
         #: the host's side of the cascade (``define``: domain definition of the F3 passers, its
         #: kernels' waits included, with hmmgpu's own post-filter)
         self.host_seconds = dict(submit=0.0, wait=0.0, finish=0.0, define=0.0)
@@ -559,6 +572,14 @@ class GpuCascade:
             pass
         finally:
             self._host_code_ready.set()
+
+    def clock(self) -> float:
+        """Seconds since the cascade was made."""
+        return time.perf_counter() - self._started
+
+    def add_timeline(self, times: list, passers: int) -> None:
+        with self._lock:
+            self.definition_timeline.append([round(t, 2) for t in times] + [int(passers)])
 
     def definer(self) -> ThreadPoolExecutor:
         """The threads that define the decoded passers of the gate batches
