@@ -23,7 +23,8 @@
 #                  py-spy where the profile carried it (the default's with --gil: who holds the interpreter lock),
 #                  tables, domain tables and reports compared -> own_postfilter_<device>_<date>.log, pyspy_*.txt.gz;
 #                  then once more warm for each setting of OWN_SWEEP ("NAME=VALUE,... NAME=VALUE": constants of
-#                  hmmgpu.gpu.runtime.tuning, set by the session's sitecustomize through HMMGPU_TUNING), compared too
+#                  hmmgpu.gpu.runtime.tuning or dotted module.CONSTANT, set by the session's sitecustomize through
+#                  HMMGPU_TUNING), compared too
 #   scale          benchmarks/run.py scaling --parts scale: 600 Pfam models x 116 M residues on one GPU, with
 #                  --devices all and through a LocalCUDACluster, outputs compared (issue 33) -> scale_<device>_<date>.json
 #   bench:SCRIPT   an ad hoc script of .bench, sourced
@@ -77,19 +78,26 @@ sys.meta_path.insert(0, _RowStack())
 
 
 class _Tuning(importlib.abc.MetaPathFinder):
-    """HMMGPU_TUNING="NAME=VALUE,..." (a sweep of the own phase): those constants of
-    hmmgpu.gpu.runtime.tuning replaced as soon as the module has run, before any module reads them."""
+    """HMMGPU_TUNING="NAME=VALUE,..." (a sweep of the own phase): those constants replaced as soon as
+    their module has run, before any other module reads them; NAME is a constant of
+    hmmgpu.gpu.runtime.tuning, or a dotted module.CONSTANT."""
+
+    def __init__(self, settings):
+        self.settings = {}
+        for item in settings.split(","):
+            key, value = item.split("=")
+            module, _, constant = key.rpartition(".")
+            self.settings.setdefault(module or "hmmgpu.gpu.runtime.tuning", {})[constant] = value
 
     def find_spec(self, name, path, target=None):
-        if name != "hmmgpu.gpu.runtime.tuning":
+        if name not in self.settings:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         run = spec.loader.exec_module
 
         def exec_module(module):
             run(module)
-            for item in os.environ["HMMGPU_TUNING"].split(","):
-                key, value = item.split("=")
+            for key, value in self.settings[name].items():
                 setattr(module, key, type(getattr(module, key))(float(value)))
 
         spec.loader.exec_module = exec_module
@@ -99,7 +107,7 @@ class _Tuning(importlib.abc.MetaPathFinder):
 import os  # noqa: E402
 
 if os.environ.get("HMMGPU_TUNING"):
-    sys.meta_path.insert(0, _Tuning())
+    sys.meta_path.insert(0, _Tuning(os.environ["HMMGPU_TUNING"]))
 EOF
 chmod +x /tmp/site/hmmer/data/bin/* 2>/dev/null
 export PYTHONPATH=/tmp/shim:/tmp/site:$PWD
