@@ -57,12 +57,11 @@ FWD_STREAMS = 8
 FWD_GATE_TARGETS = 16384
 #: Domain definition's stages (:mod:`hmmgpu.gpu.domaindef`): the full matrices a launch holds at
 #: most (an envelope's Forward and Backward, a region's Forward; item sizes are capped by
-#: FWD_MAX_CELLS, since only the passers the parsers' kernels decoded come here). Measured with
-#: 600 Pfam models x 29 M residues on one H100: runs of 256 MB cut in the items' order, 74 s of
-#: domain definition in the GPU process (5c43a71, numba's caches warm); runs of 2 GB, largest
-#: items first, 102 s of which about 38 s compiled the kernels (b3bd9c3, caches empty): no gain
-#: seen, so the smaller runs stay (largest first).
-DOMAINDEF_BATCH_BYTES = 256 << 20
+#: FWD_MAX_CELLS, since only the passers the parsers' kernels decoded come here), largest items
+#: first. Measured with 600 Pfam models x 29 M residues, warm, --postfilter hmmgpu, on one H200
+#: (each pair in one session, 4 definer threads): 256 MB 25.5 and 23.9 s, 1 GB 20.9 and 23.5 s
+#: (9c55c5f, 9fea915); on one H100 earlier, 256 MB 74 s against 2 GB 102 s with 38 s of compiling.
+DOMAINDEF_BATCH_BYTES = 1 << 30
 #: The stochastic-trace ensemble kernel (:mod:`hmmgpu.gpu.ensemble`) runs a region on one thread,
 #: its 200 traces a step after another, so a launch lasts as long as its longest region, while
 #: the CPU reference runs one far faster: the longest regions of a launch are sampled by the CPU
@@ -75,7 +74,10 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: (:meth:`hmmgpu.gpu.cascade.GpuCascade.definer`), each launching on a stream of its own:
 #: a definition's launches are latency-bound (a few threads run an item, row after row, and a
 #: launch waits for its longest item), so one batch's leave most of the GPU idle, and the
-#: host's part of one batch runs while another's kernels do.
+#: host's part of one batch runs while another's kernels do. Measured (600 Pfam x 29 M, one
+#: H200, warm, 9c55c5f and 9fea915): 1, 2, 4 and 8 threads all 22-27 s, within the runs' noise:
+#: the host's part holds the process's interpreter lock about 17 s of those (py-spy: 8-9 s the
+#: definitions' Python, 8-9 s the filters' loop), so more threads overlap kernels but not it.
 DEFINE_THREADS = 4
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for the oldest model's result.
