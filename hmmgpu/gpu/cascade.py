@@ -90,6 +90,8 @@ from hmmgpu.gpu.vit.source import STATUS_UNCERTAIN, TRANSITION_ROWS
 
 #: Models in flight on the GPU at once (buffer sets in the ring).
 SLOTS = 8
+#: The gate batches :attr:`GpuCascade.definition_timeline` records at most.
+TIMELINE_BATCHES = 64
 #: Counter array of one slot: the MSV kernel's counters, then the Viterbi work-list count
 #: and the Viterbi kernel's work counter.
 _VIT_LIST = len(MsvCounter)
@@ -429,6 +431,7 @@ class GpuCascade:
         self._started = time.perf_counter()  #: :meth:`clock`'s zero
         #: hmmgpu's own post-filter: each gate batch's (gate launched, decodings launched, decoded,
         #: defined) on :meth:`clock`, and its passers decoded, in the order their definitions ended
+        #: (:meth:`add_timeline`)
         self.definition_timeline: list = []
         #: the host's side of the cascade (``define``: domain definition of the F3 passers, its
         #: kernels' waits included, with hmmgpu's own post-filter)
@@ -578,8 +581,11 @@ class GpuCascade:
         return time.perf_counter() - self._started
 
     def add_timeline(self, times: list, passers: int) -> None:
+        """Record a gate batch's times and passers in :attr:`definition_timeline` (the first
+        :data:`TIMELINE_BATCHES` batches whose definitions end: the statistics stay one line)."""
         with self._lock:
-            self.definition_timeline.append([round(t, 2) for t in times] + [int(passers)])
+            if len(self.definition_timeline) < TIMELINE_BATCHES:
+                self.definition_timeline.append([round(t, 2) for t in times] + [int(passers)])
 
     def definer(self) -> ThreadPoolExecutor:
         """The threads that define the decoded passers of the gate batches
