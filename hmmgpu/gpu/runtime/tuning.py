@@ -75,9 +75,12 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: a definition's launches are latency-bound (a few threads run an item, row after row, and a
 #: launch waits for its longest item), so one batch's leave most of the GPU idle, and the
 #: host's part of one batch runs while another's kernels do. Measured (600 Pfam x 29 M, one
-#: H200, warm, 9c55c5f and 9fea915): 1, 2, 4 and 8 threads all 22-27 s, within the runs' noise:
-#: the host's part holds the process's interpreter lock about 17 s of those (py-spy: 8-9 s the
-#: definitions' Python, 8-9 s the filters' loop), so more threads overlap kernels but not it.
+#: H200, warm, the same session each pair): 4 threads 32.1, 27.6, 25.5, 23.9 s against 1 thread
+#: 30.4, 25.8, 23.4, 23.9 s (4e19d9b, 9c49627, 9c55c5f, 9fea915), 8 threads 31.5, 30.8, 22.3 s,
+#: 2 threads 24.8 s: no gain from more threads. The definitions' host part is Python in the
+#: GPU process's interpreter (py-spy: about 9-10 s of a 25 s run, beside the filters' loop),
+#: and each batch then takes longer as more run at once (the statistics' definition_timeline);
+#: four are kept for when that part leaves the interpreter, the kernels being latency-bound.
 DEFINE_THREADS = 4
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for the oldest model's result.
