@@ -72,11 +72,32 @@ def linked(pairs, a, b):
 @njit(cache=True, nogil=True, error_model="numpy")
 def single_linkage(pairs):
     """``esl_cluster_SingleLinkage`` with :func:`linked`: (cluster of each pair int32 [n],
-    number of clusters), numbered as Easel numbers them."""
+    number of clusters), numbered as Easel numbers them.
+
+    Easel tests the popped pair against every pair still unclustered, from the top of that
+    list down, and moves the top pair into the slot of each one it links. Only pairs whose
+    sequence spans overlap can link (an overlap of 80% of the smaller), so here the test runs
+    on those alone, found by start among the pairs sorted by it (a start within the longest
+    span before the popped pair's, up to its end) where they are fewer than the pairs left,
+    and the linked ones leave the list in the order Easel's scan meets them: by their slot,
+    highest first (a slot below the scan's holds the pair it held when the scan began; every
+    move fills a slot the scan has passed). The clusters, their numbers and the list's order
+    are Easel's; only tests that must fail are not made (pairs with an end before their start,
+    which no trace gives, take Easel's full scan)."""
     n = pairs.shape[0]
     available = np.empty(n, dtype=np.int32)
+    slot = np.empty(n, dtype=np.int32)  # each unclustered pair's slot in ``available``, -1 once clustered
     for v in range(n):
         available[v] = n - v - 1
+        slot[n - v - 1] = v
+    longest = 1
+    full_scan = False
+    for v in range(n):
+        longest = max(longest, pairs[v, 2] - pairs[v, 1] + 1)
+        full_scan = full_scan or pairs[v, 2] < pairs[v, 1] or pairs[v, 4] < pairs[v, 3]
+    by_start = np.argsort(pairs[:, 1], kind="mergesort").astype(np.int32)
+    starts = pairs[by_start, 1].copy()
+    found = np.empty(n, dtype=np.int32)
     stack = np.empty(n, dtype=np.int32)
     assignment = np.empty(n, dtype=np.int32)
     na = n
@@ -85,18 +106,39 @@ def single_linkage(pairs):
     while na > 0:
         na -= 1
         stack[nb] = available[na]
+        slot[available[na]] = -1
         nb += 1
         while nb > 0:
             nb -= 1
             v = stack[nb]
             assignment[v] = nc
-            for z in range(na - 1, -1, -1):
-                if linked(pairs, v, available[z]):
-                    w = available[z]
-                    available[z] = available[na - 1]
-                    na -= 1
-                    stack[nb] = w
-                    nb += 1
+            nf = 0
+            lo = hi = 0
+            if not full_scan:
+                lo = np.searchsorted(starts, pairs[v, 1] - longest, side="left")
+                hi = np.searchsorted(starts, pairs[v, 2], side="right")
+            if full_scan or hi - lo >= na:  # Easel's scan, from the top: the slots come highest first
+                for z in range(na - 1, -1, -1):
+                    if linked(pairs, v, available[z]):
+                        found[nf] = z
+                        nf += 1
+            else:
+                for x in range(lo, hi):
+                    w = by_start[x]
+                    if slot[w] >= 0 and linked(pairs, v, w):
+                        found[nf] = slot[w]
+                        nf += 1
+                found[:nf] = np.sort(found[:nf])[::-1]
+            for f in range(nf):  # highest slot first, as Easel's scan meets them
+                z = found[f]
+                w = available[z]
+                top = available[na - 1]
+                available[z] = top
+                slot[top] = z
+                na -= 1
+                slot[w] = -1
+                stack[nb] = w
+                nb += 1
         nc += 1
     return assignment, nc
 
