@@ -411,6 +411,9 @@ class GpuCascade:
         #: the Forward gate's decisions, summed over models: passed and failed F3, and left
         #: undecided (sent on to pyhmmer's stage)
         self.forward_counts = dict(passed=0, failed=0, unsure=0)
+        #: model length x residues of the targets the Forward kernel ran for the gate (with
+        #: ``kernel_ms["forward"]``: its GCUPS)
+        self.forward_cells = 0
         self._forward_stage = None
         self._forward_lock = threading.Lock()  #: guards the gate's queue and its stage
         self._queued: list = []  #: (GateTicket, ForwardJob) of the models whose gate waits for a batch
@@ -532,10 +535,11 @@ class GpuCascade:
             return profile.forward
         return ForwardTables.from_optimized(configured_profile(profile.hmm).to_optimized())
 
-    def _add_forward_time(self, kernel_ms: float, span, kind: str = "forward") -> None:
+    def _add_forward_time(self, kernel_ms: float, span, cells: int = 0, kind: str = "forward") -> None:
         with self._lock:
             if kind == "forward":
                 self.kernel_ms["forward"] += kernel_ms
+                self.forward_cells += int(cells)
             else:
                 self.decoding_ms += kernel_ms
             if span is not None:
@@ -688,7 +692,7 @@ class GpuCascade:
         finally:
             if model is not None:
                 model.close()
-        self._add_forward_time(last["kernel_ms"], last.get("span"))
+        self._add_forward_time(last["kernel_ms"], last.get("span"), last.get("cells", 0))
         return got
 
     def _queue_gate(self, profile, options, partial: CascadeResult, filtersc) -> GateTicket:

@@ -287,10 +287,12 @@ class EngineStats:
         """One line on the Forward gate: what hmmgpu's Forward decided, the work taken from pyhmmer."""
         g = self.forward_gate
         ms = (self.backend.get("kernel_ms") or {}).get("forward")
+        cells = (self.backend.get("forward_gate") or {}).get("cells")
         return (f"Forward filter on hmmgpu's side: {g['passed'] + g['failed'] + g['unsure']} Viterbi-filter "
                 f"survivors, {g['failed']} failed F3 (pyhmmer's Forward, Backward and domain stage skipped on "
                 f"them), {g['passed']} passed, {g['unsure']} left to pyhmmer undecided"
-                + (f"; Forward kernel {ms:.1f} ms" if ms else ""))
+                + (f"; Forward kernel {ms:.1f} ms" if ms else "")
+                + (f", {cells / ms / 1e6:.1f} GCUPS (model length x residues it ran)" if ms and cells else ""))
 
     def as_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items()}

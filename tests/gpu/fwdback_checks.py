@@ -245,6 +245,10 @@ def check_batch(stage, hmms, db) -> dict:
         batch = stage.launch([ForwardJob(ForwardTables.from_hmmer(model), idx) for model in models])
         results = batch.results()
         report = dict(models=len(hmms), n=0, host=0, launches=len(batch._launches))
+        lengths = np.asarray(db.lengths)
+        cells = sum(int(lengths[got.indices[got.on_gpu]].sum()) * hmm.M for hmm, got in zip(hmms, results))
+        if batch.cells != cells or not cells:  # the GCUPS' numerator: model length x residues the kernel ran
+            raise AssertionError(f"the batch counts {batch.cells} cells, its targets {cells}")
         for hmm, model, got in zip(hmms, models, results):
             if not np.array_equal(got.indices, idx):
                 raise AssertionError("the batch returned other targets than asked")

@@ -165,6 +165,7 @@ def test_cuda_forward_gate_samples_equal_hmmsearch(tmp_path, capsys):
     assert gate["failed"] > 0 and gate["unsure"] == 0, gate
     assert gate["passed"] == n_past_fwd and gate["passed"] + gate["failed"] == n_past_vit, gate
     assert details["kernel_ms"]["forward"] > 0 and details["forward_gate"]["failed"] >= gate["failed"]
+    assert details["forward_gate"]["cells"] > 0 and "GCUPS" in engine.stats.forward_gate_line()
     ref_out = {k: tmp_path / f"ref.{k}" for k in ("txt", "tblout", "domtblout")}
     ours = {k: tmp_path / f"ours.{k}" for k in ("txt", "tblout", "domtblout")}
     if HMMSEARCH is not None:

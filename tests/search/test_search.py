@@ -921,3 +921,17 @@ def test_forward_gate_decides_f3_as_hmmer(name, bias_filter):
         assert engine.stats.forward_gate == dict(passed=want.size, failed=past_vit.size - want.size, unsure=0)
         line = engine.stats.forward_gate_line()
         assert f"{past_vit.size - want.size} failed F3" in line and line in engine.stats.lines()
+
+
+def test_forward_gate_line_gives_the_forward_kernels_gcups():
+    """The statistics' Forward filter line gives the Forward parser kernel's throughput, model
+    length x residues it ran (the GPU backend's ``forward_gate`` cells) over its kernel time."""
+    from hmmgpu.search.engine import EngineStats
+
+    stats = EngineStats(forward_gate=dict(passed=3, failed=5, unsure=1),
+                        backend=dict(kernel_ms=dict(forward=2000.0), forward_gate=dict(passed=3, failed=5, unsure=1,
+                                                                                   cells=4 * 10 ** 12)))
+    line = stats.forward_gate_line()
+    assert "9 Viterbi-filter survivors, 5 failed F3" in line
+    assert line.endswith("Forward kernel 2000.0 ms, 2000.0 GCUPS (model length x residues it ran)"), line
+    assert "GCUPS" not in EngineStats(forward_gate=dict(passed=1, failed=0, unsure=0)).forward_gate_line()

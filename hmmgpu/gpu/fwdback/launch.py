@@ -149,6 +149,7 @@ class ForwardBatch:
         self._results = None
         self._time_claimed = False
         self.kernel_ms = 0.0
+        self.cells = 0  #: model length x residues of the targets the kernel runs (its GCUPS' numerator)
         self.span = None  #: (start, stop) in ms after the stage's epoch, when timed
 
     def done(self) -> bool:
@@ -166,11 +167,12 @@ class ForwardBatch:
         return self._results
 
     def claim_time(self) -> tuple | None:
-        """(kernel milliseconds, busy span) of the collected batch, to the first caller only."""
+        """(kernel milliseconds, busy span, :attr:`cells`) of the collected batch, to the first
+        caller only."""
         if self._results is None or self._time_claimed:
             return None
         self._time_claimed = True
-        return self.kernel_ms, self.span
+        return self.kernel_ms, self.span, self.cells
 
     def _collect(self) -> list:
         stage = self.stage
@@ -339,8 +341,10 @@ class ForwardStage:
         if on_gpu.any():
             launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows or backward,
                                                  (backward, decoding))
-        return ForwardBatch(self, jobs, start, rows, launches, last, (idx, lengths, on_gpu), reasons,
-                            kernel_ms_start=first, backward=backward, decoding=decoding)
+        batch = ForwardBatch(self, jobs, start, rows, launches, last, (idx, lengths, on_gpu), reasons,
+                             kernel_ms_start=first, backward=backward, decoding=decoding)
+        batch.cells = int((lengths[on_gpu] * Ms[job_of[on_gpu]]).sum()) if idx.size else 0
+        return batch
 
     def _stream(self):
         """The next of a few streams (batches in flight run at once), and two new events (the
@@ -518,5 +522,6 @@ class ForwardStage:
                     dec.status[j], dec.mocc[j], dec.btot[j], dec.etot[j] = model.domain_decoding(
                         db.codes(int(got.indices[j])))
         self.last = dict(self.last, reason=got.reason, host=int(got.host.sum()), kernel_ms=batch.kernel_ms,
-                         span=batch.span, backward_host=0 if got.backward is None else int(got.backward.host.sum()))
+                         span=batch.span, cells=batch.cells,
+                         backward_host=0 if got.backward is None else int(got.backward.host.sum()))
         return got
