@@ -96,8 +96,7 @@ def main() -> None:
         gpu += sample_regions(requests[at:at + args.batch])
     gpu_s = time.time() - t0
     t0 = time.time()
-    cpu = [trace_ensemble(r.matrix.dp[:, 0], r.matrix.dp[:, 1], r.matrix.dp[:, 2], r.matrix.xmx, r.tables, r.xf,
-                          r.codes, r.i, r.j) for r in requests]
+    cpu = [trace_ensemble(r.matrix, r.tables, r.xf, r.codes, r.i, r.j) for r in requests]
     cpu_s = time.time() - t0
 
     c = dict.fromkeys(("regions", "left_to_host", "pairs", "draws", "positions", "ftz_flagged", "pairs_mismatched",

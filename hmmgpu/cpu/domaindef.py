@@ -68,10 +68,8 @@ class CpuDomainStages(DomainStages):
         return forward_matrix(self.tables, codes, i, j)
 
     def region_ensemble(self, forward, codes, i, j) -> RegionEnsemble:
-        dp = forward.matrix.dp
-        ensemble = trace_ensemble(dp[:, 0], dp[:, 1], dp[:, 2], forward.matrix.xmx, self.tables,
-                                  special_transitions(self.tables, len(codes)), codes, i, j, nsamples=NSAMPLES,
-                                  seed=self.seed)
+        ensemble = trace_ensemble(forward.matrix, self.tables, special_transitions(self.tables, len(codes)), codes,
+                                  i, j, nsamples=NSAMPLES, seed=self.seed)
         return region_result(ensemble, forward.flags)
 
     def rescore_envelope(self, codes, i, j, null2_is_done, n2sc) -> Envelope:

@@ -77,13 +77,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from hmmgpu.cpu.fwdback import DP_D, DP_I, DP_M
 from hmmgpu.cpu.null2 import null2_by_trace
 from hmmgpu.cpu.optacc import Trace
 from hmmgpu.constants import KP
 
 __all__ = ["DEFAULT_SEED", "EXHAUSTED", "FATAL", "OK", "NSAMPLES", "mix3", "fast_rng_state", "uniform_table",
-           "compile_sampler", "fsum", "fnorm", "fchoose", "stochastic_trace", "stochastic_traces", "trace_index", "trace_ensemble",
-           "TraceEnsemble",
+           "compile_sampler", "fsum", "fnorm", "fchoose", "stochastic_trace", "stochastic_traces", "trace_index",
+           "trace_ensemble", "TraceEnsemble",
            "ST_M", "ST_D", "ST_I", "ST_S", "ST_N", "ST_B", "ST_E", "ST_C", "ST_T", "ST_J"]
 
 F32 = np.float32
@@ -514,12 +515,12 @@ def _uniforms(seed, n):
     return table
 
 
-def _sampler_arguments(uniforms, dp_m, dp_d, dp_i, xmx, tables, xf, region, ireg, nsamples) -> tuple:
-    """The sampler's arguments for one region (its ``acc`` and pair buffer new), as
-    :func:`trace_ensemble` passes them."""
-    return (uniforms, np.asarray(dp_m, F32), np.asarray(dp_d, F32), np.asarray(dp_i, F32), np.asarray(xmx, F32),
-            np.asarray(tables.tfv, F32), np.asarray(tables.rfv, F32), np.asarray(xf, F32), int(tables.M), region,
-            int(ireg), int(nsamples), np.zeros(region.size + 1, dtype=np.float32),
+def _sampler_arguments(uniforms, dp, xmx, tables, xf, region, ireg, nsamples) -> tuple:
+    """The sampler's arguments for one region whose matrix has the cells ``dp`` [Lr+1][3][Q][4]
+    and the rows ``xmx`` (its ``acc`` and pair buffer new), as :func:`trace_ensemble` passes them."""
+    return (uniforms, np.asarray(dp[:, DP_M], F32), np.asarray(dp[:, DP_D], F32), np.asarray(dp[:, DP_I], F32),
+            np.asarray(xmx, F32), np.asarray(tables.tfv, F32), np.asarray(tables.rfv, F32), np.asarray(xf, F32),
+            int(tables.M), region, int(ireg), int(nsamples), np.zeros(region.size + 1, dtype=np.float32),
             np.empty((max(16, 2 * nsamples), 5), dtype=np.int32))
 
 
@@ -530,24 +531,23 @@ def compile_sampler(tables, xf) -> None:
     a process that will sample calls it ahead, beside other work (``xf`` as there)."""
     import numba
 
-    dp = np.zeros((2, 3, tables.Q, 4), F32)
-    args = _sampler_arguments(_uniforms(DEFAULT_SEED, _DEFAULT_TABLE), dp[:, 0], dp[:, 1], dp[:, 2],
+    args = _sampler_arguments(_uniforms(DEFAULT_SEED, _DEFAULT_TABLE), np.zeros((2, 3, tables.Q, 4), F32),
                               np.zeros((2, 6), F32), tables, xf, np.zeros(1, np.uint8), 1, NSAMPLES)
     _ensemble.compile(tuple(numba.typeof(a) for a in args))
 
 
-def trace_ensemble(dp_m, dp_d, dp_i, xmx, tables, xf, codes, ireg, jreg, *, nsamples=NSAMPLES,
-                   seed=DEFAULT_SEED) -> TraceEnsemble:
+def trace_ensemble(matrix, tables, xf, codes, ireg, jreg, *, nsamples=NSAMPLES, seed=DEFAULT_SEED) -> TraceEnsemble:
     """``region_trace_ensemble``'s sampling for the region ``ireg..jreg`` (1-based) of the
-    target ``codes``: ``nsamples`` stochastic traces of the region's multihit Forward matrix
-    (cells ``dp_m``, ``dp_d``, ``dp_i`` float32 [Lr+1][Q][4], rows ``xmx`` [Lr+1][6]), the
+    target ``codes``: ``nsamples`` stochastic traces of the region's multihit Forward
+    ``matrix`` (a :class:`~hmmgpu.cpu.fwdback.StripedMatrix`: cells ``dp`` float32
+    [Lr+1][3][Q][4], rows ``xmx`` [Lr+1][6]), the
     generator reseeded to ``seed`` first; ``tables`` a :class:`~hmmgpu.stages.forward.ForwardTables`,
     ``xf`` float32 [4][2] the multihit specials for the full target length."""
     region = np.ascontiguousarray(codes[ireg - 1:jreg], dtype=np.uint8)
     size = _DEFAULT_TABLE
     while True:
         uniforms = _uniforms(seed, size)
-        args = _sampler_arguments(uniforms, dp_m, dp_d, dp_i, xmx, tables, xf, region, ireg, nsamples)
+        args = _sampler_arguments(uniforms, matrix.dp, matrix.xmx, tables, xf, region, ireg, nsamples)
         npairs, draws, status, pairs, ftz_differs = _ensemble(*args)
         if status == OK:
             acc = args[-2]
@@ -558,12 +558,13 @@ def trace_ensemble(dp_m, dp_d, dp_i, xmx, tables, xf, codes, ireg, jreg, *, nsam
         size = 2 * uniforms.size
 
 
-def stochastic_traces(dp_m, dp_d, dp_i, xmx, tables, xf, *, nsamples=NSAMPLES, seed=DEFAULT_SEED) -> list:
-    """The ``nsamples`` traces :func:`trace_ensemble` samples from a region's Forward matrix
+def stochastic_traces(matrix, tables, xf, *, nsamples=NSAMPLES, seed=DEFAULT_SEED) -> list:
+    """The ``nsamples`` traces :func:`trace_ensemble` samples from a region's Forward ``matrix``
     (arguments as there; ``Lr`` from the matrix), each a :class:`hmmgpu.cpu.optacc.Trace`
     (residues relative to the region, ``pp`` 0) with its domains int32 [ndom][6] (tfrom, tto,
     sqfrom, sqto, hmmfrom, hmmto): what ``p7_StochasticTrace`` and ``p7_trace_Index`` give."""
-    dp_m, dp_d, dp_i, xmx = (np.asarray(a, F32) for a in (dp_m, dp_d, dp_i, xmx))
+    dp_m, dp_d, dp_i, xmx = (np.asarray(a, F32) for a in (matrix.dp[:, DP_M], matrix.dp[:, DP_D],
+                                                          matrix.dp[:, DP_I], matrix.xmx))
     Lr = xmx.shape[0] - 1
     tfv, xf = np.asarray(tables.tfv, F32), np.asarray(xf, F32)
     uniforms = _uniforms(seed, _DEFAULT_TABLE)

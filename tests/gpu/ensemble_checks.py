@@ -86,9 +86,7 @@ def region_requests(hmms, targets_of, limit=None):
 def reference(request):
     from hmmgpu.cpu.stotrace import trace_ensemble
 
-    dp = request.matrix.dp
-    return trace_ensemble(dp[:, 0], dp[:, 1], dp[:, 2], request.matrix.xmx, request.tables, request.xf,
-                          request.codes, request.i, request.j)
+    return trace_ensemble(request.matrix, request.tables, request.xf, request.codes, request.i, request.j)
 
 
 def check_sampled(requests, **launch) -> dict:

@@ -168,7 +168,6 @@ def test_compile_host_code_compiles_the_sampler_a_region_calls():
     hmm = pyhmmer.plan7.HMM.sample(pyhmmer.easel.Alphabet.amino(), 30, pyhmmer.easel.Randomness(3))
     tables = ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
     dp = np.array(np.zeros(7 * 3 * tables.Q * 4, np.float32)).reshape(7, 3, tables.Q, 4)
-    args = stotrace._sampler_arguments(stotrace.uniform_table(42, 16), dp[:, 0], dp[:, 1], dp[:, 2],
-                                       np.zeros((7, 6), np.float32), tables, special_transitions(tables, 50),
-                                       np.zeros(6, np.uint8), 4, stotrace.NSAMPLES)
+    args = stotrace._sampler_arguments(stotrace.uniform_table(42, 16), dp, np.zeros((7, 6), np.float32), tables,
+                                       special_transitions(tables, 50), np.zeros(6, np.uint8), 4, stotrace.NSAMPLES)
     assert tuple(numba.typeof(a) for a in args) in stotrace._ensemble.signatures

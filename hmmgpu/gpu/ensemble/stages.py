@@ -122,8 +122,8 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
 
     def reference(request, matrix) -> tuple:
         clock = time.thread_time()
-        ensemble = trace_ensemble(matrix.dp[:, 0], matrix.dp[:, 1], matrix.dp[:, 2], matrix.xmx, request.tables,
-                                  request.xf, request.codes, request.i, request.j, nsamples=NSAMPLES, seed=seed)
+        ensemble = trace_ensemble(matrix, request.tables, request.xf, request.codes, request.i, request.j,
+                                  nsamples=NSAMPLES, seed=seed)
         return ensemble, time.thread_time() - clock
 
     ensembles = [None] * n
