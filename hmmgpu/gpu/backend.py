@@ -83,7 +83,7 @@ class CudaBackend(FilterBackend):
     def details(self) -> dict:
         details = dict(kernel_ms=dict(self.gpu.kernel_ms), host_seconds=dict(self.gpu.host_seconds),
                        forward_gate=dict(self.gpu.forward_counts, cells=self.gpu.forward_cells),
-                       stream_ordered_memory=bool(getattr(self.gpu.device.runtime, "stream_ordered", False)))
+                       stream_ordered_memory=self.gpu.device.runtime.stream_ordered)
         if any(self.gpu.decoding_counts.values()):  # hmmgpu's own post-filter: the F3 passers' decodings
             details["decoding"] = dict(self.gpu.decoding_counts, kernel_ms=round(self.gpu.decoding_ms, 1))
             if any(self.gpu.define_seconds.values()):  # ... and their domain definition's steps

@@ -179,9 +179,8 @@ def _serve(conn: Connection) -> None:
             if gating and not pending and not conn.poll(0):
                 if gating[0][0] == "model" and gating[0][1].queued():
                     backend.flush_gates()  # the oldest model's gate waits for a fuller batch: no more
-                # wait for the oldest model, or for a request (a gate batch stays full-sized while
-                # the parent sends models: launching the queue at every wait would cut the gates,
-                # the decodings and the definitions that follow into batches of a model or two)
+                # wait for the oldest model, or for a request (a gate batch fills while the parent
+                # sends models, instead of being launched partial at every wait)
                 while not _ready(gating[0]) and not conn.poll(tuning.GPU_PROCESS_POLL_SECONDS):
                     pass
     finally:

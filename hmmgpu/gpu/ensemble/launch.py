@@ -201,12 +201,10 @@ def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, job
     ``stream`` the launch's."""
     if batch is not None and device is not None and device != batch.device:
         raise ValueError("the regions' matrices are on the batch's device, not on the one given")
-    if not len(requests):
-        return []
-    device = batch.device if batch is not None else device or GpuDevice.open(0)
     packed = pack_regions(requests, nsamples, pair_cap)
     if packed.n == 0:
         return []
+    device = batch.device if batch is not None else device or GpuDevice.open(0)
     if batch is None:
         upload = functools.partial(device.runtime.to_device, stream=stream)
         dp = upload(np.concatenate([np.ascontiguousarray(r.matrix.dp, np.float32).ravel() for r in requests]))

@@ -28,6 +28,9 @@ import threading
 class SimulatorRuntime:
     """Memory, streams, events and launches under numba's simulator (kernels are numba's own)."""
 
+    #: as :attr:`hmmgpu.gpu.runtime.driver.DriverRuntime.stream_ordered`: no stream-ordered memory here
+    stream_ordered = False
+
     def __init__(self):
         from numba import cuda
 
