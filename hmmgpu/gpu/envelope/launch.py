@@ -28,7 +28,6 @@ batch's device.
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 
 import numpy as np

@@ -41,7 +41,6 @@ The stage imports no numba (the GPU process runs it from exported kernels).
 from __future__ import annotations
 
 import functools
-
 import math
 from dataclasses import dataclass, field
 
@@ -135,11 +134,12 @@ class _Launch:
 
 class ForwardBatch:
     """Launched jobs: :meth:`done` says whether the GPU has finished them (no wait), :meth:`wait`
-    waits for them (nothing collected), and :meth:`results` waits and returns one :class:`ForwardResults` per job, in order (without
-    libhmmer's fallback: targets the GPU gave no score are marked in ``host``)."""
+    waits for them (nothing collected), and :meth:`results` waits and returns one
+    :class:`ForwardResults` per job, in order (without libhmmer's fallback: targets the GPU gave
+    no score are marked in ``host``)."""
 
     def __init__(self, stage, jobs, job_start, rows, launches, stop, flat, reason, kernel_ms_start=None,
-                 backward=False, decoding=False):
+                 backward=False, decoding=False, cells: int = 0):
         self.stage, self.jobs, self.rows, self.backward, self.decoding = stage, jobs, rows, backward, decoding
         self._job_start = job_start  #: where each job's targets start in the flat list (and the end)
         self._launches, self._stop = launches, stop
@@ -149,7 +149,7 @@ class ForwardBatch:
         self._results = None
         self._time_claimed = False
         self.kernel_ms = 0.0
-        self.cells = 0  #: model length x residues of the targets the kernel runs (its GCUPS' numerator)
+        self.cells = cells  #: model length x residues of the targets the kernel runs (its GCUPS' numerator)
         self.span = None  #: (start, stop) in ms after the stage's epoch, when timed
 
     def done(self) -> bool:
@@ -196,10 +196,11 @@ class ForwardBatch:
                     if stage.epoch is not None:
                         self.span = (rt.elapsed_ms(stage.epoch, self._start), rt.elapsed_ms(stage.epoch, self._stop))
             for launch in self._launches:
-                def host(array, stream=launch.stream):  # on the launch's stream: its arrays are in its order
+                def copied(array, stream=launch.stream):  # on the launch's stream: its arrays are in its order
                     return array.copy_to_host(stream=stream)
 
-                got = {name: host(launch.outputs[name]) for name in ("out_flags", "out_xc", "out_nscale", "out_scales")}
+                got = {name: copied(launch.outputs[name])
+                       for name in ("out_flags", "out_xc", "out_nscale", "out_scales")}
                 items = launch.items
                 flags[items] = got["out_flags"]
                 xc[items] = got["out_xc"]
@@ -208,17 +209,17 @@ class ForwardBatch:
                     s = int(launch.scale_base[b])
                     scales[j] = got["out_scales"][s:s + int(got["out_nscale"][b])].copy()
                 if self.rows:
-                    _rows_to(out_rows, host(launch.outputs["out_rows"]), launch, lengths)
+                    _rows_to(out_rows, copied(launch.outputs["out_rows"]), launch, lengths)
                 if self.backward:
-                    bwd["flags"][items] = host(launch.backward_outputs["out_flags"])
-                    bwd["own"][items] = host(launch.backward_outputs["out_own"]) != 0
+                    bwd["flags"][items] = copied(launch.backward_outputs["out_flags"])
+                    bwd["own"][items] = copied(launch.backward_outputs["out_own"]) != 0
                     if self.rows:
-                        _rows_to(bwd["rows"], host(launch.backward_outputs["out_rows"]), launch, lengths)
+                        _rows_to(bwd["rows"], copied(launch.backward_outputs["out_rows"]), launch, lengths)
                 if self.decoding:
-                    dec["status"][items] = host(launch.decoding_outputs["out_status"])
-                    dec["flags"][items] = host(launch.decoding_outputs["out_flags"])
+                    dec["status"][items] = copied(launch.decoding_outputs["out_status"])
+                    dec["flags"][items] = copied(launch.decoding_outputs["out_flags"])
                     for name in ("mocc", "btot", "etot"):
-                        _rows_to(dec[name], host(launch.decoding_outputs[f"out_{name}"]), launch, lengths, width=1)
+                        _rows_to(dec[name], copied(launch.decoding_outputs[f"out_{name}"]), launch, lengths, width=1)
         host = ~on_gpu | ((flags & ref.HOST) != 0)
         last = xc * stage.pmove[lengths]  # float32 products, as forward_engine's xC * xf[C][MOVE]
         host |= ~(last > ref.FLT_MIN)  # a tiny last product: the FTZ mode could matter (never seen)
@@ -341,10 +342,9 @@ class ForwardStage:
         if on_gpu.any():
             launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows or backward,
                                                  (backward, decoding))
-        batch = ForwardBatch(self, jobs, start, rows, launches, last, (idx, lengths, on_gpu), reasons,
-                             kernel_ms_start=first, backward=backward, decoding=decoding)
-        batch.cells = int((lengths[on_gpu] * Ms[job_of[on_gpu]]).sum()) if idx.size else 0
-        return batch
+        return ForwardBatch(self, jobs, start, rows, launches, last, (idx, lengths, on_gpu), reasons,
+                            kernel_ms_start=first, backward=backward, decoding=decoding,
+                            cells=int((lengths[on_gpu] * Ms[job_of[on_gpu]]).sum()))
 
     def _stream(self):
         """The next of a few streams (batches in flight run at once), and two new events (the

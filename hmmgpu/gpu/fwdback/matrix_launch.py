@@ -42,7 +42,6 @@ scratch array (a second launch per kernel).
 from __future__ import annotations
 
 import functools
-
 from dataclasses import dataclass
 
 import numpy as np
