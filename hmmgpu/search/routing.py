@@ -136,23 +136,13 @@ def start_gpu_early(run, source: str, fmt: str | None, model_lengths) -> Cascade
 
     if not cuda_driver_present():
         return None
-    return gpu_processes(run, None, lambda d: device_backend(run, d, source=(source, fmt), lengths=model_lengths))
-
-
-def gpu_processes(run, db, start) -> CascadeBackend:
-    """The GPU processes of a search (``start``: a device id -> its started GPU process): one on
-    each GPU that ``--devices`` names (or on ``--device``), and with hmmgpu's own post-filter
-    :data:`~hmmgpu.gpu.runtime.tuning.OWN_POSTFILTER_PROCESSES_PER_GPU` on each, joined by a
-    :class:`~hmmgpu.search.multidevice.MultiDeviceBackend` over ``db`` where more than one."""
-    from hmmgpu.gpu.runtime import tuning
-
-    ids = device_ids(run) or (run.device,)
-    per = tuning.OWN_POSTFILTER_PROCESSES_PER_GPU if run.postfilter == "hmmgpu" else 1
-    if len(ids) * per == 1:
-        return start(ids[0])
+    ids = device_ids(run)
+    if ids is None or len(ids) == 1:
+        return device_backend(run, run.device if ids is None else ids[0], source=(source, fmt), lengths=model_lengths)
     from hmmgpu.search.multidevice import MultiDeviceBackend
 
-    return MultiDeviceBackend(db, {(d if per == 1 else f"{d}.{k}"): start(d) for d in ids for k in range(per)})
+    return MultiDeviceBackend(None, {d: device_backend(run, d, source=(source, fmt), lengths=model_lengths)
+                                     for d in ids})
 
 
 def device_backend(run, device: int, db=None, *, source: tuple | None = None, lengths=None,
@@ -357,7 +347,12 @@ def _cuda(run, db, gpu_process: bool, started) -> CascadeBackend:
         if started is not None:
             started.attach(db)
             return started
-        return gpu_processes(run, db, lambda d: device_backend(run, d, db))
+        ids = device_ids(run)
+        if ids is None or len(ids) == 1:
+            return device_backend(run, run.device if ids is None else ids[0], db)
+        from hmmgpu.search.multidevice import MultiDeviceBackend
+
+        return MultiDeviceBackend(db, {d: device_backend(run, d, db) for d in ids})
     from hmmgpu.gpu.backend import CudaBackend
 
     return CudaBackend(db, lanes=run.lanes, device=run.device)

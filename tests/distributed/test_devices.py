@@ -72,28 +72,6 @@ def test_two_devices_write_what_one_writes_and_hmmsearch(tmp_path, capsys, two_d
                 assert without_tail(ours[name]) == without_tail((tmp_path / f"ref.{name}").read_bytes()), name
 
 
-def test_own_postfilter_processes_per_gpu(tmp_path, capsys, monkeypatch, two_devices):
-    """With hmmgpu's own post-filter, OWN_POSTFILTER_PROCESSES_PER_GPU processes on the GPU
-    (here two on GPU 1) share the models as several GPUs do, and write what one writes."""
-    from hmmgpu.gpu.runtime import tuning
-
-    args = ["--backend", "cuda", "--postfilter", "hmmgpu", "--devices", "1", "--cpu", "2", str(MODELS),
-            str(PROTEOME)]
-    code, err, one = _search(tmp_path / "one", args, capsys)
-    assert code == 0, err
-    assert sorted(two_devices) == [1] and len(two_devices[1]) == 1
-    monkeypatch.setattr(tuning, "OWN_POSTFILTER_PROCESSES_PER_GPU", 2)
-    code, err, ours = _search(tmp_path / "two", args, capsys)
-    assert code == 0, err
-    assert "on 2 devices (ids 1.0,1.1)" in err
-    assert len(two_devices[1]) == 3
-    for name in OUTPUTS.values():
-        assert _steady(ours[name]) == _steady(one[name]), name
-    code, err, _ = _search(tmp_path / "default", args[:2] + args[4:], capsys)   # pyhmmer's post-filter: one
-    assert code == 0, err
-    assert len(two_devices[1]) == 4
-
-
 def test_api_devices_equal_one_device(two_devices):
     hmms = hmmgpu.read_hmms(MODELS) * 2
     with hmmgpu.Pipeline(str(PROTEOME), backend="cuda", devices=[1, 0], cpus=2) as pipeline:

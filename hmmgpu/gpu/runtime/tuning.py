@@ -82,13 +82,6 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: and each batch then takes longer as more run at once (the statistics' definition_timeline);
 #: four are kept for when that part leaves the interpreter, the kernels being latency-bound.
 DEFINE_THREADS = 4
-#: GPU processes on each GPU with hmmgpu's own post-filter (``--postfilter hmmgpu``;
-#: :func:`hmmgpu.search.routing.gpu_processes`), the models shared among them as among several
-#: GPUs (:class:`~hmmgpu.search.multidevice.MultiDeviceBackend`). A process's definitions'
-#: host part is Python under its interpreter's lock (see DEFINE_THREADS), which leaves the GPU
-#: mostly idle; each process brings an interpreter of its own, and the GPU runs their kernels
-#: one context at a time.
-OWN_POSTFILTER_PROCESSES_PER_GPU = 1
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for the oldest model's result.
 GPU_PROCESS_SWITCH_INTERVAL = 0.001
