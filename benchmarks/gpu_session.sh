@@ -20,7 +20,8 @@
 #   scaling        benchmarks/run.py scaling ${BENCH_SCALING_ARGS}
 #   own            600 Pfam x 29 M on the default route, then with --postfilter hmmgpu (issue 31) twice (empty
 #                  caches, then warm), each under
-#                  py-spy where the profile carried it (the default's with --gil: who holds the interpreter lock),
+#                  py-spy where the profile carried it (the default's with --gil: who holds the interpreter lock;
+#                  the own route's too with OWN_SPY_GIL=1),
 #                  tables, domain tables and reports compared -> own_postfilter_<device>_<date>.log, pyspy_*.txt.gz;
 #                  then once more warm for each setting of OWN_SWEEP ("NAME=VALUE,... NAME=VALUE": constants of
 #                  hmmgpu.gpu.runtime.tuning or dotted module.CONSTANT, set by the session's sitecustomize through
@@ -201,7 +202,7 @@ sys.exit(0 if a == b and a else 1)" ;;
         spy=()
         if command -v py-spy >/dev/null; then
           spy=(py-spy record --subprocesses -r 20 -f raw -o "/tmp/pyspy_${run}.txt")
-          [ "$v" = pyhmmer ] && spy+=(--gil)
+          if [ "$v" = pyhmmer ] || [ -n "${OWN_SPY_GIL:-}" ]; then spy+=(--gil); fi
           spy+=(--)
         fi
         echo "=== $(date +%T) $run: --postfilter $v, commit $HMMGPU_COMMIT"

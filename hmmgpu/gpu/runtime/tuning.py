@@ -81,6 +81,11 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: GPU process's interpreter (py-spy: about 9-10 s of a 25 s run, beside the filters' loop),
 #: and each batch then takes longer as more run at once (the statistics' definition_timeline);
 #: four are kept for when that part leaves the interpreter, the kernels being latency-bound.
+#: Several GPU processes on the one GPU, each with an interpreter of its own (86a3ca9, reverted),
+#: were slower still: 2, 4 and 8 processes 34.5, 35.4 and 36.2 s against one's 25.6 s (same
+#: session): the GPU runs one process's context at a time, and each process's latency-bound
+#: launches then waited for the others' (a process's Forward gate kernel took 6.3 s for a
+#: quarter of the models, against 2.2 s for all of them in one process).
 DEFINE_THREADS = 4
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for the oldest model's result.
