@@ -91,6 +91,7 @@ class CudaBackend(FilterBackend):
                 details["ensemble_regions"] = dict({k: round(v, 2) for k, v in self.gpu.ensemble_counts.items()},
                                                    step_cost=round(self.gpu.ensemble_step_cost(), 1))
                 details["definition_timeline"] = list(self.gpu.definition_timeline)
+                details["host_code"] = dict(self.gpu.host_code_times)
         return details
 
     def close(self, wait: bool = True) -> None:

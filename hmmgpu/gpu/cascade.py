@@ -427,6 +427,9 @@ class GpuCascade:
         #: set once that thread has also compiled (or loaded) the CPU code of the definitions'
         #: host part (:func:`hmmgpu.gpu.domaindef.compile_host_code`)
         self._host_code_ready = threading.Event()
+        #: when that thread's steps ended (:meth:`clock`): ``kernels``, ``aside`` (and whether
+        #: every child compiled: ``aside_ok``), ``ready``
+        self.host_code_times: dict = {}
         self._definer: ThreadPoolExecutor | None = None  #: :meth:`definer`, once a model needs it
         #: each definer thread's stream of domain definition's launches (:meth:`_definition_stream`)
         self._definition_streams = threading.local()
@@ -573,11 +576,14 @@ class GpuCascade:
         try:
             with self._simulated:
                 load_kernels(self.device)
-            compile_host_code_aside()
+            self.host_code_times["kernels"] = round(self.clock(), 2)
+            self.host_code_times["aside_ok"] = compile_host_code_aside()
+            self.host_code_times["aside"] = round(self.clock(), 2)
             compile_host_code()
         except Exception:  # noqa: BLE001 - only ahead of time: the stages' own calls raise the same error
             pass
         finally:
+            self.host_code_times["ready"] = round(self.clock(), 2)
             self._host_code_ready.set()
 
     def clock(self) -> float:

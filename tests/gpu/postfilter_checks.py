@@ -182,7 +182,8 @@ def check_engine(backend, db, hmms, **options) -> list:
         raise AssertionError(f"the post-filter used no decoding or no definition of the GPU: {p}")
     return rows + [("engine", dict(hits=hits, **{k: p[k] for k in ("passed", "host", "failed", "decoded_on_gpu",
                                                                   "defined_on_gpu")})),
-                   ("definition seconds", backend.details()["definition_seconds"])]
+                   ("definition seconds", backend.details()["definition_seconds"]),
+                   ("host code", backend.details()["host_code"])]
 
 
 def _rows(path) -> list:
