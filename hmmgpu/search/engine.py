@@ -272,12 +272,9 @@ class EngineStats:
         p = self.postfilter
         passed, host, failed, whole = p["passed"], p["host"], p["failed"], p["whole_tasks"]
         share = 100.0 * host / (passed + host) if passed + host else 0.0
-        declined = (self.backend.get("decoding") or {}).get("declined") if self.backend else None
         return (f"post-filter on hmmgpu's side: {passed} F3 passers done by hmmgpu's code ({p['own_seconds']:.2f} s "
                 f"CPU), {host} targets sent to pyhmmer's pipeline (exactness flags; on the GPU route, passers the GPU did "
                 f"not decode or defined with a flag raised) ({share:.2f}% of both)"
-                + (f", {declined} of them passers the GPU process declined (its definitions' backlog full)"
-                   if declined else "")
                 + (f", {failed} undecided targets failed F3" if failed else "")
                 + (f"; {whole} targets of whole tasks on pyhmmer's pipeline (--seed 0, or a model the flags do "
                    "not cover)" if whole else "")
