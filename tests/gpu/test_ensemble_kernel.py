@@ -94,8 +94,10 @@ def test_ensemble_kernel_under_simulator(tmp_path):
 
 def test_split_by_cost_moves_the_longest_regions_while_it_pays():
     """The cost model of the kernel/CPU split: the long tail moves to the CPU, longest first,
-    until the pool's share passes the kernel's; regions of one length stay on the kernel (moving
-    one would not shorten the launch); no threads, nothing moves."""
+    until the pool's share passes the kernel's; regions of one length move together or stay on
+    the kernel together (moving one would not shorten the launch: a database holding a protein
+    several times, as the 116 M residue benchmark's four copies, has its longest regions so, and
+    moving them one at a time once left every region to the kernel); no threads, nothing moves."""
     from hmmgpu.gpu.ensemble.stages import split_by_cost
 
     lengths = [300] * 500 + [5000, 2000, 900]
@@ -104,6 +106,9 @@ def test_split_by_cost_moves_the_longest_regions_while_it_pays():
     assert split_by_cost([100, 5000], 1, 24) == [1]
     assert split_by_cost([100, 5000], 1, 0.01) == []   # a kernel step as cheap as the reference's: nothing moves
     assert split_by_cost(lengths, 0, 24) == []
+    copies = [300] * 500 + [5000] * 4 + [2000] * 4
+    assert split_by_cost(copies, 8, 24) == [500, 501, 502, 503, 504, 505, 506, 507]
+    assert split_by_cost([5000] * 4 + [300] * 500, 8, 24) == [0, 1, 2, 3]
 
 
 @pytest.mark.gpu

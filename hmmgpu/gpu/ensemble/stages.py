@@ -61,20 +61,25 @@ __all__ = ["measured_step_cost", "region_ensembles", "split_by_cost"]
 
 def split_by_cost(lengths, threads: int, step_cost: float) -> list:
     """The regions (indices into ``lengths``, their residues) the CPU reference samples in
-    ``threads`` threads while the kernel samples the others, longest first: each moves while
-    that lowers ``max(residues moved / threads, step_cost x the longest region left)`` (an
-    equal length left changes nothing, so it stays). None without threads."""
+    ``threads`` threads while the kernel samples the others, longest first: the regions of
+    one length move together (moving one of them would leave the launch as long), each such
+    group while that lowers ``max(residues moved / threads, step_cost x the longest region
+    left)``. None without threads."""
     if threads <= 0:
         return []
     order = sorted(range(len(lengths)), key=lambda k: -lengths[k])
-    moved, total = [], 0
-    for n, k in enumerate(order):
-        left = lengths[order[n + 1]] if n + 1 < len(order) else 0
-        before = max(total / threads, step_cost * lengths[k])
-        if max((total + lengths[k]) / threads, step_cost * left) >= before:
+    moved, total, n = [], 0, 0
+    while n < len(order):
+        length = lengths[order[n]]
+        end = n
+        while end < len(order) and lengths[order[end]] == length:
+            end += 1
+        left = lengths[order[end]] if end < len(order) else 0
+        if max((total + (end - n) * length) / threads, step_cost * left) >= max(total / threads, step_cost * length):
             break
-        moved.append(k)
-        total += lengths[k]
+        moved += order[n:end]
+        total += (end - n) * length
+        n = end
     return moved
 
 

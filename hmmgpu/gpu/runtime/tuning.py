@@ -85,7 +85,16 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: were slower still: 2, 4 and 8 processes 34.5, 35.4 and 36.2 s against one's 25.6 s (same
 #: session): the GPU runs one process's context at a time, and each process's latency-bound
 #: launches then waited for the others' (a process's Forward gate kernel took 6.3 s for a
-#: quarter of the models, against 2.2 s for all of them in one process).
+#: quarter of the models, against 2.2 s for all of them in one process). Nor did sharing the
+#: passers with pyhmmer's threads pay (e2e6204, reverted: a gate batch declined, its passers to
+#: pyhmmer, while the GPU process held more than a budget of passers not yet defined): 17.9 to
+#: 19.5 s (29 M, budgets 1,500 to 10,000) and 28.7 to 29.3 s (116 M) against the default
+#: route's 7.7 and 18.7 s in the same session, every output equal: a batch the GPU process
+#: takes is defined seconds later (its 3,178 passers in 4.3 s), and the models it holds keep
+#: the post-filter's threads waiting (65-76% busy at 116 M, against 97%). A py-spy --gil
+#: profile of the same session's warm run puts the interpreter's lock at about 14 s of its
+#: 25.5 s: not saturated, so the batches' latency (kernels waiting for each other and for
+#: the filters' on the one GPU, and the host's part between them) is the limit.
 DEFINE_THREADS = 4
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for the oldest model's result.
