@@ -92,6 +92,10 @@ from hmmgpu.gpu.vit.source import STATUS_UNCERTAIN, TRANSITION_ROWS
 SLOTS = 8
 #: The gate batches :attr:`GpuCascade.definition_timeline` records at most.
 TIMELINE_BATCHES = 64
+#: The step seconds of a batch's definitions in :attr:`GpuCascade.definition_timeline`, in order
+#: (:attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds`, and the ensemble kernel's launches' wall
+#: time inside ``ensembles``)
+TIMELINE_STEPS = ("matrices", "ensembles", "ensemble_kernel", "decoding", "finish")
 #: Counter array of one slot: the MSV kernel's counters, then the Viterbi work-list count
 #: and the Viterbi kernel's work counter.
 _VIT_LIST = len(MsvCounter)
@@ -347,14 +351,16 @@ class _DecodingStep:
         for here, outside the gate's lock, which the filters' thread takes to launch gates)."""
         self._batch.wait()
         self.times.append(self._cascade.clock())
-        answers = self._define_all()
+        steps = {}
+        answers = self._define_all(steps)
         self.times.append(self._cascade.clock())
         self._cascade.add_timeline(self.times, sum(len(rest) + (0 if defined is None else len(defined))
-                                                   for rest, defined in answers))
+                                                   for rest, defined in answers), steps)
         return answers
 
-    def _define_all(self) -> list:
-        """Every job's (decoded, defined): its passers the kernels did not flag, defined."""
+    def _define_all(self, steps: dict) -> list:
+        """Every job's (decoded, defined): its passers the kernels did not flag, defined
+        (``steps``: their definitions' step seconds, :meth:`GpuCascade.define_domains_of`)."""
         from hmmgpu.stages.decoded import DecodedTargets
         from hmmgpu.stages.forward import STATUS_UNSURE
 
@@ -373,7 +379,7 @@ class _DecodingStep:
                                                              [dec.btot[k] for k in keep],
                                                              [dec.etot[k] for k in keep])))
             unsure.append(int(got.indices.size) - len(keep))
-        answers = cascade.define_domains_of(work)
+        answers = cascade.define_domains_of(work, steps)
         for (decoded, defined), (_, _, sent), host in zip(answers, work, unsure):
             cascade._count_decoded(len(sent), host, decoded.nbytes + (defined.nbytes if defined is not None else 0),
                                    len(defined) if defined is not None else 0)
@@ -436,8 +442,9 @@ class GpuCascade:
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         self._started = time.perf_counter()  #: :meth:`clock`'s zero
         #: hmmgpu's own post-filter: each gate batch's (gate launched, decodings launched, decoded,
-        #: defined) on :meth:`clock`, and its passers decoded, in the order their definitions ended
-        #: (:meth:`add_timeline`)
+        #: defined) on :meth:`clock`, its passers decoded, then its definitions' step seconds
+        #: (matrices, ensembles, the ensemble kernel's, decoding, finish: :data:`TIMELINE_STEPS`),
+        #: in the order their definitions ended (:meth:`add_timeline`)
         self.definition_timeline: list = []
         #: the host's side of the cascade (``define``: domain definition of the F3 passers, its
         #: kernels' waits included, with hmmgpu's own post-filter)
@@ -590,12 +597,14 @@ class GpuCascade:
         """Seconds since the cascade was made."""
         return time.perf_counter() - self._started
 
-    def add_timeline(self, times: list, passers: int) -> None:
-        """Record a gate batch's times and passers in :attr:`definition_timeline` (the first
-        :data:`TIMELINE_BATCHES` batches whose definitions end: the statistics stay one line)."""
+    def add_timeline(self, times: list, passers: int, steps: dict) -> None:
+        """Record a gate batch's times, passers and definitions' ``steps`` seconds in
+        :attr:`definition_timeline` (the first :data:`TIMELINE_BATCHES` batches whose
+        definitions end: the statistics stay one line)."""
         with self._lock:
             if len(self.definition_timeline) < TIMELINE_BATCHES:
-                self.definition_timeline.append([round(t, 2) for t in times] + [int(passers)])
+                self.definition_timeline.append([round(t, 2) for t in times] + [int(passers)]
+                                                + [round(steps.get(name, 0.0), 2) for name in TIMELINE_STEPS])
 
     def definer(self) -> ThreadPoolExecutor:
         """The threads that define the decoded passers of the gate batches
@@ -625,13 +634,14 @@ class GpuCascade:
             measured = measured_step_cost(self.ensemble_counts)
         return tuning.ENSEMBLE_GPU_STEP_COST if measured is None else measured
 
-    def define_domains_of(self, work) -> list:
+    def define_domains_of(self, work, steps: dict | None = None) -> list:
         """Domain definition of several models' decoded passers with the GPU's stages
         (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`), all at once: ``work`` (tables, the
         search's ``--seed``, decoded) triples; a (decodings sent, definitions sent or None) pair
         each, as :func:`~hmmgpu.stages.defined.split_defined_grouped` splits them. None defined
         with ``--seed 0`` (the post-filter stage then leaves the model's tasks to pyhmmer's
-        pipeline)."""
+        pipeline). ``steps``, if given, gets these definitions' step seconds added (those of
+        :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds`, and ``ensemble_kernel``)."""
         answers = [(decoded, None) for _, _, decoded in work]
         chosen = [m for m, (_, seed, decoded) in enumerate(work) if len(decoded) and seed != 0]
         if not chosen:
@@ -659,6 +669,11 @@ class GpuCascade:
                 for total, part in ((self.define_seconds, s.seconds), (self.ensemble_counts, s.ensemble_counts)):
                     for name, value in part.items():
                         total[name] = total.get(name, 0) + value
+        if steps is not None:
+            for s in stages:
+                for name, value in s.seconds.items():
+                    steps[name] = steps.get(name, 0.0) + value
+                steps["ensemble_kernel"] = steps.get("ensemble_kernel", 0.0) + s.ensemble_counts["kernel_seconds"]
         return answers
 
     def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:

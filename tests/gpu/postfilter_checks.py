@@ -183,7 +183,17 @@ def check_engine(backend, db, hmms, **options) -> list:
     return rows + [("engine", dict(hits=hits, **{k: p[k] for k in ("passed", "host", "failed", "decoded_on_gpu",
                                                                   "defined_on_gpu")})),
                    ("definition seconds", backend.details()["definition_seconds"]),
+                   ("definition timeline", _timeline(backend.details()["definition_timeline"])),
                    ("host code", backend.details()["host_code"])]
+
+
+def _timeline(entries: list) -> dict:
+    """The backend's ``definition_timeline`` in brief: its entries' widths, their passers, and
+    their definitions' seconds summed by step (:data:`hmmgpu.gpu.cascade.TIMELINE_STEPS`)."""
+    from hmmgpu.gpu.cascade import TIMELINE_STEPS
+
+    return dict(widths=sorted({len(e) for e in entries}), passers=sum(e[4] for e in entries),
+                **{name: round(sum(e[5 + n] for e in entries), 3) for n, name in enumerate(TIMELINE_STEPS)})
 
 
 def _rows(path) -> list:

@@ -36,6 +36,9 @@ def _assert_rows(rows: dict, models: list) -> None:
     assert engine["host"] >= sum(got["left_to_host"] + got["decoded"] - got["defined"] for got in decodings)
     steps = rows["definition seconds"]   # the backend's statistics time domain definition's steps
     assert set(steps) == {"matrices", "ensembles", "decoding", "finish"} and steps["matrices"] > 0 < steps["decoding"]
+    timeline = rows["definition timeline"]   # each batch: 4 times, its passers, 5 step seconds
+    assert timeline["widths"] == [10] and timeline["passers"] == engine["decoded_on_gpu"]
+    assert timeline["matrices"] > 0 < timeline["decoding"]
     if "command line" in rows:   # the GPU run (under the simulator the GPU process's route costs minutes)
         assert rows["command line"]["decoded_on_gpu"] == engine["decoded_on_gpu"]
         assert rows["command line"]["defined_on_gpu"] == engine["defined_on_gpu"]
