@@ -166,6 +166,7 @@ def _serve(conn: Connection) -> None:
                 elif kind == "stats":
                     _drain(conn, backend, pending, gating)
                     details = dict(backend.details(), startup={k: round(v, 3) for k, v in startup.items()},
+                                   process_cpu_seconds=round(time.process_time(), 3),
                                    numba_imported="numba" in sys.modules,
                                    numba_cuda_imported="numba.cuda" in sys.modules)
                     conn.send(("stats", details, backend.gpu_seconds()))

@@ -182,7 +182,9 @@ class EngineStats:
     gpu_seconds: float = 0.0  #: time the GPU was busy with the filter kernels (CUDA events)
     forward_seconds: float = 0.0  #: busy time of the workers in pyhmmer's stage after hmmgpu's filters
     pipeline_seconds: float = 0.0  #: busy time of the workers in pyhmmer's whole pipeline (unfiltered)
-    #: CPU time of each stage's threads (busy time less the waits for the GIL and the GPU)
+    #: CPU time of each stage's threads (busy time less the waits for the GIL and the GPU), and
+    #: ``gpu_processes``: the whole of the GPU processes' (their filters' loop, and with
+    #: ``--postfilter hmmgpu`` the definitions' host part and CPU sampler)
     cpu_seconds: dict = field(default_factory=lambda: dict(prepare=0.0, filter=0.0, workers=0.0))
     tasks: int = 0
     filtered_queries: int = 0  #: models through the backend's filters
@@ -468,6 +470,9 @@ class SearchEngine:
             self.stats.wall_seconds = time.perf_counter() - start
             self.stats.gpu_seconds = getattr(self.backend, "gpu_seconds", lambda: 0.0)()
             self.stats.backend = self.backend.details()
+            gpu_processes = gpu_process_cpu_seconds(self.stats.backend)
+            if gpu_processes is not None:
+                self.stats.cpu_seconds["gpu_processes"] = gpu_processes
             self.stats.description = self.backend.description
             self.stats.postfilter = self.forward.details()
 
@@ -710,6 +715,15 @@ class SearchEngine:
             if not interrupted():   # a process stopped by a signal need not wait for the tasks under way
                 for t in threads:   # none is left behind (the stages' queues give way once stopped)
                     t.join()
+
+
+def gpu_process_cpu_seconds(details: dict) -> float | None:
+    """The CPU time of the GPU processes whose statistics ``details`` holds (a backend's
+    :meth:`details`: one GPU process's, or several devices' under their names), all their
+    threads; None where no GPU process ran (the CPU route, a CUDA backend in this process)."""
+    found = [part["process_cpu_seconds"] for part in [details, *details.values()]
+             if isinstance(part, dict) and "process_cpu_seconds" in part]
+    return sum(found) if found else None
 
 
 def post_filter_stage(name: str) -> type:

@@ -935,3 +935,15 @@ def test_forward_gate_line_gives_the_forward_kernels_gcups():
     assert "9 Viterbi-filter survivors, 5 failed F3" in line
     assert line.endswith("Forward kernel 2000.0 ms, 2000.0 GCUPS (model length x residues it ran)"), line
     assert "GCUPS" not in EngineStats(forward_gate=dict(passed=1, failed=0, unsure=0)).forward_gate_line()
+
+
+def test_gpu_process_cpu_time_joins_the_run_statistics():
+    """The GPU processes' CPU time (their statistics' ``process_cpu_seconds``) is the CPU time
+    line's ``gpu_processes``: one process's, several devices' summed, none on the CPU route."""
+    from hmmgpu.search.engine import gpu_process_cpu_seconds
+
+    assert gpu_process_cpu_seconds({"kernel_ms": {}, "process_cpu_seconds": 12.5}) == 12.5
+    assert gpu_process_cpu_seconds({"device 0": {"models": 3, "process_cpu_seconds": 2.0},
+                                    "device 1": {"models": 4, "process_cpu_seconds": 3.5}}) == 5.5
+    assert gpu_process_cpu_seconds({"kernel_ms": {"msv": 1.0}}) is None
+    assert gpu_process_cpu_seconds({}) is None
