@@ -68,7 +68,12 @@ DOMAINDEF_BATCH_BYTES = 1 << 30
 #: reference in this many threads of the GPU process while the kernel runs on the others
 #: (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`), and a step of the kernel's thread is taken
 #: to cost this many of the reference's (residues of a region being its steps on both sides).
-ENSEMBLE_CPU_THREADS = 8
+#: Measured (600 Pfam x 29 M, one H200, warm, one session at e49f04b, outputs equal): 8 threads
+#: 23.5 s with 45.3 s of the GPU process's CPU time, 2 threads 22.1 s with 30.0 s, none (the
+#: kernel samples every region it can) 22.4 s with 24.6 s; at 116 M, 3,471 regions on 8
+#: threads cost 105 s of CPU and no wall time (81.7 s against 77.5 s with none, pyhmmer 7%
+#: slower in the first session too). The launches' length is not what sets the pace.
+ENSEMBLE_CPU_THREADS = 2
 ENSEMBLE_GPU_STEP_COST = 24
 #: Threads of the GPU process that define gate batches' decoded passers at the same time
 #: (:meth:`hmmgpu.gpu.cascade.GpuCascade.definer`), each launching on a stream of its own:
