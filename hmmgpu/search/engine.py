@@ -218,7 +218,7 @@ class EngineStats:
         for totals, part in ((self.cpu_seconds, other.cpu_seconds), (self.targets, other.targets),
                              (self.forward_gate, other.forward_gate)):
             for key, value in part.items():
-                totals[key] += value
+                totals[key] = totals.get(key, 0) + value   # (a part's GPU processes: cpu_seconds' gpu_processes)
         for key, value in other.postfilter.items():
             self.postfilter[key] = self.postfilter.get(key, 0) + value
 

@@ -947,3 +947,10 @@ def test_gpu_process_cpu_time_joins_the_run_statistics():
                                     "device 1": {"models": 4, "process_cpu_seconds": 3.5}}) == 5.5
     assert gpu_process_cpu_seconds({"kernel_ms": {"msv": 1.0}}) is None
     assert gpu_process_cpu_seconds({}) is None
+    from hmmgpu.search.engine import EngineStats
+
+    total, part = EngineStats(), EngineStats()   # a part's statistics (a worker process's) add up, GPU processes too
+    part.cpu_seconds.update(workers=2.0, gpu_processes=3.0)
+    total.add(part)
+    total.add(part)
+    assert total.cpu_seconds["workers"] == 4.0 and total.cpu_seconds["gpu_processes"] == 6.0
