@@ -72,7 +72,7 @@ DOMAINDEF_BATCH_BYTES = 1 << 30
 #: 23.5 s with 45.3 s of the GPU process's CPU time, 2 threads 22.1 s with 30.0 s, none (the
 #: kernel samples every region it can) 22.4 s with 24.6 s; at 116 M, 3,471 regions on 8
 #: threads cost 105 s of CPU and no wall time (81.7 s against 77.5 s with none, pyhmmer 7%
-#: slower in the first session too). The launches' length is not what sets the pace.
+#: slower in the first session too): the regions the CPU takes do not shorten the run.
 ENSEMBLE_CPU_THREADS = 2
 ENSEMBLE_GPU_STEP_COST = 24
 #: Threads of the GPU process that define gate batches' decoded passers at the same time
@@ -82,11 +82,9 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: host's part of one batch runs while another's kernels do. Measured (600 Pfam x 29 M, one
 #: H200, warm, the same session each pair): 4 threads 32.1, 27.6, 25.5, 23.9 s against 1 thread
 #: 30.4, 25.8, 23.4, 23.9 s (4e19d9b, 9c49627, 9c55c5f, 9fea915), 8 threads 31.5, 30.8, 22.3 s,
-#: 2 threads 24.8 s: no gain from more threads. The definitions' host part is Python in the
-#: GPU process's interpreter (py-spy: about 9-10 s of a 25 s run, beside the filters' loop),
-#: and each batch then takes longer as more run at once (the statistics' definition_timeline);
-#: four are kept for when that part leaves the interpreter, the kernels being latency-bound.
-#: Several GPU processes on the one GPU, each with an interpreter of its own (86a3ca9, reverted),
+#: 2 threads 24.8 s, and 1 thread 23.1 s against 4 threads 25.1 s (8c6e1c9): no gain from more
+#: threads, each step of a batch taking about twice as long with four at once (the statistics'
+#: definition_timeline). Several GPU processes on the one GPU, each with an interpreter of its own (86a3ca9, reverted),
 #: were slower still: 2, 4 and 8 processes 34.5, 35.4 and 36.2 s against one's 25.6 s (same
 #: session): the GPU runs one process's context at a time, and each process's latency-bound
 #: launches then waited for the others' (a process's Forward gate kernel took 6.3 s for a
@@ -99,7 +97,8 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: the post-filter's threads waiting (65-76% busy at 116 M, against 97%). A py-spy --gil
 #: profile of the same session's warm run puts the interpreter's lock at about 14 s of its
 #: 25.5 s: not saturated, so the batches' latency (kernels waiting for each other and for
-#: the filters' on the one GPU, and the host's part between them) is the limit.
+#: the filters' on the one GPU, and the host's part between them) is the limit. Four are kept
+#: (within the runs' noise of one) for the kernels that give an item more threads.
 DEFINE_THREADS = 4
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for the oldest model's result.
