@@ -97,8 +97,10 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: the post-filter's threads waiting (65-76% busy at 116 M, against 97%). A py-spy --gil
 #: profile of the same session's warm run puts the interpreter's lock at about 14 s of its
 #: 25.5 s: not saturated, so the batches' latency (kernels waiting for each other and for
-#: the filters' on the one GPU, and the host's part between them) is the limit. Four are kept
-#: (within the runs' noise of one) for the kernels that give an item more threads.
+#: the filters' on the one GPU, and the host's part between them) is the limit. One thread was
+#: as fast as four or up to 2 s faster in each of the five paired sessions, all with eight
+#: ensemble CPU threads; four stay, the setting measured with two of those (22.1 s, e49f04b),
+#: until one is measured with them.
 DEFINE_THREADS = 4
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for the oldest model's result.
