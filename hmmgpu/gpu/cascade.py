@@ -271,6 +271,12 @@ class GateTicket:
         return self._done
 
 
+def _add_into(total: dict, part: dict) -> None:
+    """Add each value of ``part`` to ``total``'s of the same name (0 where it has none)."""
+    for name, value in part.items():
+        total[name] = total.get(name, 0) + value
+
+
 def _passers(decided: CascadeResult) -> np.ndarray:
     """The targets the gate passed (its survivors less those it left undecided), sorted."""
     survivors, gate = decided.survivors, decided.forward
@@ -640,7 +646,7 @@ class GpuCascade:
         search's ``--seed``, decoded) triples; a (decodings sent, definitions sent or None) pair
         each, as :func:`~hmmgpu.stages.defined.split_defined_grouped` splits them. None defined
         with ``--seed 0`` (the post-filter stage then leaves the model's tasks to pyhmmer's
-        pipeline). ``steps``, if given, gets these definitions' step seconds added (those of
+        pipeline). ``steps``, if given, gets these definitions' step seconds (those of
         :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds`, and ``ensemble_kernel``)."""
         answers = [(decoded, None) for _, _, decoded in work]
         chosen = [m for m, (_, seed, decoded) in enumerate(work) if len(decoded) and seed != 0]
@@ -662,18 +668,17 @@ class GpuCascade:
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes)
         for m, (defined, rest) in zip(chosen, split):
             answers[m] = (rest, defined)
+        seconds, counts = {}, {}   # this batch's, over its models' stages
+        for s in stages:
+            _add_into(seconds, s.seconds)
+            _add_into(counts, s.ensemble_counts)
         with self._lock:
             self.decoding_counts["batches"] += 1
             self.host_seconds["define"] += time.perf_counter() - clock
-            for s in stages:
-                for total, part in ((self.define_seconds, s.seconds), (self.ensemble_counts, s.ensemble_counts)):
-                    for name, value in part.items():
-                        total[name] = total.get(name, 0) + value
+            _add_into(self.define_seconds, seconds)
+            _add_into(self.ensemble_counts, counts)
         if steps is not None:
-            for s in stages:
-                for name, value in s.seconds.items():
-                    steps[name] = steps.get(name, 0.0) + value
-                steps["ensemble_kernel"] = steps.get("ensemble_kernel", 0.0) + s.ensemble_counts["kernel_seconds"]
+            steps.update(seconds, ensemble_kernel=counts["kernel_seconds"])
         return answers
 
     def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:

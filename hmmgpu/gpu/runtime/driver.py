@@ -123,23 +123,14 @@ class _Memory:
         self.context = context
 
 
-def _free(function: str, context, handle) -> None:
+def _free(function: str, context, handle, stream=None) -> None:
     """A finalizer: free ``handle`` with ``function`` in ``context`` (errors ignored: the
-    process may be ending)."""
+    process may be ending); with a ``stream`` (a stream-ordered allocation, kept alive until
+    then), on that stream, after the work queued there, which is all the work that used it."""
     lib = libcuda.load()
     if lib.cuCtxPushCurrent_v2(context) != 0:
         return
-    getattr(lib, function)(handle)
-    lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
-
-
-def _free_async(context, handle, stream) -> None:
-    """A finalizer: free the stream-ordered allocation ``handle`` on ``stream`` (after the work
-    queued there, which is all the work that used it), errors ignored as in :func:`_free`."""
-    lib = libcuda.load()
-    if lib.cuCtxPushCurrent_v2(context) != 0:
-        return
-    lib.cuMemFreeAsync(handle, stream.handle)
+    getattr(lib, function)(handle, *(() if stream is None else (stream.handle,)))
     lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
 
 
@@ -366,7 +357,7 @@ class DriverRuntime:
         with self.activate():
             if stream is not None and self.stream_ordered:
                 call("cuMemAllocAsync", ctypes.byref(ptr), nbytes, stream.handle)
-                weakref.finalize(memory, _free_async, self.context, ptr.value, stream).atexit = False
+                weakref.finalize(memory, _free, "cuMemFreeAsync", self.context, ptr.value, stream).atexit = False
             else:
                 call("cuMemAlloc_v2", ctypes.byref(ptr), nbytes)
                 weakref.finalize(memory, _free, "cuMemFree_v2", self.context, ptr.value).atexit = False
