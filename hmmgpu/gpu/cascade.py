@@ -298,6 +298,7 @@ class _DecodingStep:
         self._batch = None  #: the decodings' batch (None: no member had a passer)
         self._job = {}  #: id(member) -> its job in the batch
         self._models = []  #: each job's model: (its tables, the search's --seed)
+        self._taken = 0  #: the passers this step holds of the definitions' backlog (:meth:`GpuCascade.take_definitions`)
         #: the future of each job's (decoded, defined), every member defined in the definer's thread
         self._answers = None
         self._lock = threading.Lock()
@@ -319,14 +320,17 @@ class _DecodingStep:
         from hmmgpu.gpu.fwdback.launch import ForwardJob
 
         jobs = []
-        for member in self.members:
-            passers = _passers(member.decided())
+        cascade = self._cascade
+        chosen = [(member, _passers(member.decided())) for member in self.members]
+        self._taken = sum(int(passers.size) for _, passers in chosen)
+        if self._taken and not cascade.take_definitions(self._taken):
+            chosen, self._taken = [], 0   # declined: each member's passers go to pyhmmer's pipeline
+        for member, passers in chosen:
             if passers.size:
                 self._job[id(member)] = len(jobs)
                 jobs.append(ForwardJob(member.tables, passers))
                 self._models.append((member.tables, member.options.seed))
         self.members = []  # no longer needed, and no cycle left between the tickets and their step
-        cascade = self._cascade
         if jobs:
             with cascade._forward_lock, cascade._simulated:
                 self._batch = cascade._stage().launch(jobs, decoding=True)
@@ -355,11 +359,14 @@ class _DecodingStep:
     def _define_when_decoded(self) -> list:
         """The definer's task: :meth:`_define_all` once the decodings' kernels are done (waited
         for here, outside the gate's lock, which the filters' thread takes to launch gates)."""
-        self._batch.wait()
-        self.times.append(self._cascade.clock())
         steps = {}
-        answers = self._define_all(steps)
-        self.times.append(self._cascade.clock())
+        try:
+            self._batch.wait()
+            self.times.append(self._cascade.clock())
+            answers = self._define_all(steps)
+            self.times.append(self._cascade.clock())
+        finally:
+            self._cascade.release_definitions(self._taken)
         self._cascade.add_timeline(self.times, sum(len(rest) + (0 if defined is None else len(defined))
                                                    for rest, defined in answers), steps)
         return answers
@@ -410,9 +417,11 @@ class GpuCascade:
         self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0, forward=0.0)
         #: hmmgpu's own post-filter only: the F3 passers' parsers and decodings (:class:`_DecodingStep`),
         #: their kernel time, how many the kernels decoded or left to the host, the bytes of the
-        #: decodings sent with the results, and the gate batches whose passers were defined
+        #: decodings sent with the results, the gate batches whose passers were defined, and the
+        #: passers declined for want of room (:meth:`take_definitions`)
         self.decoding_ms = 0.0
-        self.decoding_counts = dict(decoded=0, host=0, bytes=0, defined=0, batches=0)
+        self.decoding_counts = dict(decoded=0, host=0, bytes=0, defined=0, batches=0, declined=0)
+        self._backlog = 0  #: F3 passers taken for decoding and definition here, not yet defined
         #: domain definition's steps in this process, and its clustered regions and those the CPU
         #: reference sampled: the sums of :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds` and
         #: :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.ensemble_counts` (empty before a definition)
@@ -560,6 +569,27 @@ class GpuCascade:
                 self.decoding_ms += kernel_ms
             if span is not None:
                 self._busy.append(span)
+
+    def take_definitions(self, passers: int) -> bool:
+        """Whether a gate batch's ``passers`` F3 passers are decoded and defined here: yes while
+        the passers taken and not yet defined (the definitions' backlog) stay within
+        :data:`~hmmgpu.gpu.runtime.tuning.DEFINE_BACKLOG_PASSERS`, and whenever there are none (a
+        positive budget: the definitions never wait for work); taken, they join the backlog
+        until :meth:`release_definitions`. Declined, they are counted (``declined``) and go, as
+        the passers this process does not decode, to pyhmmer's pipeline in the post-filter's
+        threads, which then share the definitions with this process."""
+        budget = tuning.DEFINE_BACKLOG_PASSERS
+        with self._lock:
+            if self._backlog + passers <= budget or (self._backlog == 0 and budget > 0):
+                self._backlog += passers
+                return True
+            self.decoding_counts["declined"] += passers
+            return False
+
+    def release_definitions(self, passers: int) -> None:
+        """The backlog less ``passers`` taken by :meth:`take_definitions` (their definitions ended)."""
+        with self._lock:
+            self._backlog -= passers
 
     def _count_decoded(self, decoded: int, host: int, nbytes: int, defined: int) -> None:
         with self._lock:

@@ -86,6 +86,12 @@ from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 #: many hits can take ten times an average one), or they run out of work.
 MODELS_IN_FLIGHT_PER_THREAD = 16
 MODELS_IN_FLIGHT_MIN = 64
+#: The same bound with hmmgpu's own post-filter on the GPU (``--postfilter hmmgpu``), whose
+#: models come back seconds after their filters (when their gate batch's domains are defined in
+#: the GPU process): the window must cover the models filtered meanwhile. At 256 (16 threads)
+#: the GPU process's gate batches came one after each definition, the filters waiting for the
+#: window (600 Pfam models x 29 M residues, one H200, c2a5537).
+MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN = 1024
 #: While the backend starts (or is behind, for a small model) and every worker is busy, how
 #: long the submitting thread waits for either to change before it looks again (seconds).
 START_POLL_SECONDS = 0.005
@@ -274,9 +280,12 @@ class EngineStats:
         p = self.postfilter
         passed, host, failed, whole = p["passed"], p["host"], p["failed"], p["whole_tasks"]
         share = 100.0 * host / (passed + host) if passed + host else 0.0
+        declined = (self.backend.get("decoding") or {}).get("declined") if self.backend else None
         return (f"post-filter on hmmgpu's side: {passed} F3 passers done by hmmgpu's code ({p['own_seconds']:.2f} s "
                 f"CPU), {host} targets sent to pyhmmer's pipeline (exactness flags; on the GPU route, passers the GPU did "
                 f"not decode or defined with a flag raised) ({share:.2f}% of both)"
+                + (f", {declined} of them passers the GPU process declined (its definitions' backlog full)"
+                   if declined else "")
                 + (f", {failed} undecided targets failed F3" if failed else "")
                 + (f"; {whole} targets of whole tasks on pyhmmer's pipeline (--seed 0, or a model the flags do "
                    "not cover)" if whole else "")
@@ -328,7 +337,8 @@ class SearchEngine:
         self.backend = backend
         self.ftz = ftz
         self.threads = 0 if options.run.cpus == 0 else options.run.threads
-        self.in_flight = in_flight or max(MODELS_IN_FLIGHT_MIN, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
+        least = MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN if options.run.postfilter == "hmmgpu" else MODELS_IN_FLIGHT_MIN
+        self.in_flight = in_flight or max(least, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
         self.forward = post_filter_stage(options.run.postfilter)(db, options, ftz=ftz, threads=self.threads,
                                                                  model_lengths=model_lengths)
         queries = len(model_lengths) if model_lengths else None

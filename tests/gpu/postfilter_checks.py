@@ -139,11 +139,14 @@ def _check_definitions(hmm, db, tables, passers, decoded, defined, seed: int) ->
     return len(defined)
 
 
-def check_engine(backend, db, hmms, **options) -> list:
+def check_engine(backend, db, hmms, declined: bool = False, **options) -> list:
     """The search engine on ``backend`` (in this process, pyhmmer's IEEE mode) with hmmgpu's own
     post-filter: each model's decodings (:func:`check_decodings`, from the cascade results the
     engine got), and its hits equal pyhmmer's search's (byte for byte, in order; its counts and
-    counters), the stage having used the GPU's decodings. Rows: per model, then the engine's."""
+    counters), the stage having used the GPU's decodings. With ``declined`` (the GPU process
+    declines every gate batch: ``tuning.DEFINE_BACKLOG_PASSERS = 0``) the same hits, the GPU
+    having decoded and defined none, every F3 passer counted declined and sent to pyhmmer's
+    pipeline. Rows: per model, then the engine's."""
     import pyhmmer
 
     from hmmgpu.options import SearchOptions
@@ -165,8 +168,8 @@ def check_engine(backend, db, hmms, **options) -> list:
         results = list(engine.search(hmms))
     finally:
         del backend.submit
-    rows = [(f"decodings {hmm.name}", check_decodings(hmm, db, ticket.result(), opts.seed))
-            for hmm, ticket in zip(hmms, tickets, strict=True)]
+    rows = [] if declined else [(f"decodings {hmm.name}", check_decodings(hmm, db, ticket.result(), opts.seed))
+                                for hmm, ticket in zip(hmms, tickets, strict=True)]
     hits = 0
     for result, hmm in zip(results, hmms, strict=True):
         ours = result.hits.__getstate__()
@@ -178,6 +181,13 @@ def check_engine(backend, db, hmms, **options) -> list:
             raise AssertionError(f"{hmm.name}: the engine's hits or counters differ from pyhmmer's")
         hits += ref["N"]
     p = engine.stats.postfilter
+    if declined:
+        counts = backend.gpu.decoding_counts
+        passers = sum(int(np.setdiff1d(t.result().survivors, t.result().forward.unsure).size) for t in tickets)
+        if p.get("decoded_on_gpu") or p.get("defined_on_gpu") or counts["declined"] != passers or \
+                p["host"] < passers or not passers:
+            raise AssertionError(f"declined passers decoded, defined or not sent to pyhmmer: {p} {counts}")
+        return rows + [("declined", dict(hits=hits, passers=passers, host=p["host"], declined=counts["declined"]))]
     if not p.get("decoded_on_gpu") or not p.get("defined_on_gpu"):
         raise AssertionError(f"the post-filter used no decoding or no definition of the GPU: {p}")
     return rows + [("engine", dict(hits=hits, **{k: p[k] for k in ("passed", "host", "failed", "decoded_on_gpu",
@@ -283,6 +293,24 @@ def simulator_own_postfilter_checks():
         backend.close()
     out.append(("engine seconds", round(time.perf_counter() - clock, 1)))
     return out
+
+
+def simulator_declined_checks():
+    """Under the simulator: :func:`simulator_own_postfilter_checks`' search with the GPU
+    process's definitions' backlog at 0 (``tuning.DEFINE_BACKLOG_PASSERS``): every gate batch
+    declined, its passers on pyhmmer's pipeline, the hits pyhmmer's."""
+    from hmmgpu.formats.seqdb import SequenceDB
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.gpu.runtime import tuning
+
+    hmms = sample_models(["KR"])
+    db = SequenceDB.from_block(sample_targets(hmms, hits=3, misses=2, others=4, max_length=260))
+    tuning.DEFINE_BACKLOG_PASSERS = 0
+    backend = CudaBackend(db)
+    try:
+        return check_engine(backend, db, hmms, declined=True, cpus=2)
+    finally:
+        backend.close()
 
 
 def simulator_decoding_batch_checks():

@@ -58,6 +58,15 @@ def test_own_postfilter_on_the_gpu_route_under_simulator(tmp_path):
     _assert_rows(_simulate("simulator_own_postfilter_checks", tmp_path), ["KR"])
 
 
+def test_declined_passers_go_to_pyhmmer_under_simulator(tmp_path):
+    """The GPU process declining every gate batch (its definitions' backlog at 0): no passer
+    decoded or defined there, every one counted declined and run by pyhmmer's pipeline, the
+    engine's states pyhmmer's."""
+    got = _simulate("simulator_declined_checks", tmp_path)["declined"]
+    assert got["passers"] > 0 and got["declined"] == got["passers"] and got["host"] >= got["passers"]
+    assert got["hits"] > 0
+
+
 def test_decodings_of_several_models_share_a_step_under_simulator(tmp_path):
     """Three sampled models' gates in one batch, their passers decoded in one second launch,
     each model's decodings its own and equal to the references'; a model of the same batch

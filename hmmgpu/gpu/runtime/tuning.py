@@ -102,6 +102,12 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: ensemble CPU threads; four stay, the setting measured with two of those (22.1 s, e49f04b),
 #: until one is measured with them.
 DEFINE_THREADS = 4
+#: F3 passers the GPU process holds for decoding and definition at most (taken and not yet
+#: defined): a gate batch whose passers would go beyond is declined, and pyhmmer's pipeline
+#: runs them in the post-filter's threads (:meth:`hmmgpu.gpu.cascade.GpuCascade.take_definitions`),
+#: so that the GPU's definitions and the CPU's share the work and neither waits for the other.
+#: A batch is taken whenever none are held; 0 declines every batch (pyhmmer's post-filter).
+DEFINE_BACKLOG_PASSERS = 1 << 30
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for the oldest model's result.
 GPU_PROCESS_SWITCH_INTERVAL = 0.001
