@@ -76,7 +76,7 @@ import numpy as np
 from hmmgpu.stages.protocol import CascadeBackend
 from hmmgpu.costs import small_on_average
 from hmmgpu.errors import DeviceUnavailable, HmmgpuError
-from hmmgpu.host import interrupted
+from hmmgpu.host import interrupted, switch_interval
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 
 
@@ -102,6 +102,10 @@ SHARE_BACKLOG = 8
 #: small and get no head start (:meth:`SearchEngine.head_start`) go to pyhmmer's whole
 #: pipeline instead (seconds): longer than a warm start, much shorter than one that compiles.
 REROUTE_AFTER_SECONDS = 1.0
+#: The interpreter's switch interval during a threaded search (seconds; CPython's default is
+#: 0.005): every worker thread's pyhmmer call gives the interpreter's lock up and takes it back
+#: while the other threads run Python (hits made into states, merges, the filters' results).
+SEARCH_SWITCH_INTERVAL = 0.005
 
 
 @dataclass
@@ -475,7 +479,8 @@ class SearchEngine:
             if self.threads == 0:
                 yield from self._search_serial(models)
             else:
-                yield from self._search_threaded(models)
+                with switch_interval(SEARCH_SWITCH_INTERVAL):
+                    yield from self._search_threaded(models)
         finally:
             self.stats.wall_seconds = time.perf_counter() - start
             self.stats.gpu_seconds = getattr(self.backend, "gpu_seconds", lambda: 0.0)()
