@@ -103,19 +103,6 @@ def interrupted() -> bool:
 
 
 @contextlib.contextmanager
-def switch_interval(seconds: float):
-    """The interpreter's switch interval at most ``seconds`` for the duration of a ``with``
-    block (CPython's default is 0.005 s): a thread that lets the interpreter's lock go (a
-    compiled call, a driver call) waits at most that long for it back while another runs Python."""
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(min(interval, seconds))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(interval)
-
-
-@contextlib.contextmanager
 def signals_deferred():
     """Hold a stopping signal received during the block back until the block is over, then
     raise its :class:`Interrupted`. Only the main thread's blocks defer (Python runs signal

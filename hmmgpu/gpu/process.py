@@ -21,10 +21,14 @@ socket pair; it inherits standard error (compile notices). The parent sends, in 
 (``span``: ``(first, end)``, only those targets of a made database: a dask worker's shard), then any number of
 ``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and
 finally ``None``. The child answers ``("ready", description, lanes, (targets, residues))``
-or ``("error", message)`` to the first, and in the order of the requests: ``("done", CascadeResult)`` or
-``("error", message)`` for each model, ``("compiled", n)`` and ``("stats", details, GPU
-seconds)``. Models are queued on the GPU as they arrive, up to the cascade's ring of
-:data:`~hmmgpu.gpu.cascade.SLOTS`; a result goes back as soon as it is finished. With
+or ``("error", message)`` to the first; ``("done", k, CascadeResult)`` or ``("error", k,
+message)`` for the k-th model (counted from 0) as soon as its result is finished, whatever the
+models before it; ``("compiled", n)`` and ``("stats", details, GPU seconds)`` once every model
+sent before the request is answered. Models are queued on the GPU as they arrive, up to the
+cascade's ring of :data:`~hmmgpu.gpu.cascade.SLOTS`. Results go back out of order because
+with hmmgpu's own post-filter a model's result waits seconds for its gate batch's domain
+definitions, and the models of the batches declined to pyhmmer's pipeline
+(:data:`~hmmgpu.gpu.runtime.tuning.DEFINE_BACKLOG_PASSERS`) must not wait for them. With
 hmmgpu's own post-filter (the model's options say ``postfilter="hmmgpu"``) a model's result
 also carries its F3 passers' Forward scores and domain decodings
 (:class:`~hmmgpu.stages.decoded.DecodedTargets`, twelve bytes a residue: about 370 KB a Pfam
@@ -136,8 +140,9 @@ def _serve(conn: Connection) -> None:
     # many short driver calls, which leave the interpreter's lock: a short switch interval lets
     # a thread back in without waiting for another's Python to be interrupted
     sys.setswitchinterval(tuning.GPU_PROCESS_SWITCH_INTERVAL)
-    pending: collections.deque = collections.deque()  # ("model", ticket) or ("error", message)
-    gating: collections.deque = collections.deque()  # ("model", GateTicket) or ("error", message), in order
+    pending: collections.deque = collections.deque()  # (k, "model", ticket) or (k, "error", message)
+    gating: list = []  # (k, "model", GateTicket) or (k, "error", message), oldest first
+    received = 0  # models received
     try:
         while True:
             # take requests while the GPU has room (or must, with nothing in flight) ...
@@ -155,9 +160,11 @@ def _serve(conn: Connection) -> None:
                     try:
                         gm = p7.Profile(hmm.M, hmm.alphabet)
                         gm.configure(hmm, background, 100)
-                        pending.append(("model", backend.submit(ModelProfile.from_profile(hmm, gm, mmu), options)))
+                        pending.append((received, "model",
+                                        backend.submit(ModelProfile.from_profile(hmm, gm, mmu), options)))
                     except Exception as error:  # noqa: BLE001
-                        pending.append(("error", _one_line(error)))
+                        pending.append((received, "error", _one_line(error)))
+                    received += 1
                 elif kind == "compile":
                     _drain(conn, backend, pending, gating)
                     clock = time.perf_counter()
@@ -171,18 +178,17 @@ def _serve(conn: Connection) -> None:
                                    numba_cuda_imported="numba.cuda" in sys.modules)
                     conn.send(("stats", details, backend.gpu_seconds()))
             # ... then finish the oldest model's filters (its Forward gate joins the next batch),
-            # send every result whose gate is done, and, with nothing else to do, launch the
-            # gates still queued and wait for the oldest
+            # send every result that is done, and, with nothing else to do, launch the gates
+            # still queued and wait for a result
             if pending:
                 gating.append(_filtered(pending.popleft()))
-            while gating and _ready(gating[0]):
-                _send_gated(conn, gating.popleft())
+            gating = _send_ready(conn, gating)
             if gating and not pending and not conn.poll(0):
-                if gating[0][0] == "model" and gating[0][1].queued():
+                if gating[0][1] == "model" and gating[0][2].queued():
                     backend.flush_gates()  # the oldest model's gate waits for a fuller batch: no more
-                # wait for the oldest model, or for a request (a gate batch fills while the parent
-                # sends models, instead of being launched partial at every wait)
-                while not _ready(gating[0]) and not conn.poll(tuning.GPU_PROCESS_POLL_SECONDS):
+                # wait for a result, or for a request (a gate batch fills while the parent sends
+                # models, instead of being launched partial at every wait)
+                while not any(_ready(entry) for entry in gating) and not conn.poll(tuning.GPU_PROCESS_POLL_SECONDS):
                     pass
     finally:
         backend.close()
@@ -190,38 +196,50 @@ def _serve(conn: Connection) -> None:
 
 def _ready(entry: tuple) -> bool:
     """Whether an entry of ``gating`` can be sent without waiting (an error always can)."""
-    return entry[0] == "error" or entry[1].ready()
+    return entry[1] == "error" or entry[2].ready()
 
 
 def _filtered(entry: tuple) -> tuple:
-    """A model's filters finished (its gate queued): ("model", GateTicket), or ("error", message)."""
-    kind, value = entry
+    """A model's filters finished (its gate queued): (k, "model", GateTicket), or (k, "error", message)."""
+    k, kind, value = entry
     if kind == "error":
         return entry
     try:
-        return "model", value.filtered()
+        return k, "model", value.filtered()
     except Exception as error:  # noqa: BLE001
-        return "error", _one_line(error)
+        return k, "error", _one_line(error)
 
 
 def _send_gated(conn: Connection, entry: tuple) -> None:
-    kind, value = entry
+    k, kind, value = entry
     if kind == "error":
-        conn.send(("error", value))
+        conn.send(("error", k, value))
         return
     try:
-        conn.send(("done", value.result()))
+        conn.send(("done", k, value.result()))
     except Exception as error:  # noqa: BLE001
-        conn.send(("error", _one_line(error)))
+        conn.send(("error", k, _one_line(error)))
 
 
-def _drain(conn: Connection, backend, pending: collections.deque, gating: collections.deque) -> None:
-    """Finish and send everything in flight, in order."""
+def _send_ready(conn: Connection, gating: list) -> list:
+    """Send every entry of ``gating`` that is done; the others, in their order."""
+    waiting = []
+    for entry in gating:
+        if _ready(entry):
+            _send_gated(conn, entry)
+        else:
+            waiting.append(entry)
+    return waiting
+
+
+def _drain(conn: Connection, backend, pending: collections.deque, gating: list) -> None:
+    """Finish and send everything in flight."""
     while pending:
         gating.append(_filtered(pending.popleft()))
     backend.flush_gates()
-    while gating:
-        _send_gated(conn, gating.popleft())
+    for entry in gating:
+        _send_gated(conn, entry)
+    gating.clear()
 
 
 def _one_line(error: BaseException) -> str:
@@ -237,12 +255,16 @@ class _Model:
 
 
 class _Ticket:
-    """One model sent to the child; :meth:`result` waits for its answer (results arrive in order)."""
+    """One model sent to the child; :meth:`result` waits for its answer (results arrive in any
+    order), :meth:`answered` says whether it has come."""
 
     def __init__(self, backend):
         self._backend = backend
         self._done = False
         self._value = None
+
+    def answered(self) -> bool:
+        return self._done
 
     def result(self):
         self._backend._wait_for(self)
@@ -258,6 +280,8 @@ class CudaProcessBackend(CascadeBackend):
     database (``db`` is then that shard, :meth:`~hmmgpu.formats.seqdb.SequenceDB.shard`). Use
     from one submitting and one waiting thread at most."""
 
+    answers_in_order = False
+
     def __init__(self, db=None, *, source: tuple | None = None, lanes: str = "auto", device: int = 0,
                  max_bytes: int | None = None, lengths=None, span: tuple | None = None):
         super().__init__(db)
@@ -265,7 +289,8 @@ class CudaProcessBackend(CascadeBackend):
         self._process = None
         self._conn = None
         self._ready_reply = None
-        self._unanswered: collections.deque = collections.deque()
+        self._unanswered: dict = {}  # the models sent and not yet answered, by number
+        self._sent = 0  # models sent
         self._receive_lock = threading.Lock()
         self._send_lock = threading.Lock()
         self._stats = ({}, 0.0)
@@ -364,26 +389,40 @@ class CudaProcessBackend(CascadeBackend):
         code = self._process.poll() if self._process is not None else None
         return WorkerError(f"the GPU process stopped (exit code {code})")
 
-    def _answer_next(self, reply) -> None:
-        """Give ``reply`` to the oldest unanswered model."""
-        ticket = self._unanswered.popleft()
-        ticket._value = reply[1] if reply[0] == "done" else child_error(reply[1])
+    def _answer(self, reply) -> None:
+        """Give a model's ``reply`` (``done`` or ``error``, with the model's number) to its ticket."""
+        ticket = self._unanswered.pop(reply[1])
+        ticket._value = reply[2] if reply[0] == "done" else child_error(reply[2])
         ticket._done = True
+
+    def _take_reply(self) -> None:
+        """Receive one reply (the receive lock held): a model's answered, a request's kept; if
+        the child stopped, every model answered with that error, which is raised."""
+        try:
+            reply = self._receive()
+        except HmmgpuError as error:
+            for k in list(self._unanswered):
+                self._answer(("error", k, str(error)))
+            raise
+        if reply[0] in ("compiled", "stats"):
+            self._answers[reply[0]] = reply
+        else:
+            self._answer(reply)
 
     def _wait_for(self, ticket: _Ticket) -> None:
         self._ready()
         with self._receive_lock:
             while not ticket._done:
-                try:
-                    reply = self._receive()
-                except HmmgpuError as error:
-                    while self._unanswered:
-                        self._answer_next(("error", str(error)))
-                    raise
-                if reply[0] in ("compiled", "stats"):
-                    self._answers[reply[0]] = reply
-                else:
-                    self._answer_next(reply)
+                self._take_reply()
+
+    def receive(self, timeout: float) -> None:
+        """Receive the replies the child has sent, waiting up to ``timeout`` seconds for the
+        first (the engine's finishing thread, between its models' :meth:`_Ticket.answered`)."""
+        self._ready()
+        with self._receive_lock:
+            while self._unanswered and self._conn.poll(timeout):
+                self._take_reply()
+                timeout = 0.0
 
     def _call(self, message, answer: str):
         """Send a request and wait for its answer (answering the models sent before it)."""
@@ -394,9 +433,9 @@ class CudaProcessBackend(CascadeBackend):
                 reply = self._answers.pop(answer, None) or self._receive()
                 if reply[0] == answer:
                     return reply
-                if reply[0] == "error" and not self._unanswered:
+                if reply[0] == "error" and len(reply) == 2:
                     raise child_error(reply[1])
-                self._answer_next(reply)
+                self._answer(reply)
 
     # ------------------------------------------------------------ the backend
     def prepare(self, hmm, mmu=None) -> _Model:
@@ -409,7 +448,8 @@ class CudaProcessBackend(CascadeBackend):
     def submit(self, model: _Model, options) -> _Ticket:
         ticket = _Ticket(self)
         with self._send_lock:
-            self._unanswered.append(ticket)
+            self._unanswered[self._sent] = ticket
+            self._sent += 1
             try:
                 self._conn.send(("model", model.hmm, model.mmu, options))
             except OSError:

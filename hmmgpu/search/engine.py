@@ -76,7 +76,7 @@ import numpy as np
 from hmmgpu.stages.protocol import CascadeBackend
 from hmmgpu.costs import small_on_average
 from hmmgpu.errors import DeviceUnavailable, HmmgpuError
-from hmmgpu.host import interrupted, switch_interval
+from hmmgpu.host import interrupted
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 
 
@@ -102,10 +102,9 @@ SHARE_BACKLOG = 8
 #: small and get no head start (:meth:`SearchEngine.head_start`) go to pyhmmer's whole
 #: pipeline instead (seconds): longer than a warm start, much shorter than one that compiles.
 REROUTE_AFTER_SECONDS = 1.0
-#: The interpreter's switch interval during a threaded search (seconds; CPython's default is
-#: 0.005): every worker thread's pyhmmer call gives the interpreter's lock up and takes it back
-#: while the other threads run Python (hits made into states, merges, the filters' results).
-SEARCH_SWITCH_INTERVAL = 0.005
+#: A backend whose results come in any order: how long the finishing thread waits for one
+#: at a time before it looks for models sent meanwhile (seconds).
+FINISH_POLL_SECONDS = 0.005
 
 
 @dataclass
@@ -479,8 +478,7 @@ class SearchEngine:
             if self.threads == 0:
                 yield from self._search_serial(models)
             else:
-                with switch_interval(SEARCH_SWITCH_INTERVAL):
-                    yield from self._search_threaded(models)
+                yield from self._search_threaded(models)
         finally:
             self.stats.wall_seconds = time.perf_counter() - start
             self.stats.gpu_seconds = getattr(self.backend, "gpu_seconds", lambda: 0.0)()
@@ -650,16 +648,32 @@ class SearchEngine:
 
         def finish_loop():
             # waits for each model's cascade (without the GIL), finishes it on the host and cuts
-            # its remaining work into tasks for the workers
+            # its remaining work into tasks for the workers: in the order the models were sent,
+            # or, from a backend whose results come in any order, as they come
+            in_order = self.backend.answers_in_order
+            sent: list = []  # (query, ticket) of the models sent and not yet answered, oldest first
+            ended = False
             try:
-                while True:
-                    entry = get(to_finish)
-                    if entry is None or stop.is_set():
+                while not stop.is_set() and not (ended and not sent):
+                    entry = get(to_finish) if in_order or not sent else _get_nowait(to_finish)
+                    if entry is None and (in_order or not sent):
                         break
-                    query, ticket = entry
-                    if isinstance(query, _Failed):
-                        deliver(query.index, query)
-                    else:
+                    if entry is not None and entry is not _EMPTY:
+                        query, ticket = entry
+                        if isinstance(query, _Failed):
+                            deliver(query.index, query)
+                        elif in_order:
+                            queue_tasks(query, ticket)
+                        else:
+                            sent.append(entry)
+                        continue
+                    ended = ended or entry is None
+                    answered = [(query, ticket) for query, ticket in sent if ticket.answered()]
+                    if not answered:
+                        self.backend.receive(FINISH_POLL_SECONDS)
+                        continue
+                    sent = [(query, ticket) for query, ticket in sent if not ticket.answered()]
+                    for query, ticket in answered:
                         queue_tasks(query, ticket)
             except BaseException as error:  # noqa: BLE001
                 fail(error)
@@ -730,6 +744,18 @@ class SearchEngine:
             if not interrupted():   # a process stopped by a signal need not wait for the tasks under way
                 for t in threads:   # none is left behind (the stages' queues give way once stopped)
                     t.join()
+
+
+#: What :func:`_get_nowait` gives for an empty queue.
+_EMPTY = object()
+
+
+def _get_nowait(channel: queue.Queue):
+    """The next entry of ``channel``, or :data:`_EMPTY` without waiting."""
+    try:
+        return channel.get_nowait()
+    except queue.Empty:
+        return _EMPTY
 
 
 def gpu_process_cpu_seconds(details: dict) -> float | None:

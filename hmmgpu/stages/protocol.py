@@ -87,6 +87,16 @@ class CascadeBackend(Backend):
         model as it is submitted, or blocks when it is full, has none waiting)."""
         return 0
 
+    #: Whether results come back in the order the models were submitted. A backend whose
+    #: results come in any order (the GPU process) gives tickets an ``answered()`` that does not
+    #: wait, and :meth:`receive`.
+    answers_in_order = True
+
+    def receive(self, timeout: float) -> None:
+        """Take the results that have come back, waiting up to ``timeout`` seconds for the first
+        (a backend whose answers come in any order)."""
+        raise NotImplementedError
+
     def gpu_seconds(self) -> float:
         """Kernel time spent on the GPU so far."""
         return 0.0

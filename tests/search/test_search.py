@@ -586,6 +586,112 @@ class _BehindBackend(NumbaBackend):
         return SHARE_BACKLOG if self.behind >= 0 else 0
 
 
+class _OutOfOrderBackend(NumbaBackend):
+    """A ready cascade backend whose results come back in any order, as the GPU process's do:
+    once ``models`` were submitted, each :meth:`receive` answers the newest model not yet
+    answered; the order in which the engine took the results is kept (``taken``)."""
+
+    answers_in_order = False
+
+    def __init__(self, db, models: int):
+        super().__init__(db)
+        self.models, self.submitted, self.unanswered, self.taken = models, 0, [], []
+
+    def submit(self, profile, options):
+        ticket = _HeldTicket(self, self.submitted, super().submit(profile, options))
+        self.unanswered.append(ticket)
+        self.submitted += 1
+        return ticket
+
+    def receive(self, timeout):
+        if self.submitted == self.models and self.unanswered:
+            self.unanswered.pop().done = True
+
+    def waiting(self):
+        return len(self.unanswered)
+
+
+class _HeldTicket:
+    def __init__(self, backend, number, finished):
+        self.backend, self.number, self.finished, self.done = backend, number, finished, False
+
+    def answered(self):
+        return self.done
+
+    def result(self):
+        assert self.done, "a result taken before it was answered"
+        self.backend.taken.append(self.number)
+        return self.finished.result()
+
+
+def test_results_that_come_back_out_of_order_are_taken_as_they_come(references):
+    """A backend whose results come in any order (the GPU process): the engine cuts each model's
+    work into tasks as its result comes, not in the order the models were sent, and yields every
+    model's hits, equal to pyhmmer's, in query order."""
+    from hmmgpu.search.engine import SearchEngine
+    from hmmgpu.options import SearchOptions
+
+    hmms, block, expected = references
+    db = SequenceDB.from_block(block)
+    backend = _OutOfOrderBackend(db, len(hmms))
+    engine = SearchEngine(db, SearchOptions.from_kwargs(backend="cuda", cpus=2), backend)
+    results = list(engine.search(hmms))
+    assert [r.hits.query.name for r in results] == [h.name for h in hmms]
+    for ours, ref in zip(results, expected):
+        assert hits_table(ours.hits) == hits_table(ref) and hits_table(ours.hits, "domains") == hits_table(ref, "domains")
+        assert_same_pipeline(ours.pipeline, ref, COUNTER_KEYS)
+    assert backend.taken == list(range(len(hmms)))[::-1]
+
+
+def test_the_gpu_process_answers_each_model_by_its_number():
+    """The GPU process sends a model's result as soon as it is done, with the model's number,
+    whatever the models before it (``_send_ready``); the parent gives each answer to that
+    model's ticket, an error included, and a child that stops answers every model left."""
+    import threading
+    from types import SimpleNamespace
+
+    from hmmgpu.gpu import process as gpu_process
+
+    class Entry:  # a GateTicket: done or not
+        def __init__(self, done, value):
+            self.done, self.value = done, value
+
+        def ready(self):
+            return self.done
+
+        def result(self):
+            return self.value
+
+    sent = []
+    gating = [(0, "model", Entry(False, "a")), (1, "model", Entry(True, "b")), (2, "error", "bad model"),
+              (3, "model", Entry(True, "d"))]
+    left = gpu_process._send_ready(SimpleNamespace(send=sent.append), gating)
+    assert sent == [("done", 1, "b"), ("error", 2, "bad model"), ("done", 3, "d")] and [e[0] for e in left] == [0]
+
+    child = object.__new__(gpu_process.CudaProcessBackend)
+    child._receive_lock, child._send_lock, child._ready_reply = threading.Lock(), threading.Lock(), ("ready",)
+    child._unanswered, child._sent, child._answers = {}, 0, {}
+    child._conn = SimpleNamespace(send=lambda message: None, poll=lambda timeout: True)
+    tickets = [child.submit(SimpleNamespace(hmm=None, mmu=None), None) for _ in range(4)]
+    replies = iter(sent + [("done", 0, "a")])
+    child._receive = lambda: next(replies)
+    child.receive(0.0)   # every reply that has come: models 1, 2, 3 and then 0
+    assert [t.answered() for t in tickets] == [True] * 4 and child.waiting() == 0
+    assert [tickets[k].result() for k in (0, 1, 3)] == ["a", "b", "d"]
+    with pytest.raises(HmmgpuError, match="bad model"):
+        tickets[2].result()
+    more = [child.submit(SimpleNamespace(hmm=None, mmu=None), None) for _ in range(2)]
+
+    def stopped():
+        raise HmmgpuError("the GPU process stopped (exit code 1)")
+
+    child._receive = stopped
+    with pytest.raises(HmmgpuError, match="stopped"):
+        more[1].result()
+    with pytest.raises(HmmgpuError, match="stopped"):
+        more[0].result()
+
+
 def test_small_models_go_to_pyhmmer_while_the_backend_is_behind(monkeypatch, references):
     """With auto, a small model goes to pyhmmer's whole pipeline when the workers are short of
     work and the backend is behind, and to the filters once it has caught up; a large model,
