@@ -650,10 +650,10 @@ class SearchEngine:
             # waits for each model's cascade (without the GIL), finishes it on the host and cuts
             # its remaining work into tasks for the workers: in the order the models were sent,
             # or, from a backend whose results come in any order, as they come
-            in_order = self.backend.answers_in_order
             sent: list = []  # (query, ticket) of the models sent and not yet answered, oldest first
             ended = False
             try:
+                in_order = self.backend.answers_in_order
                 while not stop.is_set() and not (ended and not sent):
                     entry = get(to_finish) if in_order or not sent else _get_nowait(to_finish)
                     if entry is None and (in_order or not sent):

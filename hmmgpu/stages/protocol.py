@@ -40,6 +40,15 @@ class Backend(ABC):
 
     #: One line naming the backend, printed by the command line.
     description: str = ""
+    #: Whether a cascade backend's results come back in the order the models were submitted. A
+    #: backend whose results come in any order (the GPU process) gives tickets an ``answered()``
+    #: that does not wait, and :meth:`receive`.
+    answers_in_order = True
+
+    def receive(self, timeout: float) -> None:
+        """Take the results that have come back, waiting up to ``timeout`` seconds for the first
+        (a backend whose answers come in any order)."""
+        raise NotImplementedError
 
     def prepare_for(self, lengths) -> None:
         """Get ready for models of these lengths (the GPU compiles their kernels up front)."""
@@ -86,16 +95,6 @@ class CascadeBackend(Backend):
         """Models submitted whose results have not come back yet (a backend that runs each
         model as it is submitted, or blocks when it is full, has none waiting)."""
         return 0
-
-    #: Whether results come back in the order the models were submitted. A backend whose
-    #: results come in any order (the GPU process) gives tickets an ``answered()`` that does not
-    #: wait, and :meth:`receive`.
-    answers_in_order = True
-
-    def receive(self, timeout: float) -> None:
-        """Take the results that have come back, waiting up to ``timeout`` seconds for the first
-        (a backend whose answers come in any order)."""
-        raise NotImplementedError
 
     def gpu_seconds(self) -> float:
         """Kernel time spent on the GPU so far."""

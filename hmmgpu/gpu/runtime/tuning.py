@@ -88,26 +88,28 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: were slower still: 2, 4 and 8 processes 34.5, 35.4 and 36.2 s against one's 25.6 s (same
 #: session): the GPU runs one process's context at a time, and each process's latency-bound
 #: launches then waited for the others' (a process's Forward gate kernel took 6.3 s for a
-#: quarter of the models, against 2.2 s for all of them in one process). Nor did sharing the
-#: passers with pyhmmer's threads pay (e2e6204, reverted: a gate batch declined, its passers to
-#: pyhmmer, while the GPU process held more than a budget of passers not yet defined): 17.9 to
-#: 19.5 s (29 M, budgets 1,500 to 10,000) and 28.7 to 29.3 s (116 M) against the default
-#: route's 7.7 and 18.7 s in the same session, every output equal: a batch the GPU process
-#: takes is defined seconds later (its 3,178 passers in 4.3 s), and the models it holds keep
-#: the post-filter's threads waiting (65-76% busy at 116 M, against 97%). A py-spy --gil
-#: profile of the same session's warm run puts the interpreter's lock at about 14 s of its
-#: 25.5 s: not saturated, so the batches' latency (kernels waiting for each other and for
-#: the filters' on the one GPU, and the host's part between them) is the limit. One thread was
-#: as fast as four or up to 2 s faster in each of the five paired sessions, all with eight
-#: ensemble CPU threads; four stay, the setting measured with two of those (22.1 s, e49f04b),
-#: until one is measured with them.
+#: quarter of the models, against 2.2 s for all of them in one process). A py-spy --gil
+#: profile of a warm run puts the interpreter's lock at about 14 s of its 25.5 s (e2e6204):
+#: not saturated, so the batches' latency (kernels waiting for each other and for the filters'
+#: on the one GPU, and the host's part between them) is the limit. One thread was as fast as
+#: four or up to 2 s faster in each of five paired sessions, all with eight ensemble CPU
+#: threads; with two and the own route's window of models (c2a5537), 1, 4 and 8 threads took
+#: 22.8, 23.7 and 21.4 s: four stay.
 DEFINE_THREADS = 4
 #: F3 passers the GPU process holds for decoding and definition at most (taken and not yet
 #: defined): a gate batch whose passers would go beyond is declined, and pyhmmer's pipeline
 #: runs them in the post-filter's threads (:meth:`hmmgpu.gpu.cascade.GpuCascade.take_definitions`),
 #: so that the GPU's definitions and the CPU's share the work and neither waits for the other.
 #: A batch is taken whenever none are held; 0 declines every batch (pyhmmer's post-filter).
-DEFINE_BACKLOG_PASSERS = 1 << 30
+#: Measured on one H200 (600 Pfam, warm, every output equal to the default route's), with the
+#: own route's window of models (:data:`hmmgpu.search.engine.MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN`):
+#: at 29 M residues 3,000, 6,000 and 12,000 passers took 14.3, 12.6, 17.3 s (d3d3379) and 12.6,
+#: 11.6, 16.0 s (1e25cbb, results out of order), against 20.9-23.1 s with no bound and the
+#: default route's 5.4-8.1 s; at 116 M 6,000 took 40.8 and 41.7 s, 3,000 46.3 s and 12,000
+#: 45.4 and 40.7 s, against the default route's 22.4-30.6 s (three sessions) and no bound's
+#: 81.7 s (3c56735). Before that window (e2e6204) the models the GPU process held kept the
+#: filters waiting: 17.9-19.5 s at 29 M.
+DEFINE_BACKLOG_PASSERS = 6000
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for the oldest model's result.
 GPU_PROCESS_SWITCH_INTERVAL = 0.001
