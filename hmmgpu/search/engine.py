@@ -668,11 +668,13 @@ class SearchEngine:
                             sent.append(entry)
                         continue
                     ended = ended or entry is None
-                    answered = [(query, ticket) for query, ticket in sent if ticket.answered()]
+                    answered, waiting = [], []
+                    for query, ticket in sent:  # each ticket asked once: an answer may come meanwhile
+                        (answered if ticket.answered() else waiting).append((query, ticket))
+                    sent = waiting
                     if not answered:
                         self.backend.receive(FINISH_POLL_SECONDS)
                         continue
-                    sent = [(query, ticket) for query, ticket in sent if not ticket.answered()]
                     for query, ticket in answered:
                         queue_tasks(query, ticket)
             except BaseException as error:  # noqa: BLE001
