@@ -111,7 +111,7 @@ DEFINE_THREADS = 4
 #: filters waiting: 17.9-19.5 s at 29 M.
 DEFINE_BACKLOG_PASSERS = 6000
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
-#: long its loop waits for a request at a time while it waits for the oldest model's result.
+#: long its loop waits for a request at a time while it waits for a model's result.
 GPU_PROCESS_SWITCH_INTERVAL = 0.001
 GPU_PROCESS_POLL_SECONDS = 0.002
 #: Bytes the device's memory pool keeps for the next stream-ordered allocations (the
