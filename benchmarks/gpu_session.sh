@@ -26,6 +26,9 @@
 #                  then once more warm for each setting of OWN_SWEEP ("NAME=VALUE,... NAME=VALUE": constants of
 #                  hmmgpu.gpu.runtime.tuning or dotted module.CONSTANT, set by the session's sitecustomize through
 #                  HMMGPU_TUNING), compared too
+#   routes         600 Pfam x the proteins ROUTES_COPIES times (1: 29 M residues, default; 4: 116 M), a warm run for
+#                  each entry of ROUTES ("postfilter:TUNING ...", TUNING as in OWN_SWEEP or "-"; default
+#                  "pyhmmer:- hmmgpu:-"), tables and domain tables compared with the first run's
 #   scale          benchmarks/run.py scaling --parts scale: 600 Pfam models x 116 M residues on one GPU, with
 #                  --devices all and through a LocalCUDACluster, outputs compared (issue 33) -> scale_<device>_<date>.json
 #   bench:SCRIPT   an ad hoc script of .bench, sourced
@@ -232,6 +235,28 @@ sys.exit(0 if a == b and a else 1)" ;;
         else
           echo "own post-filter $kind DIFFER from the default's"; rc=1
         fi
+      done
+      return $rc ;;
+    routes)
+      local copies=${ROUTES_COPIES:-1} db entry route setting first= rc=0
+      log "routes: 600 Pfam x the proteins $copies times, runs: ${ROUTES:-pyhmmer:- hmmgpu:-}"
+      unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
+      unpack "$DATA/seqs/public_proteins.fa.gz" /tmp/proteins.fa
+      db=/tmp/proteins_x$copies.fa
+      [ -s "$db" ] || for k in $(seq "$copies"); do cat /tmp/proteins.fa; done >"$db"
+      python3 -m hmmgpu search --backend cuda --cpu 16 -o /dev/null /tmp/pfam600.hmm /tmp/proteins.fa >/dev/null 2>&1  # warm
+      for entry in ${ROUTES:-pyhmmer:- hmmgpu:-}; do
+        route=${entry%%:*}; setting=${entry#*:}; [ "$setting" = - ] && setting=
+        echo "=== $(date +%T) x$copies --postfilter $route HMMGPU_TUNING=$setting, commit $HMMGPU_COMMIT"
+        HMMGPU_TUNING=$setting /usr/bin/time -f "x$copies $entry: %e s wall, %U s user, %S s sys" \
+            timeout "$(( $(left) - 20 ))" python3 -m hmmgpu search --backend cuda --postfilter "$route" --cpu 16 \
+            -o /dev/null --tblout /tmp/r.tbl --domtblout /tmp/r.dom /tmp/pfam600.hmm "$db" 2>&1 \
+            | grep -v -i warning | grep -E "wall|busy|CPU time|post-filter on" | cut -c1-420
+        if [ -z "$first" ]; then first=$entry; cp /tmp/r.tbl /tmp/first.tbl; cp /tmp/r.dom /tmp/first.dom; continue; fi
+        for kind in tbl dom; do
+          cmp -s <(grep -v '^#' "/tmp/first.$kind") <(grep -v '^#' "/tmp/r.$kind") \
+              && echo "x$copies $entry $kind equal $first's" || { echo "x$copies $entry $kind DIFFER from $first's"; rc=1; }
+        done
       done
       return $rc ;;
     bench:*)
