@@ -225,11 +225,9 @@ class EngineStats:
                      "tasks", "filtered_queries", "pipeline_queries", "head_start_targets", "processes_busy_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for totals, part in ((self.cpu_seconds, other.cpu_seconds), (self.targets, other.targets),
-                             (self.forward_gate, other.forward_gate)):
+                             (self.forward_gate, other.forward_gate), (self.postfilter, other.postfilter)):
             for key, value in part.items():
                 totals[key] = totals.get(key, 0) + value   # (a part's GPU processes: cpu_seconds' gpu_processes)
-        for key, value in other.postfilter.items():
-            self.postfilter[key] = self.postfilter.get(key, 0) + value
 
     @property
     def gpu_busy_fraction(self) -> float:
@@ -646,24 +644,30 @@ class SearchEngine:
             finally:
                 to_finish.put(None)
 
+        def finished(query, ticket):  # a model's answer taken: its tasks queued (a failed model delivered)
+            if isinstance(query, _Failed):
+                deliver(query.index, query)
+            else:
+                queue_tasks(query, ticket)
+
         def finish_loop():
             # waits for each model's cascade (without the GIL), finishes it on the host and cuts
             # its remaining work into tasks for the workers: in the order the models were sent,
             # or, from a backend whose results come in any order, as they come
-            sent: list = []  # (query, ticket) of the models sent and not yet answered, oldest first
-            ended = False
             try:
-                in_order = self.backend.answers_in_order
+                if self.backend.answers_in_order:
+                    while (entry := get(to_finish)) is not None and not stop.is_set():
+                        finished(*entry)
+                    return
+                sent: list = []  # (query, ticket) of the models sent and not yet answered, oldest first
+                ended = False
                 while not stop.is_set() and not (ended and not sent):
-                    entry = get(to_finish) if in_order or not sent else _get_nowait(to_finish)
-                    if entry is None and (in_order or not sent):
+                    entry = _get_nowait(to_finish) if sent else get(to_finish)
+                    if entry is None and not sent:
                         break
                     if entry is not None and entry is not _EMPTY:
-                        query, ticket = entry
-                        if isinstance(query, _Failed):
-                            deliver(query.index, query)
-                        elif in_order:
-                            queue_tasks(query, ticket)
+                        if isinstance(entry[0], _Failed):
+                            finished(*entry)
                         else:
                             sent.append(entry)
                         continue
@@ -674,9 +678,8 @@ class SearchEngine:
                     sent = waiting
                     if not answered:
                         self.backend.receive(FINISH_POLL_SECONDS)
-                        continue
                     for query, ticket in answered:
-                        queue_tasks(query, ticket)
+                        finished(query, ticket)
             except BaseException as error:  # noqa: BLE001
                 fail(error)
 
