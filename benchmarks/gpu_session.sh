@@ -140,6 +140,7 @@ TEE=$!
 finish() { exec 1>&- 2>&-; wait "$TEE" 2>/dev/null; exit "$1"; }  # the log's last lines written before the end
 log() { echo "=== $(date +%T) $*"; }
 unpack() { python3 -c "import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"; }
+same_rows() { cmp -s <(grep -v '^#' "$1") <(grep -v '^#' "$2"); }  # whether two outputs are equal apart from their comment lines
 left() { echo $(( SESSION_SECONDS - ($(date +%s) - START) )); }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import numpy, numba, pyhmmer; print('numpy', numpy.__version__, 'numba', numba.__version__, 'pyhmmer', pyhmmer.__version__)"
@@ -223,14 +224,14 @@ sys.exit(0 if a == b and a else 1)" ;;
             -o /tmp/own_tuned.out --tblout /tmp/own_tuned.tbl --domtblout /tmp/own_tuned.dom /tmp/pfam600.hmm \
             /tmp/proteins.fa 2>&1 | grep -v -i warning | cut -c1-1400
         for kind in out tbl dom; do
-          cmp -s <(grep -v '^#' "/tmp/own_pyhmmer.$kind") <(grep -v '^#' "/tmp/own_tuned.$kind") \
+          same_rows "/tmp/own_pyhmmer.$kind" "/tmp/own_tuned.$kind" \
               && echo "tuned $setting $kind equal the default's" || { echo "tuned $setting $kind DIFFER"; rc=1; }
         done
       done
       for kind in out tbl dom; do
         if [ ! -s "/tmp/own_pyhmmer.$kind" ] || [ ! -s "/tmp/own_hmmgpu.$kind" ]; then
           echo "own post-filter $kind: a run wrote none"; rc=1
-        elif cmp -s <(grep -v '^#' "/tmp/own_pyhmmer.$kind") <(grep -v '^#' "/tmp/own_hmmgpu.$kind"); then
+        elif same_rows "/tmp/own_pyhmmer.$kind" "/tmp/own_hmmgpu.$kind"; then
           echo "own post-filter $kind equal the default's ($(grep -vc '^#' "/tmp/own_pyhmmer.$kind") lines)"
         else
           echo "own post-filter $kind DIFFER from the default's"; rc=1
@@ -254,7 +255,7 @@ sys.exit(0 if a == b and a else 1)" ;;
             | grep -v -i warning | grep -E "wall|busy|CPU time|post-filter on" | cut -c1-420
         if [ -z "$first" ]; then first=$entry; cp /tmp/r.tbl /tmp/first.tbl; cp /tmp/r.dom /tmp/first.dom; continue; fi
         for kind in tbl dom; do
-          cmp -s <(grep -v '^#' "/tmp/first.$kind") <(grep -v '^#' "/tmp/r.$kind") \
+          same_rows "/tmp/first.$kind" "/tmp/r.$kind" \
               && echo "x$copies $entry $kind equal $first's" || { echo "x$copies $entry $kind DIFFER from $first's"; rc=1; }
         done
       done
