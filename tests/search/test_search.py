@@ -588,8 +588,10 @@ class _BehindBackend(NumbaBackend):
 
 class _OutOfOrderBackend(NumbaBackend):
     """A ready cascade backend whose results come back in any order, as the GPU process's do:
-    once ``models`` were submitted, each :meth:`receive` answers the newest model not yet
-    answered; the order in which the engine took the results is kept (``taken``)."""
+    once the engine has asked after every one of the ``models`` (all of them sent and waiting
+    in its finishing thread: a model submitted but not yet handed to that thread is not
+    asked after), each :meth:`receive` answers the newest model not yet answered; the order in
+    which the engine took the results is kept (``taken``)."""
 
     answers_in_order = False
 
@@ -604,7 +606,7 @@ class _OutOfOrderBackend(NumbaBackend):
         return ticket
 
     def receive(self, timeout):
-        if self.submitted == self.models and self.unanswered:
+        if self.unanswered and sum(ticket.asked for ticket in self.unanswered) + len(self.taken) == self.models:
             self.unanswered.pop().done = True
 
     def waiting(self):
@@ -613,9 +615,10 @@ class _OutOfOrderBackend(NumbaBackend):
 
 class _HeldTicket:
     def __init__(self, backend, number, finished):
-        self.backend, self.number, self.finished, self.done = backend, number, finished, False
+        self.backend, self.number, self.finished, self.done, self.asked = backend, number, finished, False, False
 
     def answered(self):
+        self.asked = True
         return self.done
 
     def result(self):
