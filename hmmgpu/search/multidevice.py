@@ -73,6 +73,9 @@ from hmmgpu.stages.protocol import CascadeBackend
 #: :data:`~hmmgpu.gpu.cascade.SLOTS` (8) models at once, and as many more wait in its queue so
 #: that it never waits for the next one.
 MODELS_AHEAD_PER_DEVICE = 16
+#: ... and with ``--postfilter hmmgpu``, where a model's answer waits seconds for its passers'
+#: domain definitions: the engine's window (``MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN``) for one device.
+MODELS_AHEAD_OWN_POSTFILTER = 1024
 
 
 class _Prepared:
@@ -114,11 +117,12 @@ class MultiDeviceBackend(CascadeBackend):
     None until :meth:`attach` gives it (backends started before the database was read).
     """
 
-    def __init__(self, db, members: dict):
+    def __init__(self, db, members: dict, *, models_ahead: int | None = None):
         if not members:
             raise HmmgpuError("internal: a multi-device backend needs at least one device")
         super().__init__(db)
         self.members = dict(members)
+        self.models_ahead = models_ahead or MODELS_AHEAD_PER_DEVICE
         self._first = next(iter(self.members.values()))
         self._lock = threading.Condition()
         self._queue: deque = deque()
@@ -194,7 +198,7 @@ class MultiDeviceBackend(CascadeBackend):
         """Whether ``device`` takes a model of ``cost`` now: it holds nothing, or its work with
         the model stays within its budget (:data:`MODELS_AHEAD_PER_DEVICE` average models)."""
         total, count = self._costs
-        budget = MODELS_AHEAD_PER_DEVICE * (total / count if count else cost)
+        budget = self.models_ahead * (total / count if count else cost)
         return self._sent[device] == 0 or self._held[device] + cost <= budget
 
     def _collect(self, device: int) -> None:
@@ -299,7 +303,7 @@ class MultiDeviceBackend(CascadeBackend):
     def models_in_flight(self) -> int:
         """Models to keep submitted and not yet taken, so that every device stays busy: its
         budget (:data:`MODELS_AHEAD_PER_DEVICE`) each (hmmscan's narrowing keeps this many)."""
-        return MODELS_AHEAD_PER_DEVICE * len(self.members)
+        return self.models_ahead * len(self.members)
 
     def gpu_seconds(self) -> float:
         """Kernel time summed over the devices."""
@@ -337,4 +341,4 @@ class MultiDeviceBackend(CascadeBackend):
                                     max(0.0, deadline - time.monotonic()))
 
 
-__all__ = ["MultiDeviceBackend", "MODELS_AHEAD_PER_DEVICE"]
+__all__ = ["MultiDeviceBackend", "MODELS_AHEAD_PER_DEVICE", "MODELS_AHEAD_OWN_POSTFILTER"]

@@ -30,6 +30,9 @@ MIN_PROCESSES = 4
 #: ... and for this many models or more: starting the processes (an interpreter and the imports
 #: each) pays back only over many small models (docs/performance.md, "The cost model").
 MIN_MODELS = 2000
+#: GPU processes on each GPU with ``--postfilter hmmgpu``: there the GPU process defines the
+#: domains of its passers too, in threads that share its interpreter with the filters' loop.
+GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER = 1
 
 
 class SearchPlan:
@@ -136,13 +139,25 @@ def start_gpu_early(run, source: str, fmt: str | None, model_lengths) -> Cascade
 
     if not cuda_driver_present():
         return None
-    ids = device_ids(run)
-    if ids is None or len(ids) == 1:
-        return device_backend(run, run.device if ids is None else ids[0], source=(source, fmt), lengths=model_lengths)
-    from hmmgpu.search.multidevice import MultiDeviceBackend
+    return _gpu_processes(run, None, lambda d: device_backend(run, d, source=(source, fmt), lengths=model_lengths))
 
-    return MultiDeviceBackend(None, {d: device_backend(run, d, source=(source, fmt), lengths=model_lengths)
-                                     for d in ids})
+
+def _gpu_processes(run, db, start) -> CascadeBackend:
+    """The GPU processes of a search: ``start(device)`` each. One for one GPU; with
+    ``--devices`` naming several, one each, joined by
+    :class:`~hmmgpu.search.multidevice.MultiDeviceBackend`; with ``--postfilter hmmgpu``,
+    :data:`GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER` on each GPU (that route's domain definition
+    runs in the GPU process, whose interpreter then sets its pace), joined the same way."""
+    ids = device_ids(run)
+    ids = (run.device,) if ids is None else ids
+    copies = GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER if run.postfilter == "hmmgpu" else 1
+    if len(ids) == 1 and copies == 1:
+        return start(ids[0])
+    from hmmgpu.search.multidevice import MODELS_AHEAD_OWN_POSTFILTER, MultiDeviceBackend
+
+    members = {(d if copies == 1 else f"{d}.{k}"): start(d) for d in ids for k in range(copies)}
+    return MultiDeviceBackend(db, members, models_ahead=MODELS_AHEAD_OWN_POSTFILTER if run.postfilter == "hmmgpu"
+                              else None)
 
 
 def device_backend(run, device: int, db=None, *, source: tuple | None = None, lengths=None,
@@ -347,12 +362,7 @@ def _cuda(run, db, gpu_process: bool, started) -> CascadeBackend:
         if started is not None:
             started.attach(db)
             return started
-        ids = device_ids(run)
-        if ids is None or len(ids) == 1:
-            return device_backend(run, run.device if ids is None else ids[0], db)
-        from hmmgpu.search.multidevice import MultiDeviceBackend
-
-        return MultiDeviceBackend(db, {d: device_backend(run, d, db) for d in ids})
+        return _gpu_processes(run, db, lambda d: device_backend(run, d, db))
     from hmmgpu.gpu.backend import CudaBackend
 
     return CudaBackend(db, lanes=run.lanes, device=run.device)

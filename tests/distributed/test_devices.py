@@ -10,6 +10,7 @@ three tables equal a one-device run byte for byte (but the per-query timing line
 tables equal hmmsearch's row for row; hmmscan's narrowing over two devices gives the same
 survivors as over one. Errors: ``--devices`` naming a GPU the machine lacks is one line.
 """
+import collections
 import shutil
 import subprocess
 import threading
@@ -70,6 +71,28 @@ def test_two_devices_write_what_one_writes_and_hmmsearch(tmp_path, capsys, two_d
         for flag, name in OUTPUTS.items():
             if flag != "-o":
                 assert without_tail(ours[name]) == without_tail((tmp_path / f"ref.{name}").read_bytes()), name
+
+
+def test_own_postfilter_runs_several_gpu_processes_on_each_device(tmp_path, capsys, monkeypatch, two_devices):
+    """With ``--postfilter hmmgpu``, :data:`~hmmgpu.search.routing.GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER`
+    processes on each GPU (here 2 on the one device named): both take models, and the outputs
+    equal one process's byte for byte."""
+    args = ["--backend", "cuda", "--postfilter", "hmmgpu", "--cpu", "2", str(MODELS), str(PROTEOME)]
+    code, err, one = _search(tmp_path / "one", ["--devices", "0", *args], capsys)
+    assert code == 0, err
+    assert two_devices == {0: two_devices[0]} and len(two_devices[0]) == 1
+    monkeypatch.setattr(routing, "GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER", 2)
+    monkeypatch.setattr(multidevice, "MODELS_AHEAD_OWN_POSTFILTER", 1)
+    filtered = collections.Counter()   # models filtered, by backend
+    msv = NumbaBackend.msv
+    monkeypatch.setattr(NumbaBackend, "msv", lambda self, *a, **k: filtered.update([id(self)]) or msv(self, *a, **k))
+    code, err, ours = _search(tmp_path / "two", ["--devices", "1", *args], capsys)
+    assert code == 0, err
+    assert "on 2 devices (ids 1.0,1.1)" in err and len(two_devices[1]) == 2
+    assert all(filtered[id(backend)] > 0 for backend in two_devices[1])
+    assert set(ours) == set(OUTPUTS.values())
+    for name in OUTPUTS.values():
+        assert _steady(ours[name]) == _steady(one[name]), name
 
 
 def test_api_devices_equal_one_device(two_devices):
