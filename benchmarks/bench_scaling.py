@@ -33,7 +33,10 @@ Parts (``--parts``, all by default; settings in ``workloads.json``'s ``scaling``
   cores each worker may run on). Where dask-cuda pinned its workers to fewer cores than the
   host has (its CPU affinity of each GPU, from NVML), the same search also runs on plain
   ``dask worker`` processes, not pinned (``dask_unpinned`` in the log; its outputs are
-  compared too; ``dask_s`` stays the ``LocalCUDACluster``'s).
+  compared too; ``dask_s`` stays the ``LocalCUDACluster``'s). ``--scale-args "..."`` adds
+  search options to every run (``--postfilter hmmgpu``: hmmgpu's own post-filter); the files
+  are then named ``scale_<slug of the options>_<device>_<date>`` beside the default route's;
+  ``--scale-runs`` picks the runs (a run left out is null in the result).
 
 The stage lines give wall seconds, the tasks' CPU seconds (user and system, from
 ``getrusage(RUSAGE_THREAD)``), minor page faults and context switches. Writes
@@ -66,6 +69,9 @@ def add_arguments(ap) -> None:
     ap.add_argument("--threads", type=int, default=cores(), help="N: the most threads (default: the usable cores)")
     ap.add_argument("--search-models", type=int, default=w["search_models"])
     ap.add_argument("--bytes", type=int, default=0, help="only the first BYTES of the proteins (a quick trial)")
+    ap.add_argument("--scale-args", default="", help="search options added to every run of the scale part")
+    ap.add_argument("--scale-runs", default="one_gpu,devices_all,dask",
+                    help="the scale part's runs, of one_gpu, devices_all, dask (--postfilter hmmgpu runs on one host only)")
 
 
 def _usage():
@@ -369,7 +375,9 @@ def part_scale(args, out: Path) -> Path:
     work = work_dir("scale")
     gpus = gpu_count()
     threads = args.threads
-    log_path = result_path(out, "scale", ext="log")
+    extra_args = args.scale_args.split()
+    slug = "".join(ch for ch in "_".join(extra_args) if ch.isalnum() or ch == "_")
+    log_path = result_path(out, "scale", slug, ext="log")
     log = open(log_path, "w")
 
     def note(line) -> None:
@@ -377,7 +385,8 @@ def part_scale(args, out: Path) -> Path:
         log.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
         log.flush()
 
-    note(dict(header("scale"), settings=w, gpus=gpus, threads=threads, nccl_nvls_enable=os.environ["NCCL_NVLS_ENABLE"]))
+    note(dict(header("scale"), settings=w, gpus=gpus, threads=threads, scale_args=extra_args,
+              nccl_nvls_enable=os.environ["NCCL_NVLS_ENABLE"]))
     if gpus < 1:
         raise SystemExit("part scale needs a GPU (nvidia-smi lists none)")
     clock = time.perf_counter()
@@ -393,7 +402,7 @@ def part_scale(args, out: Path) -> Path:
     warm = timed([sys.executable, "-m", "hmmgpu", "warmup"], env=env, check=False)
     note(dict(prepared_s=round(time.perf_counter() - clock, 1), residues=total, makedb_s=made["seconds"],
               warmup_s=warm["seconds"], warmup_rc=warm["returncode"]))
-    search = [sys.executable, "-m", "hmmgpu", "search", "-o", os.devnull,
+    search = [sys.executable, "-m", "hmmgpu", "search", "-o", os.devnull, *extra_args,
               *[x for flag, name in SCALE_OUTPUTS.items() for x in (flag, name)]]
     runs, folders = {}, []
 
@@ -409,17 +418,20 @@ def part_scale(args, out: Path) -> Path:
         runs[label] = got
         return got["seconds"] if got["returncode"] == 0 else None
 
-    one = run("one_gpu", [])
-    every = run("devices_all", ["--devices", "all"])
-    cluster = _GpuCluster(gpus, max(1, threads // gpus), env, work)
-    try:
-        cores = cluster.cores()
-        note(dict(cluster=cluster.kind, address=cluster.address, cores={a: _ranges(c) for a, c in cores.items()},
-                  host_cores=_ranges(sorted(os.sched_getaffinity(0)))))
-        dask = run("dask", ["--scheduler", cluster.address])
-    finally:
-        cluster.close()
-    if cluster.cluster is not None and len(set().union(*cores.values())) < len(os.sched_getaffinity(0)):
+    chosen = args.scale_runs.split(",")
+    one = run("one_gpu", []) if "one_gpu" in chosen else None
+    every = run("devices_all", ["--devices", "all"]) if "devices_all" in chosen else None
+    dask = cluster = None
+    if "dask" in chosen:
+        cluster = _GpuCluster(gpus, max(1, threads // gpus), env, work)
+        try:
+            cores = cluster.cores()
+            note(dict(cluster=cluster.kind, address=cluster.address, cores={a: _ranges(c) for a, c in cores.items()},
+                      host_cores=_ranges(sorted(os.sched_getaffinity(0)))))
+            dask = run("dask", ["--scheduler", cluster.address])
+        finally:
+            cluster.close()
+    if cluster is not None and cluster.cluster is not None and len(set().union(*cores.values())) < len(os.sched_getaffinity(0)):
         # dask-cuda pinned its workers to fewer cores than the host has (NVML's affinity of each
         # GPU): the same cluster unpinned, for the log (the result keeps the LocalCUDACluster's)
         unpinned = _GpuCluster(gpus, max(1, threads // gpus), env, work, pinned=False)
@@ -434,7 +446,7 @@ def part_scale(args, out: Path) -> Path:
                                      for name in SCALE_OUTPUTS.values()} for folder in folders}))
     result = dict(device=device_name(), gpus=gpus, date=now(), commit=header("scale")["commit"], residues=total,
                   one_gpu_s=one, devices_all_s=every, dask_s=dask, identical=identical, command=" ".join(sys.argv))
-    path = result_path(out, "scale")
+    path = result_path(out, "scale", slug)
     save(result, path)
     note(dict(result=result))
     log.close()

@@ -194,7 +194,9 @@ sys.exit(0 if a == b and a else 1)" ;;
       log scaling; timeout "$t" python3 benchmarks/run.py scaling --out "$OUT" ${BENCH_SCALING_ARGS:-} ;;
     scale)
       log scale: one GPU, --devices all and a LocalCUDACluster on $(nvidia-smi -L | wc -l) GPUs
-      timeout "$t" python3 benchmarks/run.py scaling --parts scale --out "$OUT" ;;
+      # SCALE_SEARCH_ARGS="--postfilter hmmgpu": search options added to each run (files named after them)
+      timeout "$t" python3 benchmarks/run.py scaling --parts scale --out "$OUT" \
+          ${SCALE_SEARCH_ARGS:+"--scale-args=$SCALE_SEARCH_ARGS"} ${SCALE_RUNS:+"--scale-runs=$SCALE_RUNS"} ;;
     own)
       log "own post-filter: 600 Pfam x 29 M, the default route then --postfilter hmmgpu, outputs compared"
       unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm

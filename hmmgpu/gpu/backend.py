@@ -74,6 +74,10 @@ class CudaBackend(FilterBackend):
         """Launch the Forward gates still queued (:meth:`hmmgpu.gpu.cascade.GpuCascade.flush_gates`)."""
         self.gpu.flush_gates()
 
+    def advance_decoding(self) -> None:
+        """Launch the decodings of the gate batches that are done (:meth:`hmmgpu.gpu.cascade.GpuCascade.advance_decoding`)."""
+        self.gpu.advance_decoding()
+
     def gpu_seconds(self) -> float:
         return self.gpu.gpu_ms / 1e3
 

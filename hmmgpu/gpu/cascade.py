@@ -239,12 +239,14 @@ class GateTicket:
         return self._done is None and self.batch is None
 
     def ready(self) -> bool:
+        """Whether :meth:`result` returns without waiting. The decodings of a batch that is done
+        are launched by :meth:`GpuCascade.advance_decoding`, which the caller runs once for all
+        its tickets (not once a ticket: hundreds wait at a time with the own post-filter)."""
         if self._done is not None:
             return True
         if self.batch is None:
             return False
         if self.step is not None:
-            self._cascade.advance_decoding()
             return self.step.ready()
         return self.batch.done()
 

@@ -182,6 +182,7 @@ def _serve(conn: Connection) -> None:
             # still queued and wait for a result
             if pending:
                 gating.append(_filtered(pending.popleft()))
+            backend.advance_decoding()
             gating = _send_ready(conn, gating)
             if gating and not pending and not conn.poll(0):
                 if gating[0][1] == "model" and gating[0][2].queued():
@@ -189,7 +190,7 @@ def _serve(conn: Connection) -> None:
                 # wait for a result, or for a request (a gate batch fills while the parent sends
                 # models, instead of being launched partial at every wait)
                 while not any(_ready(entry) for entry in gating) and not conn.poll(tuning.GPU_PROCESS_POLL_SECONDS):
-                    pass
+                    backend.advance_decoding()
     finally:
         backend.close()
 

@@ -33,7 +33,11 @@ next ones waiting. A faster device, or one that drew short models, comes back fo
 sooner, so the devices finish together without any static split: at the end each holds at
 most its budget, about 0.3 s of one H100's work for 600 Pfam models against 116 M residues.
 A caller that waits for its models in order keeps :attr:`MultiDeviceBackend.models_in_flight`
-submitted (every device's budget), not one device's ring: hmmscan's narrowing does.
+submitted (every device's budget), not one device's ring: hmmscan's narrowing does. With
+hmmgpu's own post-filter (``--postfilter hmmgpu``) a model's answer waits seconds for its
+passers' domain definitions in the GPU process, so there each device's budget is
+:data:`MODELS_AHEAD_OWN_POSTFILTER` models, the engine's window on that route: a budget of 16
+would hold the filters back as the window of 256 models did on one GPU.
 
 The threads live only while there is work: a device's feeder starts when a model is queued
 and ends when the queue is empty, its collector starts when a model is sent to it and ends

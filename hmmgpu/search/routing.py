@@ -30,9 +30,6 @@ MIN_PROCESSES = 4
 #: ... and for this many models or more: starting the processes (an interpreter and the imports
 #: each) pays back only over many small models (docs/performance.md, "The cost model").
 MIN_MODELS = 2000
-#: GPU processes on each GPU with ``--postfilter hmmgpu``: there the GPU process defines the
-#: domains of its passers too, in threads that share its interpreter with the filters' loop.
-GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER = 1
 
 
 class SearchPlan:
@@ -145,19 +142,24 @@ def start_gpu_early(run, source: str, fmt: str | None, model_lengths) -> Cascade
 def _gpu_processes(run, db, start) -> CascadeBackend:
     """The GPU processes of a search: ``start(device)`` each. One for one GPU; with
     ``--devices`` naming several, one each, joined by
-    :class:`~hmmgpu.search.multidevice.MultiDeviceBackend`; with ``--postfilter hmmgpu``,
-    :data:`GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER` on each GPU (that route's domain definition
-    runs in the GPU process, whose interpreter then sets its pace), joined the same way."""
+    :class:`~hmmgpu.search.multidevice.MultiDeviceBackend`, whose devices each hold the own
+    post-filter's window of models with ``--postfilter hmmgpu`` (there a model's answer waits
+    for its passers' domain definitions). One process a GPU: two or three on one H200 took
+    17.4 and 19.2 s against 13.0 s for one (600 Pfam x 29 M, warm, --postfilter hmmgpu, one
+    session at 9df9ec0): their contexts take the GPU in turns, and the kernels' time nearly
+    doubled (GPU busy 9.4 and 16.8 s against 5.3 s)."""
     ids = device_ids(run)
-    ids = (run.device,) if ids is None else ids
-    copies = GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER if run.postfilter == "hmmgpu" else 1
-    if len(ids) == 1 and copies == 1:
-        return start(ids[0])
+    if ids is None or len(ids) == 1:
+        return start(run.device if ids is None else ids[0])
+    return _joined(run, db, {d: start(d) for d in ids})
+
+
+def _joined(run, db, members: dict) -> CascadeBackend:
+    """``members`` (device -> its GPU process) as one :class:`~hmmgpu.search.multidevice.MultiDeviceBackend`."""
     from hmmgpu.search.multidevice import MODELS_AHEAD_OWN_POSTFILTER, MultiDeviceBackend
 
-    members = {(d if copies == 1 else f"{d}.{k}"): start(d) for d in ids for k in range(copies)}
-    return MultiDeviceBackend(db, members, models_ahead=MODELS_AHEAD_OWN_POSTFILTER if run.postfilter == "hmmgpu"
-                              else None)
+    return MultiDeviceBackend(db, members,
+                              models_ahead=MODELS_AHEAD_OWN_POSTFILTER if run.postfilter == "hmmgpu" else None)
 
 
 def device_backend(run, device: int, db=None, *, source: tuple | None = None, lengths=None,
@@ -395,12 +397,10 @@ def shard_backend(run, db, first: int, end: int) -> CascadeBackend | None:
         return NumbaBackend(db.shard(first, end), threads=1)
     if run.backend in ("auto", "cuda"):
         if os.environ.get("HMMGPU_NO_GPU") is None and cuda_available(0):
-            from hmmgpu.search.multidevice import MultiDeviceBackend
-
             # the GPU process serves one submitting and one waiting thread: the worker's task
             # threads share it through the feeder and collector of a one-device MultiDeviceBackend
             shard = db.shard(first, end)
-            return MultiDeviceBackend(shard, {0: device_backend(run, 0, shard, span=(first, end))})
+            return _joined(run, shard, {0: device_backend(run, 0, shard, span=(first, end))})
         if run.backend == "cuda":
             raise DeviceUnavailable("--backend cuda: this dask worker has no usable CUDA GPU (start GPU workers with "
                                     "`dask cuda worker`)")

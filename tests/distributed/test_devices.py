@@ -73,23 +73,25 @@ def test_two_devices_write_what_one_writes_and_hmmsearch(tmp_path, capsys, two_d
                 assert without_tail(ours[name]) == without_tail((tmp_path / f"ref.{name}").read_bytes()), name
 
 
-def test_own_postfilter_runs_several_gpu_processes_on_each_device(tmp_path, capsys, monkeypatch, two_devices):
-    """With ``--postfilter hmmgpu``, :data:`~hmmgpu.search.routing.GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER`
-    processes on each GPU (here 2 on the one device named): both take models, and the outputs
-    equal one process's byte for byte."""
+def test_own_postfilter_over_two_devices_writes_what_one_writes(tmp_path, capsys, monkeypatch, two_devices):
+    """With ``--postfilter hmmgpu`` each device holds the own post-filter's window of models
+    (:data:`~hmmgpu.search.multidevice.MODELS_AHEAD_OWN_POSTFILTER`, here one model): both take
+    models, and the outputs equal one device's byte for byte."""
     args = ["--backend", "cuda", "--postfilter", "hmmgpu", "--cpu", "2", str(MODELS), str(PROTEOME)]
     code, err, one = _search(tmp_path / "one", ["--devices", "0", *args], capsys)
     assert code == 0, err
-    assert two_devices == {0: two_devices[0]} and len(two_devices[0]) == 1
-    monkeypatch.setattr(routing, "GPU_PROCESSES_PER_DEVICE_OWN_POSTFILTER", 2)
     monkeypatch.setattr(multidevice, "MODELS_AHEAD_OWN_POSTFILTER", 1)
+    budgets = []
+    init = multidevice.MultiDeviceBackend.__init__
+    monkeypatch.setattr(multidevice.MultiDeviceBackend, "__init__",
+                        lambda self, *a, **k: budgets.append(k.get("models_ahead")) or init(self, *a, **k))
     filtered = collections.Counter()   # models filtered, by backend
     msv = NumbaBackend.msv
     monkeypatch.setattr(NumbaBackend, "msv", lambda self, *a, **k: filtered.update([id(self)]) or msv(self, *a, **k))
-    code, err, ours = _search(tmp_path / "two", ["--devices", "1", *args], capsys)
+    code, err, ours = _search(tmp_path / "two", ["--devices", "all", *args], capsys)
     assert code == 0, err
-    assert "on 2 devices (ids 1.0,1.1)" in err and len(two_devices[1]) == 2
-    assert all(filtered[id(backend)] > 0 for backend in two_devices[1])
+    assert "on 2 devices (ids 0,1)" in err and len(two_devices[1]) == 1 and budgets == [1]
+    assert all(filtered[id(backends[-1])] > 0 for backends in two_devices.values())
     assert set(ours) == set(OUTPUTS.values())
     for name in OUTPUTS.values():
         assert _steady(ours[name]) == _steady(one[name]), name
