@@ -246,7 +246,10 @@ sys.exit(0 if a == b and a else 1)" ;;
       unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
       unpack "$DATA/seqs/public_proteins.fa.gz" /tmp/proteins.fa
       db=/tmp/proteins_x$copies.fa
-      [ -s "$db" ] || for k in $(seq "$copies"); do cat /tmp/proteins.fa; done >"$db"
+      # the copies' names suffixed _r1.. as the e2e workloads' (benchmarks/common.py write_proteins)
+      [ -s "$db" ] || for k in $(seq "$copies"); do
+        if [ "$copies" -gt 1 ]; then awk -v r="$k" '/^>/ { sub(/^>[^ \t]*/, "&_r" r) } 1' /tmp/proteins.fa; else cat /tmp/proteins.fa; fi
+      done >"$db"
       python3 -m hmmgpu search --backend cuda --cpu 16 -o /dev/null /tmp/pfam600.hmm /tmp/proteins.fa >/dev/null 2>&1  # warm
       for entry in ${ROUTES:-pyhmmer:- hmmgpu:-}; do
         route=${entry%%:*}; setting=${entry#*:}; [ "$setting" = - ] && setting=

@@ -140,9 +140,10 @@ class PyhmmerStage(TaskPlanner, PostFilterStage):
         return TaskResult(state, cpu_seconds=time.thread_time() - start, filtered=task.filtered)
 
     def _position_of(self, task: Task):
-        """The function from a hit's target name to its database position, for ``task``. A
-        name that occurs twice in one task's targets only occurs in tasks of one target
-        (:meth:`_tasks`); one that occurs in several tasks has its position in this one."""
+        """The function from a hit's target name to its database position, for ``task``. No
+        name occurs twice in one task's targets (:meth:`~hmmgpu.stages.postfilter.TaskPlanner._tasks`
+        cuts survivors by each name's occurrence, and runs a range's repeated names alone); one
+        that occurs in several tasks has its position in this one."""
         positions = task.positions
         if positions.size == 1:
             return lambda name: int(positions[0])

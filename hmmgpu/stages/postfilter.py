@@ -214,21 +214,23 @@ class TaskPlanner:
         return [np.arange(a, b, dtype=np.int64) for a, b in zip(bounds[:-1], bounds[1:])]
 
     def _tasks(self, query, groups, filtered: bool) -> list:
+        """Tasks of ``groups`` of positions, in which no name occurs twice where the kept-hit
+        rule places hits by name (:attr:`by_position`): survivors are cut by occurrence (every
+        name's first occurrence in one task, its second in the next, ...: a database that holds
+        its proteins four times gives four tasks, not one for each repeated target); a range's
+        targets whose name the database repeats each run alone, the rest as runs of
+        consecutive targets."""
         tasks = []
         for g in groups:
-            if self.by_position and g.size > 1 and (filtered or g[0] > 0):
-                # survivors are few: all are checked; of a range, those whose name the database repeats
-                suspects = g if filtered else g[self.db.repeated_names[g]]
-                singles = _repeated_names(self.db, suspects)
+            if self.by_position and g.size > 1 and filtered:
+                tasks.extend(self._task(query, part, filtered) for part in _by_occurrence(self.db, g))
+                continue
+            if self.by_position and g.size > 1 and g[0] > 0:
+                singles = _repeated_names(self.db, g[self.db.repeated_names[g]])
                 if singles.size:
-                    for p in singles:
-                        tasks.append(self._task(query, np.array([p]), filtered))
-                    g = np.setdiff1d(g, singles)
-                    if not filtered:  # a range task searches consecutive targets: the rest, as runs
-                        tasks.extend(self._task(query, run, filtered) for run in _runs(g))
-                        continue
-                    if not g.size:
-                        continue
+                    tasks.extend(self._task(query, np.array([p]), filtered) for p in singles)
+                    tasks.extend(self._task(query, run, filtered) for run in _runs(np.setdiff1d(g, singles)))
+                    continue
             tasks.append(self._task(query, g, filtered))
         for k, t in enumerate(tasks):
             t.part = k
@@ -274,6 +276,19 @@ def _runs(ascending: np.ndarray) -> list:
 def names_of(db, positions: np.ndarray) -> list:
     """The target names of ``positions``."""
     return [db.name(p) for p in positions.tolist()]
+
+
+def _by_occurrence(db, positions: np.ndarray) -> list:
+    """``positions`` (ascending) cut so that no name occurs twice in a part: the k-th occurrence
+    of each name among them in the k-th part, each part ascending; ``[positions]`` when every
+    name occurs once."""
+    seen: dict = {}
+    occurrence = np.empty(positions.size, np.int64)
+    for k, name in enumerate(names_of(db, positions)):
+        occurrence[k] = seen[name] = seen.get(name, -1) + 1
+    if not occurrence.any():
+        return [positions]
+    return [positions[occurrence == k] for k in range(int(occurrence.max()) + 1)]
 
 
 def _repeated_names(db, positions: np.ndarray) -> np.ndarray:
