@@ -771,19 +771,21 @@ def test_a_name_repeated_in_another_task_is_kept_by_its_own_position(references,
     assert hits_table(ours, "domains") == hits_table(expected, "domains")
 
 
-def test_a_database_holding_its_targets_twice_is_cut_by_occurrence(references):
+@pytest.mark.parametrize("postfilter", ["pyhmmer", "hmmgpu"])
+def test_a_database_holding_its_targets_twice_is_cut_by_occurrence(references, postfilter):
     """Every name twice (the proteome written twice, as a replicated benchmark database is):
     a query's survivors are cut into tasks in which no name repeats, each name's first
     occurrence in one and its second in another, not into a task for each repeated target; the
     kept set, tables and counters equal one serial run's at an E where HMMER's keep rule drops
-    hits (a hit's position is found from its name within its task)."""
+    hits (a hit's position is found from its name within its task), with pyhmmer's stage and
+    hmmgpu's own."""
     from pyhmmer.easel import DigitalSequenceBlock
 
     block = references[1]
     hmm, _, _, E, _ = _late_hit_model(references)
     doubled = DigitalSequenceBlock(AMINO, list(block) + list(block))
     expected = PyhmmerPipeline(AMINO, E=E).search_hmm(hmm, doubled)
-    with hmmgpu.Pipeline(doubled, backend="numba", cpus=2, E=E) as pli:
+    with hmmgpu.Pipeline(doubled, backend="numba", cpus=2, E=E, postfilter=postfilter) as pli:
         ours = pli.search_hmm(hmm)
         tasks = pli.stats.tasks
     assert len(expected) < len(PyhmmerPipeline(AMINO, Z=1, E=E).search_hmm(hmm, doubled))  # the rule drops some
