@@ -43,6 +43,10 @@ DOMAIN_STRUCT = struct.Struct(">Iqqqqqq" "fffff" "d" "iii")
 ALIDISPLAY_STRUCT = struct.Struct(">IIiiiqqqB")
 HIT_HAS_ACCESSION, HIT_HAS_DESCRIPTION = 1, 2
 ALI_HAS_RF, ALI_HAS_MM, ALI_HAS_CS, ALI_HAS_PP, ALI_HAS_ASEQ, ALI_HAS_NTSEQ = 1, 2, 4, 8, 16, 32
+#: An alignment display's annotation lines before its nucleotide sequence, in their order, each
+#: with the bit that says it is present (0: always), as ``p7_alidisplay_Serialize()`` writes them.
+_ALIGNMENT_LINES = ((ALI_HAS_RF, "rf"), (ALI_HAS_MM, "mm"), (ALI_HAS_CS, "cs"), (0, "model"), (0, "match"),
+                    (ALI_HAS_ASEQ, "aseq"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,27 +232,20 @@ def _read_alidisplay(buf: bytes, start: int) -> tuple[AlignmentDisplay, int]:
     bytes), those present in ``present``'s order, then six NUL-terminated names that end the record."""
     size, N, hmm_from, hmm_to, M, seq_from, seq_to, L, present = ALIDISPLAY_STRUCT.unpack_from(buf, start)
     pos = start + ALIDISPLAY_STRUCT.size
-    step = N + 1
-    rf = mm = cs = pp = None
-    aseq = b""
-    if present & ALI_HAS_RF:
-        rf, pos = buf[pos:pos + N], pos + step
-    if present & ALI_HAS_MM:
-        mm, pos = buf[pos:pos + N], pos + step
-    if present & ALI_HAS_CS:
-        cs, pos = buf[pos:pos + N], pos + step
-    model, match, pos = buf[pos:pos + N], buf[pos + step:pos + step + N], pos + 2 * step
-    if present & ALI_HAS_ASEQ:
-        aseq, pos = buf[pos:pos + N], pos + step
+    lines = {}
+    for flag, key in _ALIGNMENT_LINES:
+        if flag == 0 or present & flag:
+            lines[key], pos = buf[pos:pos + N], pos + N + 1
     if present & ALI_HAS_NTSEQ:
         pos += 3 * N + 1
     if present & ALI_HAS_PP:
-        pp, pos = buf[pos:pos + N], pos + step
+        lines["pp"], pos = buf[pos:pos + N], pos + N + 1
     end = start + size
     names = buf[pos:end].split(b"\0")
     _check(end <= len(buf) and len(names) == 7 and not names[6], "alignment")  # six strings, the last NUL the end
     return AlignmentDisplay(hmm_from=hmm_from, hmm_to=hmm_to, M=M, seq_from=seq_from, seq_to=seq_to, L=L,
-                            rf=rf, mm=mm, cs=cs, model=model, match=match, aseq=aseq, pp=pp,
+                            rf=lines.get("rf"), mm=lines.get("mm"), cs=lines.get("cs"), model=lines["model"],
+                            match=lines["match"], aseq=lines.get("aseq", b""), pp=lines.get("pp"),
                             hmm_name=names[0], hmm_acc=names[1], hmm_desc=names[2], seq_name=names[3],
                             seq_acc=names[4], seq_desc=names[5]), end
 

@@ -35,8 +35,9 @@ most its budget, about 0.3 s of one H100's work for 600 Pfam models against 116 
 A caller that waits for its models in order keeps :attr:`MultiDeviceBackend.models_in_flight`
 submitted (every device's budget), not one device's ring: hmmscan's narrowing does. With
 hmmgpu's own post-filter (``--postfilter hmmgpu``) a model's answer waits seconds for its
-passers' domain definitions in the GPU process, so there each device's budget is
-:data:`MODELS_AHEAD_OWN_POSTFILTER` models, the engine's window on that route: a budget of 16
+passers' domain definitions in the GPU process, so there each device's budget (``models_ahead``,
+set by :mod:`~hmmgpu.search.routing`) is the engine's window on that route
+(:data:`~hmmgpu.search.engine.MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN` models): a budget of 16
 would hold the filters back as the window of 256 models did on one GPU.
 
 The threads live only while there is work: a device's feeder starts when a model is queued
@@ -77,9 +78,6 @@ from hmmgpu.stages.protocol import CascadeBackend
 #: :data:`~hmmgpu.gpu.cascade.SLOTS` (8) models at once, and as many more wait in its queue so
 #: that it never waits for the next one.
 MODELS_AHEAD_PER_DEVICE = 16
-#: ... and with ``--postfilter hmmgpu``, where a model's answer waits seconds for its passers'
-#: domain definitions: the engine's window (``MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN``) for one device.
-MODELS_AHEAD_OWN_POSTFILTER = 1024
 
 
 class _Prepared:
@@ -126,6 +124,7 @@ class MultiDeviceBackend(CascadeBackend):
             raise HmmgpuError("internal: a multi-device backend needs at least one device")
         super().__init__(db)
         self.members = dict(members)
+        #: each device's budget, in models of the average cost so far (:data:`MODELS_AHEAD_PER_DEVICE` by default)
         self.models_ahead = models_ahead or MODELS_AHEAD_PER_DEVICE
         self._first = next(iter(self.members.values()))
         self._lock = threading.Condition()
@@ -200,7 +199,7 @@ class MultiDeviceBackend(CascadeBackend):
 
     def _has_room(self, device: int, cost: float) -> bool:
         """Whether ``device`` takes a model of ``cost`` now: it holds nothing, or its work with
-        the model stays within its budget (:data:`MODELS_AHEAD_PER_DEVICE` average models)."""
+        the model stays within its budget (:attr:`models_ahead` average models)."""
         total, count = self._costs
         budget = self.models_ahead * (total / count if count else cost)
         return self._sent[device] == 0 or self._held[device] + cost <= budget
@@ -306,7 +305,7 @@ class MultiDeviceBackend(CascadeBackend):
     @property
     def models_in_flight(self) -> int:
         """Models to keep submitted and not yet taken, so that every device stays busy: its
-        budget (:data:`MODELS_AHEAD_PER_DEVICE`) each (hmmscan's narrowing keeps this many)."""
+        budget (:attr:`models_ahead`) each (hmmscan's narrowing keeps this many)."""
         return self.models_ahead * len(self.members)
 
     def gpu_seconds(self) -> float:
@@ -345,4 +344,4 @@ class MultiDeviceBackend(CascadeBackend):
                                     max(0.0, deadline - time.monotonic()))
 
 
-__all__ = ["MultiDeviceBackend", "MODELS_AHEAD_PER_DEVICE", "MODELS_AHEAD_OWN_POSTFILTER"]
+__all__ = ["MultiDeviceBackend", "MODELS_AHEAD_PER_DEVICE"]

@@ -155,11 +155,13 @@ def _gpu_processes(run, db, start) -> CascadeBackend:
 
 
 def _joined(run, db, members: dict) -> CascadeBackend:
-    """``members`` (device -> its GPU process) as one :class:`~hmmgpu.search.multidevice.MultiDeviceBackend`."""
-    from hmmgpu.search.multidevice import MODELS_AHEAD_OWN_POSTFILTER, MultiDeviceBackend
+    """``members`` (device -> its GPU process) as one :class:`~hmmgpu.search.multidevice.MultiDeviceBackend`;
+    with ``--postfilter hmmgpu`` each device holds the engine's window of models on that route."""
+    from hmmgpu.search.engine import MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN
+    from hmmgpu.search.multidevice import MultiDeviceBackend
 
     return MultiDeviceBackend(db, members,
-                              models_ahead=MODELS_AHEAD_OWN_POSTFILTER if run.postfilter == "hmmgpu" else None)
+                              models_ahead=MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN if run.postfilter == "hmmgpu" else None)
 
 
 def device_backend(run, device: int, db=None, *, source: tuple | None = None, lengths=None,

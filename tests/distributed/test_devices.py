@@ -20,6 +20,7 @@ import pytest
 
 import hmmgpu
 import hmmgpu.distributed
+import hmmgpu.search.engine as engine
 import hmmgpu.search.multidevice as multidevice
 from hmmgpu.cli import build_parser, main
 from hmmgpu.cpu.backends import NumbaBackend
@@ -75,12 +76,12 @@ def test_two_devices_write_what_one_writes_and_hmmsearch(tmp_path, capsys, two_d
 
 def test_own_postfilter_over_two_devices_writes_what_one_writes(tmp_path, capsys, monkeypatch, two_devices):
     """With ``--postfilter hmmgpu`` each device holds the own post-filter's window of models
-    (:data:`~hmmgpu.search.multidevice.MODELS_AHEAD_OWN_POSTFILTER`, here one model): both take
+    (:data:`~hmmgpu.search.engine.MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN`, here one model): both take
     models, and the outputs equal one device's byte for byte."""
     args = ["--backend", "cuda", "--postfilter", "hmmgpu", "--cpu", "2", str(MODELS), str(PROTEOME)]
     code, err, one = _search(tmp_path / "one", ["--devices", "0", *args], capsys)
     assert code == 0, err
-    monkeypatch.setattr(multidevice, "MODELS_AHEAD_OWN_POSTFILTER", 1)
+    monkeypatch.setattr(engine, "MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN", 1)
     budgets = []
     init = multidevice.MultiDeviceBackend.__init__
     monkeypatch.setattr(multidevice.MultiDeviceBackend, "__init__",
