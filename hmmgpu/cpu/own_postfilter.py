@@ -32,7 +32,9 @@ On the GPU route the GPU process has done steps 2 and 4 and ``p7_DomainDecoding`
 the F3 passers it could promise bit for bit (:mod:`hmmgpu.gpu.cascade`): the query's cascade
 result carries their Forward scores and decodings (:class:`~hmmgpu.stages.decoded.DecodedTargets`),
 The device left out every target whose parsers or decoding raised a flag that could matter in
-either float mode, so such a decoding is hmmsearch's and pyhmmer's alike. The GPU process has
+either float mode. The decoding kernel computes in hmmsearch's arithmetic: a decoding (and the
+definition made from it) that holds in that mode only (``ftz_only``: the kernel flushed a tiny
+value) is taken in hmmsearch's mode and left to pyhmmer's pipeline in pyhmmer's. The GPU process has
 also run step 5 on its decoded passers, with the GPU's stages
 (:class:`hmmgpu.gpu.domaindef.GpuDomainStages`, seeded with ``--seed``), and sent the
 definitions no exactness flag marks (:class:`~hmmgpu.stages.defined.DefinedTargets`) in place
@@ -75,8 +77,9 @@ references give hmmsearch's values themselves, their exactness flags (which say 
 modes could differ) notwithstanding. Measured: the parsers' rows and scores and the whole
 domain definition, run so, equal libhmmer's under flush-to-zero on every top hit checked of
 PF00001, PF07690, PF00005, PF00133, PF00096 and more (benchmarks/results/ftz_references_2026-11-28.log),
-nearly all of them flagged. The GPU's kernels compute in IEEE arithmetic: the device sends
-only decodings that no flag marks, which are the same in both modes.
+nearly all of them flagged. The GPU's decoding kernel computes in hmmsearch's arithmetic and marks
+the decodings that hold in that mode only; its other kernels compute in IEEE arithmetic and flag
+what could differ.
 
 Domain definition runs on a task's F3 passers together so that a device can take them as
 batches (all clustered regions in one launch, all envelopes in one); its stages here are the
@@ -316,7 +319,8 @@ class OwnPostFilter(PyhmmerStage):
         decided = ~np.isin(task.positions, gate.unsure) if gate is not None else np.zeros(task.positions.size, bool)
         positions = task.positions.tolist()
         # the GPU's, for the F3 passers it did not flag: decodings, and definitions made in its process
-        devices, defined = (_sent(getattr(task.query.counts, name, None), positions) for name in ("decoded", "defined"))
+        devices, defined = (_sent(getattr(task.query.counts, name, None), positions, self.ftz)
+                            for name in ("decoded", "defined"))
         Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
         on_device = sum(device is not None for device in devices)
         on_device_defined = sum(d is not None for d in defined)
@@ -392,13 +396,15 @@ def warm() -> None:
     define_domains(model.stages, codes, forward.xmx, bck.xmx, bck.has_own_scales)
 
 
-def _sent(targets, positions: list) -> list:
+def _sent(targets, positions: list, ftz: bool) -> list:
     """For each position, its entry in what the GPU process sent (``targets``:
     :class:`~hmmgpu.stages.decoded.DecodedTargets` or :class:`~hmmgpu.stages.defined.DefinedTargets`,
-    or None), (Forward score, decoding or definition), or None."""
+    or None), (Forward score, decoding or definition), or None: None too where the entry holds
+    in hmmsearch's float mode only (``ftz_only``) and the search runs in pyhmmer's (``ftz`` False)."""
     if targets is None:
         return [None] * len(positions)
-    return [targets.target(k) if k >= 0 else None for k in map(targets.find, positions)]
+    return [targets.target(k) if k >= 0 and (ftz or not targets.ftz_only[k]) else None
+            for k in map(targets.find, positions)]
 
 
 def _runs(outcomes: list) -> list:

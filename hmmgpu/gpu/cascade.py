@@ -377,7 +377,7 @@ class _DecodingStep:
         """Every job's (decoded, defined): its passers the kernels did not flag, defined
         (``steps``: their definitions' step seconds, :meth:`GpuCascade.define_domains_of`)."""
         from hmmgpu.stages.decoded import DecodedTargets
-        from hmmgpu.stages.forward import STATUS_UNSURE
+        from hmmgpu.stages.forward import FTZ_ONLY, STATUS_UNSURE
 
         cascade = self._cascade
         with cascade._forward_lock:
@@ -392,11 +392,13 @@ class _DecodingStep:
             work.append((profile_tables, seed, DecodedTargets.gather(got.indices[keep], got.scores[keep], dec.status[keep],
                                                              [dec.mocc[k] for k in keep],
                                                              [dec.btot[k] for k in keep],
-                                                             [dec.etot[k] for k in keep])))
+                                                             [dec.etot[k] for k in keep],
+                                                             ftz_only=(dec.flags[keep] & FTZ_ONLY) != 0)))
             unsure.append(int(got.indices.size) - len(keep))
         answers = cascade.define_domains_of(work, steps)
         for (decoded, defined), (_, _, sent), host in zip(answers, work, unsure):
-            cascade._count_decoded(len(sent), host, decoded.nbytes + (defined.nbytes if defined is not None else 0),
+            cascade._count_decoded(len(sent), host, int(sent.ftz_only.sum()),
+                                   decoded.nbytes + (defined.nbytes if defined is not None else 0),
                                    len(defined) if defined is not None else 0)
         return answers
 
@@ -422,7 +424,7 @@ class GpuCascade:
         #: decodings sent with the results, the gate batches whose passers were defined, and the
         #: passers declined for want of room (:meth:`take_definitions`)
         self.decoding_ms = 0.0
-        self.decoding_counts = dict(decoded=0, host=0, bytes=0, defined=0, batches=0, declined=0)
+        self.decoding_counts = dict(decoded=0, host=0, ftz_only=0, bytes=0, defined=0, batches=0, declined=0)
         self._backlog = 0  #: F3 passers taken for decoding and definition here, not yet defined
         #: domain definition's steps in this process, and its clustered regions and those the CPU
         #: reference sampled: the sums of :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds` and
@@ -593,10 +595,13 @@ class GpuCascade:
         with self._lock:
             self._backlog -= passers
 
-    def _count_decoded(self, decoded: int, host: int, nbytes: int, defined: int) -> None:
+    def _count_decoded(self, decoded: int, host: int, ftz_only: int, nbytes: int, defined: int) -> None:
+        """Add a batch's counts: its passers decoded, left undecided (``host``), decoded in
+        hmmsearch's float mode only (``ftz_only``), its bytes and its passers defined."""
         with self._lock:
             self.decoding_counts["decoded"] += decoded
             self.decoding_counts["host"] += host
+            self.decoding_counts["ftz_only"] += ftz_only
             self.decoding_counts["bytes"] += nbytes
             self.decoding_counts["defined"] += defined
 

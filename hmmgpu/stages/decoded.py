@@ -16,12 +16,14 @@ parsers).
 
 Only targets the device can promise bit for bit are here: it leaves out every target whose
 Forward or Backward rows or decoding raised an exactness flag that could send it to the host
-(:data:`~hmmgpu.stages.forward.HOST`: RANGE, SUBNORMAL; the decoding raises SUBNORMAL on any tiny
-value it reads, so a TINY_ROWS entry that hmmsearch's flush-to-zero would hold as 0 leaves the
-target out too), whose last Forward product is tiny, that its cost cap keeps off the device, and
-every target of a model its tables' argument does not cover. The post-filter stage computes
-those with its CPU references as before, and decides them by their flags. A decoding here is
-therefore the same in IEEE arithmetic (pyhmmer's mode) and under flush-to-zero (hmmsearch's).
+(:data:`~hmmgpu.stages.forward.HOST`: RANGE, SUBNORMAL), whose last Forward product is tiny,
+that its cost cap keeps off the device, and every target of a model its tables' argument does
+not cover. The post-filter stage computes those with its CPU references as before, and decides
+them by their flags. The decoding kernel computes in hmmsearch's arithmetic (flush-to-zero):
+a decoding here is hmmsearch's, and pyhmmer's too unless its ``ftz_only`` entry says the kernel
+flushed a tiny value (:data:`~hmmgpu.stages.forward.FTZ_ONLY`; a target whose parsers stored
+a tiny special value, TINY_ROWS, always meets one). A search in pyhmmer's float mode leaves
+those to the host.
 
 Why it looks as it does
 -----------------------
@@ -53,10 +55,11 @@ class DecodedTargets:
     mocc: np.ndarray  #: float32: every target's [L+1] rows, one after the other
     btot: np.ndarray
     etot: np.ndarray
+    ftz_only: np.ndarray  #: bool: the decoding is hmmsearch's (flush-to-zero) only, not pyhmmer's
 
     @classmethod
-    def gather(cls, indices, scores, status, mocc: list, btot: list, etot: list) -> "DecodedTargets":
-        """From per-target values and arrays (any order)."""
+    def gather(cls, indices, scores, status, mocc: list, btot: list, etot: list, ftz_only=None) -> "DecodedTargets":
+        """From per-target values and arrays (any order; ``ftz_only`` None: all False)."""
         indices = np.asarray(indices, np.int64)
         order = np.argsort(indices, kind="stable")
         sizes = np.array([mocc[k].size for k in order.tolist()], np.int64)
@@ -68,7 +71,9 @@ class DecodedTargets:
         return cls(indices=indices[order], scores=np.asarray(scores, np.float32)[order],
                    status=np.asarray(status, np.int32)[order],
                    offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
-                   mocc=flat(mocc), btot=flat(btot), etot=flat(etot))
+                   mocc=flat(mocc), btot=flat(btot), etot=flat(etot),
+                   ftz_only=(np.zeros(indices.size, bool) if ftz_only is None
+                             else np.asarray(ftz_only, bool).reshape(-1)[order]))
 
     def __len__(self) -> int:
         return int(self.indices.size)
@@ -77,7 +82,7 @@ class DecodedTargets:
     def nbytes(self) -> int:
         """The arrays' bytes (what the message carries, less pickle's few framing bytes)."""
         return sum(a.nbytes for a in (self.indices, self.scores, self.status, self.offsets, self.mocc, self.btot,
-                                      self.etot))
+                                      self.etot, self.ftz_only))
 
     def find(self, index: int) -> int:
         """The position of database index ``index`` here, or -1."""

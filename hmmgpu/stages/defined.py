@@ -20,9 +20,11 @@ domain (``dcl`` order) ``ienv``, ``jenv``, ``iali``, ``jali``, ``envsc``, ``domc
 
 Which definitions are sent (:func:`split_defined`, :func:`split_defined_grouped`): those whose decoding was OK and whose
 stages raised no flag that could send them to the host (:data:`~hmmgpu.stages.forward.HOST`:
-RANGE, SUBNORMAL). The device computes in IEEE arithmetic and the post-filter stage runs in the
-search's own float mode (hmmsearch's flush-to-zero on the command line); a definition no HOST
-flag marks is the same in both, as a decoding the device sends is. Every other decoded passer
+RANGE, SUBNORMAL). The device's stages compute in IEEE arithmetic and the post-filter stage runs
+in the search's own float mode (hmmsearch's flush-to-zero on the command line); a definition
+no HOST flag marks is the same in both modes, save that its decoding may be hmmsearch's only
+(``ftz_only``, :mod:`hmmgpu.stages.decoded`): such a definition is hmmsearch's, and a search in
+pyhmmer's mode leaves it to the host. Every other decoded passer
 (its decoding overflowed, or a matrix of its definition was flagged) is sent as its decoding
 (:class:`~hmmgpu.stages.decoded.DecodedTargets`) and defined by the post-filter stage as
 before, in its float mode.
@@ -103,11 +105,12 @@ class DefinedTargets:
     k: np.ndarray  #: int32
     i: np.ndarray  #: int32
     pp: np.ndarray  #: float32
+    ftz_only: np.ndarray  #: bool: defined from a decoding that is hmmsearch's (flush-to-zero) only
 
     @classmethod
-    def gather(cls, indices, scores, definitions: list) -> "DefinedTargets":
+    def gather(cls, indices, scores, definitions: list, ftz_only=None) -> "DefinedTargets":
         """From per-target Forward scores and definitions (any order; ``definitions``:
-        :class:`~hmmgpu.stages.domaindef.DomainDefinition` with status OK)."""
+        :class:`~hmmgpu.stages.domaindef.DomainDefinition` with status OK; ``ftz_only`` None: all False)."""
         indices = np.asarray(indices, np.int64)
         order = np.argsort(indices, kind="stable").tolist()
         chosen = [definitions[k] for k in order]
@@ -128,7 +131,9 @@ class DefinedTargets:
                    domain_scores=np.array([[dom.envsc, dom.domcorrection, dom.oasc] for dom in domains],
                                           F32).reshape(-1, 3),
                    trace_offsets=_offsets([t.st.size for t in traces]),
-                   st=flat("st", np.uint8), k=flat("k", np.int32), i=flat("i", np.int32), pp=flat("pp", F32))
+                   st=flat("st", np.uint8), k=flat("k", np.int32), i=flat("i", np.int32), pp=flat("pp", F32),
+                   ftz_only=(np.zeros(indices.size, bool) if ftz_only is None
+                             else np.asarray(ftz_only, bool).reshape(-1)[order]))
 
     def __len__(self) -> int:
         return int(self.indices.size)
@@ -138,7 +143,7 @@ class DefinedTargets:
         """The arrays' bytes (what the message carries, less pickle's few framing bytes)."""
         return sum(a.nbytes for a in (self.indices, self.scores, self.counters, self.totals, self.domain_offsets,
                                       self.bounds, self.domain_scores, self.trace_offsets, self.st, self.k, self.i,
-                                      self.pp))
+                                      self.pp, self.ftz_only))
 
     def find(self, index: int) -> int:
         """The position of database index ``index`` here, or -1."""
@@ -200,6 +205,8 @@ def _split(decoded: DecodedTargets, ok: list, definitions: list) -> tuple:
     targets = [decoded.target(k) for k in kept]
     rest = DecodedTargets.gather([indices[k] for k in kept], [score for score, _ in targets],
                                  [decoding[0] for _, decoding in targets], *(
-                                     [decoding[n] for _, decoding in targets] for n in (1, 2, 3)))
-    defined = DefinedTargets.gather([indices[k] for k in sent], decoded.scores[list(sent)], list(sent.values()))
+                                     [decoding[n] for _, decoding in targets] for n in (1, 2, 3)),
+                                 ftz_only=decoded.ftz_only[kept])
+    defined = DefinedTargets.gather([indices[k] for k in sent], decoded.scores[list(sent)], list(sent.values()),
+                                    ftz_only=decoded.ftz_only[list(sent)])
     return defined, rest

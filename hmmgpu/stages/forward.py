@@ -30,6 +30,9 @@ SUBNORMAL = 2
 TINY_ROWS = 4
 #: Diagnostic flag of the reference only: some float result anywhere was subnormal (or FLT_MIN).
 ANY_TINY = 8
+#: Flag of a result computed in hmmsearch's arithmetic (flush-to-zero), which flushed a tiny value
+#: to 0: pyhmmer's IEEE arithmetic could give other bits (the domain decoding kernel's).
+FTZ_ONLY = 16
 #: The flags that send a target to libhmmer on the host.
 HOST = RANGE | SUBNORMAL
 
@@ -174,4 +177,4 @@ def backward_score_from_scales(scales, xn) -> tuple:
 
 __all__ = ["ForwardTables", "forward_totscale", "forward_score", "backward_score", "backward_score_from_scales",
            "length_specials", "nqf", "STATUS_OK", "STATUS_RANGE", "STATUS_UNSURE", "RANGE", "SUBNORMAL", "TINY_ROWS",
-           "ANY_TINY", "HOST", "FLT_MIN", "ABSORB", "RESCALE_AT", "DD_EARLY_EXIT_M", "OWN_SCALES_AT"]
+           "FTZ_ONLY", "ANY_TINY", "HOST", "FLT_MIN", "ABSORB", "RESCALE_AT", "DD_EARLY_EXIT_M", "OWN_SCALES_AT"]

@@ -122,8 +122,14 @@ def decoding_meets_tiny(fx, bx, has_own_scales: bool, ploop) -> bool:
 def _equal_decoding(dec, j, codes, model, what: str) -> None:
     """Target ``j``'s domain decoding in ``dec`` (a DecodingResults) against libhmmer's
     ``p7_DomainDecoding``: status (or undecided, where the flags leave the target to libhmmer and
-    it did not run), and mocc, btot and etot bit for bit (the kernel's IEEE values, as libhmmer's here)."""
-    status, *arrays = model.domain_decoding(codes)
+    it did not run), and mocc, btot and etot bit for bit: against libhmmer in hmmsearch's float
+    mode (flush-to-zero, its parsers included) where the kernel flushed a tiny value (FTZ_ONLY),
+    else in IEEE arithmetic (which is then the same)."""
+    from hmmgpu.host import flush_to_zero
+    from hmmgpu.stages.forward import FTZ_ONLY
+
+    with flush_to_zero(bool(dec.flags[j] & FTZ_ONLY)):
+        status, *arrays = model.domain_decoding(codes)
     if dec.status[j] != status and not (dec.host[j] and dec.status[j] == STATUS_UNSURE):
         raise AssertionError(f"{what}: decoding status {dec.status[j]}, libhmmer {status}")
     for name, expected in zip(("mocc", "btot", "etot"), arrays):
@@ -138,14 +144,16 @@ def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict
     (``run(..., rows=True, decoding=True)``) on ``indices`` (default: every target) against libhmmer's
     ``p7_ForwardParser``, ``p7_BackwardParser`` and ``p7_DomainDecoding``, target by target: both
     parsers' special-state rows, Backward's status, ``totscale``, score and
-    ``has_own_scales``, the decoding's status, mocc, btot and etot; and the Backward kernel's
-    flags and host decision against the CPU reference's. Without ``fallback`` the kernel's own rows are
+    ``has_own_scales``, the decoding's status, mocc, btot and etot (:func:`_equal_decoding`); the
+    Backward kernel's flags and host decision against the CPU reference's, and the decoding's
+    FTZ_ONLY flag against numpy's test of its IEEE values (:func:`decoding_meets_tiny`). Without ``fallback`` the kernel's own rows are
     checked on every target it ran (flagged ones too: its values are IEEE's, as libhmmer's
     here) but those libhmmer reports a range error for (NaN rows); with it, libhmmer's
     recomputed values on the targets the flags leave to it. Raises AssertionError at the
     first difference."""
     from hmmgpu.cpu import fwdback as ref
     from hmmgpu.cpu.hmmerlib import HmmerModel
+    from hmmgpu.stages.forward import FTZ_ONLY
 
     idx = np.flatnonzero(np.asarray(db.lengths) > 0) if indices is None else np.asarray(indices)
     with HmmerModel(hmm) as model:
@@ -177,7 +185,7 @@ def check_backward(stage, hmm, db, indices=None, fallback: bool = False) -> dict
             if not mine.needs_host:
                 tiny = decoding_meets_tiny(ref.parse(tables, codes).xmx, mine.xmx, mine.has_own_scales,
                                            ref.length_specials(codes.size)[1])
-                if bool(got.decoding.flags[j] & ref.SUBNORMAL) != tiny:
+                if bool(got.decoding.flags[j] & FTZ_ONLY) != tiny or got.decoding.flags[j] & ref.SUBNORMAL:
                     raise AssertionError(f"{what}: decoding flags {got.decoding.flags[j]}, numpy's tiny test {tiny}")
                 report["decoding_tiny"] += int(tiny)
             report["own"] += int(bool(bwd.has_own_scales[j]))
@@ -366,7 +374,9 @@ def check_own_scales(M: int = 18, seed: int = 2, length: int = 160) -> dict:
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.gpu.fwdback import decoding_source
     from hmmgpu.gpu.fwdback.backward_source import ARGS, BwdSpec
+    from hmmgpu.host import flush_to_zero
     from hmmgpu.stages.domaindef import domain_decoding
+    from hmmgpu.stages.forward import FTZ_ONLY
     from hmmgpu.gpu.runtime import build
     from hmmgpu.gpu.runtime.kargs import arguments
     from pyhmmer.easel import Alphabet, DigitalSequence, DigitalSequenceBlock
@@ -417,16 +427,20 @@ def check_own_scales(M: int = 18, seed: int = 2, length: int = 160) -> dict:
     if not np.array_equal(_bits(rows), _bits(mine.xmx)):
         bad = np.argwhere(_bits(rows) != _bits(mine.xmx))[0]
         raise AssertionError(f"xmx[{bad[0]}][{bad[1]}] {rows[tuple(bad)]!r}, CPU reference {mine.xmx[tuple(bad)]!r}")
-    expected = domain_decoding(fwd.xmx, mine.xmx, True, ref.length_specials(length)[1])
+    tiny = decoding_meets_tiny(fwd.xmx, mine.xmx, True, ref.length_specials(length)[1])
+    if bool(decoding_flags & FTZ_ONLY) != tiny or decoding_flags & ref.SUBNORMAL:
+        raise AssertionError(f"decoding flags {decoding_flags} differ from numpy's tiny test")
+    # the kernel flushes as hmmsearch does: the reference under flush-to-zero, on the rows as
+    # hmmsearch holds them (their tiny values 0)
+    with flush_to_zero(tiny):
+        expected = domain_decoding(*(np.where(x < ref.FLT_MIN, np.float32(0), x) if tiny else x
+                                     for x in (fwd.xmx, mine.xmx)), True, ref.length_specials(length)[1])
     if decoded[0][0] != expected[0]:
         raise AssertionError(f"decoding status {decoded[0][0]}, reference {expected[0]}")
     for name, got, want in zip(("mocc", "btot", "etot"), decoded[1:], expected[1:]):
         if not np.array_equal(_bits(got), _bits(want)):
             bad = int(np.flatnonzero(_bits(got) != _bits(want))[0])
             raise AssertionError(f"{name}[{bad}] {got[bad]!r}, reference {want[bad]!r}")
-    tiny = decoding_meets_tiny(fwd.xmx, mine.xmx, True, ref.length_specials(length)[1])
-    if bool(decoding_flags & ref.SUBNORMAL) != tiny:
-        raise AssertionError(f"decoding flags {decoding_flags} differ from numpy's tiny test")
     own_rows = int((rows[1:length, ref.XSCALE] != fwd.xmx[1:length, ref.XSCALE]).sum())
     return dict(L=length, own_scales=own, rows_own_scale=own_rows, flags=flags, decoding_flags=decoding_flags)
 

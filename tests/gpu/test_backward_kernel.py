@@ -75,8 +75,9 @@ def test_backward_kernel_exact_under_simulator(tmp_path):
     """The Backward and decoding kernels under numba's CUDA simulator
     (tests/gpu/fwdback_checks.py): sampled models with M = 18 and 101 and KR (M = 262) with two
     real homologs; both parsers' rows, Backward's totscale, score and has_own_scales, the
-    decoding's mocc, btot and etot equal libhmmer's, Backward's flags the CPU reference's and
-    the decoding's flag numpy's test of its values; rescaling, a range error, a subnormal flag
+    decoding's mocc, btot and etot equal libhmmer's (in flush-to-zero mode where the kernel
+    flushed a tiny value), Backward's flags the CPU reference's and the decoding's FTZ_ONLY flag
+    numpy's test of its values; rescaling, a range error, a subnormal flag
     and libhmmer's fallback, rows in shared and in global memory, one group running every
     target, several chunks, two models in one batch, and a target switched to its own scale
     factors (rows and decoding against the CPU references)."""
@@ -88,7 +89,8 @@ def test_backward_kernel_exact_under_simulator(tmp_path):
     assert rows["M18 global, one group, chunked, fallback"] == rows["M18 shared"]
     assert rows["M101"] == dict(n=4, host=0, rescaled=1, range=0, tiny_rows=0, own=0, decoding_tiny=0)
     assert rows["M18 + M101 in one batch"] == dict(models=2, n=8, host=0, launches=1)
-    # the homolog whose C goes subnormal: its decoding reads a tiny value (flagged for flush-to-zero)
+    # the homolog whose C goes subnormal: its decoding reads a tiny value, flushed as hmmsearch flushes
+    # it (FTZ_ONLY; mocc, btot and etot equal libhmmer's under flush-to-zero)
     assert rows["KR"] == dict(n=2, host=0, rescaled=2, range=0, tiny_rows=1, own=0, decoding_tiny=1)
     own = rows["own scales"]
     assert own["own_scales"] and own["rows_own_scale"] >= 2 and own["flags"] == 0

@@ -7,7 +7,9 @@ without a GPU, over many more targets: for every target the kernels would decode
 rule (both parsers unflagged, the last Forward product not tiny, no tiny value met by the
 decoding: tests/gpu/fwdback_checks.decoding_meets_tiny), the stage's outcome and hit from that
 decoding (the CPU references', which the kernels equal bit for bit) are those from its own
-parsers, in pyhmmer's IEEE mode and in hmmsearch's flush-to-zero mode.
+parsers, in pyhmmer's IEEE mode and in hmmsearch's flush-to-zero mode; and a decoding that
+meets a tiny value, which the kernel computes in hmmsearch's arithmetic (``ftz_only``), serves a
+search in that mode and is left to the host in pyhmmer's.
 """
 from __future__ import annotations
 
@@ -125,3 +127,53 @@ def test_a_definition_of_the_gpu_process_gives_the_references_hit(survivors):
         sent += len(defined)
         kept += len(rest)
     assert sent + kept >= 75 and sent >= 70 and hits >= 2 * 70   # 79 sent, 158 hits, none kept with the samples
+
+
+def test_a_decoding_in_hmmsearch_mode_only_serves_that_mode(survivors):
+    """The targets whose decoding meets a tiny value, which the decoding kernel computes in
+    hmmsearch's arithmetic and marks ``ftz_only`` (its flushed values equal libhmmer's under
+    flush-to-zero: tests/gpu/test_backward_kernel.py): sent so, such a decoding (here the
+    references' under flush-to-zero, which are hmmsearch's) is taken by a search in hmmsearch's
+    float mode, where it gives the stage the outcome and hit bytes of its own parsers, and left
+    to the host by a search in pyhmmer's (the stage's lookup of what the GPU sent)."""
+    from hmmgpu.cpu.own_postfilter import _sent
+    from hmmgpu.stages.decoded import DecodedTargets
+
+    db, chosen = survivors
+    stage = OwnPostFilter(db, SearchOptions(), ftz=True)
+    compared = hits = 0
+    for index, hmm, positions in chosen:
+        query = SimpleNamespace(index=index, hmm=hmm)
+        model = stage._model(query)
+        made = {}
+        for position in positions:
+            codes = db.codes(position)
+            if device_decoding(model.tables, codes) is not None:
+                continue
+            forward = parse(model.tables, codes)
+            bck = backward(model.tables, codes, forward)
+            pmove, ploop = length_specials(codes.size)
+            if (forward.flags | bck.flags) & HOST or not np.float32(forward.xc * pmove) > FLT_MIN:
+                continue
+            with flush_to_zero():
+                forward = parse(model.tables, codes)
+                bck = backward(model.tables, codes, forward)
+                made[position] = forward.score, domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales, ploop)
+        if not made:
+            continue
+        order = sorted(made)
+        decoded = DecodedTargets.gather(order, [made[p][0] for p in order], [made[p][1][0] for p in order],
+                                        *([made[p][1][n] for p in order] for n in (1, 2, 3)),
+                                        ftz_only=[True] * len(order))
+        assert _sent(decoded, order, False) == [None] * len(order)
+        with flush_to_zero():
+            for position, device in zip(order, _sent(decoded, order, True), strict=True):
+                here = stage.target(query, model, position, True, None)
+                there = stage.target(query, model, position, True, None, device)
+                assert here[0] == there[0] != TargetOutcome.FAILED, (hmm.name, position)
+                assert (here[1] is None) == (there[1] is None)
+                if here[1] is not None:
+                    assert serialize_hit(here[1]) == serialize_hit(there[1]), (hmm.name, position)
+                    hits += 1
+                compared += 1
+    assert compared >= 5 and hits >= 5   # the 7 targets the first test leaves out

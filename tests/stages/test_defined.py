@@ -36,8 +36,9 @@ def test_definitions_are_found_by_index_with_their_own_domains():
     indices = [31, 4, 17]   # any order in, sorted inside
     definitions = [_definition(rng, ndom, 40) for ndom in (2, 0, 3)]
     scores = np.array([12.5, -1.0, 7.25], F32)
-    defined = DefinedTargets.gather(indices, scores, definitions)
+    defined = DefinedTargets.gather(indices, scores, definitions, ftz_only=[True, False, False])
     assert defined.indices.tolist() == [4, 17, 31] and len(defined) == 3
+    assert defined.ftz_only.tolist() == [False, False, True]   # index 31's definition is hmmsearch's only
     assert defined.find(5) == -1 and defined.find(32) == -1 and defined.find(0) == -1
     for n, index in enumerate(indices):
         score, got = defined.target(defined.find(index))
@@ -54,6 +55,6 @@ def test_definitions_are_found_by_index_with_their_own_domains():
                 x, y = getattr(a.trace, f), getattr(b.trace, f)
                 assert x.dtype == y.dtype and np.array_equal(x, y)
     empty = DefinedTargets.gather([], [], [])
-    assert len(empty) == 0 and empty.find(4) == -1
+    assert len(empty) == 0 and empty.find(4) == -1 and empty.ftz_only.size == 0
     message = pickle.dumps(defined, protocol=pickle.HIGHEST_PROTOCOL)
     assert len(message) < defined.nbytes + 1500

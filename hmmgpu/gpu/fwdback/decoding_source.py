@@ -24,14 +24,30 @@ receives three floats a residue instead of twelve.
 
 Flush-to-zero
 -------------
-The kernel computes in IEEE arithmetic (pyhmmer's mode). hmmsearch runs with flush-to-zero,
-which changes nothing unless a value is tiny (``0 < v <= FLT_MIN``), so the kernel raises
-:data:`~hmmgpu.stages.forward.SUBNORMAL` when any row value it reads or any result it computes
-is tiny (the naive rule, sound: with no tiny input and no tiny result the two modes compute
-the same floats; hmmsearch's rows are the parsers' with their subnormal values set to 0). On
-the sample proteome against the four sample Pfam models (8,400 targets) it flagged 7 targets,
-and libhmmer's ``p7_DomainDecoding`` gave the same bits in both modes on every target checked
-(those 7 and every tenth other).
+The kernel computes hmmsearch's arithmetic: SSE flush-to-zero on (a result that underflows
+is 0), denormals-are-zero off (hmmsearch's MXCSR, hmmer-postfilter-spec.md section 6). Its
+inputs are the parsers' rows, computed in IEEE arithmetic; on a target whose parsers raised
+no HOST flag they differ from hmmsearch's rows only where a stored value is tiny (``0 < v <=
+FLT_MIN``, the parsers' TINY_ROWS), which hmmsearch holds as 0. So every value the kernel
+reads and every result it computes is flushed as the x86 unit flushes it: a value below
+FLT_MIN becomes 0. FLT_MIN itself is the one value two conventions of detecting tininess
+(before or after rounding) could leave either way: where one is read or computed the kernel
+raises :data:`~hmmgpu.stages.forward.SUBNORMAL`, and the target is left to the host. The
+values are never negative (products and sums of probabilities and scale factors; ``mocc =
+1 - njcp`` is never tiny: a float below 1 is at most ``1 - 2^-24``), so the test is one
+comparison.
+
+Where the kernel flushed a value that was not 0 (a tiny value read or computed), pyhmmer's
+IEEE arithmetic could give other bits: the kernel then raises
+:data:`~hmmgpu.stages.forward.FTZ_ONLY`. The decoding is hmmsearch's; a search in pyhmmer's
+mode (the API's default) leaves such a target to the host, as it did every target meeting a
+tiny value before the kernel flushed them (on the GPU machine, 3,445 of the 16,008 F3
+passers of 600 Pfam models that the GPU decoded at 29 M residues: 21%). Where nothing was
+flushed, the two modes compute the same floats, and the decoding serves both. On the sample
+proteome against the four sample Pfam models (8,400 targets) the IEEE kernel met a tiny value
+on 7 targets, and libhmmer's ``p7_DomainDecoding`` gave the same bits in both modes on every
+other target checked; the flushed kernel equals libhmmer's decoding under flush-to-zero on
+all of them (tests/gpu/test_backward_kernel.py).
 
 Why the result is exact, and why the code looks as it does
 ----------------------------------------------------------
@@ -49,7 +65,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hmmgpu.stages.forward import FLT_MIN, STATUS_OK, STATUS_RANGE, SUBNORMAL, XB, XC, XE, XJ, XN, XSCALE
+from hmmgpu.stages.forward import FLT_MIN, FTZ_ONLY, STATUS_OK, STATUS_RANGE, SUBNORMAL, XB, XC, XE, XJ, XN, XSCALE
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 
@@ -70,12 +86,26 @@ def _tiny(v: str) -> str:
     return f"((({v}) > F0) & (({v}) <= FMIN))"
 
 
+def _flush(e: Emitter, *values: str) -> None:
+    """Each of ``values`` as flush-to-zero leaves it (module header): 0 below FLT_MIN; ``ieee``
+    records a tiny value (pyhmmer's arithmetic could differ), ``edge`` FLT_MIN itself."""
+    for v in values:
+        e(f"ieee = ieee | {_tiny(v)}", f"edge = edge | ({v} == FMIN)", f"{v} = F0 if {v} < FMIN else {v}")
+
+
 def _term(e: Emitter, out: str, fwd_row: str, bwd_row: str, col: int, by: str) -> None:
     """``out = ((fx[fwd_row].col bx[bwd_row].col) by) sp``, left to right, every operand and
-    product checked."""
-    e(f"a = fwd_rows[{fwd_row} + {col}]", f"b = bwd_rows[{bwd_row} + {col}]", "ab = fmul(a, b)",
-      f"c = {by}", "abc = fmul(ab, c)", f"{out} = fmul(abc, sp)",
-      "bad = bad | " + " | ".join(_tiny(v) for v in ("a", "b", "ab", "c", "abc", out)))
+    product flushed."""
+    e(f"a = fwd_rows[{fwd_row} + {col}]", f"b = bwd_rows[{bwd_row} + {col}]")
+    _flush(e, "a", "b")
+    e("ab = fmul(a, b)")
+    _flush(e, "ab")
+    e(f"c = {by}")
+    _flush(e, "c")
+    e("abc = fmul(ab, c)")
+    _flush(e, "abc")
+    e(f"{out} = fmul(abc, sp)")
+    _flush(e, out)
 
 
 def kernel_body() -> str:
@@ -85,26 +115,35 @@ def kernel_body() -> str:
     with e.block("if k >= n_items:"):
         e("return")
     e("L = lengths[items[k]]", "ploop = ploop_by_length[L]", "rb = row_base[k]", "ob = rb // 6",
-      "own = bwd_own[k] != 0", f"n0 = bwd_rows[rb + {XN}]", "sp = fdiv(F1, n0)",
-      f"bad = {_tiny('n0')} | {_tiny('sp')}",
-      "bt = F0", "et = F0", "out_mocc[ob] = F0", "out_btot[ob] = F0", "out_etot[ob] = F0")
+      "own = bwd_own[k] != 0", "ieee = False", "edge = False", f"n0 = bwd_rows[rb + {XN}]")
+    _flush(e, "n0")
+    e("sp = fdiv(F1, n0)")
+    _flush(e, "sp")
+    e("bt = F0", "et = F0", "out_mocc[ob] = F0", "out_btot[ob] = F0", "out_etot[ob] = F0")
     with e.block("for i in range(1, L + 1):"):
         e("prev = rb + 6 * (i - 1)", "cur = rb + 6 * i")
         _term(e, "t", "prev", "prev", XB, f"fwd_rows[prev + {XSCALE}]")
         e("bt = fadd(bt, t)")
+        _flush(e, "bt")
         with e.block("if own:"):
-            e(f"ratio = fdiv(fwd_rows[prev + {XSCALE}], bwd_rows[prev + {XSCALE}])", "sp = fmul(sp, ratio)",
-              f"bad = bad | {_tiny('ratio')} | {_tiny('sp')}")
+            e(f"fs = fwd_rows[prev + {XSCALE}]", f"bs = bwd_rows[prev + {XSCALE}]")
+            _flush(e, "fs", "bs")
+            e("ratio = fdiv(fs, bs)")
+            _flush(e, "ratio")
+            e("sp = fmul(sp, ratio)")
+            _flush(e, "sp")
         _term(e, "t", "cur", "cur", XE, f"fwd_rows[cur + {XSCALE}]")
         e("et = fadd(et, t)")
+        _flush(e, "et")
         _term(e, "njcp", "prev", "cur", XN, "ploop")
         for col in (XJ, XC):
             _term(e, "t", "prev", "cur", col, "ploop")
-            e("njcp = fadd(njcp, t)", f"bad = bad | {_tiny('njcp')}")
-        e("mocc = fsub(F1, njcp)", "bad = bad | " + " | ".join(_tiny(v) for v in ("bt", "et", "mocc")),
+            e("njcp = fadd(njcp, t)")
+            _flush(e, "njcp")
+        e("mocc = fsub(F1, njcp)",
           "out_btot[ob + i] = bt", "out_etot[ob + i] = et", "out_mocc[ob + i] = mocc")
     e(f"out_status[k] = {STATUS_RANGE} if math.isinf(sp) else {STATUS_OK}",
-      f"out_flags[k] = {SUBNORMAL} if bad else 0")
+      f"out_flags[k] = ({SUBNORMAL} if edge else 0) | ({FTZ_ONLY} if ieee else 0)")
     return "".join(f"    {line}\n" if line else "\n" for line in e.text().splitlines())
 
 
@@ -114,7 +153,7 @@ class DecodeSpec:
 
     @property
     def name(self) -> str:
-        return "fwdback_domain_decoding_v1"
+        return "fwdback_domain_decoding_v2"
 
     def source(self, binding: str) -> str:
         return kernel_module(

@@ -84,13 +84,15 @@ class BackwardResults:
 @dataclass
 class DecodingResults:
     """``p7_DomainDecoding`` on the parsers' rows of the targets of a :class:`ForwardResults`, in
-    the same order: float32 [L+1] arrays per target (row 0 all 0)."""
+    the same order: float32 [L+1] arrays per target (row 0 all 0), in hmmsearch's arithmetic
+    (flush-to-zero; the same in pyhmmer's where no FTZ_ONLY flag is raised)."""
 
     status: np.ndarray  #: int32: STATUS_OK, STATUS_RANGE (the scale product overflowed) or STATUS_UNSURE
     mocc: list  #: the probability that residue i is in a domain
     btot: list  #: the cumulative expected number of domain starts
     etot: list  #: the cumulative expected number of domain ends
-    flags: np.ndarray  #: int32: SUBNORMAL where flush-to-zero could change a value (module decoding_source)
+    flags: np.ndarray  #: int32: FTZ_ONLY where pyhmmer's IEEE arithmetic could differ, SUBNORMAL where either
+    #: could (module decoding_source)
     host: np.ndarray  #: bool: the parsers' or the decoding's flags (or the cost) leave the target to libhmmer
 
 
