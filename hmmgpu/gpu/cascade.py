@@ -385,19 +385,21 @@ class _DecodingStep:
             time_once = self._batch.claim_time()
         if time_once is not None:
             cascade._add_forward_time(*time_once, kind="decoding")
-        work, unsure = [], []
+        work, unsure, flushed = [], [], []
         for (profile_tables, seed), got in zip(self._models, results):
             dec = got.decoding
-            keep = np.flatnonzero(dec.status != STATUS_UNSURE).tolist()
+            ftz_only = (dec.flags & FTZ_ONLY) != 0
+            flushed.append(int((ftz_only & (dec.status != STATUS_UNSURE)).sum()))
+            keep = np.flatnonzero((dec.status != STATUS_UNSURE) & (bool(tuning.DEFINE_FTZ_ONLY) | ~ftz_only)).tolist()
             work.append((profile_tables, seed, DecodedTargets.gather(got.indices[keep], got.scores[keep], dec.status[keep],
                                                              [dec.mocc[k] for k in keep],
                                                              [dec.btot[k] for k in keep],
                                                              [dec.etot[k] for k in keep],
-                                                             ftz_only=(dec.flags[keep] & FTZ_ONLY) != 0)))
+                                                             ftz_only=ftz_only[keep])))
             unsure.append(int(got.indices.size) - len(keep))
         answers = cascade.define_domains_of(work, steps)
-        for (decoded, defined), (_, _, sent), host in zip(answers, work, unsure):
-            cascade._count_decoded(len(sent), host, int(sent.ftz_only.sum()),
+        for (decoded, defined), (_, _, sent), host, ftz_only in zip(answers, work, unsure, flushed):
+            cascade._count_decoded(len(sent), host, ftz_only,
                                    decoded.nbytes + (defined.nbytes if defined is not None else 0),
                                    len(defined) if defined is not None else 0)
         return answers
@@ -596,8 +598,9 @@ class GpuCascade:
             self._backlog -= passers
 
     def _count_decoded(self, decoded: int, host: int, ftz_only: int, nbytes: int, defined: int) -> None:
-        """Add a batch's counts: its passers decoded, left undecided (``host``), decoded in
-        hmmsearch's float mode only (``ftz_only``), its bytes and its passers defined."""
+        """Add a batch's counts: its passers decoded, left undecided (``host``: flagged, or
+        decoded in hmmsearch's float mode only and not defined here, tuning.DEFINE_FTZ_ONLY),
+        decoded in that mode only (``ftz_only``), its bytes and its passers defined."""
         with self._lock:
             self.decoding_counts["decoded"] += decoded
             self.decoding_counts["host"] += host

@@ -23,7 +23,9 @@ them by their flags. The decoding kernel computes in hmmsearch's arithmetic (flu
 a decoding here is hmmsearch's, and pyhmmer's too unless its ``ftz_only`` entry says the kernel
 flushed a tiny value (:data:`~hmmgpu.stages.forward.FTZ_ONLY`; a target whose parsers stored
 a tiny special value, TINY_ROWS, always meets one). A search in pyhmmer's float mode leaves
-those to the host.
+those to the host. The GPU process sends such decodings only where it defines them
+(:data:`hmmgpu.gpu.runtime.tuning.DEFINE_FTZ_ONLY`, off while domain definition's kernels
+compute in IEEE arithmetic); otherwise they are left to the host with the flagged ones.
 
 Why it looks as it does
 -----------------------
