@@ -80,6 +80,8 @@ def check_decodings(hmm, db, result, seed: int = 42) -> dict:
     from hmmgpu.stages.domaindef import domain_decoding
     from hmmgpu.stages.profiles import configured_profile
 
+    from hmmgpu.host import flush_to_zero
+
     decoded, defined = result.decoded, result.defined
     passers = np.setdiff1d(result.survivors, result.forward.unsure)
     if decoded is None or not np.isin(decoded.indices, passers).all():
@@ -89,19 +91,24 @@ def check_decodings(hmm, db, result, seed: int = 42) -> dict:
     with HmmerModel(hmm) as model:
         for k, index in enumerate(decoded.indices.tolist()):
             codes = db.codes(index)
-            forward = parse(tables, codes)
-            bck = backward(tables, codes, forward)
-            expected = domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales, length_specials(codes.size)[1])
+            # a decoding that holds in hmmsearch's float mode only, against the references and
+            # libhmmer in that mode (the references under flush-to-zero are hmmsearch's arithmetic)
+            with flush_to_zero(bool(decoded.ftz_only[k])):
+                forward = parse(tables, codes)
+                bck = backward(tables, codes, forward)
+                expected = domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales, length_specials(codes.size)[1])
+                libhmmer = model.domain_decoding(codes)
             score, got = decoded.target(k)
             if _bits(score) != _bits(forward.score) or got[0] != expected[0]:
                 raise AssertionError(f"{hmm.name} target {index}: score/status {score} {got[0]}, "
                                      f"reference {forward.score} {expected[0]}")
-            libhmmer = model.domain_decoding(codes)
             for name, a, b, c in zip(("mocc", "btot", "etot"), got[1:], expected[1:], libhmmer[1:]):
                 if not (np.array_equal(_bits(a), _bits(b)) and np.array_equal(_bits(a), _bits(c))):
                     raise AssertionError(f"{hmm.name} target {index}: {name} differs from the reference")
     n_decoded = len(decoded) + n_defined
+    ftz_defined = int(defined.ftz_only.sum()) if defined is not None else 0
     return dict(passers=int(passers.size), decoded=n_decoded, defined=n_defined,
+                ftz_only=int(decoded.ftz_only.sum()) + ftz_defined, ftz_defined=ftz_defined,
                 left_to_host=int(passers.size) - n_decoded,
                 bytes=decoded.nbytes + (defined.nbytes if defined is not None else 0))
 
@@ -110,6 +117,7 @@ def _check_definitions(hmm, db, tables, passers, decoded, defined, seed: int) ->
     """:func:`check_decodings`' definitions part: how many the GPU process sent, each checked."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.cpu.fwdback import backward, parse
+    from hmmgpu.host import flush_to_zero
     from hmmgpu.stages.domaindef import define_domains
     from hmmgpu.stages.forward import HOST
 
@@ -118,11 +126,13 @@ def _check_definitions(hmm, db, tables, passers, decoded, defined, seed: int) ->
     stages = CpuDomainStages(tables, seed=seed)
     for k, index in enumerate(defined.indices.tolist()):
         codes = db.codes(index)
-        forward = parse(tables, codes)
-        bck = backward(tables, codes, forward)
-        want = define_domains(stages, codes, forward.xmx, bck.xmx, bck.has_own_scales)
+        ftz = bool(defined.ftz_only[k])   # defined from a decoding in hmmsearch's mode: in that mode
+        with flush_to_zero(ftz):
+            forward = parse(tables, codes)
+            bck = backward(tables, codes, forward)
+            want = define_domains(stages, codes, forward.xmx, bck.xmx, bck.has_own_scales)
         score, got = defined.target(k)
-        if want.flags & HOST or _bits(score) != _bits(forward.score):
+        if (want.flags & HOST and not ftz) or _bits(score) != _bits(forward.score):
             raise AssertionError(f"{hmm.name} target {index}: sent, but score {score} (reference {forward.score}) "
                                  f"or the reference's flags {want.flags}")
         same = [getattr(got, n) == getattr(want, n) for n in ("nregions", "nclustered", "noverlaps", "nenvelopes")]

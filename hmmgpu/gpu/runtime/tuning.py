@@ -117,11 +117,13 @@ DEFINE_BACKLOG_PASSERS = 6000
 #: posteriors meet subnormal values too, so that the kernels' exactness flags send nearly all of
 #: them to pyhmmer's pipeline after the GPU has spent their definitions' time (an unclustered
 #: envelope's tiny posterior is copied back for its null2 check). Measured on one H200, 600 Pfam x
-#: 29 M residues, warm, defining them (760baa6): 1,734 of the 6,187 passers decoded were such,
-#: 1,920 decoded passers were defined with a flag raised (about 250 before), the first batch's
-#: envelope step took 3.9 s (0.8 s before), and the run 17.2 s against 13.9 s not defining them;
-#: outputs equal to the default route's. Not defined, they are left to pyhmmer's pipeline as the
-#: other passers the GPU did not decode are.
+#: 29 M residues, warm, in one session (6b7cbbb, benchmarks/results/session_ftzdecode_h200_2026-11-28_s6call2.log):
+#: defining them, 1,734 of the 6,187 passers decoded were such, 1,920 decoded passers came out of
+#: definition flagged, the first batch's envelope step took 3.4 s, and the search 15.8 s; not
+#: defining them, 3,052 of 8,878 decoded were such (every decoding the IEEE kernel had flagged:
+#: its flags were flush-to-zero's alone), 592 came out flagged, the step took 0.6 s, and the
+#: search 13.4 s (the default route 7.8 s); outputs equal to the default route's in both. Not
+#: defined, they are left to pyhmmer's pipeline as the other passers the GPU did not decode are.
 DEFINE_FTZ_ONLY = False
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for a model's result.
