@@ -390,6 +390,8 @@ class _DecodingStep:
             dec = got.decoding
             ftz_only = (dec.flags & FTZ_ONLY) != 0
             flushed.append(int((ftz_only & (dec.status != STATUS_UNSURE)).sum()))
+            # (a model whose tables hold a subnormal entry, which hmmsearch's flush-to-zero build
+            # holds as 0, has none decoded: ForwardTables.exactness_conditions)
             keep = np.flatnonzero((dec.status != STATUS_UNSURE) & (bool(tuning.DEFINE_FTZ_ONLY) | ~ftz_only)).tolist()
             work.append((profile_tables, seed, DecodedTargets.gather(got.indices[keep], got.scores[keep], dec.status[keep],
                                                              [dec.mocc[k] for k in keep],
@@ -682,7 +684,8 @@ class GpuCascade:
 
     def define_domains_of(self, work, steps: dict | None = None) -> list:
         """Domain definition of several models' decoded passers with the GPU's stages
-        (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`), all at once: ``work`` (tables, the
+        (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`; those decoded in hmmsearch's float mode
+        only, ``ftz_only``, with the stages in that mode), all at once: ``work`` (tables, the
         search's ``--seed``, decoded) triples; a (decodings sent, definitions sent or None) pair
         each, as :func:`~hmmgpu.stages.defined.split_defined_grouped` splits them. None defined
         with ``--seed 0`` (the post-filter stage then leaves the model's tasks to pyhmmer's
@@ -701,15 +704,17 @@ class GpuCascade:
         # without: the longest go to the kernel too; a flagged region's target goes to pyhmmer's
         # pipeline whatever its ensemble, so it is never sampled here
         cpu_threads = tuning.ENSEMBLE_CPU_THREADS if self._host_code_ready.is_set() else 0
-        stages = [GpuDomainStages(work[m][0], seed=work[m][1], device=self.device, step_cost=step_cost,
-                                  stream=self._definition_stream(), cpu_threads=cpu_threads, sample_flagged=False)
-                  for m in chosen]
+        stream = self._definition_stream()
+        stages, ftz_stages = ([GpuDomainStages(work[m][0], seed=work[m][1], device=self.device, step_cost=step_cost,
+                                               stream=stream, cpu_threads=cpu_threads, sample_flagged=False, ftz=ftz)
+                               for m in chosen] for ftz in (False, True))
         with self._simulated, self.device.activate():
-            split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes)
+            split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes,
+                                          ftz_stages)
         for m, (defined, rest) in zip(chosen, split):
             answers[m] = (rest, defined)
         seconds, counts = {}, {}   # this batch's, over its models' stages
-        for s in stages:
+        for s in stages + ftz_stages:
             _add_into(seconds, s.seconds)
             _add_into(counts, s.ensemble_counts)
         with self._lock:

@@ -67,6 +67,7 @@ from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, matrix_bytes, produce_ma
 from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.device import GpuDevice
+from hmmgpu.host import flush_to_zero
 from hmmgpu.stages.forward import TINY_ROWS
 
 __all__ = ["GpuDomainStages", "HOST_CODE_PARTS", "compile_host_code", "compile_host_code_aside", "kernel_specs",
@@ -76,9 +77,11 @@ __all__ = ["GpuDomainStages", "HOST_CODE_PARTS", "compile_host_code", "compile_h
 def kernel_specs() -> list:
     """The kernels of domain definition's stages: the full-matrix Forward and Backward kernels
     (rows in shared memory and in global scratch), the ensemble kernel, and the envelopes'
-    decoding and optimal accuracy kernel (shipped compiled: :mod:`hmmgpu.gpu.prebuilt_kernels`)."""
-    return [FwdMatrixSpec("shared"), FwdMatrixSpec("global"), BwdMatrixSpec("shared"), BwdMatrixSpec("global"),
-            EnsembleSpec(), DecodeOASpec()]
+    decoding and optimal accuracy kernel, each in IEEE arithmetic and in hmmsearch's float mode
+    (``ftz``) (shipped compiled: :mod:`hmmgpu.gpu.prebuilt_kernels`)."""
+    return [spec for ftz in (False, True) for spec in (
+        FwdMatrixSpec("shared", ftz), FwdMatrixSpec("global", ftz), BwdMatrixSpec("shared", ftz),
+        BwdMatrixSpec("global", ftz), EnsembleSpec(ftz), DecodeOASpec(ftz))]
 
 
 def load_kernels(device: GpuDevice) -> int:
@@ -185,7 +188,9 @@ class GpuDomainStages(CpuDomainStages):
     ``step_cost`` the ensemble split's (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`),
     ``stream`` the stream of every launch (the default stream if None), ``cpu_threads`` the
     threads of the split and ``sample_flagged`` whether a region whose matrix is flagged is
-    sampled (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`).
+    sampled (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`); ``ftz`` True: every step in
+    hmmsearch's float mode (flush-to-zero: the kernels' ``ftz`` variants, the host's part and the
+    CPU reference under the x86 mode itself), for targets whose decoding holds in that mode only.
     ``seconds``: the wall time of each step of the calls whose work this object led (the
     first of a call's models): ``matrices`` (the full-matrix kernels), ``ensembles`` (the
     ensemble kernel and each region's finish on the host), ``decoding`` (the envelopes'
@@ -196,8 +201,9 @@ class GpuDomainStages(CpuDomainStages):
     def __init__(self, tables, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
                  batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES, device: GpuDevice | None = None,
                  step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, stream=None,
-                 cpu_threads: int = tuning.ENSEMBLE_CPU_THREADS, sample_flagged: bool = True):
+                 cpu_threads: int = tuning.ENSEMBLE_CPU_THREADS, sample_flagged: bool = True, ftz: bool = False):
         super().__init__(tables, seed)
+        self.ftz = bool(ftz)
         self.step_cost = float(step_cost)
         self.cpu_threads = int(cpu_threads)
         self.sample_flagged = bool(sample_flagged)
@@ -218,7 +224,7 @@ class GpuDomainStages(CpuDomainStages):
         return self.rescore_envelopes_of([(self, envelopes)])[0]
 
     def _settings(self) -> tuple:
-        return self.seed, self.device, self.table, self.batch_bytes, self.cpu_threads, self.sample_flagged
+        return self.seed, self.device, self.table, self.batch_bytes, self.cpu_threads, self.sample_flagged, self.ftz
 
     def _timed(self, step: str, since: float) -> float:
         """Add the time since ``since`` to ``step``'s; the time now."""
@@ -228,18 +234,21 @@ class GpuDomainStages(CpuDomainStages):
 
     @classmethod
     def region_ensembles_of(cls, work) -> list:
-        """Every model's regions in the same launches (the models' settings equal; else each
-        model's in turn): a run of at most ``batch_bytes`` of matrices holds regions of any
-        models, each with its own model's tables."""
+        """Every model's regions in the same launches (those of models of equal settings: each
+        set of settings in turn): a run of at most ``batch_bytes`` of matrices holds regions of
+        any models, each with its own model's tables."""
         work = list(work)
-        if not work or len({stages._settings() for stages, _ in work}) > 1:
-            return super().region_ensembles_of(work)
+        if len({stages._settings() for stages, _ in work}) > 1:
+            return _by_settings(work, cls.region_ensembles_of)
+        if not work:
+            return []
         first = work[0][0]
 
         def answer(run):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, r.codes, r.i, r.j) for stages, r in run],
-                                     device=first.device, block=tuning.DOMAINDEF_MATRIX_BLOCK, stream=first.stream)
+                                     device=first.device, block=tuning.DOMAINDEF_MATRIX_BLOCK, stream=first.stream,
+                                     ftz=first.ftz)
             clock = first._timed("matrices", clock)
             requests = [RegionRequest(matrix=None, tables=stages.tables, xf=special_transitions(stages.tables,
                                                                                                 r.codes.size),
@@ -258,8 +267,10 @@ class GpuDomainStages(CpuDomainStages):
     def rescore_envelopes_of(cls, work) -> list:
         """Every model's envelopes in the same launches (as :meth:`region_ensembles_of`)."""
         work = list(work)
-        if not work or len({stages._settings() for stages, _ in work}) > 1:
-            return super().rescore_envelopes_of(work)
+        if len({stages._settings() for stages, _ in work}) > 1:
+            return _by_settings(work, cls.rescore_envelopes_of)
+        if not work:
+            return []
         first = work[0][0]
         uni = {id(stages): unihit_tables(stages.tables) for stages, _ in work}
 
@@ -267,7 +278,7 @@ class GpuDomainStages(CpuDomainStages):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, e.codes, e.i, e.j, unihit=True, backward=True)
                                       for stages, e in run], device=first.device, block=tuning.DOMAINDEF_MATRIX_BLOCK,
-                                     stream=first.stream)
+                                     stream=first.stream, ftz=first.ftz)
             clock = first._timed("matrices", clock)
 
             def needs_posterior(k, decoded):  # finish_envelope's flush-to-zero check of the null2 odds
@@ -275,15 +286,28 @@ class GpuDomainStages(CpuDomainStages):
 
             decoded = decode_produced(batch, range(len(run)), matrices=needs_posterior, stream=first.stream)
             clock = first._timed("decoding", clock)
-            answers = [envelope_result(finish_envelope(uni[id(stages)], e.codes, e.i, e.j, e.null2_is_done, e.n2sc,
-                                                       f.score, d.status, d.posterior, d.oasc, d.flags, d.trace,
-                                                       d.null2))
-                       for (stages, e), f, d in zip(run, batch.forward, decoded)]
+            with flush_to_zero(first.ftz):
+                answers = [envelope_result(finish_envelope(uni[id(stages)], e.codes, e.i, e.j, e.null2_is_done,
+                                                           e.n2sc, f.score, d.status, d.posterior, d.oasc, d.flags,
+                                                           d.trace, d.null2))
+                           for (stages, e), f, d in zip(run, batch.forward, decoded)]
             first._timed("finish", clock)
             return answers
 
         items = [(stages, envelope) for stages, envelopes in work for envelope in envelopes]
         return _in_runs(work, items, [2 * matrix_bytes(e.j - e.i + 1, stages.tables.Q) for stages, e in items], answer)
+
+
+def _by_settings(work, method) -> list:
+    """``method`` (a batch method's classmethod) on the models of ``work`` of each set of
+    settings in turn; the answers back in ``work``'s order."""
+    answers, groups = [None] * len(work), {}
+    for m, (stages, _) in enumerate(work):
+        groups.setdefault(stages._settings(), []).append(m)
+    for members in groups.values():
+        for m, got in zip(members, method([work[m] for m in members])):
+            answers[m] = got
+    return answers
 
 
 def _in_runs(work, items, sizes, answer) -> list:

@@ -46,7 +46,7 @@ import numpy as np
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.stages.decoded import DecodedTargets
 from hmmgpu.stages.domaindef import Domain, define_domains_grouped
-from hmmgpu.stages.forward import HOST
+from hmmgpu.stages.forward import HOST, SUBNORMAL, TINY_ROWS
 
 __all__ = ["DefinedTargets", "SentDefinition", "SentTrace", "split_defined", "split_defined_grouped"]
 
@@ -181,19 +181,32 @@ def split_defined(stages, codes_of, decoded: DecodedTargets) -> tuple:
     return split_defined_grouped([(stages, decoded)], codes_of)[0]
 
 
-def split_defined_grouped(work, codes_of) -> list:
+def split_defined_grouped(work, codes_of, ftz_stages=None) -> list:
     """:func:`split_defined` of several models at once: ``work`` (stages, decoded) pairs, the
     stages of one class; every model's OK decodings defined in one call of the driver
-    (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). A (defined, rest) pair per model,
-    in order."""
+    (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). ``ftz_stages``: for each model,
+    the stages that define its decodings marked ``ftz_only`` (in hmmsearch's float mode), or
+    None (the first stages define every decoding). A (defined, rest) pair per model, in order."""
     work = list(work)
     oks = [[k for k in range(len(decoded)) if int(decoded.status[k]) == STATUS_OK] for _, decoded in work]
-    groups = []
-    for (stages, decoded), ok in zip(work, oks):
+    groups, members = [], []
+    for m, ((stages, decoded), ok) in enumerate(zip(work, oks)):
         indices = decoded.indices.tolist()
-        groups.append((stages, [(codes_of(indices[k]), decoded.target(k)[1]) for k in ok]))
-    return [_split(decoded, ok, definitions)
-            for (_, decoded), ok, definitions in zip(work, oks, define_domains_grouped(groups))]
+        flushed = [ftz_stages is not None and bool(decoded.ftz_only[k]) for k in ok]
+        for mode, chosen in ((False, stages), (True, None if ftz_stages is None else ftz_stages[m])):
+            ks = [k for k, f in zip(ok, flushed) if f == mode]
+            if ks:
+                groups.append((chosen, [(codes_of(indices[k]), decoded.target(k)[1]) for k in ks]))
+                members.append((m, ks))
+    definitions = [{} for _ in work]
+    for (m, ks), got, (stages, _) in zip(members, define_domains_grouped(groups), groups):
+        if ftz_stages is not None and stages is ftz_stages[m]:
+            # computed in hmmsearch's float mode itself: its flags for what that mode would change
+            # do not apply (RANGE, a real error, stays)
+            for definition in got:
+                definition.flags &= ~(SUBNORMAL | TINY_ROWS)
+        definitions[m].update(zip(ks, got))
+    return [_split(decoded, ok, [definitions[m][k] for k in ok]) for m, ((_, decoded), ok) in enumerate(zip(work, oks))]
 
 
 def _split(decoded: DecodedTargets, ok: list, definitions: list) -> tuple:

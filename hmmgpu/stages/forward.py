@@ -40,6 +40,10 @@ HOST = RANGE | SUBNORMAL
 XE, XN, XJ, XB, XC, XSCALE = range(6)
 #: Smallest normal float32 (2^-126); values in (0, FLT_MIN] count as tiny.
 FLT_MIN = np.float32(2.0 ** -126)
+#: Under flush-to-zero (hmmsearch's SSE mode) an exact result below this (a double: FLT_MIN less
+#: half the float spacing below it) is 0, one at or above it at least FLT_MIN: x86 detects
+#: underflow after rounding to float with an unbounded exponent (ties to even round the bound up).
+FTZ_EDGE = 2.0 ** -126 - 2.0 ** -151
 #: A sum of at least this absorbs a tiny term (half its ulp is at least 2^-125 > FLT_MIN).
 ABSORB = np.float32(2.0 ** -101)
 #: HMMER rescales a row when xE exceeds this.
@@ -177,4 +181,4 @@ def backward_score_from_scales(scales, xn) -> tuple:
 
 __all__ = ["ForwardTables", "forward_totscale", "forward_score", "backward_score", "backward_score_from_scales",
            "length_specials", "nqf", "STATUS_OK", "STATUS_RANGE", "STATUS_UNSURE", "RANGE", "SUBNORMAL", "TINY_ROWS",
-           "FTZ_ONLY", "ANY_TINY", "HOST", "FLT_MIN", "ABSORB", "RESCALE_AT", "DD_EARLY_EXIT_M", "OWN_SCALES_AT"]
+           "FTZ_ONLY", "ANY_TINY", "HOST", "FLT_MIN", "FTZ_EDGE", "ABSORB", "RESCALE_AT", "DD_EARLY_EXIT_M", "OWN_SCALES_AT"]

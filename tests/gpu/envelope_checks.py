@@ -151,8 +151,8 @@ def gpu_nan_under_simulator() -> None:
             return gpu_nan if np.isnan(r) else r
         return rounded
 
-    def float_helpers(binding):
-        helpers = plain(binding)
+    def float_helpers(binding, ftz=False):
+        helpers = plain(binding, ftz)
         if binding == "python":
             for name in ("fmul", "fadd", "fsub", "fdiv"):
                 setattr(helpers, name, canonical(getattr(helpers, name)))

@@ -531,7 +531,7 @@ def simulator_cascade_host_checks():
     from hmmgpu.gpu.vit import launch
 
     real = bias.float_helpers("python")
-    bias.float_helpers = lambda binding: SimpleNamespace(**{**vars(real), "certain": lambda r: False})
+    bias.float_helpers = lambda binding, ftz=False: SimpleNamespace(**{**vars(real), "certain": lambda r: False})
     tables = launch.tables
     launch.tables = lambda *a: dataclasses.replace(tables(*a), overflow_at=np.full(29, -32768, np.int32))
     hmm, prof, db = vit_case(24, 11, 3, 12, long_cases=True)

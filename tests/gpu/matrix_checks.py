@@ -92,13 +92,22 @@ def check_jobs(jobs, **options) -> dict:
     """:func:`produce_matrices` on ``jobs`` (``options`` its keywords) against the references, job
     by job, with the matrices copied back two ways (every job at once, and one job alone); and
     against libhmmer's own ``p7_Forward`` and ``p7_Backward`` matrices where libhmmer's status is
-    OK (``libhmmer``: how many matrices)."""
-    from hmmgpu.cpu import fwdback as ref
+    OK (``libhmmer``: how many matrices). With ``ftz=True`` (the kernels in hmmsearch's float
+    mode) the references and libhmmer run under flush-to-zero, the x86 mode itself."""
     from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
+    from hmmgpu.host import flush_to_zero
 
     batch = produce_matrices(jobs, **options)
     forward, backward = batch.host_results(), batch.host_results(backward=True)
+    with flush_to_zero(bool(options.get("ftz"))):
+        return _check_results(jobs, batch, forward, backward, HmmerModel)
+
+
+def _check_results(jobs, batch, forward, backward, HmmerModel) -> dict:
+    """:func:`check_jobs`' comparisons, in the calling thread's float mode."""
+    from hmmgpu.cpu import fwdback as ref
+
     report = dict(jobs=len(jobs), backward=0, unihit=0, rescaled=0, backward_rescaled=0, range=0,
                   models=len({id(j.tables) for j in jobs}), libhmmer=0)
     models = {id(job.tables): HmmerModel(_HMM_OF[job.tables]) for job in jobs}
@@ -348,7 +357,40 @@ def simulator_matrix_checks():
     out.append(("ensemble from the device", check_ensemble_handoff(five[:2] + five[3:6])))
     out.append(("envelopes from the device", check_envelope_handoff(five[:2] + five[3:6])))
     out.append(("own scales", check_own_scales()))
+    out.append(("hmmsearch's float mode", check_ftz_jobs()))
     return out
+
+
+def check_ftz_jobs() -> dict:
+    """The kernels in hmmsearch's float mode (``ftz``) on a homolog whose rows rescale and a
+    run of 150 '*' between residues, whose cells decay through the subnormal range, whole and
+    sliced, multihit and unihit: every cell, row, flag and score equal to the references' and
+    libhmmer's under flush-to-zero (:func:`check_jobs`); ``flushed`` counts the matrices that
+    differ from the IEEE references' (where the flushing mattered)."""
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, produce_matrices
+    from hmmgpu.host import flush_to_zero
+    from tests.gpu.fwdback_checks import fwd_case
+
+    hmm, db = fwd_case(18, 2, n_random=1, max_len=40, homolog=60, stops=True)
+    tables = _tables(hmm)
+    jobs = []
+    for t in range(db.n):
+        codes = db.codes(t)
+        L = codes.size
+        if L > 1:
+            jobs += [MatrixJob(tables, codes, 1, L, backward=True),
+                     MatrixJob(tables, codes, 1 + L // 4, L - L // 5, unihit=True, backward=True)]
+    report = check_jobs(jobs, ftz=True)
+    batch = produce_matrices(jobs, ftz=True)
+    flushed = 0
+    for k, job in enumerate(jobs):
+        ieee = ref.forward_matrix(job.tables, job.codes, job.i, job.j, unihit=job.unihit)
+        with flush_to_zero():
+            mine = ref.forward_matrix(job.tables, job.codes, job.i, job.j, unihit=job.unihit)
+        flushed += int(not np.array_equal(bits(ieee.matrix.dp), bits(mine.matrix.dp)))
+        _equal_result(f"job {k} Forward (ftz)", batch.host_result(k), mine)
+    return dict(report, flushed=flushed)
 
 
 if __name__ == "__main__":

@@ -33,18 +33,23 @@ def test_gpu_stages_rescore_envelopes_under_simulator(tmp_path):
     18 nodes, '*' runs whose decoding overflows), every other envelope with its null2 given,
     rescored by the GPU stages (full matrices and decoding on the device) in several runs of
     several envelopes: each envelope equals the CPU stages' (dropped, flags but the
-    references' ANY_TINY, scores, coordinates, trace, n2sc). The kernels ``hmmgpu warmup``
-    loads ahead are the stages' own."""
+    references' ANY_TINY, scores, coordinates, trace, n2sc); and so in hmmsearch's float mode
+    (the stages' ``ftz`` kernels against the CPU stages under flush-to-zero), with envelopes
+    whose cells pass through the subnormal range. The kernels
+    ``hmmgpu warmup`` loads ahead are the stages' own."""
     stdout = run_simulated(ROOT / "tests" / "gpu" / "domaindef_checks.py", "simulator_domaindef_checks", cache_dir=tmp_path)
     rows = simulated_rows(stdout)
     report = rows["envelopes"]
     assert report["envelopes"] > report["null2"] > report["dropped"] > 0, report
     assert report["envelopes"] > report["launches"] > 3, report
-    kernels = rows["kernels"]   # hmmgpu warmup's list: the six kernels the stages launch, each loaded once
-    assert kernels["loaded"] == 6 and kernels["same"], kernels
-    assert kernels["names"] == ["ensemble_traces_v1", "envelope_decode_oa_v4", "fwdback_backward_matrix_v1_global",
-                                "fwdback_backward_matrix_v1_shared", "fwdback_forward_matrix_v1_global",
-                                "fwdback_forward_matrix_v1_shared"], kernels
+    flushed = rows["envelopes ftz"]   # the stages in hmmsearch's float mode against the CPU's under it
+    assert flushed["envelopes"] == report["envelopes"] + 8 and flushed["dropped"] == report["dropped"] + 1, flushed
+    kernels = rows["kernels"]   # hmmgpu warmup's list: the kernels the stages launch, each loaded once
+    names = ["ensemble_traces_v1", "envelope_decode_oa_v4", "fwdback_backward_matrix_v1_global",
+             "fwdback_backward_matrix_v1_shared", "fwdback_forward_matrix_v1_global",
+             "fwdback_forward_matrix_v1_shared"]
+    assert kernels["loaded"] == 12 and kernels["same"], kernels
+    assert kernels["names"] == sorted(names + [name + "_ftz" for name in names]), kernels
 
 
 @pytest.mark.gpu

@@ -25,11 +25,16 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     (sample_regions and decode_produced given the batch) as from the CPU's host matrices. Every cell,
     special row, flag, score, totscale and has_own_scales equals the CPU references', and every
     matrix libhmmer computes (status OK: 65 + 5) equals its own ``p7_Forward`` or ``p7_Backward``
-    matrix."""
+    matrix. The kernels in hmmsearch's float mode (``ftz``) equal the references and libhmmer run
+    under flush-to-zero on a homolog and a run of '*' whose cells go subnormal."""
     stdout = run_simulated(ROOT / "tests" / "gpu" / "matrix_checks.py", "simulator_matrix_checks", cache_dir=tmp_path)
     rows = simulated_rows(stdout)
     assert set(rows) == {"one batch", "global scratch, one group, a stream", "ensemble from the device",
-                         "envelopes from the device", "own scales"}, stdout
+                         "envelopes from the device", "own scales", "hmmsearch's float mode"}, stdout
+    # the kernels in hmmsearch's float mode, against the references and libhmmer under flush-to-zero, on
+    # matrices whose cells pass through the subnormal range (flushed: those differing from IEEE's)
+    flushed = rows["hmmsearch's float mode"]
+    assert flushed["jobs"] >= 4 and flushed["libhmmer"] >= 4 and flushed["flushed"] >= 1, flushed
     assert rows["one batch"] == dict(jobs=47, backward=30, unihit=17, rescaled=2, backward_rescaled=1, range=8,
                                      models=4, libhmmer=65)
     assert rows["global scratch, one group, a stream"] == dict(jobs=5, backward=3, unihit=2, rescaled=2,

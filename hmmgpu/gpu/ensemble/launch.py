@@ -150,12 +150,13 @@ def _device_uniforms(device: GpuDevice, seed: int, size: int):
 
 
 def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
-           block: int = 32, stream=None) -> list:
+           block: int = 32, stream=None, ftz: bool = False) -> list:
     """Sample every region of ``batch`` whose matrices are ``device``'s arrays ``dp`` and ``xmx``
     (float32, the regions' cells and rows at the batch's offsets): a :class:`SampledRegion`
     per region, in order. ``table``: draws in the device table; ``stream``: the launch's (the
     default stream if None), which also holds its arrays and copies (:mod:`hmmgpu.gpu.runtime.driver`:
-    stream-ordered memory)."""
+    stream-ordered memory); ``ftz``: the kernel in hmmsearch's float mode (flush-to-zero), for
+    matrices computed in it."""
     n = batch.n
     if n == 0:
         return []
@@ -172,7 +173,7 @@ def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAUL
                       work=empty(max(batch.work_size, 1), np.float32), n_items=n,
                       counters=upload(np.zeros(1, np.int32)), n_threads=threads, acc=acc, pairs=pairs, **outs,
                       **{name: upload(value) for name, value in a.items()})
-        build.load(EnsembleSpec(), device)[(threads + block - 1) // block, block, stream, 0](
+        build.load(EnsembleSpec(ftz), device)[(threads + block - 1) // block, block, stream, 0](
             *arguments(ARGS, **values))
         status, npairs, draws, ftz = (outs[name].copy_to_host(stream=stream)
                                       for name in ("out_status", "out_npairs", "out_draws", "out_ftz"))
@@ -197,8 +198,8 @@ def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, job
     requests' host matrices are uploaded to ``device`` (GPU 0, or the simulator, if None); with
     one (a :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), request k's matrix is its
     multihit Forward job ``jobs[k]``, read where it is, in the batch's device memory at the
-    batch's offsets (the requests' ``matrix`` unused, None; ``device``, if given, the batch's);
-    ``stream`` the launch's."""
+    batch's offsets (the requests' ``matrix`` unused, None; ``device``, if given, the batch's),
+    sampled in the batch's float mode (``batch.ftz``); ``stream`` the launch's."""
     if batch is not None and device is not None and device != batch.device:
         raise ValueError("the regions' matrices are on the batch's device, not on the one given")
     packed = pack_regions(requests, nsamples, pair_cap)
@@ -217,4 +218,5 @@ def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, job
                 raise ValueError(f"region {r.i}..{r.j}: job {k} is not its multihit Forward matrix")
         packed.arrays["dp_base"], packed.arrays["x_base"] = batch.dp_base[jobs], batch.x_base[jobs]
         dp, xmx = batch.fwd_dp, batch.fwd_x
-    return launch(packed, dp, xmx, device=device, seed=seed, table=table, block=block, stream=stream)
+    return launch(packed, dp, xmx, device=device, seed=seed, table=table, block=block, stream=stream,
+                  ftz=batch is not None and batch.ftz)

@@ -442,8 +442,9 @@ def region_lanes(binding: str) -> int:
     return 1 if binding == "python" else 32
 
 
-def module_lines(binding: str) -> tuple:
-    """Imports, constants and the device functions of the kernel's module."""
+def module_lines(binding: str, ftz: bool = False) -> tuple:
+    """Imports, constants and the device functions of the kernel's module (``ftz``: its float
+    operations hmmsearch's, flush-to-zero: :func:`hmmgpu.gpu.bias.float_helpers`)."""
     simulator = binding == "python"
     small = "" if simulator else "@cuda.jit(device=True, forceinline=True)\n"
     device = "" if simulator else "@cuda.jit(device=True)\n"
@@ -451,13 +452,13 @@ def module_lines(binding: str) -> tuple:
         doubles = ("def dadd(a, b):\n    return np.float64(a) + np.float64(b)\n\n"
                    "def ddiv(a, b):\n    with np.errstate(all='ignore'):\n        return np.float64(a) / np.float64(b)\n\n"
                    "def rcp_double(x):\n    \"\"\"f32(1.0 / (double) x), IEEE (1/0 is inf).\"\"\"\n"
-                   "    with np.errstate(all='ignore'):\n        return np.float32(np.float64(1.0) / np.float64(x))\n")
+                   "    with np.errstate(all='ignore'):\n        return to_float(np.float64(1.0) / np.float64(x))\n")
     else:
         doubles = ("from numba.cuda import libdevice\n"
                    f"{small}def dadd(a, b):\n    return libdevice.dadd_rn(np.float64(a), np.float64(b))\n\n"
                    f"{small}def ddiv(a, b):\n    return libdevice.ddiv_rn(np.float64(a), np.float64(b))\n\n"
                    f"{small}def rcp_double(x):\n    \"\"\"f32(1.0 / (double) x): IEEE double division, rounded to float.\"\"\"\n"
-                   "    return np.float32(libdevice.ddiv_rn(np.float64(1.0), np.float64(x)))\n")
+                   "    return to_float(libdevice.ddiv_rn(np.float64(1.0), np.float64(x)))\n")
     functions = f'''
 {small}def tiny(v):
     """A nonzero value flush-to-zero may flush (FLT_MIN counted too)."""
@@ -596,7 +597,8 @@ def module_lines(binding: str) -> tuple:
     return ST_N if choice == 0 else ST_J
 '''
     return ("from numba import float32", "from hmmgpu.gpu import bias as _bias",
-            f"_F = _bias.float_helpers({binding!r})", "fmul = _F.fmul; fadd = _F.fadd; fsub = _F.fsub; fdiv = _F.fdiv",
+            f"_F = _bias.float_helpers({binding!r}, ftz={bool(ftz)!r})",
+            "fmul = _F.fmul; fadd = _F.fadd; fsub = _F.fsub; fdiv = _F.fdiv; to_float = _F.to_float",
             f"OK = {OK}; EXHAUSTED = {EXHAUSTED}; FATAL = {FATAL}; FULL = {FULL}; OUTSIDE = {OUTSIDE}",
             f"ST_M = {ST_M}; ST_D = {ST_D}; ST_I = {ST_I}; ST_N = {ST_N}; ST_B = {ST_B}; ST_E = {ST_E}; "
             f"ST_C = {ST_C}; ST_J = {ST_J}",
@@ -611,12 +613,15 @@ def module_lines(binding: str) -> tuple:
 @dataclass(frozen=True)
 class EnsembleSpec:
     """The stochastic-trace ensemble kernel (one thread runs a region, a warp of its own on a GPU;
-    no shape to specialise)."""
+    no shape to specialise). ``ftz``: in hmmsearch's float mode (flush-to-zero), on matrices
+    computed in it."""
+
+    ftz: bool = False
 
     @property
     def name(self) -> str:
-        return "ensemble_traces_v1"
+        return "ensemble_traces_v1" + ("_ftz" if self.ftz else "")
 
     def source(self, binding: str) -> str:
         return kernel_module("Stochastic-trace ensembles of clustered regions (region_trace_ensemble's sampling).",
-                             binding, ARGS, kernel_body(), *module_lines(binding))
+                             binding, ARGS, kernel_body(), *module_lines(binding, self.ftz))

@@ -58,8 +58,9 @@ from hmmgpu.cpu.domaindef import region_result
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, trace_ensemble
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, sample_regions
 from hmmgpu.gpu.runtime import tuning
+from hmmgpu.host import flush_to_zero
 from hmmgpu.stages.domaindef import RegionEnsemble
-from hmmgpu.stages.forward import HOST
+from hmmgpu.stages.forward import HOST, RANGE
 
 __all__ = ["measured_step_cost", "region_ensembles", "split_by_cost"]
 
@@ -117,13 +118,18 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
     ``cpu_regions`` (regions the CPU reference sampled),
     ``cpu_residues`` and ``cpu_seconds`` (theirs, and their thread time), ``kernel_longest``
     (the longest region the kernel sampled) and ``kernel_seconds`` (the launch's wall time,
-    transfers included)."""
+    transfers included). With ``batch`` in hmmsearch's float mode (``batch.ftz``) the kernel, the
+    CPU reference and the regions' finish compute in that mode too."""
     n = len(requests)
     if n == 0:
         return []
+    ftz = batch is not None and batch.ftz
+    # a matrix of hmmsearch's float mode is hmmsearch's whatever its flags for what that mode
+    # would change say: only a range error keeps its region from the kernel
+    host = RANGE if ftz else HOST
     lengths = [r.j - r.i + 1 for r in requests]
-    flagged = [k for k in range(n) if flags[k] & HOST and sample_flagged]
-    clean = [k for k in range(n) if not flags[k] & HOST]
+    flagged = [k for k in range(n) if flags[k] & host and sample_flagged]
+    clean = [k for k in range(n) if not flags[k] & host]
     longest = [clean[m] for m in split_by_cost([lengths[k] for k in clean], cpu_threads, step_cost)]
     on_kernel = sorted(set(clean) - set(longest))
 
@@ -132,8 +138,9 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
 
     def reference(request, matrix) -> tuple:
         clock = time.thread_time()
-        ensemble = trace_ensemble(matrix, request.tables, request.xf, request.codes, request.i, request.j,
-                                  nsamples=NSAMPLES, seed=seed)
+        with flush_to_zero(ftz):   # a matrix of hmmsearch's float mode, sampled in it
+            ensemble = trace_ensemble(matrix, request.tables, request.xf, request.codes, request.i, request.j,
+                                      nsamples=NSAMPLES, seed=seed)
         return ensemble, time.thread_time() - clock
 
     ensembles = [None] * n
@@ -160,6 +167,7 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
                         kernel_seconds=kernel_seconds if on_kernel else 0.0)
         for name, value in measured.items():
             counts[name] = counts.get(name, 0) + value
-    return [RegionEnsemble(n2sc=np.zeros(lengths[k], np.float32), envelopes=np.zeros((0, 2), np.int64),
-                           flags=int(flags[k])) if ensembles[k] is None else region_result(ensembles[k], flags[k])
-            for k in range(n)]
+    with flush_to_zero(ftz):
+        return [RegionEnsemble(n2sc=np.zeros(lengths[k], np.float32), envelopes=np.zeros((0, 2), np.int64),
+                               flags=int(flags[k])) if ensembles[k] is None else region_result(ensembles[k], flags[k])
+                for k in range(n)]

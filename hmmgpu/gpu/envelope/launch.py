@@ -68,7 +68,7 @@ def _offsets(sizes) -> np.ndarray:
 
 
 def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_base, block: int | None,
-            stream=None) -> dict:
+            stream=None, ftz: bool = False) -> dict:
     """Run the kernel on ``device`` on ``n`` envelopes: ``lengths`` (Ld each), ``tables`` (each one's unihit
     :class:`~hmmgpu.stages.forward.ForwardTables`), ``xf`` (its unihit special transitions),
     ``own_scales`` (its Backward matrix's ``has_own_scales``), their matrices in the device
@@ -76,7 +76,8 @@ def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_
     ``x_base``. Returns the host copies of the per-envelope outputs (``status``, ``oasc``,
     ``flags``, ``null2`` [n][Kp], the traces ``st``, ``k``, ``i``, ``pp`` with their
     ``trace_base`` and lengths ``n``); ``stream`` the launch's (the default stream if None),
-    which also holds its arrays and copies (stream-ordered memory)."""
+    which also holds its arrays and copies (stream-ordered memory); ``ftz``: the kernel in
+    hmmsearch's float mode (flush-to-zero), for matrices computed in it."""
     n = len(lengths)
     models, model_of, tfvs, rfvs = {}, [], [], []
     for t in tables:  # a model's tables once
@@ -105,7 +106,7 @@ def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_
             item_xf=dev(np.concatenate([np.asarray(x, np.float32).ravel() for x in xf])),
             own_scales=dev(np.asarray(own_scales, np.int32)), n_items=n, counters=dev(np.zeros(1, np.int32)),
             n_threads=GROUP * n, trace_base=dev(trace_base), **matrices, **outs)
-        build.load(DecodeOASpec(), device)[(GROUP * n + block - 1) // block, block, stream, 0](
+        build.load(DecodeOASpec(ftz), device)[(GROUP * n + block - 1) // block, block, stream, 0](
             *arguments(ARGS, **values))
         got = {name[4:]: a.copy_to_host(stream=stream) for name, a in outs.items()}
     got["null2"] = got["null2"].reshape(n, KP)
@@ -183,7 +184,8 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False, strea
     :class:`DecodedEnvelope` per job, whose ``posterior`` has a matrix (None otherwise), and
     ``oa`` too, only where ``matrices`` asks for it: True (every envelope), or a function
     ``matrices(e, decoded)`` of the envelope's position in ``jobs`` and its
-    :class:`DecodedEnvelope` without them. ``stream``: the launch's (the default stream if None)."""
+    :class:`DecodedEnvelope` without them. ``stream``: the launch's (the default stream if None).
+    The kernel computes in the batch's float mode (``batch.ftz``: hmmsearch's flush-to-zero)."""
     from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
 
     jobs = np.asarray(jobs, np.int64)
@@ -198,7 +200,7 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False, strea
     got = _launch(batch.device, [job.Ld for job in chosen], uni,
                   [special_transitions(u, len(job.codes)) for u, job in zip(uni, chosen)],
                   [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
-                  batch.x_base[jobs], block, stream)
+                  batch.x_base[jobs], block, stream, batch.ftz)
     out = []
     for e, (k, job) in enumerate(zip(jobs.tolist(), chosen)):
         flags = batch.forward[k].flags | batch.backward[k].flags

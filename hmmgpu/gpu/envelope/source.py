@@ -411,18 +411,20 @@ def kernel_body() -> str:
     return "".join(f"    {line}\n" if line else "\n" for line in e.text().splitlines())
 
 
-def module_lines(binding: str) -> tuple:
-    """Imports, constants and the selection helpers of the kernel's module."""
+def module_lines(binding: str, ftz: bool = False) -> tuple:
+    """Imports, constants and the selection helpers of the kernel's module (``ftz``: its float
+    operations hmmsearch's, flush-to-zero: :func:`hmmgpu.gpu.bias.float_helpers`)."""
     device = "" if binding == "python" else "@cuda.jit(device=True, forceinline=True)\n"
     if binding == "python":
         rcp = ("def rcp_double(x):\n    \"\"\"f32(1.0 / (double) x), IEEE (1/0 is inf).\"\"\"\n"
-               "    with np.errstate(divide='ignore'):\n        return np.float32(np.float64(1.0) / np.float64(x))\n")
+               "    with np.errstate(divide='ignore'):\n        return to_float(np.float64(1.0) / np.float64(x))\n")
     else:
         rcp = ("from numba.cuda import libdevice\n" + device + "def rcp_double(x):\n"
                "    \"\"\"f32(1.0 / (double) x): libdevice's IEEE double division, rounded to float.\"\"\"\n"
-               "    return np.float32(libdevice.ddiv_rn(np.float64(1.0), np.float64(x)))\n")
+               "    return to_float(libdevice.ddiv_rn(np.float64(1.0), np.float64(x)))\n")
     return ("import math", "from numba import float32", "from hmmgpu.gpu import bias as _bias",
-            f"_F = _bias.float_helpers({binding!r})", "fmul = _F.fmul; fadd = _F.fadd; fdiv = _F.fdiv",
+            f"_F = _bias.float_helpers({binding!r}, ftz={bool(ftz)!r})",
+            "fmul = _F.fmul; fadd = _F.fadd; fdiv = _F.fdiv; to_float = _F.to_float",
             f"SUBNORMAL = {SUBNORMAL}; TINY_ROWS = {TINY_ROWS}; KP = {KP}",
             "F0 = np.float32(0.0); NEG_INF = np.float32(-np.inf)",
             f"FMIN = np.float32({float(FLT_MIN)!r})",
@@ -439,12 +441,15 @@ def module_lines(binding: str) -> tuple:
 
 @dataclass(frozen=True)
 class DecodeOASpec:
-    """The envelope decoding + optimal accuracy kernel (a group of four threads per envelope)."""
+    """The envelope decoding + optimal accuracy kernel (a group of four threads per envelope).
+    ``ftz``: in hmmsearch's float mode (flush-to-zero), on matrices computed in it."""
+
+    ftz: bool = False
 
     @property
     def name(self) -> str:
-        return "envelope_decode_oa_v4"
+        return "envelope_decode_oa_v4" + ("_ftz" if self.ftz else "")
 
     def source(self, binding: str) -> str:
         return kernel_module("Envelope posterior decoding and optimal accuracy (p7_Decoding, p7_OptimalAccuracy).",
-                             binding, ARGS, kernel_body(), *module_lines(binding))
+                             binding, ARGS, kernel_body(), *module_lines(binding, self.ftz))

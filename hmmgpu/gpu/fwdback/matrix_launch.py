@@ -133,6 +133,8 @@ class MatrixBatch:
     backward: list
     #: the stream the matrices were made on (None: the default stream): their copies to the host go there
     stream: object = None
+    #: the matrices were computed in hmmsearch's float mode (flush-to-zero; the kernels' ``ftz`` variants)
+    ftz: bool = False
 
     def _shapes(self, k: int) -> tuple:
         job = self.jobs[k]
@@ -188,25 +190,28 @@ def _pack_slices(jobs) -> tuple:
 
 
 def produce_matrices(jobs, *, device: GpuDevice | None = None, storage: str | None = None, block: int = 32,
-                     scratch_bytes: int = tuning.FWD_SCRATCH_BYTES, stream=None) -> MatrixBatch:
+                     scratch_bytes: int = tuning.FWD_SCRATCH_BYTES, stream=None, ftz: bool = False) -> MatrixBatch:
     """Full Forward matrices of every :class:`MatrixJob`, and Backward ones where asked, left in
     ``device``'s memory (:class:`MatrixBatch`; module text). ``device``: the
     :class:`~hmmgpu.gpu.runtime.device.GpuDevice` that runs the kernels (GPU 0, or the simulator,
     if None); ``storage``: "shared" or "global" for every job's rows (default: shared where they
     fit); ``block``: threads a block on a GPU; ``scratch_bytes``: the most global scratch for the
     rows; ``stream``: a stream of the device's runtime for the launches and the summaries' copies
-    (the default stream if None). Returns once the summaries are on the host."""
+    (the default stream if None); ``ftz``: in hmmsearch's float mode (flush-to-zero: the
+    kernels' ``ftz`` variants, :func:`hmmgpu.gpu.bias.float_helpers`). Returns once the
+    summaries are on the host."""
     device = device or GpuDevice.open(0)
     jobs = list(jobs)
     n = len(jobs)
     if n == 0:
         return MatrixBatch(jobs=[], device=device, fwd_dp=None, fwd_x=None, bck_dp=None, bck_x=None,
-                           dp_base=np.zeros(0, np.int64), x_base=np.zeros(0, np.int64), forward=[], backward=[])
+                           dp_base=np.zeros(0, np.int64), x_base=np.zeros(0, np.int64), forward=[], backward=[],
+                           ftz=ftz)
     with device.activate():
-        return _produce(jobs, device, storage, block, scratch_bytes, stream)
+        return _produce(jobs, device, storage, block, scratch_bytes, stream, ftz)
 
 
-def _produce(jobs, device, storage, block, scratch_bytes, stream) -> MatrixBatch:
+def _produce(jobs, device, storage, block, scratch_bytes, stream, ftz: bool) -> MatrixBatch:
     """:func:`produce_matrices` of a non-empty list of jobs, ``device``'s context current."""
     n = len(jobs)
     rt = device.runtime
@@ -259,8 +264,8 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream) -> MatrixBatch
     for where, sel in (("shared", Q <= shared_q), ("global", Q > shared_q)):
         items = np.flatnonzero(sel)
         items = items[np.argsort(-cost[items], kind="stable")]  # costliest first
-        for spec, args, outs, chosen in ((FwdMatrixSpec(where), FWD_ARGS, fwd, items),
-                                         (BwdMatrixSpec(where), BWD_ARGS, bwd, items[wants[items]])):
+        for spec, args, outs, chosen in ((FwdMatrixSpec(where, ftz), FWD_ARGS, fwd, items),
+                                         (BwdMatrixSpec(where, ftz), BWD_ARGS, bwd, items[wants[items]])):
             if chosen.size == 0:
                 continue
             grid, threads, smem, scratch = _launch_shape(device, where, chosen.size, int(Q[chosen].max()), block,
@@ -270,7 +275,8 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream) -> MatrixBatch
             build.load(spec, device)[grid, block, stream, smem](*arguments(args, **values))
     return MatrixBatch(jobs=jobs, device=device, fwd_dp=fwd["out_cells"], fwd_x=fwd["out_rows"],
                        bck_dp=None if bwd is None else bwd["out_cells"], bck_x=None if bwd is None else bwd["out_rows"],
-                       dp_base=dp_base, x_base=x_base, stream=stream, **_summaries(jobs, fwd, bwd, scale_base, stream))
+                       dp_base=dp_base, x_base=x_base, stream=stream, ftz=ftz,
+                       **_summaries(jobs, fwd, bwd, scale_base, stream))
 
 
 def _launch_shape(device, storage: str, m: int, q_max: int, block: int, scratch_bytes: int, stream) -> tuple:

@@ -172,14 +172,15 @@ class FwdMatrixSpec:
     (``storage="shared"``) or in a global scratch array (``"global"``), as the parsers'."""
 
     storage: str = "shared"
+    ftz: bool = False  #: in hmmsearch's float mode (flush-to-zero: hmmgpu.gpu.bias.float_helpers)
 
     @property
     def name(self) -> str:
-        return f"fwdback_forward_matrix_v1_{self.storage}"
+        return f"fwdback_forward_matrix_v1_{self.storage}" + ("_ftz" if self.ftz else "")
 
     def source(self, binding: str) -> str:
         return kernel_module("Full-matrix Forward kernel (HMMER's p7_Forward).", binding, FWD_ARGS,
-                             forward_body(self.storage), *module_lines(binding))
+                             forward_body(self.storage), *module_lines(binding, self.ftz))
 
 
 @dataclass(frozen=True)
@@ -188,11 +189,13 @@ class BwdMatrixSpec:
     scratch array."""
 
     storage: str = "shared"
+    ftz: bool = False  #: in hmmsearch's float mode (flush-to-zero: hmmgpu.gpu.bias.float_helpers)
 
     @property
     def name(self) -> str:
-        return f"fwdback_backward_matrix_v1_{self.storage}"
+        return f"fwdback_backward_matrix_v1_{self.storage}" + ("_ftz" if self.ftz else "")
 
     def source(self, binding: str) -> str:
         return kernel_module("Full-matrix Backward kernel (HMMER's p7_Backward).", binding, BWD_ARGS,
-                             backward_body(self.storage), *module_lines(binding), f"OWN_SCALES_AT = {OWN_SCALES_AT!r}")
+                             backward_body(self.storage), *module_lines(binding, self.ftz),
+                             f"OWN_SCALES_AT = {OWN_SCALES_AT!r}")

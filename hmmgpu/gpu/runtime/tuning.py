@@ -111,20 +111,16 @@ DEFINE_THREADS = 4
 #: filters waiting: 17.9-19.5 s at 29 M.
 DEFINE_BACKLOG_PASSERS = 6000
 #: Whether the GPU process defines the F3 passers whose decoding holds in hmmsearch's float mode
-#: only (the decoding kernel flushed a tiny value: ``FTZ_ONLY``, :mod:`hmmgpu.gpu.fwdback.decoding_source`).
-#: Not while domain definition's kernels compute in IEEE arithmetic: such passers are the long,
-#: high-scoring homologs whose parsers' rows go subnormal, and their envelopes' matrices and
-#: posteriors meet subnormal values too, so that the kernels' exactness flags send nearly all of
-#: them to pyhmmer's pipeline after the GPU has spent their definitions' time (an unclustered
-#: envelope's tiny posterior is copied back for its null2 check). Measured on one H200, 600 Pfam x
-#: 29 M residues, warm, in one session (6b7cbbb, benchmarks/results/session_ftzdecode_h200_2026-11-28_s6call2.log):
-#: defining them, 1,734 of the 6,187 passers decoded were such, 1,920 decoded passers came out of
-#: definition flagged, the first batch's envelope step took 3.4 s, and the search 15.8 s; not
-#: defining them, 3,052 of 8,878 decoded were such (every decoding the IEEE kernel had flagged:
-#: its flags were flush-to-zero's alone), 592 came out flagged, the step took 0.6 s, and the
-#: search 13.4 s (the default route 7.8 s); outputs equal to the default route's in both. Not
-#: defined, they are left to pyhmmer's pipeline as the other passers the GPU did not decode are.
-DEFINE_FTZ_ONLY = False
+#: only (the decoding kernel flushed a tiny value: ``FTZ_ONLY``, :mod:`hmmgpu.gpu.fwdback.decoding_source`),
+#: with domain definition's kernels in that mode too (their ``ftz`` variants:
+#: :func:`hmmgpu.gpu.bias.float_helpers`); False leaves them to pyhmmer's pipeline with the passers
+#: the GPU did not decode. Such passers are the long, high-scoring homologs whose parsers' rows go
+#: subnormal. With the IEEE kernels alone, defining them was a loss (6b7cbbb, one H200, 600 Pfam x
+#: 29 M residues, warm, one session, benchmarks/results/session_ftzdecode_h200_2026-11-28_s6call2.log):
+#: 1,734 of the 6,187 passers decoded were such, their envelopes' exactness flags sent nearly all
+#: of them to pyhmmer afterwards (1,920 decoded passers came out flagged), and the search took
+#: 15.8 s against 13.4 s without them (3,052 of 8,878 decoded were such, 592 came out flagged).
+DEFINE_FTZ_ONLY = True
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for a model's result.
 GPU_PROCESS_SWITCH_INTERVAL = 0.001
