@@ -46,7 +46,7 @@ import numpy as np
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.stages.decoded import DecodedTargets
 from hmmgpu.stages.domaindef import Domain, define_domains_grouped
-from hmmgpu.stages.forward import HOST, SUBNORMAL, TINY_ROWS
+from hmmgpu.stages.forward import HOST, RANGE, SUBNORMAL, TINY_ROWS
 
 __all__ = ["DefinedTargets", "SentDefinition", "SentTrace", "split_defined", "split_defined_grouped"]
 
@@ -185,33 +185,58 @@ def split_defined_grouped(work, codes_of, ftz_stages=None) -> list:
     """:func:`split_defined` of several models at once: ``work`` (stages, decoded) pairs, the
     stages of one class; every model's OK decodings defined in one call of the driver
     (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). ``ftz_stages``: for each model,
-    the stages that define its decodings marked ``ftz_only`` (in hmmsearch's float mode), or
-    None (the first stages define every decoding). A (defined, rest) pair per model, in order."""
+    the stages in hmmsearch's float mode, or None. With them a decoding marked ``ftz_only`` is
+    defined in that mode, and so, again, is a decoding whose definition in IEEE arithmetic raised
+    a flag for what that mode would change (SUBNORMAL, no RANGE): such definitions are hmmsearch's
+    (their flags for that mode dropped) and are marked ``ftz_only``. A (defined, rest) pair per
+    model, in order."""
     work = list(work)
     oks = [[k for k in range(len(decoded)) if int(decoded.status[k]) == STATUS_OK] for _, decoded in work]
-    groups, members = [], []
-    for m, ((stages, decoded), ok) in enumerate(zip(work, oks)):
-        indices = decoded.indices.tolist()
-        flushed = [ftz_stages is not None and bool(decoded.ftz_only[k]) for k in ok]
-        for mode, chosen in ((False, stages), (True, None if ftz_stages is None else ftz_stages[m])):
-            ks = [k for k, f in zip(ok, flushed) if f == mode]
-            if ks:
-                groups.append((chosen, [(codes_of(indices[k]), decoded.target(k)[1]) for k in ks]))
-                members.append((m, ks))
     definitions = [{} for _ in work]
-    for (m, ks), got, (stages, _) in zip(members, define_domains_grouped(groups), groups):
-        if ftz_stages is not None and stages is ftz_stages[m]:
-            # computed in hmmsearch's float mode itself: its flags for what that mode would change
-            # do not apply (RANGE, a real error, stays)
-            for definition in got:
-                definition.flags &= ~(SUBNORMAL | TINY_ROWS)
-        definitions[m].update(zip(ks, got))
-    return [_split(decoded, ok, [definitions[m][k] for k in ok]) for m, ((_, decoded), ok) in enumerate(zip(work, oks))]
+    in_ftz = [set() for _ in work]
+
+    def define(chosen) -> None:   # chosen: (model, its positions, in hmmsearch's mode) triples
+        if not chosen:
+            return
+        groups = [(ftz_stages[m] if ftz else work[m][0],
+                   [(codes_of(int(work[m][1].indices[k])), work[m][1].target(k)[1]) for k in ks])
+                  for m, ks, ftz in chosen]
+        for (m, ks, ftz), got in zip(chosen, define_domains_grouped(groups)):
+            if ftz:   # computed in hmmsearch's float mode itself (RANGE, a real error, stays)
+                for definition in got:
+                    definition.flags &= ~(SUBNORMAL | TINY_ROWS)
+                in_ftz[m].update(ks)
+            definitions[m].update(zip(ks, got))
+
+    first = []
+    for m, ((_, decoded), ok) in enumerate(zip(work, oks)):
+        for ftz in (False, True):
+            ks = [k for k in ok if (ftz_stages is not None and bool(decoded.ftz_only[k])) == ftz]
+            if ks:
+                first.append((m, ks, ftz))
+    define(first)
+    if ftz_stages is not None:   # flagged for flush-to-zero in IEEE arithmetic: again in that mode
+        again = []
+        for m, ok in enumerate(oks):
+            ks = [k for k in ok if k not in in_ftz[m] and _for_ftz_alone(definitions[m][k])]
+            if ks:
+                again.append((m, ks, True))
+        define(again)
+    return [_split(decoded, ok, [definitions[m][k] for k in ok], decoded.ftz_only | np.isin(
+        np.arange(len(decoded)), sorted(in_ftz[m]))) for m, ((_, decoded), ok) in enumerate(zip(work, oks))]
 
 
-def _split(decoded: DecodedTargets, ok: list, definitions: list) -> tuple:
+def _for_ftz_alone(definition) -> bool:
+    """Whether a definition in IEEE arithmetic is flagged only for what hmmsearch's float mode
+    would change (SUBNORMAL, no RANGE, its decoding OK)."""
+    return definition.status == STATUS_OK and bool(definition.flags & SUBNORMAL) and not definition.flags & RANGE
+
+
+def _split(decoded: DecodedTargets, ok: list, definitions: list, ftz_only=None) -> tuple:
     """(defined, rest) of one model: the definitions of its OK decodings ``ok`` that no HOST
-    flag marks, and its other passers' decodings."""
+    flag marks, and its other passers' decodings; ``ftz_only`` (bool per decoding, default the
+    decodings' own) marks the definitions that hold in hmmsearch's float mode only."""
+    ftz_only = decoded.ftz_only if ftz_only is None else np.asarray(ftz_only, bool)
     indices = decoded.indices.tolist()
     sent = {k: d for k, d in zip(ok, definitions) if d.status == STATUS_OK and not d.flags & HOST}
     kept = [k for k in range(len(decoded)) if k not in sent]
@@ -221,5 +246,5 @@ def _split(decoded: DecodedTargets, ok: list, definitions: list) -> tuple:
                                      [decoding[n] for _, decoding in targets] for n in (1, 2, 3)),
                                  ftz_only=decoded.ftz_only[kept])
     defined = DefinedTargets.gather([indices[k] for k in sent], decoded.scores[list(sent)], list(sent.values()),
-                                    ftz_only=decoded.ftz_only[list(sent)])
+                                    ftz_only=ftz_only[list(sent)])
     return defined, rest

@@ -21,7 +21,7 @@ import pyhmmer
 import pytest
 from pyhmmer.easel import SequenceFile
 
-from hmmgpu.cpu.fwdback import FLT_MIN, HOST, backward, length_specials, parse
+from hmmgpu.cpu.fwdback import FLT_MIN, HOST, SUBNORMAL, backward, length_specials, parse
 from hmmgpu.cpu.own_postfilter import OwnPostFilter, TargetOutcome
 from hmmgpu.formats.seqdb import SequenceDB
 from hmmgpu.host import flush_to_zero
@@ -177,3 +177,81 @@ def test_a_decoding_in_hmmsearch_mode_only_serves_that_mode(survivors):
                     hits += 1
                 compared += 1
     assert compared >= 5 and hits >= 5   # the 7 targets the first test leaves out
+
+
+def test_a_definition_flagged_for_flush_to_zero_is_made_again_in_that_mode(survivors):
+    """``split_defined_grouped`` with stages in hmmsearch's float mode (here the CPU stages run
+    under flush-to-zero, the x86 mode itself, as the GPU's ``ftz`` kernels compute it): a
+    decoding whose definition in IEEE arithmetic raised SUBNORMAL (here decodings that meet a
+    tiny value, sent unmarked so that the IEEE stages take them first) is defined again in that
+    mode, sent marked ``ftz_only``, and equals the CPU stages' definition under flush-to-zero;
+    the stage in hmmsearch's mode takes it and forms the hit its own parsers give."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.stages.decoded import DecodedTargets
+    from hmmgpu.stages.defined import split_defined_grouped
+    from hmmgpu.stages.domaindef import define_domains
+
+    class FlushedStages(CpuDomainStages):   # the CPU stages in hmmsearch's float mode
+        @classmethod
+        def region_ensembles_of(cls, work):
+            with flush_to_zero():
+                return super().region_ensembles_of(work)
+
+        @classmethod
+        def rescore_envelopes_of(cls, work):
+            with flush_to_zero():
+                return super().rescore_envelopes_of(work)
+
+    db, chosen = survivors
+    stage = OwnPostFilter(db, SearchOptions(), ftz=True)
+    again = hits = 0
+    for index, hmm, positions in chosen:
+        query = SimpleNamespace(index=index, hmm=hmm)
+        model = stage._model(query)
+        made = {}
+        for position in positions:
+            codes = db.codes(position)
+            forward = parse(model.tables, codes)
+            bck = backward(model.tables, codes, forward)
+            if (forward.flags | bck.flags) & HOST or device_decoding(model.tables, codes) is not None:
+                continue
+            with flush_to_zero():
+                forward = parse(model.tables, codes)
+                bck = backward(model.tables, codes, forward)
+                made[position] = forward.score, domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales,
+                                                                length_specials(codes.size)[1])
+        if not made:
+            continue
+        order = sorted(made)
+        decoded = DecodedTargets.gather(order, [made[p][0] for p in order], [made[p][1][0] for p in order],
+                                        *([made[p][1][n] for p in order] for n in (1, 2, 3)))
+        ieee, flushed = CpuDomainStages(model.tables, seed=42), FlushedStages(model.tables, seed=42)
+        first = [d.flags for d in dd_batched(ieee, db, decoded)]
+        (defined, rest), = split_defined_grouped([(ieee, decoded)], db.codes, [flushed])
+        for k, position in enumerate(defined.indices.tolist()):
+            codes = db.codes(position)
+            j = order.index(position)
+            assert defined.ftz_only[k] == bool(first[j] & SUBNORMAL), (hmm.name, position)
+            again += int(defined.ftz_only[k])
+            with flush_to_zero():
+                fw = parse(model.tables, codes)
+                bk = backward(model.tables, codes, fw)
+                want = define_domains(flushed, codes, fw.xmx, bk.xmx, bk.has_own_scales)
+                here = stage.target(query, model, position, True, None)
+                there, = stage.targets(query, model, [position], [True], None, [None], [defined.target(k)])
+            score, got = defined.target(k)
+            assert [(d.ienv, d.jenv, d.iali, d.jali) for d in got.domains] == [
+                (d.ienv, d.jenv, d.iali, d.jali) for d in want.domains], (hmm.name, position)
+            assert here[0] == there[0] and (here[1] is None) == (there[1] is None), (hmm.name, position)
+            if here[1] is not None:
+                assert serialize_hit(here[1]) == serialize_hit(there[1]), (hmm.name, position)
+                hits += 1
+    assert again >= 3 and hits >= 3   # the flagged ones among the sample models' 7
+
+
+def dd_batched(stages, db, decoded):
+    """The definitions of every decoding of ``decoded`` with ``stages`` (in the caller's float mode)."""
+    from hmmgpu.stages.domaindef import define_domains_batched
+
+    return define_domains_batched(stages, [(db.codes(int(i)), decoded.target(k)[1])
+                                           for k, i in enumerate(decoded.indices.tolist())])
