@@ -120,6 +120,14 @@ DEFINE_BACKLOG_PASSERS = 6000
 #: 1,734 of the 6,187 passers decoded were such, their envelopes' exactness flags sent nearly all
 #: of them to pyhmmer afterwards (1,920 decoded passers came out flagged), and the search took
 #: 15.8 s against 13.4 s without them (3,052 of 8,878 decoded were such, 592 came out flagged).
+#: With the kernels in hmmsearch's mode (2e8a0fa, session_ftzdefine_h200_2026-11-28_s6call3.log):
+#: 12.7 s against 12.1 s without them, 338 of 8,621 decoded passers flagged (592 of 8,878), the
+#: fallback 3.0% of the F3 passers (12.7%). A definition the IEEE stages flag for flush-to-zero
+#: alone is made again in that mode (04061b1, s6call4): every decoded passer defined (11,719),
+#: the fallback 2.0% (the 698 passers the Forward gate leaves undecided, over its cost cap), 17.5 s
+#: against 14.2 s without them in that session (the second launches of a batch's flagged
+#: definitions wait for their longest items); at 116 M residues 23.1 s against the default route's
+#: 19.1 s. Outputs equal to the default route's in every run.
 DEFINE_FTZ_ONLY = True
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for a model's result.
