@@ -710,7 +710,8 @@ class GpuCascade:
                                for m in chosen] for ftz in (False, True))
         with self._simulated, self.device.activate():
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes,
-                                          ftz_stages)
+                                          ftz_stages if tuning.DEFINE_FTZ_ONLY else None,
+                                          again=bool(tuning.DEFINE_FLAGGED_AGAIN))
         for m, (defined, rest) in zip(chosen, split):
             answers[m] = (rest, defined)
         seconds, counts = {}, {}   # this batch's, over its models' stages

@@ -181,15 +181,15 @@ def split_defined(stages, codes_of, decoded: DecodedTargets) -> tuple:
     return split_defined_grouped([(stages, decoded)], codes_of)[0]
 
 
-def split_defined_grouped(work, codes_of, ftz_stages=None) -> list:
+def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True) -> list:
     """:func:`split_defined` of several models at once: ``work`` (stages, decoded) pairs, the
     stages of one class; every model's OK decodings defined in one call of the driver
     (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). ``ftz_stages``: for each model,
     the stages in hmmsearch's float mode, or None. With them a decoding marked ``ftz_only`` is
     defined in that mode, and so, again, is a decoding whose definition in IEEE arithmetic raised
-    a flag for what that mode would change (SUBNORMAL, no RANGE): such definitions are hmmsearch's
-    (their flags for that mode dropped) and are marked ``ftz_only``. A (defined, rest) pair per
-    model, in order."""
+    a flag for what that mode would change (SUBNORMAL, no RANGE; unless ``again`` is False): such
+    definitions are hmmsearch's (their flags for that mode dropped) and are marked ``ftz_only``. A
+    (defined, rest) pair per model, in order."""
     work = list(work)
     oks = [[k for k in range(len(decoded)) if int(decoded.status[k]) == STATUS_OK] for _, decoded in work]
     definitions = [{} for _ in work]
@@ -215,7 +215,7 @@ def split_defined_grouped(work, codes_of, ftz_stages=None) -> list:
             if ks:
                 first.append((m, ks, ftz))
     define(first)
-    if ftz_stages is not None:   # flagged for flush-to-zero in IEEE arithmetic: again in that mode
+    if ftz_stages is not None and again:   # flagged for flush-to-zero in IEEE arithmetic: again in that mode
         again = []
         for m, ok in enumerate(oks):
             ks = [k for k in ok if k not in in_ftz[m] and _for_ftz_alone(definitions[m][k])]

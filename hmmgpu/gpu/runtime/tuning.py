@@ -123,12 +123,15 @@ DEFINE_BACKLOG_PASSERS = 6000
 #: With the kernels in hmmsearch's mode (2e8a0fa, session_ftzdefine_h200_2026-11-28_s6call3.log):
 #: 12.7 s against 12.1 s without them, 338 of 8,621 decoded passers flagged (592 of 8,878), the
 #: fallback 3.0% of the F3 passers (12.7%). A definition the IEEE stages flag for flush-to-zero
-#: alone is made again in that mode (04061b1, s6call4): every decoded passer defined (11,719),
+#: alone made again in that mode (DEFINE_FLAGGED_AGAIN; 04061b1, s6call4): every decoded passer defined (11,719),
 #: the fallback 2.0% (the 698 passers the Forward gate leaves undecided, over its cost cap), 17.5 s
 #: against 14.2 s without them in that session (the second launches of a batch's flagged
 #: definitions wait for their longest items); at 116 M residues 23.1 s against the default route's
 #: 19.1 s. Outputs equal to the default route's in every run.
 DEFINE_FTZ_ONLY = True
+#: Whether a definition the IEEE stages flagged for what flush-to-zero would change alone is made
+#: again in hmmsearch's float mode (with DEFINE_FTZ_ONLY; :func:`hmmgpu.stages.defined.split_defined_grouped`).
+DEFINE_FLAGGED_AGAIN = True
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for a model's result.
 GPU_PROCESS_SWITCH_INTERVAL = 0.001
