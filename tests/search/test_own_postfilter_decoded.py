@@ -137,34 +137,12 @@ def test_a_decoding_in_hmmsearch_mode_only_serves_that_mode(survivors):
     float mode, where it gives the stage the outcome and hit bytes of its own parsers, and left
     to the host by a search in pyhmmer's (the stage's lookup of what the GPU sent)."""
     from hmmgpu.cpu.own_postfilter import _sent
-    from hmmgpu.stages.decoded import DecodedTargets
 
-    db, chosen = survivors
+    db, _ = survivors
     stage = OwnPostFilter(db, SearchOptions(), ftz=True)
     compared = hits = 0
-    for index, hmm, positions in chosen:
-        query = SimpleNamespace(index=index, hmm=hmm)
-        model = stage._model(query)
-        made = {}
-        for position in positions:
-            codes = db.codes(position)
-            if device_decoding(model.tables, codes) is not None:
-                continue
-            forward = parse(model.tables, codes)
-            bck = backward(model.tables, codes, forward)
-            pmove, ploop = length_specials(codes.size)
-            if (forward.flags | bck.flags) & HOST or not np.float32(forward.xc * pmove) > FLT_MIN:
-                continue
-            with flush_to_zero():
-                forward = parse(model.tables, codes)
-                bck = backward(model.tables, codes, forward)
-                made[position] = forward.score, domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales, ploop)
-        if not made:
-            continue
-        order = sorted(made)
-        decoded = DecodedTargets.gather(order, [made[p][0] for p in order], [made[p][1][0] for p in order],
-                                        *([made[p][1][n] for p in order] for n in (1, 2, 3)),
-                                        ftz_only=[True] * len(order))
+    for hmm, query, model, decoded in flushed_by_model(survivors, stage, marked=True):
+        order = decoded.indices.tolist()
         assert _sent(decoded, order, False) == [None] * len(order)
         with flush_to_zero():
             for position, device in zip(order, _sent(decoded, order, True), strict=True):
@@ -179,6 +157,46 @@ def test_a_decoding_in_hmmsearch_mode_only_serves_that_mode(survivors):
     assert compared >= 5 and hits >= 5   # the 7 targets the first test leaves out
 
 
+def flushed_by_model(survivors, stage, marked: bool):
+    """For each sample model with such decodings: (hmm, query, the stage's model, its
+    :func:`flushed_decodings`)."""
+    db, chosen = survivors
+    for index, hmm, positions in chosen:
+        query = SimpleNamespace(index=index, hmm=hmm)
+        model = stage._model(query)
+        decoded = flushed_decodings(db, model.tables, positions, marked)
+        if decoded is not None:
+            yield hmm, query, model, decoded
+
+
+def flushed_decodings(db, tables, positions, marked: bool):
+    """The decodings the kernels make in hmmsearch's float mode alone (those meeting a tiny
+    value, both parsers unflagged) of ``positions``: the references' under flush-to-zero, which
+    are hmmsearch's, as :class:`~hmmgpu.stages.decoded.DecodedTargets` (``marked``: ``ftz_only``
+    as the kernels send them; else unmarked), or None where there are none."""
+    from hmmgpu.stages.decoded import DecodedTargets
+
+    made = {}
+    for position in positions:
+        codes = db.codes(position)
+        forward = parse(tables, codes)
+        bck = backward(tables, codes, forward)
+        pmove, ploop = length_specials(codes.size)
+        if (forward.flags | bck.flags) & HOST or not np.float32(forward.xc * pmove) > FLT_MIN or \
+                device_decoding(tables, codes) is not None:
+            continue
+        with flush_to_zero():
+            forward = parse(tables, codes)
+            bck = backward(tables, codes, forward)
+            made[position] = forward.score, domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales, ploop)
+    if not made:
+        return None
+    order = sorted(made)
+    return DecodedTargets.gather(order, [made[p][0] for p in order], [made[p][1][0] for p in order],
+                                 *([made[p][1][n] for p in order] for n in (1, 2, 3)),
+                                 ftz_only=[marked] * len(order))
+
+
 def test_a_definition_flagged_for_flush_to_zero_is_made_again_in_that_mode(survivors):
     """``split_defined_grouped`` with stages in hmmsearch's float mode (here the CPU stages run
     under flush-to-zero, the x86 mode itself, as the GPU's ``ftz`` kernels compute it): a
@@ -187,7 +205,6 @@ def test_a_definition_flagged_for_flush_to_zero_is_made_again_in_that_mode(survi
     mode, sent marked ``ftz_only``, and equals the CPU stages' definition under flush-to-zero;
     the stage in hmmsearch's mode takes it and forms the hit its own parsers give."""
     from hmmgpu.cpu.domaindef import CpuDomainStages
-    from hmmgpu.stages.decoded import DecodedTargets
     from hmmgpu.stages.defined import split_defined_grouped
     from hmmgpu.stages.domaindef import define_domains
 
@@ -202,29 +219,11 @@ def test_a_definition_flagged_for_flush_to_zero_is_made_again_in_that_mode(survi
             with flush_to_zero():
                 return super().rescore_envelopes_of(work)
 
-    db, chosen = survivors
+    db, _ = survivors
     stage = OwnPostFilter(db, SearchOptions(), ftz=True)
     again = hits = 0
-    for index, hmm, positions in chosen:
-        query = SimpleNamespace(index=index, hmm=hmm)
-        model = stage._model(query)
-        made = {}
-        for position in positions:
-            codes = db.codes(position)
-            forward = parse(model.tables, codes)
-            bck = backward(model.tables, codes, forward)
-            if (forward.flags | bck.flags) & HOST or device_decoding(model.tables, codes) is not None:
-                continue
-            with flush_to_zero():
-                forward = parse(model.tables, codes)
-                bck = backward(model.tables, codes, forward)
-                made[position] = forward.score, domain_decoding(forward.xmx, bck.xmx, bck.has_own_scales,
-                                                                length_specials(codes.size)[1])
-        if not made:
-            continue
-        order = sorted(made)
-        decoded = DecodedTargets.gather(order, [made[p][0] for p in order], [made[p][1][0] for p in order],
-                                        *([made[p][1][n] for p in order] for n in (1, 2, 3)))
+    for hmm, query, model, decoded in flushed_by_model(survivors, stage, marked=False):   # IEEE stages first
+        order = decoded.indices.tolist()
         ieee, flushed = CpuDomainStages(model.tables, seed=42), FlushedStages(model.tables, seed=42)
         first = [d.flags for d in dd_batched(ieee, db, decoded)]
         (defined, rest), = split_defined_grouped([(ieee, decoded)], db.codes, [flushed])
