@@ -39,8 +39,8 @@ also run step 5 on its decoded passers, with the GPU's stages
 (:class:`hmmgpu.gpu.domaindef.GpuDomainStages`, seeded with ``--seed``), and sent the
 definitions no exactness flag marks (:class:`~hmmgpu.stages.defined.DefinedTargets`) in place
 of their decodings: for those only step 6 runs here. On that route a target the GPU did not
-decode (the gate left it undecided: about 2% of the F3 passers of Pfam models against real
-proteins, over its cost cap), and a decoded passer whose definition on the GPU raised a flag
+decode (the gate left it undecided, over its cost cap: 0.02% of the F3 passers of Pfam models
+against real proteins), and a decoded passer whose definition on the GPU raised a flag
 (none in the measured runs since its definitions compute in hmmsearch's float mode where it
 matters), goes to pyhmmer's pipeline, as on the default route, rather than through steps 2-5 here: pyhmmer's SIMD code does in about 3 ms
 what the serial references take some 20 ms for (measured on an H100 machine: such targets of

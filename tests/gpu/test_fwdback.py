@@ -265,8 +265,8 @@ def test_kernel_exact_under_simulator(tmp_path):
     M = 18 and 101 and KR (M = 262) with two real homologs, every score and special-state row
     equal to libhmmer's, flags, final C and scale factors equal to the CPU reference's;
     rescaling, a range error, a subnormal fallback, rows in shared and in global memory,
-    several targets per thread, chunks, two models in one batch and a target left to the host
-    for its cost."""
+    several targets per thread, chunks, two models in one batch, a target left to the host
+    for its cost, and run by a job whose own cap (the own post-filter's) allows it."""
     stdout = run_simulated(ROOT / "tests" / "gpu" / "fwdback_checks.py", "simulator_fwd_checks", cache_dir=tmp_path)
     rows = simulated_rows(stdout)
     assert set(rows) == {"M18 shared", "M18 global, one group", "M18 chunked, global", "M18 chunked, shared", "M101",
@@ -282,6 +282,9 @@ def test_kernel_exact_under_simulator(tmp_path):
     assert batch["models"] == 2 and batch["n"] + batch["host"] == 14 and batch["n"] >= 10
     assert rows["KR"] == dict(n=2, host=0, rescaled=2, range=0, tiny_rows=1)
     assert rows["M18, a costly target to the host"]["host"] == rows["M18 shared"]["host"] + 1
+    # with the job's own larger cap (the own post-filter's) the costly target runs on the GPU too
+    costly = rows["M18, a costly target to the host"]
+    assert costly["own_cap_on_gpu"] == costly["n"] > 0
 
 
 @pytest.mark.gpu

@@ -53,11 +53,18 @@ BIAS_BLOCKS_PER_SM = 4
 FWD_BLOCK = 128
 FWD_SCRATCH_BYTES = 256 << 20
 FWD_MAX_CELLS = 512 << 10
+#: The same cap with hmmgpu's own post-filter (``--postfilter hmmgpu``: the gate's and the
+#: decodings' launches of its models), whose wall time is set by the definitions, not by the
+#: gate's longest targets: on one H200, 600 Pfam x 29 M, warm, one session (df49686,
+#: session_gatecap_h200_2026-11-28_s6call6.log), 2 M cells left 7 Viterbi-filter survivors
+#: undecided instead of 698 (the fallback 0.02% of the F3 passers instead of 2.03%: issue 31's
+#: at most 1%) and took 15.7 s against 16.0 s, outputs equal to the default route's.
+FWD_MAX_CELLS_OWN_POSTFILTER = 2 << 20
 FWD_STREAMS = 8
 FWD_GATE_TARGETS = 16384
 #: Domain definition's stages (:mod:`hmmgpu.gpu.domaindef`): the full matrices a launch holds at
 #: most (an envelope's Forward and Backward, a region's Forward; item sizes are capped by
-#: FWD_MAX_CELLS, since only the passers the parsers' kernels decoded come here), largest items
+#: FWD_MAX_CELLS_OWN_POSTFILTER, since only the passers the parsers' kernels decoded come here), largest items
 #: first. Measured with 600 Pfam models x 29 M residues, warm, --postfilter hmmgpu, on one H200
 #: (each pair in one session, 4 definer threads): 256 MB 25.5 and 23.9 s, 1 GB 20.9 and 23.5 s
 #: (9c55c5f, 9fea915); on one H100 earlier, 256 MB 74 s against 2 GB 102 s with 38 s of compiling.
