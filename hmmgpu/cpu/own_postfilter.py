@@ -42,8 +42,8 @@ of their decodings: for those only step 6 runs here. On that route a target the 
 decode (the gate left it undecided, over its cost cap: 0.02% of the F3 passers of Pfam models
 against real proteins), and a decoded passer whose definition on the GPU raised a flag
 (none in the measured runs since its definitions compute in hmmsearch's float mode where it
-matters), goes to pyhmmer's pipeline, as on the default route, rather than through steps 2-5 here: pyhmmer's SIMD code does in about 3 ms
-what the serial references take some 20 ms for (measured on an H100 machine: such targets of
+matters), goes to pyhmmer's pipeline, as on the default route, rather than through steps 2-5
+here: pyhmmer's SIMD code does in about 3 ms what the serial references take some 20 ms for (measured on an H100 machine: such targets of
 150 Pfam models cost the references most of their 113 s of CPU; on an H200, 600 Pfam models
 x 29 M residues, defining the 2,245 flagged passers here cost 73 of the worker threads' 115 s
 of CPU, where pyhmmer's pipeline took 22 s for 6,812 targets). Without a GPU every step runs

@@ -400,8 +400,8 @@ class _DecodingStep:
                                                              ftz_only=ftz_only[keep])))
             unsure.append(int(got.indices.size) - len(keep))
         answers = cascade.define_domains_of(work, steps)
-        for (decoded, defined), (_, _, sent), host, ftz_only in zip(answers, work, unsure, flushed):
-            cascade._count_decoded(len(sent), host, ftz_only,
+        for (decoded, defined), (_, _, sent), host, n_flushed in zip(answers, work, unsure, flushed):
+            cascade._count_decoded(len(sent), host, n_flushed,
                                    decoded.nbytes + (defined.nbytes if defined is not None else 0),
                                    len(defined) if defined is not None else 0)
         return answers

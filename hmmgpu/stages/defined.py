@@ -193,7 +193,7 @@ def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True) -
     work = list(work)
     oks = [[k for k in range(len(decoded)) if int(decoded.status[k]) == STATUS_OK] for _, decoded in work]
     definitions = [{} for _ in work]
-    in_ftz = [set() for _ in work]
+    in_ftz = [np.zeros(len(decoded), bool) for _, decoded in work]   # defined in hmmsearch's mode
 
     def define(chosen) -> None:   # chosen: (model, its positions, in hmmsearch's mode) triples
         if not chosen:
@@ -205,7 +205,7 @@ def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True) -
             if ftz:   # computed in hmmsearch's float mode itself (RANGE, a real error, stays)
                 for definition in got:
                     definition.flags &= ~(SUBNORMAL | TINY_ROWS)
-                in_ftz[m].update(ks)
+                in_ftz[m][ks] = True
             definitions[m].update(zip(ks, got))
 
     first = []
@@ -216,14 +216,14 @@ def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True) -
                 first.append((m, ks, ftz))
     define(first)
     if ftz_stages is not None and again:   # flagged for flush-to-zero in IEEE arithmetic: again in that mode
-        again = []
+        flagged = []
         for m, ok in enumerate(oks):
-            ks = [k for k in ok if k not in in_ftz[m] and _for_ftz_alone(definitions[m][k])]
+            ks = [k for k in ok if not in_ftz[m][k] and _for_ftz_alone(definitions[m][k])]
             if ks:
-                again.append((m, ks, True))
-        define(again)
-    return [_split(decoded, ok, [definitions[m][k] for k in ok], decoded.ftz_only | np.isin(
-        np.arange(len(decoded)), sorted(in_ftz[m]))) for m, ((_, decoded), ok) in enumerate(zip(work, oks))]
+                flagged.append((m, ks, True))
+        define(flagged)
+    return [_split(decoded, ok, [definitions[m][k] for k in ok], decoded.ftz_only | in_ftz[m])
+            for m, ((_, decoded), ok) in enumerate(zip(work, oks))]
 
 
 def _for_ftz_alone(definition) -> bool:
