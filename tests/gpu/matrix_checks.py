@@ -365,10 +365,10 @@ def check_ftz_jobs() -> dict:
     """The kernels in hmmsearch's float mode (``ftz``) on a homolog whose rows rescale and a
     run of 150 '*' between residues, whose cells decay through the subnormal range, whole and
     sliced, multihit and unihit: every cell, row, flag and score equal to the references' and
-    libhmmer's under flush-to-zero (:func:`check_jobs`); ``flushed`` counts the matrices that
-    differ from the IEEE references' (where the flushing mattered)."""
+    libhmmer's under flush-to-zero (:func:`check_jobs`); ``flushed`` counts the Forward matrices
+    whose references differ between the two modes (where the flushing mattered)."""
     from hmmgpu.cpu import fwdback as ref
-    from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, produce_matrices
+    from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob
     from hmmgpu.host import flush_to_zero
     from tests.gpu.fwdback_checks import fwd_case
 
@@ -382,14 +382,12 @@ def check_ftz_jobs() -> dict:
             jobs += [MatrixJob(tables, codes, 1, L, backward=True),
                      MatrixJob(tables, codes, 1 + L // 4, L - L // 5, unihit=True, backward=True)]
     report = check_jobs(jobs, ftz=True)
-    batch = produce_matrices(jobs, ftz=True)
     flushed = 0
-    for k, job in enumerate(jobs):
+    for job in jobs:
         ieee = ref.forward_matrix(job.tables, job.codes, job.i, job.j, unihit=job.unihit)
         with flush_to_zero():
             mine = ref.forward_matrix(job.tables, job.codes, job.i, job.j, unihit=job.unihit)
         flushed += int(not np.array_equal(bits(ieee.matrix.dp), bits(mine.matrix.dp)))
-        _equal_result(f"job {k} Forward (ftz)", batch.host_result(k), mine)
     return dict(report, flushed=flushed)
 
 
