@@ -325,7 +325,8 @@ def cmd_search(args) -> int:
                     outputs.write(blocks)
                 stats = search.stats
             else:
-                engine = SearchEngine(db, options, backend, ftz=True, model_lengths=lengths)
+                engine = SearchEngine(db, options, backend, ftz=True, model_lengths=lengths,
+                                      processes=plan.postfilter_processes(db, backend, args.seqdb))
                 for blocks in formatted(engine.search(read_models(args.hmmfile)), outputs.formatter):
                     outputs.write(blocks)
                 stats = engine.stats

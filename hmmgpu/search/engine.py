@@ -215,6 +215,10 @@ class EngineStats:
     processes_peak_rss_mb: float = 0.0
     #: the worker processes' time on their batches: parsing, checking, searching, formatting
     processes_busy_seconds: float = 0.0
+    #: pyhmmer's post-filter stage in worker processes (:mod:`hmmgpu.cpu.pyhmmer_processes`): how
+    #: many, and the threads of each (0: in this process's worker threads)
+    postfilter_processes: int = 0
+    postfilter_process_threads: int = 0
     #: what the post-filter stage did (:meth:`~hmmgpu.stages.protocol.PostFilterStage.details`: hmmgpu's own
     #: stage counts the targets it did and those it sent to pyhmmer's pipeline)
     postfilter: dict = field(default_factory=dict)
@@ -258,7 +262,10 @@ class EngineStats:
                 f"{self.processes} worker processes of one thread (busy {self.processes_busy_seconds:.2f} s, "
                 f"{100 * self.processes_busy_fraction:.0f}% of processes x wall; peak memory "
                 f"{self.processes_peak_rss_mb:.0f} MB summed)"
-                if self.processes else f"{self.threads} worker threads") + f", {self.tasks} tasks",
+                if self.processes else f"{self.threads} worker threads") + (
+                f" (pyhmmer's post-filter stage in {self.postfilter_processes} processes, "
+                f"{self.postfilter_process_threads} threads each)" if self.postfilter_processes else "")
+            + f", {self.tasks} tasks",
             f"busy: prepare {self.prepare_seconds:.2f} s, filters {self.filter_seconds:.2f} s "
             f"(GPU busy {self.gpu_seconds:.2f} s, {100 * self.gpu_busy_fraction:.0f}% of wall), "
             f"workers {self.worker_seconds:.2f} s ({100 * self.worker_busy_fraction:.0f}% of threads x wall): "
@@ -330,11 +337,13 @@ class SearchEngine:
     :class:`SearchResult` in query order. ``ftz`` runs pyhmmer's stage in the hmmsearch
     program's float mode (:mod:`hmmgpu.host`); ``model_lengths``, the lengths of the models to
     come when they are known, size the tasks by the whole run's work (fewer models than
-    threads each cut into more tasks, a long model among many short ones too).
+    threads each cut into more tasks, a long model among many short ones too);
+    ``processes``, a :class:`~hmmgpu.cpu.pyhmmer_processes.ProcessPlan`: pyhmmer's stage runs
+    the filtered tasks in worker processes (started here, stopped when :meth:`search` ends).
     """
 
     def __init__(self, db, options, backend, *, ftz: bool = False, in_flight: int | None = None,
-                 model_lengths=None):
+                 model_lengths=None, processes=None):
         self.db = db
         self.options = options
         self.backend = backend
@@ -342,8 +351,14 @@ class SearchEngine:
         self.threads = 0 if options.run.cpus == 0 else options.run.threads
         least = MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN if options.run.postfilter == "hmmgpu" else MODELS_IN_FLIGHT_MIN
         self.in_flight = in_flight or max(least, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
-        self.forward = post_filter_stage(options.run.postfilter)(db, options, ftz=ftz, threads=self.threads,
-                                                                 model_lengths=model_lengths)
+        if processes is not None:  # pyhmmer's stage in worker processes (SearchPlan.postfilter_processes)
+            from hmmgpu.cpu.pyhmmer_processes import PyhmmerProcesses
+
+            self.forward = PyhmmerProcesses(db, options, ftz=ftz, threads=self.threads, model_lengths=model_lengths,
+                                            plan=processes)
+        else:
+            self.forward = post_filter_stage(options.run.postfilter)(db, options, ftz=ftz, threads=self.threads,
+                                                                     model_lengths=model_lengths)
         queries = len(model_lengths) if model_lengths else None
         self.filtered = isinstance(backend, CascadeBackend)
         #: models may go to pyhmmer's whole pipeline while the backend starts (see the module header)
@@ -351,6 +366,9 @@ class SearchEngine:
         #: small models may go there whenever the backend is behind
         self.share = options.run.backend == "auto" and self.threads > 0
         self.stats = EngineStats(threads=max(1, self.threads))
+        if processes is not None:
+            self.stats.postfilter_processes = processes.processes
+            self.stats.postfilter_process_threads = processes.threads
         self._lock = threading.Lock()
         self._start = time.perf_counter()
 
@@ -474,12 +492,15 @@ class SearchEngine:
     def search(self, models):
         """Search every model of the iterable ``models``; yield :class:`SearchResult` in order."""
         start = self._start = time.perf_counter()
+        finished = False
         try:
             if self.threads == 0:
                 yield from self._search_serial(models)
             else:
                 yield from self._search_threaded(models)
+            finished = True
         finally:
+            self.forward.close(now=not finished)
             self.stats.wall_seconds = time.perf_counter() - start
             self.stats.gpu_seconds = getattr(self.backend, "gpu_seconds", lambda: 0.0)()
             self.stats.backend = self.backend.details()

@@ -103,6 +103,25 @@ class SearchPlan:
         small = small_on_average(sum(lengths) * float(db.total_residues), len(lengths))
         return threads if small and len(lengths) >= MIN_MODELS else 0
 
+    def postfilter_processes(self, db, backend, database: str):
+        """Where pyhmmer's post-filter stage runs on the GPU route: a
+        :class:`~hmmgpu.cpu.pyhmmer_processes.ProcessPlan` of worker processes, or None (the
+        engine's threads in this process). Processes for a search whose filters are hmmgpu's
+        (a :class:`~hmmgpu.stages.protocol.CascadeBackend`) and whose post-filter stage is
+        pyhmmer's, with at least :data:`~hmmgpu.cpu.pyhmmer_processes.MIN_THREADS` threads, over a
+        ``database`` a second reader can read (not standard input): a process per
+        :data:`~hmmgpu.cpu.pyhmmer_processes.THREADS_PER_PROCESS` threads."""
+        from hmmgpu.cpu import pyhmmer_processes as processes
+        from hmmgpu.formats.inputs import rereadable
+
+        run = self.options.run
+        threads = 0 if run.cpus == 0 else run.threads
+        if (not isinstance(backend, CascadeBackend) or run.postfilter != "pyhmmer" or db.pieces is not None
+                or threads < processes.MIN_THREADS or database == "-" or not rereadable(database)):
+            return None
+        count = max(2, round(threads / processes.THREADS_PER_PROCESS))
+        return processes.ProcessPlan(database, self.fmt, count, -(-threads // count))
+
     def abandon(self) -> None:
         """Stop a GPU process this plan started early that no backend has taken."""
         if self.early is not None:

@@ -183,3 +183,7 @@ class PostFilterStage(ABC):
     def details(self) -> dict:
         """What the stage did, for the end-of-run statistics (targets by route, seconds)."""
         return {}
+
+    def close(self, now: bool = False) -> None:
+        """Release what the stage holds once the search is over (worker processes; ``now``:
+        the search failed or was stopped, nothing is waited for)."""

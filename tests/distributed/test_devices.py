@@ -30,6 +30,7 @@ from hmmgpu.gpu.runtime import context
 from hmmgpu.options import SearchOptions
 from hmmgpu.search import routing
 from hmmgpu.search.scan import CascadeNarrowing, ProfileDatabase
+from tests.cpu.test_pyhmmer_processes import threads_then_processes
 from tests.distributed.test_cluster import MODELS, OUTPUTS, _search, _steady
 from tests.helpers import PIPELINE_KEYS, PROTEOME, assert_same_pipeline, hits_table
 from tests.search.test_scan import first_sequences, without_tail
@@ -96,6 +97,16 @@ def test_own_postfilter_over_two_devices_writes_what_one_writes(tmp_path, capsys
     assert set(ours) == set(OUTPUTS.values())
     for name in OUTPUTS.values():
         assert _steady(ours[name]) == _steady(one[name]), name
+
+
+def test_post_filter_processes_behind_two_devices_write_what_the_threads_write(tmp_path, capsys, monkeypatch,
+                                                                               two_devices):
+    """pyhmmer's post-filter stage in worker processes (:mod:`hmmgpu.cpu.pyhmmer_processes`, the
+    route of ``--devices`` on a host of many cores) behind two devices: the outputs byte for
+    byte those of the engine's threads."""
+    threads_then_processes(tmp_path, capsys, monkeypatch, ["--backend", "cuda", "--devices", "all", "--cpu", "2",
+                                                           str(MODELS), str(PROTEOME)])
+    assert sorted(two_devices) == [0, 1]
 
 
 def test_api_devices_equal_one_device(two_devices):

@@ -1,0 +1,260 @@
+"""pyhmmer's post-filter stage in worker processes: every core of a large host busy.
+
+What it is for
+--------------
+On the GPU route the filters run in the GPU processes and what is left for the host is the
+post-filter stage (Forward, Backward, domain definition) on the filters' survivors, which
+:class:`~hmmgpu.cpu.pyhmmer_stage.PyhmmerStage` runs in the engine's worker threads
+(:mod:`hmmgpu.search.engine`). pyhmmer releases the interpreter's lock while it computes,
+but each task's Python around it (its block of sequences, its ``TopHits`` state, the keep
+rule's names) holds the lock, which every thread of a process shares. With 16 threads that
+costs little (600 Pfam models x 29 M residues on one H200 host: workers busy 77 s for 64 s
+of CPU); with 64 it is the limit: on a 4 x H200 host of 64 cores, one GPU and four alike
+took 20.2 and 20.4 s, the workers "busy" 1,012 thread-seconds for 335 s of CPU, while a
+LocalCUDACluster of four processes of 16 threads took 15.4 s on the same work
+(benchmarks/results/scale_h200x4_2026-11-28.log). Processes each have their own lock.
+
+How it works
+------------
+:class:`PyhmmerProcesses` is the same stage (its plan and its exact merge run here), whose
+*filtered* tasks (a query's survivors, by database position) run in worker processes:
+each process opens the same database file itself (a made database is mapped; a sequence file
+is read again, in every process at once, while the GPU starts) and runs a ``PyhmmerStage``
+in :attr:`ProcessPlan.threads` threads of its own. A task travels as its model and its
+targets' positions, and its result comes back as the picklable ``TaskResult`` (``TopHits``
+state with the hits HMMER's keep rule would drop already removed, exactly as in a thread
+here), so the merge, and every output, is unchanged. An engine thread that takes a task
+hands it to the process with the fewest tasks under way and waits for its answer without the
+lock; the engine's threads stay its scheduler (earliest model first). Unfiltered tasks
+(pyhmmer's whole pipeline over ranges, where a model goes there while the GPU starts) run
+here, in the calling thread, as before.
+
+The processes are started as :mod:`hmmgpu.child` starts the GPU process (fresh
+interpreters that run nothing of the caller's ``__main__``) when the stage is made, and
+stopped by :meth:`PyhmmerProcesses.close`; one that stops unexpectedly fails the search with
+a one-line error, and a database a process cannot open is that process's first answer's
+error.
+
+When
+----
+:meth:`hmmgpu.search.routing.SearchPlan.postfilter_processes` decides: the command line's GPU
+route (hmmgpu's filters, pyhmmer's post-filter stage) on a database a second reader can read,
+with at least :data:`MIN_THREADS` threads; a process per :data:`THREADS_PER_PROCESS` threads.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
+from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
+from hmmgpu.errors import HmmgpuError, WorkerError
+
+#: Threads of each worker process (its share of ``--cpu``): few enough that the interpreter's
+#: lock of a process is not their limit.
+THREADS_PER_PROCESS = 8
+#: Worker processes are used from this many threads (``--cpu``) up.
+MIN_THREADS = 32
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """Where the worker processes find the database (``database``, its ``format`` as
+    ``--tformat`` names it), how many there are and the threads of each."""
+
+    database: str
+    format: str | None
+    processes: int
+    threads: int
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What a worker process needs, sent once when it starts."""
+
+    database: str
+    format: str | None
+    options: object  #: the run's SearchOptions
+    ftz: bool
+    threads: int
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _serve(conn) -> None:
+    """A worker process: its set-up, then tasks until None or EOF, each answered with
+    (number, ("done", TaskResult) or ("error", message)) as soon as it is done, by
+    :attr:`_Setup.threads` threads; a thread takes each message off the socket as it comes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent stops the run on Ctrl-C
+    try:
+        setup = conn.recv()
+    except (EOFError, OSError):
+        return
+    stage, failure = None, None
+    try:
+        from hmmgpu.formats.seqdb import open_database
+
+        db = open_database(setup.database, setup.format)
+        stage = PyhmmerStage(db, setup.options, ftz=setup.ftz, threads=setup.threads)
+    except HmmgpuError as error:
+        failure = str(error)
+    except OSError as error:
+        failure = f"{setup.database}: {error.strerror or error}"
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    sending = threading.Lock()
+
+    def receive():
+        try:
+            while (message := conn.recv()) is not None:
+                inbox.put(message)
+        except (EOFError, OSError):   # the parent has gone
+            pass
+        inbox.put(None)
+
+    def work():
+        while (message := inbox.get()) is not None:
+            number, task = message
+            if failure is not None:
+                answer = ("error", failure)
+            else:
+                try:
+                    answer = ("done", stage.run(task))
+                except HmmgpuError as error:
+                    answer = ("error", str(error))
+                except Exception as error:  # noqa: BLE001 - a fault of hmmgpu's: one line in the parent
+                    answer = ("error", f"a post-filter process failed: {type(error).__name__}: {_one_line(error)}")
+            try:
+                with sending:
+                    conn.send((number, answer))
+            except OSError:   # the parent has gone
+                break
+        inbox.put(None)   # the next thread stops too
+
+    threading.Thread(target=receive, name="hmmgpu-inbox", daemon=True).start()
+    workers = [threading.Thread(target=work, name=f"hmmgpu-postfilter-{k}") for k in range(max(1, setup.threads))]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+
+
+def _stopped() -> WorkerError:
+    return WorkerError("a post-filter worker process stopped unexpectedly (out of memory?); try fewer threads "
+                       "with --cpu")
+
+
+class _Process:
+    """One worker process: its tasks under way (number -> Future) and the thread that reads
+    its answers."""
+
+    def __init__(self, setup: _Setup):
+        from hmmgpu.child import start_child
+
+        try:
+            self.process, self.conn = start_child("hmmgpu.cpu.pyhmmer_processes")
+            self.conn.send(setup)
+        except OSError as error:
+            raise WorkerError(f"cannot start a post-filter worker process: {error.strerror or error}") from None
+        self.pending: dict = {}
+        self._lock = threading.Lock()
+        self._closing = False
+        self._reader = threading.Thread(target=self._read, name="hmmgpu-postfilter-answers", daemon=True)
+        self._reader.start()
+
+    def load(self) -> int:
+        return len(self.pending)
+
+    def submit(self, number: int, task) -> Future:
+        future: Future = Future()
+        with self._lock:
+            self.pending[number] = future
+            try:
+                self.conn.send((number, task))
+            except OSError:
+                del self.pending[number]
+                raise _stopped() from None
+        return future
+
+    def _read(self) -> None:
+        try:
+            while True:
+                number, (kind, value) = self.conn.recv()
+                with self._lock:
+                    future = self.pending.pop(number)
+                if kind == "done":
+                    future.set_result(value)
+                else:
+                    future.set_exception(HmmgpuError(value))
+        except (EOFError, OSError):
+            pass
+        with self._lock:
+            left, self.pending = list(self.pending.values()), {}
+        for future in left:
+            future.set_exception(_stopped())
+
+    def stop(self, now: bool) -> None:
+        """Ask it to stop (``now``: kill it) and wait for it and its reader."""
+        try:
+            if now:
+                self.process.kill()
+            else:
+                with self._lock:
+                    self.conn.send(None)
+        except OSError:
+            pass
+        self.process.wait()
+        self._reader.join()
+        self.conn.close()
+
+
+class PyhmmerProcesses(PyhmmerStage):
+    """pyhmmer's post-filter stage with its filtered tasks in worker processes (see the module
+    header): ``PyhmmerProcesses(db, options, ftz=..., threads=..., model_lengths=...,
+    plan=ProcessPlan(...))``; :meth:`close` stops the processes."""
+
+    def __init__(self, db, options, ftz: bool = False, threads: int = 0, model_lengths=None, *, plan: ProcessPlan):
+        super().__init__(db, options, ftz=ftz, threads=threads, model_lengths=model_lengths)
+        setup = _Setup(os.path.abspath(plan.database), plan.format, options, ftz, plan.threads)
+        self._processes: list = []
+        try:
+            for _ in range(plan.processes):
+                self._processes.append(_Process(setup))
+        except BaseException:
+            self.close(now=True)
+            raise
+        self._numbers = iter(range(sys.maxsize))
+        self._lock = threading.Lock()
+
+    def run(self, task, alone: bool = False):
+        """One task's result: a filtered task from a worker process, any other in this thread."""
+        if not task.filtered or not self._processes:
+            return super().run(task, alone)
+        sent = replace(task, query=SimpleNamespace(hmm=task.query.hmm))   # the model, not the engine's query
+        with self._lock:
+            process = min(self._processes, key=_Process.load)
+            future = process.submit(next(self._numbers), sent)
+        return future.result()
+
+    def close(self, now: bool = False) -> None:
+        """Stop the worker processes (``now``: kill them) and wait for them."""
+        processes, self._processes = self._processes, []
+        for process in processes:
+            process.stop(now)
+
+
+__all__ = ["MIN_THREADS", "THREADS_PER_PROCESS", "ProcessPlan", "PyhmmerProcesses"]
+
+
+if __name__ == "__main__":
+    from multiprocessing.connection import Connection
+
+    from hmmgpu.cpu.pyhmmer_processes import _serve as serve   # the package's module: what it sends is unpickled by that name
+
+    serve(Connection(int(sys.argv[1])))
