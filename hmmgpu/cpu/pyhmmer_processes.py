@@ -55,9 +55,12 @@ from types import SimpleNamespace
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 from hmmgpu.errors import HmmgpuError, WorkerError
 
-#: Threads of each worker process (its share of ``--cpu``): few enough that the interpreter's
-#: lock of a process is not their limit.
-THREADS_PER_PROCESS = 8
+#: Threads of each worker process (its share of ``--cpu``). Measured on a 4 x H200 host of 64
+#: cores (600 Pfam models x 116 M residues, --devices all, one session at a04850e,
+#: benchmarks/results/session_scale_h200x4_2026-11-28_s7call1.log): 4 processes of 16 threads
+#: 11.4 s, 8 of 8 15.5 s, 16 of 4 14.5 s, the engine's 64 threads in one process 14.4 s; on 16
+#: threads, 2 processes of 8 took 20.1 s against 19.7 s in threads.
+THREADS_PER_PROCESS = 16
 #: Worker processes are used from this many threads (``--cpu``) up.
 MIN_THREADS = 32
 

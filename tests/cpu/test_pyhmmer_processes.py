@@ -86,7 +86,9 @@ def test_which_searches_take_post_filter_processes(tmp_path, monkeypatch):
     def plan(options, backend=numba, database=str(PROTEOME), fmt="fasta"):
         return routing.SearchPlan(options, [200] * 10, fmt=fmt).postfilter_processes(db, backend, database)
 
-    assert plan(options) == ProcessPlan(str(PROTEOME), "fasta", 8, 8)
+    per = pyhmmer_processes.THREADS_PER_PROCESS
+    assert plan(options) == ProcessPlan(str(PROTEOME), "fasta", 64 // per, per)
+    monkeypatch.setattr(pyhmmer_processes, "THREADS_PER_PROCESS", 8)
     assert plan(options.replace(cpus=36)) == ProcessPlan(str(PROTEOME), "fasta", 4, 9)
     assert plan(options.replace(cpus=pyhmmer_processes.MIN_THREADS)).processes >= 2
     assert plan(options.replace(cpus=pyhmmer_processes.MIN_THREADS - 1)) is None
