@@ -56,10 +56,14 @@ from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 from hmmgpu.errors import HmmgpuError, WorkerError
 
 #: Threads of each worker process (its share of ``--cpu``). Measured on a 4 x H200 host of 64
-#: cores (600 Pfam models x 116 M residues, --devices all, one session at a04850e,
-#: benchmarks/results/session_scale_h200x4_2026-11-28_s7call1.log): 4 processes of 16 threads
-#: 11.4 s, 8 of 8 15.5 s, 16 of 4 14.5 s, the engine's 64 threads in one process 14.4 s; on 16
-#: threads, 2 processes of 8 took 20.1 s against 19.7 s in threads.
+#: cores (600 Pfam models x 116 M residues, --devices all, outputs equal in every run,
+#: benchmarks/results/session_scale_h200x4_2026-11-28_s7call{1,2}.log): in one session (a04850e)
+#: 4 processes of 16 threads 11.4 s, 8 of 8 15.5 s, 16 of 4 14.5 s, the engine's 64 threads in
+#: one process 14.4 s; in the next (4fea378) 4 of 16 9.8 and 9.8 s, 8 of 8 9.8 s, 2 of 32
+#: 8.8 s, 64 threads 10.4 and 9.8 s, one GPU 9.9 s with processes and 9.8 s without. There the
+#: runs used about 30 cores' CPU time a second whatever the split (about 290 s in 10 s): the
+#: host's CPU, not the interpreter's lock, was the limit. On 16 threads, 2 processes of 8 took
+#: 20.1 s against 19.7 s in threads, hence :data:`MIN_THREADS`.
 THREADS_PER_PROCESS = 16
 #: Worker processes are used from this many threads (``--cpu``) up.
 MIN_THREADS = 32
