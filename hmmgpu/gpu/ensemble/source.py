@@ -51,8 +51,11 @@ domains (``p7_trace_Index``: B..E, first and last M) and counts each domain's em
   ``m``), the last M met its first (``i``, ``k``); at B the domain is complete;
 * ``p7_Null2_ByTrace`` counts, from B to E, every element with a residue: M and I states
   (both in the M cell of their node, as HMMER addresses it); B, E and D carry none, and N, C, J
-  never lie inside a domain. Counts of 1.0 are exact in any order, so they are added as the
-  walk meets them, into a striped count row ``[Q][4]`` of the region's scratch;
+  never lie inside a domain. A path passes a node once, in M (after its I states, walking
+  back) or in D, so a node's counts are one run of the walk: the run is counted in a register
+  (``fadd`` of 1.0 from 0, the values a count row in memory would take) and stored into the
+  striped count row ``[Q][4]`` of the region's scratch when the walk leaves the node or the
+  domain ends;
 * a trace's domains do not share residues, so each residue of a sample receives exactly one
   addition to ``acc``: the odds of the domain it lies in (after the domain's first M residue,
   up to its last), else 1.0. The additions to one residue are in sample order, as HMMER's;
@@ -99,6 +102,16 @@ CPU reference's ``ftz_differs`` exactly.
 
 Why the code looks as it does
 -----------------------------
+A thread's step waits on memory and on its own arithmetic, and nothing else in its warp
+hides that wait, so the code keeps each step's waits few: the node's vector and lane ``(q,
+r)`` follow ``kk`` as it steps down (no 64-bit division a step), a domain's count row is
+written once a node rather than read and written once a state, the additions to ``acc`` load
+:data:`ACC_UNROLL` residues before they add (one wait a group, not one a residue), and
+``esl_rnd_FChoose``'s quotients are all divided before the first is compared (the divisions
+overlap; the comparisons, and so the choice, are HMMER's). Measured on an H200 before these
+(600 Pfam models x 29 M residues, --postfilter hmmgpu): the kernel's time per residue of its
+longest region was 9.7 times the CPU reference's (``step_cost``, session_gatecap_h200_2026-11-28_s6call6.log).
+
 Matrices are read where the envelope kernels will leave them, in the layout of
 :class:`hmmgpu.cpu.fwdback.StripedMatrix` (cells ``[Lr+1][3][Q][4]``, M, D, I; rows
 ``[Lr+1][6]``), each region at its own offsets of two flat arrays, so a batch holds regions of
@@ -213,6 +226,8 @@ while True:
         hmmto = np.int64(0)
         kmin = np.int64(0)
         kmax = np.int64(0)
+        run_w = np.int64(-1)  # the count row's cell of the node being counted, and its count
+        run_n = F0
         while True:
             if cursor >= n_uniforms:
                 status = EXHAUSTED
@@ -248,9 +263,6 @@ while True:
                 b2 = F0
                 a3 = F0
                 b3 = F0
-                if s0 == ST_M or s0 == ST_D or s0 == ST_I:
-                    q = (kk - 1) % QQ
-                    r = (kk - 1) // QQ
                 if s0 == ST_M:
                     tv = tb + 28 * q + r
                     a0 = xmx[xb + 6 * (i - 1) + XB]
@@ -318,11 +330,15 @@ while True:
                            or ftz_choice(roll, n, True, a0, b0, a1, b1, c1, a2, b2, a3, b3) != choice)
                 cursor += 1
                 s1 = next_state(s0, choice)
-            if s0 == ST_M:
-                kk -= 1
-                i -= 1
-            elif s0 == ST_D:
-                kk -= 1
+            if s0 == ST_M or s0 == ST_D:
+                kk -= 1  # node kk's vector q and lane r follow it
+                if q == 0:
+                    q = QQ - 1
+                    r -= 1
+                else:
+                    q -= 1
+                if s0 == ST_M:
+                    i -= 1
             elif s0 == ST_I:
                 i -= 1
             if s1 == ST_M or s1 == ST_I or s1 == ST_D:
@@ -331,8 +347,14 @@ while True:
                     break
             if s1 == ST_M or s1 == ST_I:
                 Ld += 1
-                w = wb + ((kk - 1) % QQ) * 4 + (kk - 1) // QQ
-                work[w] = fadd(work[w], F1)
+                w = wb + q * 4 + r
+                if w != run_w:  # a node's visits are one run: stored when the walk leaves it
+                    if run_w >= 0:
+                        work[run_w] = run_n
+                    run_w = w
+                    run_n = F1
+                else:
+                    run_n = fadd(run_n, F1)
                 kmin = min(kmin, kk)
                 kmax = max(kmax, kk)
                 if s1 == ST_M:
@@ -342,6 +364,7 @@ while True:
                     sqfrom = i
                     hmmfrom = kk
             elif s1 == ST_E:
+                run_w = np.int64(-1)
                 Ld = 0
                 sqto = 0
                 kmin = QQ * 4 + 1
@@ -358,21 +381,34 @@ while True:
                 pairs[o + 3] = hmmfrom
                 pairs[o + 4] = hmmto
                 npairs += 1
+                if run_w >= 0:
+                    work[run_w] = run_n
+                    run_w = np.int64(-1)
                 dnorm = rcp_double(np.float32(Ld))
+                qn = (kmin - 1) % QQ
+                rn = (kmin - 1) // QQ
                 for kn in range(kmin, kmax + 1):
-                    w = wb + ((kn - 1) % QQ) * 4 + (kn - 1) // QQ
+                    w = wb + qn * 4 + rn
                     work[w] = fmul(work[w], dnorm)
+                    qn += 1
+                    if qn == QQ:
+                        qn = 0
+                        rn += 1
 {null2_sums}
                 for x in range(K):
                     null2[x] = fadd(fadd(fadd(lanes[x], lanes[K + x]), fadd(lanes[2 * K + x], lanes[3 * K + x])), F0)
 {degenerate}
-                for p in range(sqto + 1, hi + 1):
-                    acc[ab + p] = fadd(acc[ab + p], F1)
-                for p in range(sqfrom + 1, sqto + 1):
-                    acc[ab + p] = fadd(acc[ab + p], null2[codes[cb + p - 1]])
+{add_ones_domain}
+{add_odds}
                 hi = sqfrom
+                qn = (kmin - 1) % QQ
+                rn = (kmin - 1) // QQ
                 for kn in range(kmin, kmax + 1):
-                    work[wb + ((kn - 1) % QQ) * 4 + (kn - 1) // QQ] = F0
+                    work[wb + qn * 4 + rn] = F0
+                    qn += 1
+                    if qn == QQ:
+                        qn = 0
+                        rn += 1
             elif s1 == ST_N:
                 break
             if (s1 == ST_C or s1 == ST_J) and s1 == s0:
@@ -380,8 +416,7 @@ while True:
             s0 = s1
         if status != OK:
             break
-        for p in range(1, hi + 1):
-            acc[ab + p] = fadd(acc[ab + p], F1)
+{add_ones_sample}
         for z in range((npairs - first_pair) // 2):
             lo = (pb + first_pair + z) * 5
             up = (pb + npairs - 1 - z) * 5
@@ -403,9 +438,9 @@ def _e_step_lines() -> list:
     change nothing)."""
     lines = [f"v{z} = dp[src + {z}]" if z < 4 else f"v{z} = dp[src + 4 * QQ + {z - 4}]" for z in range(8)]
     for z in range(8):
-        chosen = f"s1 = ST_{'M' if z < 4 else 'D'}", f"kk = {z % 4} * QQ + q + 1"
+        chosen = f"s1 = ST_{'M' if z < 4 else 'D'}", f"kk = {z % 4} * QQ + q + 1", f"r = np.int64({z % 4})"
         lines += ["if s1 == 0:", f"    total, total_ftz, passed = e_term(v{z}, norm, total, total_ftz, roll)",
-                  "    if passed:", f"        {chosen[0]}", f"        {chosen[1]}"]
+                  "    if passed:"] + [f"        {line}" for line in chosen]
     return lines
 
 
@@ -429,11 +464,36 @@ def _null2_lines() -> list:
     return lines
 
 
+#: Residues whose additions to ``acc`` are loaded together (:func:`_acc_lines`).
+ACC_UNROLL = 8
+
+
+def _acc_lines(first: str, last: str, term) -> list:
+    """``acc[p] += term(p)`` for p = first..last (a residue's additions stay in sample order;
+    residues are independent): :data:`ACC_UNROLL` residues' loads are issued together, then
+    their sums stored, so that the thread waits once for the group instead of once a residue."""
+    n = ACC_UNROLL
+    lines = [f"p = {first}", f"while p + {n - 1} <= {last}:"]
+    lines += [f"    x{z} = acc[ab + p + {z}]" for z in range(n)]
+    lines += [f"    t{z} = {term(f'p + {z}')}" for z in range(n)]
+    lines += [f"    acc[ab + p + {z}] = fadd(x{z}, t{z})" for z in range(n)]
+    lines += [f"    p += {n}", f"while p <= {last}:", f"    acc[ab + p] = fadd(acc[ab + p], {term('p')})", "    p += 1"]
+    return lines
+
+
 def kernel_body() -> str:
-    degenerate = "\n".join(" " * 16 + line for line in _degenerate_lines())
-    estep = "\n".join(" " * 20 + line for line in _e_step_lines())
-    null2_sums = "\n".join(" " * 16 + line for line in _null2_lines())
-    body = _KERNEL.format(degenerate=degenerate, estep=estep, null2_sums=null2_sums)
+    def indented(lines, depth):
+        return "\n".join(" " * depth + line for line in lines)
+
+    degenerate = indented(_degenerate_lines(), 16)
+    estep = indented(_e_step_lines(), 20)
+    null2_sums = indented(_null2_lines(), 16)
+    ones = lambda p: "F1"  # noqa: E731
+    odds = lambda p: f"null2[codes[cb + {p} - 1]]"  # noqa: E731
+    body = _KERNEL.format(degenerate=degenerate, estep=estep, null2_sums=null2_sums,
+                          add_ones_domain=indented(_acc_lines("sqto + 1", "hi", ones), 16),
+                          add_odds=indented(_acc_lines("sqfrom + 1", "sqto", odds), 16),
+                          add_ones_sample=indented(_acc_lines("1", "hi", ones), 8))
     return "".join(f"    {line}\n" if line else "\n" for line in body.strip("\n").splitlines())
 
 
@@ -492,23 +552,34 @@ def module_lines(binding: str, ftz: bool = False) -> tuple:
 
 
 {small}def pick(roll, n, p0, p1, p2, p3):
-    """esl_rnd_FChoose on normalised paths with the draw roll: the index, or -1."""
+    """esl_rnd_FChoose on normalised paths with the draw roll: the index, or -1. Every
+    quotient is computed before the first is compared (the same IEEE operations, which do not
+    trap here), so that the double divisions run together instead of one after another."""
     norm = dadd(dadd(D0, np.float64(p0)), np.float64(p1))
     if n == 4:
         norm = dadd(dadd(norm, np.float64(p2)), np.float64(p3))
-    total = dadd(D0, np.float64(p0))
-    if roll < ddiv(total, norm):
-        return 0
-    total = dadd(total, np.float64(p1))
-    if roll < ddiv(total, norm):
-        return 1
+    total0 = dadd(D0, np.float64(p0))
+    total1 = dadd(total0, np.float64(p1))
+    c0 = ddiv(total0, norm)
+    c1 = ddiv(total1, norm)
     if n == 4:
-        total = dadd(total, np.float64(p2))
-        if roll < ddiv(total, norm):
+        total2 = dadd(total1, np.float64(p2))
+        total3 = dadd(total2, np.float64(p3))
+        c2 = ddiv(total2, norm)
+        c3 = ddiv(total3, norm)
+        if roll < c0:
+            return 0
+        if roll < c1:
+            return 1
+        if roll < c2:
             return 2
-        total = dadd(total, np.float64(p3))
-        if roll < ddiv(total, norm):
+        if roll < c3:
             return 3
+        return -1
+    if roll < c0:
+        return 0
+    if roll < c1:
+        return 1
     return -1
 
 
