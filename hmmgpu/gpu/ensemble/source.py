@@ -108,9 +108,16 @@ r)`` follow ``kk`` as it steps down (no 64-bit division a step), a domain's coun
 written once a node rather than read and written once a state, the additions to ``acc`` load
 :data:`ACC_UNROLL` residues before they add (one wait a group, not one a residue), and
 ``esl_rnd_FChoose``'s quotients are all divided before the first is compared (the divisions
-overlap; the comparisons, and so the choice, are HMMER's). Measured on an H200 before these
-(600 Pfam models x 29 M residues, --postfilter hmmgpu): the kernel's time per residue of its
-longest region was 9.7 times the CPU reference's (``step_cost``, session_gatecap_h200_2026-11-28_s6call6.log).
+overlap; the comparisons, and so the choice, are HMMER's). They gained little: on one H200,
+the 493 clustered regions of six Pfam models' 250 best hits each (benchmarks/ensemble_check.py,
+kernel launches with their transfers, the best of three) took 0.956 s against 0.998 s before
+(b693139), bit for bit the CPU reference's in both. That launch lasts as long as its longest
+region, 906 residues and 190,690 draws: about 5 microseconds a draw on one GPU thread, where
+the CPU reference takes 0.35-0.6 (13-23 s for the 38.2 M draws, one thread). So a thread is
+about ten times slower than a core at this chain, and the kernel gains only from having many
+regions at once; nothing in the step is the single cost (no spills, no calls, 218 registers:
+``ptxas -v``), each step waits on its loads and on its divisions in turn.
+(session_enscheck_h200_2026-11-28_s7call4.log)
 
 Matrices are read where the envelope kernels will leave them, in the layout of
 :class:`hmmgpu.cpu.fwdback.StripedMatrix` (cells ``[Lr+1][3][Q][4]``, M, D, I; rows
