@@ -19,7 +19,9 @@ How it works
 :class:`PyhmmerProcesses` is the same stage (its plan and its exact merge run here), whose
 *filtered* tasks (a query's survivors, by database position) run in worker processes:
 each process opens the same database file itself (a made database is mapped; a sequence file
-is read again, in every process at once, while the GPU starts) and runs a ``PyhmmerStage``
+is read again, in every process at once, once this process has read it: while the first
+models' filters run, the post-filter's first half second on a 29 M-residue FASTA file) and
+runs a ``PyhmmerStage``
 in :attr:`ProcessPlan.threads` threads of its own. A task travels as its model and its
 targets' positions, and its result comes back as the picklable ``TaskResult`` (``TopHits``
 state with the hits HMMER's keep rule would drop already removed, exactly as in a thread
@@ -32,8 +34,9 @@ here, in the calling thread, as before.
 The processes are started as :mod:`hmmgpu.child` starts the GPU process (fresh
 interpreters that run nothing of the caller's ``__main__``) when the stage is made, and
 stopped by :meth:`PyhmmerProcesses.close`; one that stops unexpectedly fails the search with
-a one-line error, and a database a process cannot open is that process's first answer's
-error.
+a one-line error, and a database a process cannot open, or finds other than this process read
+it (a file changed during the search), is that process's first answer's error: positions
+would not name the same targets.
 
 When
 ----
@@ -89,6 +92,7 @@ class _Setup:
     options: object  #: the run's SearchOptions
     ftz: bool
     threads: int
+    read: tuple  #: (sequences, residues) this process read: a worker that reads otherwise stops the search
 
 
 def _one_line(error: BaseException) -> str:
@@ -109,6 +113,10 @@ def _serve(conn) -> None:
         from hmmgpu.formats.seqdb import open_database
 
         db = open_database(setup.database, setup.format)
+        if (db.n, db.total_residues) != setup.read:
+            raise HmmgpuError(f"a post-filter worker process read {db.n} sequences ({db.total_residues} residues) "
+                              f"where the search read {setup.read[0]} ({setup.read[1]}); was the file changed during "
+                              "the search?")
         stage = PyhmmerStage(db, setup.options, ftz=setup.ftz, threads=setup.threads)
     except HmmgpuError as error:
         failure = str(error)
@@ -228,7 +236,8 @@ class PyhmmerProcesses(PyhmmerStage):
 
     def __init__(self, db, options, ftz: bool = False, threads: int = 0, model_lengths=None, *, plan: ProcessPlan):
         super().__init__(db, options, ftz=ftz, threads=threads, model_lengths=model_lengths)
-        setup = _Setup(os.path.abspath(plan.database), plan.format, options, ftz, plan.threads)
+        setup = _Setup(os.path.abspath(plan.database), plan.format, options, ftz, plan.threads,
+                       (db.n, db.total_residues))
         self._processes: list = []
         try:
             for _ in range(plan.processes):

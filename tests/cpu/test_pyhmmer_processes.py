@@ -168,6 +168,25 @@ def test_a_database_a_process_cannot_read_is_a_one_line_error(tmp_path):
         stage.close()
 
 
+def test_a_database_changed_under_the_search_is_a_one_line_error(tmp_path):
+    """The file rewritten (one sequence fewer) after this process read it: positions would not
+    name the same targets, so the worker's answer is the error."""
+    path = tmp_path / "proteome.fa"
+    text = PROTEOME.read_text()
+    path.write_text(text)
+    db = open_database(str(path))
+    path.write_text(text[:text.rindex(">")])
+    stage = PyhmmerProcesses(db, SearchOptions(), threads=1, plan=ProcessPlan(str(path), None, 1, 1))
+    try:
+        with pytest.raises(HmmgpuError) as caught:
+            stage.run(_filtered_task(db))
+        assert str(caught.value) == (f"a post-filter worker process read {db.n - 1} sequences "
+                                     f"({db.total_residues - int(db.lengths[-1])} residues) where the search read "
+                                     f"{db.n} ({db.total_residues}); was the file changed during the search?")
+    finally:
+        stage.close()
+
+
 def test_a_search_whose_process_dies_exits_with_one_line(tmp_path, capsys, monkeypatch, processes_for_two_cpus):
     """Both processes killed once they started: the command's last line is the error, its status
     1, no traceback, and an existing output file is left as it was."""
