@@ -99,6 +99,15 @@ TASKS_PER_PROCESS = 8
 #: with the shard resident), none under :data:`SHARD_RESIDUES_MIN` residues.
 SHARDS_PER_PROCESS = 1
 SHARD_RESIDUES_MIN = 2_000_000
+#: On a cluster whose every worker has a GPU, a database of at most this many residues is one
+#: shard that every worker holds whole (its GPU process keeps it resident, as each GPU of
+#: ``--devices`` does), and the work is cut by models alone, the batches spread over the
+#: workers in turn, when there are models enough for :data:`TASKS_PER_PROCESS` batches a worker.
+#: A GPU's filters cost per model and shard (launches that last as long as their longest
+#: target): 600 Pfam-35 models against 4 shards of 29 M residues kept each of 4 H200s busy
+#: 8.5-8.9 s, where ``--devices`` split the models over the same GPUs and each was busy about
+#: 2 s (scale_h200x4_2026-11-28.log).
+WHOLE_DATABASE_RESIDUES_MAX = 2_000_000_000
 #: Models in a batch at most (a batch goes to the cluster as one object: about 50 kB a Pfam model).
 BATCH_MODELS_MAX = 128
 #: Models submitted and not yet delivered, at most: every task of a batch holds all its
@@ -266,8 +275,10 @@ def plan_work(lengths, db_lengths, *, processes: int, threads: int, gpus: int = 
     has a GPU, else pyhmmer's whole pipeline's). Tasks are sized so that every worker process
     gets :data:`TASKS_PER_PROCESS` of them (between :data:`TASK_SECONDS_MIN` and
     :data:`TASK_SECONDS_MAX` of its wall time). There is a shard per worker process
-    (:data:`SHARDS_PER_PROCESS`), none under :data:`SHARD_RESIDUES_MIN` residues; ``shards``
-    and ``models_per_batch`` set them instead."""
+    (:data:`SHARDS_PER_PROCESS`), none under :data:`SHARD_RESIDUES_MIN` residues, but one
+    (the whole database on every worker, :data:`WHOLE_DATABASE_RESIDUES_MAX`) when every
+    worker has a GPU and there are models enough; ``shards`` and ``models_per_batch`` set them
+    instead."""
     import numpy as np
 
     db_lengths = np.asarray(db_lengths, dtype=np.int64)
@@ -280,7 +291,9 @@ def plan_work(lengths, db_lengths, *, processes: int, threads: int, gpus: int = 
     else:
         task = TASK_SECONDS_MAX
     if shards is None:
-        shards = min(processes * SHARDS_PER_PROCESS, max(1, math.ceil(residues / SHARD_RESIDUES_MIN)))
+        whole = (0 < processes <= gpus and lengths is not None and len(lengths) >= processes * TASKS_PER_PROCESS
+                 and residues <= WHOLE_DATABASE_RESIDUES_MAX)
+        shards = 1 if whole else min(processes * SHARDS_PER_PROCESS, max(1, math.ceil(residues / SHARD_RESIDUES_MIN)))
     if models_per_batch is not None and models_per_batch < 1:
         raise InputError(f"models_per_batch must be at least 1 (got {models_per_batch})")
     if shards < 1:
@@ -730,6 +743,7 @@ class ClusterSearch:
         self.context = TaskContext(ftz=ftz, version=__version__, threads=threads)
         self.progress = progress
         self._homes: dict = {}
+        self._rotation: list = []
         self._home_shards(workers)
         self._token = hashlib.sha256(f"{os.getpid()} {time.time_ns()} {id(self)}".encode()).hexdigest()[:12]
         address = getattr(getattr(client, "scheduler", None), "address", None) or "?"
@@ -758,7 +772,9 @@ class ClusterSearch:
 
     def _home_shards(self, workers: dict) -> None:
         """Give each shard without a live home the worker with the fewest threads' worth of
-        shards (each worker then opens its shards once; a task may still run elsewhere)."""
+        shards (each worker then opens its shards once; a task may still run elsewhere). One
+        shard is every worker's: its batches go to the workers in turn (:meth:`_home`)."""
+        self._rotation = sorted(workers)
         if not workers:
             return
         load = {address: 0.0 for address in workers}
@@ -770,6 +786,14 @@ class ClusterSearch:
                 home = min(sorted(load), key=lambda a: load[a])
                 self._homes[shard.index] = home
                 load[home] += 1.0 / workers[home]
+
+    def _home(self, number: int, shard: Shard) -> list | None:
+        """The worker that batch ``number``'s task on ``shard`` goes to first: the shard's home,
+        or with one shard (the whole database, which every worker then holds) the workers in
+        turn, batch by batch."""
+        if len(self.plan.shards) == 1 and len(self._rotation) > 1:
+            return [self._rotation[number % len(self._rotation)]]
+        return [self._homes[shard.index]] if shard.index in self._homes else None
 
     def _filter_details(self) -> dict:
         """The workers' filter stages' details (:func:`_filter_details`), by worker; none if
@@ -791,7 +815,7 @@ class ClusterSearch:
         for shard in self.plan.shards:
             key = f"hmmgpu-search-{self._token}-b{number}-s{shard.index}"
             future = self.client.submit(search_shard, self.ref, shard, given, self.options, self.context, key=key,
-                                        workers=[self._homes[shard.index]] if shard.index in self._homes else None,
+                                        workers=self._home(number, shard),
                                         allow_other_workers=True, priority=-number, pure=False)
             seen[future.key] = (number, shard.index)
             futures.append(future)

@@ -316,20 +316,48 @@ def test_plan_cuts_shards_by_residues_and_batches_by_cost():
     assert len(plan.shards) == 8 and plan.worker_rate == 4 * cluster.CELLS_PER_SECOND
     assert plan.task_seconds == pytest.approx(cells / (8 * plan.worker_rate) / cluster.TASKS_PER_PROCESS)
     assert len(plan.batch_sizes([250] * 600)) == cluster.TASKS_PER_PROCESS
-    # the same on GPU workers: their rate (the threads' post-filter rate, under the GPU's), as many batches
+    # the same on GPU workers: their rate (the threads' post-filter rate, under the GPU's); the
+    # database whole on every worker (one shard), and the models cut into as many tasks
     plan = cluster.plan_work([250] * 600, [250] * 400_000, processes=8, threads=32, gpus=8)
     assert plan.worker_rate == min(cluster.GPU_CELLS_PER_SECOND, 4 * cluster.GPU_ROUTE_CELLS_PER_SECOND)
     assert plan.task_seconds == pytest.approx(cells / (8 * plan.worker_rate) / cluster.TASKS_PER_PROCESS)
-    assert len(plan.batch_sizes([250] * 600)) == cluster.TASKS_PER_PROCESS
+    batches = len(plan.batch_sizes([250] * 600))   # about TASKS_PER_PROCESS a worker (each fills to the task's cost)
+    assert len(plan.shards) == 1 and 8 * (cluster.TASKS_PER_PROCESS - 1) < batches <= 8 * cluster.TASKS_PER_PROCESS
     # the benchmark's run (600 Pfam-35 models, sum of M 99,749, x 115.9 M residues) on 2 GPU
-    # workers of 16 threads: 8 batches x 2 shards, each task about 1.5 s
+    # workers of 16 threads: 16 batches against the whole database, each task about 1.5 s
     plan = cluster.plan_work([166] * 600 + [149], [372] * 311_454, processes=2, threads=32, gpus=2)
-    assert len(plan.shards) == 2 and len(plan.batch_sizes([166] * 600 + [149])) == cluster.TASKS_PER_PROCESS
+    assert len(plan.shards) == 1 and len(plan.batch_sizes([166] * 600 + [149])) == 2 * cluster.TASKS_PER_PROCESS
     assert 1.0 < plan.task_seconds < 2.0
+    # GPU workers are given shards when the models are too few for 8 tasks a worker, when the
+    # database is larger than one worker holds whole, or when one worker has no GPU
+    assert len(cluster.plan_work([250] * 15, [250] * 400_000, processes=2, threads=32, gpus=2).shards) == 2
+    assert len(cluster.plan_work(None, [250] * 400_000, processes=2, threads=32, gpus=2).shards) == 2
+    big = [cluster.WHOLE_DATABASE_RESIDUES_MAX // 1000 + 1] * 1000
+    assert len(cluster.plan_work([250] * 600, big, processes=2, threads=32, gpus=2).shards) == 2
+    assert len(cluster.plan_work([250] * 600, [250] * 400_000, processes=2, threads=32, gpus=1).shards) == 2
     # one long model: one batch; a small database: one shard
     plan = cluster.plan_work([2000], [250] * 400_000, processes=8, threads=32)
     assert len(plan.shards) == 8 and plan.batch_sizes([2000]) == [1]
     assert cluster.plan_work([250], [250] * 4000, processes=8, threads=32).shards[0].end == 4000
+
+
+def test_one_shard_goes_to_the_workers_in_turn():
+    """With one shard (the whole database, held by every worker) each batch's task goes first to
+    the next worker; with several, each shard's task to the shard's home."""
+    search = cluster.ClusterSearch.__new__(cluster.ClusterSearch)
+    search._homes = {}
+    search.plan = cluster.plan_work([250] * 64, [250] * 400_000, processes=4, threads=64, gpus=4)
+    search._home_shards({"tcp://b:1": 16, "tcp://a:1": 16, "tcp://c:1": 16, "tcp://d:1": 16})
+    assert len(search.plan.shards) == 1
+    assert [search._home(k, search.plan.shards[0]) for k in range(5)] == [
+        ["tcp://a:1"], ["tcp://b:1"], ["tcp://c:1"], ["tcp://d:1"], ["tcp://a:1"]]
+    search.plan = cluster.plan_work([250] * 64, [250] * 400_000, processes=2, threads=32)
+    search._homes = {}
+    search._home_shards({"tcp://b:1": 16, "tcp://a:1": 16})
+    assert len(search.plan.shards) == 2
+    homes = [search._home(0, shard) for shard in search.plan.shards]
+    assert sorted(h[0] for h in homes) == ["tcp://a:1", "tcp://b:1"]
+    assert [search._home(5, shard) for shard in search.plan.shards] == homes
 
 
 def test_post_filter_threads_are_each_workers_share_of_its_cores():
