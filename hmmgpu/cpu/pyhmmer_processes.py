@@ -12,7 +12,7 @@ costs little (600 Pfam models x 29 M residues on one H200 host: workers busy 77 
 of CPU); with 64 it is the limit: on a 4 x H200 host of 64 cores, one GPU and four alike
 took 20.2 and 20.4 s, the workers "busy" 1,012 thread-seconds for 335 s of CPU, while a
 LocalCUDACluster of four processes of 16 threads took 15.4 s on the same work
-(benchmarks/results/scale_h200x4_2026-11-28.log). Processes each have their own lock.
+(benchmarks/results/session_scale_h200x4_2026-11-28_s5call2.log). Processes each have their own lock.
 
 How it works
 ------------

@@ -106,7 +106,8 @@ SHARD_RESIDUES_MIN = 2_000_000
 #: A GPU's filters cost per model and shard (launches that last as long as their longest
 #: target): 600 Pfam-35 models against 4 shards of 29 M residues kept each of 4 H200s busy
 #: 8.5-8.9 s, where ``--devices`` split the models over the same GPUs and each was busy about
-#: 2 s (scale_h200x4_2026-11-28.log).
+#: 2 s (scale_h200x4_2026-11-28_4fea378.log); cut by models, the same cluster's GPUs were busy
+#: 2.2-2.6 s each and it took 12.7 s against ``--devices``'s 16.0 s (scale_h200x4_2026-11-28.log).
 WHOLE_DATABASE_RESIDUES_MAX = 2_000_000_000
 #: Models in a batch at most (a batch goes to the cluster as one object: about 50 kB a Pfam model).
 BATCH_MODELS_MAX = 128
