@@ -35,4 +35,38 @@ def start_child(module: str) -> tuple[subprocess.Popen, Connection]:
     return process, Connection(ours.detach())
 
 
-__all__ = ["start_child"]
+def start_worker(module: str, setup, what: str) -> tuple[subprocess.Popen, Connection]:
+    """:func:`start_child`, then ``setup`` sent as its first message; a failure to do either is a
+    one-line :class:`~hmmgpu.errors.WorkerError` ("cannot start ``what``: ...")."""
+    from hmmgpu.errors import WorkerError
+
+    try:
+        process, conn = start_child(module)
+        conn.send(setup)
+    except OSError as error:
+        raise WorkerError(f"cannot start {what}: {error.strerror or error}") from None
+    return process, conn
+
+
+def inbox(conn: Connection):
+    """A queue that a daemon thread fills with the messages of ``conn`` as they come, so that
+    the other end's sends never wait for this process's work; None once the other end sent
+    None or has gone."""
+    import queue
+    import threading
+
+    messages: queue.SimpleQueue = queue.SimpleQueue()
+
+    def receive():
+        try:
+            while (message := conn.recv()) is not None:
+                messages.put(message)
+        except (EOFError, OSError):   # the other end has gone
+            pass
+        messages.put(None)
+
+    threading.Thread(target=receive, name="hmmgpu-inbox", daemon=True).start()
+    return messages
+
+
+__all__ = ["inbox", "start_child", "start_worker"]

@@ -47,7 +47,6 @@ with at least :data:`MIN_THREADS` threads; a process per :data:`THREADS_PER_PROC
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import sys
 import threading
@@ -55,6 +54,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
+from hmmgpu.child import inbox
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 from hmmgpu.errors import HmmgpuError, WorkerError
 
@@ -122,19 +122,11 @@ def _serve(conn) -> None:
         failure = str(error)
     except OSError as error:
         failure = f"{setup.database}: {error.strerror or error}"
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    messages = inbox(conn)
     sending = threading.Lock()
 
-    def receive():
-        try:
-            while (message := conn.recv()) is not None:
-                inbox.put(message)
-        except (EOFError, OSError):   # the parent has gone
-            pass
-        inbox.put(None)
-
     def work():
-        while (message := inbox.get()) is not None:
+        while (message := messages.get()) is not None:
             number, task = message
             if failure is not None:
                 answer = ("error", failure)
@@ -150,9 +142,8 @@ def _serve(conn) -> None:
                     conn.send((number, answer))
             except OSError:   # the parent has gone
                 break
-        inbox.put(None)   # the next thread stops too
+        messages.put(None)   # the next thread stops too
 
-    threading.Thread(target=receive, name="hmmgpu-inbox", daemon=True).start()
     workers = [threading.Thread(target=work, name=f"hmmgpu-postfilter-{k}") for k in range(max(1, setup.threads))]
     for thread in workers:
         thread.start()
@@ -170,16 +161,11 @@ class _Process:
     its answers."""
 
     def __init__(self, setup: _Setup):
-        from hmmgpu.child import start_child
+        from hmmgpu.child import start_worker
 
-        try:
-            self.process, self.conn = start_child("hmmgpu.cpu.pyhmmer_processes")
-            self.conn.send(setup)
-        except OSError as error:
-            raise WorkerError(f"cannot start a post-filter worker process: {error.strerror or error}") from None
+        self.process, self.conn = start_worker("hmmgpu.cpu.pyhmmer_processes", setup, "a post-filter worker process")
         self.pending: dict = {}
         self._lock = threading.Lock()
-        self._closing = False
         self._reader = threading.Thread(target=self._read, name="hmmgpu-postfilter-answers", daemon=True)
         self._reader.start()
 

@@ -40,11 +40,9 @@ from __future__ import annotations
 
 import math
 import os
-import queue
 import resource
 import signal
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -143,23 +141,15 @@ def _serve(conn) -> None:
     """A worker process: its set-up, then batches until None or EOF, each answered with
     (batch number, :class:`_Batch`). A thread takes each message off the socket as it
     comes, so that the parent's send of the next batch never waits for this one's search."""
+    from hmmgpu.child import inbox
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the parent stops the run on Ctrl-C
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-
-    def receive():
-        try:
-            while (message := conn.recv()) is not None:
-                inbox.put(message)
-        except (EOFError, OSError):   # the parent has gone
-            pass
-        inbox.put(None)
-
-    threading.Thread(target=receive, name="hmmgpu-inbox", daemon=True).start()
-    setup = inbox.get()
+    messages = inbox(conn)
+    setup = messages.get()
     if setup is None:
         return
     worker = _Worker(setup)
-    while (message := inbox.get()) is not None:
+    while (message := messages.get()) is not None:
         number, records = message
         try:
             batch = worker.search(records)
@@ -179,13 +169,9 @@ class _Process:
     """One worker process and the numbers of the batches sent to it and not yet answered."""
 
     def __init__(self, setup: _Setup):
-        from hmmgpu.child import start_child
+        from hmmgpu.child import start_worker
 
-        try:
-            self.process, self.conn = start_child("hmmgpu.distributed.processes")
-            self.conn.send(setup)
-        except OSError as error:
-            raise WorkerError(f"cannot start a worker process: {error.strerror or error}") from None
+        self.process, self.conn = start_worker("hmmgpu.distributed.processes", setup, "a worker process")
         self.sent: deque = deque()
 
     def send(self, message) -> None:
