@@ -75,6 +75,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4096, help="regions a launch")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1, help="the kernel's launches this many times (the fastest reported)")
+    ap.add_argument("--kernel-only", action="store_true", help="no CPU reference, no comparison (for a profiler)")
     ap.add_argument("models", nargs="*", default=DEFAULT_MODELS)
     args = ap.parse_args()
 
@@ -99,6 +100,10 @@ def main() -> None:
             gpu += sample_regions(requests[at:at + args.batch])
         runs.append(time.time() - t0)
     gpu_s = min(runs)
+    if args.kernel_only:
+        print(json.dumps(dict(model="all", regions=len(requests), gpu_seconds=round(gpu_s, 3),
+                              gpu_runs=[round(x, 3) for x in runs])), flush=True)
+        return
     t0 = time.time()
     cpu = [trace_ensemble(r.matrix, r.tables, r.xf, r.codes, r.i, r.j) for r in requests]
     cpu_s = time.time() - t0
