@@ -115,9 +115,19 @@ kernel launches with their transfers, the best of three) took 0.956 s against 0.
 region, 906 residues and 190,690 draws: about 5 microseconds a draw on one GPU thread, where
 the CPU reference takes 0.35-0.6 (13-23 s for the 38.2 M draws, one thread). So a thread is
 about ten times slower than a core at this chain, and the kernel gains only from having many
-regions at once; nothing in the step is the single cost (no spills, no calls, 218 registers:
-``ptxas -v``), each step waits on its loads and on its divisions in turn.
-(session_enscheck_h200_2026-11-28_s7call4.log)
+regions at once. Nsight Compute on that launch (session_ncu_ensemble_h200_2026-11-28_s7call8.log,
+SM clock held at 1.5 GHz: 592 ms, 888 M cycles) says what the step costs: one warp a
+scheduler, 4.5 cycles between its instructions, half of them waits on the previous
+instruction's fixed latency, memory throughput 1.2% of the device's: the thread is bound by
+the number of its instructions, about a thousand a draw (888 M cycles / 4.5 over the longest
+region's 190,690 draws), not by memory (so the changes above, which saved loads, gained
+little). No tiny value was met in real regions (PF00133's, under the simulator), so the
+flush-to-zero re-choices do not run; the kernel's PTX is mostly 64-bit integer work (1,045
+``add.s64``, 295 ``mul.lo.s64``, 188 ``selp.b64``, 175 ``and.b64``, 164 ``shr.s64`` of its
+4,708 instructions against 246 ``add.rn.f32`` and 116 ``mul.rn.f32``): index arithmetic in
+64 bits and numba's wrap-around of negative indices on every array access. Fewer
+instructions a step (32-bit offsets within a region, indices numba need not wrap) is where
+the kernel's time is (session_enscheck_h200_2026-11-28_s7call4.log).
 
 Matrices are read where the envelope kernels will leave them, in the layout of
 :class:`hmmgpu.cpu.fwdback.StripedMatrix` (cells ``[Lr+1][3][Q][4]``, M, D, I; rows
