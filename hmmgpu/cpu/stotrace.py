@@ -60,7 +60,8 @@ Flush-to-zero
 hmmsearch runs with SSE flush-to-zero, pyhmmer (and this code) with IEEE subnormals. The
 traces are pyhmmer's whatever happens; to say when they are hmmsearch's too, every choice is
 also made as FTZ would make it (:func:`_ftz_choice`: the matrix values, products, Kahan sum
-and quotients with subnormal results flushed to 0, FLT_MIN counted both ways), and the E
+and quotients with subnormal results flushed to 0, FLT_MIN counted both ways; only where the
+choice meets a tiny value, :func:`_meets_tiny`, since elsewhere nothing is flushed), and the E
 step's double sum is also kept with its flushed terms (those sums are never larger, so FTZ
 takes the same cell exactly when its sum has passed the draw there too). A trace where some
 choice could differ sets ``ftz_differs``; on real data the FTZ choices differ nowhere (libhmmer's
@@ -240,6 +241,39 @@ def _flushed(v, inclusive):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def _tiny(v):
+    """A nonzero float32 that flush-to-zero may flush (FLT_MIN counted too)."""
+    return v != F32(0.0) and abs(v) <= FLT_MIN
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _meets_tiny(fa, fb, fc, n, normalised):
+    """Whether this choice's float arithmetic meets a tiny value (:func:`_tiny`): a matrix value,
+    a product, a Kahan term, sum, difference or correction, or one of the ``normalised`` paths
+    (:func:`fnorm`'s). Where none is, every value :func:`_ftz_choice` flushes is itself, so it
+    chooses as this choice did and need not run (the GPU kernel's rule: ``step_choice``)."""
+    s = F32(0.0)
+    c = F32(0.0)
+    for z in range(n):
+        m = fa[z] * fb[z]
+        p = m * fc[z]
+        if _tiny(fa[z]) or _tiny(m) or _tiny(p):
+            return True
+        y = p - c
+        t = s + y
+        d = t - s
+        c = d - y
+        if _tiny(y) or _tiny(t) or _tiny(d) or _tiny(c):
+            return True
+        s = t
+    if s != F32(0.0):
+        for z in range(n):
+            if _tiny(normalised[z]):
+                return True
+    return False
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def _ftz_choice(fa, fb, fc, n, roll, inclusive):
     """The choice among ``n`` paths ``(fa fb) fc`` with the draw ``roll`` when every float result
     is flushed as FTZ flushes it (:func:`_flushed`; matrix values come flushed already, as FTZ
@@ -378,7 +412,7 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
             choice, status = fchoose(uniforms, cursor, path, n)
             if status != OK:
                 return N, cursor, status, ftz_differs
-            if not ftz_differs:
+            if not ftz_differs and _meets_tiny(fa, fb, fc, n, path):
                 ftz_differs = (_ftz_choice(fa, fb, fc, n, uniforms[cursor], False) != choice
                                or _ftz_choice(fa, fb, fc, n, uniforms[cursor], True) != choice)
             cursor += 1

@@ -266,3 +266,31 @@ def test_ftz_choice_follows_flushed_arithmetic():
         assert status == 0
         for inclusive in (False, True):
             assert (_ftz_choice(fa, one, one, 2, roll, inclusive) == choice) == same
+
+
+def test_flush_to_zero_rechoices_only_where_a_tiny_value_is_met(monkeypatch):
+    """The sampler makes a choice again with flushed arithmetic only where the choice meets a
+    tiny value (``stotrace._meets_tiny``): on regions whose matrices are scaled near the
+    subnormal range (some choices differ under flush-to-zero there) and on the same regions
+    unscaled, the ensembles and their ``ftz_differs`` equal the sampler's that makes every
+    choice again (the pure-Python sampler with the test answering yes)."""
+    from hmmgpu.cpu import stotrace
+    from hmmgpu.cpu.stotrace import NSAMPLES
+    from tests.gpu.ensemble_checks import region_requests, tandem_targets, with_tiny_cells
+
+    hmms = [sampled_hmm(5, 3), sampled_hmm(12, 4), sampled_hmm(30, 5)]
+    items = region_requests(hmms, lambda hmm, seed: tandem_targets(hmm, seed)[:2] if seed < 2 else
+                            tandem_targets(hmm, seed)[2:], limit=1)
+    items += with_tiny_cells(items)
+    regions = [request for request, _ in items]
+    ours = [stotrace.trace_ensemble(r.matrix, r.tables, r.xf, r.codes, r.i, r.j, nsamples=NSAMPLES) for r in regions]
+    sampler = stotrace.stochastic_trace.py_func
+    asked = []
+    monkeypatch.setattr(stotrace, "_meets_tiny", lambda *args: asked.append(1) or True)
+    monkeypatch.setattr(stotrace, "stochastic_trace", sampler)
+    monkeypatch.setattr(stotrace, "_ensemble", stotrace._ensemble.py_func)
+    every = [stotrace.trace_ensemble(r.matrix, r.tables, r.xf, r.codes, r.i, r.j, nsamples=NSAMPLES) for r in regions]
+    assert asked and any(e.ftz_differs for e in every) and not all(e.ftz_differs for e in every)
+    for a, b in zip(ours, every):
+        assert (a.draws, a.ftz_differs) == (b.draws, b.ftz_differs)
+        assert np.array_equal(bits(a.acc), bits(b.acc)) and np.array_equal(a.pairs, b.pairs)
