@@ -9,10 +9,13 @@ post-filter stage (Forward, Backward, domain definition) on the filters' survivo
 but each task's Python around it (its block of sequences, its ``TopHits`` state, the keep
 rule's names) holds the lock, which every thread of a process shares. With 16 threads that
 costs little (600 Pfam models x 29 M residues on one H200 host: workers busy 77 s for 64 s
-of CPU); with 64 it is the limit: on a 4 x H200 host of 64 cores, one GPU and four alike
+of CPU); with 64 it can be the limit: on a 4 x H200 host of 64 cores, one GPU and four alike
 took 20.2 and 20.4 s, the workers "busy" 1,012 thread-seconds for 335 s of CPU, while a
 LocalCUDACluster of four processes of 16 threads took 15.4 s on the same work
-(benchmarks/results/session_scale_h200x4_2026-11-28_s5call2.log). Processes each have their own lock.
+(benchmarks/results/session_scale_h200x4_2026-11-28_s5call2.log). Processes each have their
+own lock. Measured since on such hosts (:data:`THREADS_PER_PROCESS`), processes gained 21% in
+one session and nothing in the next, where every run used the same 20-30 cores' worth of
+CPU a second however it was split: the host, not the lock, was the limit there.
 
 How it works
 ------------
@@ -46,8 +49,10 @@ with at least :data:`MIN_THREADS` threads; a process per :data:`THREADS_PER_PROC
 """
 from __future__ import annotations
 
+import itertools
 import os
 import signal
+import subprocess
 import sys
 import threading
 from concurrent.futures import Future
@@ -70,6 +75,8 @@ from hmmgpu.errors import HmmgpuError, WorkerError
 THREADS_PER_PROCESS = 16
 #: Worker processes are used from this many threads (``--cpu``) up.
 MIN_THREADS = 32
+#: Seconds a worker process asked to stop (its tasks all answered) is given before it is killed.
+STOP_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -201,7 +208,8 @@ class _Process:
             future.set_exception(_stopped())
 
     def stop(self, now: bool) -> None:
-        """Ask it to stop (``now``: kill it) and wait for it and its reader."""
+        """Ask it to stop (``now``: kill it) and wait for it and its reader (a process that
+        has not stopped :data:`STOP_SECONDS` after it was asked is killed)."""
         try:
             if now:
                 self.process.kill()
@@ -210,7 +218,11 @@ class _Process:
                     self.conn.send(None)
         except OSError:
             pass
-        self.process.wait()
+        try:
+            self.process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         self._reader.join()
         self.conn.close()
 
@@ -231,7 +243,7 @@ class PyhmmerProcesses(PyhmmerStage):
         except BaseException:
             self.close(now=True)
             raise
-        self._numbers = iter(range(sys.maxsize))
+        self._numbers = itertools.count()
         self._lock = threading.Lock()
 
     def run(self, task, alone: bool = False):
