@@ -78,7 +78,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from hmmgpu.cpu.fwdback import DP_D, DP_I, DP_M
+from hmmgpu.cpu.fwdback import DP_D, DP_I, DP_M, tiny
 from hmmgpu.cpu.null2 import null2_by_trace
 from hmmgpu.cpu.optacc import Trace
 from hmmgpu.constants import KP
@@ -242,8 +242,9 @@ def _flushed(v, inclusive):
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _tiny(v):
-    """A nonzero float32 that flush-to-zero may flush (FLT_MIN counted too)."""
-    return v != F32(0.0) and abs(v) <= FLT_MIN
+    """A nonzero float32 that flush-to-zero may flush (FLT_MIN counted too): :func:`~hmmgpu.cpu.fwdback.tiny`
+    of its magnitude (the Kahan terms here may be negative)."""
+    return tiny(abs(v))
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

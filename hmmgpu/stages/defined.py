@@ -232,11 +232,10 @@ def _for_ftz_alone(definition) -> bool:
     return definition.status == STATUS_OK and bool(definition.flags & SUBNORMAL) and not definition.flags & RANGE
 
 
-def _split(decoded: DecodedTargets, ok: list, definitions: list, ftz_only=None) -> tuple:
+def _split(decoded: DecodedTargets, ok: list, definitions: list, ftz_only: np.ndarray) -> tuple:
     """(defined, rest) of one model: the definitions of its OK decodings ``ok`` that no HOST
-    flag marks, and its other passers' decodings; ``ftz_only`` (bool per decoding, default the
-    decodings' own) marks the definitions that hold in hmmsearch's float mode only."""
-    ftz_only = decoded.ftz_only if ftz_only is None else np.asarray(ftz_only, bool)
+    flag marks, and its other passers' decodings; ``ftz_only`` (bool per decoding) marks the
+    definitions that hold in hmmsearch's float mode only."""
     indices = decoded.indices.tolist()
     sent = {k: d for k, d in zip(ok, definitions) if d.status == STATUS_OK and not d.flags & HOST}
     kept = [k for k in range(len(decoded)) if k not in sent]
