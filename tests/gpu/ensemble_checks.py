@@ -225,11 +225,31 @@ def simulator_ensemble_checks():
     full = [r.status for r in sample_regions(requests[:2], pair_cap=40)]
     out.append(("left to the host", dict(exhausted=short.count(EXHAUSTED), full=full.count(FULL),
                                          **check_results(items[:2], table=512))))
+    out.append(("beyond offsets", beyond_offsets(items[:3])))
     noise = homolog_in_noise(hmms[1], 0, 20)   # a clustered and an unclustered region
     out.append(("define_domains", check_grouped_definitions(   # two models' targets in the same launches
         [(hmms[2], tandem_targets(hmms[2], 2)[1:2]), (hmms[1], [tandem_targets(hmms[1], 1)[1], noise])])))
     out.append(("no path", no_path_statuses(requests[0])))
     return out
+
+
+def beyond_offsets(items) -> dict:
+    """With the kernel's reach (:data:`hmmgpu.gpu.ensemble.source.MAX_REGION_CELLS`) set below
+    the largest region's cells, that region is left unlaunched (LARGE) and sampled by the CPU
+    reference; every region's result still equals the CPU stages'."""
+    from hmmgpu.gpu.ensemble import launch as launch_module
+    from hmmgpu.gpu.ensemble.source import LARGE
+
+    requests = [r for r, _ in items]
+    cells = [(r.j - r.i + 2) * 12 * r.tables.Q for r in requests]
+    saved = launch_module.MAX_REGION_CELLS
+    launch_module.MAX_REGION_CELLS = max(cells) - 1
+    try:
+        statuses = [r.status for r in launch_module.sample_regions(requests)]
+        results = check_results(items)
+    finally:
+        launch_module.MAX_REGION_CELLS = saved
+    return dict(large=statuses.count(LARGE), beyond=sum(c > max(cells) - 1 for c in cells), **results)
 
 
 def no_path_statuses(request) -> dict:

@@ -14,8 +14,9 @@ from tests.helpers import assert_rounded_ptx, run_simulated, simulated_rows
 pytestmark = pytest.mark.skipif(not libhmmer_available(), reason="pyhmmer's bundled libhmmer is unavailable")
 ROOT = Path(__file__).resolve().parents[2]
 
-_FLOAT_ARRAYS = {"dp", "xmx", "tfv", "rfv", "item_xf", "work", "acc", "uniforms", "null2", "lanes"}
-_ROUNDED = {"fmul", "fadd", "fsub", "fdiv", "dadd", "ddiv", "rcp_double", "flushed", "ftz_path"}
+_FLOAT_ARRAYS = {"dp", "xmx", "tfv", "rfv", "item_xf", "work", "acc", "uniforms", "null2", "lanes",
+                 "dpr", "xr", "tr", "rr", "wr", "ar"}  # the last six: a region's slices of dp, xmx, tfv, rfv, work, acc
+_ROUNDED = {"fmul", "fadd", "fsub", "fdiv", "dadd", "dmul", "ddiv", "rcp_double", "flushed", "ftz_path"}
 #: Float parameters of the module's device functions.
 _FLOAT_PARAMS = {"v", "s", "c", "a", "b", "roll", "p0", "p1", "p2", "p3", "a0", "b0", "a1", "b1", "c1", "a2", "b2",
                  "a3", "b3"}
@@ -69,8 +70,8 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     and the shortest clustered region of PF02826's hits in the sample proteome, in one launch: the sampled pairs, the null2 sums (acc bits), the draws and the flush-to-zero
     flag equal the CPU reference's, and so do the finished regions (n2sc, envelopes, flags);
     two of them beside copies of all six scaled near the subnormal range, in one launch: the
-    flags are raised alike, on two copies only; regions the kernel leaves (a short table of draws, a small pair buffer)
-    come out right from the CPU reference; three targets' domain definitions, of two models,
+    flags are raised alike, on two copies only; regions the kernel leaves (a short table of draws, a small pair buffer,
+    a matrix beyond its 32-bit offsets) come out right from the CPU reference; three targets' domain definitions, of two models,
     with the GPU stages in one call of the driver (both models' regions and envelopes in the
     same launches: ensembles and envelope decoding + OA by the kernels) equal the CPU stages'
     and libhmmer's; matrices with no path stop the kernel (NaN: FATAL, as Easel aborts; all
@@ -87,6 +88,8 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     assert tiny["ftz"] == 2 and tiny["sampled"] == tiny["regions"] == 8, tiny
     left = rows["left to the host"]
     assert left["exhausted"] == 2 and left["full"] == 2, left
+    beyond = rows["beyond offsets"]   # a region past the kernel's 32-bit offsets: the CPU reference's
+    assert beyond["large"] == beyond["beyond"] == beyond["cpu_regions"] >= 1, beyond
     batched = rows["define_domains"]
     assert batched["targets"] == 3 and batched["nclustered"] == 3 and batched["envelopes"] == 4, batched
     assert rows["no path"] == dict(nan=True, zero=True)
@@ -128,7 +131,7 @@ def test_ensemble_kernel_on_gpu(tmp_path):
         pytest.skip("no CUDA GPU")
     binding = GpuDevice.open(0).lane_binding
     assert_rounded_ptx(build.numba_kernel(EnsembleSpec(), binding), "mul.rn.f32", "add.rn.f32", "div.rn.f32",
-                       "div.rn.f64")
+                       "div.rn.f64", "mul.rn.f64")
     rows = dict(gpu_ensemble_checks())
     print(rows)
     assert rows["regions"]["sampled"] == rows["regions"]["regions"] >= 100
@@ -176,3 +179,47 @@ def test_compile_host_code_compiles_the_sampler_a_region_calls():
     args = stotrace._sampler_arguments(stotrace.uniform_table(42, 16), dp, np.zeros((7, 6), np.float32), tables,
                                        special_transitions(tables, 50), np.zeros(6, np.uint8), 4, stotrace.NSAMPLES)
     assert tuple(numba.typeof(a) for a in args) in stotrace._ensemble.signatures
+
+
+def test_choice_without_division_equals_the_quotients():
+    """``pick`` decides ``roll < total / norm`` from ``roll norm`` wherever the product is clear
+    of ``total`` by more than rounding can move it: on draws at, just beside and far from every
+    quotient of random normalised paths (ties and neighbours of the rounded quotient included),
+    its choice is esl_rnd_FChoose's own, by the double divisions."""
+    from hmmgpu.gpu.ensemble.source import module_lines
+
+    space = {}
+    exec("import numpy as np\n" + "\n".join(module_lines("python")), space)
+    pick = space["pick"]
+
+    def fchoose(roll, p):
+        norm = 0.0
+        for v in p:
+            norm += float(v)
+        total = 0.0
+        for z, v in enumerate(p):
+            total += float(v)
+            if roll < total / norm:
+                return z
+        return -1
+
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(400):
+        n = int(rng.choice([2, 4]))
+        p = (rng.random(n) ** rng.integers(1, 30)).astype(np.float32)
+        p = (p / np.float32(p.sum())).astype(np.float32) if p.sum() > 0 else np.full(n, 1 / n, np.float32)
+        padded = list(p) + [np.float32(0)] * (4 - n)
+        norm, total, edges = 0.0, 0.0, []
+        for v in p:
+            norm += float(v)
+        for v in p:
+            total += float(v)
+            edges.append(total / norm)
+        for edge in edges:
+            for roll in (edge, np.nextafter(edge, 0.0), np.nextafter(edge, 2.0), edge * (1 - 2 ** -49),
+                         rng.random()):
+                if 0.0 <= roll < 1.0:
+                    assert pick(np.float64(roll), n, *padded) == fchoose(roll, p), (roll, p)
+                    checked += 1
+    assert checked > 3000

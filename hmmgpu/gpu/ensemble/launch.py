@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, TraceEnsemble, uniform_table
-from hmmgpu.gpu.ensemble.source import ARGS, EnsembleSpec, region_lanes
+from hmmgpu.gpu.ensemble.source import ARGS, LARGE, MAX_REGION_CELLS, EnsembleSpec, region_lanes
 from hmmgpu.gpu.runtime import build
 from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
@@ -61,7 +61,8 @@ class RegionRequest:
 @dataclass
 class SampledRegion:
     """A region's kernel result: ``status`` (:data:`hmmgpu.cpu.stotrace.OK`, or why the region
-    is left to the CPU reference: EXHAUSTED, FATAL, FULL, :data:`.source.OUTSIDE`) and, when
+    is left to the CPU reference: EXHAUSTED, FATAL, FULL, :data:`.source.OUTSIDE`,
+    :data:`.source.LARGE`) and, when
     OK, its ``ensemble``."""
 
     status: int
@@ -202,6 +203,16 @@ def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, job
     sampled in the batch's float mode (``batch.ftz``); ``stream`` the launch's."""
     if batch is not None and device is not None and device != batch.device:
         raise ValueError("the regions' matrices are on the batch's device, not on the one given")
+    requests = list(requests)
+    fits = [k for k, r in enumerate(requests) if (r.j - r.i + 2) * 12 * r.tables.Q <= MAX_REGION_CELLS]
+    if len(fits) < len(requests):  # a region beyond the kernel's 32-bit offsets: left to the CPU reference
+        out = [SampledRegion(status=LARGE, ensemble=None)] * len(requests)
+        sampled = sample_regions([requests[k] for k in fits], device=device, batch=batch,
+                                 jobs=None if jobs is None else [jobs[k] for k in fits], nsamples=nsamples,
+                                 seed=seed, table=table, block=block, pair_cap=pair_cap, stream=stream)
+        for k, region in zip(fits, sampled):
+            out[k] = region
+        return out
     packed = pack_regions(requests, nsamples, pair_cap)
     if packed.n == 0:
         return []

@@ -105,29 +105,42 @@ Why the code looks as it does
 A thread's step waits on memory and on its own arithmetic, and nothing else in its warp
 hides that wait, so the code keeps each step's waits few: the node's vector and lane ``(q,
 r)`` follow ``kk`` as it steps down (no 64-bit division a step), a domain's count row is
-written once a node rather than read and written once a state, the additions to ``acc`` load
-:data:`ACC_UNROLL` residues before they add (one wait a group, not one a residue), and
-``esl_rnd_FChoose``'s quotients are all divided before the first is compared (the divisions
-overlap; the comparisons, and so the choice, are HMMER's). They gained little: on one H200,
-the 493 clustered regions of six Pfam models' 250 best hits each (benchmarks/ensemble_check.py,
-kernel launches with their transfers, the best of three) took 0.956 s against 0.998 s before
-(b693139), bit for bit the CPU reference's in both. That launch lasts as long as its longest
-region, 906 residues and 190,690 draws: about 5 microseconds a draw on one GPU thread, where
-the CPU reference takes 0.35-0.6 (13-23 s for the 38.2 M draws, one thread). So a thread is
-about ten times slower than a core at this chain, and the kernel gains only from having many
-regions at once. Nsight Compute on that launch (session_ncu_ensemble_h200_2026-11-28_s7call8.log,
-SM clock held at 1.5 GHz: 592 ms, 888 M cycles) says what the step costs: one warp a
-scheduler, 4.5 cycles between its instructions, half of them waits on the previous
-instruction's fixed latency, memory throughput 1.2% of the device's: the thread is bound by
-the number of its instructions, about a thousand a draw (888 M cycles / 4.5 over the longest
-region's 190,690 draws), not by memory (so the changes above, which saved loads, gained
-little). No tiny value was met in real regions (PF00133's, under the simulator), so the
-flush-to-zero re-choices do not run; the kernel's PTX is mostly 64-bit integer work (1,045
-``add.s64``, 295 ``mul.lo.s64``, 188 ``selp.b64``, 175 ``and.b64``, 164 ``shr.s64`` of its
-4,708 instructions against 246 ``add.rn.f32`` and 116 ``mul.rn.f32``): index arithmetic in
-64 bits and numba's wrap-around of negative indices on every array access. Fewer
-instructions a step (32-bit offsets within a region, indices numba need not wrap) is where
-the kernel's time is (session_enscheck_h200_2026-11-28_s7call4.log).
+written once a node rather than read and written once a state, and the additions to ``acc``
+load :data:`ACC_UNROLL` residues before they add (one wait a group, not one a residue). They
+gained little: on one H200, the 493 clustered regions of six Pfam models' 250 best hits each
+(benchmarks/ensemble_check.py, kernel launches with their transfers, the best of three) took
+0.956 s against 0.998 s before (b693139), bit for bit the CPU reference's in both. That launch
+lasts as long as its longest region, 906 residues and 190,690 draws: about 5 microseconds a
+draw on one GPU thread, where the CPU reference takes 0.35-0.6 (13-23 s for the 38.2 M draws,
+one thread). So a thread is about ten times slower than a core at this chain, and the kernel
+gains only from having many regions at once. Nsight Compute on that launch
+(session_ncu_ensemble_h200_2026-11-28_s7call8.log, SM clock held at 1.5 GHz: 592 ms, 888 M
+cycles) says what the step costs: one warp a scheduler, 4.5 cycles between its instructions,
+half of them waits on the previous instruction's fixed latency, memory throughput 1.2% of the
+device's: the thread is bound by the number of its instructions, about a thousand a draw
+(888 M cycles / 4.5 over the longest region's 190,690 draws), not by memory. No tiny value was
+met in real regions (PF00133's, under the simulator), so the flush-to-zero re-choices do not
+run. Two things therefore cut instructions, not loads:
+
+* **32-bit offsets within a region, never wrapped.** The kernel's PTX was mostly 64-bit
+  integer work (1,045 ``add.s64``, 295 ``mul.lo.s64``, 188 ``selp.b64``, 175 ``and.b64``, 164
+  ``shr.s64`` of 4,708 instructions, against 246 ``add.rn.f32``): index arithmetic in 64 bits
+  and numba's wrap-around of negative indices on every access. A region's arrays are now
+  slices taken once (``dpr``, ``xr``, ``tr``, ``rr``, ``cr``, ``wr``, ``ar``, ``pr``), and every
+  index into them is ``U(offset)``, an unsigned 32-bit integer: numba wraps no unsigned index,
+  and the truncation lets LLVM do the offset's arithmetic in 32 bits. A region whose matrix
+  has more cells than 32 bits address (:data:`MAX_REGION_CELLS`, a region of about 100,000
+  residues against a model of 10,000 nodes) is not launched (:data:`LARGE`: the CPU reference
+  samples it). Under the simulator ``U`` raises on a negative offset instead.
+* **``esl_rnd_FChoose`` without its divisions** (:func:`below`): the draw is compared with
+  each running sum over the norm, a double division each, which a GPU runs as a chain of
+  dependent fused operations. ``roll norm`` is computed once, and a sum is decided from it
+  wherever the product lies outside ``total (1 -+ 2^-50)``: rounding moves the products and the
+  quotient by at most 2^-53 of themselves, so the answer is the division's; the division runs
+  only inside that margin, that is, almost never.
+
+Compiled for sm_90 (ptxas, disassembled), the kernel went from 7,920 SASS instructions and
+218 registers to 5,976 and 168.
 
 Matrices are read where the envelope kernels will leave them, in the layout of
 :class:`hmmgpu.cpu.fwdback.StripedMatrix` (cells ``[Lr+1][3][Q][4]``, M, D, I; rows
@@ -138,7 +151,7 @@ of flat arrays; the 29 null2 odds are a thread-local array. A thread's steps wai
 (its loads depend on its last choice), so what can be loaded together is: a step's two or
 four paths, and in the E step a vector's eight cells before they are summed in order.
 Every float value goes through the rounding helpers (``fmul``, ``fadd``, ``fsub``, ``fdiv``,
-``dadd``, ``ddiv``, ``rcp_double``), so no plain operator can be contracted into a fused
+``dadd``, ``dmul``, ``ddiv``, ``rcp_double``), so no plain operator can be contracted into a fused
 multiply-add.
 """
 from __future__ import annotations
@@ -156,6 +169,14 @@ from hmmgpu.stages.forward import FLT_MIN, XB, XC, XE, XJ, XN, XSCALE
 #: where every path of a step is 0 (``esl_vec_FNorm``'s uniform fallback); the CPU reference
 #: then reads wrapped-around cells, so the region is left to it.
 OUTSIDE = 4
+
+#: The region's matrix has more cells than the kernel's 32-bit offsets within a region reach
+#: (:data:`MAX_REGION_CELLS`): the region is left to the CPU reference, unlaunched.
+LARGE = 5
+
+#: Cells of a region's Forward matrix the kernel addresses at most: every index within a
+#: region's arrays is an unsigned 32-bit offset (a matrix's cells are its largest array).
+MAX_REGION_CELLS = (1 << 32) - 1
 
 #: Parameters of the kernel, in order. Region k: its Forward matrix's cells at
 #: ``dp[dp_base[k]:]`` and rows at ``xmx[x_base[k]:]``; ``lengths[k]`` residues, ``item_q[k]``
@@ -204,14 +225,14 @@ while True:
         break
     Lr = np.int64(lengths[k])
     QQ = np.int64(item_q[k])
-    db = dp_base[k]
-    xb = x_base[k]
-    tb = item_tfv[k]
-    rb = item_rfv[k]
-    cb = code_base[k]
-    wb = work_base[k]
-    ab = acc_base[k]
-    pb = pair_base[k]
+    dpr = dp[dp_base[k]:]  # the region's own arrays: every index below is an offset within them
+    xr = xmx[x_base[k]:]
+    tr = tfv[item_tfv[k]:]
+    rr = rfv[item_rfv[k]:]
+    cr = codes[code_base[k]:]
+    wr = work[work_base[k]:]
+    ar = acc[acc_base[k]:]
+    pr = pairs[5 * pair_base[k]:]
     cap = np.int64(pair_cap[k])
     ireg = np.int64(first_residue[k])
     e_move = item_xf[8 * k + XF_E]
@@ -221,9 +242,9 @@ while True:
     j_loop = item_xf[8 * k + XF_J + 1]
     c_loop = item_xf[8 * k + XF_C + 1]
     for p in range(Lr + 1):
-        acc[ab + p] = F0
+        ar[U(p)] = F0
     for cell in range(4 * QQ):
-        work[wb + cell] = F0
+        wr[U(cell)] = F0
     cursor = np.int64(0)
     npairs = np.int64(0)
     status = OK
@@ -249,17 +270,17 @@ while True:
             if cursor >= n_uniforms:
                 status = EXHAUSTED
                 break
-            roll = uniforms[cursor]
+            roll = uniforms[U(cursor)]
             s1 = 0
             if s0 == ST_E:
                 # the E step: the double running sum over q, four M lanes then four D lanes
                 cursor += 1
-                norm = rcp_double(xmx[xb + 6 * i + XE])
+                norm = rcp_double(xr[U(6 * i + XE)])
                 total = D0
                 total_ftz = D0
                 q = np.int64(0)
                 while True:
-                    src = db + (i * 3 * QQ + q) * 4  # vector q's M lanes; its D lanes at + 4Q
+                    src = (i * 3 * QQ + q) * 4  # vector q's M lanes; its D lanes at + 4Q
 {estep}
                     if s1 != 0:
                         break
@@ -281,20 +302,20 @@ while True:
                 a3 = F0
                 b3 = F0
                 if s0 == ST_M:
-                    tv = tb + 28 * q + r
-                    a0 = xmx[xb + 6 * (i - 1) + XB]
-                    b0 = tfv[tv]
+                    tv = 28 * q + r
+                    a0 = xr[U(6 * (i - 1) + XB)]
+                    b0 = tr[U(tv)]
                     a1 = F0
                     a2 = F0
                     a3 = F0
                     if q > 0 or r > 0:
-                        src = db + ((i - 1) * 3 * QQ + q - 1) * 4 + r if q > 0 else db + ((i - 1) * 3 * QQ + QQ - 1) * 4 + r - 1
-                        a1 = dp[src]
-                        a2 = dp[src + 8 * QQ]
-                        a3 = dp[src + 4 * QQ]
-                    b1 = tfv[tv + 4]
-                    b2 = tfv[tv + 8]
-                    b3 = tfv[tv + 12]
+                        src = ((i - 1) * 3 * QQ + q - 1) * 4 + r if q > 0 else ((i - 1) * 3 * QQ + QQ - 1) * 4 + r - 1
+                        a1 = dpr[U(src)]
+                        a2 = dpr[U(src + 8 * QQ)]
+                        a3 = dpr[U(src + 4 * QQ)]
+                    b1 = tr[U(tv + 4)]
+                    b2 = tr[U(tv + 8)]
+                    b3 = tr[U(tv + 12)]
                     n = 4
                 elif s0 == ST_D:
                     a0 = F0
@@ -302,41 +323,41 @@ while True:
                     a1 = F0
                     b1 = F0
                     if q > 0:
-                        src = db + (i * 3 * QQ + q - 1) * 4 + r
-                        a0 = dp[src]
-                        b0 = tfv[tb + 28 * (q - 1) + 16 + r]
-                        a1 = dp[src + 4 * QQ]
-                        b1 = tfv[tb + (7 * QQ + q - 1) * 4 + r]
+                        src = (i * 3 * QQ + q - 1) * 4 + r
+                        a0 = dpr[U(src)]
+                        b0 = tr[U(28 * (q - 1) + 16 + r)]
+                        a1 = dpr[U(src + 4 * QQ)]
+                        b1 = tr[U((7 * QQ + q - 1) * 4 + r)]
                     elif r > 0:
-                        src = db + (i * 3 * QQ + QQ - 1) * 4 + r - 1
-                        a0 = dp[src]
-                        b0 = tfv[tb + 28 * (QQ - 1) + 16 + r - 1]
-                        a1 = dp[src + 4 * QQ]
-                        b1 = tfv[tb + (8 * QQ - 1) * 4 + r - 1]
+                        src = (i * 3 * QQ + QQ - 1) * 4 + r - 1
+                        a0 = dpr[U(src)]
+                        b0 = tr[U(28 * (QQ - 1) + 16 + r - 1)]
+                        a1 = dpr[U(src + 4 * QQ)]
+                        b1 = tr[U((8 * QQ - 1) * 4 + r - 1)]
                 elif s0 == ST_I:
-                    src = db + ((i - 1) * 3 * QQ + q) * 4 + r
-                    a0 = dp[src]
-                    b0 = tfv[tb + 28 * q + 20 + r]
-                    a1 = dp[src + 8 * QQ]
-                    b1 = tfv[tb + 28 * q + 24 + r]
+                    src = ((i - 1) * 3 * QQ + q) * 4 + r
+                    a0 = dpr[U(src)]
+                    b0 = tr[U(28 * q + 20 + r)]
+                    a1 = dpr[U(src + 8 * QQ)]
+                    b1 = tr[U(28 * q + 24 + r)]
                 elif s0 == ST_C or s0 == ST_J:
                     if i < 1:
                         status = OUTSIDE
                         break
                     if s0 == ST_C:
-                        a0 = xmx[xb + 6 * (i - 1) + XC]
+                        a0 = xr[U(6 * (i - 1) + XC)]
                         b0 = c_loop
                         b1 = e_move
                     else:
-                        a0 = xmx[xb + 6 * (i - 1) + XJ]
+                        a0 = xr[U(6 * (i - 1) + XJ)]
                         b0 = j_loop
                         b1 = e_loop
-                    a1 = xmx[xb + 6 * i + XE]
-                    c1 = xmx[xb + 6 * i + XSCALE]
+                    a1 = xr[U(6 * i + XE)]
+                    c1 = xr[U(6 * i + XSCALE)]
                 else:  # B
-                    a0 = xmx[xb + 6 * i + XN]
+                    a0 = xr[U(6 * i + XN)]
                     b0 = n_move
-                    a1 = xmx[xb + 6 * i + XJ]
+                    a1 = xr[U(6 * i + XJ)]
                     b1 = j_move
                 choice, meets_tiny = step_choice(roll, n, a0, b0, a1, b1, c1, a2, b2, a3, b3)
                 if choice < 0:
@@ -364,10 +385,10 @@ while True:
                     break
             if s1 == ST_M or s1 == ST_I:
                 Ld += 1
-                w = wb + q * 4 + r
+                w = q * 4 + r
                 if w != run_w:  # a node's visits are one run: stored when the walk leaves it
                     if run_w >= 0:
-                        work[run_w] = run_n
+                        wr[U(run_w)] = run_n
                     run_w = w
                     run_n = F1
                 else:
@@ -391,22 +412,22 @@ while True:
                 if npairs >= cap:
                     status = FULL
                     break
-                o = (pb + npairs) * 5
-                pairs[o] = sample
-                pairs[o + 1] = sqfrom + ireg - 1
-                pairs[o + 2] = sqto + ireg - 1
-                pairs[o + 3] = hmmfrom
-                pairs[o + 4] = hmmto
+                o = npairs * 5
+                pr[U(o)] = sample
+                pr[U(o + 1)] = sqfrom + ireg - 1
+                pr[U(o + 2)] = sqto + ireg - 1
+                pr[U(o + 3)] = hmmfrom
+                pr[U(o + 4)] = hmmto
                 npairs += 1
                 if run_w >= 0:
-                    work[run_w] = run_n
+                    wr[U(run_w)] = run_n
                     run_w = np.int64(-1)
                 dnorm = rcp_double(np.float32(Ld))
                 qn = (kmin - 1) % QQ
                 rn = (kmin - 1) // QQ
                 for kn in range(kmin, kmax + 1):
-                    w = wb + qn * 4 + rn
-                    work[w] = fmul(work[w], dnorm)
+                    w = qn * 4 + rn
+                    wr[U(w)] = fmul(wr[U(w)], dnorm)
                     qn += 1
                     if qn == QQ:
                         qn = 0
@@ -421,7 +442,7 @@ while True:
                 qn = (kmin - 1) % QQ
                 rn = (kmin - 1) // QQ
                 for kn in range(kmin, kmax + 1):
-                    work[wb + qn * 4 + rn] = F0
+                    wr[U(qn * 4 + rn)] = F0
                     qn += 1
                     if qn == QQ:
                         qn = 0
@@ -435,12 +456,12 @@ while True:
             break
 {add_ones_sample}
         for z in range((npairs - first_pair) // 2):
-            lo = (pb + first_pair + z) * 5
-            up = (pb + npairs - 1 - z) * 5
+            lo = (first_pair + z) * 5
+            up = (npairs - 1 - z) * 5
             for f in range(5):
-                swap = pairs[lo + f]
-                pairs[lo + f] = pairs[up + f]
-                pairs[up + f] = swap
+                swap = pr[U(lo + f)]
+                pr[U(lo + f)] = pr[U(up + f)]
+                pr[U(up + f)] = swap
     out_status[k] = status
     out_npairs[k] = npairs
     out_draws[k] = cursor
@@ -453,7 +474,7 @@ def _e_step_lines() -> list:
     that the loads are in flight together, then added to the double running sums in order,
     the first cell whose sum passes the draw chosen (the loads past it read the same row and
     change nothing)."""
-    lines = [f"v{z} = dp[src + {z}]" if z < 4 else f"v{z} = dp[src + 4 * QQ + {z - 4}]" for z in range(8)]
+    lines = [f"v{z} = dpr[U(src + {z})]" if z < 4 else f"v{z} = dpr[U(src + 4 * QQ + {z - 4})]" for z in range(8)]
     for z in range(8):
         chosen = f"s1 = ST_{'M' if z < 4 else 'D'}", f"kk = {z % 4} * QQ + q + 1", f"r = np.int64({z % 4})"
         lines += ["if s1 == 0:", f"    total, total_ftz, passed = e_term(v{z}, norm, total, total_ftz, roll)",
@@ -474,9 +495,9 @@ def _null2_lines() -> list:
              "    q_last = min(QQ - 1, kmax - 1 - r * QQ)",
              "    " + " = ".join(sums) + " = F0",
              "    for q in range(q_first, q_last + 1):",
-             "        wq = work[wb + q * 4 + r]",
-             "        rq = rb + q * 4 + r"]
-    lines += [f"        o{x} = fadd(o{x}, fmul(wq, rfv[rq + {x} * QQ * 4]))" for x in range(K)]
+             "        wq = wr[U(q * 4 + r)]",
+             "        rq = q * 4 + r"]
+    lines += [f"        o{x} = fadd(o{x}, fmul(wq, rr[U(rq + {x} * QQ * 4)]))" for x in range(K)]
     lines += [f"    lanes[r * K + {x}] = o{x}" for x in range(K)]
     return lines
 
@@ -491,10 +512,10 @@ def _acc_lines(first: str, last: str, term) -> list:
     their sums stored, so that the thread waits once for the group instead of once a residue."""
     n = ACC_UNROLL
     lines = [f"p = {first}", f"while p + {n - 1} <= {last}:"]
-    lines += [f"    x{z} = acc[ab + p + {z}]" for z in range(n)]
+    lines += [f"    x{z} = ar[U(p + {z})]" for z in range(n)]
     lines += [f"    t{z} = {term(f'p + {z}')}" for z in range(n)]
-    lines += [f"    acc[ab + p + {z}] = fadd(x{z}, t{z})" for z in range(n)]
-    lines += [f"    p += {n}", f"while p <= {last}:", f"    acc[ab + p] = fadd(acc[ab + p], {term('p')})", "    p += 1"]
+    lines += [f"    ar[U(p + {z})] = fadd(x{z}, t{z})" for z in range(n)]
+    lines += [f"    p += {n}", f"while p <= {last}:", f"    ar[U(p)] = fadd(ar[U(p)], {term('p')})", "    p += 1"]
     return lines
 
 
@@ -506,7 +527,7 @@ def kernel_body() -> str:
     estep = indented(_e_step_lines(), 20)
     null2_sums = indented(_null2_lines(), 16)
     ones = lambda p: "F1"  # noqa: E731
-    odds = lambda p: f"null2[codes[cb + {p} - 1]]"  # noqa: E731
+    odds = lambda p: f"null2[cr[U({p} - 1)]]"  # noqa: E731
     body = _KERNEL.format(degenerate=degenerate, estep=estep, null2_sums=null2_sums,
                           add_ones_domain=indented(_acc_lines("sqto + 1", "hi", ones), 16),
                           add_odds=indented(_acc_lines("sqfrom + 1", "sqto", odds), 16),
@@ -527,15 +548,22 @@ def module_lines(binding: str, ftz: bool = False) -> tuple:
     device = "" if simulator else "@cuda.jit(device=True)\n"
     if simulator:
         doubles = ("def dadd(a, b):\n    return np.float64(a) + np.float64(b)\n\n"
+                   "def dmul(a, b):\n    return np.float64(a) * np.float64(b)\n\n"
                    "def ddiv(a, b):\n    with np.errstate(all='ignore'):\n        return np.float64(a) / np.float64(b)\n\n"
                    "def rcp_double(x):\n    \"\"\"f32(1.0 / (double) x), IEEE (1/0 is inf).\"\"\"\n"
                    "    with np.errstate(all='ignore'):\n        return to_float(np.float64(1.0) / np.float64(x))\n")
     else:
         doubles = ("from numba.cuda import libdevice\n"
                    f"{small}def dadd(a, b):\n    return libdevice.dadd_rn(np.float64(a), np.float64(b))\n\n"
+                   f"{small}def dmul(a, b):\n    return libdevice.dmul_rn(np.float64(a), np.float64(b))\n\n"
                    f"{small}def ddiv(a, b):\n    return libdevice.ddiv_rn(np.float64(a), np.float64(b))\n\n"
                    f"{small}def rcp_double(x):\n    \"\"\"f32(1.0 / (double) x): IEEE double division, rounded to float.\"\"\"\n"
                    "    return to_float(libdevice.ddiv_rn(np.float64(1.0), np.float64(x)))\n")
+    if simulator:
+        index = ("def U(x):\n    \"\"\"An offset within a region's arrays (never negative).\"\"\"\n"
+                 "    if x < 0:\n        raise IndexError(f'negative offset {x}')\n    return x\n")
+    else:  # an unsigned index: numba emits no wrap-around of negative indices for it
+        index = "U = np.uint32\n"
     functions = f'''
 {small}def tiny(v):
     """A nonzero value flush-to-zero may flush (FLT_MIN counted too)."""
@@ -568,35 +596,42 @@ def module_lines(binding: str, ftz: bool = False) -> tuple:
     return t, c2, tiny(y) or tiny(t) or tiny(d) or tiny(c2)
 
 
+{small}def below(roll, scaled, total, norm):
+    """esl_rnd_FChoose's test ``roll < total / norm`` (the quotient rounded to double), exactly,
+    with ``scaled = roll norm`` (rounded): where that product lies below ``total (1 - 2^-50)`` or
+    above ``total (1 + 2^-50)`` (each rounded) the answer follows without the division, which
+    runs only between the two. Rounding moves each product by at most 2^-53 of it, and the
+    quotient by as much, so the margin 2^-50 can never be crossed; the paths are normalised,
+    so ``norm`` is positive and finite and ``total`` in [0, norm]."""
+    if scaled < dmul(total, BELOW_ONE):
+        return True
+    if scaled > dmul(total, ABOVE_ONE):
+        return False
+    return roll < ddiv(total, norm)
+
+
 {small}def pick(roll, n, p0, p1, p2, p3):
-    """esl_rnd_FChoose on normalised paths with the draw roll: the index, or -1. Every
-    quotient is computed before the first is compared (the same IEEE operations, which do not
-    trap here), so that the double divisions run together instead of one after another."""
+    """esl_rnd_FChoose on normalised paths with the draw roll: the index, or -1. Its
+    comparisons of the draw with each running sum over the norm are :func:`below`'s: the same
+    answers, nearly always without a double division (a chain of dependent fused operations
+    on a GPU)."""
     norm = dadd(dadd(D0, np.float64(p0)), np.float64(p1))
     if n == 4:
         norm = dadd(dadd(norm, np.float64(p2)), np.float64(p3))
-    total0 = dadd(D0, np.float64(p0))
-    total1 = dadd(total0, np.float64(p1))
-    c0 = ddiv(total0, norm)
-    c1 = ddiv(total1, norm)
-    if n == 4:
-        total2 = dadd(total1, np.float64(p2))
-        total3 = dadd(total2, np.float64(p3))
-        c2 = ddiv(total2, norm)
-        c3 = ddiv(total3, norm)
-        if roll < c0:
-            return 0
-        if roll < c1:
-            return 1
-        if roll < c2:
-            return 2
-        if roll < c3:
-            return 3
-        return -1
-    if roll < c0:
+    scaled = dmul(roll, norm)
+    total = dadd(D0, np.float64(p0))
+    if below(roll, scaled, total, norm):
         return 0
-    if roll < c1:
+    total = dadd(total, np.float64(p1))
+    if below(roll, scaled, total, norm):
         return 1
+    if n == 4:
+        total = dadd(total, np.float64(p2))
+        if below(roll, scaled, total, norm):
+            return 2
+        total = dadd(total, np.float64(p3))
+        if below(roll, scaled, total, norm):
+            return 3
     return -1
 
 
@@ -695,7 +730,8 @@ def module_lines(binding: str, ftz: bool = False) -> tuple:
             f"K = {K}; KP = {KP}; LANE_SUMS = {4 * K}; REGION_LANES = {region_lanes(binding)}",
             "F0 = np.float32(0.0); F1 = np.float32(1.0); HALF = np.float32(0.5); QUARTER = np.float32(0.25)",
             f"FMIN = np.float32({float(FLT_MIN)!r}); D0 = np.float64(0.0)",
-            "", doubles, functions)
+            f"BELOW_ONE = np.float64({1.0 - 2.0 ** -50!r}); ABOVE_ONE = np.float64({1.0 + 2.0 ** -50!r})",
+            "", doubles, index, functions)
 
 
 @dataclass(frozen=True)
