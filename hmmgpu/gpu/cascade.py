@@ -516,8 +516,7 @@ class GpuCascade:
                      tables=_carve(tables_device, table_layout), tables_staging=_carve(tables_host, table_layout),
                      results_device=results_device, results_host=results_host, results_bytes=results_bytes,
                      counters=outputs.pop("counters"), outputs=outputs,
-                     host=_carve(results_host, result_layout[:-1]), zeros=zeros,
-                     stream=rt.stream(urgent=tuning.FILTER_STREAMS_URGENT),
+                     host=_carve(results_host, result_layout[:-1]), zeros=zeros, stream=rt.stream(),
                      events=tuple(rt.event() for _ in range(5)))
 
     @property

@@ -226,30 +226,11 @@ def simulator_ensemble_checks():
     out.append(("left to the host", dict(exhausted=short.count(EXHAUSTED), full=full.count(FULL),
                                          **check_results(items[:2], table=512))))
     out.append(("beyond offsets", beyond_offsets(items[:3])))
-    out.append(("one warp", one_warp(requests, hmms)))
     noise = homolog_in_noise(hmms[1], 0, 20)   # a clustered and an unclustered region
     out.append(("define_domains", check_grouped_definitions(   # two models' targets in the same launches
         [(hmms[2], tandem_targets(hmms[2], 2)[1:2]), (hmms[1], [tandem_targets(hmms[1], 1)[1], noise])])))
     out.append(("no path", no_path_statuses(requests[0])))
     return out
-
-
-def one_warp(requests, hmms) -> dict:
-    """With domain definition's launches given one warp (tuning.DEFINITION_WARPS_PER_SM = 1; the
-    simulator is one multiprocessor), one thread samples every region from the kernel's queue,
-    and one group computes every matrix and decodes every envelope: the same results."""
-    from hmmgpu.gpu.runtime import tuning
-
-    saved = tuning.DEFINITION_WARPS_PER_SM
-    tuning.DEFINITION_WARPS_PER_SM = 1
-    try:
-        sampled = check_sampled(requests)
-        defined = check_grouped_definitions([(hmms[2], tandem_targets(hmms[2], 2)[1:2]),
-                                             (hmms[1], [tandem_targets(hmms[1], 1)[1]])])
-    finally:
-        tuning.DEFINITION_WARPS_PER_SM = saved
-    return dict(regions=sampled["regions"], sampled=sampled["sampled"], targets=defined["targets"],
-                envelopes=defined["envelopes"])
 
 
 def beyond_offsets(items) -> dict:

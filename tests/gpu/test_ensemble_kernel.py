@@ -71,8 +71,7 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     flag equal the CPU reference's, and so do the finished regions (n2sc, envelopes, flags);
     two of them beside copies of all six scaled near the subnormal range, in one launch: the
     flags are raised alike, on two copies only; regions the kernel leaves (a short table of draws, a small pair buffer,
-    a matrix beyond its 32-bit offsets) come out right from the CPU reference; every region
-    sampled, matrix computed and envelope decoded by one warp of each launch (its queue); three targets' domain definitions, of two models,
+    a matrix beyond its 32-bit offsets) come out right from the CPU reference; three targets' domain definitions, of two models,
     with the GPU stages in one call of the driver (both models' regions and envelopes in the
     same launches: ensembles and envelope decoding + OA by the kernels) equal the CPU stages'
     and libhmmer's; matrices with no path stop the kernel (NaN: FATAL, as Easel aborts; all
@@ -89,8 +88,6 @@ def test_ensemble_kernel_under_simulator(tmp_path):
     assert tiny["ftz"] == 2 and tiny["sampled"] == tiny["regions"] == 8, tiny
     left = rows["left to the host"]
     assert left["exhausted"] == 2 and left["full"] == 2, left
-    one = rows["one warp"]   # every launch of the definitions on one warp: its queue serves them all
-    assert one["sampled"] == one["regions"] == sampled["regions"] and one["targets"] == 2 and one["envelopes"] >= 2, one
     beyond = rows["beyond offsets"]   # a region past the kernel's 32-bit offsets: the CPU reference's
     assert beyond["large"] == beyond["beyond"] == beyond["cpu_regions"] >= 1, beyond
     batched = rows["define_domains"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from hmmgpu.cpu.stotrace import DEFAULT_SEED, NSAMPLES, OK, TraceEnsemble, uniform_table
 from hmmgpu.gpu.ensemble.source import ARGS, LARGE, MAX_REGION_CELLS, EnsembleSpec, region_lanes
-from hmmgpu.gpu.runtime import build, tuning
+from hmmgpu.gpu.runtime import build
 from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
 
@@ -163,9 +163,7 @@ def launch(batch: RegionBatch, dp, xmx, *, device: GpuDevice, seed: int = DEFAUL
         return []
     a = batch.arrays
     rt = device.runtime
-    # a warp a region on a GPU (source.py), at most tuning.definition_warps' warps: the regions
-    # beyond wait in the kernel's queue, taken in the batch's order
-    threads = region_lanes(device.lane_binding) * tuning.definition_warps(device, n)
+    threads = region_lanes(device.lane_binding) * n  # a warp a region on a GPU (source.py)
     with device.activate():
         upload = functools.partial(rt.to_device, stream=stream)  # every upload and array in the stream's order
         empty = functools.partial(rt.device_array, stream=stream)

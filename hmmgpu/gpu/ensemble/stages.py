@@ -131,9 +131,7 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
     flagged = [k for k in range(n) if flags[k] & host and sample_flagged]
     clean = [k for k in range(n) if not flags[k] & host]
     longest = [clean[m] for m in split_by_cost([lengths[k] for k in clean], cpu_threads, step_cost)]
-    # longest first: the kernel's threads take regions in this order (a launch with fewer warps
-    # than regions: tuning.DEFINITION_WARPS_PER_SM), so that none starts late
-    on_kernel = sorted(set(clean) - set(longest), key=lambda k: (-lengths[k], k))
+    on_kernel = sorted(set(clean) - set(longest))
 
     def matrix_of(k):
         return requests[k].matrix if batch is None else batch.host_result(int(jobs[k])).matrix

@@ -36,7 +36,7 @@ from hmmgpu.constants import KP
 from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix
 from hmmgpu.cpu.optacc import Trace
 from hmmgpu.gpu.envelope.source import ARGS, DecodeOASpec
-from hmmgpu.gpu.runtime import build, tuning
+from hmmgpu.gpu.runtime import build
 from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
 
@@ -91,8 +91,6 @@ def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_
     capacity = [2 * (int(Ld) + t.M) + 6 for Ld, t in zip(lengths, tables)]
     trace_base = _offsets(capacity)
     block = block or GROUP
-    # the groups of the launch: a group an envelope, at most tuning.definition_warps' warps of them
-    groups = min(n, tuning.definition_warps(device, n) * max(1, min(block, 32) // GROUP))
     with device.activate():
         dev = functools.partial(device.runtime.to_device, stream=stream)
         outs = dict(out_status=dev(np.zeros(n, np.int32)), out_oasc=dev(np.zeros(n, np.float32)),
@@ -107,8 +105,8 @@ def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_
             item_rfv=dev(rfv_at[model_of]),
             item_xf=dev(np.concatenate([np.asarray(x, np.float32).ravel() for x in xf])),
             own_scales=dev(np.asarray(own_scales, np.int32)), n_items=n, counters=dev(np.zeros(1, np.int32)),
-            n_threads=GROUP * groups, trace_base=dev(trace_base), **matrices, **outs)
-        build.load(DecodeOASpec(ftz), device)[(GROUP * groups + block - 1) // block, block, stream, 0](
+            n_threads=GROUP * n, trace_base=dev(trace_base), **matrices, **outs)
+        build.load(DecodeOASpec(ftz), device)[(GROUP * n + block - 1) // block, block, stream, 0](
             *arguments(ARGS, **values))
         got = {name[4:]: a.copy_to_host(stream=stream) for name, a in outs.items()}
     got["null2"] = got["null2"].reshape(n, KP)

@@ -357,7 +357,7 @@ class ForwardStage:
         batch's own: a stream's next batch may be launched before this one is collected)."""
         rt = self.device.runtime
         if len(self._streams) < tuning.FWD_STREAMS:
-            self._streams.append(rt.stream(urgent=tuning.FILTER_STREAMS_URGENT))
+            self._streams.append(rt.stream())
         stream = self._streams[self._next_stream % len(self._streams)]
         self._next_stream += 1
         if self.device.simulator:

@@ -284,14 +284,11 @@ def _launch_shape(device, storage: str, m: int, q_max: int, block: int, scratch_
     of a launch of ``m`` jobs."""
     simulator, rt = device.simulator, device.runtime
     groups_per_block = block // GROUP
-    # at most tuning.definition_warps' warps (a block of fewer than 32 threads takes a warp)
-    warps_per_block = -(-block // 32)
     if storage == "shared":
-        blocks = min(m, 2) if simulator else min(-(-m // groups_per_block),
-                                                 max(1, tuning.definition_warps(device, m) // warps_per_block))
+        blocks = min(m, 2) if simulator else -(-m // groups_per_block)
         return blocks, blocks * block, 4 * SCRATCH_PER_Q * q_max * block, rt.device_array(1, np.float32, stream=stream)
     most = max(1, scratch_bytes // (4 * SCRATCH_PER_Q * q_max * GROUP))
-    groups = max(1, min(m, most, 2 if simulator else tuning.definition_warps(device, m) * max(1, min(block, 32) // GROUP)))
+    groups = max(1, min(m, most, 2 if simulator else m))
     blocks = -(-groups // groups_per_block)
     threads = GROUP * groups
     return blocks, threads, 0, rt.device_array(SCRATCH_PER_Q * q_max * threads, np.float32, stream=stream)

@@ -198,11 +198,11 @@ class _Handle:
 
     _create = _destroy = _synchronize = ""
 
-    def __init__(self, context, flags: int = 0, *extra):
+    def __init__(self, context, flags: int = 0):
         self.context = context
         self.handle = ctypes.c_void_p()
         with current(context):
-            call(self._create, ctypes.byref(self.handle), flags, *extra)
+            call(self._create, ctypes.byref(self.handle), flags)
         weakref.finalize(self, _free, self._destroy, context, self.handle).atexit = False
 
     def synchronize(self) -> None:
@@ -217,20 +217,6 @@ class Stream(_Handle):
     either: a copy of what its kernels wrote follows its synchronisation)."""
 
     _create, _destroy, _synchronize = "cuStreamCreate", "cuStreamDestroy_v2", "cuStreamSynchronize"
-
-
-class UrgentStream(Stream):
-    """A :class:`Stream` of the device's greatest priority (``cuStreamCreateWithPriority``):
-    the blocks of its pending launches are scheduled before those of streams of the default
-    priority (which is the least). Running blocks are never preempted."""
-
-    _create = "cuStreamCreateWithPriority"
-
-    def __init__(self, context, flags: int = 0):
-        least, greatest = ctypes.c_int(), ctypes.c_int()
-        with current(context):
-            call("cuCtxGetStreamPriorityRange", ctypes.byref(least), ctypes.byref(greatest))
-        super().__init__(context, flags, greatest.value)
 
 
 class Event(_Handle):
@@ -397,9 +383,8 @@ class DriverRuntime:
         weakref.finalize(buffer, _free, "cuMemFreeHost", self.context, ptr.value).atexit = False
         return np.frombuffer(buffer, dtype, count=int(n))
 
-    def stream(self, non_blocking: bool = False, urgent: bool = False) -> Stream:
-        """A new stream (:class:`Stream`; ``urgent``: an :class:`UrgentStream`)."""
-        return (UrgentStream if urgent else Stream)(self.context, NON_BLOCKING if non_blocking else 0)
+    def stream(self, non_blocking: bool = False) -> Stream:
+        return Stream(self.context, NON_BLOCKING if non_blocking else 0)
 
     def event(self) -> Event:
         return Event(self.context)

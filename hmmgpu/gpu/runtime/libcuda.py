@@ -49,8 +49,6 @@ SIGNATURES = {
     "cuMemcpyHtoDAsync_v2": (_dptr, _p, _size, _p),
     "cuMemcpyDtoHAsync_v2": (_p, _dptr, _size, _p),
     "cuStreamCreate": (_P(_p), _uint),
-    "cuStreamCreateWithPriority": (_P(_p), _uint, _int),
-    "cuCtxGetStreamPriorityRange": (_P(_int), _P(_int)),
     "cuStreamSynchronize": (_p,),
     "cuStreamDestroy_v2": (_p,),
     "cuEventCreate": (_P(_p), _uint),

@@ -54,9 +54,8 @@ class SimulatorRuntime:
     def pinned_array(self, n: int, dtype):
         return self._cuda.pinned_array(int(n), dtype)
 
-    def stream(self, non_blocking: bool = False, urgent: bool = False):
-        """numba's stream (the simulator runs a launch in the launching thread: no stream flags
-        and no priorities)."""
+    def stream(self, non_blocking: bool = False):
+        """numba's stream (the simulator runs a launch in the launching thread: no stream flags)."""
         return self._cuda.stream()
 
     def event(self):

@@ -158,19 +158,6 @@ DEVICE_POOL_KEEP_BYTES = 4 << 30
 #: 6.7 s with 4 (f19d116), the run's wall time within the runs' noise (31-34 s); the ensemble
 #: kernel had gained 4x from a warp a region (40 -> 10 s).
 DOMAINDEF_MATRIX_BLOCK = 4
-#: Whether the filters' streams (the cascade's SSV/MSV, bias and Viterbi launches and the Forward
-#: gate's) have the device's greatest priority (:class:`hmmgpu.gpu.runtime.driver.UrgentStream`),
-#: so that their pending blocks are scheduled before those of domain definition's launches
-#: (``--postfilter hmmgpu``, streams of the default, least priority), which hold their
-#: multiprocessors for as long as their longest items. Alone (the default route) it changes
-#: nothing: every filter stream has the same priority.
-FILTER_STREAMS_URGENT = True
-#: Warps a multiprocessor gives each of domain definition's launches at most (0: as many as the
-#: launch has items). Those kernels run an item on a few threads of a warp of its own, row after
-#: row, taking items from an atomic counter, so a launch with a warp per item fills every
-#: multiprocessor's registers or block slots for as long as its longest item, and the filters'
-#: launches, on the same GPU, wait for room (:func:`definition_warps`).
-DEFINITION_WARPS_PER_SM = 0
 #: Residue packing kernel (:mod:`.pack`): threads per block (a warp per target) and blocks per SM.
 PACK_BLOCK = 256
 PACK_BLOCKS_PER_SM = 8
@@ -200,15 +187,6 @@ def table_placement(table_bytes: int, device) -> str:
     if table_bytes + 1024 <= device.smem_per_block_optin:
         return "dynamic"
     return "global"
-
-
-def definition_warps(device, items: int) -> int:
-    """Warps of a domain definition launch of ``items`` items, a warp an item at most
-    (:data:`DEFINITION_WARPS_PER_SM` a multiprocessor; the items beyond wait in the launch's
-    queue; the simulator counts as one multiprocessor). At least one."""
-    if DEFINITION_WARPS_PER_SM <= 0:
-        return max(1, int(items))
-    return max(1, min(int(items), device.sm_count * DEFINITION_WARPS_PER_SM))
 
 
 def persistent_grid(kernel, device, shared_bytes: int, dynamic: bool) -> tuple:
