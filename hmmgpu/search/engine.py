@@ -66,6 +66,7 @@ time and fraction, the worker threads' busy fraction, and the targets through ea
 """
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -351,14 +352,8 @@ class SearchEngine:
         self.threads = 0 if options.run.cpus == 0 else options.run.threads
         least = MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN if options.run.postfilter == "hmmgpu" else MODELS_IN_FLIGHT_MIN
         self.in_flight = in_flight or max(least, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))
-        if processes is not None:  # pyhmmer's stage in worker processes (SearchPlan.postfilter_processes)
-            from hmmgpu.cpu.pyhmmer_processes import PyhmmerProcesses
-
-            self.forward = PyhmmerProcesses(db, options, ftz=ftz, threads=self.threads, model_lengths=model_lengths,
-                                            plan=processes)
-        else:
-            self.forward = post_filter_stage(options.run.postfilter)(db, options, ftz=ftz, threads=self.threads,
-                                                                     model_lengths=model_lengths)
+        self.forward = post_filter_stage(options.run.postfilter, processes)(db, options, ftz=ftz, threads=self.threads,
+                                                                            model_lengths=model_lengths)
         queries = len(model_lengths) if model_lengths else None
         self.filtered = isinstance(backend, CascadeBackend)
         #: models may go to pyhmmer's whole pipeline while the backend starts (see the module header)
@@ -795,13 +790,20 @@ def gpu_process_cpu_seconds(details: dict) -> float | None:
     return sum(found) if found else None
 
 
-def post_filter_stage(name: str) -> type:
-    """The :class:`~hmmgpu.stages.protocol.PostFilterStage` that ``--postfilter`` names: pyhmmer's
-    pipeline, or hmmgpu's own code (imported only when asked for: it compiles numba code)."""
+def post_filter_stage(name: str, processes=None):
+    """The :class:`~hmmgpu.stages.protocol.PostFilterStage` that ``--postfilter`` names, as a
+    constructor of ``(db, options, *, ftz, threads, model_lengths)``: pyhmmer's pipeline in the
+    engine's threads, or in worker processes where ``processes`` (a
+    :class:`~hmmgpu.cpu.pyhmmer_processes.ProcessPlan`: :meth:`hmmgpu.search.routing.SearchPlan.postfilter_processes`)
+    says so, or hmmgpu's own code (imported only when asked for: it compiles numba code)."""
     if name == "hmmgpu":
         from hmmgpu.cpu.own_postfilter import OwnPostFilter
 
         return OwnPostFilter
+    if processes is not None:
+        from hmmgpu.cpu.pyhmmer_processes import PyhmmerProcesses
+
+        return functools.partial(PyhmmerProcesses, plan=processes)
     return PyhmmerStage
 
 

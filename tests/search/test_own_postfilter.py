@@ -27,6 +27,7 @@ from hmmgpu.cpu.own_postfilter import OwnPostFilter
 from hmmgpu.formats.seqdb import SequenceDB
 from hmmgpu.options import SearchOptions
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
+from hmmgpu.cpu.pyhmmer_processes import ProcessPlan, PyhmmerProcesses
 from hmmgpu.search.engine import SearchEngine, post_filter_stage
 from hmmgpu.stages import postfilter as planning
 from hmmgpu.stages.forward import RANGE
@@ -218,5 +219,8 @@ def test_seed_is_honoured(samples):
 def test_postfilter_option(capsys):
     """``--postfilter hmmgpu`` picks the stage; hmmgpu scan, which has no such stage, refuses it."""
     assert post_filter_stage("hmmgpu") is OwnPostFilter and post_filter_stage("pyhmmer") is PyhmmerStage
+    plan = ProcessPlan("db.fa", "fasta", 2, 16)
+    behind = post_filter_stage("pyhmmer", plan)   # pyhmmer's stage in worker processes, with their plan
+    assert behind.func is PyhmmerProcesses and behind.keywords == dict(plan=plan)
     assert main(["scan", "--postfilter", "hmmgpu", str(SAMPLES / "KR.hmm"), str(PROTEOME)]) == 1
     assert "--postfilter hmmgpu: not available for hmmgpu scan" in capsys.readouterr().err
