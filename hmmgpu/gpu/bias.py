@@ -28,15 +28,12 @@ test's answer is certain; inside one the host decides with HMMER's double arithm
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from enum import IntEnum
-from types import SimpleNamespace
 
 import numpy as np
 
 from hmmgpu.constants import LOG2, SCALE_B, STATUS_RANGE
-from hmmgpu.stages.forward import FLT_MIN, FTZ_EDGE
 from hmmgpu.gpu.runtime.emit import kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 
@@ -131,103 +128,6 @@ _BODY = '''
 '''
 
 
-@functools.lru_cache(maxsize=None)
-def float_helpers(binding: str, ftz: bool = False) -> SimpleNamespace:
-    """``fmul``, ``fadd``, ``fsub``, ``fdiv`` (float32, round to nearest, never fused),
-    ``to_float(d)`` (a double rounded to float) and ``certain(r)`` (does the double ``r`` round to the same float however its last 2 bits go).
-
-    With ``ftz`` the four operations are hmmsearch's: SSE arithmetic with flush-to-zero on
-    (denormals-are-zero off), as the x86 unit computes them under hmmsearch's MXCSR. A result
-    whose rounding to float with an unbounded exponent is below FLT_MIN (Intel detects
-    underflow after rounding) is a zero of its sign. The IEEE result ``r`` says so: below FLT_MIN
-    it is (an exact result below ``FLT_MIN - 2^-150`` rounds below FLT_MIN either way); equal to
-    FLT_MIN it is where the exact result lies below ``FLT_MIN - 2^-151`` (:data:`FTZ_EDGE`), which
-    the double product of two floats gives exactly, their double quotient on the right side
-    (it is never within 2^-49 of the bound, relatively), and a double rounded to float is itself;
-    a sum or difference of floats is exact there (a multiple of 2^-149). Inputs are used as they are, as without denormals-are-zero."""
-    from numba import cuda
-
-    if binding == "python":
-        f = np.float32
-        if not ftz:
-            return SimpleNamespace(fmul=lambda a, b: f(f(a) * f(b)), fadd=lambda a, b: f(f(a) + f(b)),
-                                   fsub=lambda a, b: f(f(a) - f(b)), fdiv=lambda a, b: f(f(a) / f(b)),
-                                   to_float=lambda d: f(d),
-                                   certain=lambda r: f(r - abs(r) * 2.0 ** -50) == f(r + abs(r) * 2.0 ** -50))
-
-        def flushed(r, exact):
-            return f(0.0) * r if abs(r) < FLT_MIN or (abs(r) == FLT_MIN and abs(exact) < FTZ_EDGE) else r
-
-        return SimpleNamespace(fmul=lambda a, b: flushed(f(f(a) * f(b)), float(a) * float(b)),
-                               fadd=lambda a, b: flushed(f(f(a) + f(b)), 1.0),
-                               fsub=lambda a, b: flushed(f(f(a) - f(b)), 1.0),
-                               fdiv=lambda a, b: flushed(f(f(a) / f(b)), float(a) / float(b)),
-                               to_float=lambda d: flushed(f(d), float(d)),
-                               certain=lambda r: f(r - abs(r) * 2.0 ** -50) == f(r + abs(r) * 2.0 ** -50))
-    from numba.cuda import libdevice
-
-    dev = dict(device=True, forceinline=True)
-    fmin, edge = np.float32(FLT_MIN), np.float64(FTZ_EDGE)
-
-    @cuda.jit(**dev)
-    def certain(r):
-        margin = abs(r) * 8.881784197001252e-16  # 2**-50
-        return np.float32(r - margin) == np.float32(r + margin)
-
-    if not ftz:
-        @cuda.jit(**dev)
-        def fmul(a, b):
-            return libdevice.fmul_rn(np.float32(a), np.float32(b))
-
-        @cuda.jit(**dev)
-        def fadd(a, b):
-            return libdevice.fadd_rn(np.float32(a), np.float32(b))
-
-        @cuda.jit(**dev)
-        def fsub(a, b):
-            return libdevice.fsub_rn(np.float32(a), np.float32(b))
-
-        @cuda.jit(**dev)
-        def fdiv(a, b):
-            return libdevice.fdiv_rn(np.float32(a), np.float32(b))
-
-        @cuda.jit(**dev)
-        def to_float(d):
-            return np.float32(d)
-
-        return SimpleNamespace(fmul=fmul, fadd=fadd, fsub=fsub, fdiv=fdiv, to_float=to_float, certain=certain)
-
-    @cuda.jit(**dev)
-    def flushed_on_device(r, exact):
-        if abs(r) < fmin or (abs(r) == fmin and abs(exact) < edge):
-            return np.float32(0.0) * r
-        return r
-
-    @cuda.jit(**dev)
-    def fmul(a, b):
-        return flushed_on_device(libdevice.fmul_rn(np.float32(a), np.float32(b)),
-                       libdevice.dmul_rn(np.float64(np.float32(a)), np.float64(np.float32(b))))
-
-    @cuda.jit(**dev)
-    def fadd(a, b):
-        return flushed_on_device(libdevice.fadd_rn(np.float32(a), np.float32(b)), np.float64(1.0))
-
-    @cuda.jit(**dev)
-    def fsub(a, b):
-        return flushed_on_device(libdevice.fsub_rn(np.float32(a), np.float32(b)), np.float64(1.0))
-
-    @cuda.jit(**dev)
-    def fdiv(a, b):
-        return flushed_on_device(libdevice.fdiv_rn(np.float32(a), np.float32(b)),
-                                 libdevice.ddiv_rn(np.float64(np.float32(a)), np.float64(np.float32(b))))
-
-    @cuda.jit(**dev)
-    def to_float(d):
-        return flushed_on_device(np.float32(d), np.float64(d))
-
-    return SimpleNamespace(fmul=fmul, fadd=fadd, fsub=fsub, fdiv=fdiv, to_float=to_float, certain=certain)
-
-
 @dataclass(frozen=True)
 class BiasSpec:
     """The bias filter kernel (one specialisation: it has no model shape)."""
@@ -239,7 +139,7 @@ class BiasSpec:
     def source(self, binding: str) -> str:
         return kernel_module(
             "Bias filter kernel.", binding, ARGS, _BODY,
-            "import math", "from hmmgpu.gpu import bias as _bias", f"_F = _bias.float_helpers({binding!r})",
+            "import math", "from hmmgpu.gpu import rounding as _rounding", f"_F = _rounding.float_helpers({binding!r})",
             "fmul = _F.fmul; fadd = _F.fadd; fsub = _F.fsub; fdiv = _F.fdiv; certain = _F.certain",
             f"RANGE = {STATUS_RANGE}; LOG2 = {LOG2!r}",
             f"SCALE = np.float32({float(SCALE_B)!r}); F190 = np.float32(190.0); F3 = np.float32(3.0)",

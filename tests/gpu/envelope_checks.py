@@ -140,9 +140,9 @@ def gpu_nan_under_simulator() -> None:
     """Make the simulator's float operations give a GPU's NaN (0x7FFFFFFF, canonical) where
     numpy's give x86's (0xFFC00000), so that the simulator check meets the NaN the GPU check
     meets. Called before the kernel is built (its module binds the helpers when imported)."""
-    from hmmgpu.gpu import bias
+    from hmmgpu.gpu import rounding
 
-    plain = bias.float_helpers
+    plain = rounding.float_helpers
     gpu_nan = np.uint32(0x7FFFFFFF).view(np.float32)
 
     def canonical(op):
@@ -158,7 +158,7 @@ def gpu_nan_under_simulator() -> None:
                 setattr(helpers, name, canonical(getattr(helpers, name)))
         return helpers
 
-    bias.float_helpers = float_helpers
+    rounding.float_helpers = float_helpers
 
 
 def simulator_envelope_checks():

@@ -527,11 +527,11 @@ def simulator_cascade_host_checks():
     import dataclasses
     from types import SimpleNamespace
 
-    from hmmgpu.gpu import bias
+    from hmmgpu.gpu import rounding
     from hmmgpu.gpu.vit import launch
 
-    real = bias.float_helpers("python")
-    bias.float_helpers = lambda binding, ftz=False: SimpleNamespace(**{**vars(real), "certain": lambda r: False})
+    real = rounding.float_helpers("python")
+    rounding.float_helpers = lambda binding, ftz=False: SimpleNamespace(**{**vars(real), "certain": lambda r: False})
     tables = launch.tables
     launch.tables = lambda *a: dataclasses.replace(tables(*a), overflow_at=np.full(29, -32768, np.int32))
     hmm, prof, db = vit_case(24, 11, 3, 12, long_cases=True)

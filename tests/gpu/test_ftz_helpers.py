@@ -1,4 +1,4 @@
-"""The kernels' float operations in hmmsearch's mode (``hmmgpu.gpu.bias.float_helpers(binding,
+"""The kernels' float operations in hmmsearch's mode (``hmmgpu.gpu.rounding.float_helpers(binding,
 ftz=True)``) against the x86 unit itself under hmmsearch's MXCSR (flush-to-zero on,
 denormals-are-zero off: ``hmmgpu.host.flush_to_zero`` around numpy's float32 operations): the
 products, quotients, sums and differences whose results fall about FLT_MIN, the exact products
@@ -8,7 +8,7 @@ equal numpy without the mode. On the GPU (``pytest -m gpu``) the compiled helper
 import numpy as np
 import pytest
 
-from hmmgpu.gpu.bias import float_helpers
+from hmmgpu.gpu.rounding import float_helpers
 from hmmgpu.host import flush_to_zero
 from hmmgpu.stages.forward import FLT_MIN
 

@@ -58,7 +58,7 @@ def test_a_fresh_sm90_machine_compiles_no_kernel_for_a_search(empty_cache, lanes
 def test_a_kernels_key_holds_the_hmmgpu_modules_its_module_imports():
     names = lambda spec: [p.name for p in build.imported_modules(spec.source("dpx"))]  # noqa: E731
     assert names(SwSpec(16, 6)) == ["lanes.py", "warp.py"]
-    assert names(BiasSpec()) == ["lanes.py", "warp.py", "bias.py"]  # its float helpers are compiled in
+    assert names(BiasSpec()) == ["lanes.py", "warp.py", "rounding.py"]  # its float helpers are compiled in
     text = "from hmmgpu.gpu.runtime import lanes, warp as w\nfrom hmmgpu.gpu import bias as _b\nimport hmmgpu.constants\n"
     assert [str(p.relative_to(build.SHIPPED_DIR.parents[2])) for p in build.imported_modules(text)] == [
         "hmmgpu/gpu/runtime/lanes.py", "hmmgpu/gpu/runtime/warp.py", "hmmgpu/gpu/bias.py", "hmmgpu/constants.py"]

@@ -542,7 +542,7 @@ def region_lanes(binding: str) -> int:
 
 def module_lines(binding: str, ftz: bool = False) -> tuple:
     """Imports, constants and the device functions of the kernel's module (``ftz``: its float
-    operations hmmsearch's, flush-to-zero: :func:`hmmgpu.gpu.bias.float_helpers`)."""
+    operations hmmsearch's, flush-to-zero: :func:`hmmgpu.gpu.rounding.float_helpers`)."""
     simulator = binding == "python"
     small = "" if simulator else "@cuda.jit(device=True, forceinline=True)\n"
     device = "" if simulator else "@cuda.jit(device=True)\n"
@@ -719,8 +719,8 @@ def module_lines(binding: str, ftz: bool = False) -> tuple:
         return ST_J if choice == 0 else ST_E
     return ST_N if choice == 0 else ST_J
 '''
-    return ("from numba import float32", "from hmmgpu.gpu import bias as _bias",
-            f"_F = _bias.float_helpers({binding!r}, ftz={bool(ftz)!r})",
+    return ("from numba import float32", "from hmmgpu.gpu import rounding as _rounding",
+            f"_F = _rounding.float_helpers({binding!r}, ftz={bool(ftz)!r})",
             "fmul = _F.fmul; fadd = _F.fadd; fsub = _F.fsub; fdiv = _F.fdiv; to_float = _F.to_float",
             f"OK = {OK}; EXHAUSTED = {EXHAUSTED}; FATAL = {FATAL}; FULL = {FULL}; OUTSIDE = {OUTSIDE}",
             f"ST_M = {ST_M}; ST_D = {ST_D}; ST_I = {ST_I}; ST_N = {ST_N}; ST_B = {ST_B}; ST_E = {ST_E}; "

@@ -413,7 +413,7 @@ def kernel_body() -> str:
 
 def module_lines(binding: str, ftz: bool = False) -> tuple:
     """Imports, constants and the selection helpers of the kernel's module (``ftz``: its float
-    operations hmmsearch's, flush-to-zero: :func:`hmmgpu.gpu.bias.float_helpers`)."""
+    operations hmmsearch's, flush-to-zero: :func:`hmmgpu.gpu.rounding.float_helpers`)."""
     device = "" if binding == "python" else "@cuda.jit(device=True, forceinline=True)\n"
     if binding == "python":
         rcp = ("def rcp_double(x):\n    \"\"\"f32(1.0 / (double) x), IEEE (1/0 is inf).\"\"\"\n"
@@ -422,8 +422,8 @@ def module_lines(binding: str, ftz: bool = False) -> tuple:
         rcp = ("from numba.cuda import libdevice\n" + device + "def rcp_double(x):\n"
                "    \"\"\"f32(1.0 / (double) x): libdevice's IEEE double division, rounded to float.\"\"\"\n"
                "    return to_float(libdevice.ddiv_rn(np.float64(1.0), np.float64(x)))\n")
-    return ("import math", "from numba import float32", "from hmmgpu.gpu import bias as _bias",
-            f"_F = _bias.float_helpers({binding!r}, ftz={bool(ftz)!r})",
+    return ("import math", "from numba import float32", "from hmmgpu.gpu import rounding as _rounding",
+            f"_F = _rounding.float_helpers({binding!r}, ftz={bool(ftz)!r})",
             "fmul = _F.fmul; fadd = _F.fadd; fdiv = _F.fdiv; to_float = _F.to_float",
             f"SUBNORMAL = {SUBNORMAL}; TINY_ROWS = {TINY_ROWS}; KP = {KP}",
             "F0 = np.float32(0.0); NEG_INF = np.float32(-np.inf)",

@@ -158,6 +158,6 @@ class DecodeSpec:
     def source(self, binding: str) -> str:
         return kernel_module(
             "Domain decoding kernel (HMMER's p7_DomainDecoding).", binding, ARGS, kernel_body(),
-            "import math", "from hmmgpu.gpu import bias as _bias", f"_F = _bias.float_helpers({binding!r})",
+            "import math", "from hmmgpu.gpu import rounding as _rounding", f"_F = _rounding.float_helpers({binding!r})",
             "fmul = _F.fmul; fadd = _F.fadd; fsub = _F.fsub; fdiv = _F.fdiv",
             "F0 = np.float32(0.0); F1 = np.float32(1.0)", f"FMIN = np.float32({float(FLT_MIN)!r})")

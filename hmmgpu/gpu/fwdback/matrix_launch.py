@@ -198,7 +198,7 @@ def produce_matrices(jobs, *, device: GpuDevice | None = None, storage: str | No
     fit); ``block``: threads a block on a GPU; ``scratch_bytes``: the most global scratch for the
     rows; ``stream``: a stream of the device's runtime for the launches and the summaries' copies
     (the default stream if None); ``ftz``: in hmmsearch's float mode (flush-to-zero: the
-    kernels' ``ftz`` variants, :func:`hmmgpu.gpu.bias.float_helpers`). Returns once the
+    kernels' ``ftz`` variants, :func:`hmmgpu.gpu.rounding.float_helpers`). Returns once the
     summaries are on the host."""
     device = device or GpuDevice.open(0)
     jobs = list(jobs)

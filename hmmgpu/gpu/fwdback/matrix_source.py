@@ -172,7 +172,7 @@ class FwdMatrixSpec:
     (``storage="shared"``) or in a global scratch array (``"global"``), as the parsers'."""
 
     storage: str = "shared"
-    ftz: bool = False  #: in hmmsearch's float mode (flush-to-zero: hmmgpu.gpu.bias.float_helpers)
+    ftz: bool = False  #: in hmmsearch's float mode (flush-to-zero: hmmgpu.gpu.rounding.float_helpers)
 
     @property
     def name(self) -> str:
@@ -189,7 +189,7 @@ class BwdMatrixSpec:
     scratch array."""
 
     storage: str = "shared"
-    ftz: bool = False  #: in hmmsearch's float mode (flush-to-zero: hmmgpu.gpu.bias.float_helpers)
+    ftz: bool = False  #: in hmmsearch's float mode (flush-to-zero: hmmgpu.gpu.rounding.float_helpers)
 
     @property
     def name(self) -> str:

@@ -394,9 +394,9 @@ class FwdSpec:
 def module_lines(binding: str, ftz: bool = False) -> tuple:
     """The imports and constants of a parser kernel's module: the explicitly rounded float
     operations (``fmul``, ``fadd``, ``fdiv``; with ``ftz`` hmmsearch's, flush-to-zero:
-    :func:`hmmgpu.gpu.bias.float_helpers`), the flags, and HMMER's thresholds."""
-    return ("import math", "from numba import float32", "from hmmgpu.gpu import bias as _bias",
-            f"_F = _bias.float_helpers({binding!r}, ftz={bool(ftz)!r})", "fmul = _F.fmul; fadd = _F.fadd; fdiv = _F.fdiv",
+    :func:`hmmgpu.gpu.rounding.float_helpers`), the flags, and HMMER's thresholds."""
+    return ("import math", "from numba import float32", "from hmmgpu.gpu import rounding as _rounding",
+            f"_F = _rounding.float_helpers({binding!r}, ftz={bool(ftz)!r})", "fmul = _F.fmul; fadd = _F.fadd; fdiv = _F.fdiv",
             f"RANGE = {RANGE}; SUBNORMAL = {SUBNORMAL}; TINY_ROWS = {TINY_ROWS}",
             "F0 = np.float32(0.0); F1 = np.float32(1.0)",
             f"FMIN = np.float32({float(FLT_MIN)!r}); ABSORB = np.float32({float(ABSORB)!r})",

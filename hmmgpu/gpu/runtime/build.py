@@ -22,7 +22,7 @@ Some kernels also ship with hmmgpu, compiled ahead of time for the GPUs the proj
 then runs them without compiling (numba's pipeline takes 4-13 s a kernel). A shipped file
 has the exported format, gzip-compressed, and its header also holds a digest of the hmmgpu
 modules the kernel module imports (:func:`helpers_digest`: the lane and warp helpers, and
-for the bias kernel the float helpers of :mod:`hmmgpu.gpu.bias`), whose device functions are
+the float helpers of :mod:`hmmgpu.gpu.rounding`), whose device functions are
 compiled into the kernel but whose text the source does not contain: a shipped kernel is
 used only while both digests match the code, and one that does not, or that the driver
 refuses to load, is compiled as before.

@@ -120,7 +120,7 @@ DEFINE_BACKLOG_PASSERS = 6000
 #: Whether the GPU process defines the F3 passers whose decoding holds in hmmsearch's float mode
 #: only (the decoding kernel flushed a tiny value: ``FTZ_ONLY``, :mod:`hmmgpu.gpu.fwdback.decoding_source`),
 #: with domain definition's kernels in that mode too (their ``ftz`` variants:
-#: :func:`hmmgpu.gpu.bias.float_helpers`); False leaves them to pyhmmer's pipeline with the passers
+#: :func:`hmmgpu.gpu.rounding.float_helpers`); False leaves them to pyhmmer's pipeline with the passers
 #: the GPU did not decode. Such passers are the long, high-scoring homologs whose parsers' rows go
 #: subnormal. With the IEEE kernels alone, defining them was a loss (6b7cbbb, one H200, 600 Pfam x
 #: 29 M residues, warm, one session, benchmarks/results/session_ftzdecode_h200_2026-11-28_s6call2.log):
