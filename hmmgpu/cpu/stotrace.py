@@ -82,6 +82,7 @@ from hmmgpu.cpu.fwdback import DP_D, DP_I, DP_M, tiny
 from hmmgpu.cpu.null2 import null2_by_trace
 from hmmgpu.cpu.optacc import Trace
 from hmmgpu.constants import KP
+from hmmgpu.stages.forward import FLT_MIN, XB, XC, XE, XJ, XN, XSCALE
 
 __all__ = ["DEFAULT_SEED", "EXHAUSTED", "FATAL", "OK", "NSAMPLES", "mix3", "fast_rng_state", "uniform_table",
            "compile_sampler", "fsum", "fnorm", "fchoose", "stochastic_trace", "stochastic_traces", "trace_index",
@@ -95,13 +96,9 @@ F64 = np.float64
 ST_M, ST_D, ST_I, ST_S, ST_N, ST_B, ST_E, ST_C, ST_T, ST_J = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 #: ``p7O_`` indices of ``xf``: [E N J C][MOVE LOOP].
 _XF_E, _XF_N, _XF_J, _XF_C, _MOVE, _LOOP = 0, 1, 2, 3, 0, 1
-#: ``p7X_`` columns of a special row.
-_XE, _XN, _XJ, _XB, _XC, _XSCALE = range(6)
 
 #: The pipeline's seed (hmmsearch ``--seed``, pyhmmer ``Pipeline(seed=42)``).
 DEFAULT_SEED = 42
-#: Smallest normal float32: values below it are subnormal, flushed to 0 under FTZ.
-FLT_MIN = F32(2.0 ** -126)
 #: Samples per clustered region (``ddef->nsamples``).
 NSAMPLES = 200
 #: Statuses of the numba steps: done; the table of draws ran out; Easel would abort (no path);
@@ -331,7 +328,7 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
                 return N, cursor, EXHAUSTED, ftz_differs
             roll = uniforms[cursor]
             cursor += 1
-            norm = F32(1.0 / F64(xmx[i, _XE]))
+            norm = F32(1.0 / F64(xmx[i, XE]))
             total = 0.0
             total_ftz = 0.0  # the same sum of the terms flushed as FTZ would (ones <= FLT_MIN: the lowest)
             s1 = -1
@@ -377,7 +374,7 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
                     fa[1] = _shifted(dp_m[i - 1], Q, r)
                     fa[2] = _shifted(dp_i[i - 1], Q, r)
                     fa[3] = _shifted(dp_d[i - 1], Q, r)
-                fa[0] = xmx[i - 1, _XB]
+                fa[0] = xmx[i - 1, XB]
                 for z in range(4):
                     fb[z] = tfv[t + z, r]
                 n = 4
@@ -399,14 +396,14 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
                 fa[0], fb[0] = dp_m[i - 1, q, r], tfv[7 * q + 5, r]
                 fa[1], fb[1] = dp_i[i - 1, q, r], tfv[7 * q + 6, r]
             elif s0 == ST_C:
-                fa[0], fb[0] = xmx[i - 1, _XC], xf[_XF_C, _LOOP]
-                fa[1], fb[1], fc[1] = xmx[i, _XE], xf[_XF_E, _MOVE], xmx[i, _XSCALE]
+                fa[0], fb[0] = xmx[i - 1, XC], xf[_XF_C, _LOOP]
+                fa[1], fb[1], fc[1] = xmx[i, XE], xf[_XF_E, _MOVE], xmx[i, XSCALE]
             elif s0 == ST_J:
-                fa[0], fb[0] = xmx[i - 1, _XJ], xf[_XF_J, _LOOP]
-                fa[1], fb[1], fc[1] = xmx[i, _XE], xf[_XF_E, _LOOP], xmx[i, _XSCALE]
+                fa[0], fb[0] = xmx[i - 1, XJ], xf[_XF_J, _LOOP]
+                fa[1], fb[1], fc[1] = xmx[i, XE], xf[_XF_E, _LOOP], xmx[i, XSCALE]
             else:  # B
-                fa[0], fb[0] = xmx[i, _XN], xf[_XF_N, _MOVE]
-                fa[1], fb[1] = xmx[i, _XJ], xf[_XF_J, _MOVE]
+                fa[0], fb[0] = xmx[i, XN], xf[_XF_N, _MOVE]
+                fa[1], fb[1] = xmx[i, XJ], xf[_XF_J, _MOVE]
             for z in range(n):
                 path[z] = (fa[z] * fb[z]) * fc[z]
             fnorm(path, n)

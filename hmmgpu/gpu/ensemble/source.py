@@ -401,8 +401,7 @@ while True:
                         hmmto = kk
                     sqfrom = i
                     hmmfrom = kk
-            elif s1 == ST_E:
-                run_w = np.int64(-1)
+            elif s1 == ST_E:  # a domain begins (walking back): the last B, or the sample's start, left no node counted
                 Ld = 0
                 sqto = 0
                 kmin = QQ * 4 + 1
