@@ -323,11 +323,7 @@ class _DecodingStep:
 
         jobs = []
         cascade = self._cascade
-        chosen = every = [(member, _passers(member.decided())) for member in self.members]
-        if tuning.DEFINE_MAX_LENGTH > 0:  # the longest targets to pyhmmer's pipeline: batches end sooner
-            lengths = cascade.resident.db.lengths
-            chosen = [(member, passers[lengths[passers] <= tuning.DEFINE_MAX_LENGTH]) for member, passers in every]
-            cascade.count_declined(sum(int(p.size) for _, p in every) - sum(int(p.size) for _, p in chosen))
+        chosen = [(member, _passers(member.decided())) for member in self.members]
         self._taken = sum(int(passers.size) for _, passers in chosen)
         if self._taken and not cascade.take_definitions(self._taken):
             chosen, self._taken = [], 0   # declined: each member's passers go to pyhmmer's pipeline
@@ -597,12 +593,6 @@ class GpuCascade:
                 return True
             self.decoding_counts["declined"] += passers
             return False
-
-    def count_declined(self, passers: int) -> None:
-        """Count ``passers`` F3 passers declined for their length
-        (:data:`~hmmgpu.gpu.runtime.tuning.DEFINE_MAX_LENGTH`), as those declined for want of room."""
-        with self._lock:
-            self.decoding_counts["declined"] += passers
 
     def release_definitions(self, passers: int) -> None:
         """The backlog less ``passers`` taken by :meth:`take_definitions` (their definitions ended)."""

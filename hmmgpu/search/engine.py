@@ -294,8 +294,7 @@ class EngineStats:
         return (f"post-filter on hmmgpu's side: {passed} F3 passers done by hmmgpu's code ({p['own_seconds']:.2f} s "
                 f"CPU), {host} targets sent to pyhmmer's pipeline (exactness flags; on the GPU route, passers the GPU did "
                 f"not decode or defined with a flag raised) ({share:.2f}% of both)"
-                + (f", {declined} of them passers the GPU process declined (its definitions' backlog full, or "
-                   "longer than it takes), "
+                + (f", {declined} of them passers the GPU process declined (its definitions' backlog full), "
                    f"the other {host - declined} ({100.0 * (host - declined) / (passed + host):.2f}%) the fallback "
                    "(what the GPU did not decode or defined with a flag raised)" if declined else "")
                 + (f", {failed} undecided targets failed F3" if failed else "")

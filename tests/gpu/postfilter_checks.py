@@ -149,16 +149,14 @@ def _check_definitions(hmm, db, tables, passers, decoded, defined, seed: int) ->
     return len(defined)
 
 
-def check_engine(backend, db, hmms, declined: bool = False, longer_than: int = 0, **options) -> list:
+def check_engine(backend, db, hmms, declined: bool = False, **options) -> list:
     """The search engine on ``backend`` (in this process, pyhmmer's IEEE mode) with hmmgpu's own
     post-filter: each model's decodings (:func:`check_decodings`, from the cascade results the
     engine got), and its hits equal pyhmmer's search's (byte for byte, in order; its counts and
     counters), the stage having used the GPU's decodings. With ``declined`` (the GPU process
     declines every gate batch: ``tuning.DEFINE_BACKLOG_PASSERS = 0``) the same hits, the GPU
     having decoded and defined none, every F3 passer counted declined and sent to pyhmmer's
-    pipeline. With ``longer_than`` (the GPU process defines no target longer:
-    ``tuning.DEFINE_MAX_LENGTH``) exactly the passers longer than that counted declined, and at
-    least one. Rows: per model, then the engine's."""
+    pipeline. Rows: per model, then the engine's."""
     import pyhmmer
 
     from hmmgpu.options import SearchOptions
@@ -202,12 +200,6 @@ def check_engine(backend, db, hmms, declined: bool = False, longer_than: int = 0
         return rows + [("declined", dict(hits=hits, passers=passers, host=p["host"], declined=counts["declined"]))]
     if not p.get("decoded_on_gpu") or not p.get("defined_on_gpu"):
         raise AssertionError(f"the post-filter used no decoding or no definition of the GPU: {p}")
-    if longer_than:
-        long = sum(int((db.lengths[np.setdiff1d(t.result().survivors, t.result().forward.unsure)] > longer_than).sum())
-                   for t in tickets)
-        if not long or backend.gpu.decoding_counts["declined"] != long or p["host"] < long:
-            raise AssertionError(f"passers longer than {longer_than}: {long}, {backend.gpu.decoding_counts} {p}")
-        rows.append(("longer", dict(limit=longer_than, declined=long)))
     return rows + [("engine", dict(hits=hits, **{k: p[k] for k in ("passed", "host", "failed", "decoded_on_gpu",
                                                                   "defined_on_gpu")})),
                    ("definition seconds", backend.details()["definition_seconds"]),
@@ -327,30 +319,6 @@ def simulator_declined_checks():
     backend = CudaBackend(db)
     try:
         return check_engine(backend, db, hmms, declined=True, cpus=2)
-    finally:
-        backend.close()
-
-
-def simulator_long_declined_checks():
-    """Under the simulator: :func:`simulator_declined_checks`' search with the GPU process
-    defining no target longer than the median of pyhmmer's hits' (``tuning.DEFINE_MAX_LENGTH``):
-    the longer passers counted declined and run by pyhmmer's pipeline, the others decoded and
-    defined there, the hits pyhmmer's."""
-    import pyhmmer
-
-    from hmmgpu.formats.seqdb import SequenceDB
-    from hmmgpu.gpu.backend import CudaBackend
-    from hmmgpu.gpu.runtime import tuning
-
-    hmms = sample_models(["KR"])
-    db = SequenceDB.from_block(sample_targets(hmms, hits=3, misses=2, others=4, max_length=260))
-    names = db.names()
-    hits = pyhmmer.plan7.Pipeline(hmms[0].alphabet).search_hmm(hmms[0], db.block())
-    tuning.DEFINE_MAX_LENGTH = int(np.median([db.lengths[names.index(h.name if isinstance(h.name, bytes)
-                                                                     else h.name.encode())] for h in hits]))
-    backend = CudaBackend(db)
-    try:
-        return check_engine(backend, db, hmms, longer_than=tuning.DEFINE_MAX_LENGTH, cpus=2)
     finally:
         backend.close()
 

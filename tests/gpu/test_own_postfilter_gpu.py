@@ -71,16 +71,6 @@ def test_declined_passers_go_to_pyhmmer_under_simulator(tmp_path):
     assert got["hits"] > 0
 
 
-def test_long_passers_go_to_pyhmmer_under_simulator(tmp_path):
-    """The GPU process defining no target longer than ``tuning.DEFINE_MAX_LENGTH`` (the median
-    of the hits' lengths): exactly the longer passers counted declined and run by pyhmmer's
-    pipeline, the others decoded and defined on the GPU (equal to the CPU references'), the
-    engine's states pyhmmer's."""
-    rows = _simulate("simulator_long_declined_checks", tmp_path)
-    assert rows["longer"]["declined"] >= 1 and rows["engine"]["defined_on_gpu"] >= 1, rows
-    assert rows["engine"]["hits"] > 0
-
-
 def test_decodings_of_several_models_share_a_step_under_simulator(tmp_path):
     """Three sampled models' gates in one batch, their passers decoded in one second launch,
     each model's decodings its own and equal to the references'; a model of the same batch

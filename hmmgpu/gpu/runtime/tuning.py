@@ -117,11 +117,6 @@ DEFINE_THREADS = 4
 #: 81.7 s (3c56735). Before that window (e2e6204) the models the GPU process held kept the
 #: filters waiting: 17.9-19.5 s at 29 M.
 DEFINE_BACKLOG_PASSERS = 6000
-#: The longest target (residues) whose F3 passers the GPU process decodes and defines (0: any):
-#: a longer one goes to pyhmmer's pipeline, declined as for want of room. Every launch of a
-#: batch's definitions lasts as long as its longest item (a region's 200 traces on one thread,
-#: an envelope's matrices row after row), so a batch without the longest targets ends sooner.
-DEFINE_MAX_LENGTH = 0
 #: Whether the GPU process defines the F3 passers whose decoding holds in hmmsearch's float mode
 #: only (the decoding kernel flushed a tiny value: ``FTZ_ONLY``, :mod:`hmmgpu.gpu.fwdback.decoding_source`),
 #: with domain definition's kernels in that mode too (their ``ftz`` variants:
