@@ -49,7 +49,12 @@ BIAS_BLOCKS_PER_SM = 4
 #: targets). Launching the targets between 0.5 and 2 M cells at once, a model's on their own,
 #: instead of leaving them to pyhmmer (698 targets then 7 undecided) took 20.5 s of kernel time
 #: instead of 1.9 s and 27 s of wall instead of 9 s on one H100 (0bf5f49): four threads run such
-#: a target latency-bound, a row after another.
+#: a target latency-bound, a row after another. Later, on one H200 (the default route, warm,
+#: outputs equal): batches of 4k targets against 16k, in five pairs of runs over two sessions
+#: (session_gatebatch_h200_2026-11-28_s8call6.log, session_e2e_h200_2026-11-28_s8call7.log),
+#: 6.54, 6.77, 5.97, 6.22, 6.17 s against 6.91, 6.97, 6.24, 6.28, 6.45 s (one run of 8k: 7.23 s):
+#: the worker threads get their first passers sooner (84-87% busy against 79-83%), for 10-20%
+#: more GPU time. Not measured at 116 M residues.
 FWD_BLOCK = 128
 FWD_SCRATCH_BYTES = 256 << 20
 FWD_MAX_CELLS = 512 << 10
@@ -61,7 +66,7 @@ FWD_MAX_CELLS = 512 << 10
 #: at most 1%) and took 15.7 s against 16.0 s, outputs equal to the default route's.
 FWD_MAX_CELLS_OWN_POSTFILTER = 2 << 20
 FWD_STREAMS = 8
-FWD_GATE_TARGETS = 16384
+FWD_GATE_TARGETS = 4096
 #: Domain definition's stages (:mod:`hmmgpu.gpu.domaindef`): the full matrices a launch holds at
 #: most (an envelope's Forward and Backward, a region's Forward; item sizes are capped by
 #: FWD_MAX_CELLS_OWN_POSTFILTER, since only the passers the parsers' kernels decoded come here), largest items
