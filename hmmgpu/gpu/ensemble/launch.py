@@ -62,8 +62,7 @@ class RegionRequest:
 class SampledRegion:
     """A region's kernel result: ``status`` (:data:`hmmgpu.cpu.stotrace.OK`, or why the region
     is left to the CPU reference: EXHAUSTED, FATAL, FULL, :data:`.source.OUTSIDE`,
-    :data:`.source.LARGE`) and, when
-    OK, its ``ensemble``."""
+    :data:`.source.LARGE`) and, when OK, its ``ensemble``."""
 
     status: int
     ensemble: TraceEnsemble | None
@@ -200,7 +199,9 @@ def sample_regions(requests, *, device: GpuDevice | None = None, batch=None, job
     one (a :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), request k's matrix is its
     multihit Forward job ``jobs[k]``, read where it is, in the batch's device memory at the
     batch's offsets (the requests' ``matrix`` unused, None; ``device``, if given, the batch's),
-    sampled in the batch's float mode (``batch.ftz``); ``stream`` the launch's."""
+    sampled in the batch's float mode (``batch.ftz``); ``stream`` the launch's. A region whose
+    matrix is beyond the kernel's 32-bit offsets (:data:`.source.MAX_REGION_CELLS`) is not
+    launched: its status is :data:`.source.LARGE`."""
     if batch is not None and device is not None and device != batch.device:
         raise ValueError("the regions' matrices are on the batch's device, not on the one given")
     requests = list(requests)
