@@ -770,7 +770,8 @@ class GpuCascade:
     def _queue_gate(self, profile, options, partial: CascadeResult, filtersc) -> GateTicket:
         """Queue the Forward gate of one model's Viterbi-filter survivors (``partial.past_vit``,
         sorted) with their ``filtersc``; the queue is launched as one batch once it holds
-        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS` targets, or when a result needs it."""
+        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS` targets (``FWD_GATE_TARGETS_OWN_POSTFILTER``
+        for a model of hmmgpu's own post-filter), or when a result needs it."""
         from hmmgpu.gpu.fwdback.launch import ForwardJob
 
         if not self.forward_gate or not partial.past_vit.size or profile.hmm is None:
@@ -784,7 +785,7 @@ class GpuCascade:
         with self._forward_lock:
             self._queued.append((gated, job))
             self._queued_targets += int(partial.past_vit.size)
-            if self._queued_targets >= tuning.FWD_GATE_TARGETS:
+            if self._queued_targets >= (tuning.FWD_GATE_TARGETS_OWN_POSTFILTER if decode else tuning.FWD_GATE_TARGETS):
                 self._launch_queued()
         return gated
 

@@ -67,6 +67,9 @@ FWD_MAX_CELLS = 512 << 10
 FWD_MAX_CELLS_OWN_POSTFILTER = 2 << 20
 FWD_STREAMS = 8
 FWD_GATE_TARGETS = 4096
+#: The same with hmmgpu's own post-filter (``--postfilter hmmgpu``), whose gate batches are also
+#: its definitions' batches: full-sized batches were measured for it (9c55c5f), smaller ones not.
+FWD_GATE_TARGETS_OWN_POSTFILTER = 16384
 #: Domain definition's stages (:mod:`hmmgpu.gpu.domaindef`): the full matrices a launch holds at
 #: most (an envelope's Forward and Backward, a region's Forward; item sizes are capped by
 #: FWD_MAX_CELLS_OWN_POSTFILTER, since only the passers the parsers' kernels decoded come here), largest items
