@@ -215,3 +215,31 @@ def run_simulated(script, *checks, cache_dir, extra_paths=()) -> str:
 def simulated_rows(stdout: str) -> dict:
     """The ``name {report}`` lines of a check script's output, as {name: report dict}."""
     return {line.split(" {")[0]: eval(line[line.index("{"):]) for line in stdout.splitlines() if " {" in line}
+
+
+def kill_on_start(monkeypatch, process_class) -> None:
+    """Make every worker process of ``process_class`` (a ``_Process`` whose ``process`` is the
+    child) die as soon as it has started, as the kernel's out-of-memory killer would kill it."""
+    started = process_class.__init__
+
+    def killed(self, *args):
+        started(self, *args)
+        self.process.kill()
+        self.process.wait()
+
+    monkeypatch.setattr(process_class, "__init__", killed)
+
+
+def failed_search(tmp_path, capsys, *args) -> tuple:
+    """``hmmgpu search --tblout TABLE -o /dev/null *args`` over a table already there, expected
+    to fail: (exit status, standard error's lines), the error having left no traceback and the
+    table as it was."""
+    from hmmgpu.cli import main
+
+    table = tmp_path / "kept.tbl"
+    table.write_text("an older table\n")
+    code = main(["search", "--tblout", str(table), "-o", "/dev/null", *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "Traceback" not in "\n".join(err)
+    assert table.read_text() == "an older table\n"
+    return code, err

@@ -23,7 +23,7 @@ from hmmgpu.search import routing
 from hmmgpu.search.engine import Query
 from hmmgpu.stages.postfilter import Task
 from tests.distributed.test_cluster import MODELS, OUTPUTS, _search, _steady, tables_equal_hmmsearch
-from tests.helpers import PROTEOME
+from tests.helpers import PROTEOME, failed_search, kill_on_start
 
 
 @pytest.fixture
@@ -179,22 +179,7 @@ def test_a_database_changed_under_the_search_is_a_one_line_error(tmp_path):
 def test_a_search_whose_process_dies_exits_with_one_line(tmp_path, capsys, monkeypatch, processes_for_two_cpus):
     """Both processes killed once they started: the command's last line is the error, its status
     1, no traceback, and an existing output file is left as it was."""
-    started = pyhmmer_processes._Process.__init__
-
-    def killed(self, setup):
-        started(self, setup)
-        self.process.kill()
-        self.process.wait()
-
-    monkeypatch.setattr(pyhmmer_processes._Process, "__init__", killed)
-    table = tmp_path / "kept.tbl"
-    table.write_text("an older table\n")
-    from hmmgpu.cli import main
-
-    code = main(["search", "--backend", "numba", "--cpu", "2", "--tblout", str(table), "-o", "/dev/null",
-                 str(MODELS), str(PROTEOME)])
-    err = capsys.readouterr().err.strip().splitlines()
+    kill_on_start(monkeypatch, pyhmmer_processes._Process)
+    code, err = failed_search(tmp_path, capsys, "--backend", "numba", "--cpu", "2", str(MODELS), str(PROTEOME))
     assert code == ERROR_STATUS and err[-1].startswith("hmmgpu: error: a post-filter worker process stopped")
-    assert "Traceback" not in "\n".join(err)
-    assert table.read_text() == "an older table\n"
     assert processes_for_two_cpus and processes_for_two_cpus[-1].processes == 2

@@ -11,7 +11,7 @@ from hmmgpu.cli import ERROR_STATUS, main
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.options import ReportOptions, SearchOptions
 from hmmgpu.report.outputs import QueryFormatter
-from tests.helpers import PROTEOME, SAMPLES
+from tests.helpers import PROTEOME, SAMPLES, failed_search, kill_on_start
 
 OUTPUTS = ("-o", "--tblout", "--domtblout", "--pfamtblout", "-A")
 #: lines that differ between two runs of one search: each query's timings, the tables' date, and
@@ -144,20 +144,8 @@ def test_a_worker_that_cannot_read_the_database_reports_it_in_one_line(tmp_path)
 def test_a_worker_process_that_dies_is_a_one_line_error(tmp_path, capsys, processes_for_two_cpus, monkeypatch):
     """A worker killed (as by the kernel's out-of-memory killer) stops the search with one
     line and a non-zero status, leaving an existing output file as it was."""
-    started = fanout._Process.__init__
-
-    def killed(self, setup):
-        started(self, setup)
-        self.process.kill()
-        self.process.wait()
-
-    monkeypatch.setattr(fanout._Process, "__init__", killed)
-    table = tmp_path / "kept.tbl"
-    table.write_text("an older table\n")
-    code = main(["search", "--backend", "hmmer", "--cpu", "2", "--tblout", str(table), "-o", "/dev/null",
-                 str(_models_file(tmp_path)), str(PROTEOME)])
-    err = capsys.readouterr().err.strip().splitlines()
+    kill_on_start(monkeypatch, fanout._Process)
+    code, err = failed_search(tmp_path, capsys, "--backend", "hmmer", "--cpu", "2", str(_models_file(tmp_path)),
+                              str(PROTEOME))
     assert code == ERROR_STATUS and err[-1] == ("hmmgpu: error: a worker process stopped unexpectedly (out of memory?); "
-                                     "try fewer threads with --cpu")
-    assert "Traceback" not in "\n".join(err)
-    assert table.read_text() == "an older table\n"
+                                                "try fewer threads with --cpu")

@@ -22,8 +22,8 @@ from hmmgpu.cli import main
 from hmmgpu.errors import HmmgpuError
 from hmmgpu.formats.inputs import META_FILE
 from hmmgpu.formats.seqdb import SequenceDB
-from tests.helpers import (AMINO, COUNTER_KEYS, PROTEOME, SAMPLES, assert_same_pipeline, forward_pvalues, hits_table,
-                           narrow_f3, sample_hmm)
+from tests.helpers import (AMINO, COUNTER_KEYS, PROTEOME, SAMPLES, assert_same_pipeline, failed_search,
+                           forward_pvalues, hits_table, narrow_f3, sample_hmm)
 
 HMMSEARCH = shutil.which("hmmsearch")
 
@@ -999,15 +999,10 @@ def test_a_bad_record_late_in_a_file_searched_piece_by_piece_is_a_one_line_error
     for name, (content, said) in cases.items():
         path = tmp_path / name
         path.write_text(content)
-        table = tmp_path / "kept.tbl"
-        table.write_text("an older table\n")
-        code = main(["search", "--backend", "hmmer", "--cpu", "3", "--tblout", str(table), "-o", "/dev/null",
-                     str(SAMPLES / "Thioesterase.hmm"), str(path)])
-        err = capsys.readouterr().err.strip().splitlines()
+        code, err = failed_search(tmp_path, capsys, "--backend", "hmmer", "--cpu", "3",
+                                  str(SAMPLES / "Thioesterase.hmm"), str(path))
         assert code != 0
         assert err[-1].startswith("hmmgpu: error:") and said in err[-1], err
-        assert "Traceback" not in "\n".join(err)
-        assert table.read_text() == "an older table\n"
 
 
 def test_a_piece_that_cannot_be_written_is_a_one_line_error(tmp_path, monkeypatch, capsys):
