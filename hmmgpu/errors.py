@@ -44,4 +44,11 @@ class WorkerError(HmmgpuError, RuntimeError):
     """A worker process (the GPU process, or a process of a fanned-out search) failed or stopped."""
 
 
-__all__ = ["ERROR_STATUS", "HmmgpuError", "InputError", "DatabaseError", "DeviceUnavailable", "WorkerError"]
+def one_line(error: BaseException) -> str:
+    """An exception's message on one line (its white space runs made single spaces), or its
+    type's name where it has none: what an error message quotes of a cause."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+__all__ = ["ERROR_STATUS", "HmmgpuError", "InputError", "DatabaseError", "DeviceUnavailable", "WorkerError",
+           "one_line"]

@@ -61,7 +61,7 @@ from types import SimpleNamespace
 
 from hmmgpu.child import inbox
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
-from hmmgpu.errors import HmmgpuError, WorkerError
+from hmmgpu.errors import HmmgpuError, WorkerError, one_line
 
 #: Threads of each worker process (its share of ``--cpu``). Measured on a 4 x H200 host of 64
 #: cores (600 Pfam models x 116 M residues, --devices all, outputs equal in every run,
@@ -102,10 +102,6 @@ class _Setup:
     read: tuple  #: (sequences, residues) this process read: a worker that reads otherwise stops the search
 
 
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split()) or type(error).__name__
-
-
 def _serve(conn) -> None:
     """A worker process: its set-up, then tasks until None or EOF, each answered with
     (number, ("done", TaskResult) or ("error", message)) as soon as it is done, by
@@ -143,7 +139,7 @@ def _serve(conn) -> None:
                 except HmmgpuError as error:
                     answer = ("error", str(error))
                 except Exception as error:  # noqa: BLE001 - a fault of hmmgpu's: one line in the parent
-                    answer = ("error", f"a post-filter process failed: {type(error).__name__}: {_one_line(error)}")
+                    answer = ("error", f"a post-filter process failed: {type(error).__name__}: {one_line(error)}")
             try:
                 with sending:
                     conn.send((number, answer))

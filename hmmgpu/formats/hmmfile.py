@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator
 
-from hmmgpu.errors import HmmgpuError, InputError
+from hmmgpu.errors import HmmgpuError, InputError, one_line
 from hmmgpu.formats.inputs import byte_chunks, check_readable, label_of, read_bytes
 
 #: How far a probability distribution may sum from 1.
@@ -408,14 +408,10 @@ def parse_record(record: bytes, label: str, number: int) -> Model:
     except EOFError:
         problem = "empty model record"
     except (ValueError, RuntimeError) as exc:
-        problem = f"not a valid HMMER profile ({_one_line(exc)})"
+        problem = f"not a valid HMMER profile ({one_line(exc)})"
     if problem:
         raise InputError(f"{label}: model {number}{_record_name(record)}: {problem}")
     return Model(hmm=models[0], index=number - 1, mmu=check_model(models[0], f"{label}: model {number}"))
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def hmm_strings(hmm) -> tuple[bytes, bytes | None, bytes | None]:

@@ -19,7 +19,7 @@ import sys
 import zlib
 from typing import BinaryIO, Iterator
 
-from hmmgpu.errors import InputError
+from hmmgpu.errors import InputError, one_line
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20
@@ -53,16 +53,12 @@ def check_readable(path: str, what: str) -> None:
         raise InputError(f"{path}: permission denied")
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
 def _raw_chunks(stream: BinaryIO, label: str) -> Iterator[bytes]:
     while True:
         try:
             chunk = stream.read(CHUNK)
         except OSError as exc:
-            raise InputError(f"{label}: cannot read: {exc.strerror or _one_line(exc)}") from None
+            raise InputError(f"{label}: cannot read: {exc.strerror or one_line(exc)}") from None
         if not chunk:
             return
         yield chunk
@@ -95,7 +91,7 @@ def gunzip_chunks(chunks: Iterator[bytes], label: str) -> Iterator[bytes]:
                     yield out
                 data = member.unused_data if member.eof else b""
     except zlib.error as exc:
-        raise InputError(f"{label}: corrupt gzip file ({_one_line(exc)})") from None
+        raise InputError(f"{label}: corrupt gzip file ({one_line(exc)})") from None
     if not member.eof:
         raise InputError(f"{label}: truncated gzip file (compressed data ends early)")
     if between.strip(b"\0"):
@@ -111,7 +107,7 @@ def _open(source, what: str) -> tuple[BinaryIO, bool]:
     try:
         return open(path, "rb"), True
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or _one_line(exc)}") from None
+        raise InputError(f"{path}: cannot read: {exc.strerror or one_line(exc)}") from None
 
 
 def byte_chunks(source, what: str = "a file") -> Iterator[bytes]:
@@ -150,7 +146,7 @@ def read_bytes(source, what: str = "a file"):
                 if stat.S_ISREG(info.st_mode) and info.st_size > 0 and fh.read(2) != GZIP_MAGIC:
                     return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as exc:
-            raise InputError(f"{path}: cannot read: {exc.strerror or _one_line(exc)}") from None
+            raise InputError(f"{path}: cannot read: {exc.strerror or one_line(exc)}") from None
     return b"".join(byte_chunks(source, what))
 
 
