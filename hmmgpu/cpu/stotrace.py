@@ -61,7 +61,8 @@ hmmsearch runs with SSE flush-to-zero, pyhmmer (and this code) with IEEE subnorm
 traces are pyhmmer's whatever happens; to say when they are hmmsearch's too, every choice is
 also made as FTZ would make it (:func:`_ftz_choice`: the matrix values, products, Kahan sum
 and quotients with subnormal results flushed to 0, FLT_MIN counted both ways; only where the
-choice meets a tiny value, :func:`_meets_tiny`, since elsewhere nothing is flushed), and the E
+choice meets a tiny value, as the choice's own arithmetic and :func:`fnorm` find, since
+elsewhere nothing is flushed), and the E
 step's double sum is also kept with its flushed terms (those sums are never larger, so FTZ
 takes the same cell exactly when its sum has passed the draw there too). A trace where some
 choice could differ sets ``ftz_differs``; on real data the FTZ choices differ nowhere (libhmmer's
@@ -142,26 +143,40 @@ def uniform_table(seed: int = DEFAULT_SEED, n: int = _DEFAULT_TABLE) -> np.ndarr
 @njit(cache=True, nogil=True, error_model="numpy")
 def fsum(v, n):
     """Easel's ``esl_vec_FSum``: the Kahan-compensated float32 sum of ``v[0..n-1]``."""
+    return _kahan(v, n)[0]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _kahan(v, n):
+    """:func:`fsum`, and whether one of its terms, sums, differences or corrections is tiny
+    (:func:`_tiny`)."""
     s = F32(0.0)
     c = F32(0.0)
+    met = False
     for z in range(n):
         y = v[z] - c
         t = s + y
-        c = (t - s) - y
+        d = t - s
+        c = d - y
+        met = met or _tiny(y) or _tiny(t) or _tiny(d) or _tiny(c)
         s = t
-    return s
+    return s, met
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def fnorm(v, n):
-    """Easel's ``esl_vec_FNorm``, in place: divide by :func:`fsum`, or set ``1/n`` if it is 0."""
-    s = fsum(v, n)
+    """Easel's ``esl_vec_FNorm``, in place: divide by :func:`fsum`, or set ``1/n`` if it is 0.
+    Returns whether its arithmetic met a tiny value (:func:`_tiny`): one of the sum's Kahan
+    values, or a normalised value."""
+    s, met = _kahan(v, n)
     if s != F32(0.0):
         for z in range(n):
             v[z] = v[z] / s
+            met = met or _tiny(v[z])
     else:
         for z in range(n):
             v[z] = F32(1.0 / F64(F32(n)))
+    return met
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -242,33 +257,6 @@ def _tiny(v):
     """A nonzero float32 that flush-to-zero may flush (FLT_MIN counted too): :func:`~hmmgpu.cpu.fwdback.tiny`
     of its magnitude (the Kahan terms here may be negative)."""
     return tiny(abs(v))
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _meets_tiny(fa, fb, fc, n, normalised):
-    """Whether this choice's float arithmetic meets a tiny value (:func:`_tiny`): a matrix value,
-    a product, a Kahan term, sum, difference or correction, or one of the ``normalised`` paths
-    (:func:`fnorm`'s). Where none is, every value :func:`_ftz_choice` flushes is itself, so it
-    chooses as this choice did and need not run (the GPU kernel's rule: ``step_choice``)."""
-    s = F32(0.0)
-    c = F32(0.0)
-    for z in range(n):
-        m = fa[z] * fb[z]
-        p = m * fc[z]
-        if _tiny(fa[z]) or _tiny(m) or _tiny(p):
-            return True
-        y = p - c
-        t = s + y
-        d = t - s
-        c = d - y
-        if _tiny(y) or _tiny(t) or _tiny(d) or _tiny(c):
-            return True
-        s = t
-    if s != F32(0.0):
-        for z in range(n):
-            if _tiny(normalised[z]):
-                return True
-    return False
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -404,13 +392,19 @@ def stochastic_trace(uniforms, cursor, dp_m, dp_d, dp_i, xmx, tfv, xf, Lr, st, t
             else:  # B
                 fa[0], fb[0] = xmx[i, XN], xf[_XF_N, _MOVE]
                 fa[1], fb[1] = xmx[i, XJ], xf[_XF_J, _MOVE]
+            # whether the choice meets a tiny value (a matrix value, a product, or fnorm's): where
+            # none is, every value _ftz_choice flushes is itself, so it chooses as this choice
+            # does and need not run (the GPU kernel's rule: step_choice)
+            meets_tiny = False
             for z in range(n):
-                path[z] = (fa[z] * fb[z]) * fc[z]
-            fnorm(path, n)
+                m = fa[z] * fb[z]
+                path[z] = m * fc[z]
+                meets_tiny = meets_tiny or _tiny(fa[z]) or _tiny(m) or _tiny(path[z])
+            normalised_meets_tiny = fnorm(path, n)
             choice, status = fchoose(uniforms, cursor, path, n)
             if status != OK:
                 return N, cursor, status, ftz_differs
-            if not ftz_differs and _meets_tiny(fa, fb, fc, n, path):
+            if not ftz_differs and (meets_tiny or normalised_meets_tiny):
                 ftz_differs = (_ftz_choice(fa, fb, fc, n, uniforms[cursor], False) != choice
                                or _ftz_choice(fa, fb, fc, n, uniforms[cursor], True) != choice)
             cursor += 1

@@ -270,10 +270,10 @@ def test_ftz_choice_follows_flushed_arithmetic():
 
 def test_flush_to_zero_rechoices_only_where_a_tiny_value_is_met(monkeypatch):
     """The sampler makes a choice again with flushed arithmetic only where the choice meets a
-    tiny value (``stotrace._meets_tiny``): on regions whose matrices are scaled near the
-    subnormal range (some choices differ under flush-to-zero there) and on the same regions
-    unscaled, the ensembles and their ``ftz_differs`` equal the sampler's that makes every
-    choice again (the pure-Python sampler with the test answering yes)."""
+    tiny value (its matrix values and products, and ``fnorm``'s): on regions whose matrices are
+    scaled near the subnormal range (some choices differ under flush-to-zero there) and on the
+    same regions unscaled, the ensembles and their ``ftz_differs`` equal the sampler's that
+    makes every choice again (the pure-Python sampler with ``stotrace._tiny`` answering yes)."""
     from hmmgpu.cpu import stotrace
     from hmmgpu.cpu.stotrace import NSAMPLES
     from tests.gpu.ensemble_checks import region_requests, tandem_targets, with_tiny_cells
@@ -286,7 +286,7 @@ def test_flush_to_zero_rechoices_only_where_a_tiny_value_is_met(monkeypatch):
     ours = [stotrace.trace_ensemble(r.matrix, r.tables, r.xf, r.codes, r.i, r.j, nsamples=NSAMPLES) for r in regions]
     sampler = stotrace.stochastic_trace.py_func
     asked = []
-    monkeypatch.setattr(stotrace, "_meets_tiny", lambda *args: asked.append(1) or True)
+    monkeypatch.setattr(stotrace, "_tiny", lambda v: asked.append(1) or True)
     monkeypatch.setattr(stotrace, "stochastic_trace", sampler)
     monkeypatch.setattr(stotrace, "_ensemble", stotrace._ensemble.py_func)
     every = [stotrace.trace_ensemble(r.matrix, r.tables, r.xf, r.codes, r.i, r.j, nsamples=NSAMPLES) for r in regions]
