@@ -1,16 +1,23 @@
-"""kernels: GCUPS of the GPU filter kernels (SSV/MSV and Viterbi) against HMMER's SSE filters.
+"""kernels: GCUPS of the GPU filter kernels (SSV/MSV and Viterbi) and of the Forward parser
+against HMMER's SSE code.
 
 For every model of ``model_sets`` (the 29 Pfam and 24 CUDAMPF models of the shared data;
 M = 23..2405) the kernels run on one GPU, timed by CUDA events, second of two runs:
 
 * SSV/MSV (the fused stage, ``MsvStage``) over all of the real proteins (29 M residues);
 * the Viterbi filter over all targets of a random sample of them (``sample_residues``) and
-  over the MSV survivors of the whole set (the targets the cascade gives it).
+  over the MSV survivors of the whole set (the targets the cascade gives it);
+* the Forward parser (the F3 gate's kernel, :class:`hmmgpu.gpu.fwdback.launch.ForwardStage`,
+  one model's targets in one batch) over the same two sets. Its GCUPS count the cells of the
+  targets the kernel ran: those over its cost cap (``FWD_MAX_CELLS``, residues x model length)
+  are left to libhmmer in a search and are not timed here (``on_gpu`` says how many ran).
 
-The CPU baseline is HMMER's own ``p7_MSVFilter`` and ``p7_ViterbiFilter`` (libhmmer from the
-pyhmmer wheel, through ctypes) in ``--threads`` processes on ``cpu_targets`` targets of the
-sample, timing only the filter calls; the Viterbi scores are compared with the kernel's,
-target by target. GCUPS = model length x residues / seconds. Writes
+The CPU baseline is HMMER's own ``p7_MSVFilter``, ``p7_ViterbiFilter`` and ``p7_ForwardParser``
+(libhmmer from the pyhmmer wheel, through ctypes; the Forward parser with the model configured
+to each target's length, as ``p7_Pipeline`` runs it) in ``--threads`` processes on
+``cpu_targets`` targets of the sample, timing only those calls; the Viterbi and Forward scores
+are compared with the kernels', target by target (the Forward scores' float bits, on the
+targets the kernel ran). GCUPS = model length x residues / seconds. Writes
 ``kernels_<device>_<date>.json`` and ``.png``.
 
 ``--ptx`` needs no GPU: numba compiles every SSV/MSV, Viterbi and bias kernel shape to PTX for
@@ -63,6 +70,7 @@ def _cpu_worker(text, seqs):
     with HmmerModel(hmm) as ref:
         ref.viterbi_filter(seqs[0])  # the first call allocates the DP matrix
         ref.msv(seqs[0])
+        ref.forward_parser(seqs[0])
         start = time.perf_counter()
         for c in seqs:
             ref.msv(c)
@@ -70,12 +78,16 @@ def _cpu_worker(text, seqs):
         start = time.perf_counter()
         rows = [ref.viterbi_filter(c) for c in seqs]
         vit_seconds = time.perf_counter() - start
-    return rows, msv_seconds, vit_seconds
+        start = time.perf_counter()
+        forward = [ref.forward_parser(c)[:2] for c in seqs]
+        fwd_seconds = time.perf_counter() - start
+    return rows, msv_seconds, vit_seconds, forward, fwd_seconds
 
 
 def _cpu_filters(pool, hmm, db, indices, processes):
-    """HMMER's filters per target in ``processes`` processes: (Viterbi status, Viterbi scores,
-    MSV seconds, Viterbi seconds), the seconds being the slowest process's."""
+    """HMMER's filters and Forward parser per target in ``processes`` processes: (Viterbi
+    status, Viterbi scores, MSV seconds, Viterbi seconds, Forward status, Forward scores, Forward
+    seconds), the seconds being the slowest process's."""
     import numpy as np
 
     buf = io.BytesIO()
@@ -83,9 +95,12 @@ def _cpu_filters(pool, hmm, db, indices, processes):
     parts = [p for p in np.array_split(np.asarray(indices), processes) if p.size]
     jobs = [pool.submit(_cpu_worker, buf.getvalue(), [db.codes(int(t)) for t in part]) for part in parts]
     results = [j.result() for j in jobs]
-    rows = [r for chunk, _, _ in results for r in chunk]
+    rows = [r for chunk, *_ in results for r in chunk]
+    forward = [f for r in results for f in r[3]]
     return (np.array([r[0] for r in rows]), np.array([r[1] for r in rows], np.float32),
-            max(r[1] for r in results), max(r[2] for r in results))
+            max(r[1] for r in results), max(r[2] for r in results),
+            np.array([f[0] for f in forward]), np.array([f[1] for f in forward], np.float32),
+            max(r[4] for r in results))
 
 
 def _kernel_profile(stage, spec) -> dict:
@@ -112,16 +127,30 @@ def _gcups(M, residues, ms):
     return M * residues / (ms / 1e3) / 1e9 if ms else None
 
 
+def _forward_row(stage, tables, indices) -> dict:
+    """The Forward parser kernel on one model's ``indices`` in one batch (no libhmmer fallback):
+    its kernel time (CUDA events) and GCUPS over the cells of the targets it ran."""
+    if not indices.size:
+        return dict(targets=0, on_gpu=0, cells=0, kernel_ms=0.0, gcups=None)
+    got = stage.run(None, indices, tables=tables, fallback=False)
+    ms, cells = stage.last["kernel_ms"], int(stage.last["cells"])
+    return dict(targets=int(indices.size), on_gpu=int(got.on_gpu.sum()) if got.on_gpu is not None else 0,
+                cells=cells, kernel_ms=ms, gcups=cells / ms / 1e6 if ms else None, reason=got.reason)
+
+
 def run_gpu(args) -> int:
     import numpy as np
 
+    from hmmgpu.cpu.hmmerlib import HmmerModel
     from hmmgpu.formats.seqdb import SequenceDB
+    from hmmgpu.gpu.fwdback.launch import STATUS_OK, ForwardStage
     from hmmgpu.gpu.msv.launch import MsvStage
     from hmmgpu.gpu.resident import ResidentDatabase
     from hmmgpu.gpu.runtime import build
     from hmmgpu.gpu.runtime.device import GpuDevice
     from hmmgpu.gpu.vit.launch import VitKernels, VitStage
     from hmmgpu.stages import stats
+    from hmmgpu.stages.forward import ForwardTables
     from hmmgpu.stages.profiles import ModelProfile, viterbi_score, xw_move_table
 
     w = WORKLOADS["kernels"]
@@ -138,6 +167,7 @@ def run_gpu(args) -> int:
         res_full = ResidentDatabase(full, device)
         res_sample = ResidentDatabase(sample, device)
     vit_full, vit_sample, msv_full = VitStage(res_full), VitStage(res_sample), MsvStage(res_full)
+    fwd_full, fwd_sample = ForwardStage(res_full), ForwardStage(res_sample)
     specs = sorted({vit_full.kernels.spec(h.M) for _, h in models if vit_full.kernels.spec(h.M)}, key=lambda s: s.Q)
     clock = time.perf_counter()
     compiled = build.compile_ahead(specs + [msv_full.kernels.spec(h.M) for _, h in models], device)
@@ -176,8 +206,16 @@ def run_gpu(args) -> int:
         surv_res = int(full.lengths[surv].sum())
         row["msv_survivors"] = dict(targets=int(surv.size), residues=surv_res, kernel_ms=last["kernel_ms"],
                                     uncertain=last["uncertain"], gcups=_gcups(M, surv_res, last["kernel_ms"]))
+        with HmmerModel(hmm) as model:
+            ftables = ForwardTables.from_hmmer(model)
+        fwd_sample.run(None, sample_idx[:64], tables=ftables, fallback=False)  # warm-up
+        row["forward"] = dict(all_targets=_forward_row(fwd_sample, ftables, sample_idx),
+                              msv_survivors=_forward_row(fwd_full, ftables, surv))
         st, xc = vit_sample.run(prof, cpu_idx)
-        ref_st, ref_sc, msv_s, vit_s = _cpu_filters(pool, hmm, sample, cpu_idx, args.threads)
+        fwd = fwd_sample.run(None, cpu_idx, tables=ftables, fallback=False)
+        ref_st, ref_sc, msv_s, vit_s, ref_fst, ref_fsc, fwd_s = _cpu_filters(pool, hmm, sample, cpu_idx, args.threads)
+        ran = (fwd.status == STATUS_OK) & ~fwd.host
+        fwd_same = ran & (ref_fst == STATUS_OK) & (fwd.scores.view(np.int32) == ref_fsc.view(np.int32))
         L = sample.lengths[cpu_idx]
         mine = np.where(st == 16, np.float32(np.inf), viterbi_score(xc, xw_move_table(int(L.max()))[L]))
         same = (mine == ref_sc) | (np.isinf(mine) & np.isinf(ref_sc))
@@ -185,23 +223,30 @@ def run_gpu(args) -> int:
         row["cpu"] = dict(processes=args.threads, targets=int(cpu_idx.size), residues=cpu_res,
                           msv_seconds=msv_s, msv_gcups=M * cpu_res / msv_s / 1e9,
                           vit_seconds=vit_s, vit_gcups=M * cpu_res / vit_s / 1e9,
-                          vit_scores_equal_hmmer=int(same.sum()))
+                          vit_scores_equal_hmmer=int(same.sum()),
+                          fwd_seconds=fwd_s, fwd_gcups=M * cpu_res / fwd_s / 1e9,
+                          fwd_compared=int(ran.sum()), fwd_scores_equal_hmmer=int(fwd_same.sum()))
         gpu = row["all_targets"]["gcups"]
         row["vit_all_targets_vs_cpu"] = gpu / row["cpu"]["vit_gcups"] if gpu else None
         row["msv_vs_cpu"] = row["msv"]["gcups"] / row["cpu"]["msv_gcups"] if row["msv"]["gcups"] else None
+        fgpu = row["forward"]["all_targets"]["gcups"]
+        row["fwd_all_targets_vs_cpu"] = fgpu / row["cpu"]["fwd_gcups"] if fgpu else None
         result["models"].append(row)
         save(result, path)
         say(f"{row['model']:>14} M={M:5d}: MSV {row['msv']['gcups'] or 0:7.0f} GCUPS (CPU {row['cpu']['msv_gcups']:6.1f}); "
             f"Viterbi {row['spec']} all {gpu or 0:6.0f}, survivors {row['msv_survivors']['gcups'] or 0:6.0f} "
-            f"({surv.size}) GCUPS (CPU {row['cpu']['vit_gcups']:5.1f}); equal {int(same.sum())}/{cpu_idx.size}")
+            f"({surv.size}) GCUPS (CPU {row['cpu']['vit_gcups']:5.1f}); equal {int(same.sum())}/{cpu_idx.size}; "
+            f"Forward all {fgpu or 0:6.0f}, survivors {row['forward']['msv_survivors']['gcups'] or 0:6.0f} GCUPS "
+            f"(CPU {row['cpu']['fwd_gcups']:5.1f}); equal {int(fwd_same.sum())}/{int(ran.sum())}")
     pool.shutdown()
     result["kernel_profiles"] = {s.name: _kernel_profile(vit_full, s) for s in specs}
     result["vit_shapes"] = [s.name for s in VitKernels(device).all_specs()]
     save(result, path)
     _plot(result["models"], path.with_suffix(".png"), device.description)
-    bad = [r["model"] for r in result["models"] if r["cpu"]["vit_scores_equal_hmmer"] != r["cpu"]["targets"]]
+    bad = [r["model"] for r in result["models"] if r["cpu"]["vit_scores_equal_hmmer"] != r["cpu"]["targets"]
+           or r["cpu"]["fwd_scores_equal_hmmer"] != r["cpu"]["fwd_compared"]]
     if bad:
-        say(f"Viterbi scores differ from HMMER's for {bad}")
+        say(f"Viterbi or Forward scores differ from HMMER's for {bad}")
     say(f"wrote {path}")
     return 1 if bad else 0
 
@@ -221,7 +266,9 @@ def _plot(rows, path, device) -> None:
     ax.scatter(M, [r["msv_survivors"]["gcups"] or 0 for r in rows], s=14, label="GPU Viterbi, MSV survivors")
     ax.scatter(M, [r["cpu"]["msv_gcups"] for r in rows], s=14, marker="x", label="HMMER p7_MSVFilter, CPU processes")
     ax.scatter(M, [r["cpu"]["vit_gcups"] for r in rows], s=14, marker="+", label="HMMER p7_ViterbiFilter, CPU processes")
-    ax.set(xlabel="model length M", ylabel="GCUPS", yscale="log", title=f"filter kernels, {device}")
+    ax.scatter(M, [r["forward"]["all_targets"]["gcups"] or 0 for r in rows], s=14, label="GPU Forward parser, all targets of the sample")
+    ax.scatter(M, [r["cpu"]["fwd_gcups"] for r in rows], s=14, marker="1", label="HMMER p7_ForwardParser, CPU processes")
+    ax.set(xlabel="model length M", ylabel="GCUPS", yscale="log", title=f"filter and Forward kernels, {device}")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -4,7 +4,7 @@
 
     e2e       hmmgpu search against hmmsearch --cpu N and pyhmmer.hmmsearch(cpus=N), as shipped
               and with flush-to-zero; tables checked against hmmsearch's (GPU optional)
-    kernels   GCUPS of the SSV/MSV and Viterbi filter kernels against HMMER's SSE filters
+    kernels   GCUPS of the SSV/MSV, Viterbi filter and Forward parser kernels against HMMER's SSE code
               (GPU); --ptx: registers and spills of every kernel shape, without a GPU (ptxas)
     sw        Smith-Waterman search against CUDASW++4 and pyopal (GPU); --sass: the cell loop's
               SASS and bounds without a GPU; --shape-sweep: the kernel shapes' speeds (GPU)

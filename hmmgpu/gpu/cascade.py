@@ -425,10 +425,12 @@ class GpuCascade:
         self.kernel_ms = dict(msv=0.0, bias=0.0, viterbi=0.0, forward=0.0)
         #: hmmgpu's own post-filter only: the F3 passers' parsers and decodings (:class:`_DecodingStep`),
         #: their kernel time, how many the kernels decoded or left to the host, the bytes of the
-        #: decodings sent with the results, the gate batches whose passers were defined, and the
-        #: passers declined for want of room (:meth:`take_definitions`)
+        #: decodings sent with the results, the gate batches whose passers were defined, the
+        #: passers declined for want of room (:meth:`take_definitions`), and the decoded passers
+        #: with a clustered region left to pyhmmer's pipeline (tuning.DEFINE_CLUSTERED off)
         self.decoding_ms = 0.0
-        self.decoding_counts = dict(decoded=0, host=0, ftz_only=0, bytes=0, defined=0, batches=0, declined=0)
+        self.decoding_counts = dict(decoded=0, host=0, ftz_only=0, bytes=0, defined=0, batches=0, declined=0,
+                                     left_clustered=0)
         self._backlog = 0  #: F3 passers taken for decoding and definition here, not yet defined
         #: domain definition's steps in this process, and its clustered regions and those the CPU
         #: reference sampled: the sums of :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds` and
@@ -709,9 +711,11 @@ class GpuCascade:
                                                stream=stream, cpu_threads=cpu_threads, sample_flagged=False, ftz=ftz)
                                for m in chosen] for ftz in (False, True))
         with self._simulated, self.device.activate():
+            left = {}
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes,
                                           ftz_stages if tuning.DEFINE_FTZ_ONLY else None,
-                                          again=bool(tuning.DEFINE_FLAGGED_AGAIN))
+                                          again=bool(tuning.DEFINE_FLAGGED_AGAIN),
+                                          clustered=bool(tuning.DEFINE_CLUSTERED), counts=left)
         for m, (defined, rest) in zip(chosen, split):
             answers[m] = (rest, defined)
         seconds, counts = {}, {}   # this batch's, over its models' stages
@@ -720,6 +724,7 @@ class GpuCascade:
             _add_into(counts, s.ensemble_counts)
         with self._lock:
             self.decoding_counts["batches"] += 1
+            self.decoding_counts["left_clustered"] += left.get("left_clustered", 0)
             self.host_seconds["define"] += time.perf_counter() - clock
             _add_into(self.define_seconds, seconds)
             _add_into(self.ensemble_counts, counts)

@@ -285,18 +285,24 @@ class EngineStats:
     def postfilter_line(self) -> str:
         """One line on hmmgpu's own post-filter stage: the F3 passers it did, those it sent to
         pyhmmer's pipeline (its exactness flags, and on the GPU route the passers the GPU did not
-        decode or defined with a flag raised, and those it declined for want of room: the others
-        are the fallback, of which issue 31 allows at most 1%)."""
+        decode or defined with a flag raised, those it declined for want of room and those with a
+        clustered region it left to pyhmmer: the others are the fallback, of which issue 31 allows
+        at most 1%)."""
         p = self.postfilter
         passed, host, failed, whole = p["passed"], p["host"], p["failed"], p["whole_tasks"]
         share = 100.0 * host / (passed + host) if passed + host else 0.0
-        declined = (self.backend.get("decoding") or {}).get("declined") if self.backend else None
+        decoding = (self.backend.get("decoding") or {}) if self.backend else {}
+        declined, left = decoding.get("declined") or 0, decoding.get("left_clustered") or 0
+        fallback = host - declined - left
         return (f"post-filter on hmmgpu's side: {passed} F3 passers done by hmmgpu's code ({p['own_seconds']:.2f} s "
                 f"CPU), {host} targets sent to pyhmmer's pipeline (exactness flags; on the GPU route, passers the GPU did "
                 f"not decode or defined with a flag raised) ({share:.2f}% of both)"
-                + (f", {declined} of them passers the GPU process declined (its definitions' backlog full), "
-                   f"the other {host - declined} ({100.0 * (host - declined) / (passed + host):.2f}%) the fallback "
-                   "(what the GPU did not decode or defined with a flag raised)" if declined else "")
+                + (f", {declined} of them passers the GPU process declined (its definitions' backlog full)"
+                   if declined else "")
+                + (f", {left} of them passers with a clustered region it left to pyhmmer (DEFINE_CLUSTERED off)"
+                   if left else "")
+                + (f", the other {fallback} ({100.0 * fallback / (passed + host):.2f}%) the fallback "
+                   "(what the GPU did not decode or defined with a flag raised)" if declined or left else "")
                 + (f", {failed} undecided targets failed F3" if failed else "")
                 + (f"; {whole} targets of whole tasks on pyhmmer's pipeline (--seed 0, or a model the flags do "
                    "not cover)" if whole else "")

@@ -45,7 +45,7 @@ import numpy as np
 
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.stages.decoded import DecodedTargets
-from hmmgpu.stages.domaindef import Domain, define_domains_grouped
+from hmmgpu.stages.domaindef import Domain, define_domains_grouped, scan_regions
 from hmmgpu.stages.forward import HOST, RANGE, SUBNORMAL, TINY_ROWS
 
 __all__ = ["DefinedTargets", "SentDefinition", "SentTrace", "split_defined", "split_defined_grouped"]
@@ -181,17 +181,27 @@ def split_defined(stages, codes_of, decoded: DecodedTargets) -> tuple:
     return split_defined_grouped([(stages, decoded)], codes_of)[0]
 
 
-def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True) -> list:
+def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True, clustered: bool = True,
+                          counts: dict | None = None) -> list:
     """:func:`split_defined` of several models at once: ``work`` (stages, decoded) pairs, the
     stages of one class; every model's OK decodings defined in one call of the driver
     (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). ``ftz_stages``: for each model,
     the stages in hmmsearch's float mode, or None. With them a decoding marked ``ftz_only`` is
     defined in that mode, and so, again, is a decoding whose definition in IEEE arithmetic raised
     a flag for what that mode would change (SUBNORMAL, no RANGE; unless ``again`` is False): such
-    definitions are hmmsearch's (their flags for that mode dropped) and are marked ``ftz_only``. A
-    (defined, rest) pair per model, in order."""
+    definitions are hmmsearch's (their flags for that mode dropped) and are marked ``ftz_only``.
+    ``clustered`` False: a passer whose region scan finds a clustered region (its definition
+    would sample a stochastic-trace ensemble) is not defined but left with the rest, and
+    ``counts``, if given, gets their number added (``left_clustered``). A (defined, rest) pair
+    per model, in order."""
     work = list(work)
     oks = [[k for k in range(len(decoded)) if int(decoded.status[k]) == STATUS_OK] for _, decoded in work]
+    if not clustered:
+        simple = [[k for k in ok if not _has_clustered_region(decoded.target(k)[1])]
+                  for ok, (_, decoded) in zip(oks, work)]
+        if counts is not None:
+            counts["left_clustered"] = counts.get("left_clustered", 0) + sum(map(len, oks)) - sum(map(len, simple))
+        oks = simple
     definitions = [{} for _ in work]
     in_ftz = [np.zeros(len(decoded), bool) for _, decoded in work]   # defined in hmmsearch's mode
 
@@ -224,6 +234,12 @@ def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True) -
         define(flagged)
     return [_split(decoded, ok, [definitions[m][k] for k in ok], decoded.ftz_only | in_ftz[m])
             for m, ((_, decoded), ok) in enumerate(zip(work, oks))]
+
+
+def _has_clustered_region(decoding) -> bool:
+    """Whether the region scan of a decoding (status, mocc, btot, etot) finds a clustered region."""
+    _, mocc, btot, etot = decoding
+    return bool(scan_regions(mocc, btot, etot)[1].any())
 
 
 def _for_ftz_alone(definition) -> bool:

@@ -28,7 +28,7 @@ from hmmgpu.formats.seqdb import SequenceDB
 from hmmgpu.options import SearchOptions
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 from hmmgpu.cpu.pyhmmer_processes import ProcessPlan, PyhmmerProcesses
-from hmmgpu.search.engine import SearchEngine, post_filter_stage
+from hmmgpu.search.engine import EngineStats, SearchEngine, post_filter_stage
 from hmmgpu.stages import postfilter as planning
 from hmmgpu.stages.forward import RANGE
 from tests.helpers import AMINO, COUNTER_KEYS, PIPELINE_KEYS, PROTEOME, SAMPLES, sample_hmm
@@ -224,3 +224,16 @@ def test_postfilter_option(capsys):
     assert behind.func is PyhmmerProcesses and behind.keywords == dict(plan=plan)
     assert main(["scan", "--postfilter", "hmmgpu", str(SAMPLES / "KR.hmm"), str(PROTEOME)]) == 1
     assert "--postfilter hmmgpu: not available for hmmgpu scan" in capsys.readouterr().err
+
+
+def test_the_statistics_line_tells_the_fallback_from_the_work_split():
+    """Of the targets sent to pyhmmer's pipeline on the GPU route, those the GPU process declined
+    (its backlog full) and those with a clustered region it left (DEFINE_CLUSTERED off) are a
+    split of the work; only the rest is the fallback, whose share of the passers the line gives."""
+    stats = EngineStats(postfilter=dict(passed=900, host=100, failed=0, whole_tasks=0, own_seconds=1.0),
+                        backend=dict(decoding=dict(declined=60, left_clustered=30)))
+    line = stats.postfilter_line()
+    assert "100 targets sent to pyhmmer's pipeline" in line and "60 of them passers the GPU process declined" in line
+    assert "30 of them passers with a clustered region" in line and "the other 10 (1.00%) the fallback" in line
+    stats.backend = dict(decoding=dict(declined=0, left_clustered=0))
+    assert "fallback" not in stats.postfilter_line().split("(exactness flags")[1]

@@ -129,6 +129,48 @@ def test_a_definition_of_the_gpu_process_gives_the_references_hit(survivors):
     assert sent + kept >= 75 and sent >= 70 and hits >= 2 * 70   # 79 sent, 158 hits, none kept with the samples
 
 
+def test_passers_with_a_clustered_region_can_be_left_to_pyhmmer(survivors):
+    """``split_defined_grouped(..., clustered=False)`` (the GPU process with
+    tuning.DEFINE_CLUSTERED off): a decoded passer whose region scan finds a clustered region is
+    not defined but comes back with the rest, as its decoding, and is counted
+    (``left_clustered``); every other passer's definition is the one made with clustering on,
+    array for array."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.stages.decoded import DecodedTargets
+    from hmmgpu.stages.defined import split_defined_grouped
+    from hmmgpu.stages.domaindef import scan_regions
+
+    db, chosen = survivors
+    stage = OwnPostFilter(db, SearchOptions())
+    left = simple = 0
+    for index, hmm, positions in chosen:
+        model = stage._model(SimpleNamespace(index=index, hmm=hmm))
+        made = {p: device_decoding(model.tables, db.codes(p)) for p in positions}
+        made = {p: d for p, d in made.items() if d is not None}
+        decoded = DecodedTargets.gather(list(made), [s for s, _ in made.values()], [d[0] for _, d in made.values()],
+                                        *([d[n] for _, d in made.values()] for n in (1, 2, 3)))
+        clustered = {p for p, (_, d) in made.items() if scan_regions(*d[1:])[1].any()}
+        counts = {}
+        (alone, rest), = split_defined_grouped([(CpuDomainStages(model.tables, seed=42), decoded)], db.codes,
+                                               clustered=False, counts=counts)
+        (every, _), = split_defined_grouped([(CpuDomainStages(model.tables, seed=42), decoded)], db.codes)
+        assert counts.get("left_clustered", 0) == len(clustered)
+        assert set(rest.indices.tolist()) >= clustered and not clustered & set(alone.indices.tolist())
+        assert sorted(alone.indices.tolist() + rest.indices.tolist()) == sorted(made)
+        for k, position in enumerate(alone.indices.tolist()):
+            j = every.find(position)
+            assert j >= 0
+            (score_a, a), (score_e, e) = alone.target(k), every.target(j)
+            assert score_a == score_e and a.nclustered == e.nclustered == 0 and a.n2sc_sum == e.n2sc_sum
+            assert [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in a.domains] == [
+                (d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in e.domains]
+            assert all(np.array_equal(x, y) for da, de in zip(a.domains, e.domains)
+                       for x, y in zip(da.trace, de.trace))
+        left += len(clustered)
+        simple += len(alone)
+    assert left >= 10 and simple >= 60, (left, simple)   # 13 and 66 with the four sample models
+
+
 def test_a_decoding_in_hmmsearch_mode_only_serves_that_mode(survivors):
     """The targets whose decoding meets a tiny value, which the decoding kernel computes in
     hmmsearch's arithmetic and marks ``ftz_only`` (its flushed values equal libhmmer's under

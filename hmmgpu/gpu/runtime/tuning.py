@@ -151,6 +151,12 @@ DEFINE_FTZ_ONLY = True
 #: 3.0% and 8,283; without DEFINE_FTZ_ONLY 14.7 s, 12.7% and 8,286; the default route 8.3 s. It
 #: stays on: issue 31 asks for the fallback, and the remaining 2.0% are the Forward gate's.
 DEFINE_FLAGGED_AGAIN = True
+#: Whether the GPU process defines the decoded passers whose region scan finds a clustered region
+#: (their definitions sample stochastic-trace ensembles, the serial kernel whose longest region
+#: sets the length of a batch's launches); False leaves them to pyhmmer's pipeline in the
+#: post-filter's threads (:func:`hmmgpu.stages.defined.split_defined_grouped`), counted apart
+#: from the fallback (the statistics' ``left_clustered``).
+DEFINE_CLUSTERED = True
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for a model's result.
 GPU_PROCESS_SWITCH_INTERVAL = 0.001
