@@ -21,7 +21,7 @@
 #   own            600 Pfam x 29 M on the default route, then with --postfilter hmmgpu (issue 31) twice (empty
 #                  caches, then warm), each under
 #                  py-spy where the profile carried it (the default's with --gil: who holds the interpreter lock;
-#                  the own route's too with OWN_SPY_GIL=1),
+#                  the own route's too with OWN_SPY_GIL=1; OWN_SPY_RATE samples a second, default 20),
 #                  tables, domain tables and reports compared -> own_postfilter_<device>_<date>.log, pyspy_*.txt.gz;
 #                  then once more warm for each setting of OWN_SWEEP ("NAME=VALUE,... NAME=VALUE": constants of
 #                  hmmgpu.gpu.runtime.tuning or dotted module.CONSTANT, set by the session's sitecustomize through
@@ -207,7 +207,7 @@ sys.exit(0 if a == b and a else 1)" ;;
         v=${run%_warm}
         spy=()
         if command -v py-spy >/dev/null; then
-          spy=(py-spy record --subprocesses -r 20 -f raw -o "/tmp/pyspy_${run}.txt")
+          spy=(py-spy record --subprocesses -r "${OWN_SPY_RATE:-20}" -f raw -o "/tmp/pyspy_${run}.txt")
           if [ "$v" = pyhmmer ] || [ -n "${OWN_SPY_GIL:-}" ]; then spy+=(--gil); fi
           spy+=(--)
         fi
