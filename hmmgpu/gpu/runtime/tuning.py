@@ -155,7 +155,10 @@ DEFINE_FLAGGED_AGAIN = True
 #: (their definitions sample stochastic-trace ensembles, the serial kernel whose longest region
 #: sets the length of a batch's launches); False leaves them to pyhmmer's pipeline in the
 #: post-filter's threads (:func:`hmmgpu.stages.defined.split_defined_grouped`), counted apart
-#: from the fallback (the statistics' ``left_clustered``).
+#: from the fallback (the statistics' ``left_clustered``). Measured (600 Pfam x 29 M, one H200, warm,
+#: d6de268/f6323c6, outputs equal): off 13.93, 15.18, 15.37, 15.56 s, on 17.21, 17.69, 21.53 s, the
+#: default route 5.77-6.22 s. It stays on: issue 31 asks for the clustering on the GPU, and this route
+#: is slower than the default one either way (docs/performance.md).
 DEFINE_CLUSTERED = True
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for a model's result.
