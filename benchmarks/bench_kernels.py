@@ -8,7 +8,9 @@ M = 23..2405) the kernels run on one GPU, timed by CUDA events, second of two ru
 * the Viterbi filter over all targets of a random sample of them (``sample_residues``) and
   over the MSV survivors of the whole set (the targets the cascade gives it);
 * the Forward parser (the F3 gate's kernel, :class:`hmmgpu.gpu.fwdback.launch.ForwardStage`,
-  one model's targets in one batch) over the same two sets. Its GCUPS count the cells of the
+  one model's targets in one batch) over the same two sets, and over the sample again with its
+  rows in the global scratch array for every model (``all_targets_global``; a search keeps
+  them in shared memory where they fit, ``FWD_SHARED_MAX_Q``). Its GCUPS count the cells of the
   targets the kernel ran: those over its cost cap (``FWD_MAX_CELLS``, residues x model length)
   are left to libhmmer in a search and are not timed here (``on_gpu`` says how many ran).
 
@@ -168,6 +170,7 @@ def run_gpu(args) -> int:
         res_sample = ResidentDatabase(sample, device)
     vit_full, vit_sample, msv_full = VitStage(res_full), VitStage(res_sample), MsvStage(res_full)
     fwd_full, fwd_sample = ForwardStage(res_full), ForwardStage(res_sample)
+    fwd_global = ForwardStage(res_sample, storage="global")
     specs = sorted({vit_full.kernels.spec(h.M) for _, h in models if vit_full.kernels.spec(h.M)}, key=lambda s: s.Q)
     clock = time.perf_counter()
     compiled = build.compile_ahead(specs + [msv_full.kernels.spec(h.M) for _, h in models], device)
@@ -209,7 +212,9 @@ def run_gpu(args) -> int:
         with HmmerModel(hmm) as model:
             ftables = ForwardTables.from_hmmer(model)
         fwd_sample.run(None, sample_idx[:64], tables=ftables, fallback=False)  # warm-up
+        fwd_global.run(None, sample_idx[:64], tables=ftables, fallback=False)  # warm-up
         row["forward"] = dict(all_targets=_forward_row(fwd_sample, ftables, sample_idx),
+                              all_targets_global=_forward_row(fwd_global, ftables, sample_idx),
                               msv_survivors=_forward_row(fwd_full, ftables, surv))
         st, xc = vit_sample.run(prof, cpu_idx)
         fwd = fwd_sample.run(None, cpu_idx, tables=ftables, fallback=False)
@@ -236,7 +241,8 @@ def run_gpu(args) -> int:
         say(f"{row['model']:>14} M={M:5d}: MSV {row['msv']['gcups'] or 0:7.0f} GCUPS (CPU {row['cpu']['msv_gcups']:6.1f}); "
             f"Viterbi {row['spec']} all {gpu or 0:6.0f}, survivors {row['msv_survivors']['gcups'] or 0:6.0f} "
             f"({surv.size}) GCUPS (CPU {row['cpu']['vit_gcups']:5.1f}); equal {int(same.sum())}/{cpu_idx.size}; "
-            f"Forward all {fgpu or 0:6.0f}, survivors {row['forward']['msv_survivors']['gcups'] or 0:6.0f} GCUPS "
+            f"Forward all {fgpu or 0:6.0f} (rows in global memory "
+            f"{row['forward']['all_targets_global']['gcups'] or 0:6.0f}), survivors {row['forward']['msv_survivors']['gcups'] or 0:6.0f} GCUPS "
             f"(CPU {row['cpu']['fwd_gcups']:5.1f}); equal {int(fwd_same.sum())}/{int(ran.sum())}")
     pool.shutdown()
     result["kernel_profiles"] = {s.name: _kernel_profile(vit_full, s) for s in specs}
