@@ -298,13 +298,6 @@ def simulator_fwd_checks():
     hmm101, db101 = fwd_case(101, 5, n_random=1, max_len=6, homolog=20)
     out.append(("M101", check_forward(forward_stage(db101), hmm101, db101)))
     out.append(("M18 + M101 in one batch", check_batch(forward_stage(db), [hmm, sampled_hmm(101, 5)], db)))
-    from hmmgpu.gpu.runtime import tuning
-
-    split, tuning.FWD_SHARED_SPLIT_Q = tuning.FWD_SHARED_SPLIT_Q, 8   # Q 5 and Q 26: a launch each
-    try:
-        out.append(("M18 + M101 in one batch, by Q", check_batch(forward_stage(db), [hmm, sampled_hmm(101, 5)], db)))
-    finally:
-        tuning.FWD_SHARED_SPLIT_Q = split
     # a Pfam model (M = 262) and two real homologs of the proteome: one rescaled once, one
     # rescaled 14 times whose N state goes subnormal (TINY_ROWS)
     hmm, db = real_case("KR", [261, 9])
@@ -468,8 +461,7 @@ def simulator_bwd_checks():
     """The Backward kernel under the simulator, after the Forward kernel in the same batch: a
     model with M < 100 and one with M >= 100, padding lanes in both, rows that rescale, a range
     error, a subnormal flag, libhmmer's fallback; rows in shared memory and in global scratch,
-    several targets per group and several chunks; two models in one batch (in one launch, and
-    in a launch per class of Q); KR (M = 262) with
+    several targets per group and several chunks; two models in one batch; KR (M = 262) with
     two real homologs, one rescaled 14 times with a subnormal C (TINY_ROWS)."""
     out = []
     hmm, db = fwd_case(18, 2, n_random=2, homolog=40, stops=True)
@@ -482,14 +474,6 @@ def simulator_bwd_checks():
     hmm101, db101 = fwd_case(101, 5, n_random=1, max_len=6, homolog=20)
     out.append(("M101", check_backward(forward_stage(db101), hmm101, db101)))
     out.append(("M18 + M101 in one batch", check_backward_batch(forward_stage(db101), [hmm, hmm101], db101)))
-    from hmmgpu.gpu.runtime import tuning
-
-    split, tuning.FWD_SHARED_SPLIT_Q = tuning.FWD_SHARED_SPLIT_Q, 8   # Q 5 and Q 26: a launch each
-    try:
-        out.append(("M18 + M101 in one batch, by Q",
-                    check_backward_batch(forward_stage(db101), [hmm, hmm101], db101)))
-    finally:
-        tuning.FWD_SHARED_SPLIT_Q = split
     hmm, db = real_case("KR", [261, 9])
     out.append(("KR", check_backward(forward_stage(db), hmm, db)))
     out.append(("own scales", check_own_scales()))

@@ -265,14 +265,12 @@ def test_kernel_exact_under_simulator(tmp_path):
     M = 18 and 101 and KR (M = 262) with two real homologs, every score and special-state row
     equal to libhmmer's, flags, final C and scale factors equal to the CPU reference's;
     rescaling, a range error, a subnormal fallback, rows in shared and in global memory,
-    several targets per thread, chunks, two models in one batch (in one launch, and in a launch
-    per class of Q), a target left to the host for its cost, and run by a job whose own cap
-    (the own post-filter's) allows it."""
+    several targets per thread, chunks, two models in one batch, a target left to the host
+    for its cost, and run by a job whose own cap (the own post-filter's) allows it."""
     stdout = run_simulated(ROOT / "tests" / "gpu" / "fwdback_checks.py", "simulator_fwd_checks", cache_dir=tmp_path)
     rows = simulated_rows(stdout)
     assert set(rows) == {"M18 shared", "M18 global, one group", "M18 chunked, global", "M18 chunked, shared", "M101",
-                         "M18 + M101 in one batch", "M18 + M101 in one batch, by Q", "KR",
-                         "M18, a costly target to the host"}, stdout
+                         "M18 + M101 in one batch", "KR", "M18, a costly target to the host"}, stdout
     assert rows["M18 shared"] == dict(n=7, host=2, rescaled=1, range=1, tiny_rows=0)
     assert rows["M18 global, one group"] == rows["M18 shared"]
     for storage in ("global", "shared"):
@@ -282,9 +280,6 @@ def test_kernel_exact_under_simulator(tmp_path):
     assert rows["M101"]["rescaled"] == 1 and rows["M101"]["host"] == 0
     batch = rows["M18 + M101 in one batch"]
     assert batch["models"] == 2 and batch["n"] + batch["host"] == 14 and batch["n"] >= 10
-    by_q = rows["M18 + M101 in one batch, by Q"]   # FWD_SHARED_SPLIT_Q: a launch per class of Q, the same scores
-    assert by_q["launches"] == 2 and batch["launches"] == 1 and {k: by_q[k] for k in ("models", "n", "host")} == {
-        k: batch[k] for k in ("models", "n", "host")}
     assert rows["KR"] == dict(n=2, host=0, rescaled=2, range=0, tiny_rows=1)
     assert rows["M18, a costly target to the host"]["host"] == rows["M18 shared"]["host"] + 1
     # with the job's own larger cap (the own post-filter's) the costly target runs on the GPU too
@@ -346,15 +341,3 @@ def test_parser_rows_go_to_shared_memory_up_to_the_tuned_q(monkeypatch):
     assert stage(None)._shared_q() == 64 and stage("shared")._shared_q() == fit
     monkeypatch.setattr(tuning, "FWD_SHARED_MAX_Q", -1)
     assert stage(None)._shared_q() == -1
-
-
-def test_shared_launches_split_by_the_models_q():
-    """FWD_SHARED_SPLIT_Q: the targets whose rows go to shared memory in classes of Q, (0, S],
-    (S, 2S], (2S, 4S], ..., the largest first; every selected target in exactly one class."""
-    from hmmgpu.gpu.fwdback.launch import q_classes
-
-    q = np.array([2, 8, 9, 16, 17, 40, 600, 5, 33])
-    selected = np.array([True] * 8 + [False])
-    assert [np.flatnonzero(c).tolist() for c in q_classes(selected, q, 8)] == [[6], [5], [4], [2, 3], [0, 1, 7]]
-    assert [c.tolist() for c in q_classes(selected, q, 0)] == [selected.tolist()]
-    assert q_classes(np.zeros(9, bool), q, 8) == []

@@ -286,21 +286,6 @@ class ForwardBatch:
         return results
 
 
-def q_classes(selected, q_of, split: int) -> list:
-    """``selected`` (bool per target) cut into classes of its targets' Q: (0, split],
-    (split, 2 split], (2 split, 4 split], ..., the largest Q first (the longest launches start
-    first); ``[selected]`` when ``split`` is 0 or less."""
-    if split <= 0:
-        return [selected]
-    q = np.maximum(np.asarray(q_of, np.int64), 1)
-    cls = np.zeros(q.size, np.int64)
-    bound = split
-    while (q > bound).any():
-        cls += q > bound
-        bound *= 2
-    return [selected & (cls == c) for c in sorted(set(cls[selected].tolist()), reverse=True)]
-
-
 def _rows_to(out, flat_rows, launch, lengths, width: int = 6) -> None:
     """Each item's rows ``[L+1, width]`` (special states: 6 floats a row; decoding: 1) of a
     launch's flat array into ``out`` (rows of width 1 as a flat [L+1] array)."""
@@ -404,9 +389,7 @@ class ForwardStage:
             q_of = Qs[job_of]
             for chunk in self.resident.chunks():
                 in_chunk = on_gpu & (pos >= chunk.lo) & (pos < chunk.hi)
-                shared = in_chunk & (q_of <= shared_q)
-                parts = [("shared", sel) for sel in q_classes(shared, q_of, int(tuning.FWD_SHARED_SPLIT_Q))]
-                for storage, sel in parts + [("global", in_chunk & (q_of > shared_q))]:
+                for storage, sel in (("shared", in_chunk & (q_of <= shared_q)), ("global", in_chunk & (q_of > shared_q))):
                     items = np.flatnonzero(sel)
                     if not items.size:
                         continue

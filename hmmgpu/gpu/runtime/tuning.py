@@ -62,11 +62,6 @@ FWD_SCRATCH_BYTES = 256 << 20
 #: in the global scratch array for larger ones. A shared-memory launch's blocks per multiprocessor
 #: are set by its largest Q (a warp's rows are 384 Q bytes).
 FWD_SHARED_MAX_Q = 1 << 20
-#: Above 0, a batch's targets whose parser rows go to shared memory are launched in classes of
-#: their model's Q, (0, S], (S, 2S], (2S, 4S], ... for S this value, largest first, each launch's
-#: blocks a multiprocessor set by its own class (:func:`hmmgpu.gpu.fwdback.launch.q_classes`);
-#: 0 launches them together, sized by the batch's largest Q.
-FWD_SHARED_SPLIT_Q = 0
 FWD_MAX_CELLS = 512 << 10
 #: The same cap with hmmgpu's own post-filter (``--postfilter hmmgpu``: the gate's and the
 #: decodings' launches of its models), whose wall time is set by the definitions, not by the
