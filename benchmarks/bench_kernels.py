@@ -10,7 +10,7 @@ M = 23..2405) the kernels run on one GPU, timed by CUDA events, second of two ru
 * the Forward parser (the F3 gate's kernel, :class:`hmmgpu.gpu.fwdback.launch.ForwardStage`,
   one model's targets in one batch) over the same two sets, and over the sample again with its
   rows in the global scratch array for every model (``all_targets_global``; a search keeps
-  them in shared memory where they fit, ``FWD_SHARED_MAX_Q``). Its GCUPS count the cells of the
+  them in shared memory where a block's rows fit). Its GCUPS count the cells of the
   targets the kernel ran: those over its cost cap (``FWD_MAX_CELLS``, residues x model length)
   are left to libhmmer in a search and are not timed here (``on_gpu`` says how many ran).
 

@@ -319,25 +319,3 @@ def test_kernel_exact_on_gpu(proteome):
                                              storage="global"), hmm, db)
         print(M, "chunked", report)
 
-
-def test_parser_rows_go_to_shared_memory_up_to_the_tuned_q(monkeypatch):
-    """The parser kernels' rows are in shared memory for models of at most FWD_SHARED_MAX_Q
-    vectors that fit there, else in the global scratch array; a stage made for one storage keeps it."""
-    from types import SimpleNamespace
-
-    from hmmgpu.gpu.fwdback.launch import SHARED_BLOCK, ForwardStage
-    from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q
-    from hmmgpu.gpu.runtime import tuning
-
-    def stage(storage):
-        made = ForwardStage.__new__(ForwardStage)
-        made.storage = storage
-        made.device = SimpleNamespace(smem_per_block_optin=227 * 1024)
-        return made
-
-    fit = (227 * 1024 - 1024) // (4 * SCRATCH_PER_Q * SHARED_BLOCK)
-    assert stage(None)._shared_q() == fit and stage("global")._shared_q() == -1
-    monkeypatch.setattr(tuning, "FWD_SHARED_MAX_Q", 64)
-    assert stage(None)._shared_q() == 64 and stage("shared")._shared_q() == fit
-    monkeypatch.setattr(tuning, "FWD_SHARED_MAX_Q", -1)
-    assert stage(None)._shared_q() == -1

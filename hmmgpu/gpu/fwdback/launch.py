@@ -407,8 +407,7 @@ class ForwardStage:
         """The most vectors a model may have for its rows to go to shared memory (-1: none do)."""
         if self.storage == "global":
             return -1
-        fit = int(self.device.smem_per_block_optin - 1024) // (4 * SCRATCH_PER_Q * SHARED_BLOCK)
-        return fit if self.storage == "shared" else min(fit, int(tuning.FWD_SHARED_MAX_Q))
+        return int(self.device.smem_per_block_optin - 1024) // (4 * SCRATCH_PER_Q * SHARED_BLOCK)
 
     def _launch_one(self, storage, chunk, stream, items, pos, lengths, q_of, model_of, tables, rows,
                     after) -> _Launch:

@@ -57,11 +57,6 @@ BIAS_BLOCKS_PER_SM = 4
 #: more GPU time. Not measured at 116 M residues.
 FWD_BLOCK = 128
 FWD_SCRATCH_BYTES = 256 << 20
-#: The parser kernels (Forward, Backward) keep a thread's row, 3 Q floats, in shared memory for
-#: models of at most this many vectors Q, where a block's rows fit there (about 600 on sm_90), and
-#: in the global scratch array for larger ones. A shared-memory launch's blocks per multiprocessor
-#: are set by its largest Q (a warp's rows are 384 Q bytes).
-FWD_SHARED_MAX_Q = 1 << 20
 FWD_MAX_CELLS = 512 << 10
 #: The same cap with hmmgpu's own post-filter (``--postfilter hmmgpu``: the gate's and the
 #: decodings' launches of its models), whose wall time is set by the definitions, not by the
