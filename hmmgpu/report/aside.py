@@ -50,9 +50,13 @@ def formatted_aside(results, formatter, first: bool = True) -> Iterator:
     """:func:`hmmgpu.report.outputs.formatted` of ``results`` (:class:`~hmmgpu.search.engine.SearchResult`,
     in order), each query's :class:`~hmmgpu.report.outputs.QueryBlocks` made in a child process
     while the next results are searched; the same blocks, in the same order."""
-    from hmmgpu.child import start_worker
+    from hmmgpu.child import inbox, start_worker
 
     process, conn = start_worker("hmmgpu.report.aside", formatter, "the report's formatting process")
+    # a thread takes the child's answers off the socket as they come: were this thread to read
+    # them only between its own sends, a large query sent while the child sends a large report
+    # back would leave both waiting for the other
+    answers = inbox(conn)
     pending = 0
     try:
         watch = Stopwatch().start()
@@ -61,11 +65,11 @@ def formatted_aside(results, formatter, first: bool = True) -> Iterator:
             _send(conn, (Query.from_hmm(result.hmm), result.hits, watch.stop(), model, first))
             first, watch = False, Stopwatch().start()
             pending += 1
-            while pending and conn.poll():
-                yield _received(conn)
+            while pending and not answers.empty():
+                yield _answer(answers.get())
                 pending -= 1
         while pending:
-            yield _received(conn)
+            yield _answer(answers.get())
             pending -= 1
     finally:
         try:
@@ -83,14 +87,13 @@ def _send(conn, message) -> None:
         raise _stopped() from None
 
 
-def _received(conn):
-    """The next query's blocks from the child, or its fault raised."""
+def _answer(answer):
+    """The next query's blocks from the child (an answer of :func:`hmmgpu.child.inbox`), or its
+    fault raised (None: the child has gone)."""
     from hmmgpu.errors import WorkerError
 
-    try:
-        answer = conn.recv()
-    except (EOFError, OSError):
-        raise _stopped() from None
+    if answer is None:
+        raise _stopped()
     if isinstance(answer, str):
         raise WorkerError(answer)
     return answer

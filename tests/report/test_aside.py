@@ -41,6 +41,35 @@ def test_the_child_makes_the_blocks_this_process_makes(results, tmp_path):
     assert sum(bool(alignment) for _, _, alignment, _ in here) >= 3
 
 
+def test_many_large_queries_go_through_without_waiting_on_each_other():
+    """Queries whose messages and answers are each larger than the socket's buffers (the sample
+    models' hits on the proteome written eight times), sent while the child sends back: every
+    block comes back, in order, within a minute (the child's answers are taken off the socket by
+    a thread as they come; read between sends only, both ends waited for each other)."""
+    import pickle
+    import threading
+
+    from pyhmmer.easel import DigitalSequenceBlock
+
+    with SequenceFile(PROTEOME, digital=True, alphabet=AMINO) as f:
+        block = f.read_block()
+    copies = DigitalSequenceBlock(AMINO, [seq for _ in range(8) for seq in block])
+    hmms = [sample_hmm(name) for name in MODEL_NAMES]
+    large = [SimpleNamespace(hmm=hmm, hits=hits) for hmm, hits in zip(hmms, pyhmmer.hmmsearch(hmms, copies))]
+    assert max(len(pickle.dumps(r.hits)) for r in large) > 1 << 18   # a socket buffer holds about 208 KiB
+    formatter = QueryFormatter(report=True, options=ReportOptions(), tables=("tblout", "domtblout"))
+    many = [large[k % len(large)] for k in range(24)]
+    got, done = [], threading.Event()
+
+    def run():
+        got.extend(b.name for b in aside.formatted_aside(iter(many), formatter))
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(60), f"stuck after {len(got)} of {len(many)} queries"
+    assert got == [r.hmm.name for r in many]
+
+
 def test_formatted_results_takes_the_child_for_many_queries_and_a_report(monkeypatch):
     """The child only where the report is formatted and the run has at least ASIDE_MIN_QUERIES queries."""
     taken = []
