@@ -294,7 +294,7 @@ def cmd_search(args) -> int:
         from hmmgpu.formats.checks import check_target_lengths
         from hmmgpu.formats.hmmfile import read_models
         from hmmgpu.formats.seqdb import open_database
-        from hmmgpu.report.aside import formatted_results
+        from hmmgpu.report.outputs import formatted
         from hmmgpu.search.engine import SearchEngine
 
         opened = contextlib.ExitStack()
@@ -327,8 +327,7 @@ def cmd_search(args) -> int:
             else:
                 engine = SearchEngine(db, options, backend, ftz=True, model_lengths=lengths,
                                       processes=plan.postfilter_processes(db, backend, args.seqdb))
-                for blocks in formatted_results(engine.search(read_models(args.hmmfile)), outputs.formatter,
-                                                None if lengths is None else len(lengths)):
+                for blocks in formatted(engine.search(read_models(args.hmmfile)), outputs.formatter):
                     outputs.write(blocks)
                 stats = engine.stats
             timeline.mark("search")
