@@ -29,6 +29,9 @@
 #   routes         600 Pfam x the proteins ROUTES_COPIES times (1: 29 M residues, default; 4: 116 M), a warm run for
 #                  each entry of ROUTES ("postfilter:TUNING ...", TUNING as in OWN_SWEEP or "-"; default
 #                  "pyhmmer:- hmmgpu:-"), tables and domain tables compared with the first run's
+#   report         600 Pfam x 29 M on the default route, warm, REPORT_PAIRS (default 3) pairs of runs writing the
+#                  report (-o FILE) and not (-o /dev/null), alternately; with REPORT_TUNING (as OWN_SWEEP's) a third
+#                  run in each round writes it with those constants; reports and tables compared
 #   scale          benchmarks/run.py scaling --parts scale: 600 Pfam models x 116 M residues on one GPU, with
 #                  --devices all and through a LocalCUDACluster, outputs compared (issue 33) -> scale_<device>_<date>.json
 #   bench:SCRIPT   an ad hoc script of .bench, sourced
@@ -264,6 +267,29 @@ sys.exit(0 if a == b and a else 1)" ;;
               && echo "x$copies $entry $kind equal $first's" || { echo "x$copies $entry $kind DIFFER from $first's"; rc=1; }
         done
       done
+      return $rc ;;
+    report)
+      local k run o setting rc=0
+      log "report: 600 Pfam x 29 M, the default route, -o FILE against -o /dev/null${REPORT_TUNING:+ and HMMGPU_TUNING=$REPORT_TUNING}"
+      unpack "$DATA/pfam_db/pfam35_sample600.hmm.gz" /tmp/pfam600.hmm
+      unpack "$DATA/seqs/public_proteins.fa.gz" /tmp/proteins.fa
+      python3 -m hmmgpu search --backend cuda --cpu 16 -o /dev/null /tmp/pfam600.hmm /tmp/proteins.fa >/dev/null 2>&1  # warm
+      for k in $(seq "${REPORT_PAIRS:-3}"); do
+        for run in report null ${REPORT_TUNING:+tuned}; do
+          o=/tmp/rep_$run.out; setting=
+          [ "$run" = null ] && o=/dev/null
+          [ "$run" = tuned ] && setting=$REPORT_TUNING
+          HMMGPU_TUNING=$setting /usr/bin/time -f "report $run: %e s wall, %U s user, %S s sys" \
+              timeout "$(( $(left) - 20 ))" python3 -m hmmgpu search --backend cuda --cpu 16 -o "$o" \
+              --tblout "/tmp/rep_$run.tbl" /tmp/pfam600.hmm /tmp/proteins.fa 2>&1 | grep -E "s wall|busy:" | cut -c1-300
+        done
+      done
+      same_rows /tmp/rep_report.tbl /tmp/rep_null.tbl && echo "tables equal" || { echo "tables DIFFER"; rc=1; }
+      if [ -n "${REPORT_TUNING:-}" ]; then
+        cmp -s <(grep -v -E '^# (CPU time|Mc/sec|Date|output directed|per-seq)' /tmp/rep_report.out) \
+               <(grep -v -E '^# (CPU time|Mc/sec|Date|output directed|per-seq)' /tmp/rep_tuned.out) \
+            && echo "reports equal" || { echo "reports DIFFER"; rc=1; }
+      fi
       return $rc ;;
     bench:*)
       log ad hoc script ${name#bench:} from .bench; source ".bench/${name#bench:}" ;;
