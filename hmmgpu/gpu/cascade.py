@@ -449,6 +449,7 @@ class GpuCascade:
         self._forward_lock = threading.Lock()  #: guards the gate's queue and its stage
         self._queued: list = []  #: (GateTicket, ForwardJob) of the models whose gate waits for a batch
         self._queued_targets = 0
+        self._gate_batches = 0  #: the gate batches launched so far (the first ones are smaller: _gate_batch_targets)
         #: numba's CUDA simulator runs a kernel in the launching thread and keeps one kernel
         #: context for the process: launches from two threads (a model's filters while the
         #: gate of an earlier one runs) are taken one at a time there (a GPU needs no lock)
@@ -790,9 +791,19 @@ class GpuCascade:
         with self._forward_lock:
             self._queued.append((gated, job))
             self._queued_targets += int(partial.past_vit.size)
-            if self._queued_targets >= (tuning.FWD_GATE_TARGETS_OWN_POSTFILTER if decode else tuning.FWD_GATE_TARGETS):
+            if self._queued_targets >= self._gate_batch_targets(decode):
                 self._launch_queued()
         return gated
+
+    def _gate_batch_targets(self, decode: bool) -> int:
+        """The targets at which the queued gates are launched: with hmmgpu's own post-filter
+        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS_OWN_POSTFILTER`; else
+        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS`, the first batches smaller, from
+        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_FIRST_TARGETS` doubling at each, so that the
+        post-filter's threads get their first passers sooner."""
+        if decode:
+            return tuning.FWD_GATE_TARGETS_OWN_POSTFILTER
+        return min(tuning.FWD_GATE_TARGETS, tuning.FWD_GATE_FIRST_TARGETS << min(self._gate_batches, 30))
 
     def flush_gates(self) -> None:
         """Launch the queued Forward gates now (one batch)."""
@@ -814,6 +825,7 @@ class GpuCascade:
             with self._lock:
                 self._steps.append(step)
         self._queued, self._queued_targets = [], 0
+        self._gate_batches += 1
 
     def advance_decoding(self) -> None:
         """Launch the decodings of every gate batch that is done (:class:`_DecodingStep`), so that

@@ -203,6 +203,9 @@ class EngineStats:
     #: their head start while the backend started (:class:`HeadStart`), over all models
     head_start_targets: int = 0
     ready_seconds: float | None = None  #: when the cascade backend could take models (from the start)
+    #: when the first task of pyhmmer's stage started, and when the filters' last answer came (from the start)
+    first_task_seconds: float | None = None
+    last_answer_seconds: float | None = None
     fallback: str = ""  #: why ``auto`` went on without the GPU, when it did
     description: str = ""  #: the backend's description at the end of the search
     targets: dict = field(default_factory=lambda: dict(msv=0, bias=0, vit=0, fwd=0, searched=0))
@@ -273,6 +276,8 @@ class EngineStats:
             f"Forward/domain stage {self.forward_seconds:.2f} s, whole pipeline {self.pipeline_seconds:.2f} s",
             f"models: {self.filtered_queries} through the filters, {self.pipeline_queries} on pyhmmer's whole "
             "pipeline" + ("" if self.ready_seconds is None else f"; filters ready after {self.ready_seconds:.2f} s")
+            + ("" if self.last_answer_seconds is None else f", their last answer after {self.last_answer_seconds:.2f} s")
+            + ("" if self.first_task_seconds is None else f"; first task after {self.first_task_seconds:.2f} s")
             + (f"; {self.head_start_targets} of their targets searched on the whole pipeline while the filters "
                "started" if self.head_start_targets else "") + (f"; {self.fallback}" if self.fallback else ""),
             "CPU time: " + ", ".join(f"{k} {v:.2f} s" for k, v in self.cpu_seconds.items()),
@@ -672,6 +677,8 @@ class SearchEngine:
             if isinstance(query, _Failed):
                 deliver(query.index, query)
             else:
+                if ticket is not None:
+                    self.stats.last_answer_seconds = time.perf_counter() - self._start
                 queue_tasks(query, ticket)
 
         def finish_loop():
@@ -723,6 +730,8 @@ class SearchEngine:
                     continue  # a range left to the filters (the query's head start is over)
                 with self._lock:
                     running[0] += 1
+                    if self.stats.first_task_seconds is None:
+                        self.stats.first_task_seconds = time.perf_counter() - self._start
                 try:
                     t0 = time.perf_counter()
                     query = task.query

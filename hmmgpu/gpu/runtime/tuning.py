@@ -67,6 +67,9 @@ FWD_MAX_CELLS = 512 << 10
 FWD_MAX_CELLS_OWN_POSTFILTER = 2 << 20
 FWD_STREAMS = 8
 FWD_GATE_TARGETS = 4096
+#: The first gate batch's targets on the default route, doubled at each batch up to
+#: FWD_GATE_TARGETS: the post-filter's threads wait for the first batch's passers.
+FWD_GATE_FIRST_TARGETS = 512
 #: The same with hmmgpu's own post-filter (``--postfilter hmmgpu``), whose gate batches are also
 #: its definitions' batches: full-sized batches were measured for it (9c55c5f), smaller ones not.
 FWD_GATE_TARGETS_OWN_POSTFILTER = 16384
