@@ -319,3 +319,19 @@ def test_kernel_exact_on_gpu(proteome):
                                              storage="global"), hmm, db)
         print(M, "chunked", report)
 
+
+
+def test_gate_batches_grow_to_their_size(monkeypatch):
+    """On the default route the first Forward gate batches are smaller, doubling from
+    FWD_GATE_FIRST_TARGETS up to FWD_GATE_TARGETS (the post-filter's threads wait for the first
+    batch's passers); with hmmgpu's own post-filter every batch is FWD_GATE_TARGETS_OWN_POSTFILTER."""
+    from types import SimpleNamespace
+
+    from hmmgpu.gpu.cascade import GpuCascade
+    from hmmgpu.gpu.runtime import tuning
+
+    monkeypatch.setattr(tuning, "FWD_GATE_FIRST_TARGETS", 512)
+    monkeypatch.setattr(tuning, "FWD_GATE_TARGETS", 4096)
+    sizes = [GpuCascade._gate_batch_targets(SimpleNamespace(_gate_batches=k), False) for k in (0, 1, 2, 3, 4, 40)]
+    assert sizes == [512, 1024, 2048, 4096, 4096, 4096]
+    assert GpuCascade._gate_batch_targets(SimpleNamespace(_gate_batches=0), True) == tuning.FWD_GATE_TARGETS_OWN_POSTFILTER

@@ -1056,6 +1056,14 @@ def test_forward_gate_decides_f3_as_hmmer(name, bias_filter):
         assert engine.stats.forward_gate == dict(passed=want.size, failed=past_vit.size - want.size, unsure=0)
         line = engine.stats.forward_gate_line()
         assert f"{past_vit.size - want.size} failed F3" in line and line in engine.stats.lines()
+        # the timeline of the filters' answers and of the post-filter's first task
+        stats = engine.stats
+        assert 0 <= stats.ready_seconds <= stats.last_answer_seconds <= stats.wall_seconds
+        models = next(line for line in stats.lines() if line.startswith("models: "))
+        assert f"their last answer after {stats.last_answer_seconds:.2f} s" in models
+        if want.size:
+            assert stats.ready_seconds <= stats.first_task_seconds <= stats.wall_seconds
+            assert f"first task after {stats.first_task_seconds:.2f} s" in models
 
 
 def test_forward_gate_line_gives_the_forward_kernels_gcups():

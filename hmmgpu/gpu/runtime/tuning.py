@@ -68,7 +68,10 @@ FWD_MAX_CELLS_OWN_POSTFILTER = 2 << 20
 FWD_STREAMS = 8
 FWD_GATE_TARGETS = 4096
 #: The first gate batch's targets on the default route, doubled at each batch up to
-#: FWD_GATE_TARGETS: the post-filter's threads wait for the first batch's passers.
+#: FWD_GATE_TARGETS: the post-filter's threads wait for the first batch's passers. On one H200,
+#: 600 Pfam x 29 M, warm, three alternating pairs in one session (4c000f0,
+#: session_gateramp_h200_2026-11-29_s10call4.log): 5.96, 5.68, 5.82 s against 6.14, 6.39, 5.89 s
+#: without it (4096), 6.30 s from 128; at 116 M 18.30, 17.36 s against 18.40, 16.66 s. Outputs equal.
 FWD_GATE_FIRST_TARGETS = 512
 #: The same with hmmgpu's own post-filter (``--postfilter hmmgpu``), whose gate batches are also
 #: its definitions' batches: full-sized batches were measured for it (9c55c5f), smaller ones not.
