@@ -19,8 +19,10 @@ The child is a fresh interpreter (``python -m hmmgpu.gpu.process FD``) on one en
 socket pair; it inherits standard error (compile notices). The parent sends, in order:
 ``("init", database path, format, lanes, device, max_bytes, model lengths or None, span or None)``
 (``span``: ``(first, end)``, only those targets of a made database: a dask worker's shard), then any number of
-``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and
-finally ``None``. The child answers ``("ready", description, lanes, (targets, residues))``
+``("compile", model lengths)``, ``("model", hmm, mmu, options)`` (or, with
+:data:`~hmmgpu.gpu.runtime.tuning.PROFILES_IN_SEARCHING_PROCESS`, ``("profile", ModelProfile,
+options)``: the model's filter profiles made by the parent) and ``("stats",)``, and finally
+``None``. The child answers ``("ready", description, lanes, (targets, residues))``
 or ``("error", message)`` to the first; ``("done", k, CascadeResult)`` or ``("error", k,
 message)`` for the k-th model (counted from 0) as soon as its result is finished, whatever the
 models before it; ``("compiled", n)`` and ``("stats", details, GPU seconds)`` once every model
@@ -155,13 +157,16 @@ def _serve(conn: Connection) -> None:
                     _drain(conn, backend, pending, gating)
                     return
                 kind = message[0]
-                if kind == "model":
-                    _, hmm, mmu, options = message
+                if kind in ("model", "profile"):
                     try:
-                        gm = p7.Profile(hmm.M, hmm.alphabet)
-                        gm.configure(hmm, background, 100)
-                        pending.append((received, "model",
-                                        backend.submit(ModelProfile.from_profile(hmm, gm, mmu), options)))
+                        if kind == "profile":  # made by the parent (tuning.PROFILES_IN_SEARCHING_PROCESS)
+                            _, profile, options = message
+                        else:
+                            _, hmm, mmu, options = message
+                            gm = p7.Profile(hmm.M, hmm.alphabet)
+                            gm.configure(hmm, background, 100)
+                            profile = ModelProfile.from_profile(hmm, gm, mmu)
+                        pending.append((received, "model", backend.submit(profile, options)))
                     except Exception as error:  # noqa: BLE001
                         pending.append((received, "error", _one_line(error)))
                     received += 1
@@ -248,11 +253,14 @@ def _one_line(error: BaseException) -> str:
 
 
 class _Model:
-    """A model on its way to the child: the pyhmmer HMM and its MSV location parameter."""
+    """A model on its way to the child: the pyhmmer HMM and its MSV location parameter, and
+    the filter profiles made from them here (:data:`~hmmgpu.gpu.runtime.tuning.PROFILES_IN_SEARCHING_PROCESS`),
+    or None: the child makes them."""
 
-    def __init__(self, hmm, mmu):
+    def __init__(self, hmm, mmu, profile=None):
         self.hmm = hmm
         self.mmu = mmu
+        self.profile = profile
 
 
 class _Ticket:
@@ -440,7 +448,18 @@ class CudaProcessBackend(CascadeBackend):
 
     # ------------------------------------------------------------ the backend
     def prepare(self, hmm, mmu=None) -> _Model:
-        return _Model(hmm, mmu)
+        """The model on its way to the child; with :data:`~hmmgpu.gpu.runtime.tuning.PROFILES_IN_SEARCHING_PROCESS`
+        its filter profiles made here, in the calling thread (the engine's prepare thread), unless
+        making them fails: the child then makes them again and answers with that model's error."""
+        profile = None
+        if tuning.PROFILES_IN_SEARCHING_PROCESS:
+            from hmmgpu.stages.profiles import ModelProfile
+
+            try:
+                profile = ModelProfile.from_hmm(hmm, mmu)
+            except Exception:  # noqa: BLE001 - the child's answer carries the error, as without the setting
+                profile = None
+        return _Model(hmm, mmu, profile)
 
     def prepare_for(self, lengths) -> None:
         if sorted({int(m) for m in lengths}) != self._loaded:  # not those of the ``init`` message
@@ -452,7 +471,10 @@ class CudaProcessBackend(CascadeBackend):
             self._unanswered[self._sent] = ticket
             self._sent += 1
             try:
-                self._conn.send(("model", model.hmm, model.mmu, options))
+                if model.profile is not None:
+                    self._conn.send(("profile", model.profile, options))
+                else:
+                    self._conn.send(("model", model.hmm, model.mmu, options))
             except OSError:
                 raise self._stopped() from None
         return ticket
