@@ -64,6 +64,7 @@ numba's CUDA target and its cached kernels took 0.85 s of this start-up before.
 from __future__ import annotations
 
 import collections
+import importlib
 import os
 import shutil
 import signal
@@ -106,8 +107,7 @@ def _serve(conn: Connection) -> None:
         clock = time.perf_counter()
         with ThreadPoolExecutor(1) as driver_thread:  # the driver's start-up beside the imports and the read
             driver = driver_thread.submit(open_primary_context, device)
-            import pyhmmer.plan7 as p7
-            from pyhmmer.easel import Alphabet
+            importlib.import_module("pyhmmer.plan7")  # beside the driver's start, not at the first model
 
             from hmmgpu.gpu.backend import CudaBackend
             from hmmgpu.gpu.cascade import SLOTS, load_kernels
@@ -130,7 +130,6 @@ def _serve(conn: Connection) -> None:
         backend = CudaBackend(db, lanes=lanes, device=device, max_bytes=max_bytes)
         startup["resident"] = time.perf_counter() - clock
         startup.update(backend.setup_seconds)
-        background = p7.Background(Alphabet.amino())
     except HmmgpuError as error:
         conn.send(("error", str(error)))
         return
@@ -163,9 +162,7 @@ def _serve(conn: Connection) -> None:
                             _, profile, options = message
                         else:
                             _, hmm, mmu, options = message
-                            gm = p7.Profile(hmm.M, hmm.alphabet)
-                            gm.configure(hmm, background, 100)
-                            profile = ModelProfile.from_profile(hmm, gm, mmu)
+                            profile = ModelProfile.from_hmm(hmm, mmu)
                         pending.append((received, "model", backend.submit(profile, options)))
                     except Exception as error:  # noqa: BLE001
                         pending.append((received, "error", _one_line(error)))
@@ -451,15 +448,14 @@ class CudaProcessBackend(CascadeBackend):
         """The model on its way to the child; with :data:`~hmmgpu.gpu.runtime.tuning.PROFILES_IN_SEARCHING_PROCESS`
         its filter profiles made here, in the calling thread (the engine's prepare thread), unless
         making them fails: the child then makes them again and answers with that model's error."""
-        profile = None
-        if tuning.PROFILES_IN_SEARCHING_PROCESS:
-            from hmmgpu.stages.profiles import ModelProfile
+        if not tuning.PROFILES_IN_SEARCHING_PROCESS:
+            return _Model(hmm, mmu)
+        from hmmgpu.stages.profiles import ModelProfile
 
-            try:
-                profile = ModelProfile.from_hmm(hmm, mmu)
-            except Exception:  # noqa: BLE001 - the child's answer carries the error, as without the setting
-                profile = None
-        return _Model(hmm, mmu, profile)
+        try:
+            return _Model(hmm, mmu, ModelProfile.from_hmm(hmm, mmu))
+        except Exception:  # noqa: BLE001 - the child's answer carries the error, as without the setting
+            return _Model(hmm, mmu)
 
     def prepare_for(self, lengths) -> None:
         if sorted({int(m) for m in lengths}) != self._loaded:  # not those of the ``init`` message
