@@ -153,6 +153,26 @@ def forward_score(scales, xc, pmove) -> np.float32:
     return np.float32(float(tot) + math.log(last))
 
 
+def forward_scores(scales, starts, counts, last) -> np.ndarray:
+    """:func:`forward_score` of many targets at once (float32 nats): target ``t``'s scale factors
+    are ``scales[starts[t]:starts[t] + counts[t]]`` (float32, in row order) and ``last`` its
+    ``f32(xC pmove)``. The same bits: each target's sum runs in its own order, one step for all
+    targets at a time (double sum, rounded to float at every row), and every logarithm is libm's
+    double ``log`` (``math.log``; numpy's own ``log`` may differ from it in the last bit)."""
+    starts, counts = np.asarray(starts, np.int64), np.asarray(counts, np.int64)
+    tot = np.zeros(counts.size, np.float32)
+    if counts.size and counts.max() > 0:
+        values = np.asarray(scales, np.float32)
+        order = np.argsort(-counts, kind="stable")  # the targets with more than k factors come first
+        alive = np.cumsum(np.bincount(counts, minlength=int(counts.max()) + 1)[::-1])[::-1]
+        for k in range(int(counts.max())):
+            who = order[:alive[k + 1]]  # the targets with more than k factors
+            logs = np.array(list(map(math.log, values[starts[who] + k].tolist())), np.float64)
+            tot[who] = (tot[who].astype(np.float64) + logs).astype(np.float32)
+    logs = np.array(list(map(math.log, np.asarray(last, np.float32).tolist())), np.float64)
+    return (tot.astype(np.float64) + logs).astype(np.float32)
+
+
 def backward_score(rows) -> tuple:
     """(totscale, score), float32 nats, of the Backward parser from its special-state rows
     ``rows`` float32 [L+1, 6] (:func:`backward_score_from_scales` on their SCALE column and
@@ -179,6 +199,6 @@ def backward_score_from_scales(scales, xn) -> tuple:
     return tot, np.float32(float(tot) + math.log(xn))
 
 
-__all__ = ["ForwardTables", "forward_totscale", "forward_score", "backward_score", "backward_score_from_scales",
+__all__ = ["ForwardTables", "forward_totscale", "forward_score", "forward_scores", "backward_score", "backward_score_from_scales",
            "length_specials", "nqf", "STATUS_OK", "STATUS_RANGE", "STATUS_UNSURE", "RANGE", "SUBNORMAL", "TINY_ROWS",
            "FTZ_ONLY", "ANY_TINY", "HOST", "FLT_MIN", "FTZ_EDGE", "ABSORB", "RESCALE_AT", "DD_EARLY_EXIT_M", "OWN_SCALES_AT"]

@@ -1,9 +1,11 @@
-"""hmmgpu.stages.forward's per-length special transitions: one target's (numpy scalars, the
+"""hmmgpu.stages.forward: the per-length special transitions of one target (numpy scalars, the
 per-target path of the post-filter) are the bits of the same lengths' array form, multihit and
-unihit (libhmmer's own values are checked on the array form in tests/gpu/test_fwdback.py)."""
+unihit (libhmmer's own values are checked on the array form in tests/gpu/test_fwdback.py); the
+Forward scores of many targets at once are the bits of each target's own (whose equality with
+libhmmer's is checked there too)."""
 import numpy as np
 
-from hmmgpu.stages.forward import length_specials
+from hmmgpu.stages.forward import forward_score, forward_scores, length_specials
 
 
 def test_one_length_equals_the_array_form():
@@ -16,3 +18,23 @@ def test_one_length_equals_the_array_form():
             assert (one[0], one[1]) == (np.float32(mv), np.float32(lp)), L
         one = length_specials(np.int64(lengths[-1]), nj)
         assert one == (pmove[-1], ploop[-1])
+
+
+def test_many_scores_at_once_equal_each_targets_own():
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, 40, 3000)
+    counts[rng.random(counts.size) < 0.6] = 0  # most targets have no rescaled row
+    # scale factors as the kernel keeps them (1 / xE of a rescaled row: below 1e-4), spread wide
+    scales = (10.0 ** rng.uniform(-30, -4, int(counts.sum()))).astype(np.float32)
+    starts = np.cumsum(counts) - counts
+    xc = (10.0 ** rng.uniform(-20, 4, counts.size)).astype(np.float32)
+    pmove = (10.0 ** rng.uniform(-5, -1, counts.size)).astype(np.float32)
+    last = (xc * pmove).astype(np.float32)
+    got = forward_scores(scales, starts, counts, last)
+    want = np.array([forward_score(scales[a:a + c], x, p) for a, c, x, p in zip(starts, counts, xc, pmove)], np.float32)
+    assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    # a subset, in another order, with the factors elsewhere in the array
+    pick = rng.permutation(counts.size)[:500]
+    assert np.array_equal(forward_scores(scales, starts[pick], counts[pick], last[pick]).view(np.uint32),
+                          want[pick].view(np.uint32))
+    assert forward_scores(scales, [], [], []).size == 0

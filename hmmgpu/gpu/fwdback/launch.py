@@ -41,7 +41,6 @@ The stage imports no numba (the GPU process runs it from exported kernels).
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -187,7 +186,7 @@ class ForwardBatch:
         flags = np.zeros(n, np.int32)
         xc = np.zeros(n, np.float32)
         nscale = np.zeros(n, np.int32)
-        scales = [np.zeros(0, np.float32)] * n
+        scale_parts = []  # each launch's (items, their first scale factor in its array, the array)
         out_rows = [None] * n if self.rows else None
         bwd = dict(flags=np.zeros(n, np.int32), own=np.zeros(n, bool),
                    rows=[None] * n if self.rows else None) if self.backward else None
@@ -210,9 +209,7 @@ class ForwardBatch:
                 flags[items] = got["out_flags"]
                 xc[items] = got["out_xc"]
                 nscale[items] = got["out_nscale"]
-                for b, j in enumerate(items.tolist()):
-                    s = int(launch.scale_base[b])
-                    scales[j] = got["out_scales"][s:s + int(got["out_nscale"][b])].copy()
+                scale_parts.append((items, launch.scale_base, got["out_scales"]))
                 if self.rows:
                     _rows_to(out_rows, copied(launch.outputs["out_rows"]), launch, lengths)
                 if self.backward:
@@ -228,11 +225,11 @@ class ForwardBatch:
         host = ~on_gpu | ((flags & ref.HOST) != 0)
         last = xc * stage.pmove[lengths]  # float32 products, as forward_engine's xC * xf[C][MOVE]
         host |= ~(last > ref.FLT_MIN)  # a tiny last product: the FTZ mode could matter (never seen)
+        first, flat = _gathered(scale_parts, nscale)
+        scales = [flat[a:a + c] if c else _NO_SCALES for a, c in zip(first.tolist(), nscale.tolist())]
         scores = np.full(n, np.nan, np.float32)
-        plain = np.flatnonzero(~host & (nscale == 0))  # no rescaled row: the score is log(last) alone
-        scores[plain] = np.array([math.log(v) for v in last[plain].astype(np.float64).tolist()], np.float64)
-        for j in np.flatnonzero(~host & (nscale > 0)).tolist():
-            scores[j] = ref.forward_score(scales[j], xc[j], stage.pmove[int(lengths[j])])
+        scored = np.flatnonzero(~host)
+        scores[scored] = ref.forward_scores(flat, first[scored], nscale[scored], last[scored])
         backward = decoding = None
         if self.backward:
             bwd_host = host | ((bwd["flags"] & ref.HOST) != 0)  # Backward divides by Forward's scale factors
@@ -284,6 +281,24 @@ class ForwardBatch:
             return DecodingResults(status=status[sl].copy(), mocc=dec["mocc"][sl], btot=dec["btot"][sl],
                                    etot=dec["etot"][sl], flags=dec["flags"][sl].copy(), host=host[sl].copy())
         return results
+
+
+#: The scale factors of a target with no rescaled row (shared: read only).
+_NO_SCALES = np.zeros(0, np.float32)
+
+
+def _gathered(parts, nscale) -> tuple:
+    """The scale factors of a batch's targets, target after target in one array (each launch's
+    kernel wrote an item's at its ``scale_base``): (where each target's start, the array)."""
+    first = (np.cumsum(nscale) - nscale).astype(np.int64)
+    flat = np.empty(int(nscale.sum()), np.float32)
+    for items, base, values in parts:
+        counts = nscale[items].astype(np.int64)
+        if not counts.any():
+            continue
+        k = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        flat[np.repeat(first[items], counts) + k] = values[np.repeat(np.asarray(base, np.int64), counts) + k]
+    return first, flat
 
 
 def _rows_to(out, flat_rows, launch, lengths, width: int = 6) -> None:
