@@ -19,9 +19,7 @@ The child is a fresh interpreter (``python -m hmmgpu.gpu.process FD``) on one en
 socket pair; it inherits standard error (compile notices). The parent sends, in order:
 ``("init", database path, format, lanes, device, max_bytes, model lengths or None, span or None)``
 (``span``: ``(first, end)``, only those targets of a made database: a dask worker's shard), then any number of
-``("compile", model lengths)``, ``("model", hmm, mmu, options)`` (or, with
-:data:`~hmmgpu.gpu.runtime.tuning.PROFILES_IN_SEARCHING_PROCESS`, ``("profile", ModelProfile,
-options)``: the model's filter profiles made by the parent) and ``("stats",)``, and finally
+``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and finally
 ``None``. The child answers ``("ready", description, lanes, (targets, residues))``
 or ``("error", message)`` to the first; ``("done", k, CascadeResult)`` or ``("error", k,
 message)`` for the k-th model (counted from 0) as soon as its result is finished, whatever the
@@ -156,14 +154,10 @@ def _serve(conn: Connection) -> None:
                     _drain(conn, backend, pending, gating)
                     return
                 kind = message[0]
-                if kind in ("model", "profile"):
+                if kind == "model":
                     try:
-                        if kind == "profile":  # made by the parent (tuning.PROFILES_IN_SEARCHING_PROCESS)
-                            _, profile, options = message
-                        else:
-                            _, hmm, mmu, options = message
-                            profile = ModelProfile.from_hmm(hmm, mmu)
-                        pending.append((received, "model", backend.submit(profile, options)))
+                        _, hmm, mmu, options = message
+                        pending.append((received, "model", backend.submit(ModelProfile.from_hmm(hmm, mmu), options)))
                     except Exception as error:  # noqa: BLE001
                         pending.append((received, "error", _one_line(error)))
                     received += 1
@@ -250,14 +244,13 @@ def _one_line(error: BaseException) -> str:
 
 
 class _Model:
-    """A model on its way to the child: the pyhmmer HMM and its MSV location parameter, and
-    the filter profiles made from them here (:data:`~hmmgpu.gpu.runtime.tuning.PROFILES_IN_SEARCHING_PROCESS`),
-    or None: the child makes them."""
+    """A model on its way to the child: the pyhmmer HMM and its MSV location parameter (the
+    child makes its filter profiles: made here instead, in the engine's prepare thread, they took
+    longer, the searching process's interpreter busier; docs/performance.md)."""
 
-    def __init__(self, hmm, mmu, profile=None):
+    def __init__(self, hmm, mmu):
         self.hmm = hmm
         self.mmu = mmu
-        self.profile = profile
 
 
 class _Ticket:
@@ -445,17 +438,8 @@ class CudaProcessBackend(CascadeBackend):
 
     # ------------------------------------------------------------ the backend
     def prepare(self, hmm, mmu=None) -> _Model:
-        """The model on its way to the child; with :data:`~hmmgpu.gpu.runtime.tuning.PROFILES_IN_SEARCHING_PROCESS`
-        its filter profiles made here, in the calling thread (the engine's prepare thread), unless
-        making them fails: the child then makes them again and answers with that model's error."""
-        if not tuning.PROFILES_IN_SEARCHING_PROCESS:
-            return _Model(hmm, mmu)
-        from hmmgpu.stages.profiles import ModelProfile
-
-        try:
-            return _Model(hmm, mmu, ModelProfile.from_hmm(hmm, mmu))
-        except Exception:  # noqa: BLE001 - the child's answer carries the error, as without the setting
-            return _Model(hmm, mmu)
+        """The model on its way to the child."""
+        return _Model(hmm, mmu)
 
     def prepare_for(self, lengths) -> None:
         if sorted({int(m) for m in lengths}) != self._loaded:  # not those of the ``init`` message
@@ -467,10 +451,7 @@ class CudaProcessBackend(CascadeBackend):
             self._unanswered[self._sent] = ticket
             self._sent += 1
             try:
-                if model.profile is not None:
-                    self._conn.send(("profile", model.profile, options))
-                else:
-                    self._conn.send(("model", model.hmm, model.mmu, options))
+                self._conn.send(("model", model.hmm, model.mmu, options))
             except OSError:
                 raise self._stopped() from None
         return ticket

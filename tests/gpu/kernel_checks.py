@@ -540,8 +540,7 @@ def simulator_cascade_host_checks():
 def simulator_gpu_process_checks():
     """The search engine's CUDA backend: the cascade in a child process (under the simulator
     too, inherited through the environment), several models in flight, results in order;
-    tables and counters equal pyhmmer's, also with the models' filter profiles made in the
-    searching process (tuning.PROFILES_IN_SEARCHING_PROCESS)."""
+    tables and counters equal pyhmmer's."""
     import io
 
     import pyhmmer
@@ -549,7 +548,6 @@ def simulator_gpu_process_checks():
     from hmmgpu.search.engine import SearchEngine
     from hmmgpu.errors import HmmgpuError
     from hmmgpu.gpu.process import CudaProcessBackend
-    from hmmgpu.gpu.runtime import tuning
     from hmmgpu.options import SearchOptions
 
     cases = [vit_case(M, seed, 3, 12, long_cases=False) for M, seed in ((24, 11), (40, 3), (17, 5))]
@@ -561,13 +559,7 @@ def simulator_gpu_process_checks():
         backend.prepare_for([h.M for h in hmms])
         results = list(SearchEngine(db, opts, backend).search(hmms * 3))
         details = backend.details()
-        # the filter profiles made here and sent to the child instead of the HMMs
-        tuning.PROFILES_IN_SEARCHING_PROCESS = True
-        if not all(backend.prepare(h).profile is not None for h in hmms):
-            raise AssertionError("no profile made in the searching process")
-        made_here = list(SearchEngine(db, opts, backend).search(hmms))
     finally:
-        tuning.PROFILES_IN_SEARCHING_PROCESS = False
         backend.close()
     if not details.get("kernel_ms"):
         raise AssertionError(f"no statistics from the GPU process: {details}")
@@ -579,11 +571,6 @@ def simulator_gpu_process_checks():
             raise AssertionError(f"model {result.index}: tables differ")
         assert_same_pipeline(result.hits, ref)
         out.append((result.index, str(hmm.name), len(ref)))
-        if result.index < len(hmms):  # the same model's search with its profiles made here
-            again = made_here[result.index]
-            if hits_table(again.hits) != rows[1] or again.hmm is not hmm:
-                raise AssertionError(f"model {result.index}, profiles made here: tables differ")
-            assert_same_pipeline(again.hits, ref)
     # the command line: the child started before the database is read, reading the file itself
     import contextlib
     import tempfile

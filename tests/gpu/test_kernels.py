@@ -249,9 +249,8 @@ def test_forward_gates_of_several_models_share_a_batch_under_simulator(tmp_path)
 
 
 def test_gpu_process_backend_under_simulator(tmp_path):
-    """The engine's CUDA backend in its child process: nine models in flight, tables equal (and
-    again with the filter profiles made in the searching process); and through the command line,
-    the child reading the database file itself."""
+    """The engine's CUDA backend in its child process: nine models in flight, tables equal; and
+    through the command line, the child reading the database file itself."""
     out = _simulate("simulator_gpu_process_checks", tmp_path)
     assert len([line for line in out.splitlines() if line[:1].isdigit()]) == 9
     assert "command line 4" in out

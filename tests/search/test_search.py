@@ -683,7 +683,7 @@ def test_the_gpu_process_answers_each_model_by_its_number():
     child._receive_lock, child._send_lock, child._ready_reply = threading.Lock(), threading.Lock(), ("ready",)
     child._unanswered, child._sent, child._answers = {}, 0, {}
     child._conn = SimpleNamespace(send=lambda message: None, poll=lambda timeout: True)
-    tickets = [child.submit(SimpleNamespace(hmm=None, mmu=None, profile=None), None) for _ in range(4)]
+    tickets = [child.submit(SimpleNamespace(hmm=None, mmu=None), None) for _ in range(4)]
     replies = iter(sent + [("done", 0, "a")])
     child._receive = lambda: next(replies)
     child.receive(0.0)   # every reply that has come: models 1, 2, 3 and then 0
@@ -691,7 +691,7 @@ def test_the_gpu_process_answers_each_model_by_its_number():
     assert [tickets[k].result() for k in (0, 1, 3)] == ["a", "b", "d"]
     with pytest.raises(HmmgpuError, match="bad model"):
         tickets[2].result()
-    more = [child.submit(SimpleNamespace(hmm=None, mmu=None, profile=None), None) for _ in range(2)]
+    more = [child.submit(SimpleNamespace(hmm=None, mmu=None), None) for _ in range(2)]
 
     def stopped():
         raise HmmgpuError("the GPU process stopped (exit code 1)")

@@ -169,15 +169,6 @@ DEFINE_CLUSTERED = True
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for a model's result.
 GPU_PROCESS_SWITCH_INTERVAL = 0.001
-#: Whether the searching process makes each model's filter profiles (in the engine's prepare
-#: thread: :meth:`hmmgpu.gpu.process.CudaProcessBackend.prepare`) and sends them to the GPU
-#: process, instead of the GPU process making them from the HMM. On the default route at 29 M
-#: residues the GPU process's filters answer the last of 600 Pfam models 0.6 s before the end, its
-#: interpreter's lock held about three quarters of the run (py-spy --gil, one H200, 2026-11-29),
-#: making the profiles about 0.7 s of it; on the 2-core development machine they take 1.5 ms a
-#: model, and unpickling them 0.1 ms a model more than the HMM alone. Off until measured on the
-#: GPU machine (the searching process's lock, held about 46% of that run, takes the work).
-PROFILES_IN_SEARCHING_PROCESS = False
 GPU_PROCESS_POLL_SECONDS = 0.002
 #: Bytes the device's memory pool keeps for the next stream-ordered allocations (the
 #: definition's and the Forward parser's launches: :meth:`hmmgpu.gpu.runtime.driver.DriverRuntime.device_array`)
