@@ -1,5 +1,4 @@
-"""HMMER's own functions through ctypes: the reference oracle for tests and ``hmmgpu audit``, and
-domain definition from parser rows computed elsewhere (:meth:`HmmerModel.define_from_rows`).
+"""HMMER's own filter functions through ctypes: the reference oracle for tests and ``hmmgpu audit``.
 
 The C libraries are the ones the pyhmmer wheel ships (``pyhmmer.libs/liblib{easel,hmmer}.so``).
 Each model is configured exactly as hmmsearch configures it (docs/algorithms.md §2.2), and each
@@ -134,11 +133,6 @@ _PROTOTYPES.update({
     "esl_vec_FNorm": (None, [_p, _c.c_int64]),
     "esl_rnd_FChoose": (_c.c_int, [_p, _p, _c.c_int]),
 })
-# Domain definition from a device's parser rows (HmmerModel.define_from_rows).
-_PROTOTYPES.update({
-    "p7_domaindef_Reuse": (_c.c_int, [_p]),
-    "p7_alidisplay_Serialize": (_c.c_int, [_p, _c.POINTER(_p), _c.POINTER(_c.c_uint32), _c.POINTER(_c.c_uint32)]),
-})
 _TR_NDOM = 48  # int: P7_TRACE.ndom, then the int * arrays tfrom, tto, sqfrom, sqto, hmmfrom, hmmto
 _TR_INDEX = 56
 
@@ -204,11 +198,8 @@ class _Lib:
             fn = getattr(hmmer if name.startswith("p7_") else easel, name)
             fn.restype, fn.argtypes = restype, argtypes
             setattr(self, name, fn)
-        libc = _c.CDLL(None)
-        self.vsnprintf = libc.vsnprintf
+        self.vsnprintf = _c.CDLL(None).vsnprintf
         self.vsnprintf.restype, self.vsnprintf.argtypes = _c.c_int, [_c.c_char_p, _c.c_size_t, _c.c_char_p, _p]
-        self.free = libc.free
-        self.free.restype, self.free.argtypes = None, [_p]
 
 
 def _install_handler(lib):
@@ -341,7 +332,6 @@ class HmmerModel:
         if lib is None:
             return
         self._close_full()
-        self._close_rows_definition()
         destroyers = (lib.p7_omx_Destroy, lib.p7_omx_Destroy, lib.p7_oprofile_Destroy, lib.p7_profile_Destroy,
                       lib.p7_bg_Destroy, lib.p7_hmm_Destroy, lib.esl_alphabet_Destroy)
         for name, destroy in zip(self._FIELDS, destroyers):
@@ -769,95 +759,6 @@ class HmmerModel:
                 if ptr:
                     destroy(ptr)
             self._multihit(n)
-
-    # --- domain definition from parser rows computed elsewhere -----------------------------
-
-    _ddef = _rng = None  # the P7_DOMAINDEF define_from_rows reuses, and its generator
-    _display = None  # (buffer, its size) p7_alidisplay_Serialize writes into, grown by it
-
-    def _close_rows_definition(self) -> None:
-        lib = _state["lib"]
-        for name, destroy in (("_ddef", lib.p7_domaindef_Destroy), ("_rng", lib.esl_randomness_Destroy)):
-            ptr = getattr(self, name)
-            if ptr:
-                setattr(self, name, None)
-                destroy(ptr)
-        if self._display is not None and self._display[0]:
-            lib.free(self._display[0])
-        self._display = None
-
-    def define_from_rows(self, codes, fwd_rows, bwd_rows, has_own_scales: bool, seed: int = _PIPELINE_SEED,
-                         name: bytes = b"target", acc: bytes | None = None, desc: bytes | None = None) -> tuple:
-        """``p7_domaindef_ByPosteriorHeuristics`` on an F3 passer as ``p7_Pipeline`` runs it, from its
-        two parsers' special-state rows computed elsewhere (a device: ``fwd_rows``, ``bwd_rows``
-        float32 [L+1, 6], E N J B C SCALE, as ``p7_ForwardParser`` and ``p7_BackwardParser`` store
-        them in the calling thread's float mode; ``has_own_scales``: Backward's), which it copies
-        into the model's parser matrices: ``p7_DomainDecoding`` reads nothing else of them, and
-        the rest of domain definition uses the matrices as scratch space. The model set to the
-        target's length as :meth:`forward_parser` sets it; one ``P7_DOMAINDEF`` reused from target
-        to target (``p7_domaindef_Reuse``) with the pipeline's generator (Easel's fast one, ``seed``,
-        reseeded at every region: the first call's seed stays), as ``p7_Pipeline`` reuses its own.
-
-        Returns (status, null score ``p7_bg_NullOne`` in nats, definition): with status OK the
-        definition is a :class:`~hmmgpu.stages.defined.SentDefinition` (each domain's ``trace`` None)
-        and the domains' alignment displays as ``p7_alidisplay_Serialize`` writes them (the
-        target named ``name``, ``acc``, ``desc``), else (RANGE: ``p7_DomainDecoding`` overflowed,
-        for which ``p7_Pipeline`` fails) None."""
-        from hmmgpu.stages.defined import SentDefinition
-        from hmmgpu.stages.domaindef import Domain
-
-        lib = _state["lib"]
-        dsq, n = self._target(codes)
-        fwd_rows, bwd_rows = (np.ascontiguousarray(rows, np.float32) for rows in (fwd_rows, bwd_rows))
-        if fwd_rows.shape != (n + 1, 6) or bwd_rows.shape != (n + 1, 6):
-            raise ValueError(f"parser rows of shape {fwd_rows.shape} and {bwd_rows.shape} for a target of length {n}")
-        _check(lib.p7_omx_GrowTo(self._oxb, self.M, 0, n), "p7_omx_GrowTo")
-        for ox, rows in ((self._ox, fwd_rows), (self._oxb, bwd_rows)):
-            _c.c_int.from_address(ox + _OX_M).value = self.M
-            _c.c_int.from_address(ox + _OX_L).value = n
-            _c.memmove(_read(_c.c_void_p, ox + _OX_XMX), rows.ctypes.data, rows.nbytes)
-        _c.c_int.from_address(self._oxb + _OX_HAS_OWN_SCALES).value = int(has_own_scales)
-        if self._ddef is None:
-            self._full(1)
-            self._rng = lib.esl_randomness_CreateFast(int(seed))
-            self._ddef = lib.p7_domaindef_Create(self._rng) if self._rng else None
-            if not self._ddef:
-                raise MemoryError("HMMER could not allocate the domain definition structures")
-            _DomainDef.from_address(self._ddef).do_reseeding = 1
-            self._display = (_p(), _c.c_uint32(0))
-        else:
-            _check(lib.p7_domaindef_Reuse(self._ddef), "p7_domaindef_Reuse")
-        sq = lib.esl_sq_CreateDigitalFrom(self._abc, name, dsq.ctypes.data, n, desc, acc, None)
-        if not sq:
-            raise MemoryError("HMMER could not allocate a sequence")
-        try:
-            status = _check(lib.p7_domaindef_ByPosteriorHeuristics(sq, None, self._om, self._ox, self._oxb, self._fwd,
-                                                                    self._bck, self._ddef, self._bg, 0, None, None,
-                                                                    None),
-                            "p7_domaindef_ByPosteriorHeuristics", (STATUS_OK, STATUS_RANGE))
-        finally:
-            lib.esl_sq_Destroy(sq)
-            self._multihit(n)
-        nullsc = self._null(dsq, n)
-        if status != STATUS_OK:
-            return status, nullsc, None
-        dd = _DomainDef.from_address(self._ddef)
-        domains, displays = [], []
-        buf, nalloc = self._display
-        size = _c.c_uint32(0)
-        for d in range(dd.ndom):
-            dom = dd.dcl[d]
-            domains.append(Domain(ienv=dom.ienv, jenv=dom.jenv, iali=dom.iali, jali=dom.jali,
-                                  envsc=np.float32(dom.envsc), domcorrection=np.float32(dom.domcorrection),
-                                  oasc=np.float32(dom.oasc), trace=None))
-            size.value = 0
-            _check(lib.p7_alidisplay_Serialize(dom.ad, _c.byref(buf), _c.byref(size), _c.byref(nalloc)),
-                   "p7_alidisplay_Serialize")
-            displays.append(_c.string_at(buf, size.value))
-        n2sc_sum = np.float32(lib.esl_vec_FSum(_c.cast(dd.n2sc, _p), n + 1))
-        return status, nullsc, (SentDefinition(domains=domains, nregions=dd.nregions, nclustered=dd.nclustered,
-                                               noverlaps=dd.noverlaps, nenvelopes=dd.nenvelopes,
-                                               nexpected=np.float32(dd.nexpected), n2sc_sum=n2sc_sum), displays)
 
     # --- domain definition's steps (hmmer-domaindef-spec.md sections 1 and 2) ----------------
 

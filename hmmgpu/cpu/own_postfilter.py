@@ -92,8 +92,10 @@ stages bit for bit under numba's CUDA simulator, tests/gpu; their equality on a 
 ``pytest -m gpu`` of tests/gpu/test_own_postfilter_gpu.py and test_domaindef_stages.py confirm.)
 
 A task with targets sent to pyhmmer is cut into runs of consecutive targets, each run's
-state made by one side, and the runs' states joined (:meth:`PyhmmerStage.task_state
-<hmmgpu.cpu.pyhmmer_stage.PyhmmerStage.task_state>`).
+state made by one side, and the runs' states joined by pyhmmer's own ``TopHits.merge`` (the
+exact merge the search uses for its tasks), so that the hits stay in search order; its
+``Nalloc`` is then set to what one pyhmmer run over the task would hold. Its reporting
+flags and ``domZ`` are those of the joined hits: the query's final merge sets them again.
 """
 from __future__ import annotations
 
@@ -108,12 +110,19 @@ from hmmgpu.cpu.domaindef import CpuDomainStages
 from hmmgpu.cpu.fwdback import RANGE, ForwardTables, backward, length_specials, parse
 from hmmgpu.cpu.pyhmmer_stage import PyhmmerStage
 from hmmgpu.stages.domaindef import define_domains_batched, domain_decoding
-from hmmgpu.stages.hits import HitModel, pipeline_hit, pipeline_settings
-from hmmgpu.stages.postfilter import TargetOutcome, Task, TaskResult
+from hmmgpu.stages.hits import HitModel, pipeline_hit, pipeline_settings, tophits_state
+from hmmgpu.stages.merge import drop_unkept
+from hmmgpu.stages.postfilter import Task, TaskResult
 
 __all__ = ["OwnPostFilter", "QueryModel", "TargetOutcome", "warm"]
 
 F32 = np.float32
+#: ``p7_zsetby_e``: Z set by an option (a task's fixed Z).
+_ZSETBY_OPTION = 1
+#: ``p7_tophits_Create``'s first allocation of a hit list (doubled as it fills).
+_FIRST_NALLOC = 256
+
+
 @dataclass(frozen=True, eq=False)
 class QueryModel:
     """What the stage needs of one query model, made once: its Forward ``tables`` (HMMER's
@@ -137,6 +146,22 @@ class QueryModel:
         return cls(tables=tables, hit_model=HitModel.from_hmm(hmm, tables.rfv), settings=settings,
                    stages=CpuDomainStages(tables, seed=options.seed),
                    covered=tables.exactness_conditions() is None)
+
+
+class TargetOutcome:
+    """What became of a target of a filtered task (:meth:`OwnPostFilter.target`)."""
+
+    FAILED = "failed"  #: an undecided target that failed F3 here
+    PASSED = "passed"  #: passed F3 (its hit, if any, made here)
+    HOST = "host"  #: sent to pyhmmer's pipeline: hmmgpu's code cannot promise it bit for bit
+
+
+def _allocated(n: int) -> int:
+    """A hit list's ``Nalloc`` after ``n`` hits were added to a new one."""
+    nalloc = _FIRST_NALLOC
+    while nalloc < n:
+        nalloc *= 2
+    return nalloc
 
 
 class OwnPostFilter(PyhmmerStage):
@@ -309,14 +334,39 @@ class OwnPostFilter(PyhmmerStage):
         outcomes = [outcome for outcome, _ in results]
         hits = [hit for _, hit in results]
         own_seconds = time.thread_time() - start
-        state = self.task_state(task, model.settings, outcomes, hits)
+        states = [self._run_state(task, model, outcomes[a:b], hits[a:b], task.positions[a:b])
+                  if outcomes[a] != TargetOutcome.HOST else self._pyhmmer_state(task, task.positions[a:b])
+                  for a, b in _runs(outcomes)]
         with self._counts_lock:
             for outcome in outcomes:
                 self.counts[outcome] += 1
             self.counts["decoded_on_gpu"] += on_device + on_device_defined
             self.counts["defined_on_gpu"] += on_device_defined
             self.own_seconds += own_seconds
-        return TaskResult(state, cpu_seconds=time.thread_time() - start, filtered=True)
+        return TaskResult(_joined(task.query.hmm, states), cpu_seconds=time.thread_time() - start, filtered=True)
+
+    def _pyhmmer_state(self, task: Task, positions: np.ndarray) -> dict:
+        """The state of pyhmmer's pipeline over some of the task's targets (with the task's Z)."""
+        return super().run(Task(query=task.query, positions=positions, z_fixed=task.z_fixed, filtered=True,
+                                part=task.part)).state
+
+    def _run_state(self, task: Task, model: QueryModel, outcomes: list, hits: list, positions: np.ndarray) -> dict:
+        """The ``TopHits`` state of a run of the task's targets done here, as pyhmmer's
+        pipeline gives it (:class:`PyhmmerStage`'s ``run``): its counters, the hits kept."""
+        pipeline = dict(model.settings)
+        n = int(positions.size)
+        pipeline.update(nseqs=n, nres=int(self.db.lengths[positions].sum()), n_past_msv=n, n_past_bias=n,
+                        n_past_vit=n, n_past_fwd=sum(o == TargetOutcome.PASSED for o in outcomes),
+                        n_output=0, pos_output=0)
+        if self.by_position:
+            pipeline.update(Z=float(task.z_fixed), Z_setby=_ZSETBY_OPTION)
+        elif self.options.Z is None:
+            pipeline["Z"] = float(n)
+        kept = [hit for hit in hits if hit is not None]
+        state = tophits_state(kept, pipeline)
+        if self.by_position and kept:
+            drop_unkept(state, self._position_of(task), self.options.E, bound=int(positions[-1]) + 1)
+        return state
 
     def details(self) -> dict:
         """What the stage did: F3 passers done here, targets sent to pyhmmer, seconds."""
@@ -355,3 +405,27 @@ def _sent(targets, positions: list, ftz: bool) -> list:
         return [None] * len(positions)
     return [targets.target(k) if k >= 0 and (ftz or not targets.ftz_only[k]) else None
             for k in map(targets.find, positions)]
+
+
+def _runs(outcomes: list) -> list:
+    """(start, end) of each run of consecutive targets on one side (pyhmmer's, or this stage's)."""
+    host = [o == TargetOutcome.HOST for o in outcomes]
+    bounds = [0] + [k for k in range(1, len(host)) if host[k] != host[k - 1]] + [len(host)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _joined(hmm, states: list) -> dict:
+    """One task's state from its runs' states, in order (see the module header)."""
+    if len(states) == 1:
+        return states[0]
+    from pyhmmer.plan7 import TopHits
+
+    parts = []
+    for state in states:
+        part = TopHits(hmm)
+        part.__setstate__(state)
+        parts.append(part)
+    joined = parts[0].merge(*parts[1:]).__getstate__()
+    dropped = any(s["Nalloc"] != _allocated(s["N"]) for s in states)   # drop_unkept leaves Nalloc = N
+    joined["Nalloc"] = joined["N"] if dropped else _allocated(joined["N"])
+    return joined

@@ -8,19 +8,6 @@ with ``F1 = F2 = 1``: pyhmmer still computes the bias-corrected null score that 
 P-value needs and skips the filters hmmgpu already ran. A task's hits come back as
 ``TopHits`` state with the hits that HMMER's keep rule would drop at their global position
 already removed (:func:`~hmmgpu.stages.merge.drop_unkept`), ready for the exact merge.
-
-On the GPU route with :data:`hmmgpu.gpu.runtime.tuning.GATE_PARSER_ROWS`, the GPU process sends
-each model's F3 passers with both parsers' special-state rows (:class:`~hmmgpu.stages.parsed.ParsedTargets`).
-A filtered task's targets that have them skip pyhmmer's pipeline: libhmmer's own domain
-definition runs on the rows (:class:`~hmmgpu.cpu.libhmmer_domains.ParsedPassers`), and their
-hits are formed as ``p7_Pipeline`` forms them (:mod:`hmmgpu.stages.hits`); the others (the gate
-left them undecided, or the GPU flagged their rows) go through pyhmmer's pipeline as before. Such
-a task is cut into runs of consecutive targets, each run's state made by one side, and the runs'
-states joined by pyhmmer's own ``TopHits.merge`` (the exact merge the search uses for its tasks),
-so that the hits stay in search order (:meth:`PyhmmerStage.task_state`, which hmmgpu's own
-post-filter uses too); its ``Nalloc`` is then set to what one pyhmmer run over the task would
-hold. Its reporting flags and ``domZ`` are those of the joined hits: the query's final merge sets
-them again.
 """
 from __future__ import annotations
 
@@ -30,13 +17,9 @@ import time
 
 import numpy as np
 
-from hmmgpu.stages.hits import allocated, tophits_state
 from hmmgpu.stages.merge import drop_unkept, hit_fields, merge_results, position_in, positions_by_name
-from hmmgpu.stages.postfilter import Task, TargetOutcome, TaskPlanner, TaskResult, held_as_arrays, names_of
+from hmmgpu.stages.postfilter import Task, TaskPlanner, TaskResult, held_as_arrays, names_of
 from hmmgpu.stages.protocol import PostFilterStage
-
-#: ``p7_zsetby_e``: Z set by an option (a task's fixed Z).
-_ZSETBY_OPTION = 1
 
 
 class SequenceCache:
@@ -106,8 +89,6 @@ class PyhmmerStage(TaskPlanner, PostFilterStage):
         self.ftz = ftz
         self.sequences = SequenceCache(db)
         self._local = threading.local()
-        self._parsed = None  #: the :class:`~hmmgpu.cpu.libhmmer_domains.ParsedPassers`, made on first use
-        self._parsed_lock = threading.Lock()
 
     def _pipeline(self, filtered: bool):
         """This thread's pyhmmer pipeline (one per thread: it holds a background model)."""
@@ -130,14 +111,6 @@ class PyhmmerStage(TaskPlanner, PostFilterStage):
 
     def run(self, task: Task, alone: bool = False) -> TaskResult:
         """Run one task (``alone``: the query's only one); its result, ready to merge."""
-        # (a worker process's query is the model alone: pyhmmer_processes)
-        parsed = getattr(getattr(task.query, "counts", None), "parsed", None) if task.filtered else None
-        if parsed is not None and len(parsed) and task.positions.size and self.options.seed != 0:
-            return self._run_parsed(task, parsed)
-        return self._run_pipeline(task, alone)
-
-    def _run_pipeline(self, task: Task, alone: bool = False) -> TaskResult:
-        """One task on pyhmmer's pipeline."""
         start = time.thread_time()
         pli = self._pipeline(task.filtered)
         pli.clear()  # counters and random generator as in a new pipeline
@@ -165,69 +138,6 @@ class PyhmmerStage(TaskPlanner, PostFilterStage):
         if self.by_position and not from_start and len(hits):
             drop_unkept(state, self._position_of(task), self.options.E, bound=int(task.positions[-1]) + 1)
         return TaskResult(state, cpu_seconds=time.thread_time() - start, filtered=task.filtered)
-
-    def _run_parsed(self, task: Task, parsed) -> TaskResult:
-        """A filtered task whose F3 passers the GPU parsed (``parsed``: the query's
-        :class:`~hmmgpu.stages.parsed.ParsedTargets`): those defined by libhmmer from their rows,
-        the other targets on pyhmmer's pipeline (module header)."""
-        start = time.thread_time()
-        self._pipeline(True)  # this worker thread in the run's float mode
-        if self._parsed is None:
-            from hmmgpu.cpu.libhmmer_domains import ParsedPassers
-
-            with self._parsed_lock:
-                if self._parsed is None:
-                    self._parsed = ParsedPassers(self.db, self.options, self.ftz)
-        Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
-        outcomes, hits = self._parsed.targets(task.query, task.positions.tolist(), parsed, Z)
-        state = self.task_state(task, self._parsed.settings(task.query), outcomes, hits)
-        return TaskResult(state, cpu_seconds=time.thread_time() - start, filtered=True)
-
-    def task_state(self, task: Task, settings: dict, outcomes: list, hits: list) -> dict:
-        """The ``TopHits`` state of a filtered task of which some targets were done outside
-        pyhmmer's pipeline (``outcomes``: each target's :class:`TargetOutcome`; ``hits``: its hit
-        or None; ``settings``: :func:`~hmmgpu.stages.hits.pipeline_settings` of the query with
-        ``F1 = F2 = 1``), the others (HOST) on pyhmmer's pipeline: each run of consecutive
-        targets by one side, the runs' states joined (module header)."""
-        states = [self._made_state(task, settings, outcomes[a:b], hits[a:b], task.positions[a:b])
-                  if outcomes[a] != TargetOutcome.HOST else self._pyhmmer_state(task, task.positions[a:b])
-                  for a, b in _runs(outcomes)]
-        return _joined(task.query.hmm, states)
-
-    def _pyhmmer_state(self, task: Task, positions: np.ndarray) -> dict:
-        """The state of pyhmmer's pipeline over some of the task's targets (with the task's Z)."""
-        return self._run_pipeline(Task(query=task.query, positions=positions, z_fixed=task.z_fixed, filtered=True,
-                                       part=task.part)).state
-
-    def _made_state(self, task: Task, settings: dict, outcomes: list, hits: list, positions: np.ndarray) -> dict:
-        """The ``TopHits`` state of a run of the task's targets done outside pyhmmer's pipeline,
-        as pyhmmer's pipeline gives it (:meth:`run`): its counters, the hits kept."""
-        pipeline = dict(settings)
-        n = int(positions.size)
-        pipeline.update(nseqs=n, nres=int(self.db.lengths[positions].sum()), n_past_msv=n, n_past_bias=n,
-                        n_past_vit=n, n_past_fwd=sum(o == TargetOutcome.PASSED for o in outcomes),
-                        n_output=0, pos_output=0)
-        if self.by_position:
-            pipeline.update(Z=float(task.z_fixed), Z_setby=_ZSETBY_OPTION)
-        elif self.options.Z is None:
-            pipeline["Z"] = float(n)
-        kept = [hit for hit in hits if hit is not None]
-        state = tophits_state(kept, pipeline)
-        if self.by_position and kept:
-            drop_unkept(state, self._position_of(task), self.options.E, bound=int(positions[-1]) + 1)
-        return state
-
-    def details(self) -> dict:
-        """What the stage did: the F3 passers libhmmer defined from the GPU's rows, when any."""
-        return self._parsed.details() if self._parsed is not None else {}
-
-    def merge(self, query, results: list, counts=None) -> tuple:
-        """One serial run's ``TopHits`` and counters (:func:`~hmmgpu.stages.merge.merge_results`)."""
-        if self._parsed is not None:
-            self._parsed.release(query)
-        pieces = self.db.pieces is not None  # a file's pieces count their own targets
-        n, residues = (0, 0) if pieces else (self.db.n, self.db.total_residues)
-        return merge_results(query.hmm, results, n, residues, self.options, counts)
 
     def _position_of(self, task: Task):
         """The function from a hit's target name to its database position, for ``task``. No
@@ -294,28 +204,11 @@ class PyhmmerStage(TaskPlanner, PostFilterStage):
             parts.append((others.__getstate__(), {names[i]: i for i in rest}))
         return parts
 
-def _runs(outcomes: list) -> list:
-    """(start, end) of each run of consecutive targets on one side (pyhmmer's, or the other)."""
-    host = [o == TargetOutcome.HOST for o in outcomes]
-    bounds = [0] + [k for k in range(1, len(host)) if host[k] != host[k - 1]] + [len(host)]
-    return list(zip(bounds[:-1], bounds[1:]))
-
-
-def _joined(hmm, states: list) -> dict:
-    """One task's state from its runs' states, in order (see the module header)."""
-    if len(states) == 1:
-        return states[0]
-    from pyhmmer.plan7 import TopHits
-
-    parts = []
-    for state in states:
-        part = TopHits(hmm)
-        part.__setstate__(state)
-        parts.append(part)
-    joined = parts[0].merge(*parts[1:]).__getstate__()
-    dropped = any(s["Nalloc"] != allocated(s["N"]) for s in states)   # drop_unkept leaves Nalloc = N
-    joined["Nalloc"] = joined["N"] if dropped else allocated(joined["N"])
-    return joined
+    def merge(self, query, results: list, counts=None) -> tuple:
+        """One serial run's ``TopHits`` and counters (:func:`~hmmgpu.stages.merge.merge_results`)."""
+        pieces = self.db.pieces is not None  # a file's pieces count their own targets
+        n, residues = (0, 0) if pieces else (self.db.n, self.db.total_residues)
+        return merge_results(query.hmm, results, n, residues, self.options, counts)
 
 
 def _searched(search, hmm, *args):

@@ -96,8 +96,6 @@ class CudaBackend(FilterBackend):
                                                    step_cost=round(self.gpu.ensemble_step_cost(), 1))
                 details["definition_timeline"] = list(self.gpu.definition_timeline)
                 details["host_code"] = dict(self.gpu.host_code_times)
-        if any(self.gpu.parsing_counts.values()):  # pyhmmer's post-filter with the F3 passers' parser rows
-            details["parsing"] = dict(self.gpu.parsing_counts, kernel_ms=round(self.gpu.parsing_ms, 1))
         return details
 
     def close(self, wait: bool = True) -> None:

@@ -56,14 +56,6 @@ result carries the definitions no exactness flag marks
 (:class:`~hmmgpu.stages.defined.DefinedTargets`) in place of those passers' decodings, and
 the post-filter stage only forms their hits.
 
-On the default route (pyhmmer's post-filter) with :data:`~hmmgpu.gpu.runtime.tuning.GATE_PARSER_ROWS`
-a gate batch is followed by a second one too (:class:`_ParsingStep`): the Forward and Backward
-parsers on the F3 passers of its models, in one launch, their special-state rows copied back;
-each model's result carries its passers' Forward scores and rows
-(:class:`~hmmgpu.stages.parsed.ParsedTargets`: 48 bytes a residue), and the post-filter stage runs
-libhmmer's own domain definition on them (:mod:`hmmgpu.cpu.libhmmer_domains`) instead of
-pyhmmer's whole pipeline, parsers included. Nothing is defined in this process.
-
 A database larger than the GPU's memory budget is processed chunk after chunk, each model
 synchronously (correct, slower).
 """
@@ -79,7 +71,6 @@ import numpy as np
 
 from hmmgpu.stages import stats
 from hmmgpu.stages.cascade import CascadeResult, ForwardResult, MsvResult, ViterbiResult, forward_gate, run_cascade
-from hmmgpu.stages.forward import STATUS_OK
 from hmmgpu.stages.profiles import null_table, tjb_table, xw_move_table
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.bias import BiasSpec, Decision, length_tables
@@ -230,16 +221,15 @@ class GateTicket:
     (``decode``: hmmgpu's own post-filter follows, :class:`_DecodingStep`)."""
 
     def __init__(self, cascade, partial: CascadeResult, profile=None, options=None, filtersc=None, tables=None,
-                 decode: bool = False, parse: bool = False):
+                 decode: bool = False):
         self._cascade = cascade
         self.partial = partial  #: the cascade's result before the gate (survivors: the Viterbi filter's)
         self.profile, self.options, self.filtersc = profile, options, filtersc
         self.tables = tables  #: the model's Forward tables (the gate's job's)
         self.decode = decode and filtersc is not None
-        self.parse = parse and filtersc is not None  #: its passers' parser rows asked for (:class:`_ParsingStep`)
         self.batch = None  #: the :class:`~hmmgpu.gpu.fwdback.launch.ForwardBatch` it runs in
         self.job = -1  #: its job in the batch
-        self.step = None  #: the :class:`_DecodingStep` or :class:`_ParsingStep` of its batch, when it asked
+        self.step = None  #: the :class:`_DecodingStep` of its batch, when it asked for decodings
         self._decided = partial if filtersc is None else None
         self._done = self._decided
         self._lock = threading.Lock()
@@ -273,7 +263,13 @@ class GateTicket:
     def result(self) -> CascadeResult:
         if self._done is None:
             decided = self.decided()
-            self._done = decided if self.step is None else self.step.attach(self, decided)
+            if self.step is None:
+                self._done = decided
+            else:
+                from dataclasses import replace
+
+                decoded, defined = self.step.decoded(self)
+                self._done = replace(decided, decoded=decoded, defined=defined)
         return self._done
 
 
@@ -347,13 +343,6 @@ class _DecodingStep:
     def ready(self) -> bool:
         return self._launched and (self._batch is None or self._answers.done())
 
-    def attach(self, member: GateTicket, decided: CascadeResult) -> CascadeResult:
-        """``member``'s result ``decided`` with its decoded and defined passers (:meth:`decoded`)."""
-        from dataclasses import replace
-
-        decoded, defined = self.decoded(member)
-        return replace(decided, decoded=decoded, defined=defined)
-
     def decoded(self, member: GateTicket) -> tuple:
         """``member``'s decoded passers (the decodings launched now and waited for if need be):
         (:class:`~hmmgpu.stages.decoded.DecodedTargets`, :class:`~hmmgpu.stages.defined.DefinedTargets`
@@ -418,90 +407,6 @@ class _DecodingStep:
         return answers
 
 
-class _ParsingStep:
-    """The second launch after a gate batch on the default route (module header): once the batch
-    is done, its models' gates are decided and the Forward and Backward parsers run in one batch
-    on the F3 passers of those of its models that asked (``members``), their rows kept; each
-    member's :class:`~hmmgpu.stages.parsed.ParsedTargets` are its passers the kernels did not flag."""
-
-    def __init__(self, cascade, gate_batch, members: list):
-        self._cascade = cascade
-        self.gate_batch = gate_batch
-        self.members = members
-        self._launched = False
-        self._batch = None  #: the parsers' batch (None: no member had a passer)
-        self._job = {}  #: id(member) -> its job in the batch
-        self._parsed = None  #: each job's ParsedTargets, once collected
-        self._lock = threading.Lock()
-
-    def launch(self, wait: bool) -> bool:
-        """Launch the parsers if the gate batch is done (``wait``: waiting for it); whether they
-        are launched."""
-        with self._lock:
-            if not self._launched:
-                if not (wait or self.gate_batch.done()):
-                    return False
-                self._launch()
-        return True
-
-    def _launch(self) -> None:
-        from hmmgpu.gpu.fwdback.launch import ForwardJob
-
-        jobs = []
-        for member in self.members:
-            passers = _passers(member.decided())
-            if passers.size:
-                self._job[id(member)] = len(jobs)
-                jobs.append(ForwardJob(member.tables, passers))
-        self.members = []  # no longer needed, and no cycle left between the tickets and their step
-        if jobs:
-            cascade = self._cascade
-            with cascade._forward_lock, cascade._simulated:
-                self._batch = cascade._stage().launch(jobs, rows=True, backward=True)
-        self._launched = True
-
-    def ready(self) -> bool:
-        return self._launched and (self._batch is None or self._batch.done())
-
-    def attach(self, member: GateTicket, decided: CascadeResult) -> CascadeResult:
-        """``member``'s result ``decided`` with its parsed passers (the parsers launched now and
-        waited for if need be)."""
-        from dataclasses import replace
-
-        from hmmgpu.stages.parsed import ParsedTargets
-
-        self.launch(wait=True)
-        job = self._job.get(id(member))
-        if job is None:
-            return replace(decided, parsed=ParsedTargets.gather([], [], [], [], [], []))
-        return replace(decided, parsed=self._collected()[job])
-
-    def _collected(self) -> list:
-        """Every job's :class:`~hmmgpu.stages.parsed.ParsedTargets` (the batch waited for once)."""
-        from hmmgpu.stages.forward import TINY_ROWS
-        from hmmgpu.stages.parsed import ParsedTargets
-
-        with self._lock:
-            if self._parsed is None:
-                cascade = self._cascade
-                with cascade._forward_lock:
-                    results = self._batch.results()
-                    time_once = self._batch.claim_time()
-                if time_once is not None:
-                    cascade._add_forward_time(*time_once, kind="parsing")
-                parsed = []
-                for got in results:
-                    bwd = got.backward
-                    keep = np.flatnonzero((got.status == STATUS_OK) & (bwd.status == STATUS_OK)).tolist()
-                    tiny = ((got.flags | bwd.flags) & TINY_ROWS) != 0
-                    parsed.append(ParsedTargets.gather(got.indices[keep], got.scores[keep], bwd.has_own_scales[keep],
-                                                       tiny[keep], [got.rows[k] for k in keep],
-                                                       [bwd.rows[k] for k in keep]))
-                    cascade._count_parsed(len(keep), int(got.indices.size) - len(keep), parsed[-1].nbytes)
-                self._parsed = parsed
-        return self._parsed
-
-
 class GpuCascade:
     """The filter cascade of any number of models over one resident database
     (``forward_gate=False``: without the Forward gate, the Viterbi filter's survivors go on)."""
@@ -526,11 +431,6 @@ class GpuCascade:
         self.decoding_ms = 0.0
         self.decoding_counts = dict(decoded=0, host=0, ftz_only=0, bytes=0, defined=0, batches=0, declined=0,
                                      left_clustered=0)
-        #: the default route with tuning.GATE_PARSER_ROWS: the F3 passers' parsers (:class:`_ParsingStep`),
-        #: their kernel time, the passers whose rows were sent, those the kernels left to the host,
-        #: and the rows' bytes
-        self.parsing_ms = 0.0
-        self.parsing_counts = dict(parsed=0, host=0, bytes=0)
         self._backlog = 0  #: F3 passers taken for decoding and definition here, not yet defined
         #: domain definition's steps in this process, and its clustered regions and those the CPU
         #: reference sampled: the sums of :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds` and
@@ -676,8 +576,6 @@ class GpuCascade:
             if kind == "forward":
                 self.kernel_ms["forward"] += kernel_ms
                 self.forward_cells += int(cells)
-            elif kind == "parsing":
-                self.parsing_ms += kernel_ms
             else:
                 self.decoding_ms += kernel_ms
             if span is not None:
@@ -703,14 +601,6 @@ class GpuCascade:
         """The backlog less ``passers`` taken by :meth:`take_definitions` (their definitions ended)."""
         with self._lock:
             self._backlog -= passers
-
-    def _count_parsed(self, parsed: int, host: int, nbytes: int) -> None:
-        """Add a parsing step's job's counts: its passers whose rows are sent, those left to the
-        host, the rows' bytes."""
-        with self._lock:
-            self.parsing_counts["parsed"] += parsed
-            self.parsing_counts["host"] += host
-            self.parsing_counts["bytes"] += nbytes
 
     def _count_decoded(self, decoded: int, host: int, ftz_only: int, nbytes: int, defined: int) -> None:
         """Add a batch's counts: its passers decoded, left undecided (``host``: flagged, or
@@ -893,10 +783,9 @@ class GpuCascade:
         if not self.forward_gate or not partial.past_vit.size or profile.hmm is None:
             return GateTicket(self, partial)
         decode = options.run.postfilter == "hmmgpu"
-        parse = not decode and bool(tuning.GATE_PARSER_ROWS) and options.seed != 0
         job = ForwardJob(self._forward_tables(profile), partial.past_vit,
                          tuning.FWD_MAX_CELLS_OWN_POSTFILTER if decode else None)
-        gated = GateTicket(self, partial, profile, options, filtersc, tables=job.tables, decode=decode, parse=parse)
+        gated = GateTicket(self, partial, profile, options, filtersc, tables=job.tables, decode=decode)
         if gated.decode and options.seed != 0:
             self._prepare_definition()
         with self._forward_lock:
@@ -928,14 +817,13 @@ class GpuCascade:
             batch = self._stage().launch([job for _, job in self._queued])
         for k, (gated, _) in enumerate(self._queued):
             gated.batch, gated.job = batch, k
-        for kind, step_class in (("decode", _DecodingStep), ("parse", _ParsingStep)):
-            members = [gated for gated, _ in self._queued if getattr(gated, kind)]
-            if members:
-                step = step_class(self, batch, members)
-                for gated in members:
-                    gated.step = step
-                with self._lock:
-                    self._steps.append(step)
+        members = [gated for gated, _ in self._queued if gated.decode]
+        if members:
+            step = _DecodingStep(self, batch, members)
+            for gated in members:
+                gated.step = step
+            with self._lock:
+                self._steps.append(step)
         self._queued, self._queued_targets = [], 0
         self._gate_batches += 1
 

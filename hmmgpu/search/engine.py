@@ -288,17 +288,12 @@ class EngineStats:
             [f"backend: {self.backend}"] if self.backend else [])
 
     def postfilter_line(self) -> str:
-        """One line on the post-filter stage: with the GPU's parser rows (pyhmmer's stage), the F3
-        passers libhmmer defined from them; else hmmgpu's own stage: the F3 passers it did, those it sent to
+        """One line on hmmgpu's own post-filter stage: the F3 passers it did, those it sent to
         pyhmmer's pipeline (its exactness flags, and on the GPU route the passers the GPU did not
         decode or defined with a flag raised, those it declined for want of room and those with a
         clustered region it left to pyhmmer: the others are the fallback, of which issue 31 allows
         at most 1%)."""
         p = self.postfilter
-        if "rows_defined" in p:   # pyhmmer's stage with the GPU's parser rows (tuning.GATE_PARSER_ROWS)
-            return (f"post-filter: {p['rows_defined']} F3 passers defined by libhmmer from the GPU's parser rows, "
-                    f"{p['rows_host']} targets of their tasks on pyhmmer's pipeline (left undecided by the gate, "
-                    "or rows the GPU flagged)")
         passed, host, failed, whole = p["passed"], p["host"], p["failed"], p["whole_tasks"]
         share = 100.0 * host / (passed + host) if passed + host else 0.0
         decoding = (self.backend.get("decoding") or {}) if self.backend else {}

@@ -144,9 +144,6 @@ class CascadeResult:
     #: the F3 passers whose domains the backend defined for hmmgpu's own post-filter, no longer
     #: among ``decoded`` (:class:`~hmmgpu.stages.defined.DefinedTargets`; None: it defined none)
     defined: object = None
-    #: the F3 passers' Forward scores and both parsers' special-state rows, where the backend made
-    #: them for pyhmmer's post-filter stage (:class:`~hmmgpu.stages.parsed.ParsedTargets`; None: it did not)
-    parsed: object = None
 
 
 def forward_gate(profile, options, fwd: ForwardResult, filtersc) -> tuple:

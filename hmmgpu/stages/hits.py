@@ -219,8 +219,7 @@ class HitDomain:
     oasc: np.float32
     bitscore: np.float32
     lnP: float
-    #: :class:`hmmgpu.report.hitlist.AlignmentDisplay`, or the bytes ``p7_alidisplay_Serialize`` wrote
-    alignment: object
+    alignment: object  #: :class:`hmmgpu.report.hitlist.AlignmentDisplay`
     is_reported: bool = False
     is_included: bool = False
 
@@ -381,8 +380,7 @@ def _serialize_domain(dom: HitDomain) -> bytes:
     """``p7_domain_Serialize`` (no per-position scores: protein search) and its display."""
     return DOMAIN_STRUCT.pack(DOMAIN_STRUCT.size, dom.ienv, dom.jenv, dom.iali, dom.jali, 0, 0, dom.envsc,
                               dom.domcorrection, dom.dombias, dom.oasc, dom.bitscore, dom.lnP, int(dom.is_reported),
-                              int(dom.is_included), 0) + (
-        dom.alignment if isinstance(dom.alignment, bytes) else serialize_alidisplay(dom.alignment))
+                              int(dom.is_included), 0) + serialize_alidisplay(dom.alignment)
 
 
 def serialize_hit(hit: Hit) -> bytes:
@@ -409,15 +407,6 @@ def pipeline_settings(hmm, **kwargs) -> dict:
     return pipeline.search_hmm(hmm, DigitalSequenceBlock(hmm.alphabet)).__getstate__()["pipeline"]
 
 
-def allocated(n: int) -> int:
-    """A hit list's ``Nalloc`` after ``n`` hits were added to a new one (``p7_tophits_Create``'s
-    first allocation, doubled as it fills)."""
-    nalloc = _FIRST_NALLOC
-    while nalloc < n:
-        nalloc *= 2
-    return nalloc
-
-
 def tophits_state(hits: list, pipeline: dict) -> dict:
     """``TopHits.__getstate__()`` of a search whose hit list is ``hits`` (in the order the
     targets were searched), after pyhmmer's ``SortBySortkey`` and ``Threshold``: ``pipeline``
@@ -427,12 +416,15 @@ def tophits_state(hits: list, pipeline: dict) -> dict:
 
     order = sort_order(hits)
     nreported, nincluded = threshold([hits[n] for n in order], pipeline)
+    nalloc = _FIRST_NALLOC
+    while nalloc < len(hits):
+        nalloc *= 2
     return {
         "_empty": False,
         # pyhmmer's VectorU8 copies a writable buffer at once, a read-only one element by element
         "unsrt": [VectorU8(bytearray(serialize_hit(hit))) for hit in hits],
         "hit": order,
-        "Nalloc": allocated(len(hits)),
+        "Nalloc": nalloc,
         "N": len(hits),
         "nreported": nreported,
         "nincluded": nincluded,
@@ -445,4 +437,4 @@ def tophits_state(hits: list, pipeline: dict) -> dict:
 __all__ = ["pipeline_hit", "HitModel", "score_target", "flogsum", "exp_logsurv", "null2_bias", "DomainScore",
            "TargetScore", "target_reportable", "target_includable", "domain_reportable", "domain_includable",
            "HitDomain", "Hit", "target_hit", "sort_order", "threshold", "serialize_hit", "pipeline_settings",
-           "tophits_state", "allocated", "OMEGA"]
+           "tophits_state", "OMEGA"]

@@ -85,14 +85,6 @@ class Task:
     piece: int | None = None  #: the piece of a file searched piece by piece (then ``positions`` is empty)
 
 
-class TargetOutcome:
-    """What became of a target of a filtered task done outside pyhmmer's pipeline."""
-
-    FAILED = "failed"  #: an undecided target that failed F3 there
-    PASSED = "passed"  #: passed F3 (its hit, if any, made there)
-    HOST = "host"  #: sent to pyhmmer's pipeline: hmmgpu's code cannot promise it bit for bit
-
-
 @dataclass
 class TaskResult:
     """What a task gives back: its hits, as ``TopHits.__getstate__()`` ready to merge, or, for

@@ -166,14 +166,6 @@ DEFINE_FLAGGED_AGAIN = True
 #: default route 5.77-6.22 s. It stays on: issue 31 asks for the clustering on the GPU, and this route
 #: is slower than the default one either way (docs/performance.md).
 DEFINE_CLUSTERED = True
-#: Whether, on the default route (pyhmmer's post-filter stage), the GPU process runs the Forward and
-#: Backward parsers on each gate batch's F3 passers and sends their special-state rows
-#: (:class:`hmmgpu.gpu.cascade._ParsingStep`, 48 bytes a residue), so that the post-filter's
-#: worker threads run libhmmer's domain definition on them (:mod:`hmmgpu.cpu.libhmmer_domains`)
-#: instead of pyhmmer's whole pipeline, parsers included. On the development machine that took
-#: 0.55 ms of C and 0.075 ms of Python a passer against pyhmmer's 0.78 ms (756 passers of 30 Pfam
-#: models). Off until measured on the GPU machine.
-GATE_PARSER_ROWS = False
 #: The GPU process's interpreter switch interval (seconds; CPython's default 0.005), and how
 #: long its loop waits for a request at a time while it waits for a model's result.
 GPU_PROCESS_SWITCH_INTERVAL = 0.001
