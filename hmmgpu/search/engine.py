@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import functools
 import queue
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -107,10 +106,6 @@ REROUTE_AFTER_SECONDS = 1.0
 #: A backend whose results come in any order: how long the finishing thread waits for one
 #: at a time before it looks for models sent meanwhile (seconds).
 FINISH_POLL_SECONDS = 0.005
-#: The interpreter's switch interval (seconds) while a search runs in threads: a shorter one than
-#: CPython's 0.005 would bound how long a worker thread, back from pyhmmer's pipeline (which lets
-#: the interpreter's lock go), waits for the lock while another thread runs Python. Being measured.
-SWITCH_INTERVAL = 0.005
 
 
 @dataclass
@@ -508,12 +503,7 @@ class SearchEngine:
             if self.threads == 0:
                 yield from self._search_serial(models)
             else:
-                interval = sys.getswitchinterval()
-                sys.setswitchinterval(min(interval, SWITCH_INTERVAL))
-                try:
-                    yield from self._search_threaded(models)
-                finally:
-                    sys.setswitchinterval(interval)
+                yield from self._search_threaded(models)
             finished = True
         finally:
             self.forward.close(now=not finished)
