@@ -326,32 +326,17 @@ def evalue_parameters(hmm, mmu: float | None = None) -> tuple:
     """``(MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA)`` as float32 values widened to float.
 
     All NaN for a model without STATS lines (never calibrated by hmmbuild). ``mmu``: MMU
-    when the caller has it (pyhmmer 0.12.3's ``EvalueParameters.m_mu`` raises).
+    when the caller read it from the file (pyhmmer 0.12.3's ``EvalueParameters.m_mu`` raises);
+    else the model's own ``evparam[p7_MMU]``, which pyhmmer's pipeline reads too: for a model
+    made in memory (``pyhmmer.plan7.Builder``) it has more digits than the file's ``%.4f`` would.
     """
     ep = hmm.evalue_parameters
     if ep.m_lambda is None:
         return (math.nan,) * 6
     if mmu is None:
-        try:
-            mmu = ep.m_mu
-        except AttributeError:
-            mmu = _mmu_from_hmm_text(hmm)
+        mmu = ep.as_vector()[0]
     vals = (mmu, ep.m_lambda, ep.v_mu, ep.v_lambda, ep.f_tau, ep.f_lambda)
     return tuple(float(F32(v)) for v in vals)
-
-
-def _mmu_from_hmm_text(hmm) -> float:
-    import io
-
-    buf = io.BytesIO()
-    hmm.write(buf)
-    for line in buf.getvalue().decode("ascii", "replace").splitlines():
-        parts = line.split()
-        if parts[:3] == ["STATS", "LOCAL", "MSV"]:
-            return float(parts[3])
-        if parts[:1] == ["HMM"]:
-            break
-    raise ValueError(f"model {_text(hmm.name)!r} has no STATS LOCAL MSV line (not calibrated)")
 
 
 def _text(v) -> str:
