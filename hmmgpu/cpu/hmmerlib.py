@@ -45,6 +45,7 @@ _OM_TFV = 88  # __m128 *: Forward transitions [8*Q4]
 _OM_XF = 96  # float [4][2], [E, N, J, C][MOVE, LOOP]
 _OM_EVPARAM = 272  # float [6]: MMU, MLAMBDA, VMU, VLAMBDA, FTAU, FLAMBDA
 _OM_COMPO = 320  # float [20]
+_COMPO_K = 20  # the amino alphabet's canonical residues (om->compo[p7_MAXABET])
 _OM_ABC = 400  # const ESL_ALPHABET *
 _OM_M = 412  # int
 _OM_MODE = 436  # int
@@ -308,6 +309,7 @@ class HmmerModel:
             self.close()
             raise MemoryError("HMMER could not allocate the model structures")
         self._check_layout()
+        self._take_in_memory_values(hmm)
         _check(lib.p7_bg_SetFilter(self._bg, self.M, self._om + _OM_COMPO), "p7_bg_SetFilter")
 
     def _check_layout(self):
@@ -323,6 +325,20 @@ class HmmerModel:
         ):
             self.close()
             raise RuntimeError("P7_OPROFILE layout of the loaded libhmmer differs from the one hmmerlib expects")
+
+    def _take_in_memory_values(self, hmm) -> None:
+        """The model's composition and E-value parameters as the pyhmmer ``hmm`` holds them, over
+        those its text gave: the text keeps 5 and 4 digits, and a model made in memory
+        (``pyhmmer.plan7.Builder``) has more, which pyhmmer's pipeline reads (the bias filter's
+        null model is made from the composition). For a model read from a file they are the same
+        values. The probabilities themselves keep the text's digits: the filters' byte and word
+        tables made from them were measured equal to the in-memory model's, the Forward tables not."""
+        if hmm.composition is not None:
+            compo = np.ascontiguousarray(np.asarray(hmm.composition, np.float32)[:_COMPO_K])
+            _c.memmove(self._om + _OM_COMPO, compo.ctypes.data, compo.nbytes)
+        if hmm.evalue_parameters.m_lambda is not None:
+            evparam = np.ascontiguousarray(np.asarray(hmm.evalue_parameters.as_vector(), np.float32))
+            _c.memmove(self._om + _OM_EVPARAM, evparam.ctypes.data, evparam.nbytes)
 
     # --- life cycle -------------------------------------------------------------------------
 
