@@ -327,15 +327,30 @@ class HmmerModel:
             raise RuntimeError("P7_OPROFILE layout of the loaded libhmmer differs from the one hmmerlib expects")
 
     def _take_in_memory_values(self, hmm) -> None:
-        """The model's composition and E-value parameters as the pyhmmer ``hmm`` holds them, over
-        those its text gave: the text keeps 5 and 4 digits, and a model made in memory
-        (``pyhmmer.plan7.Builder``) has more, which pyhmmer's pipeline reads (the bias filter's
-        null model is made from the composition). For a model read from a file they are the same
-        values. The probabilities themselves keep the text's digits: the filters' byte and word
-        tables made from them were measured equal to the in-memory model's, the Forward tables not."""
-        if hmm.composition is not None:
-            compo = np.ascontiguousarray(np.asarray(hmm.composition, np.float32)[:_COMPO_K])
-            _c.memmove(self._om + _OM_COMPO, compo.ctypes.data, compo.nbytes)
+        """The model's values as the pyhmmer ``hmm`` holds them, over those its text gave: the
+        text keeps 4 or 5 digits, and a model made in memory (``pyhmmer.plan7.Builder``) has more,
+        which pyhmmer's pipeline computes with. Taken from the optimized profile pyhmmer makes
+        of it (configured as hmmsearch configures it): the MSV and SSV bytes, the Forward tables,
+        the composition (the bias filter's null model is made from it) and the E-value
+        parameters. The Viterbi filter's words, which pyhmmer does not show, stay the text's:
+        measured equal to the in-memory model's on 100 such models. For a model read from a file
+        every value is the same."""
+        from hmmgpu.stages.profiles import configured_profile
+
+        mine = configured_profile(hmm).to_optimized()
+        for field, table in ((_OM_RBV, mine.rbv), (_OM_SBV, mine.sbv), (_OM_RFV, mine.rfv)):
+            values = np.ascontiguousarray(np.asarray(table))
+            rows = (_c.c_void_p * KP).from_address(_read(_c.c_void_p, self._om + field))
+            if values.shape[0] != KP:
+                raise RuntimeError("pyhmmer's optimized profile differs in shape from libhmmer's")
+            for x in range(KP):
+                _c.memmove(rows[x], values[x].ctypes.data, values[x].nbytes)
+        tfv = np.ascontiguousarray(np.asarray(mine.tfv, np.float32))
+        _c.memmove(_read(_c.c_void_p, self._om + _OM_TFV), tfv.ctypes.data, tfv.nbytes)
+        for offset, value in ((_OM_TBM_B, mine.tbm), (_OM_TEC_B, mine.tec), (_OM_BIAS_B, mine.bias_b)):
+            _c.c_uint8.from_address(self._om + offset).value = int(value)
+        compo = np.ascontiguousarray(np.asarray(mine.compositions, np.float32)[:_COMPO_K])
+        _c.memmove(self._om + _OM_COMPO, compo.ctypes.data, compo.nbytes)
         if hmm.evalue_parameters.m_lambda is not None:
             evparam = np.ascontiguousarray(np.asarray(hmm.evalue_parameters.as_vector(), np.float32))
             _c.memmove(self._om + _OM_EVPARAM, evparam.ctypes.data, evparam.nbytes)

@@ -236,13 +236,15 @@ def test_pipeline_counts(model, proteome):
 
 def test_models_made_in_memory_keep_their_composition_and_statistics(proteome):
     """A model made by ``pyhmmer.plan7.Builder`` has more digits than its text keeps: the
-    oracle's composition (the bias filter's null model) and E-value parameters are the model's
-    own, so its bias filter scores are those of hmmgpu's filters made from the model in memory
-    (before, read back from the text, 594 of 600 of these differed); its byte and word tables
-    equal them too."""
+    oracle's tables, composition (the bias filter's null model) and E-value parameters are the
+    model's own, so its bias filter scores are those of hmmgpu's filters made from the model in
+    memory (before, read back from the text, 594 of 600 of these differed), its Forward scores
+    those of the CPU reference on the in-memory model's tables, and its byte and word tables
+    equal hmmgpu's."""
     from hmmgpu.cpu.filters import bias_filter
+    from hmmgpu.cpu.fwdback import ForwardTables, parse
     from hmmgpu.formats.seqdb import SequenceDB
-    from hmmgpu.stages.profiles import ModelProfile
+    from hmmgpu.stages.profiles import ModelProfile, configured_profile
 
     db = SequenceDB.from_block(DigitalSequenceBlock(ABC, proteome))
     positions = np.arange(0, db.n, 70, dtype=np.int64)
@@ -255,3 +257,8 @@ def test_models_made_in_memory_keep_their_composition_and_statistics(proteome):
             assert np.array_equal(np.float32(model.evalue_parameters()), np.float32(profile.evalue_parameters))
             assert np.array_equal(model.byte_tables()["rbv"], profile.byte.cost)
             assert np.array_equal(model.word_tables()["rw"], profile.word.rw)
+            tables = ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
+            for p in positions[:10]:
+                codes = db.codes(int(p))
+                status, score = model.forward_parser(codes)[:2]
+                assert status == STATUS_OK and score.view(np.uint32) == parse(tables, codes, rows=False).score.view(np.uint32)
