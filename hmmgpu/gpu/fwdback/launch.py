@@ -9,8 +9,9 @@ survivors (about 240 targets for a Pfam model against 29 M residues) would occup
 GPU's 132 multiprocessors: :meth:`ForwardStage.launch` starts a :class:`ForwardBatch`
 (asynchronous, on a stream of its own; several batches run at once on the GPU, and with
 the filter kernels of later models), and :meth:`ForwardBatch.results` waits for it and forms
-each target's score on the host from the kernel's scale factors and final ``xC``
-(:func:`hmmgpu.stages.forward.forward_score`: libm's ``log``, HMMER's order).
+every target's score on the host from the kernel's scale factors and final ``xC``, the batch's
+targets at once (:func:`hmmgpu.stages.forward.forward_scores`: libm's ``log``, HMMER's order
+within each target).
 
 Within a launch the targets are taken costliest first (length x vectors, by an atomic
 counter), so the long ones start early and the short ones fill in around them. The rows live
