@@ -333,9 +333,9 @@ def evalue_parameters(hmm, mmu: float | None = None) -> tuple:
     ep = hmm.evalue_parameters
     if ep.m_lambda is None:
         return (math.nan,) * 6
-    if mmu is None:
-        mmu = ep.as_vector()[0]
-    vals = (mmu, ep.m_lambda, ep.v_mu, ep.v_lambda, ep.f_tau, ep.f_lambda)
+    vals = list(ep.as_vector())  # evparam, p7_MMU first
+    if mmu is not None:
+        vals[0] = mmu
     return tuple(float(F32(v)) for v in vals)
 
 
