@@ -330,7 +330,7 @@ class _DecodingStep:
         for member, passers in chosen:
             if passers.size:
                 self._job[id(member)] = len(jobs)
-                jobs.append(ForwardJob(member.tables, passers, tuning.FWD_MAX_CELLS_OWN_POSTFILTER))
+                jobs.append(ForwardJob(member.tables, passers))
                 self._models.append((member.tables, member.options.seed))
         self.members = []  # no longer needed, and no cycle left between the tickets and their step
         if jobs:
@@ -783,8 +783,7 @@ class GpuCascade:
         if not self.forward_gate or not partial.past_vit.size or profile.hmm is None:
             return GateTicket(self, partial)
         decode = options.run.postfilter == "hmmgpu"
-        job = ForwardJob(self._forward_tables(profile), partial.past_vit,
-                         tuning.FWD_MAX_CELLS_OWN_POSTFILTER if decode else None)
+        job = ForwardJob(self._forward_tables(profile), partial.past_vit)
         gated = GateTicket(self, partial, profile, options, filtersc, tables=job.tables, decode=decode)
         if gated.decode and options.seed != 0:
             self._prepare_definition()

@@ -116,13 +116,10 @@ class ForwardResults:
 
 @dataclass
 class ForwardJob:
-    """One model's targets in a batch: its tables and the database indices (non-empty targets);
-    ``max_cells`` the costliest target (residues x nodes) the kernel runs for it (None: the
-    stage's), the others left to libhmmer."""
+    """One model's targets in a batch: its tables and the database indices (non-empty targets)."""
 
     tables: ref.ForwardTables
     indices: np.ndarray
-    max_cells: int | None = None
 
 
 class _Launch:
@@ -358,8 +355,7 @@ class ForwardStage:
         Ms = np.array([job.tables.M for job in jobs], np.int64)
         on_gpu = np.array([reasons[m] is None for m in job_of.tolist()], bool)
         if idx.size:
-            caps = np.array([self.max_cells if job.max_cells is None else job.max_cells for job in jobs], np.int64)
-            on_gpu &= lengths * Ms[job_of] <= caps[job_of]
+            on_gpu &= lengths * Ms[job_of] <= self.max_cells
         launches, first, last = [], None, None
         if on_gpu.any():
             launches, first, last = self._launch(jobs, job_of, pos, lengths, Qs, on_gpu, rows or backward,

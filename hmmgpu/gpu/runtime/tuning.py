@@ -39,32 +39,30 @@ BIAS_BLOCKS_PER_SM = 4
 #: (four threads per target), the global scratch its rows may take there (3 Q floats per
 #: thread: it sets the number of threads of a launch), the largest target (residues x model
 #: nodes) it takes (a group of four threads runs a target, so the costliest set the length of
-#: a batch; larger ones are left to pyhmmer's stage: 0.5% of the Viterbi filter's survivors of
-#: 600 Pfam models against 29 M real residues), the streams its batches rotate over, and the
-#: targets the cascade collects before it launches a batch (many models' survivors together:
-#: one Pfam model's would fill a few of the GPU's multiprocessors). Measured with those 600
-#: models: caps of 8, 2, 1 and 0.5 M cells took 18.6, 8.2, 7.5 and 6.4 s on one H200; batches
-#: of 8k, 16k, 32k and 64k targets 7.1-7.4 s from 16k up on one H100, and launching smaller
-#: batches whenever none ran (2k targets) 14.4 s (each small batch waits for its own longest
-#: targets). Launching the targets between 0.5 and 2 M cells at once, a model's on their own,
-#: instead of leaving them to pyhmmer (698 targets then 7 undecided) took 20.5 s of kernel time
-#: instead of 1.9 s and 27 s of wall instead of 9 s on one H100 (0bf5f49): four threads run such
-#: a target latency-bound, a row after another. Later, on one H200 (the default route, warm,
-#: outputs equal): batches of 4k targets against 16k, in five pairs of runs over two sessions
-#: (session_gatebatch_h200_2026-11-28_s8call6.log, session_e2e_h200_2026-11-28_s8call7.log),
-#: 6.54, 6.77, 5.97, 6.22, 6.17 s against 6.91, 6.97, 6.24, 6.28, 6.45 s (one run of 8k: 7.23 s):
-#: the worker threads get their first passers sooner (84-87% busy against 79-83%), for 10-20%
-#: more GPU time. Not measured at 116 M residues.
+#: a batch; larger ones are left to pyhmmer's stage, undecided: issue 31's fallback, at most 1%
+#: of the F3 passers), the streams its batches rotate over, and the targets the cascade collects
+#: before it launches a batch (many models' survivors together: one Pfam model's would fill a
+#: few of the GPU's multiprocessors). Measured with 600 Pfam models against 29 M real residues:
+#: caps of 8, 2, 1 and 0.5 M cells took 18.6, 8.2, 7.5 and 6.4 s on one H200 (batches of 16k
+#: targets); batches of 8k, 16k, 32k and 64k targets 7.1-7.4 s from 16k up on one H100, and
+#: launching smaller batches whenever none ran (2k targets) 14.4 s (each small batch waits for
+#: its own longest targets). Launching the targets between 0.5 and 2 M cells at once, a model's
+#: on their own, took 20.5 s of kernel time instead of 1.9 s and 27 s of wall instead of 9 s on
+#: one H100 (0bf5f49): four threads run such a target latency-bound, a row after another. On one
+#: H200 (the default route, warm, outputs equal): batches of 4k targets against 16k, in five
+#: pairs of runs over two sessions (session_gatebatch_h200_2026-11-28_s8call6.log,
+#: session_e2e_h200_2026-11-28_s8call7.log), 6.54, 6.77, 5.97, 6.22, 6.17 s against 6.91, 6.97,
+#: 6.24, 6.28, 6.45 s (one run of 8k: 7.23 s): the worker threads get their first passers sooner
+#: (84-87% busy against 79-83%), for 10-20% more GPU time. With those 4k batches the cap is 2 M
+#: cells (one session, warm, tables and domain tables equal; session_gatecap_h200_2026-11-29_s12call1.log):
+#: 0.5, 1 and 2 M cells left 698, 75 and 7 survivors undecided at 29 M residues (2.1%, 0.22% and
+#: 0.02% of the F3 passers) and 2,792, 300 and 28 at 116 M; 29 M took 5.88 and 6.10 s, 6.09 and
+#: 6.69 s, 6.19 and 6.59 s (Forward kernel 6.4-6.8, 9.7-9.9, 12.9-13.0 s of kernel time over its
+#: streams), 116 M 21.00, 19.29 and 19.05 s (worker threads' CPU 280, 262 and 255 s): where the
+#: CPU's stage sets the pace, what the GPU decides is CPU time saved.
 FWD_BLOCK = 128
 FWD_SCRATCH_BYTES = 256 << 20
-FWD_MAX_CELLS = 512 << 10
-#: The same cap with hmmgpu's own post-filter (``--postfilter hmmgpu``: the gate's and the
-#: decodings' launches of its models), whose wall time is set by the definitions, not by the
-#: gate's longest targets: on one H200, 600 Pfam x 29 M, warm, one session (df49686,
-#: session_gatecap_h200_2026-11-28_s6call6.log), 2 M cells left 7 Viterbi-filter survivors
-#: undecided instead of 698 (the fallback 0.02% of the F3 passers instead of 2.03%: issue 31's
-#: at most 1%) and took 15.7 s against 16.0 s, outputs equal to the default route's.
-FWD_MAX_CELLS_OWN_POSTFILTER = 2 << 20
+FWD_MAX_CELLS = 2 << 20
 FWD_STREAMS = 8
 FWD_GATE_TARGETS = 4096
 #: The first gate batch's targets on the default route, doubled at each batch up to
@@ -78,7 +76,7 @@ FWD_GATE_FIRST_TARGETS = 512
 FWD_GATE_TARGETS_OWN_POSTFILTER = 16384
 #: Domain definition's stages (:mod:`hmmgpu.gpu.domaindef`): the full matrices a launch holds at
 #: most (an envelope's Forward and Backward, a region's Forward; item sizes are capped by
-#: FWD_MAX_CELLS_OWN_POSTFILTER, since only the passers the parsers' kernels decoded come here), largest items
+#: FWD_MAX_CELLS, since only the passers the parsers' kernels decoded come here), largest items
 #: first. Measured with 600 Pfam models x 29 M residues, warm, --postfilter hmmgpu, on one H200
 #: (each pair in one session, 4 definer threads): 256 MB 25.5 and 23.9 s, 1 GB 20.9 and 23.5 s
 #: (9c55c5f, 9fea915); on one H100 earlier, 256 MB 74 s against 2 GB 102 s with 38 s of compiling.
