@@ -1,0 +1,213 @@
+"""hmmgpu against HMMER's own programs on random models, proteins and options.
+
+What it checks
+--------------
+Each *case* is drawn from a seed: a few of the 600 Pfam-35 models of the shared data
+(``pfam_db/pfam35_sample600.hmm.gz``, sometimes with one of the ``cudampf/`` models, M up to
+2,405), a random sample of the 77,801 real proteins (``seqs/public_proteins.fa.gz``), and a
+random set of the options users give: reporting and inclusion thresholds (``-E``, ``--domE``,
+``-T``, ``--domT``, ``--incE``, ``--incdomE``), the models' cutoffs (``--cut_ga/tc/nc``),
+``-Z``, ``--domZ``, the filters (``--max``, ``--F1``/``--F3``, ``--nobias``), ``--nonull2``,
+``--seed`` (never 0: HMMER's "one-time arbitrary seed" is not reproducible), ``--acc``,
+``--noali``, ``--textw``/``--notextw``. ``hmmsearch --cpu 2`` runs the case and so does
+``hmmgpu search`` on every route asked (``--routes``): its report (``-o``), its three tables
+and its alignment file (``-A``) must equal hmmsearch's byte for byte, but for the lines that
+name the program or a time (the report's first four lines, ``# CPU time``, ``# Mc/sec``,
+``#=GF AU``) and the output paths the report's header repeats; both programs must refuse the
+same option sets. With ``--scan`` a share of the cases are ``hmmscan`` cases instead: 5-60 of
+the Pfam models pressed by ``hmmpress`` as the database, 3-80 proteins as the queries,
+``hmmgpu scan`` on the routes asked of ``hmmer``, ``numba`` and ``cuda`` (``scan`` has no
+``--postfilter hmmgpu``).
+
+This is the check of "hidden data": tests/test_shared_parity.py fixes its cases, this one
+draws new ones at every seed.
+
+Routes: ``hmmer`` (pyhmmer's pipeline), ``numba`` (hmmgpu's filters on the CPU), ``own``
+(``numba`` with ``--postfilter hmmgpu``: hmmgpu's own post-filter stage on the CPU), ``cuda``
+and ``cuda-own`` (the same two on the GPU).
+
+::
+
+    PYTHONPATH=. python3 benchmarks/differential_check.py [--seeds 1:100] [--routes hmmer,numba,own]
+        [--scan 0.3] [--keep DIR] [--out FILE.json]
+
+It prints a line a case and the differences found, keeps the files of a failing case under
+``--keep`` (default /tmp/hmmgpu-differential), and exits 1 if any case failed.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import ROOT, header, plain, save, say, shared_data
+
+ROUTES = {"hmmer": ["--backend", "hmmer"], "numba": ["--backend", "numba"],
+          "own": ["--backend", "numba", "--postfilter", "hmmgpu"],
+          "cuda": ["--backend", "cuda"], "cuda-own": ["--backend", "cuda", "--postfilter", "hmmgpu"]}
+SCAN_ROUTES = ("hmmer", "numba", "cuda")
+#: Lines that differ by design: times, the alignment's author line.
+_FREE = re.compile(rb"^#=GF AU |^# (CPU time|Mc/sec):")
+_THRESHOLDS = ("-E", "--domE", "-T", "--domT", "--incE", "--incdomE")
+
+
+class Inputs:
+    """The shared models (as text, one a model) and proteins (as FASTA records)."""
+
+    def __init__(self, data: Path):
+        text = plain(data / "pfam_db" / "pfam35_sample600.hmm.gz")
+        self.models = [b"HMMER3/f" + t for t in text.split(b"HMMER3/f")[1:]]
+        self.extra = sorted((data / "cudampf").glob("*.hmm.gz"))
+        records = plain(data / "seqs" / "public_proteins.fa.gz").split(b"\n>")
+        self.records = [records[0].lstrip(b">")] + records[1:]
+
+    def fasta(self, rng, n: int) -> bytes:
+        return b"".join(b">" + r.rstrip(b"\n") + b"\n" for r in rng.sample(self.records, n))
+
+
+def draw_options(rng, scan: bool) -> list:
+    """A random option set, as a user would give it."""
+    opts = []
+    for flag, p, values in (("-E", 0.3, ["1", "0.001", "100"]), ("--domE", 0.3, ["1", "1e-5", "50"]),
+                            ("-T", 0.0 if scan else 0.15, ["0", "15", "30"]), ("--domT", 0.0 if scan else 0.15, ["0", "10"]),
+                            ("--incE", 0.2, ["1e-10", "1"]), ("--incdomE", 0.0 if scan else 0.2, ["1e-10", "1"]),
+                            ("-Z", 0.2, ["10", "1000", "5e6"]), ("--domZ", 0.2, ["10", "1e5"])):
+        if rng.random() < p:
+            opts += [flag, rng.choice(values)]
+    if rng.random() < 0.1:  # the models' cutoffs replace the thresholds (hmmsearch refuses both)
+        kept = [(a, b) for a, b in zip(opts[::2], opts[1::2]) if a not in _THRESHOLDS]
+        opts = [x for pair in kept for x in pair] + [rng.choice(["--cut_ga", "--cut_tc", "--cut_nc"])]
+    r = rng.random()
+    if r < 0.1:
+        opts += ["--max"]
+    elif r < 0.25:
+        opts += ["--F1", rng.choice(["0.1", "0.005"]), "--F3", rng.choice(["1e-3", "1e-7"])]
+    if rng.random() < 0.1 and "--max" not in opts:
+        opts += ["--nobias"]
+    for flag, p in (("--nonull2", 0.1), ("--acc", 0.2), ("--noali", 0.15)):
+        if rng.random() < p:
+            opts.append(flag)
+    if rng.random() < 0.2:
+        opts += ["--seed", rng.choice(["1", "7", "123456"])]
+    if not scan and rng.random() < 0.15:
+        opts.append(rng.choice(["--notextw", "--textw=150"]))
+    return opts
+
+
+def _body(path: Path, table: bool):
+    """The lines of an output that must be equal (None: the file is missing)."""
+    if not path.exists():
+        return None
+    lines = path.read_bytes().splitlines()
+    if table:
+        return [line for line in lines if not line.startswith(b"#")]
+    if path.suffix == ".out":
+        lines = lines[4:]  # the program's name, version and licence
+    mine = f"/{path.stem}.".encode()
+    return [line.replace(mine, b"/X.") for line in lines if not _FREE.match(line)]
+
+
+def _outputs(d: Path, tag: str, scan: bool) -> list:
+    args = ["-o", d / f"{tag}.out", "--tblout", d / f"{tag}.tbl", "--domtblout", d / f"{tag}.dom",
+            "--pfamtblout", d / f"{tag}.pfam"] + ([] if scan else ["-A", d / f"{tag}.sto"])
+    return [str(a) for a in args]
+
+
+def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -> dict:
+    """One case: its description and the differences found."""
+    rng = random.Random(seed)
+    scan = rng.random() < scan_share
+    d = work / f"case{seed}"
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    if scan:
+        k, n = rng.choice([5, 20, 60]), rng.choice([3, 20, 80])
+        models = d / "db.hmm"
+        models.write_bytes(b"".join(rng.sample(inputs.models, k)))
+        subprocess.run(["hmmpress", "-f", str(models)], capture_output=True, check=True)
+        seqs = d / "q.fa"
+    else:
+        k, n = rng.choice([1, 2, 3, 5, 8]), rng.choice([300, 1000, 3000, 10000])
+        text = b"".join(rng.sample(inputs.models, k))
+        if inputs.extra and rng.random() < 0.25:
+            text += gzip.open(rng.choice(inputs.extra)).read()
+        models = d / "m.hmm"
+        models.write_bytes(text)
+        seqs = d / "s.fa"
+    seqs.write_bytes(inputs.fasta(rng, n))
+    opts = draw_options(rng, scan)
+    program = "scan" if scan else "search"
+    ref = subprocess.run([f"hmm{program}", "--cpu", "2", *_outputs(d, "ref", scan), *opts, str(models), str(seqs)],
+                         capture_output=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    differences = []
+    for route in (r for r in routes if not scan or r in SCAN_ROUTES):
+        got = subprocess.run([sys.executable, "-m", "hmmgpu", program, "--cpu", "2", *ROUTES[route],
+                              *_outputs(d, route, scan), *opts, str(models), str(seqs)], capture_output=True, env=env)
+        if (got.returncode == 0) != (ref.returncode == 0):
+            differences.append(f"{route}: exit {got.returncode} against hmm{program}'s {ref.returncode}: "
+                               f"{got.stderr.decode(errors='replace')[-300:]!r}")
+            continue
+        if ref.returncode != 0:
+            if b"Traceback" in got.stderr:
+                differences.append(f"{route}: a traceback where hmm{program} refused the options")
+            continue
+        for ext in ("tbl", "dom", "pfam", "out") + (() if scan else ("sto",)):
+            theirs, ours = _body(d / f"ref.{ext}", ext != "out" and ext != "sto"), _body(d / f"{route}.{ext}",
+                                                                                         ext != "out" and ext != "sto")
+            if theirs != ours:
+                at = next((i for i, (a, b) in enumerate(zip(theirs or [], ours or [])) if a != b),
+                          min(len(theirs or []), len(ours or [])))
+                differences.append(f"{route} {ext}: {len(ours or [])} lines against {len(theirs or [])}, first "
+                                   f"difference at line {at}")
+    if not differences:
+        shutil.rmtree(d)
+    return dict(seed=seed, program=program, models=k, sequences=n, options=" ".join(opts),
+                refused=ref.returncode != 0, differences=differences)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="1:100", help="FIRST:COUNT (default 1:100)")
+    ap.add_argument("--routes", default="hmmer,numba,own", help=f"comma-separated, of {', '.join(ROUTES)}")
+    ap.add_argument("--scan", type=float, default=0.3, help="the share of hmmscan cases (default 0.3)")
+    ap.add_argument("--keep", default="/tmp/hmmgpu-differential", help="where a failing case's files stay")
+    ap.add_argument("--out", help="write the summary as JSON here")
+    args = ap.parse_args(argv)
+    routes = args.routes.split(",")
+    unknown = [r for r in routes if r not in ROUTES]
+    if unknown:
+        ap.error(f"unknown route {unknown[0]}")
+    for tool in ("hmmsearch", "hmmscan", "hmmpress"):
+        if not shutil.which(tool):
+            ap.error(f"{tool} is not on the PATH (pip install hmmer)")
+    first, count = (int(x) for x in args.seeds.split(":"))
+    inputs = Inputs(shared_data())
+    result = dict(header("differential_check"), routes=routes, cases=[])
+    failed = 0
+    for seed in range(first, first + count):
+        start = time.perf_counter()
+        case = run_case(inputs, seed, routes, args.scan, Path(args.keep))
+        case["seconds"] = round(time.perf_counter() - start, 1)
+        result["cases"].append(case)
+        failed += bool(case["differences"])
+        say(f"seed {seed}: hmm{case['program']}, {case['models']} models x {case['sequences']} sequences, "
+            f"{case['options'] or 'defaults'}{' (refused by both)' if case['refused'] else ''}: "
+            f"{'DIFFERENT' if case['differences'] else 'equal'} ({case['seconds']} s)")
+        for line in case["differences"]:
+            say("   ", line)
+        if args.out:
+            save(dict(result, failed=failed), Path(args.out))
+    say(f"{count} cases, {failed} with differences" + (f" (files kept in {args.keep})" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
