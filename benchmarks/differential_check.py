@@ -9,7 +9,9 @@ random set of the options users give: reporting and inclusion thresholds (``-E``
 ``-T``, ``--domT``, ``--incE``, ``--incdomE``), the models' cutoffs (``--cut_ga/tc/nc``),
 ``-Z``, ``--domZ``, the filters (``--max``, ``--F1``/``--F3``, ``--nobias``), ``--nonull2``,
 ``--seed`` (never 0: HMMER's "one-time arbitrary seed" is not reproducible), ``--acc``,
-``--noali``, ``--textw``/``--notextw``. ``hmmsearch --cpu 0`` runs the case and so does
+``--noali``, ``--textw``/``--notextw``. hmmgpu reads the targets as the FASTA file, or gzipped, or as
+a database made from it by ``hmmgpu makedb`` (hmmsearch the FASTA file: it cannot rewind a
+gzip file for a second query). ``hmmsearch --cpu 0`` runs the case and so does
 ``hmmgpu search`` on every route asked (``--routes``): its report (``-o``), its three tables
 and its alignment file (``-A``) must equal hmmsearch's byte for byte, but for the lines that
 name the program, a time or the threads (the report's first four lines, ``# CPU time``,
@@ -109,8 +111,10 @@ def draw_options(rng, scan: bool) -> list:
     return opts
 
 
-def _body(path: Path, table: bool):
-    """The lines of an output that must be equal (None: the file is missing)."""
+def _body(path: Path, table: bool, other_targets: bool):
+    """The lines of an output that must be equal (None: the file is missing): the report's paths
+    of this tool's outputs made the same on both sides, and its line naming the targets left out
+    where hmmgpu searched another form of hmmsearch's FASTA file (``other_targets``)."""
     if not path.exists():
         return None
     lines = path.read_bytes().splitlines()
@@ -119,7 +123,8 @@ def _body(path: Path, table: bool):
     if path.suffix == ".out":
         lines = lines[4:]  # the program's name, version and licence
     mine = f"/{path.stem}.".encode()
-    return [line.replace(mine, b"/X.") for line in lines if not _FREE.match(line)]
+    return [line.replace(mine, b"/X.") for line in lines if not _FREE.match(line)
+            and not (other_targets and line.startswith(b"# target sequence database:"))]
 
 
 def _outputs(d: Path, tag: str, scan: bool) -> list:
@@ -152,13 +157,23 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -
     seqs.write_bytes(inputs.fasta(rng, n))
     opts = draw_options(rng, scan)
     program = "scan" if scan else "search"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    targets, form = seqs, "fasta"
+    if not scan:  # the targets as users give them: FASTA, gzipped FASTA, or (hmmgpu only) a made database
+        r = rng.random()
+        if r < 0.15:  # hmmsearch reads the plain file: it cannot rewind a gzip file for a second query
+            targets, form = d / "s.fa.gz", "gzip"
+            targets.write_bytes(gzip.compress(seqs.read_bytes()))
+        elif r < 0.35:
+            targets, form = d / "db", "made database"
+            subprocess.run([sys.executable, "-m", "hmmgpu", "makedb", str(seqs), str(targets)], capture_output=True,
+                           env=env, check=True)
     ref = subprocess.run([f"hmm{program}", "--cpu", "0", *_outputs(d, "ref", scan), *opts, str(models), str(seqs)],
                          capture_output=True)
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     differences = []
     for route in (r for r in routes if not scan or r in SCAN_ROUTES):
         got = subprocess.run([sys.executable, "-m", "hmmgpu", program, "--cpu", "2", *ROUTES[route],
-                              *_outputs(d, route, scan), *opts, str(models), str(seqs)], capture_output=True, env=env)
+                              *_outputs(d, route, scan), *opts, str(models), str(targets)], capture_output=True, env=env)
         if (got.returncode == 0) != (ref.returncode == 0):
             differences.append(f"{route}: exit {got.returncode} against hmm{program}'s {ref.returncode}: "
                                f"{got.stderr.decode(errors='replace')[-300:]!r}")
@@ -168,8 +183,9 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -
                 differences.append(f"{route}: a traceback where hmm{program} refused the options")
             continue
         for ext in ("tbl", "dom", "pfam", "out") + (() if scan else ("sto",)):
-            theirs, ours = _body(d / f"ref.{ext}", ext != "out" and ext != "sto"), _body(d / f"{route}.{ext}",
-                                                                                         ext != "out" and ext != "sto")
+            table = ext not in ("out", "sto")
+            other = form != "fasta"
+            theirs, ours = _body(d / f"ref.{ext}", table, other), _body(d / f"{route}.{ext}", table, other)
             if theirs != ours:
                 at = next((i for i, (a, b) in enumerate(zip(theirs or [], ours or [])) if a != b),
                           min(len(theirs or []), len(ours or [])))
@@ -177,7 +193,7 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -
                                    f"difference at line {at}")
     if not differences:
         shutil.rmtree(d)
-    return dict(seed=seed, program=program, models=k, sequences=n, options=" ".join(opts),
+    return dict(seed=seed, program=program, models=k, sequences=n, targets=form, options=" ".join(opts),
                 refused=ref.returncode != 0, differences=differences)
 
 
@@ -206,7 +222,8 @@ def main(argv=None) -> int:
         case["seconds"] = round(time.perf_counter() - start, 1)
         result["cases"].append(case)
         failed += bool(case["differences"])
-        say(f"seed {seed}: hmm{case['program']}, {case['models']} models x {case['sequences']} sequences, "
+        say(f"seed {seed}: hmm{case['program']}, {case['models']} models x {case['sequences']} sequences "
+            f"({case['targets']}), "
             f"{case['options'] or 'defaults'}{' (refused by both)' if case['refused'] else ''}: "
             f"{'DIFFERENT' if case['differences'] else 'equal'} ({case['seconds']} s)")
         for line in case["differences"]:
