@@ -10,8 +10,8 @@ random set of the options users give: reporting and inclusion thresholds (``-E``
 ``-Z``, ``--domZ``, the filters (``--max``, ``--F1``/``--F3``, ``--nobias``), ``--nonull2``,
 ``--seed`` (never 0: HMMER's "one-time arbitrary seed" is not reproducible), ``--acc``,
 ``--noali``, ``--textw``/``--notextw``. hmmgpu reads the targets as the FASTA file, or gzipped, or as
-a database made from it by ``hmmgpu makedb`` (hmmsearch the FASTA file: it cannot rewind a
-gzip file for a second query). ``hmmsearch --cpu 0`` runs the case and so does
+a database made from it by ``hmmgpu makedb``, or from standard input (hmmsearch the FASTA file:
+it cannot rewind a gzip file or standard input for a second query). ``hmmsearch --cpu 0`` runs the case and so does
 ``hmmgpu search`` on every route asked (``--routes``): its report (``-o``), its three tables
 and its alignment file (``-A``) must equal hmmsearch's byte for byte, but for the lines that
 name the program, a time or the threads (the report's first four lines, ``# CPU time``,
@@ -159,7 +159,7 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -
     program = "scan" if scan else "search"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     targets, form = seqs, "fasta"
-    if not scan:  # the targets as users give them: FASTA, gzipped FASTA, or (hmmgpu only) a made database
+    if not scan:  # the targets as users give them: FASTA, gzipped, a made database, standard input
         r = rng.random()
         if r < 0.15:  # hmmsearch reads the plain file: it cannot rewind a gzip file for a second query
             targets, form = d / "s.fa.gz", "gzip"
@@ -168,12 +168,16 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -
             targets, form = d / "db", "made database"
             subprocess.run([sys.executable, "-m", "hmmgpu", "makedb", str(seqs), str(targets)], capture_output=True,
                            env=env, check=True)
+        elif r < 0.45:  # standard input, which hmmsearch cannot rewind either
+            targets, form = Path("-"), "standard input"
     ref = subprocess.run([f"hmm{program}", "--cpu", "0", *_outputs(d, "ref", scan), *opts, str(models), str(seqs)],
                          capture_output=True)
     differences = []
     for route in (r for r in routes if not scan or r in SCAN_ROUTES):
-        got = subprocess.run([sys.executable, "-m", "hmmgpu", program, "--cpu", "2", *ROUTES[route],
-                              *_outputs(d, route, scan), *opts, str(models), str(targets)], capture_output=True, env=env)
+        with open(seqs, "rb") as stdin:
+            got = subprocess.run([sys.executable, "-m", "hmmgpu", program, "--cpu", "2", *ROUTES[route],
+                                  *_outputs(d, route, scan), *opts, str(models), str(targets)], stdin=stdin,
+                                 capture_output=True, env=env)
         if (got.returncode == 0) != (ref.returncode == 0):
             differences.append(f"{route}: exit {got.returncode} against hmm{program}'s {ref.returncode}: "
                                f"{got.stderr.decode(errors='replace')[-300:]!r}")
