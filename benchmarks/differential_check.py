@@ -173,6 +173,10 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -
     ref = subprocess.run([f"hmm{program}", "--cpu", "0", *_outputs(d, "ref", scan), *opts, str(models), str(seqs)],
                          capture_output=True)
     differences = []
+    kinds = ("tbl", "dom", "pfam", "out") + (() if scan else ("sto",))
+    other = form != "fasta"
+    theirs = {ext: _body(d / f"ref.{ext}", ext not in ("out", "sto"), other) for ext in kinds} \
+        if ref.returncode == 0 else {}
     for route in (r for r in routes if not scan or r in SCAN_ROUTES):
         with open(seqs, "rb") as stdin:
             got = subprocess.run([sys.executable, "-m", "hmmgpu", program, "--cpu", "2", *ROUTES[route],
@@ -186,14 +190,12 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -
             if b"Traceback" in got.stderr:
                 differences.append(f"{route}: a traceback where hmm{program} refused the options")
             continue
-        for ext in ("tbl", "dom", "pfam", "out") + (() if scan else ("sto",)):
-            table = ext not in ("out", "sto")
-            other = form != "fasta"
-            theirs, ours = _body(d / f"ref.{ext}", table, other), _body(d / f"{route}.{ext}", table, other)
-            if theirs != ours:
-                at = next((i for i, (a, b) in enumerate(zip(theirs or [], ours or [])) if a != b),
-                          min(len(theirs or []), len(ours or [])))
-                differences.append(f"{route} {ext}: {len(ours or [])} lines against {len(theirs or [])}, first "
+        for ext in kinds:
+            want, ours = theirs[ext], _body(d / f"{route}.{ext}", ext not in ("out", "sto"), other)
+            if want != ours:
+                at = next((i for i, (a, b) in enumerate(zip(want or [], ours or [])) if a != b),
+                          min(len(want or []), len(ours or [])))
+                differences.append(f"{route} {ext}: {len(ours or [])} lines against {len(want or [])}, first "
                                    f"difference at line {at}")
     if not differences:
         shutil.rmtree(d)
