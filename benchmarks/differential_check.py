@@ -78,8 +78,48 @@ class Inputs:
         records = plain(data / "seqs" / "public_proteins.fa.gz").split(b"\n>")
         self.records = [records[0].lstrip(b">")] + records[1:]
 
-    def fasta(self, rng, n: int) -> bytes:
-        return b"".join(b">" + r.rstrip(b"\n") + b"\n" for r in rng.sample(self.records, n))
+    def fasta(self, rng, n: int, edits=None) -> bytes:
+        """``n`` records drawn by ``rng``; with ``edits`` (a random generator of its own), about
+        a fifth of them changed as :func:`edited` changes them, and one or two made long."""
+        records = [r.rstrip(b"\n") for r in rng.sample(self.records, n)]
+        if edits is not None:
+            records = [edited(edits, r) if edits.random() < 0.2 else r for r in records]
+            for k in edits.sample(range(n), min(n, edits.randint(1, 2))):
+                records[k] = edited(edits, records[k], "long")
+        return b"".join(b">" + r + b"\n" for r in records)
+
+
+#: The ways :func:`edited` changes a record, each a form real sequence files take.
+EDITS = ("lowercase", "stop", "rare", "tiny", "xrun", "rewrap", "header", "twice")
+
+
+def edited(rng, record: bytes, how: str | None = None) -> bytes:
+    """A FASTA record (its header line, its sequence lines, no ``>``) in one of the forms of
+    :data:`EDITS` (or ``how``): lower case, a final ``*``, rare and degenerate residues (B, J, Z,
+    O, U, X), cut to 1-5 residues, a run of X in front, rewrapped at another width, a header
+    with a long description, the same record twice (a name repeated), or ``long``: repeated to
+    20,000-60,000 residues (beyond the Forward gate's cost cap, so the host finishes it)."""
+    header, _, body = record.partition(b"\n")
+    seq = body.replace(b"\n", b"")
+    how = how or rng.choice(EDITS)
+    if how == "lowercase":
+        seq = seq.lower()
+    elif how == "stop":
+        seq += b"*"
+    elif how == "rare":
+        seq = bytes(c if rng.random() > 0.03 else rng.choice(b"BJZOUX") for c in seq)
+    elif how == "long":
+        seq = (seq * (rng.randint(20_000, 60_000) // max(len(seq), 1) + 1))[:60_000]
+    elif how == "tiny":
+        seq = seq[:rng.randint(1, 5)]
+    elif how == "xrun":
+        seq = b"X" * rng.randint(1, 40) + seq
+    elif how == "header":
+        header = header.split(b" ")[0] + b" " + b"  ".join([b"word"] * rng.randint(1, 60))
+    elif how == "twice":
+        return record + b"\n>" + record
+    width = rng.choice([30, 60, 80, 200, 100_000]) if how == "rewrap" else 60
+    return header + b"\n" + b"\n".join(seq[i:i + width] for i in range(0, len(seq), width))
 
 
 def draw_options(rng, scan: bool) -> list:
@@ -133,9 +173,13 @@ def _outputs(d: Path, tag: str, scan: bool) -> list:
     return [str(a) for a in args]
 
 
-def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -> dict:
-    """One case: its description and the differences found."""
+def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path, edit_share: float = 0.0) -> dict:
+    """One case: its description and the differences found. With probability ``edit_share``
+    the case's targets (or queries) are partly edited (:func:`edited`), drawn by a generator of
+    their own so that the case's other draws are those of the seed without edits."""
     rng = random.Random(seed)
+    edit_rng = random.Random(f"edits {seed}")
+    edits = edit_rng if edit_rng.random() < edit_share else None
     scan = rng.random() < scan_share
     d = work / f"case{seed}"
     shutil.rmtree(d, ignore_errors=True)
@@ -154,7 +198,7 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -
         models = d / "m.hmm"
         models.write_bytes(text)
         seqs = d / "s.fa"
-    seqs.write_bytes(inputs.fasta(rng, n))
+    seqs.write_bytes(inputs.fasta(rng, n, edits))
     opts = draw_options(rng, scan)
     program = "scan" if scan else "search"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -199,7 +243,8 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path) -
                                    f"difference at line {at}")
     if not differences:
         shutil.rmtree(d)
-    return dict(seed=seed, program=program, models=k, sequences=n, targets=form, options=" ".join(opts),
+    return dict(seed=seed, program=program, models=k, sequences=n, targets=form, edited=edits is not None,
+                options=" ".join(opts),
                 refused=ref.returncode != 0, differences=differences)
 
 
@@ -208,6 +253,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="1:100", help="FIRST:COUNT (default 1:100)")
     ap.add_argument("--routes", default="hmmer,numba,own", help=f"comma-separated, of {', '.join(ROUTES)}")
     ap.add_argument("--scan", type=float, default=0.3, help="the share of hmmscan cases (default 0.3)")
+    ap.add_argument("--edits", type=float, default=0.0,
+                    help="the share of cases whose sequences are partly edited: lower case, '*', rare residues, "
+                         "long, tiny, rewrapped, repeated names (default 0)")
     ap.add_argument("--keep", default="/tmp/hmmgpu-differential", help="where a failing case's files stay")
     ap.add_argument("--out", help="write the summary as JSON here")
     args = ap.parse_args(argv)
@@ -224,12 +272,12 @@ def main(argv=None) -> int:
     failed = 0
     for seed in range(first, first + count):
         start = time.perf_counter()
-        case = run_case(inputs, seed, routes, args.scan, Path(args.keep))
+        case = run_case(inputs, seed, routes, args.scan, Path(args.keep), args.edits)
         case["seconds"] = round(time.perf_counter() - start, 1)
         result["cases"].append(case)
         failed += bool(case["differences"])
         say(f"seed {seed}: hmm{case['program']}, {case['models']} models x {case['sequences']} sequences "
-            f"({case['targets']}), "
+            f"({case['targets']}{', edited' if case['edited'] else ''}), "
             f"{case['options'] or 'defaults'}{' (refused by both)' if case['refused'] else ''}: "
             f"{'DIFFERENT' if case['differences'] else 'equal'} ({case['seconds']} s)")
         for line in case["differences"]:
