@@ -9,7 +9,10 @@ random set of the options users give: reporting and inclusion thresholds (``-E``
 ``-T``, ``--domT``, ``--incE``, ``--incdomE``), the models' cutoffs (``--cut_ga/tc/nc``),
 ``-Z``, ``--domZ``, the filters (``--max``, ``--F1``/``--F3``, ``--nobias``), ``--nonull2``,
 ``--seed`` (never 0: HMMER's "one-time arbitrary seed" is not reproducible), ``--acc``,
-``--noali``, ``--textw``/``--notextw``. hmmgpu reads the targets as the FASTA file, or gzipped, or as
+``--noali``, ``--textw``/``--notextw``. With ``--edits P`` a share P of the cases have some of
+their sequences in the forms real files hold (:func:`edited`: lower case, ``*``, rare residues,
+long and tiny sequences, runs of X, other line widths, long descriptions, a record twice),
+drawn by a generator of their own. hmmgpu reads the targets as the FASTA file, or gzipped, or as
 a database made from it by ``hmmgpu makedb``, or from standard input (hmmsearch the FASTA file:
 it cannot rewind a gzip file or standard input for a second query). ``hmmsearch --cpu 0`` runs the case and so does
 ``hmmgpu search`` on every route asked (``--routes``): its report (``-o``), its three tables

@@ -48,6 +48,7 @@ from hmmgpu.constants import AMINO_SYMBOLS, MAX_TARGET_LENGTH
 from hmmgpu.errors import DatabaseError, HmmgpuError, InputError
 from hmmgpu.formats.inputs import META_FILE, is_database_dir, label_of, memory_tmpdir, read_bytes
 from hmmgpu.formats.seqformat import PATH_ONLY_FORMATS, format_name, guess_format
+from hmmgpu.formats.selex import selex_to_fasta
 from hmmgpu.host import signals_deferred
 
 if TYPE_CHECKING:  # pyhmmer is imported where it is used (_easel): for the annotations only
@@ -557,8 +558,11 @@ class SequenceDB:
                 format = guess_format(os.fspath(path), data, plain_file=isinstance(data, mmap.mmap))
                 if format == "fasta":
                     return cls._from_fasta_bytes(data, path, arrays)
-            # a plain file is opened by Easel itself (some of its readers, SELEX's, fail on a
-            # Python file object); standard input and gzip are given as bytes
+            if format == "selex":  # pyhmmer's SELEX reader fails on large files (hmmgpu.formats.selex)
+                db = cls.digitize_fasta(selex_to_fasta(data, label), path)
+                db.source = os.fspath(path)
+                return db
+            # a plain file is opened by Easel itself; standard input and gzip are given as bytes
             source = os.fspath(path) if isinstance(data, mmap.mmap) else io.BytesIO(data)
         try:
             with _easel().SequenceFile(source, format=format, digital=True, alphabet=_amino()) as fh:
@@ -567,6 +571,8 @@ class SequenceDB:
             block = _easel().DigitalSequenceBlock(_amino())
         except (ValueError, RuntimeError, OSError) as exc:
             raise InputError(f"{label}: not a valid {format} file ({_one_line(exc)})") from None
+        except SystemError as exc:  # pyhmmer's reader failed inside Easel without saying why
+            raise InputError(f"{label}: not a valid {format} file (pyhmmer's reader failed: {_one_line(exc)})") from None
         if len(block) == 0:
             raise InputError(f"{label}: contains no sequences")
         try:
