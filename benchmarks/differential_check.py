@@ -14,7 +14,8 @@ their sequences in the forms real files hold (:func:`edited`: lower case, ``*``,
 long and tiny sequences, runs of X, other line widths, long descriptions, a record twice),
 drawn by a generator of their own. hmmgpu reads the targets as the FASTA file, or gzipped, or as
 a database made from it by ``hmmgpu makedb``, or from standard input (hmmsearch the FASTA file:
-it cannot rewind a gzip file or standard input for a second query). ``hmmsearch --cpu 0`` runs the case and so does
+it cannot rewind a gzip file or standard input for a second query), or both programs read it as
+an EMBL flat file or a SELEX alignment (``hmmalign``'s, to the case's models), their format guessed. ``hmmsearch --cpu 0`` runs the case and so does
 ``hmmgpu search`` on every route asked (``--routes``): its report (``-o``), its three tables
 and its alignment file (``-A``) must equal hmmsearch's byte for byte, but for the lines that
 name the program, a time or the threads (the report's first four lines, ``# CPU time``,
@@ -125,6 +126,24 @@ def edited(rng, record: bytes, how: str | None = None) -> bytes:
     return header + b"\n" + b"\n".join(seq[i:i + width] for i in range(0, len(seq), width))
 
 
+def embl(fasta: bytes) -> bytes:
+    """FASTA records as an EMBL (UniProt) flat file: ``ID`` the name, ``DE`` the description,
+    the residues in groups of ten, sixty a line."""
+    out = []
+    for record in fasta.split(b"\n>"):
+        header, _, body = record.lstrip(b">").partition(b"\n")
+        name, _, description = header.partition(b" ")
+        seq = body.replace(b"\n", b"")
+        out.append(b"ID   %s   Reviewed;   %d AA.\n" % (name, len(seq)))
+        if description.strip():
+            out.append(b"DE   %s\n" % description.strip())
+        out.append(b"SQ   SEQUENCE   %d AA;\n" % len(seq))
+        for i in range(0, len(seq), 60):
+            out.append(b"     " + b" ".join(seq[j:j + 10] for j in range(i, min(i + 60, len(seq)), 10)) + b"\n")
+        out.append(b"//\n")
+    return b"".join(out)
+
+
 def draw_options(rng, scan: bool) -> list:
     """A random option set, as a user would give it."""
     opts = []
@@ -219,11 +238,21 @@ def run_case(inputs: Inputs, seed: int, routes, scan_share: float, work: Path, e
                 say(f"   makedb refused the targets: {made.stderr.decode(errors='replace').strip()[-200:]}")
         elif r < 0.45:  # standard input, which hmmsearch cannot rewind either
             targets, form = Path("-"), "standard input"
-    ref = subprocess.run([f"hmm{program}", "--cpu", "0", *_outputs(d, "ref", scan), *opts, str(models), str(seqs)],
-                         capture_output=True)
+        elif r < 0.52:  # both programs read these, their format guessed
+            targets, form = d / "s.embl", "EMBL"
+            targets.write_bytes(embl(seqs.read_bytes()))
+        elif r < 0.58:
+            targets, form = d / "s.slx", "SELEX"
+            first = d / "first.hmm"   # hmmalign takes one model
+            first.write_bytes(text[:text.index(b"\n//") + 4])
+            subprocess.run(["hmmalign", "--outformat", "selex", "-o", str(targets), str(first), str(seqs)],
+                           capture_output=True, check=True)
+    theirs_targets = targets if form in ("EMBL", "SELEX") else seqs
+    ref = subprocess.run([f"hmm{program}", "--cpu", "0", *_outputs(d, "ref", scan), *opts, str(models),
+                          str(theirs_targets)], capture_output=True)
     differences = []
     kinds = ("tbl", "dom", "pfam", "out") + (() if scan else ("sto",))
-    other = form != "fasta"
+    other = theirs_targets != targets
     theirs = {ext: _body(d / f"ref.{ext}", ext not in ("out", "sto"), other) for ext in kinds} \
         if ref.returncode == 0 else {}
     for route in (r for r in routes if not scan or r in SCAN_ROUTES):
