@@ -93,6 +93,34 @@ class _Given(argparse.Action):
         namespace.given = given
 
 
+def refuse_options_as_values(parser: argparse.ArgumentParser, argv) -> None:
+    """Easel's getopts for ``search`` and ``scan``: a text option's value (a file name, a
+    format) given as the next word and starting with ``-`` is refused as an option taken for
+    a value ("Arg looks like option?"); ``--tblout=-`` and ``-o-`` name a file ``-``, as in
+    hmmsearch. Numbers are not text (``-T -5`` is a value)."""
+    if not argv or argv[0] not in ("search", "scan"):
+        return
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    table = commands.choices[argv[0]]._option_string_actions
+    words = list(argv[1:])
+    for k, word in enumerate(words[:-1]):
+        if word == "--":
+            return
+        if word.startswith("--") and "=" not in word:   # a long option, or an unambiguous prefix of one
+            actions = {table[word]} if word in table else {a for name, a in table.items() if name.startswith(word)}
+        elif word in table and not word.startswith("--"):
+            actions = {table[word]}
+        else:
+            continue
+        if len(actions) != 1:
+            continue
+        action = actions.pop()
+        if isinstance(action, _Given) and action.nargs != 0 and action.convert is str and words[k + 1].startswith("-"):
+            name = action.option_strings[0]
+            raise InputError(f"Arg looks like option? Use {name}{'=' if name.startswith('--') else ''}{words[k + 1]} "
+                             "if you really mean it.")
+
+
 class _NotImplemented(argparse.Action):
     """An hmmsearch option that hmmgpu does not implement: an error when given."""
 
@@ -513,7 +541,9 @@ def main(argv=None) -> int:
     own_command_line = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        refuse_options_as_values(parser, argv)
+        args = parser.parse_args(argv)
         args.command_line = shlex.join(["hmmgpu", *argv])
         args.started = started
         prepare_run(args)

@@ -2,6 +2,7 @@
 by base name, sequence formats guessed as Easel guesses them, abbreviated options, exit status
 and the ``--seed 0`` header, each beside HMMER 3.4's own program."""
 import gzip
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 from hmmgpu.cli import ERROR_STATUS, main
 from tests.helpers import PROTEOME, ROOT, SAMPLES
 from tests.search.test_scan import first_sequences, pressed, without_tail
+from tests.report.test_report import assert_same_report
 from tests.test_cli import HMMSCAN, HMMSEARCH, assert_same_run, one_line_error, run_hmmer, run_hmmgpu
 
 HMMALIGN = shutil.which("hmmalign")
@@ -141,12 +143,37 @@ def test_abbreviated_table_option(tmp_path, capsys):
                                        (["--max", "--ma"], "option --max has already been set"),
                                        (["--r", "1"], "ambiguous option: --r could match"),
                                        (["--nonsense"], "unrecognized arguments: --nonsense"),
-                                       (["--ssifile", "x"], "--ssifile (an hmmsearch option) is not supported")])
+                                       (["--ssifile", "x"], "--ssifile (an hmmsearch option) is not supported"),
+                                       (["--tblout", "-"], "Arg looks like option? Use --tblout=- if you really"),
+                                       (["--domtbl", "-x"], "Arg looks like option? Use --domtblout=-x if you"),
+                                       (["-o", "-"], "Arg looks like option? Use -o- if you really mean it."),
+                                       (["-A", "--noali"], "Arg looks like option? Use -A--noali if you")])
 def test_bad_options_exit_as_hmmsearch_exits(capsys, argv, said):
     done = subprocess.run([HMMSEARCH, *argv, str(MODEL), str(PROTEOME)], capture_output=True)
     expected = 0 if argv[0] == "--ssifile" else 1   # hmmsearch takes --ssifile alone and ignores it
     assert done.returncode == expected and ERROR_STATUS == 1
+    if "Arg looks like option" in said:
+        assert said.encode() in done.stdout + done.stderr
     one_line_error(capsys, ["search", *argv, str(MODEL), str(PROTEOME)], said)
+
+
+def test_a_file_named_dash_as_hmmsearch_names_it(tmp_path):
+    """``--tblout=-`` and ``-o-`` write files named ``-``, as in hmmsearch; ``-T -5`` is a number."""
+    for flag in ("--tblout=-", "-o-"):
+        ref = subprocess.run([HMMSEARCH, flag, "-T", "-5", str(MODEL), str(PROTEOME)], cwd=tmp_path, capture_output=True)
+        assert ref.returncode == 0
+        theirs = (tmp_path / "-").read_bytes()
+        (tmp_path / "-").unlink()
+        os.chdir(tmp_path)
+        try:
+            assert main(["search", "--backend", "hmmer", flag, "-T", "-5", str(MODEL), str(PROTEOME)]) == 0
+        finally:
+            os.chdir(ROOT)
+        ours = (tmp_path / "-").read_bytes()
+        if flag == "-o-":
+            assert_same_report(ours, theirs)
+        else:
+            assert without_tail(ours) == without_tail(theirs)
 
 
 def test_seed_zero_header(tmp_path, capsys):
