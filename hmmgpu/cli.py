@@ -41,7 +41,45 @@ _INCOMPATIBLE = [("E", "T"), ("domE", "domT"), ("incE", "incT"), ("incdomE", "in
     [("cut_ga", "cut_tc"), ("cut_ga", "cut_nc"), ("cut_tc", "cut_nc")] + \
     [("max", f) for f in ("F1", "F2", "F3", "nobias")] + [("textw", "notextw")]
 _SPELLING = {"E": "-E", "T": "-T", "Z": "-Z", "cpus": "--cpu"}
-_TYPES = {"float": float, "float | None": float, "int": int, "int | None": int}
+#: C's white space (``isspace``), which ``strtol`` and ``strtod`` skip before a number and
+#: Easel's getopts allows after it.
+_C_SPACE = "[ \t\n\v\f\r]*"
+_C_INTEGER = re.compile(f"{_C_SPACE}([+-]?)([0-9]+){_C_SPACE}")
+_C_REAL = re.compile(f"{_C_SPACE}([+-]?)(?:(0[xX](?:[0-9a-fA-F]+\\.?[0-9a-fA-F]*|\\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?)"
+                     f"|((?:[0-9]+\\.?[0-9]*|\\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf(?:inity)?|nan(?:\\([0-9A-Za-z_]*\\))?)){_C_SPACE}",
+                     re.IGNORECASE)
+
+
+def easel_integer(text: str) -> int:
+    """An integer option's value as hmmsearch reads it: Easel's getopts takes what ``strtol``
+    reads in base 10 (C's white space around it allowed), and ``atoi`` makes it a C ``int``:
+    ``strtol`` saturates at 64 bits and the cast keeps the low 32, so 4294967296 is 0 and
+    2147483648 is -2147483648 (then outside ``--seed``'s range, as hmmsearch says)."""
+    m = _C_INTEGER.fullmatch(text)
+    if m is None:
+        raise ValueError(text)
+    digits = m.group(2).lstrip("0") or "0"
+    n = int(digits) if len(digits) <= 19 else 1 << 63   # more digits than a long holds: saturated
+    n = min(-n if m.group(1) == "-" else n, (1 << 63) - 1)
+    n = max(n, -(1 << 63))
+    return (n + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def easel_real(text: str) -> float:
+    """A real option's value as hmmsearch reads it (``strtod``: decimal or hexadecimal, ``inf``,
+    ``infinity``, ``nan``, C's white space around it allowed; no ``_`` between digits)."""
+    m = _C_REAL.fullmatch(text)
+    if m is None:
+        raise ValueError(text)
+    sign, hexadecimal, other = m.groups()
+    if hexadecimal is not None:
+        return float.fromhex(sign + hexadecimal)
+    return float(sign + ("nan" if other.lower().startswith("nan") else other))
+
+
+_TYPES = {"float": easel_real, "float | None": easel_real, "int": easel_integer, "int | None": easel_integer}
+#: What :class:`_Given`'s error calls a value its conversion refused.
+_KINDS = {easel_real: "real", easel_integer: "integer", str: "text"}
 #: hmmsearch's options (in the ``hmmer`` package's build) that hmmgpu does not implement:
 #: known to the parser, so that abbreviations are ambiguous where hmmsearch finds them so
 #: (``--r``), and refused when given. hmmscan has none.
@@ -54,7 +92,8 @@ def _spelled(dest: str) -> str:
 
 #: A negative number as an option's value, as Easel reads one (``-T -inf``, ``-T -1e3``):
 #: argparse's own pattern takes only ``-1000`` and ``-1.5``, and reads the others as options.
-_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|inf(inity)?|nan)$", re.IGNORECASE)
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*([eE][-+]?\d+)?|\.\d+([eE][-+]?\d+)?|inf(inity)?|nan|0x[0-9a-f.]+(p[-+]?\d+)?)$",
+                              re.IGNORECASE)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,7 +123,8 @@ class _Given(argparse.Action):
             try:
                 value = self.convert(values)
             except ValueError:
-                raise argparse.ArgumentError(self, f"invalid {self.convert.__name__} value: {values!r}") from None
+                raise argparse.ArgumentError(self, f"invalid {_KINDS.get(self.convert, 'value')} value: "
+                                                   f"{values!r}") from None
         given = dict(getattr(namespace, "given", None) or {})
         if self.option_strings[0] in given:
             raise InputError(f"option {self.option_strings[0]} has already been set on the command line")
@@ -166,7 +206,7 @@ def add_output_options(parser: argparse.ArgumentParser, program: str) -> None:
     for f in fields(ReportOptions):
         if f.name != "textw":
             _switch(out, f"--{f.name}", f.metadata["help"])
-    out.add_argument("--textw", dest="textw", action=_Given, convert=int, default=None, metavar="N",
+    out.add_argument("--textw", dest="textw", action=_Given, convert=easel_integer, default=None, metavar="N",
                      help="maximum width of report lines (default: 120)")
     _switch(out, "--notextw", "unlimited width of report lines")
     fmt = "--tformat" if program == "search" else "--qformat"

@@ -228,7 +228,7 @@ def _validate(options) -> None:
             raise InputError(f"{_flag(f)}: {value!r} is not a number")
         check = f.metadata.get("check")
         if check and not isinstance(value, bool) and not check[0](value):
-            raise InputError(f"{_flag(f)} {check[1]} (got {value:g})")
+            raise InputError(f"{_flag(f)} {check[1]} (got {value if isinstance(value, int) else format(value, 'g')})")
 
 
 def _literal_choices(name: str) -> tuple:

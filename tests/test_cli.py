@@ -162,7 +162,7 @@ BAD_OPTIONS = {
     "Z_zero": (["-Z", "0"], "-Z must be > 0"),
     "Z_negative": (["-Z", "-5"], "-Z must be > 0"),
     "domZ_zero": (["--domZ", "0"], "--domZ must be > 0"),
-    "E_word": (["-E", "ten"], "-E: invalid float value: 'ten'"),
+    "E_word": (["-E", "ten"], "-E: invalid real value: 'ten'"),
     "textw_small": (["--textw", "100"], "--textw must be >= 120"),
     "E_and_T": (["-E", "1", "-T", "20"], "-E", "-T"),
     "cut_ga_and_E": (["--cut_ga", "-E", "1"], "--cut_ga", "-E"),

@@ -2,6 +2,7 @@
 by base name, sequence formats guessed as Easel guesses them, abbreviated options, exit status
 and the ``--seed 0`` header, each beside HMMER 3.4's own program."""
 import gzip
+import math
 import os
 import shutil
 import subprocess
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from hmmgpu.cli import ERROR_STATUS, main
+from hmmgpu.cli import ERROR_STATUS, easel_integer, easel_real, main
 from tests.helpers import PROTEOME, ROOT, SAMPLES
 from tests.search.test_scan import first_sequences, pressed, without_tail
 from tests.report.test_report import assert_same_report
@@ -155,6 +156,48 @@ def test_bad_options_exit_as_hmmsearch_exits(capsys, argv, said):
     if "Arg looks like option" in said:
         assert said.encode() in done.stdout + done.stderr
     one_line_error(capsys, ["search", *argv, str(MODEL), str(PROTEOME)], said)
+
+
+@pytest.mark.parametrize("text,value", [("42", 42), (" 7 ", 7), ("+7", 7), ("4294967301", 5), ("4294967296", 0),
+                                        ("2147483648", -2147483648), ("99999999999999999999999", -1),
+                                        ("-99999999999999999999", 0)])
+def test_integers_read_as_easel_reads_them(text, value):
+    """strtol in base 10, then atoi's C int: what hmmsearch's --seed, --cpu and --textw get."""
+    assert easel_integer(text) == value
+
+
+@pytest.mark.parametrize("text", ["1_0", "1.5", "0x10", "", "seven"])
+def test_integers_easel_refuses(text):
+    with pytest.raises(ValueError):
+        easel_integer(text)
+
+
+@pytest.mark.parametrize("text,value", [("1e-5", 1e-5), ("0x1p-3", 0.125), ("-0x1.8p1", -3.0), (" .5 ", 0.5),
+                                        ("5.", 5.0), ("-Infinity", -math.inf), ("1e400", math.inf)])
+def test_reals_read_as_strtod_reads_them(text, value):
+    assert easel_real(text) == value
+
+
+@pytest.mark.parametrize("text", ["1_000", "0x", "1e", "e5", "1.5x"])
+def test_reals_easel_refuses(text):
+    with pytest.raises(ValueError):
+        easel_real(text)
+
+
+@pytest.mark.parametrize("argv", [["--seed", "4294967301"], ["--textw", "4294967416"], ["-E", "0x1p-3"],
+                                  ["-T", "-0x1p3"]])
+def test_numbers_beyond_python_s_reading_equal_hmmsearch(tmp_path, capsys, argv):
+    """A seed of 2^32 + 5 is seed 5 for hmmsearch, a width of 2^32 + 120 is 120, and hexadecimal
+    reals are reals: hmmgpu had taken the first two as Python integers (the seed failing in
+    pyhmmer with a traceback from 2^32 up) and refused the last two."""
+    ref = run_hmmer(HMMSEARCH, tmp_path, [*argv, str(MODEL), str(PROTEOME)])
+    assert_same_run(run_hmmgpu(tmp_path, ["search", "--backend", "numba", *argv, str(MODEL), str(PROTEOME)], capsys), ref)
+
+
+def test_seeds_hmmsearch_refuses(capsys):
+    for seed in ("2147483648", "4294967295"):
+        assert subprocess.run([HMMSEARCH, "--seed", seed, str(MODEL), str(PROTEOME)], capture_output=True).returncode == 1
+        one_line_error(capsys, ["search", "--seed", seed, str(MODEL), str(PROTEOME)], "--seed must be >= 0 (got -")
 
 
 def test_a_file_named_dash_as_hmmsearch_names_it(tmp_path):
