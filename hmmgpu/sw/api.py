@@ -247,6 +247,8 @@ class SwSearch:
             raise HmmgpuError(f"--max-hits must be a positive integer, not {max_hits!r}")
         if not (isinstance(evalue, (int, float)) and evalue > 0):
             raise HmmgpuError(f"-E must be a positive number, not {evalue!r}")
+        if isinstance(alignments, bool) or not isinstance(alignments, (int, np.integer)) or alignments < 0:
+            raise HmmgpuError(f"--alignments must be a non-negative integer, not {alignments!r}")
         if backend not in ("auto", "cuda", "cpu"):
             raise HmmgpuError(f"backend must be auto, cuda or cpu, not {backend!r}")
         check_threads(threads)

@@ -309,6 +309,7 @@ def test_cli_report_and_tabular(tmp_path):
     ("bad gaps", ["--gapopen", "4", "--gapextend", "4"], ">a\nMKV\n"),
     ("negative gap", ["--gapopen", "-1"], ">a\nMKV\n"),
     ("max hits", ["--max-hits", "0"], ">a\nMKV\n"),
+    ("negative alignments", ["--alignments", "-1"], ">a\nMKV\n"),
     ("evalue", ["-E", "0"], ">a\nMKV\n"),
     ("missing db", ["--db-missing"], ">a\nMKV\n"),
 ])
