@@ -158,30 +158,25 @@ def test_bad_options_exit_as_hmmsearch_exits(capsys, argv, said):
     one_line_error(capsys, ["search", *argv, str(MODEL), str(PROTEOME)], said)
 
 
-@pytest.mark.parametrize("text,value", [("42", 42), (" 7 ", 7), ("+7", 7), ("4294967301", 5), ("4294967296", 0),
-                                        ("2147483648", -2147483648), ("99999999999999999999999", -1),
-                                        ("-99999999999999999999", 0)])
-def test_integers_read_as_easel_reads_them(text, value):
-    """strtol in base 10, then atoi's C int: what hmmsearch's --seed, --cpu and --textw get."""
-    assert easel_integer(text) == value
-
-
-@pytest.mark.parametrize("text", ["1_0", "1.5", "0x10", "", "seven"])
-def test_integers_easel_refuses(text):
-    with pytest.raises(ValueError):
-        easel_integer(text)
-
-
-@pytest.mark.parametrize("text,value", [("1e-5", 1e-5), ("0x1p-3", 0.125), ("-0x1.8p1", -3.0), (" .5 ", 0.5),
-                                        ("5.", 5.0), ("-Infinity", -math.inf), ("1e400", math.inf)])
-def test_reals_read_as_strtod_reads_them(text, value):
-    assert easel_real(text) == value
-
-
-@pytest.mark.parametrize("text", ["1_000", "0x", "1e", "e5", "1.5x"])
-def test_reals_easel_refuses(text):
-    with pytest.raises(ValueError):
-        easel_real(text)
+@pytest.mark.parametrize("read,text,value", [
+    # integers: strtol in base 10, then atoi's C int (what hmmsearch's --seed, --cpu and --textw get)
+    *((easel_integer, text, value) for text, value in [
+        ("42", 42), (" 7 ", 7), ("+7", 7), ("4294967301", 5), ("4294967296", 0), ("2147483648", -2147483648),
+        ("99999999999999999999999", -1), ("-99999999999999999999", 0)]),
+    # reals: strtod
+    *((easel_real, text, value) for text, value in [
+        ("1e-5", 1e-5), ("0x1p-3", 0.125), ("-0x1.8p1", -3.0), (" .5 ", 0.5), ("5.", 5.0), ("-Infinity", -math.inf),
+        ("1e400", math.inf)]),
+    # what neither takes (None)
+    *((easel_integer, text, None) for text in ["1_0", "1.5", "0x10", "", "seven"]),
+    *((easel_real, text, None) for text in ["1_000", "0x", "1e", "e5", "1.5x"]),
+])
+def test_numbers_read_as_easel_reads_them(read, text, value):
+    if value is None:
+        with pytest.raises(ValueError):
+            read(text)
+    else:
+        assert read(text) == value
 
 
 @pytest.mark.parametrize("argv", [["--seed", "4294967301"], ["--textw", "4294967416"], ["-E", "0x1p-3"],
