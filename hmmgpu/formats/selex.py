@@ -26,7 +26,7 @@ is read here, by the rules of Easel's ``esl_msafile_selex.c`` (Easel 0.49):
   sequence line is an error.
 
 The sequences come out as FASTA text for hmmgpu's FASTA reader (names, no descriptions or
-accessions, as Easel gives them for SELEX). tests/test_selex.py checks the result against
+accessions, as Easel gives them for SELEX). tests/formats/test_selex.py checks the result against
 pyhmmer's own reader on files small enough for it, and the searches against hmmsearch's.
 """
 from __future__ import annotations
@@ -99,16 +99,15 @@ def selex_to_fasta(data: bytes, label: str) -> bytes:
     kinds, names, residues = None, [], []
     for block in _blocks(bytes(data)):
         block_kinds = [_kind(line) for _, line in block]
-        if kinds is None:
+        first = kinds is None
+        if first:  # the first block sets the kinds (checked here) and the names (taken below)
             kinds = block_kinds
             seen = {tag: 0 for tag in _ANNOTATIONS}
             sequences = 0
-            for (number, line), kind in zip(block, kinds):
+            for (number, _), kind in zip(block, kinds):
                 if kind == b"SQ":
                     sequences += 1
                     seen[b"#=SS"] = seen[b"#=SA"] = 0
-                    names.append(_split(line)[0])
-                    residues.append([])
                     continue
                 seen[kind] += 1
                 if kind in (b"#=SS", b"#=SA") and not sequences:
@@ -127,7 +126,10 @@ def selex_to_fasta(data: bytes, label: str) -> bytes:
                 refuse(number, "only white space other than spaces and tabs after the name")
             if kind != b"SQ":
                 continue
-            if name != names[seq]:
+            if first:
+                names.append(name)
+                residues.append([])
+            elif name != names[seq]:
                 refuse(number, f"expected sequence {names[seq].decode(errors='replace')} at this line of block")
             rest = rest.rstrip()
             if not _ALLOWED.issuperset(rest):

@@ -559,9 +559,7 @@ class SequenceDB:
                 if format == "fasta":
                     return cls._from_fasta_bytes(data, path, arrays)
             if format == "selex":  # pyhmmer's SELEX reader fails on large files (hmmgpu.formats.selex)
-                db = cls.digitize_fasta(selex_to_fasta(data, label), path)
-                db.source = os.fspath(path)
-                return db
+                return cls._from_fasta_bytes(selex_to_fasta(data, label), path, arrays)
             # a plain file is opened by Easel itself; standard input and gzip are given as bytes
             source = os.fspath(path) if isinstance(data, mmap.mmap) else io.BytesIO(data)
         try:
