@@ -48,9 +48,8 @@ class SwParams:
     def resolve(cls, matrix: str, gap_open: int, gap_extend: int) -> "SwParams":
         """Check and look up everything (one-line HmmgpuError on bad values)."""
         m = matrices.load(matrix)
-        for name, v in (("--gapopen", gap_open), ("--gapextend", gap_extend)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise HmmgpuError(f"{name} must be a non-negative integer, not {v!r}")
+        check_count("--gapopen", gap_open, 0)
+        check_count("--gapextend", gap_extend, 0)
         return cls(m, int(gap_open), int(gap_extend), KarlinAltschul.lookup(m.name, gap_open, gap_extend))
 
 
@@ -113,6 +112,14 @@ def query_codes(seq) -> np.ndarray:
         bad = raw[int(np.argmax(codes == 255))]
         raise HmmgpuError(f"invalid character {chr(bad)!r} in a query sequence (expected protein letters)")
     return codes
+
+
+def check_count(name: str, value, least: int) -> None:
+    """One-line :class:`~hmmgpu.errors.HmmgpuError` unless ``value`` is an integer (not a bool)
+    of at least ``least`` (0: "a non-negative integer", 1: "a positive integer")."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        kind = {0: "a non-negative integer", 1: "a positive integer"}[least]
+        raise HmmgpuError(f"{name} must be {kind}, not {value!r}")
 
 
 def check_threads(threads) -> None:
@@ -243,12 +250,10 @@ class SwSearch:
         from hmmgpu.host import usable_cores
 
         self.params = SwParams.resolve(matrix, gap_open, gap_extend)
-        if isinstance(max_hits, bool) or not isinstance(max_hits, (int, np.integer)) or max_hits < 1:
-            raise HmmgpuError(f"--max-hits must be a positive integer, not {max_hits!r}")
+        check_count("--max-hits", max_hits, 1)
         if not (isinstance(evalue, (int, float)) and evalue > 0):
             raise HmmgpuError(f"-E must be a positive number, not {evalue!r}")
-        if isinstance(alignments, bool) or not isinstance(alignments, (int, np.integer)) or alignments < 0:
-            raise HmmgpuError(f"--alignments must be a non-negative integer, not {alignments!r}")
+        check_count("--alignments", alignments, 0)
         if backend not in ("auto", "cuda", "cpu"):
             raise HmmgpuError(f"backend must be auto, cuda or cpu, not {backend!r}")
         check_threads(threads)
