@@ -71,9 +71,6 @@ def piece_bytes(left_bytes: float, model_length: int, threads: int) -> int:
 
 
 @dataclass
-
-
-@dataclass
 class Task:
     """One query's targets ``positions`` (sorted database indices) for one pyhmmer run."""
 
