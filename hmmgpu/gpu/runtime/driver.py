@@ -231,7 +231,7 @@ class Event(_Handle):
     def query(self) -> bool:
         """Whether the work before the event's record is done (``cuEventQuery``: no wait)."""
         with current(self.context):
-            result = libcuda.load().cuEventQuery(self.handle)
+            result = libcuda.function("cuEventQuery")(self.handle)
         if result == NOT_READY:
             return False
         if result != 0:
@@ -263,8 +263,8 @@ class Kernel:
             return
         offset, size = ctypes.c_size_t(), ctypes.c_size_t()
         got = []
-        while libcuda.load().cuFuncGetParamInfo(self.function, len(got), ctypes.byref(offset),
-                                                ctypes.byref(size)) == 0:
+        info = libcuda.function("cuFuncGetParamInfo")
+        while info(self.function, len(got), ctypes.byref(offset), ctypes.byref(size)) == 0:
             got.append(int(size.value))
         want = [s for _, s in parameter_layout(self.kinds)]
         if got and got != want:  # (none: the driver cannot tell for this kernel)

@@ -7,6 +7,17 @@ stay undeclared (:func:`has` says so; ``cuFuncGetParamInfo`` needs a CUDA 12.4 d
 :func:`primary_context` retains a device's primary context with blocking synchronisation, the
 one context every launch uses.
 
+Each function is called through one of two handles on the library. ctypes gives up the
+interpreter's lock for every call of a ``CDLL`` function and takes it back on return; where
+another thread of the process runs Python (the GPU process's domain definitions beside its
+filters' loop), taking it back can wait up to a switch interval (5 ms) each time, and a loop
+that makes thousands of calls (a launch is three: the context pushed, the launch, the context
+popped) then waits more than it works. The functions of :data:`QUICK` return at once (they
+queue work, or read or set a value; none waits for the device), so they are called through a
+``PyDLL`` handle, which keeps the lock (:data:`~hmmgpu.gpu.runtime.tuning.DRIVER_QUICK_CALLS_KEEP_LOCK`);
+every function that may wait (a synchronisation, a copy that pageable memory makes
+synchronous, a module load, a free) gives it up, so that other threads run meanwhile.
+
 No numpy here: the search's own process asks the driver whether a GPU is there
 (:func:`hmmgpu.gpu.runtime.context.cuda_available`) before it imports anything heavy.
 """
@@ -16,6 +27,7 @@ import ctypes
 import functools
 
 from hmmgpu.errors import HmmgpuError
+from hmmgpu.gpu.runtime import tuning
 
 _p = ctypes.c_void_p
 _int = ctypes.c_int
@@ -54,6 +66,7 @@ SIGNATURES = {
     "cuEventCreate": (_P(_p), _uint),
     "cuEventRecord": (_p, _p),
     "cuEventSynchronize": (_p,),
+    "cuEventQuery": (_p,),
     "cuEventElapsedTime": (_P(ctypes.c_float), _p, _p),
     "cuEventDestroy_v2": (_p,),
     "cuModuleLoadData": (_P(_p), _p),
@@ -66,11 +79,20 @@ SIGNATURES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
-def load():
-    """The driver library with its functions declared, or None where it does not load."""
+#: The functions that return at once, called with the interpreter's lock kept (module header).
+QUICK = frozenset({
+    "cuCtxPushCurrent_v2", "cuCtxPopCurrent_v2", "cuLaunchKernel", "cuEventRecord", "cuEventQuery",
+    "cuEventCreate", "cuEventDestroy_v2", "cuEventElapsedTime", "cuMemAllocAsync", "cuMemFreeAsync",
+    "cuFuncGetAttribute", "cuFuncSetAttribute", "cuFuncGetParamInfo", "cuModuleGetFunction",
+    "cuDeviceGetAttribute", "cuGetErrorName",
+})
+
+
+def _declared(kind):
+    """The driver library opened as ``kind`` (``ctypes.CDLL`` or ``ctypes.PyDLL``) with every
+    function of :data:`SIGNATURES` it has declared, or None where it does not load."""
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
+        lib = kind("libcuda.so.1")
     except OSError:
         return None
     for name, argtypes in SIGNATURES.items():
@@ -81,6 +103,30 @@ def load():
     return lib
 
 
+@functools.lru_cache(maxsize=None)
+def load():
+    """The driver library with its functions declared (each call gives up the interpreter's
+    lock), or None where it does not load."""
+    return _declared(ctypes.CDLL)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_keeping_lock():
+    """The same library through a handle whose calls keep the interpreter's lock."""
+    return _declared(ctypes.PyDLL)
+
+
+def function(name: str):
+    """Driver function ``name`` as it is called: through the handle that keeps the
+    interpreter's lock for a :data:`QUICK` one (when tuning asks for it), else through :func:`load`'s."""
+    lib = load()
+    if lib is None:
+        raise HmmgpuError("the CUDA driver library (libcuda.so.1) does not load")
+    if name in QUICK and tuning.DRIVER_QUICK_CALLS_KEEP_LOCK:
+        lib = _load_keeping_lock()
+    return getattr(lib, name)
+
+
 def has(name: str) -> bool:
     """The driver library loads and has function ``name``."""
     lib = load()
@@ -89,11 +135,9 @@ def has(name: str) -> bool:
 
 def call(name: str, *args) -> None:
     """Call driver function ``name``; raise :class:`HmmgpuError` (one line) if it fails."""
-    lib = load()
-    if lib is None:
-        raise HmmgpuError("the CUDA driver library (libcuda.so.1) does not load")
-    result = getattr(lib, name)(*args)
+    result = function(name)(*args)
     if result != 0:
+        lib = load()
         raise HmmgpuError(f"CUDA driver: {name} failed with {_error_name(lib, result)}")
 
 

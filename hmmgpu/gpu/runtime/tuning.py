@@ -27,6 +27,10 @@ VIT_Q = (1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
 #: number of warps resident).
 VIT_TRANSITIONS_IN_REGISTERS_MAX_Q = 12
 
+#: Call the CUDA driver's functions that return at once (:data:`hmmgpu.gpu.runtime.libcuda.QUICK`)
+#: with the interpreter's lock kept, so that a thread's launches do not wait for it after each call
+#: while another thread of the process runs Python.
+DRIVER_QUICK_CALLS_KEEP_LOCK = True
 #: Model tables up to this size go to static shared memory, larger ones to dynamic shared
 #: memory (opted in above 48 KB), and beyond the device's limit to global memory (L1).
 STATIC_SHARED_MAX_BYTES = 40 * 1024
