@@ -31,6 +31,7 @@ VIT_TRANSITIONS_IN_REGISTERS_MAX_Q = 12
 #: with the interpreter's lock kept, so that a thread's launches do not wait for it after each call
 #: while another thread of the process runs Python.
 DRIVER_QUICK_CALLS_KEEP_LOCK = True
+
 #: Model tables up to this size go to static shared memory, larger ones to dynamic shared
 #: memory (opted in above 48 KB), and beyond the device's limit to global memory (L1).
 STATIC_SHARED_MAX_BYTES = 40 * 1024
