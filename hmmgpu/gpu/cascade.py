@@ -77,7 +77,7 @@ from hmmgpu.gpu.bias import BiasSpec, Decision, length_tables
 from hmmgpu.gpu.bias import ARGS as BIAS_ARGS
 from hmmgpu.gpu.fwdback.backward_source import BwdSpec
 from hmmgpu.gpu.fwdback.decoding_source import DecodeSpec
-from hmmgpu.gpu.fwdback.source import FwdSpec
+from hmmgpu.gpu.fwdback.launch import forward_spec
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.gpu.msv.launch import MsvKernels, MsvStage, model_tables, scalars
 from hmmgpu.gpu.msv.source import NX as MSV_NX
@@ -109,14 +109,14 @@ def all_specs(device, lanes: str = "auto") -> list:
     kernels that hmmgpu's own post-filter adds (a search compiles these when it first needs
     them: :func:`needed_specs` leaves them out, so that a search without it compiles nothing more)."""
     return MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [
-        BiasSpec(), PackSpec(), FwdSpec("shared"), FwdSpec("global"), BwdSpec("shared"), BwdSpec("global"),
+        BiasSpec(), PackSpec(), forward_spec("shared"), forward_spec("global"), BwdSpec("shared"), BwdSpec("global"),
         DecodeSpec()]
 
 
 def needed_specs(msv: MsvKernels, vit: VitKernels, lengths) -> list:
     """The kernel specialisations models of these lengths use (the bias kernel, the
     database's packing and the Forward gate's kernel included)."""
-    specs = [BiasSpec(), PackSpec(), FwdSpec("shared"), FwdSpec("global")]
+    specs = [BiasSpec(), PackSpec(), forward_spec("shared"), forward_spec("global")]
     for M in sorted(set(int(m) for m in lengths)):
         specs += [s for s in (msv.spec(M), vit.spec(M)) if s is not None]
     return list(dict.fromkeys(specs))

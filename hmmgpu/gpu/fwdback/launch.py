@@ -49,7 +49,7 @@ import numpy as np
 from hmmgpu.stages import forward as ref
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.kargs import arguments
-from hmmgpu.gpu.fwdback.source import ARGS, SCRATCH_PER_Q, FwdSpec
+from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q, FwdSpec
 from hmmgpu.gpu.fwdback.backward_source import ARGS as BWD_ARGS
 from hmmgpu.gpu.fwdback.backward_source import BwdSpec
 from hmmgpu.gpu.fwdback.decoding_source import ARGS as DECODE_ARGS
@@ -120,6 +120,29 @@ class ForwardJob:
 
     tables: ref.ForwardTables
     indices: np.ndarray
+
+
+def forward_spec(storage: str) -> FwdSpec:
+    """The Forward parser kernel a launch with its rows in ``storage`` runs (the shared one with
+    :data:`~hmmgpu.gpu.runtime.tuning.FWD_SEGMENTS` segments)."""
+    return FwdSpec(storage, tuning.FWD_SEGMENTS) if storage == "shared" else FwdSpec(storage)
+
+
+def segmented_launch(device, segments: int, items: int, q_max: int) -> tuple:
+    """(blocks, threads a block, shared bytes a block, floats a group, threads) of the segmented
+    Forward kernel on ``items`` targets whose largest model has ``q_max`` vectors: blocks of one
+    warp (under the simulator, of one group), each group two row buffers of 12 Q + 4 floats, as
+    many blocks as the multiprocessors hold (a persistent grid) or as there are groups of work."""
+    group = 4 * segments
+    block = group if device.simulator else max(group, 32)
+    group_floats = 2 * (12 * q_max + 4)
+    shared = 4 * group_floats * (block // group)
+    if device.simulator:
+        blocks = min(items, 2)
+    else:
+        per_sm = max(1, min(32, (device.smem_per_sm - 1024) // (shared + 1024)))
+        blocks = min(-(-items // (block // group)), device.sm_count * per_sm)
+    return blocks, block, shared, group_floats, blocks * block
 
 
 class _Launch:
@@ -432,27 +455,29 @@ class ForwardStage:
         m = items.size
         L = lengths[items]
         q_max = int(q_of[items].max())
-        kernel = build.load(FwdSpec(storage), self.device)
-        # a group of GROUP threads per target; under the simulator a block is one group (its warp
-        # shuffles wait for the whole block)
+        spec = forward_spec(storage)
+        kernel = build.load(spec, self.device)
+        # the old kernels' layout (the Backward kernel's, and the global Forward kernel's): a group of
+        # GROUP threads per target; under the simulator a block is one group (its warp shuffles wait
+        # for the whole block)
         if storage == "shared":
             block = GROUP if self.device.simulator else SHARED_BLOCK
             shared = 4 * SCRATCH_PER_Q * q_max * block
             if self.device.simulator:
                 blocks = min(m, 2)
             else:
-                if shared > 48 * 1024:
-                    kernel.allow_dynamic_shared(shared)
                 per_sm = max(1, min(32, (self.device.smem_per_sm - 1024) // (shared + 1024)))
                 blocks = min(-(-m // (block // GROUP)), self.device.sm_count * per_sm)
             n_threads = blocks * block
             scratch = self._dummy_f32
+            fwd_launch = segmented_launch(self.device, spec.segments, m, q_max)
         else:
             block = GROUP if self.device.simulator else tuning.FWD_BLOCK
             most = max(1, self.scratch_bytes // (4 * SCRATCH_PER_Q * q_max * GROUP))
             n_threads = GROUP * max(1, min(m, most, 2 if self.device.simulator else m))
             blocks, shared = -(-n_threads // block), 0
             scratch = empty(SCRATCH_PER_Q * q_max * n_threads, np.float32)
+            fwd_launch = (blocks, block, shared, None, n_threads)
         scale_base = np.concatenate([[0], np.cumsum(L)[:-1]]).astype(np.int64)
         out = dict(out_flags=empty(m, np.int32), out_xc=empty(m, np.float32), out_nscale=empty(m, np.int32),
                    out_scales=empty(max(int(L.sum()), 1), np.float32))
@@ -468,9 +493,14 @@ class ForwardStage:
                        item_model=dev(model_of[items].astype(np.int32)), n_items=m,
                        pmove_by_length=self._pmove_dev, ploop_by_length=self._ploop_dev, scratch=scratch,
                        n_threads=n_threads)
-        args = arguments(ARGS, counters=dev(np.zeros(1, np.int32)), scale_base=dev(scale_base),
-                         want_rows=int(bool(rows)), row_base=row_base_dev, **targets, **tables, **out)
-        kernel[blocks, block, stream, shared](*args)
+        f_blocks, f_block, f_shared, group_floats, f_threads = fwd_launch
+        extra = {} if group_floats is None else dict(group_floats=group_floats)
+        if f_shared > 48 * 1024 and not self.device.simulator:
+            kernel.allow_dynamic_shared(f_shared)
+        args = arguments(spec.args, counters=dev(np.zeros(1, np.int32)), scale_base=dev(scale_base),
+                         want_rows=int(bool(rows)), row_base=row_base_dev, **dict(targets, n_threads=f_threads),
+                         **tables, **out, **extra)
+        kernel[f_blocks, f_block, stream, f_shared](*args)
         backward, decoding = after
         bwd_out = dec_out = None
         if backward:  # on the same stream: it reads the Forward rows just written, and reuses the scratch
@@ -493,7 +523,8 @@ class ForwardStage:
                                  bwd_rows=bwd_out["out_rows"], bwd_own=bwd_out["out_own"], **dec_out)
             dec_block = GROUP if self.device.simulator else DECODE_BLOCK
             build.load(DecodeSpec(), self.device)[-(-m // dec_block), dec_block, stream, 0](*dec_args)
-        self.last = dict(storage=storage, threads=n_threads, groups=n_threads // GROUP, items=m)
+        self.last = dict(storage=storage, threads=f_threads,
+                         groups=f_threads // (4 * spec.segments if storage == "shared" else GROUP), items=m)
         return _Launch(items, out, scale_base, row_base, bwd_out, dec_out, stream)
 
     # ------------------------------------------------------------ one model, with libhmmer's fallback

@@ -97,11 +97,35 @@ per model, not compile-time shapes: one kernel serves every model, and one launc
 targets of many models (:mod:`.launch`). Groups take targets from an atomic counter, costliest
 first; each group runs as many targets as it claims.
 
-What would make it faster: the tables in shared memory (``rfv`` is 29 x 16Q bytes and
-``tfv`` 32Q bytes, read by every group at the same q); fewer checks per cell (the tiny
-tests folded into one integer minimum per row, and most provably unnecessary for models
-whose tables are far from the subnormal range); more threads per target along q for the
-main pass (its cells read only row i-1), leaving the D->D chains and the lane sums serial.
+The segmented kernel
+--------------------
+The group of four threads above is the kernel of targets whose rows live in global memory, and
+its row functions are those of the full-matrix and Backward kernels (:mod:`.matrix_source`,
+:mod:`.backward_source`). Where the rows fit in shared memory (every Pfam model) the parser runs
+the *segmented* kernel (:func:`segmented_body`), for a reason Nsight Compute showed on one H200
+(600 Pfam models' batches of 17 models x 240 targets, `forward_batches.py`): a group of four
+threads ran a target at about 400 cycles a vector of a row, a warp's eight targets' rows took so
+much shared memory that a multiprocessor held 3 warps (5 at most: one warp per scheduler, an
+instruction every 4.9 cycles), and since every group took one target the launch lasted as long
+as its longest target while most multiprocessors idled (the SMs active 11% of the kernel's
+time). So the cost was latency, not arithmetic, and a target's latency is what to cut.
+
+In a row only a few steps are chains along q: xE's sum of the M cells, the D->D passes, xE's
+sum of the D cells (a float sum or a carry each, in HMMER's order). Everything else, each cell's
+M and I and its M->D term, reads only row i-1. The segmented kernel therefore runs a target on a
+group of ``4 S`` threads (``S`` = :data:`~hmmgpu.gpu.runtime.tuning.FWD_SEGMENTS`; 8: a warp a
+target): thread (seg, z) computes lane z's cells of the vectors q = seg, seg + S, ... of the
+main pass, all at once, into the group's row buffer for row i while row i-1 stays in the other
+(two buffers of ``12 Q + 4`` floats: M, I, D, and the four lanes' carries out of the main pass),
+and then every thread runs its lane's chains on the shared row, of which segment 0's four
+threads store the results and give the carries, the vote of the carry passes and the lanes'
+sums (the warp issues the same instructions whether 4 of its threads run a chain or 32, and
+every thread of the group then meets the same warp intrinsics, which numba's simulator needs).
+The arithmetic is the same operations on the same values in the same order as the group of
+four's, so the results are the same bits (the digest of `forward_batches.py` over 144,000
+targets is the same). A warp's target takes 24 Q + 8 floats of shared memory where the group of
+four's took 12 Q x 4 per target and a warp held eight, so many more warps fit a
+multiprocessor.
 """
 from __future__ import annotations
 
@@ -373,21 +397,191 @@ def indented(e: Emitter) -> str:
     return "".join(f"    {line}\n" if line else "\n" for line in e.text().splitlines())
 
 
+# ---------------------------------------------------------------- the segmented parser (rows in shared memory)
+
+def seg_main_pass(e: Emitter, S: int) -> None:
+    """The main pass (spec 2.1) of row i, the group's threads taking the vectors q = seg, seg + S, ...:
+    every cell reads only row i-1 (buffer ``prv``), so they run at once. Thread (seg, z) stores M and
+    I at q and the M->D term at q + 1 (at q = Q-1 the carry slot, read by lane z + 1's first D->D
+    pass); row i-1's vector q-1 (for q = 0: its last vector shifted right by a lane) comes from the
+    shared row itself."""
+    e("# main_pass: the vectors q = seg, seg + S, ... of this lane")
+    with e.block(f"for q in range(seg, QQ, {S}):"):
+        e("t = tb + q * 28 + z")
+        with e.block("if q > 0:"):
+            e("a = prv + (q - 1) * 4 + z")
+        with e.block("else:"):
+            e("a = prv + (QQ - 1) * 4 + z - 1  # lane z-1's last vector (lane 0: zeros)")
+        e("mpv = row[a] if (q > 0 or z > 0) else F0", "ipv = row[a + 4 * QQ] if (q > 0 or z > 0) else F0",
+          "dpv = row[a + 8 * QQ] if (q > 0 or z > 0) else F0",
+          f"sv = fadd(fmul(xB, tfv[t + {_BM}]), fmul(mpv, tfv[t + {_MM}]))",
+          f"sv = fadd(sv, fmul(ipv, tfv[t + {_IM}]))",
+          f"sv = fadd(sv, fmul(dpv, tfv[t + {_DM}]))",
+          "sv = fmul(sv, rfv[eb + q * 4 + z])",
+          "c = cur + q * 4 + z", "row[c] = sv",
+          f"mdv = fmul(sv, tfv[t + {_MD}])", "row[c + 8 * QQ + 4] = mdv  # D at q + 1",
+          "p = prv + q * 4 + z",
+          f"pmi = fmul(row[p], tfv[t + {_MI}])", f"pii = fmul(row[p + 4 * QQ], tfv[t + {_II}])",
+          "row[c + 4 * QQ] = fadd(pmi, pii)",
+          f"bad = bad | {tiny_test('sv')} | {tiny_test('mdv')} | {tiny_test('pmi')} | {tiny_test('pii')}")
+    with e.block("if seg == 0:"):
+        e("row[cur + 8 * QQ + z] = F0  # D at q = 0")
+    e("cuda.syncwarp(gmask)")
+
+
+def seg_serial_passes(e: Emitter) -> None:
+    """The parts of the row that are chains along q, lane by lane (spec 2.2-2.4): xE's sum of the
+    M cells, the first D->D pass, the carry passes and xE's sum of the D cells. Every thread of
+    the group runs them on its lane's cells (the warp's instructions are the same whether four
+    threads run them or all), the segment-0 threads' values are the group's: only they store, and
+    the carries, the vote and the lanes' sums are taken from them."""
+    e("# serial passes: lane z's chains along q (segment 0's threads store)",
+      "mz = cur + z", "dz = cur + 8 * QQ + z",
+      "dcv = row[dz + 4 * QQ - 1] if z > 0 else F0  # lane z-1's carry (lane 0: 0)",
+      "xEv = F0", "chain_bad = False")
+    with e.block("for q in range(QQ):"):
+        e("xEv = fadd(xEv, row[mz + q * 4])",
+          "a = dz + q * 4", "d = row[a]", "s = fadd(dcv, d)",
+          f"chain_bad = chain_bad | ({tiny_test('dcv')} & (s != d))")
+        with e.block("if seg == 0:"):
+            e("row[a] = s")
+        e("dcv = fmul(s, tfv[DD + q * 4 + z])")
+    with e.block("for jpass in range(3):"):
+        e("shifted = cuda.shfl_sync(gmask, dcv, base + z - 1 if z > 0 else base)",
+          "dcv = shifted if z > 0 else F0", "changed = False")
+        with e.block("for q in range(QQ):"):
+            e("a = dz + q * 4", "d = row[a]", "s = fadd(dcv, d)", "changed = changed | (s > d)",
+              f"chain_bad = chain_bad | ({tiny_test('dcv')} & (s != d))")
+            with e.block("if seg == 0:"):
+                e("row[a] = s")
+            e("dcv = fmul(dcv, tfv[DD + q * 4 + z])")
+        e("vote = cuda.shfl_sync(gmask, int32(changed), base)  # segment 0's four lanes vote")
+        for k in LANES[1:]:
+            e(f"vote = vote | cuda.shfl_sync(gmask, int32(changed), base + {k})")
+        with e.block(f"if M >= {DD_EARLY_EXIT_M} and vote == 0:"):
+            e("break")
+    with e.block("for q in range(QQ):"):
+        e("xEv = fadd(row[dz + q * 4], xEv)")
+    for k in LANES:
+        from_lane(e, f"l{k}", "xEv", str(k))
+    e("xE = fadd(fadd(l0, l1), fadd(l2, l3))")
+    with e.block("if bad or (chain_bad and seg == 0):"):
+        e("flags |= SUBNORMAL")
+    with e.block("if math.isinf(xE) or math.isnan(xE):"):
+        e("flags |= RANGE")
+    e("cuda.syncwarp(gmask)")
+
+
+def seg_rescale_row(e: Emitter, S: int) -> None:
+    """:func:`rescale_row` with the row's cells shared among the group's threads."""
+    e("# rescale_row", "scale = F1")
+    with e.block("if xE > RESCALE_AT:"):
+        e("xN = fdiv(xN, xE)", "xC = fdiv(xC, xE)", "xJ = fdiv(xJ, xE)", "xB = fdiv(xB, xE)", "rcp = fdiv(F1, xE)",
+          "bad = " + " | ".join(tiny_test(v) for v in ("xC", "xJ", "xB", "rcp")))
+        with e.block(f"for c in range(g, 12 * QQ, {4 * S}):"):
+            e("v = fmul(row[cur + c], rcp)", "row[cur + c] = v", f"bad = bad | {tiny_test('v')}")
+        with e.block("if bad:"):
+            e("flags |= SUBNORMAL")
+        with e.block("if g == 0:"):
+            e("out_scales[sb + nscale] = xE")
+        e("nscale += 1", "scale = xE", "xE = F1")
+        e("cuda.syncwarp(gmask)")
+    with e.block("if " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
+        e("flags |= TINY_ROWS")
+    with e.block("if want_rows != 0 and g == 0:"):
+        store_specials(e, "i", "scale")
+
+
+def segmented_body(S: int) -> str:
+    """The segmented parser kernel's body: a group of 4 S threads runs a target, thread (seg, z)
+    its SSE lane z and the vectors q = seg, seg + S, ... of the main pass; the group's two row
+    buffers (rows i-1 and i, ``12 Q + 4`` floats each) in shared memory."""
+    G = 4 * S
+    e = Emitter()
+    e("tid = cuda.grid(1)")
+    with e.block("if tid >= n_threads:"):
+        e("return")
+    e("lane = int32(cuda.threadIdx.x & 31)",
+      f"g = lane % {G}  # the thread's place in its group", "z = g & 3  # its SSE lane", "seg = g >> 2  # its segment",
+      "base = lane - g",
+      f"gmask = u32({(1 << G) - 1}) << u32(base)",
+      "row = cuda.shared.array(0, float32)",
+      f"gb = np.int64(cuda.threadIdx.x // {G}) * group_floats  # the group's two row buffers")
+    with e.block("while True:"):
+        e("k = int32(0)")
+        with e.block("if g == 0:"):
+            e("k = cuda.atomic.add(counters, 0, 1)")
+        e("k = cuda.shfl_sync(gmask, k, base)")
+        with e.block("if k >= n_items:"):
+            e("break")
+        e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
+          "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
+          "m = item_model[k]", "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]",
+          "QQ = np.int64(model_q[m])", "rb0 = model_rfv[m]", "tb = model_tfv[m]",
+          "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others",
+          "BUF = 12 * QQ + 4", "prv = gb", "cur = gb + BUF")
+        with e.block(f"for c in range(g, 2 * BUF, {G}):"):
+            e("row[gb + c] = F0")
+        e("cuda.syncwarp(gmask)")
+        forward_start(e)
+        e("rb = np.int64(0)")
+        with e.block("if want_rows != 0 and g == 0:"):
+            e("rb = row_base[k]")
+            store_specials(e, "0", "F1")
+        e("w = u32(0)")
+        with e.block("for i in range(1, L + 1):"):
+            e("j = i - 1")
+            with e.block("if (j & 3) == 0:"):
+                e("w = residues[wb + (j >> 2)]")
+            e("x = int32((w >> u32(8 * (j & 3))) & u32(255))", "eb = rb0 + np.int64(x) * QQ * 4")
+            with e.block("if not (fmul(xB, tbm_min) >= ABSORB):"):
+                e("flags |= SUBNORMAL")
+            e("bad = False")
+            seg_main_pass(e, S)
+            seg_serial_passes(e)
+            update_specials(e)
+            seg_rescale_row(e, S)
+            e("prv, cur = cur, prv")
+        with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
+            e("flags |= RANGE")
+        step = 1
+        while step < G:
+            e(f"flags = flags | cuda.shfl_xor_sync(gmask, flags, {step})")
+            step *= 2
+        with e.block("if g == 0:"):
+            e("out_flags[k] = flags", "out_xc[k] = xC", "out_nscale[k] = nscale")
+    return indented(e)
+
+
+#: Parameters of the segmented kernel: the parser's, and the floats of shared memory a group's two
+#: row buffers take (sized by the launch's largest model).
+SEGMENTED_ARGS = ARGS + (Arg("group_floats", "int64"),)
+
+
 @dataclass(frozen=True)
 class FwdSpec:
-    """The Forward parser kernel (a group of four threads per target, a thread per SSE lane),
-    with its rows in shared memory (``storage="shared"``: the block's threads' rows, sized by
-    the launch) or in a global scratch array (``"global"``: models whose rows do not fit a
-    block's shared memory). Q and M are per model."""
+    """The Forward parser kernel: with its rows in shared memory (``storage="shared"``) the
+    segmented kernel, a group of ``4 segments`` threads a target (:func:`segmented_body`); with
+    them in a global scratch array (``"global"``: models whose rows do not fit a block's shared
+    memory) a group of four threads a target, a thread per SSE lane (:func:`kernel_body`). Q and
+    M are per model."""
 
     storage: str = "shared"
+    segments: int = 8
 
     @property
     def name(self) -> str:
+        if self.storage == "shared":
+            return f"fwdback_parser_v4_shared_s{self.segments}"
         return f"fwdback_parser_v3_{self.storage}"
 
+    @property
+    def args(self) -> tuple:
+        return SEGMENTED_ARGS if self.storage == "shared" else ARGS
+
     def source(self, binding: str) -> str:
-        return kernel_module("Forward parser kernel (HMMER's p7_ForwardParser).", binding, ARGS, kernel_body(self),
+        body = segmented_body(self.segments) if self.storage == "shared" else kernel_body(self)
+        return kernel_module("Forward parser kernel (HMMER's p7_ForwardParser).", binding, self.args, body,
                              *module_lines(binding))
 
 

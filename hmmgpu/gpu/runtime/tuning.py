@@ -65,6 +65,9 @@ BIAS_BLOCKS_PER_SM = 4
 #: 6.69 s, 6.19 and 6.59 s (Forward kernel 6.4-6.8, 9.7-9.9, 12.9-13.0 s of kernel time over its
 #: streams), 116 M 21.00, 19.29 and 19.05 s (worker threads' CPU 280, 262 and 255 s): where the
 #: CPU's stage sets the pace, what the GPU decides is CPU time saved.
+#: The segmented Forward parser kernel (rows in shared memory, :func:`hmmgpu.gpu.fwdback.source.segmented_body`):
+#: a group of 4 x FWD_SEGMENTS threads runs a target, its main pass spread over the segments.
+FWD_SEGMENTS = 8
 FWD_BLOCK = 128
 FWD_SCRATCH_BYTES = 256 << 20
 FWD_MAX_CELLS = 2 << 20
