@@ -429,6 +429,32 @@ def seg_main_pass(e: Emitter, S: int) -> None:
     e("cuda.syncwarp(gmask)")
 
 
+#: Steps of a chain along q that the segmented kernel's serial passes emit as one block: the
+#: block's loads first, then the chain's operations in order, then its stores, so that the
+#: chain waits for one round of loads a block instead of one a step.
+CHAIN_UNROLL = 4
+
+
+def _chain_loop(e: Emitter, loads, steps, stores=None) -> None:
+    """A chain along q = 0..QQ-1 of lane z's cells: blocks of :data:`CHAIN_UNROLL` steps, then
+    the steps left one at a time. ``loads(k, q)`` and ``stores(k, q)`` give the lines of step
+    ``k`` at vector ``q`` (an expression), ``steps(k)`` its operations; the values of step k are
+    named with the suffix k in a block, with none in the loop of single steps."""
+    e("q = np.int64(0)")
+    for header, count in ((f"while q + {CHAIN_UNROLL} <= QQ:", CHAIN_UNROLL), ("while q < QQ:", 1)):
+        with e.block(header):
+            names = [str(k) for k in range(count)] if count > 1 else [""]
+            for k, name in enumerate(names):
+                e(*loads(name, f"q + {k}" if count > 1 else "q"))
+            for name in names:
+                e(*steps(name))
+            if stores is not None:
+                with e.block("if seg == 0:"):
+                    for k, name in enumerate(names):
+                        e(*stores(name, f"q + {k}" if count > 1 else "q"))
+            e(f"q += {count}")
+
+
 def seg_serial_passes(e: Emitter) -> None:
     """The parts of the row that are chains along q, lane by lane (spec 2.2-2.4): xE's sum of the
     M cells, the first D->D pass, the carry passes and xE's sum of the D cells. Every thread of
@@ -439,29 +465,34 @@ def seg_serial_passes(e: Emitter) -> None:
       "mz = cur + z", "dz = cur + 8 * QQ + z",
       "dcv = row[dz + 4 * QQ - 1] if z > 0 else F0  # lane z-1's carry (lane 0: 0)",
       "xEv = F0", "chain_bad = False")
-    with e.block("for q in range(QQ):"):
-        e("xEv = fadd(xEv, row[mz + q * 4])",
-          "a = dz + q * 4", "d = row[a]", "s = fadd(dcv, d)",
-          f"chain_bad = chain_bad | ({tiny_test('dcv')} & (s != d))")
-        with e.block("if seg == 0:"):
-            e("row[a] = s")
-        e("dcv = fmul(s, tfv[DD + q * 4 + z])")
+
+    def d_loads(k, q):
+        return f"d{k} = row[dz + ({q}) * 4]", f"u{k} = tfv[DD + ({q}) * 4 + z]"
+
+    def d_stores(k, q):
+        return (f"row[dz + ({q}) * 4] = s{k}",)
+
+    def first_steps(k):
+        return (f"xEv = fadd(xEv, mc{k})", f"s{k} = fadd(dcv, d{k})",
+                f"chain_bad = chain_bad | ({tiny_test('dcv')} & (s{k} != d{k}))", f"dcv = fmul(s{k}, u{k})")
+
+    def carry_steps(k):
+        return (f"s{k} = fadd(dcv, d{k})", f"changed = changed | (s{k} > d{k})",
+                f"chain_bad = chain_bad | ({tiny_test('dcv')} & (s{k} != d{k}))", f"dcv = fmul(dcv, u{k})")
+
+    e("# the first D->D pass, with xE's sum of the M cells")
+    _chain_loop(e, lambda k, q: (f"mc{k} = row[mz + ({q}) * 4]",) + d_loads(k, q), first_steps, d_stores)
     with e.block("for jpass in range(3):"):
         e("shifted = cuda.shfl_sync(gmask, dcv, base + z - 1 if z > 0 else base)",
           "dcv = shifted if z > 0 else F0", "changed = False")
-        with e.block("for q in range(QQ):"):
-            e("a = dz + q * 4", "d = row[a]", "s = fadd(dcv, d)", "changed = changed | (s > d)",
-              f"chain_bad = chain_bad | ({tiny_test('dcv')} & (s != d))")
-            with e.block("if seg == 0:"):
-                e("row[a] = s")
-            e("dcv = fmul(dcv, tfv[DD + q * 4 + z])")
+        _chain_loop(e, d_loads, carry_steps, d_stores)
         e("vote = cuda.shfl_sync(gmask, int32(changed), base)  # segment 0's four lanes vote")
         for k in LANES[1:]:
             e(f"vote = vote | cuda.shfl_sync(gmask, int32(changed), base + {k})")
         with e.block(f"if M >= {DD_EARLY_EXIT_M} and vote == 0:"):
             e("break")
-    with e.block("for q in range(QQ):"):
-        e("xEv = fadd(row[dz + q * 4], xEv)")
+    e("# xE's sum of the D cells")
+    _chain_loop(e, lambda k, q: (f"d{k} = row[dz + ({q}) * 4]",), lambda k: (f"xEv = fadd(d{k}, xEv)",))
     for k in LANES:
         from_lane(e, f"l{k}", "xEv", str(k))
     e("xE = fadd(fadd(l0, l1), fadd(l2, l3))")
