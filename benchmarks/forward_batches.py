@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import resolve  # noqa: E402
+from common import header, resolve, save  # noqa: E402
 
 
 def _models(path: Path, n: int) -> list:
@@ -118,8 +118,8 @@ def main(argv=None) -> int:
         report.update(libhmmer_compared=compared, libhmmer_differ=bad)
         print(f"# libhmmer: {compared} scores compared, {bad} differ", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(report, device=device.description, models=len(hmms),
-                                                   targets_per_model=args.targets), indent=1))
+        save(dict(header("forward_batches"), device_description=device.description, segments=tuning.FWD_SEGMENTS,
+                  models=len(hmms), targets_per_model=args.targets, **report), Path(args.json))
     return 1 if report.get("libhmmer_differ") else 0
 
 
