@@ -131,11 +131,12 @@ def forward_spec(storage: str) -> FwdSpec:
 def segmented_launch(device, segments: int, items: int, q_max: int) -> tuple:
     """(blocks, threads a block, shared bytes a block, floats a group, threads) of the segmented
     Forward kernel on ``items`` targets whose largest model has ``q_max`` vectors: blocks of one
-    warp (under the simulator, of one group), each group two row buffers of 12 Q + 4 floats, as
-    many blocks as the multiprocessors hold (a persistent grid) or as there are groups of work."""
+    warp (under the simulator, of one group), each group two row buffers of 12 Q + 4 floats and
+    12 floats where its lanes exchange values, as many blocks as the multiprocessors hold (a
+    persistent grid) or as there are groups of work."""
     group = 4 * segments
     block = group if device.simulator else max(group, 32)
-    group_floats = 2 * (12 * q_max + 4)
+    group_floats = 2 * (12 * q_max + 4) + 12
     shared = 4 * group_floats * (block // group)
     if device.simulator:
         blocks = min(items, 2)

@@ -117,15 +117,22 @@ group of ``4 S`` threads (``S`` = :data:`~hmmgpu.gpu.runtime.tuning.FWD_SEGMENTS
 target): thread (seg, z) computes lane z's cells of the vectors q = seg, seg + S, ... of the
 main pass, all at once, into the group's row buffer for row i while row i-1 stays in the other
 (two buffers of ``12 Q + 4`` floats: M, I, D, and the four lanes' carries out of the main pass),
-and then every thread runs its lane's chains on the shared row, of which segment 0's four
-threads store the results and give the carries, the vote of the carry passes and the lanes'
-sums (the warp issues the same instructions whether 4 of its threads run a chain or 32, and
-every thread of the group then meets the same warp intrinsics, which numba's simulator needs).
+and then segment 0's four threads run the lanes' chains on the shared row, meeting through an
+exchange area of the group's shared memory (each pass's carries, the carry passes' vote, the
+lanes' sums) that every thread reads after a ``syncwarp``, so that the whole group takes the
+same branches (and meets the same warp intrinsics, which numba's simulator needs; the other
+threads wait there, which costs the warp nothing: its instructions are the same whether 4 of
+its threads run a chain or 32).
+
 The arithmetic is the same operations on the same values in the same order as the group of
 four's, so the results are the same bits (the digest of `forward_batches.py` over 144,000
-targets is the same). A warp's target takes 24 Q + 8 floats of shared memory where the group of
-four's took 12 Q x 4 per target and a warp held eight, so many more warps fit a
-multiprocessor.
+targets is the group of four's). A target takes 24 Q + 20 floats of shared memory, twice the
+group of four's 12 Q, but a warp holds one target where it held eight, so a multiprocessor
+holds several times as many warps. The chains are emitted in blocks of
+:data:`CHAIN_UNROLL` steps, the block's loads first, so that a chain waits for memory once a
+block. On one H200 the batches' rounds took 2.21 s with the group of four, 1.67, 1.21 and 1.08 s
+with 2, 4 and 8 segments, and 0.87 s with the chains in blocks (docs/performance.md, "Forward
+parser").
 """
 from __future__ import annotations
 
@@ -457,14 +464,13 @@ def _chain_loop(e: Emitter, loads, steps, stores=None) -> None:
 
 def seg_serial_passes(e: Emitter) -> None:
     """The parts of the row that are chains along q, lane by lane (spec 2.2-2.4): xE's sum of the
-    M cells, the first D->D pass, the carry passes and xE's sum of the D cells. Every thread of
-    the group runs them on its lane's cells (the warp's instructions are the same whether four
-    threads run them or all), the segment-0 threads' values are the group's: only they store, and
-    the carries, the vote and the lanes' sums are taken from them."""
-    e("# serial passes: lane z's chains along q (segment 0's threads store)",
-      "mz = cur + z", "dz = cur + 8 * QQ + z",
-      "dcv = row[dz + 4 * QQ - 1] if z > 0 else F0  # lane z-1's carry (lane 0: 0)",
-      "xEv = F0", "chain_bad = False")
+    M cells, the first D->D pass, the carry passes and xE's sum of the D cells. Segment 0's four
+    threads run them, thread z on lane z's cells; the lanes meet through the group's exchange
+    area ``xa`` in shared memory (each pass's carry out, each carry pass's vote, each lane's sum),
+    which every thread of the group reads after a ``syncwarp``, so that all of them take the
+    same branches and meet the same warp intrinsics (which numba's simulator needs)."""
+    e("# serial passes: lane z's chains along q, by segment 0's threads",
+      "mz = cur + z", "dz = cur + 8 * QQ + z", "chain_bad = False", "xEv = F0", "dcv = F0", "shifted = F0")
 
     def d_loads(k, q):
         return f"d{k} = row[dz + ({q}) * 4]", f"u{k} = tfv[DD + ({q}) * 4 + z]"
@@ -480,23 +486,33 @@ def seg_serial_passes(e: Emitter) -> None:
         return (f"s{k} = fadd(dcv, d{k})", f"changed = changed | (s{k} > d{k})",
                 f"chain_bad = chain_bad | ({tiny_test('dcv')} & (s{k} != d{k}))", f"dcv = fmul(dcv, u{k})")
 
-    e("# the first D->D pass, with xE's sum of the M cells")
-    _chain_loop(e, lambda k, q: (f"mc{k} = row[mz + ({q}) * 4]",) + d_loads(k, q), first_steps, d_stores)
+    with e.block("if seg == 0:"):
+        e("# the first D->D pass, from lane z-1's carry out of the main pass, with xE's sum of the M cells",
+          "dcv = row[dz + 4 * QQ - 1] if z > 0 else F0")
+        _chain_loop(e, lambda k, q: (f"mc{k} = row[mz + ({q}) * 4]",) + d_loads(k, q), first_steps, d_stores)
+        e("row[xa + z] = dcv  # the pass's carry out")
+    e("cuda.syncwarp(gmask)")
     with e.block("for jpass in range(3):"):
-        e("shifted = cuda.shfl_sync(gmask, dcv, base + z - 1 if z > 0 else base)",
-          "dcv = shifted if z > 0 else F0", "changed = False")
-        _chain_loop(e, d_loads, carry_steps, d_stores)
-        e("vote = cuda.shfl_sync(gmask, int32(changed), base)  # segment 0's four lanes vote")
-        for k in LANES[1:]:
-            e(f"vote = vote | cuda.shfl_sync(gmask, int32(changed), base + {k})")
-        with e.block(f"if M >= {DD_EARLY_EXIT_M} and vote == 0:"):
+        with e.block("if seg == 0:"):
+            e("shifted = row[xa + z - 1] if z > 0 else F0  # lane z-1's carry out of the pass before")
+        e("cuda.syncwarp(gmask)")
+        with e.block("if seg == 0:"):
+            e("dcv = shifted", "changed = False")
+            _chain_loop(e, d_loads, carry_steps, d_stores)
+            e("row[xa + z] = dcv", "row[xa + 4 + z] = F1 if changed else F0")
+        e("cuda.syncwarp(gmask)",
+          "vote = (row[xa + 4] != F0) | (row[xa + 5] != F0) | (row[xa + 6] != F0) | (row[xa + 7] != F0)")
+        with e.block(f"if M >= {DD_EARLY_EXIT_M} and not vote:"):
             e("break")
-    e("# xE's sum of the D cells")
-    _chain_loop(e, lambda k, q: (f"d{k} = row[dz + ({q}) * 4]",), lambda k: (f"xEv = fadd(d{k}, xEv)",))
+    with e.block("if seg == 0:"):
+        e("# xE's sum of the D cells")
+        _chain_loop(e, lambda k, q: (f"d{k} = row[dz + ({q}) * 4]",), lambda k: (f"xEv = fadd(d{k}, xEv)",))
+        e("row[xa + 8 + z] = xEv")
+    e("cuda.syncwarp(gmask)")
     for k in LANES:
-        from_lane(e, f"l{k}", "xEv", str(k))
+        e(f"l{k} = row[xa + {8 + k}]")
     e("xE = fadd(fadd(l0, l1), fadd(l2, l3))")
-    with e.block("if bad or (chain_bad and seg == 0):"):
+    with e.block("if bad or chain_bad:"):
         e("flags |= SUBNORMAL")
     with e.block("if math.isinf(xE) or math.isnan(xE):"):
         e("flags |= RANGE")
@@ -550,7 +566,8 @@ def segmented_body(S: int) -> str:
           "m = item_model[k]", "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]",
           "QQ = np.int64(model_q[m])", "rb0 = model_rfv[m]", "tb = model_tfv[m]",
           "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others",
-          "BUF = 12 * QQ + 4", "prv = gb", "cur = gb + BUF")
+          "BUF = 12 * QQ + 4", "prv = gb", "cur = gb + BUF",
+          "xa = gb + group_floats - 12  # the exchange area: the lanes' carries, votes and sums")
         with e.block(f"for c in range(g, 2 * BUF, {G}):"):
             e("row[gb + c] = F0")
         e("cuda.syncwarp(gmask)")
