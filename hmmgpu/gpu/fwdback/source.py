@@ -308,11 +308,12 @@ def group_head(e: Emitter, storage: str) -> None:
           "T = np.int64(n_threads)", "slot = np.int64(tid)")
 
 
-def claim_item(e: Emitter, var: str = "k") -> None:
-    """The head of a kernel's work loop (inside ``while True:``): lane 0 takes the next item
-    ``var`` from the atomic counter, the group gets it, and leaves the loop past the last."""
+def claim_item(e: Emitter, var: str = "k", leader: str = "z == 0") -> None:
+    """The head of a kernel's work loop (inside ``while True:``): the group's first thread
+    (``leader``) takes the next item ``var`` from the atomic counter, the group gets it, and
+    leaves the loop past the last."""
     e(f"{var} = int32(0)")
-    with e.block("if z == 0:"):
+    with e.block(f"if {leader}:"):
         e(f"{var} = cuda.atomic.add(counters, 0, 1)")
     from_lane(e, var, var, "0")
     with e.block(f"if {var} >= n_items:"):
@@ -350,6 +351,17 @@ def forward_start(e: Emitter) -> None:
       "sb = scale_base[k]")
 
 
+def row_head(e: Emitter) -> None:
+    """The start of Forward row i: residue i's emission row ``eb`` (the packed word read every
+    fourth row into ``w``) and the check that every tiny term of the M sums vanishes in them."""
+    e("j = i - 1")
+    with e.block("if (j & 3) == 0:"):
+        e("w = residues[wb + (j >> 2)]")
+    e("x = int32((w >> u32(8 * (j & 3))) & u32(255))", "eb = rb0 + np.int64(x) * QQ * 4")
+    with e.block("if not (fmul(xB, tbm_min) >= ABSORB):"):
+        e("flags |= SUBNORMAL")
+
+
 def forward_rows(e: Emitter, store_when: str, after_row=None) -> None:
     """Rows 1..L of the Forward recursion on the target's packed residues (from word ``wb``),
     each row's specials stored where ``store_when`` holds (:func:`rescale_row`), then
@@ -358,12 +370,7 @@ def forward_rows(e: Emitter, store_when: str, after_row=None) -> None:
     (:mod:`.matrix_source`) both run it."""
     e("w = u32(0)")
     with e.block("for i in range(1, L + 1):"):
-        e("j = i - 1")
-        with e.block("if (j & 3) == 0:"):
-            e("w = residues[wb + (j >> 2)]")
-        e("x = int32((w >> u32(8 * (j & 3))) & u32(255))", "eb = rb0 + np.int64(x) * QQ * 4")
-        with e.block("if not (fmul(xB, tbm_min) >= ABSORB):"):
-            e("flags |= SUBNORMAL")
+        row_head(e)
         main_pass(e)
         dd_first_pass(e)
         dd_carry_passes(e)
@@ -555,12 +562,7 @@ def segmented_body(S: int) -> str:
       "row = cuda.shared.array(0, float32)",
       f"gb = np.int64(cuda.threadIdx.x // {G}) * group_floats  # the group's two row buffers")
     with e.block("while True:"):
-        e("k = int32(0)")
-        with e.block("if g == 0:"):
-            e("k = cuda.atomic.add(counters, 0, 1)")
-        e("k = cuda.shfl_sync(gmask, k, base)")
-        with e.block("if k >= n_items:"):
-            e("break")
+        claim_item(e, leader="g == 0")
         e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
           "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
           "m = item_model[k]", "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]",
@@ -578,12 +580,7 @@ def segmented_body(S: int) -> str:
             store_specials(e, "0", "F1")
         e("w = u32(0)")
         with e.block("for i in range(1, L + 1):"):
-            e("j = i - 1")
-            with e.block("if (j & 3) == 0:"):
-                e("w = residues[wb + (j >> 2)]")
-            e("x = int32((w >> u32(8 * (j & 3))) & u32(255))", "eb = rb0 + np.int64(x) * QQ * 4")
-            with e.block("if not (fmul(xB, tbm_min) >= ABSORB):"):
-                e("flags |= SUBNORMAL")
+            row_head(e)
             e("bad = False")
             seg_main_pass(e, S)
             seg_serial_passes(e)
