@@ -131,8 +131,8 @@ group of four's 12 Q, but a warp holds one target where it held eight, so a mult
 holds several times as many warps. The chains are emitted in blocks of
 :data:`CHAIN_UNROLL` steps, the block's loads first, so that a chain waits for memory once a
 block. On one H200 the batches' rounds took 2.21 s with the group of four, 1.67, 1.21 and 1.08 s
-with 2, 4 and 8 segments, and 0.87 s with the chains in blocks (docs/performance.md, "Forward
-parser").
+with 2, 4 and 8 segments, 0.87 s with the chains in blocks and 0.75-0.78 s with segment 0 alone
+on them (docs/performance.md, "Forward parser").
 """
 from __future__ import annotations
 
