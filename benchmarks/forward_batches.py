@@ -10,12 +10,14 @@ work per cell does not depend on whether a target is a homolog), runs each batch
 times on one GPU through :class:`hmmgpu.gpu.fwdback.launch.ForwardStage` (no libhmmer fallback)
 and reports, for the last round, the kernel time summed over the batches, its GCUPS (model length
 x residues of the targets the kernel ran) and the wall time of the round. The digest is the
-SHA-256 of every target's status, flags, final C, score bits and scale factors, in batch order:
+SHA-256 of every target's status, flags, final C, score bits and scale factors, in batch order
+(with ``--backward`` also both parsers' special-state rows and the Backward parser's status,
+flags, own-scales choice, ``totscale`` and score):
 two kernels that agree bit for bit print the same digest. With ``--check N`` the first N targets
 of every batch are compared with libhmmer's ``p7_ForwardParser`` (score bits).
 
     python3 benchmarks/forward_batches.py [--models 600] [--targets 240] [--repeat 2] [--check 8]
-        [--models-file PATH] [--proteins PATH] [--json OUT]
+        [--backward] [--models-file PATH] [--proteins PATH] [--json OUT]
 """
 from __future__ import annotations
 
@@ -56,6 +58,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--models-file", default="data:pfam_db/pfam35_sample600.hmm.gz")
     ap.add_argument("--proteins", default="data:seqs/public_proteins.fa.gz")
+    ap.add_argument("--backward", action="store_true",
+                    help="the Backward parser after the Forward parser, both parsers' rows in the digest")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
 
@@ -87,7 +91,8 @@ def main(argv=None) -> int:
     report = {}
     for round_ in range(args.repeat):
         clock = time.perf_counter()
-        launched = [stage.launch([jobs[m] for m in batch]) for batch in batches]
+        launched = [stage.launch([jobs[m] for m in batch], rows=args.backward, backward=args.backward)
+                    for batch in batches]
         results = [b.results() for b in launched]
         wall = time.perf_counter() - clock
         kernel_ms = sum(b.kernel_ms for b in launched)
@@ -97,10 +102,14 @@ def main(argv=None) -> int:
         for batch in results:
             for got in batch:
                 host += int(got.host.sum())
-                for part in (got.status, got.flags, got.xc, got.scores.view(np.int32)):
+                parts = [got.status, got.flags, got.xc, got.scores.view(np.int32)]
+                parts += list(got.scales) + list(got.rows or [])
+                if got.backward is not None:
+                    b = got.backward
+                    parts += [b.status, b.flags, b.has_own_scales, b.host, b.totscale.view(np.int32),
+                              b.scores.view(np.int32)] + list(b.rows or [])
+                for part in parts:
                     digest.update(np.ascontiguousarray(part).tobytes())
-                for scales in got.scales:
-                    digest.update(np.ascontiguousarray(scales, np.float32).tobytes())
         report = dict(round=round_, wall_s=round(wall, 3), kernel_ms=round(kernel_ms, 1), cells=cells,
                       gcups=round(cells / kernel_ms / 1e6, 2) if kernel_ms else None, host_targets=host,
                       digest=digest.hexdigest())
@@ -119,6 +128,7 @@ def main(argv=None) -> int:
         print(f"# libhmmer: {compared} scores compared, {bad} differ", flush=True)
     if args.json:
         save(dict(header("forward_batches"), device_description=device.description, segments=tuning.FWD_SEGMENTS,
+                  backward=args.backward,
                   models=len(hmms), targets_per_model=args.targets, **report), Path(args.json))
     return 1 if report.get("libhmmer_differ") else 0
 

@@ -75,9 +75,8 @@ from hmmgpu.stages.profiles import null_table, tjb_table, xw_move_table
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.bias import BiasSpec, Decision, length_tables
 from hmmgpu.gpu.bias import ARGS as BIAS_ARGS
-from hmmgpu.gpu.fwdback.backward_source import BwdSpec
 from hmmgpu.gpu.fwdback.decoding_source import DecodeSpec
-from hmmgpu.gpu.fwdback.launch import forward_spec
+from hmmgpu.gpu.fwdback.launch import backward_spec, forward_spec
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.gpu.msv.launch import MsvKernels, MsvStage, model_tables, scalars
 from hmmgpu.gpu.msv.source import NX as MSV_NX
@@ -109,7 +108,7 @@ def all_specs(device, lanes: str = "auto") -> list:
     kernels that hmmgpu's own post-filter adds (a search compiles these when it first needs
     them: :func:`needed_specs` leaves them out, so that a search without it compiles nothing more)."""
     return MsvKernels(device, lanes).all_specs() + VitKernels(device).all_specs() + [
-        BiasSpec(), PackSpec(), forward_spec("shared"), forward_spec("global"), BwdSpec("shared"), BwdSpec("global"),
+        BiasSpec(), PackSpec(), forward_spec("shared"), forward_spec("global"), backward_spec("shared"), backward_spec("global"),
         DecodeSpec()]
 
 

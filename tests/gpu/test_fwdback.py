@@ -233,7 +233,8 @@ def test_kernel_source_rounds_every_float_operation(kernel_name, storage):
             shuffled = (isinstance(v, ast.Call) and getattr(v.func, "attr", "") == "shfl_sync"
                         and getattr(v.args[1], "id", "") in floats)  # a float from another lane
             chosen = isinstance(v, ast.IfExp) and (getattr(v.body, "id", "") in floats or (
-                isinstance(v.body, ast.Subscript) and getattr(v.body.value, "id", "") in _FLOAT_ARRAYS))
+                isinstance(v.body, ast.Subscript) and getattr(v.body.value, "id", "") in _FLOAT_ARRAYS) or (
+                isinstance(v.body, ast.Call) and getattr(v.body.func, "id", "") in ("fmul", "fadd", "fsub", "fdiv")))
             if (isinstance(v, ast.Call) and getattr(v.func, "id", "") in ("fmul", "fadd", "fsub", "fdiv")) or (
                     isinstance(v, ast.Subscript) and getattr(v.value, "id", "") in _FLOAT_ARRAYS) or (
                     isinstance(v, ast.Name) and v.id in floats) or shuffled or chosen:

@@ -79,8 +79,9 @@ from dataclasses import dataclass
 from hmmgpu.stages.forward import OWN_SCALES_AT
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
-from hmmgpu.gpu.fwdback.source import (SCRATCH_PER_Q, claim_target, from_lane, group_head, indented, module_lines,
-                                       or_flags, store_specials, tiny_test)
+from hmmgpu.gpu.fwdback.source import (SCRATCH_PER_Q, chain_loop, claim_target, from_lane, group_head, indented,
+                                       module_lines, or_flags, or_group_flags, segmented_head, segmented_target,
+                                       store_specials, tiny_test)
 
 #: Parameters of the Backward parser kernel, in order: the Forward kernel's target list and
 #: model tables (:data:`hmmgpu.gpu.fwdback.source.ARGS`), the Forward rows of each item
@@ -166,6 +167,11 @@ def _sum_b(e: Emitter) -> None:
     """xB: the horizontal sum of the four lanes' ``xBv``, ``(l0 + l1) + (l2 + l3)``, checked."""
     for k in range(4):
         from_lane(e, f"l{k}", "xBv", str(k))
+    _sum_b_of_lanes(e)
+
+
+def _sum_b_of_lanes(e: Emitter) -> None:
+    """xB from the four lanes' sums ``l0``..``l3``: ``(l0 + l1) + (l2 + l3)``, checked."""
     _checked_add(e, "s01", "l0", "l1")
     _checked_add(e, "s23", "l2", "l3")
     _checked_add(e, "xB", "s01", "s23")
@@ -176,6 +182,11 @@ def bwd_specials(e: Emitter) -> None:
     checked: a tiny C is allowed where its E term does not change E)."""
     e("# bwd_specials")
     _sum_b(e)
+    _bwd_specials_after_b(e)
+
+
+def _bwd_specials_after_b(e: Emitter) -> None:
+    """C, J, N, E from B (:func:`bwd_specials`)."""
     e("xC = fmul(xC, ploop)", "pb = fmul(xB, pmove)", "pj = fmul(xJ, ploop)")
     _checked_add(e, "xJ", "pb", "pj")
     e("pn = fmul(xN, ploop)")
@@ -310,18 +321,235 @@ def kernel_body(spec: "BwdSpec") -> str:
     return indented(e)
 
 
+# ---------------------------------------------------------------- the segmented parser (rows in shared memory)
+
+def _cell(buf: str, region: str, q: str, lane: str = "z") -> str:
+    """The shared-memory address of ``lane``'s cell at vector ``q`` of ``region`` (M, I, D) of
+    the row buffer ``buf``."""
+    return f"{buf} + {dict(M=0, I=4, D=8)[region]} * QQ + ({q}) * 4 + {lane}"
+
+
+def _seg_checked_add(out: str, a: str, b: str) -> tuple:
+    """:func:`_checked_add`'s lines, as a tuple."""
+    return (f"{out} = fadd({a}, {b})",
+            f"bad = bad | ({tiny_test(a)} & ({out} != {b})) | ({tiny_test(b)} & ({out} != {a}))")
+
+
+def seg_bwd_last_row(e: Emitter, S: int) -> None:
+    """Row L into ``cur`` (:func:`bwd_last_row`): M = D = E and I = 0 by every thread, then the
+    first D->D pass from ``lsh(D[Q-1])`` by segment 0, its carry out to the exchange area."""
+    e("# seg_bwd_last_row", "xJ = F0", "xB = F0", "xN = F0", "xC = pmove", "xE = fmul(xC, xe_move)")
+    with e.block(f"for q in range(seg, QQ, {S}):"):
+        e(f"row[{_cell('cur', 'M', 'q')}] = xE", f"row[{_cell('cur', 'D', 'q')}] = xE", f"row[{_cell('cur', 'I', 'q')}] = F0")
+    e("cuda.syncwarp(gmask)")
+    with e.block("if seg == 0:"):
+        e(f"dpv = row[{_cell('cur', 'D', 'QQ - 1', 'z + 1')}] if z < 3 else F0")
+    e("cuda.syncwarp(gmask)  # read before lane z+1's chain writes it")
+    with e.block("if seg == 0:"):
+        chain_loop(e, lambda k, q: (f"u{k} = tfv[DD + ({q}) * 4 + z]", f"d{k} = row[{_cell('cur', 'D', q)}]"),
+                   lambda k: (f"dcv = fmul(dpv, u{k})",) + _seg_checked_add(f"s{k}", f"d{k}", "dcv") + (f"dpv = s{k}",),
+                   lambda k, q: (f"row[{_cell('cur', 'D', q)}] = s{k}",), descending=True)
+        e("row[xa + z] = dcv  # the pass's carry out")
+    e("cuda.syncwarp(gmask)")
+
+
+def seg_bwd_main_pass(e: Emitter, S: int) -> None:
+    """Phase 1 of row i < L (:func:`bwd_main_pass`) from row i+1 (``nxt``) into ``cur``: every
+    cell of the vectors q = seg, seg + S, ... at once (the values of vector q+1 that HMMER's
+    loop carries, for q = Q-1 vector 0's at lane z+1, read from the row); then segment 0's lane
+    sums of B->M, q = Q-1..0, to the exchange area."""
+    e("# seg_bwd_main_pass")
+    with e.block(f"for q in range(seg, QQ, {S}):"):
+        e("t = tb + q * 28 + z")
+        with e.block("if q < QQ - 1:"):
+            e("t1 = t + 28", f"n1 = {_cell('nxt', 'M', 'q + 1')}", "e1 = eb + (q + 1) * 4 + z")
+        with e.block("else:"):
+            e("t1 = tb + z + 1", f"n1 = {_cell('nxt', 'M', '0', 'z + 1')}", "e1 = eb + z + 1")
+        e("inside = q < QQ - 1 or z < 3",
+          "mpv = fmul(row[n1], rfv[e1]) if inside else F0",
+          f"tmmv = tfv[t1 + {_MM}] if inside else F0", f"timv = tfv[t1 + {_IM}] if inside else F0",
+          f"tdmv = tfv[t1 + {_DM}] if inside else F0",
+          f"ipv = row[{_cell('nxt', 'I', 'q')}]",
+          f"p1 = fmul(ipv, tfv[t + {_II}])", "p2 = fmul(mpv, timv)", *_seg_checked_add("iv", "p1", "p2"),
+          f"row[{_cell('cur', 'I', 'q')}] = iv", f"row[{_cell('cur', 'D', 'q')}] = fmul(mpv, tdmv)",
+          f"p3 = fmul(ipv, tfv[t + {_MI}])", "p4 = fmul(mpv, tmmv)", *_seg_checked_add("mcv", "p3", "p4"),
+          f"row[{_cell('cur', 'M', 'q')}] = mcv", f"bad = bad | {tiny_test('iv')}")
+    with e.block("if seg == 0:"):
+        e("xBv = F0")
+        chain_loop(e, lambda k, q: (f"mq{k} = fmul(row[{_cell('nxt', 'M', q)}], rfv[eb + ({q}) * 4 + z])",
+                                    f"bq{k} = fmul(mq{k}, tfv[tb + ({q}) * 28 + {_BM} + z])"),
+                   lambda k: _seg_checked_add("sb", "xBv", f"bq{k}") + ("xBv = sb",), descending=True)
+        e("row[xa + 8 + z] = xBv")
+    e("cuda.syncwarp(gmask)")
+    for k in range(4):
+        e(f"l{k} = row[xa + {8 + k}]")
+
+
+def seg_bwd_dd_first_pass(e: Emitter, S: int) -> None:
+    """Phase 3 (:func:`bwd_dd_first_pass`): every M cell plus E by every thread; the first D->D
+    pass, with the D->E paths, by segment 0 from ``lsh(D[0] + E)`` (each lane's own D[0] + E
+    checked too, as HMMER computes it before the shift), its carry out to the exchange area."""
+    e("# seg_bwd_dd_first_pass")
+    with e.block(f"for q in range(seg, QQ, {S}):"):
+        e(f"c = {_cell('cur', 'M', 'q')}", "mm = row[c]", *_seg_checked_add("me", "mm", "xE"), "row[c] = me")
+    with e.block("if seg == 0:"):
+        e(f"d = row[{_cell('cur', 'D', '0')}]", *_seg_checked_add("own_dpv", "d", "xE"), "dpv = F0")
+        with e.block("if z < 3:"):
+            e(f"d = row[{_cell('cur', 'D', '0', 'z + 1')}]", *_seg_checked_add("dpv", "d", "xE"))
+    e("cuda.syncwarp(gmask)  # D[0] read before lane z+1's chain writes it")
+    with e.block("if seg == 0:"):
+        chain_loop(e, lambda k, q: (f"u{k} = tfv[DD + ({q}) * 4 + z]", f"d{k} = row[{_cell('cur', 'D', q)}]"),
+                   lambda k: ("dcv = fmul(dpv, u{k})".format(k=k),) + _seg_checked_add("de", "dcv", "xE")
+                   + _seg_checked_add(f"s{k}", f"d{k}", "de") + (f"dpv = s{k}",),
+                   lambda k, q: (f"row[{_cell('cur', 'D', q)}] = s{k}",), descending=True)
+        e("row[xa + z] = dcv  # the pass's carry out")
+    e("cuda.syncwarp(gmask)")
+
+
+def seg_bwd_dd_carry_passes(e: Emitter) -> None:
+    """Phase 4 (:func:`bwd_dd_carry_passes`): three passes by segment 0, each from the carries
+    out of the pass before, shifted left through the exchange area."""
+    e("# seg_bwd_dd_carry_passes")
+    with e.block("for jpass in range(3):"):
+        with e.block("if seg == 0:"):
+            e("shifted = row[xa + z + 1] if z < 3 else F0  # lane z+1's carry out of the pass before")
+        e("cuda.syncwarp(gmask)")
+        with e.block("if seg == 0:"):
+            e("dcv = shifted")
+            chain_loop(e, lambda k, q: (f"u{k} = tfv[DD + ({q}) * 4 + z]", f"d{k} = row[{_cell('cur', 'D', q)}]"),
+                       lambda k: (f"dcv = fmul(dcv, u{k})",) + _seg_checked_add(f"s{k}", f"d{k}", "dcv"),
+                       lambda k, q: (f"row[{_cell('cur', 'D', q)}] = s{k}",), descending=True)
+            e("row[xa + z] = dcv")
+        e("cuda.syncwarp(gmask)")
+
+
+def seg_bwd_md_pass(e: Emitter, S: int) -> None:
+    """Phase 5 (:func:`bwd_md_pass`): M += ``lsh(D)[q] tMD`` for every cell at once (D is final);
+    neither M nor D may be tiny."""
+    e("# seg_bwd_md_pass")
+    with e.block(f"for q in range(seg, QQ, {S}):"):
+        with e.block("if q < QQ - 1:"):
+            e(f"dcv = row[{_cell('cur', 'D', 'q + 1')}]")
+        with e.block("else:"):
+            e(f"dcv = row[{_cell('cur', 'D', '0', 'z + 1')}] if z < 3 else F0")
+        e(f"pm = fmul(dcv, tfv[tb + q * 28 + {_MD} + z])", f"c = {_cell('cur', 'M', 'q')}", "mm = row[c]",
+          *_seg_checked_add("s", "mm", "pm"), "row[c] = s", f"dq = row[{_cell('cur', 'D', 'q')}]",
+          f"bad = bad | {tiny_test('s')} | {tiny_test('dq')}")
+    e("cuda.syncwarp(gmask)")
+
+
+def seg_bwd_rescale_row(e: Emitter, S: int, i: str) -> None:
+    """:func:`bwd_rescale_row` with the row's cells shared among the group's threads; the group's
+    first thread stores the specials."""
+    e("# seg_bwd_rescale_row")
+    with e.block("if scale > F1:"):
+        e("xE = fdiv(xE, scale)", "xN = fdiv(xN, scale)", "xJ = fdiv(xJ, scale)", "xB = fdiv(xB, scale)",
+          "xC = fdiv(xC, scale)", "rcp = fdiv(F1, scale)",
+          "bad = bad | " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "rcp")))
+        with e.block(f"for c in range(g, 12 * QQ, {4 * S}):"):
+            e("v = fmul(row[cur + c], rcp)", "row[cur + c] = v", f"bad = bad | {tiny_test('v')}")
+        e("cuda.syncwarp(gmask)")
+    with e.block("if " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
+        e("flags |= TINY_ROWS")
+    with e.block("if g == 0:"):
+        store_specials(e, i, "scale")
+
+
+def seg_bwd_first_row(e: Emitter) -> None:
+    """Row 0 (:func:`bwd_first_row`) from row 1 (``nxt``): segment 0's lane sums of B over
+    q = 0..Q-1, then N; the row stored by the group's first thread."""
+    e("# seg_bwd_first_row")
+    _residue(e, "0")
+    with e.block("if seg == 0:"):
+        e("xBv = F0")
+        chain_loop(e, lambda k, q: (f"mq{k} = fmul(row[{_cell('nxt', 'M', q)}], rfv[eb + ({q}) * 4 + z])",
+                                    f"bq{k} = fmul(mq{k}, tfv[tb + ({q}) * 28 + {_BM} + z])"),
+                   lambda k: _seg_checked_add("sb", "xBv", f"bq{k}") + ("xBv = sb",))
+        e("row[xa + 8 + z] = xBv")
+    e("cuda.syncwarp(gmask)")
+    for k in range(4):
+        e(f"l{k} = row[xa + {8 + k}]")
+    _sum_b_of_lanes(e)
+    e("pb = fmul(xB, pmove)", "pn = fmul(xN, ploop)")
+    _checked_add(e, "xN", "pb", "pn")
+    e(f"bad = bad | {tiny_test('xB')} | {tiny_test('xN')}", "xE = F0", "xJ = F0", "xC = F0")
+    with e.block(f"if {tiny_test('xN')} | {tiny_test('xB')}:"):
+        e("flags |= TINY_ROWS")
+    with e.block("if g == 0:"):
+        store_specials(e, "0", "F1")
+    with e.block("if math.isnan(xN) or xN == F0 or math.isinf(xN):"):
+        e("flags |= RANGE")
+
+
+def segmented_body(S: int) -> str:
+    """The segmented Backward parser kernel's body (:mod:`.source`, "The segmented kernel"): a
+    group of 4 S threads a target, the rows L down to 0 in two shared row buffers (``cur``: row
+    i, ``nxt``: row i+1), every cell that reads only row i+1 or the final D at once, the chains
+    along q (the D->D passes, the lane sums of B) by segment 0."""
+    e = Emitter()
+    segmented_head(e, S)
+    with e.block("while True:"):
+        segmented_target(e)
+        e("cur = first", "nxt = second", "rb = row_base[k]", "flags = int32(0)", "bad = False", "own = False",
+          "dcv = F0", "dpv = F0", "shifted = F0", "xBv = F0")
+        seg_bwd_last_row(e, S)
+        seg_bwd_dd_carry_passes(e)
+        seg_bwd_md_pass(e, S)
+        e("scale = fwd_rows[rb + 6 * L + 5]")
+        seg_bwd_rescale_row(e, S, "L")
+        e("nxt, cur = cur, nxt")
+        with e.block("for i in range(L - 1, 0, -1):"):
+            _residue(e, "i")
+            seg_bwd_main_pass(e, S)
+            _sum_b_of_lanes(e)
+            _bwd_specials_after_b(e)
+            seg_bwd_dd_first_pass(e, S)
+            seg_bwd_dd_carry_passes(e)
+            seg_bwd_md_pass(e, S)
+            with e.block("if np.float64(xB) > OWN_SCALES_AT:"):
+                e("own = True")
+            with e.block("if own:"):
+                e("scale = xB if xB > RESCALE_AT else F1")
+            with e.block("else:"):
+                e("scale = fwd_rows[rb + 6 * i + 5]")
+            seg_bwd_rescale_row(e, S, "i")
+            e("nxt, cur = cur, nxt")
+        seg_bwd_first_row(e)
+        with e.block("if bad:"):
+            e("flags |= SUBNORMAL")
+        or_group_flags(e, S)
+        with e.block("if g == 0:"):
+            e("out_flags[k] = flags", "out_own[k] = int32(own)")
+    return indented(e)
+
+
+#: Parameters of the segmented Backward kernel: the parser's, and the floats of shared memory a
+#: group takes (:func:`hmmgpu.gpu.fwdback.launch.segmented_launch`).
+SEGMENTED_ARGS = ARGS + (Arg("group_floats", "int64"),)
+
+
 @dataclass(frozen=True)
 class BwdSpec:
-    """The Backward parser kernel (a group of four threads per target, a thread per SSE lane),
-    with its rows in shared memory (``storage="shared"``) or in a global scratch array
-    (``"global"``), as the Forward kernel's (:class:`hmmgpu.gpu.fwdback.source.FwdSpec`)."""
+    """The Backward parser kernel: with its rows in shared memory (``storage="shared"``) the
+    segmented kernel, a group of ``4 segments`` threads a target (:func:`segmented_body`); with
+    them in a global scratch array (``"global"``) a group of four threads a target, a thread per
+    SSE lane (:func:`kernel_body`), as the Forward kernel's
+    (:class:`hmmgpu.gpu.fwdback.source.FwdSpec`)."""
 
     storage: str = "shared"
+    segments: int = 8
 
     @property
     def name(self) -> str:
+        if self.storage == "shared":
+            return f"fwdback_backward_parser_v2_shared_s{self.segments}"
         return f"fwdback_backward_parser_v1_{self.storage}"
 
+    @property
+    def args(self) -> tuple:
+        return SEGMENTED_ARGS if self.storage == "shared" else ARGS
+
     def source(self, binding: str) -> str:
-        return kernel_module("Backward parser kernel (HMMER's p7_BackwardParser).", binding, ARGS, kernel_body(self),
+        body = segmented_body(self.segments) if self.storage == "shared" else kernel_body(self)
+        return kernel_module("Backward parser kernel (HMMER's p7_BackwardParser).", binding, self.args, body,
                              *module_lines(binding), f"OWN_SCALES_AT = {OWN_SCALES_AT!r}")

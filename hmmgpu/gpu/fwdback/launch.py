@@ -15,8 +15,9 @@ within each target).
 
 Within a launch the targets are taken costliest first (length x vectors, by an atomic
 counter), so the long ones start early and the short ones fill in around them. The rows live
-in shared memory where a block of 32 threads' rows fit (12 Q floats a thread: models of up to
-about 590 nodes), else in a global scratch array (a second launch). A target whose kernel run
+in shared memory wherever a group's two row buffers fit (the segmented kernels, a warp a
+target: models of up to about 2,400 vectors on an H100 or H200, every Pfam model), else in a
+global scratch array (a second launch, a group of four threads a target). A target whose kernel run
 would take far longer than a batch (:data:`~hmmgpu.gpu.runtime.tuning.FWD_MAX_CELLS`), a target
 the kernel flags (:data:`hmmgpu.stages.forward.HOST`) and every target of a model whose tables
 the flags' argument does not cover
@@ -50,7 +51,6 @@ from hmmgpu.stages import forward as ref
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q, FwdSpec
-from hmmgpu.gpu.fwdback.backward_source import ARGS as BWD_ARGS
 from hmmgpu.gpu.fwdback.backward_source import BwdSpec
 from hmmgpu.gpu.fwdback.decoding_source import ARGS as DECODE_ARGS
 from hmmgpu.gpu.fwdback.decoding_source import DecodeSpec
@@ -60,8 +60,6 @@ from hmmgpu.gpu.fwdback.decoding_source import DecodeSpec
 STATUS_OK, STATUS_RANGE, STATUS_UNSURE = ref.STATUS_OK, ref.STATUS_RANGE, ref.STATUS_UNSURE
 #: Threads that run one target together, one per SSE lane (:mod:`.source`).
 GROUP = 4
-#: Threads of a block of the shared-memory kernel (one warp, eight targets: its rows are 32 x 3 Q floats).
-SHARED_BLOCK = 32
 #: Threads of a block of the decoding kernel (one a target).
 DECODE_BLOCK = 64
 
@@ -126,6 +124,11 @@ def forward_spec(storage: str) -> FwdSpec:
     """The Forward parser kernel a launch with its rows in ``storage`` runs (the shared one with
     :data:`~hmmgpu.gpu.runtime.tuning.FWD_SEGMENTS` segments)."""
     return FwdSpec(storage, tuning.FWD_SEGMENTS) if storage == "shared" else FwdSpec(storage)
+
+
+def backward_spec(storage: str) -> BwdSpec:
+    """The Backward parser kernel a launch with its rows in ``storage`` runs (as :func:`forward_spec`)."""
+    return BwdSpec(storage, tuning.FWD_SEGMENTS) if storage == "shared" else BwdSpec(storage)
 
 
 def segmented_launch(device, segments: int, items: int, q_max: int) -> tuple:
@@ -440,10 +443,13 @@ class ForwardStage:
         return launches, start, stop
 
     def _shared_q(self) -> int:
-        """The most vectors a model may have for its rows to go to shared memory (-1: none do)."""
+        """The most vectors a model may have for its rows to go to shared memory (-1: none do):
+        a block's groups' row buffers and exchange areas (:func:`segmented_launch`) must fit."""
         if self.storage == "global":
             return -1
-        return int(self.device.smem_per_block_optin - 1024) // (4 * SCRATCH_PER_Q * SHARED_BLOCK)
+        groups = max(1, 32 // (4 * tuning.FWD_SEGMENTS))
+        floats = (self.device.smem_per_block_optin - 1024) // (4 * groups)
+        return int(floats - 20) // 24
 
     def _launch_one(self, storage, chunk, stream, items, pos, lengths, q_of, model_of, tables, rows,
                     after) -> _Launch:
@@ -458,27 +464,16 @@ class ForwardStage:
         q_max = int(q_of[items].max())
         spec = forward_spec(storage)
         kernel = build.load(spec, self.device)
-        # the old kernels' layout (the Backward kernel's, and the global Forward kernel's): a group of
-        # GROUP threads per target; under the simulator a block is one group (its warp shuffles wait
-        # for the whole block)
-        if storage == "shared":
-            block = GROUP if self.device.simulator else SHARED_BLOCK
-            shared = 4 * SCRATCH_PER_Q * q_max * block
-            if self.device.simulator:
-                blocks = min(m, 2)
-            else:
-                per_sm = max(1, min(32, (self.device.smem_per_sm - 1024) // (shared + 1024)))
-                blocks = min(-(-m // (block // GROUP)), self.device.sm_count * per_sm)
-            n_threads = blocks * block
-            scratch = self._dummy_f32
+        if storage == "shared":  # the segmented kernels (a group of 4 x FWD_SEGMENTS threads a target)
             fwd_launch = segmented_launch(self.device, spec.segments, m, q_max)
-        else:
+            scratch = self._dummy_f32
+        else:  # a group of GROUP threads a target; under the simulator a block is one group (its warp
+            # shuffles wait for the whole block)
             block = GROUP if self.device.simulator else tuning.FWD_BLOCK
             most = max(1, self.scratch_bytes // (4 * SCRATCH_PER_Q * q_max * GROUP))
             n_threads = GROUP * max(1, min(m, most, 2 if self.device.simulator else m))
-            blocks, shared = -(-n_threads // block), 0
             scratch = empty(SCRATCH_PER_Q * q_max * n_threads, np.float32)
-            fwd_launch = (blocks, block, shared, None, n_threads)
+            fwd_launch = (-(-n_threads // block), block, 0, None, n_threads)
         scale_base = np.concatenate([[0], np.cumsum(L)[:-1]]).astype(np.int64)
         out = dict(out_flags=empty(m, np.int32), out_xc=empty(m, np.float32), out_nscale=empty(m, np.int32),
                    out_scales=empty(max(int(L.sum()), 1), np.float32))
@@ -492,26 +487,25 @@ class ForwardStage:
         targets = dict(residues=chunk.residues, word_offsets=chunk.word_offsets, lengths=chunk.lengths,
                        items=dev((pos[items] - chunk.lo).astype(np.int32)),
                        item_model=dev(model_of[items].astype(np.int32)), n_items=m,
-                       pmove_by_length=self._pmove_dev, ploop_by_length=self._ploop_dev, scratch=scratch,
-                       n_threads=n_threads)
-        f_blocks, f_block, f_shared, group_floats, f_threads = fwd_launch
-        extra = {} if group_floats is None else dict(group_floats=group_floats)
-        if f_shared > 48 * 1024 and not self.device.simulator:
-            kernel.allow_dynamic_shared(f_shared)
+                       pmove_by_length=self._pmove_dev, ploop_by_length=self._ploop_dev, scratch=scratch)
+        blocks, block, shared, group_floats, n_threads = fwd_launch
+        targets.update(n_threads=n_threads, **({} if group_floats is None else dict(group_floats=group_floats)))
+        if shared > 48 * 1024 and not self.device.simulator:
+            kernel.allow_dynamic_shared(shared)
         args = arguments(spec.args, counters=dev(np.zeros(1, np.int32)), scale_base=dev(scale_base),
-                         want_rows=int(bool(rows)), row_base=row_base_dev, **dict(targets, n_threads=f_threads),
-                         **tables, **out, **extra)
-        kernel[f_blocks, f_block, stream, f_shared](*args)
+                         want_rows=int(bool(rows)), row_base=row_base_dev, **targets, **tables, **out)
+        kernel[blocks, block, stream, shared](*args)
         backward, decoding = after
         bwd_out = dec_out = None
         if backward:  # on the same stream: it reads the Forward rows just written, and reuses the scratch
             bwd_out = dict(out_flags=empty(m, np.int32), out_own=empty(m, np.int32),
                            out_rows=empty(int(6 * (L + 1).sum()), np.float32))
-            bwd_tables = {a.name: tables[a.name] for a in BWD_ARGS if a.name in tables}
-            bwd_args = arguments(BWD_ARGS, counters=dev(np.zeros(1, np.int32)), row_base=row_base_dev,
+            bwd_spec = backward_spec(storage)
+            bwd_tables = {a.name: tables[a.name] for a in bwd_spec.args if a.name in tables}
+            bwd_args = arguments(bwd_spec.args, counters=dev(np.zeros(1, np.int32)), row_base=row_base_dev,
                                  fwd_rows=out["out_rows"], **targets, **bwd_tables, **bwd_out)
-            bwd_kernel = build.load(BwdSpec(storage), self.device)
-            if storage == "shared" and not self.device.simulator and shared > 48 * 1024:
+            bwd_kernel = build.load(bwd_spec, self.device)
+            if shared > 48 * 1024 and not self.device.simulator:
                 bwd_kernel.allow_dynamic_shared(shared)
             bwd_kernel[blocks, block, stream, shared](*bwd_args)
         if decoding:
@@ -524,8 +518,8 @@ class ForwardStage:
                                  bwd_rows=bwd_out["out_rows"], bwd_own=bwd_out["out_own"], **dec_out)
             dec_block = GROUP if self.device.simulator else DECODE_BLOCK
             build.load(DecodeSpec(), self.device)[-(-m // dec_block), dec_block, stream, 0](*dec_args)
-        self.last = dict(storage=storage, threads=f_threads,
-                         groups=f_threads // (4 * spec.segments if storage == "shared" else GROUP), items=m)
+        self.last = dict(storage=storage, threads=n_threads,
+                         groups=n_threads // (4 * spec.segments if storage == "shared" else GROUP), items=m)
         return _Launch(items, out, scale_base, row_base, bwd_out, dec_out, stream)
 
     # ------------------------------------------------------------ one model, with libhmmer's fallback

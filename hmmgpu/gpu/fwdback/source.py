@@ -449,24 +449,31 @@ def seg_main_pass(e: Emitter, S: int) -> None:
 CHAIN_UNROLL = 4
 
 
-def _chain_loop(e: Emitter, loads, steps, stores=None) -> None:
-    """A chain along q = 0..QQ-1 of lane z's cells: blocks of :data:`CHAIN_UNROLL` steps, then
-    the steps left one at a time. ``loads(k, q)`` and ``stores(k, q)`` give the lines of step
-    ``k`` at vector ``q`` (an expression), ``steps(k)`` its operations; the values of step k are
-    named with the suffix k in a block, with none in the loop of single steps."""
-    e("q = np.int64(0)")
-    for header, count in ((f"while q + {CHAIN_UNROLL} <= QQ:", CHAIN_UNROLL), ("while q < QQ:", 1)):
+def chain_loop(e: Emitter, loads, steps, stores=None, descending: bool = False) -> None:
+    """A chain along q of lane z's cells (q = 0..QQ-1, or QQ-1..0 when ``descending``), run by
+    segment 0's threads: blocks of :data:`CHAIN_UNROLL` steps, then the steps left one at a
+    time. ``loads(k, q)`` and ``stores(k, q)`` give the lines of step ``k`` at vector ``q`` (an
+    expression), ``steps(k)`` its operations; the values of step k are named with the suffix k
+    in a block, with none in the loop of single steps."""
+    U = CHAIN_UNROLL
+    if descending:
+        e("q = QQ - 1")
+        loops = ((f"while q >= {U - 1}:", U, "-"), ("while q >= 0:", 1, "-"))
+    else:
+        e("q = np.int64(0)")
+        loops = ((f"while q + {U} <= QQ:", U, "+"), ("while q < QQ:", 1, "+"))
+    for header, count, sign in loops:
         with e.block(header):
             names = [str(k) for k in range(count)] if count > 1 else [""]
-            for k, name in enumerate(names):
-                e(*loads(name, f"q + {k}" if count > 1 else "q"))
+            at = [f"q {sign} {k}" if count > 1 else "q" for k in range(count)]
+            for name, q in zip(names, at):
+                e(*loads(name, q))
             for name in names:
                 e(*steps(name))
             if stores is not None:
-                with e.block("if seg == 0:"):
-                    for k, name in enumerate(names):
-                        e(*stores(name, f"q + {k}" if count > 1 else "q"))
-            e(f"q += {count}")
+                for name, q in zip(names, at):
+                    e(*stores(name, q))
+            e(f"q {sign}= {count}")
 
 
 def seg_serial_passes(e: Emitter) -> None:
@@ -496,7 +503,7 @@ def seg_serial_passes(e: Emitter) -> None:
     with e.block("if seg == 0:"):
         e("# the first D->D pass, from lane z-1's carry out of the main pass, with xE's sum of the M cells",
           "dcv = row[dz + 4 * QQ - 1] if z > 0 else F0")
-        _chain_loop(e, lambda k, q: (f"mc{k} = row[mz + ({q}) * 4]",) + d_loads(k, q), first_steps, d_stores)
+        chain_loop(e, lambda k, q: (f"mc{k} = row[mz + ({q}) * 4]",) + d_loads(k, q), first_steps, d_stores)
         e("row[xa + z] = dcv  # the pass's carry out")
     e("cuda.syncwarp(gmask)")
     with e.block("for jpass in range(3):"):
@@ -505,7 +512,7 @@ def seg_serial_passes(e: Emitter) -> None:
         e("cuda.syncwarp(gmask)")
         with e.block("if seg == 0:"):
             e("dcv = shifted", "changed = False")
-            _chain_loop(e, d_loads, carry_steps, d_stores)
+            chain_loop(e, d_loads, carry_steps, d_stores)
             e("row[xa + z] = dcv", "row[xa + 4 + z] = F1 if changed else F0")
         e("cuda.syncwarp(gmask)",
           "vote = (row[xa + 4] != F0) | (row[xa + 5] != F0) | (row[xa + 6] != F0) | (row[xa + 7] != F0)")
@@ -513,7 +520,7 @@ def seg_serial_passes(e: Emitter) -> None:
             e("break")
     with e.block("if seg == 0:"):
         e("# xE's sum of the D cells")
-        _chain_loop(e, lambda k, q: (f"d{k} = row[dz + ({q}) * 4]",), lambda k: (f"xEv = fadd(d{k}, xEv)",))
+        chain_loop(e, lambda k, q: (f"d{k} = row[dz + ({q}) * 4]",), lambda k: (f"xEv = fadd(d{k}, xEv)",))
         e("row[xa + 8 + z] = xEv")
     e("cuda.syncwarp(gmask)")
     for k in LANES:
@@ -546,12 +553,11 @@ def seg_rescale_row(e: Emitter, S: int) -> None:
         store_specials(e, "i", "scale")
 
 
-def segmented_body(S: int) -> str:
-    """The segmented parser kernel's body: a group of 4 S threads runs a target, thread (seg, z)
-    its SSE lane z and the vectors q = seg, seg + S, ... of the main pass; the group's two row
-    buffers (rows i-1 and i, ``12 Q + 4`` floats each) in shared memory."""
+def segmented_head(e: Emitter, S: int) -> None:
+    """The opening of a segmented kernel: the thread's group of ``4 S`` threads, its place ``g``
+    there, its SSE lane ``z`` and segment ``seg``, and where the group's shared memory starts
+    (``gb``: its two row buffers, then its exchange area)."""
     G = 4 * S
-    e = Emitter()
     e("tid = cuda.grid(1)")
     with e.block("if tid >= n_threads:"):
         e("return")
@@ -561,16 +567,41 @@ def segmented_body(S: int) -> str:
       f"gmask = u32({(1 << G) - 1}) << u32(base)",
       "row = cuda.shared.array(0, float32)",
       f"gb = np.int64(cuda.threadIdx.x // {G}) * group_floats  # the group's two row buffers")
+
+
+def segmented_target(e: Emitter) -> None:
+    """The head of a segmented kernel's work loop (inside ``while True:``): the group claims
+    target ``k``, reads it and its model (the length model at its length), and places its row
+    buffers (``first``, ``second``: ``BUF`` floats each, M, I, D of the four lanes) and its
+    exchange area ``xa`` (12 floats: the lanes' carries, votes and sums)."""
+    claim_item(e, leader="g == 0")
+    e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
+      "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
+      "m = item_model[k]", "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]",
+      "QQ = np.int64(model_q[m])", "rb0 = model_rfv[m]", "tb = model_tfv[m]",
+      "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others",
+      "BUF = 12 * QQ + 4", "first = gb", "second = gb + BUF",
+      "xa = gb + group_floats - 12  # the exchange area: the lanes' carries, votes and sums")
+
+
+def or_group_flags(e: Emitter, S: int) -> None:
+    """``flags``: the OR of the group's threads' flags, in every thread."""
+    step = 1
+    while step < 4 * S:
+        e(f"flags = flags | cuda.shfl_xor_sync(gmask, flags, {step})")
+        step *= 2
+
+
+def segmented_body(S: int) -> str:
+    """The segmented parser kernel's body: a group of 4 S threads runs a target, thread (seg, z)
+    its SSE lane z and the vectors q = seg, seg + S, ... of the main pass; the group's two row
+    buffers (rows i-1 and i, ``12 Q + 4`` floats each) in shared memory."""
+    e = Emitter()
+    segmented_head(e, S)
     with e.block("while True:"):
-        claim_item(e, leader="g == 0")
-        e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
-          "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
-          "m = item_model[k]", "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]",
-          "QQ = np.int64(model_q[m])", "rb0 = model_rfv[m]", "tb = model_tfv[m]",
-          "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others",
-          "BUF = 12 * QQ + 4", "prv = gb", "cur = gb + BUF",
-          "xa = gb + group_floats - 12  # the exchange area: the lanes' carries, votes and sums")
-        with e.block(f"for c in range(g, 2 * BUF, {G}):"):
+        segmented_target(e)
+        e("prv = first", "cur = second")
+        with e.block(f"for c in range(g, 2 * BUF, {4 * S}):"):
             e("row[gb + c] = F0")
         e("cuda.syncwarp(gmask)")
         forward_start(e)
@@ -589,10 +620,7 @@ def segmented_body(S: int) -> str:
             e("prv, cur = cur, prv")
         with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
             e("flags |= RANGE")
-        step = 1
-        while step < G:
-            e(f"flags = flags | cuda.shfl_xor_sync(gmask, flags, {step})")
-            step *= 2
+        or_group_flags(e, S)
         with e.block("if g == 0:"):
             e("out_flags[k] = flags", "out_xc[k] = xC", "out_nscale[k] = nscale")
     return indented(e)
