@@ -278,12 +278,17 @@ def bwd_first_row(e: Emitter) -> None:
         _checked_add(e, "sb", "xBv", "p5")
         e("xBv = sb")
     _sum_b(e)
+    _first_row_specials(e, "z == 0")
+
+
+def _first_row_specials(e: Emitter, leader: str) -> None:
+    """Row 0's N from its B, its flags, and its specials stored by the group's ``leader``."""
     e("pb = fmul(xB, pmove)", "pn = fmul(xN, ploop)")
     _checked_add(e, "xN", "pb", "pn")
     e(f"bad = bad | {tiny_test('xB')} | {tiny_test('xN')}", "xE = F0", "xJ = F0", "xC = F0")
     with e.block(f"if {tiny_test('xN')} | {tiny_test('xB')}:"):
         e("flags |= TINY_ROWS")
-    with e.block("if z == 0:"):
+    with e.block(f"if {leader}:"):
         store_specials(e, "0", "F1")
     with e.block("if math.isnan(xN) or xN == F0 or math.isinf(xN):"):
         e("flags |= RANGE")
@@ -487,15 +492,7 @@ def seg_bwd_first_row(e: Emitter) -> None:
     for k in range(4):
         e(f"l{k} = row[xa + {8 + k}]")
     _sum_b_of_lanes(e)
-    e("pb = fmul(xB, pmove)", "pn = fmul(xN, ploop)")
-    _checked_add(e, "xN", "pb", "pn")
-    e(f"bad = bad | {tiny_test('xB')} | {tiny_test('xN')}", "xE = F0", "xJ = F0", "xC = F0")
-    with e.block(f"if {tiny_test('xN')} | {tiny_test('xB')}:"):
-        e("flags |= TINY_ROWS")
-    with e.block("if g == 0:"):
-        store_specials(e, "0", "F1")
-    with e.block("if math.isnan(xN) or xN == F0 or math.isinf(xN):"):
-        e("flags |= RANGE")
+    _first_row_specials(e, "g == 0")
 
 
 def segmented_body(S: int) -> str:
