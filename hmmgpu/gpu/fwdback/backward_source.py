@@ -251,19 +251,40 @@ def bwd_md_pass(e: Emitter) -> None:
         e("row[a] = s", "dcv = row[D0 + a]", f"bad = bad | {tiny_test('s')} | {tiny_test('dcv')}")
 
 
+def row_scale(e: Emitter) -> None:
+    """Row i's scale factor ``scale`` (spec 4.3): Forward's, or once B has passed 1e16 (in
+    double, as HMMER compares) the row's own B where it is above 1e4 (``own``, sticky)."""
+    with e.block("if np.float64(xB) > OWN_SCALES_AT:"):
+        e("own = True")
+    with e.block("if own:"):
+        e("scale = xB if xB > RESCALE_AT else F1")
+    with e.block("else:"):
+        e("scale = fwd_rows[rb + 6 * i + 5]")
+
+
 def bwd_rescale_row(e: Emitter, i: str) -> None:
     """The row's scale factor ``scale`` (set before) applied when above 1 (spec 4.3), then row
     ``i``'s specials stored (TINY_ROWS where one is subnormal)."""
     e("# bwd_rescale_row")
+
+    def cells():
+        with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
+            e("a = c * T + slot", "v = fmul(row[a], rcp)", "row[a] = v", f"bad = bad | {tiny_test('v')}")
+    _rescaled(e, i, cells, "z == 0")
+
+
+def _rescaled(e: Emitter, i: str, cells, leader: str) -> None:
+    """Where ``scale`` is above 1 the specials divided by it and the row's cells (``cells()``
+    emits their loop) multiplied by its reciprocal; TINY_ROWS where a special is subnormal; row
+    ``i``'s specials stored by the group's ``leader``."""
     with e.block("if scale > F1:"):
         e("xE = fdiv(xE, scale)", "xN = fdiv(xN, scale)", "xJ = fdiv(xJ, scale)", "xB = fdiv(xB, scale)",
           "xC = fdiv(xC, scale)", "rcp = fdiv(F1, scale)",
           "bad = bad | " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "rcp")))
-        with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
-            e("a = c * T + slot", "v = fmul(row[a], rcp)", "row[a] = v", f"bad = bad | {tiny_test('v')}")
+        cells()
     with e.block("if " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
         e("flags |= TINY_ROWS")
-    with e.block("if z == 0:"):
+    with e.block(f"if {leader}:"):
         store_specials(e, i, "scale")
 
 
@@ -315,12 +336,7 @@ def backward_rows(e: Emitter, after_row=None) -> None:
         bwd_dd_first_pass(e)
         bwd_dd_carry_passes(e)
         bwd_md_pass(e)
-        with e.block("if np.float64(xB) > OWN_SCALES_AT:"):
-            e("own = True")
-        with e.block("if own:"):
-            e("scale = xB if xB > RESCALE_AT else F1")
-        with e.block("else:"):
-            e("scale = fwd_rows[rb + 6 * i + 5]")
+        row_scale(e)
         bwd_rescale_row(e, "i")
         if after_row is not None:
             after_row(e, "i")
@@ -464,17 +480,12 @@ def seg_bwd_rescale_row(e: Emitter, S: int, i: str) -> None:
     """:func:`bwd_rescale_row` with the row's cells shared among the group's threads; the group's
     first thread stores the specials."""
     e("# seg_bwd_rescale_row")
-    with e.block("if scale > F1:"):
-        e("xE = fdiv(xE, scale)", "xN = fdiv(xN, scale)", "xJ = fdiv(xJ, scale)", "xB = fdiv(xB, scale)",
-          "xC = fdiv(xC, scale)", "rcp = fdiv(F1, scale)",
-          "bad = bad | " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "rcp")))
+
+    def cells():
         with e.block(f"for c in range(g, 12 * QQ, {4 * S}):"):
             e("v = fmul(row[cur + c], rcp)", "row[cur + c] = v", f"bad = bad | {tiny_test('v')}")
         e("cuda.syncwarp(gmask)")
-    with e.block("if " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
-        e("flags |= TINY_ROWS")
-    with e.block("if g == 0:"):
-        store_specials(e, i, "scale")
+    _rescaled(e, i, cells, "g == 0")
 
 
 def seg_bwd_first_row(e: Emitter) -> None:
@@ -520,12 +531,7 @@ def segmented_body(S: int) -> str:
             seg_bwd_dd_first_pass(e, S)
             seg_bwd_dd_carry_passes(e)
             seg_bwd_md_pass(e, S)
-            with e.block("if np.float64(xB) > OWN_SCALES_AT:"):
-                e("own = True")
-            with e.block("if own:"):
-                e("scale = xB if xB > RESCALE_AT else F1")
-            with e.block("else:"):
-                e("scale = fwd_rows[rb + 6 * i + 5]")
+            row_scale(e)
             seg_bwd_rescale_row(e, S, "i")
             e("nxt, cur = cur, nxt")
         seg_bwd_first_row(e)
