@@ -133,7 +133,8 @@ def backward_spec(storage: str) -> BwdSpec:
 
 def segmented_launch(device, segments: int, items: int, q_max: int) -> tuple:
     """(blocks, threads a block, shared bytes a block, floats a group, threads) of the segmented
-    Forward kernel on ``items`` targets whose largest model has ``q_max`` vectors: blocks of one
+    parser kernels (Forward's and Backward's) on ``items`` targets whose largest model has
+    ``q_max`` vectors: blocks of one
     warp (under the simulator, of one group), each group two row buffers of 12 Q + 4 floats and
     12 floats where its lanes exchange values, as many blocks as the multiprocessors hold (a
     persistent grid) or as there are groups of work."""
