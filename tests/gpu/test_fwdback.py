@@ -334,3 +334,30 @@ def test_gate_batches_grow_to_their_size(monkeypatch):
     sizes = [GpuCascade._gate_batch_targets(SimpleNamespace(_gate_batches=k), False) for k in (0, 1, 2, 3, 4, 40)]
     assert sizes == [512, 1024, 2048, 4096, 4096, 4096]
     assert GpuCascade._gate_batch_targets(SimpleNamespace(_gate_batches=0), True) == tuning.FWD_GATE_TARGETS_OWN_POSTFILTER
+
+
+@pytest.mark.parametrize("segments", [1, 2, 4, 8])
+def test_segmented_launch_fits_the_shared_memory_it_claims(monkeypatch, segments):
+    """On the GPUs whose kernels ship (an H100 or H200), the parsers' segmented launch for the
+    largest model :meth:`ForwardStage._shared_q` admits takes at most the shared memory a block may
+    opt in to (less the 1 KB the driver keeps), one vector more would not fit, every Pfam model
+    (up to about 2,700 nodes: 675 vectors) is admitted at the shipped segment count, and a grid
+    has no more blocks than its targets fill or than the multiprocessors hold."""
+    from types import SimpleNamespace
+
+    from hmmgpu.gpu.fwdback.launch import ForwardStage, segmented_launch
+    from hmmgpu.gpu.prebuilt_kernels import TARGETS
+    from hmmgpu.gpu.runtime import tuning
+
+    device = TARGETS[0]
+    monkeypatch.setattr(tuning, "FWD_SEGMENTS", segments)
+    q = ForwardStage._shared_q(SimpleNamespace(storage=None, device=device))
+    room = device.smem_per_block_optin - 1024
+    assert segmented_launch(device, segments, 10, q)[2] <= room < segmented_launch(device, segments, 10, q + 1)[2]
+    if segments == 8:
+        assert q >= 675
+    for items in (1, 7, 10 ** 6):
+        blocks, block, shared, group_floats, threads = segmented_launch(device, segments, items, 100)
+        per_block = block // (4 * segments)
+        assert threads == blocks * block and shared == 4 * group_floats * per_block
+        assert 1 <= blocks <= min(-(-items // per_block), device.sm_count * 32)
