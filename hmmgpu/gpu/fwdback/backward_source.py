@@ -97,7 +97,7 @@ from hmmgpu.stages.forward import OWN_SCALES_AT
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 from hmmgpu.gpu.fwdback.source import (SCRATCH_PER_Q, chain_loop, claim_target, from_lane, group_head, indented,
-                                       module_lines, or_flags, or_group_flags, segmented_head, segmented_target,
+                                       module_lines, or_flags, segmented_head, segmented_target,
                                        store_specials, tiny_test)
 
 #: Parameters of the Backward parser kernel, in order: the Forward kernel's target list and
@@ -127,8 +127,13 @@ def _lsh(e: Emitter, v: str) -> None:
 def _checked_add(e: Emitter, out: str, a: str, b: str) -> None:
     """``out = a + b`` (names of values, ``out`` a fresh name), with the CPU reference's
     ``checked_add``: a tiny summand that changed the sum raises SUBNORMAL (under FTZ it is 0)."""
-    e(f"{out} = fadd({a}, {b})",
-      f"bad = bad | ({tiny_test(a)} & ({out} != {b})) | ({tiny_test(b)} & ({out} != {a}))")
+    e(*_checked_add_lines(out, a, b))
+
+
+def _checked_add_lines(out: str, a: str, b: str) -> tuple:
+    """:func:`_checked_add`'s lines, for a caller that places them itself."""
+    return (f"{out} = fadd({a}, {b})",
+            f"bad = bad | ({tiny_test(a)} & ({out} != {b})) | ({tiny_test(b)} & ({out} != {a}))")
 
 
 def _descending(e: Emitter):
@@ -367,12 +372,6 @@ def _cell(buf: str, region: str, q: str, lane: str = "z") -> str:
     return f"{buf} + {dict(M=0, I=4, D=8)[region]} * QQ + ({q}) * 4 + {lane}"
 
 
-def _seg_checked_add(out: str, a: str, b: str) -> tuple:
-    """:func:`_checked_add`'s lines, as a tuple."""
-    return (f"{out} = fadd({a}, {b})",
-            f"bad = bad | ({tiny_test(a)} & ({out} != {b})) | ({tiny_test(b)} & ({out} != {a}))")
-
-
 def seg_bwd_last_row(e: Emitter, S: int) -> None:
     """Row L into ``cur`` (:func:`bwd_last_row`): M = D = E and I = 0 by every thread, then the
     first D->D pass from ``lsh(D[Q-1])`` by segment 0, its carry out to the exchange area."""
@@ -385,7 +384,7 @@ def seg_bwd_last_row(e: Emitter, S: int) -> None:
     e("cuda.syncwarp(gmask)  # read before lane z+1's chain writes it")
     with e.block("if seg == 0:"):
         chain_loop(e, lambda k, q: (f"u{k} = tfv[DD + ({q}) * 4 + z]", f"d{k} = row[{_cell('cur', 'D', q)}]"),
-                   lambda k: (f"dcv = fmul(dpv, u{k})",) + _seg_checked_add(f"s{k}", f"d{k}", "dcv") + (f"dpv = s{k}",),
+                   lambda k: (f"dcv = fmul(dpv, u{k})",) + _checked_add_lines(f"s{k}", f"d{k}", "dcv") + (f"dpv = s{k}",),
                    lambda k, q: (f"row[{_cell('cur', 'D', q)}] = s{k}",), descending=True)
         e("row[xa + z] = dcv  # the pass's carry out")
     e("cuda.syncwarp(gmask)")
@@ -408,15 +407,15 @@ def seg_bwd_main_pass(e: Emitter, S: int) -> None:
           f"tmmv = tfv[t1 + {_MM}] if inside else F0", f"timv = tfv[t1 + {_IM}] if inside else F0",
           f"tdmv = tfv[t1 + {_DM}] if inside else F0",
           f"ipv = row[{_cell('nxt', 'I', 'q')}]",
-          f"p1 = fmul(ipv, tfv[t + {_II}])", "p2 = fmul(mpv, timv)", *_seg_checked_add("iv", "p1", "p2"),
+          f"p1 = fmul(ipv, tfv[t + {_II}])", "p2 = fmul(mpv, timv)", *_checked_add_lines("iv", "p1", "p2"),
           f"row[{_cell('cur', 'I', 'q')}] = iv", f"row[{_cell('cur', 'D', 'q')}] = fmul(mpv, tdmv)",
-          f"p3 = fmul(ipv, tfv[t + {_MI}])", "p4 = fmul(mpv, tmmv)", *_seg_checked_add("mcv", "p3", "p4"),
+          f"p3 = fmul(ipv, tfv[t + {_MI}])", "p4 = fmul(mpv, tmmv)", *_checked_add_lines("mcv", "p3", "p4"),
           f"row[{_cell('cur', 'M', 'q')}] = mcv", f"bad = bad | {tiny_test('iv')}")
     with e.block("if seg == 0:"):
         e("xBv = F0")
         chain_loop(e, lambda k, q: (f"mq{k} = fmul(row[{_cell('nxt', 'M', q)}], rfv[eb + ({q}) * 4 + z])",
                                     f"bq{k} = fmul(mq{k}, tfv[tb + ({q}) * 28 + {_BM} + z])"),
-                   lambda k: _seg_checked_add("sb", "xBv", f"bq{k}") + ("xBv = sb",), descending=True)
+                   lambda k: _checked_add_lines("sb", "xBv", f"bq{k}") + ("xBv = sb",), descending=True)
         e("row[xa + 8 + z] = xBv")
     e("cuda.syncwarp(gmask)")
     for k in range(4):
@@ -429,16 +428,16 @@ def seg_bwd_dd_first_pass(e: Emitter, S: int) -> None:
     checked too, as HMMER computes it before the shift), its carry out to the exchange area."""
     e("# seg_bwd_dd_first_pass")
     with e.block(f"for q in range(seg, QQ, {S}):"):
-        e(f"c = {_cell('cur', 'M', 'q')}", "mm = row[c]", *_seg_checked_add("me", "mm", "xE"), "row[c] = me")
+        e(f"c = {_cell('cur', 'M', 'q')}", "mm = row[c]", *_checked_add_lines("me", "mm", "xE"), "row[c] = me")
     with e.block("if seg == 0:"):
-        e(f"d = row[{_cell('cur', 'D', '0')}]", *_seg_checked_add("own_dpv", "d", "xE"), "dpv = F0")
+        e(f"d = row[{_cell('cur', 'D', '0')}]", *_checked_add_lines("own_dpv", "d", "xE"), "dpv = F0")
         with e.block("if z < 3:"):
-            e(f"d = row[{_cell('cur', 'D', '0', 'z + 1')}]", *_seg_checked_add("dpv", "d", "xE"))
+            e(f"d = row[{_cell('cur', 'D', '0', 'z + 1')}]", *_checked_add_lines("dpv", "d", "xE"))
     e("cuda.syncwarp(gmask)  # D[0] read before lane z+1's chain writes it")
     with e.block("if seg == 0:"):
         chain_loop(e, lambda k, q: (f"u{k} = tfv[DD + ({q}) * 4 + z]", f"d{k} = row[{_cell('cur', 'D', q)}]"),
-                   lambda k: ("dcv = fmul(dpv, u{k})".format(k=k),) + _seg_checked_add("de", "dcv", "xE")
-                   + _seg_checked_add(f"s{k}", f"d{k}", "de") + (f"dpv = s{k}",),
+                   lambda k: ("dcv = fmul(dpv, u{k})".format(k=k),) + _checked_add_lines("de", "dcv", "xE")
+                   + _checked_add_lines(f"s{k}", f"d{k}", "de") + (f"dpv = s{k}",),
                    lambda k, q: (f"row[{_cell('cur', 'D', q)}] = s{k}",), descending=True)
         e("row[xa + z] = dcv  # the pass's carry out")
     e("cuda.syncwarp(gmask)")
@@ -455,7 +454,7 @@ def seg_bwd_dd_carry_passes(e: Emitter) -> None:
         with e.block("if seg == 0:"):
             e("dcv = shifted")
             chain_loop(e, lambda k, q: (f"u{k} = tfv[DD + ({q}) * 4 + z]", f"d{k} = row[{_cell('cur', 'D', q)}]"),
-                       lambda k: (f"dcv = fmul(dcv, u{k})",) + _seg_checked_add(f"s{k}", f"d{k}", "dcv"),
+                       lambda k: (f"dcv = fmul(dcv, u{k})",) + _checked_add_lines(f"s{k}", f"d{k}", "dcv"),
                        lambda k, q: (f"row[{_cell('cur', 'D', q)}] = s{k}",), descending=True)
             e("row[xa + z] = dcv")
         e("cuda.syncwarp(gmask)")
@@ -471,7 +470,7 @@ def seg_bwd_md_pass(e: Emitter, S: int) -> None:
         with e.block("else:"):
             e(f"dcv = row[{_cell('cur', 'D', '0', 'z + 1')}] if z < 3 else F0")
         e(f"pm = fmul(dcv, tfv[tb + q * 28 + {_MD} + z])", f"c = {_cell('cur', 'M', 'q')}", "mm = row[c]",
-          *_seg_checked_add("s", "mm", "pm"), "row[c] = s", f"dq = row[{_cell('cur', 'D', 'q')}]",
+          *_checked_add_lines("s", "mm", "pm"), "row[c] = s", f"dq = row[{_cell('cur', 'D', 'q')}]",
           f"bad = bad | {tiny_test('s')} | {tiny_test('dq')}")
     e("cuda.syncwarp(gmask)")
 
@@ -497,7 +496,7 @@ def seg_bwd_first_row(e: Emitter) -> None:
         e("xBv = F0")
         chain_loop(e, lambda k, q: (f"mq{k} = fmul(row[{_cell('nxt', 'M', q)}], rfv[eb + ({q}) * 4 + z])",
                                     f"bq{k} = fmul(mq{k}, tfv[tb + ({q}) * 28 + {_BM} + z])"),
-                   lambda k: _seg_checked_add("sb", "xBv", f"bq{k}") + ("xBv = sb",))
+                   lambda k: _checked_add_lines("sb", "xBv", f"bq{k}") + ("xBv = sb",))
         e("row[xa + 8 + z] = xBv")
     e("cuda.syncwarp(gmask)")
     for k in range(4):
@@ -537,7 +536,7 @@ def segmented_body(S: int) -> str:
         seg_bwd_first_row(e)
         with e.block("if bad:"):
             e("flags |= SUBNORMAL")
-        or_group_flags(e, S)
+        or_flags(e, S)
         with e.block("if g == 0:"):
             e("out_flags[k] = flags", "out_own[k] = int32(own)")
     return indented(e)

@@ -266,20 +266,26 @@ def update_specials(e: Emitter) -> None:
         e("flags |= SUBNORMAL")
 
 
-def rescale_row(e: Emitter, store_when: str) -> None:
+def rescale_row(e: Emitter, store_when: str, cells=None, leader: str = "z == 0", then: tuple = ()) -> None:
     """The sparse rescaling (spec 2.5), the row's flags and its special-state row (stored
-    where ``store_when`` holds: lane 0, and in the parser only when the rows are asked for)."""
+    where ``store_when`` holds: lane 0, and in the parser only when the rows are asked for).
+    ``cells()`` emits the loop that multiplies the row's cells by ``rcp`` (default: the thread's
+    own 3 Q cells, as a group of four keeps them); the scale factor is kept by ``leader``, and
+    the lines ``then`` end the rescaling branch."""
     e("# rescale_row", "scale = F1")
     with e.block("if xE > RESCALE_AT:"):
         e("xN = fdiv(xN, xE)", "xC = fdiv(xC, xE)", "xJ = fdiv(xJ, xE)", "xB = fdiv(xB, xE)", "rcp = fdiv(F1, xE)",
           "bad = " + " | ".join(tiny_test(v) for v in ("xC", "xJ", "xB", "rcp")))
-        with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
-            e("a = c * T + slot", "v = fmul(row[a], rcp)", "row[a] = v", f"bad = bad | {tiny_test('v')}")
+        if cells is None:
+            with e.block(f"for c in range({SCRATCH_PER_Q} * QQ):"):
+                e("a = c * T + slot", "v = fmul(row[a], rcp)", "row[a] = v", f"bad = bad | {tiny_test('v')}")
+        else:
+            cells()
         with e.block("if bad:"):
             e("flags |= SUBNORMAL")
-        with e.block("if z == 0:"):
+        with e.block(f"if {leader}:"):
             e("out_scales[sb + nscale] = xE")
-        e("nscale += 1", "scale = xE", "xE = F1")
+        e("nscale += 1", "scale = xE", "xE = F1", *then)
     with e.block("if " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
         e("flags |= TINY_ROWS")
     with e.block(f"if {store_when}:"):
@@ -384,9 +390,12 @@ def forward_rows(e: Emitter, store_when: str, after_row=None) -> None:
     or_flags(e)
 
 
-def or_flags(e: Emitter) -> None:
-    """``flags``: the OR of the group's four lanes' flags, in every lane."""
-    e("flags = flags | cuda.shfl_xor_sync(gmask, flags, 1)", "flags = flags | cuda.shfl_xor_sync(gmask, flags, 2)")
+def or_flags(e: Emitter, segments: int = 1) -> None:
+    """``flags``: the OR of the flags of the group's ``4 segments`` threads, in every thread."""
+    step = 1
+    while step < 4 * segments:
+        e(f"flags = flags | cuda.shfl_xor_sync(gmask, flags, {step})")
+        step *= 2
 
 
 def kernel_body(spec: "FwdSpec") -> str:
@@ -535,22 +544,12 @@ def seg_serial_passes(e: Emitter) -> None:
 
 def seg_rescale_row(e: Emitter, S: int) -> None:
     """:func:`rescale_row` with the row's cells shared among the group's threads."""
-    e("# rescale_row", "scale = F1")
-    with e.block("if xE > RESCALE_AT:"):
-        e("xN = fdiv(xN, xE)", "xC = fdiv(xC, xE)", "xJ = fdiv(xJ, xE)", "xB = fdiv(xB, xE)", "rcp = fdiv(F1, xE)",
-          "bad = " + " | ".join(tiny_test(v) for v in ("xC", "xJ", "xB", "rcp")))
+
+    def cells():
         with e.block(f"for c in range(g, 12 * QQ, {4 * S}):"):
             e("v = fmul(row[cur + c], rcp)", "row[cur + c] = v", f"bad = bad | {tiny_test('v')}")
-        with e.block("if bad:"):
-            e("flags |= SUBNORMAL")
-        with e.block("if g == 0:"):
-            e("out_scales[sb + nscale] = xE")
-        e("nscale += 1", "scale = xE", "xE = F1")
-        e("cuda.syncwarp(gmask)")
-    with e.block("if " + " | ".join(tiny_test(v) for v in ("xE", "xN", "xJ", "xB", "xC")) + ":"):
-        e("flags |= TINY_ROWS")
-    with e.block("if want_rows != 0 and g == 0:"):
-        store_specials(e, "i", "scale")
+
+    rescale_row(e, "want_rows != 0 and g == 0", cells, leader="g == 0", then=("cuda.syncwarp(gmask)",))
 
 
 def segmented_head(e: Emitter, S: int) -> None:
@@ -584,14 +583,6 @@ def segmented_target(e: Emitter) -> None:
       "xa = gb + group_floats - 12  # the exchange area: the lanes' carries, votes and sums")
 
 
-def or_group_flags(e: Emitter, S: int) -> None:
-    """``flags``: the OR of the group's threads' flags, in every thread."""
-    step = 1
-    while step < 4 * S:
-        e(f"flags = flags | cuda.shfl_xor_sync(gmask, flags, {step})")
-        step *= 2
-
-
 def segmented_body(S: int) -> str:
     """The segmented parser kernel's body: a group of 4 S threads runs a target, thread (seg, z)
     its SSE lane z and the vectors q = seg, seg + S, ... of the main pass; the group's two row
@@ -620,7 +611,7 @@ def segmented_body(S: int) -> str:
             e("prv, cur = cur, prv")
         with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
             e("flags |= RANGE")
-        or_group_flags(e, S)
+        or_flags(e, S)
         with e.block("if g == 0:"):
             e("out_flags[k] = flags", "out_xc[k] = xC", "out_nscale[k] = nscale")
     return indented(e)
