@@ -260,7 +260,7 @@ sys.exit(0 if a == b and a else 1)" ;;
         HMMGPU_TUNING=$setting /usr/bin/time -f "x$copies $entry: %e s wall, %U s user, %S s sys" \
             timeout "$(( $(left) - 20 ))" python3 -m hmmgpu search --backend cuda --postfilter "$route" --cpu 16 \
             -o /dev/null --tblout /tmp/r.tbl --domtblout /tmp/r.dom /tmp/pfam600.hmm "$db" 2>&1 \
-            | grep -v -i warning | grep -E "wall|busy|CPU time|models:|post-filter on|Forward filter on" | cut -c1-420
+            | grep -v -i warning | grep -E "wall|busy|CPU time|models:|post-filter on|Forward filter on" | cut -c1-1200
         if [ -z "$first" ]; then first=$entry; cp /tmp/r.tbl /tmp/first.tbl; cp /tmp/r.dom /tmp/first.dom; continue; fi
         for kind in tbl dom; do
           same_rows "/tmp/first.$kind" "/tmp/r.$kind" \

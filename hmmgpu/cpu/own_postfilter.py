@@ -315,20 +315,19 @@ class OwnPostFilter(PyhmmerStage):
         from hmmgpu.host import set_flush_to_zero
 
         start = time.thread_time()
-        gate = getattr(task.query.counts, "forward", None)
-        decided = ~np.isin(task.positions, gate.unsure) if gate is not None else np.zeros(task.positions.size, bool)
+        decided = self._decided(task)
         positions = task.positions.tolist()
-        # the GPU's, for the F3 passers it did not flag: decodings, and definitions made in its process
-        devices, defined = (_sent(getattr(task.query.counts, name, None), positions, self.ftz)
-                            for name in ("decoded", "defined"))
+        # the GPU's, for the F3 passers it did not flag: decodings, and definitions made in its
+        # process (with the query's filters, or for this task after all the filters)
+        sent = task.device_answers or tuple(getattr(task.query.counts, name, None) for name in ("decoded", "defined"))
+        devices, defined = (_sent(got, positions, self.ftz) for got in sent)
         Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
         on_device = sum(device is not None for device in devices)
         on_device_defined = sum(d is not None for d in defined)
         previous = set_flush_to_zero(self.ftz)   # the run's own float mode (module header)
         try:
             results = self.targets(task.query, model, positions, decided.tolist(), Z, devices, defined,
-                                   gpu_route=getattr(task.query.counts, "decoded", None) is not None,
-                                   gpu_defined=getattr(task.query.counts, "defined", None) is not None)
+                                   gpu_route=sent[0] is not None, gpu_defined=sent[1] is not None)
         finally:
             set_flush_to_zero(previous)
         outcomes = [outcome for outcome, _ in results]
@@ -344,6 +343,24 @@ class OwnPostFilter(PyhmmerStage):
             self.counts["defined_on_gpu"] += on_device_defined
             self.own_seconds += own_seconds
         return TaskResult(_joined(task.query.hmm, states), cpu_seconds=time.thread_time() - start, filtered=True)
+
+    @staticmethod
+    def _decided(task: Task) -> np.ndarray:
+        """Whether the Forward gate decided each of the task's targets (the rest it left undecided)."""
+        gate = getattr(task.query.counts, "forward", None)
+        return ~np.isin(task.positions, gate.unsure) if gate is not None else np.zeros(task.positions.size, bool)
+
+    def passers_to_define(self, task: Task):
+        """A filtered task's F3 passers (those the gate decided) when the GPU process decoded
+        its query's passers and defined none of them (its gate batch declined for want of room:
+        tuning.DEFINE_BACKLOG_PASSERS) and this stage would define them itself (not ``--seed 0``,
+        a model the exactness flags cover); else None (:meth:`PostFilterStage.passers_to_define`)."""
+        counts = task.query.counts
+        if (not task.filtered or task.device_answers is not None or self.options.seed == 0
+                or getattr(counts, "decoded", None) is None or getattr(counts, "defined", None) is not None):
+            return None
+        passers = task.positions[self._decided(task)]
+        return passers if passers.size and self._model(task.query).covered else None
 
     def _pyhmmer_state(self, task: Task, positions: np.ndarray) -> dict:
         """The state of pyhmmer's pipeline over some of the task's targets (with the task's Z)."""

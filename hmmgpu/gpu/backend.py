@@ -78,6 +78,12 @@ class CudaBackend(FilterBackend):
         """Launch the decodings of the gate batches that are done (:meth:`hmmgpu.gpu.cascade.GpuCascade.advance_decoding`)."""
         self.gpu.advance_decoding()
 
+    def define_passers(self, items) -> list:
+        """Decode and define F3 passers after the filters (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_passers`):
+        ``items``, (prepared model, ``--seed``, passers) triples; a (decoded, defined) pair each."""
+        return self.gpu.define_passers([(self.gpu._forward_tables(profile), seed, passers)
+                                        for profile, seed, passers in items])
+
     def gpu_seconds(self) -> float:
         return self.gpu.gpu_ms / 1e3
 

@@ -272,6 +272,15 @@ class GateTicket:
         return self._done
 
 
+def forward_tables(hmm):
+    """HMMER's striped Forward tables of ``hmm`` (:class:`~hmmgpu.stages.forward.ForwardTables`
+    of pyhmmer's optimized profile, configured as the search configures it)."""
+    from hmmgpu.stages.forward import ForwardTables
+    from hmmgpu.stages.profiles import configured_profile
+
+    return ForwardTables.from_optimized(configured_profile(hmm).to_optimized())
+
+
 def _add_into(total: dict, part: dict) -> None:
     """Add each value of ``part`` to ``total``'s of the same name (0 where it has none)."""
     for name, value in part.items():
@@ -317,27 +326,46 @@ class _DecodingStep:
                 self._launch()
         return True
 
+    @classmethod
+    def of_passers(cls, cascade, items) -> "_DecodingStep":
+        """A step launched at once on ``items``, (Forward tables, ``--seed``, passers) triples
+        of any models, not a gate batch's (:meth:`GpuCascade.define_passers`); item ``k``'s
+        answer is :meth:`answer` ``(k)``."""
+        step = cls(cascade, None, [])
+        with step._lock:
+            step._start([(k, fwd_tables, seed, np.asarray(passers, np.int64))
+                         for k, (fwd_tables, seed, passers) in enumerate(items)])
+            step._launched = True
+        return step
+
     def _launch(self) -> None:
+        cascade = self._cascade
+        chosen = [(id(member), member.tables, member.options.seed, _passers(member.decided()))
+                  for member in self.members]
+        self._taken = sum(int(passers.size) for *_, passers in chosen)
+        if self._taken and not cascade.take_definitions(self._taken):
+            chosen, self._taken = [], 0   # declined: each member's passers go to pyhmmer's pipeline
+        self.members = []  # no longer needed, and no cycle left between the tickets and their step
+        self._start(chosen)
+        self._launched = True
+
+    def _start(self, chosen: list) -> None:
+        """Launch the parsers and decodings of ``chosen``, (key, tables, seed, passers) each,
+        and submit their definitions to the definer."""
         from hmmgpu.gpu.fwdback.launch import ForwardJob
 
         jobs = []
         cascade = self._cascade
-        chosen = [(member, _passers(member.decided())) for member in self.members]
-        self._taken = sum(int(passers.size) for _, passers in chosen)
-        if self._taken and not cascade.take_definitions(self._taken):
-            chosen, self._taken = [], 0   # declined: each member's passers go to pyhmmer's pipeline
-        for member, passers in chosen:
+        for key, fwd_tables, seed, passers in chosen:
             if passers.size:
-                self._job[id(member)] = len(jobs)
-                jobs.append(ForwardJob(member.tables, passers))
-                self._models.append((member.tables, member.options.seed))
-        self.members = []  # no longer needed, and no cycle left between the tickets and their step
+                self._job[key] = len(jobs)
+                jobs.append(ForwardJob(fwd_tables, passers))
+                self._models.append((fwd_tables, seed))
         if jobs:
             with cascade._forward_lock, cascade._simulated:
                 self._batch = cascade._stage().launch(jobs, decoding=True)
             self.times.append(cascade.clock())
             self._answers = cascade.definer().submit(self._define_when_decoded)
-        self._launched = True
 
     def ready(self) -> bool:
         return self._launched and (self._batch is None or self._answers.done())
@@ -349,10 +377,15 @@ class _DecodingStep:
         to the second. The first member asked defines every member's passers at once
         (:meth:`GpuCascade.define_domains_of`: one launch serves all the batch's models), in the
         definer's thread, started as soon as the decodings were launched."""
+        self.launch(wait=True)
+        return self.answer(id(member))
+
+    def answer(self, key) -> tuple:
+        """The (decoded, defined) pair of the job of ``key`` (waited for), as :meth:`decoded`
+        gives it; a key with no passer gets empty decodings and no definitions."""
         from hmmgpu.stages.decoded import DecodedTargets
 
-        self.launch(wait=True)
-        job = self._job.get(id(member))
+        job = self._job.get(key)
         if job is None:
             return DecodedTargets.gather([], [], [], [], [], []), None
         return self._answers.result()[job]
@@ -425,11 +458,12 @@ class GpuCascade:
         #: hmmgpu's own post-filter only: the F3 passers' parsers and decodings (:class:`_DecodingStep`),
         #: their kernel time, how many the kernels decoded or left to the host, the bytes of the
         #: decodings sent with the results, the gate batches whose passers were defined, the
-        #: passers declined for want of room (:meth:`take_definitions`), and the decoded passers
-        #: with a clustered region left to pyhmmer's pipeline (tuning.DEFINE_CLUSTERED off)
+        #: passers declined for want of room (:meth:`take_definitions`), the decoded passers
+        #: with a clustered region left to pyhmmer's pipeline (tuning.DEFINE_CLUSTERED off), and
+        #: the passers of tasks handed back after the filters (:meth:`define_passers`)
         self.decoding_ms = 0.0
         self.decoding_counts = dict(decoded=0, host=0, ftz_only=0, bytes=0, defined=0, batches=0, declined=0,
-                                     left_clustered=0)
+                                     left_clustered=0, reclaimed=0)
         self._backlog = 0  #: F3 passers taken for decoding and definition here, not yet defined
         #: domain definition's steps in this process, and its clustered regions and those the CPU
         #: reference sampled: the sums of :attr:`~hmmgpu.gpu.domaindef.GpuDomainStages.seconds` and
@@ -563,12 +597,7 @@ class GpuCascade:
     def _forward_tables(profile):
         """HMMER's striped Forward tables of ``profile.hmm`` (pyhmmer's optimized profile: the
         profile's own, made with its filter tables, where it has them)."""
-        from hmmgpu.stages.forward import ForwardTables
-        from hmmgpu.stages.profiles import configured_profile
-
-        if profile.forward is not None:
-            return profile.forward
-        return ForwardTables.from_optimized(configured_profile(profile.hmm).to_optimized())
+        return profile.forward if profile.forward is not None else forward_tables(profile.hmm)
 
     def _add_forward_time(self, kernel_ms: float, span, cells: int = 0, kind: str = "forward") -> None:
         with self._lock:
@@ -730,6 +759,22 @@ class GpuCascade:
             _add_into(self.ensemble_counts, counts)
         if steps is not None:
             steps.update(seconds, ensemble_kernel=counts["kernel_seconds"])
+        return answers
+
+    def define_passers(self, items) -> list:
+        """The post-filter's work that the engine hands back once the filters are done (its
+        tasks still queued, :meth:`hmmgpu.search.engine.SearchEngine.search`): ``items``,
+        (profile, ``--seed``, F3 passers) triples of any models, each decoded and defined as a
+        gate batch's members are (:class:`_DecodingStep`, every item in one launch, whatever
+        the definitions' backlog): a (decoded, defined) pair each, as :meth:`GateTicket.result`
+        carries them. Counted in ``decoding_counts["reclaimed"]``."""
+        items = [(fwd_tables, int(seed), np.asarray(passers, np.int64)) for fwd_tables, seed, passers in items]
+        if any(seed != 0 for _, seed, passers in items):
+            self._prepare_definition()
+        step = _DecodingStep.of_passers(self, items)
+        answers = [step.answer(k) for k in range(len(items))]
+        with self._lock:
+            self.decoding_counts["reclaimed"] += sum(int(passers.size) for *_, passers in items)
         return answers
 
     def forward(self, profile, indices, fallback: bool = False) -> ForwardResult:

@@ -19,12 +19,15 @@ The child is a fresh interpreter (``python -m hmmgpu.gpu.process FD``) on one en
 socket pair; it inherits standard error (compile notices). The parent sends, in order:
 ``("init", database path, format, lanes, device, max_bytes, model lengths or None, span or None)``
 (``span``: ``(first, end)``, only those targets of a made database: a dask worker's shard), then any number of
-``("compile", model lengths)``, ``("model", hmm, mmu, options)`` and ``("stats",)``, and finally
-``None``. The child answers ``("ready", description, lanes, (targets, residues))``
-or ``("error", message)`` to the first; ``("done", k, CascadeResult)`` or ``("error", k,
-message)`` for the k-th model (counted from 0) as soon as its result is finished, whatever the
-models before it; ``("compiled", n)`` and ``("stats", details, GPU seconds)`` once every model
-sent before the request is answered. Models are queued on the GPU as they arrive, up to the
+``("compile", model lengths)``, ``("model", hmm, mmu, options)``, ``("define", {key: hmm},
+[(key, seed, passers), ...])`` and ``("stats",)``, and finally ``None``. The child answers ``("ready",
+description, lanes, (targets, residues))`` or ``("error", message)`` to the first; ``("done", k,
+CascadeResult)`` or ``("error", k, message)`` for the k-th model (counted from 0) as soon as its
+result is finished, whatever the models before it; ``("compiled", n)`` and ``("stats", details,
+GPU seconds)`` once every model sent before the request is answered; ``("defined", [(decoded,
+defined), ...])`` or ``("error", message)`` to a ``define`` at once (the engine sends it only once
+every model is answered: the post-filter's tasks still queued when the filters are done, their
+F3 passers decoded and defined here, :meth:`~hmmgpu.gpu.cascade.GpuCascade.define_passers`). Models are queued on the GPU as they arrive, up to the
 cascade's ring of :data:`~hmmgpu.gpu.cascade.SLOTS`. Results go back out of order because
 with hmmgpu's own post-filter a model's result waits seconds for its gate batch's domain
 definitions, and the models of the batches declined to pyhmmer's pipeline
@@ -108,7 +111,7 @@ def _serve(conn: Connection) -> None:
             importlib.import_module("pyhmmer.plan7")  # beside the driver's start, not at the first model
 
             from hmmgpu.gpu.backend import CudaBackend
-            from hmmgpu.gpu.cascade import SLOTS, load_kernels
+            from hmmgpu.gpu.cascade import SLOTS, forward_tables, load_kernels
             from hmmgpu.gpu.runtime.device import GpuDevice
             from hmmgpu.stages.profiles import ModelProfile
             from hmmgpu.formats.seqdb import open_database
@@ -166,6 +169,14 @@ def _serve(conn: Connection) -> None:
                     clock = time.perf_counter()
                     conn.send(("compiled", backend.prepare_for(message[1])))
                     startup["kernels"] = time.perf_counter() - clock
+                elif kind == "define":
+                    try:
+                        _, models, items = message
+                        tables = {key: forward_tables(hmm) for key, hmm in models.items()}
+                        conn.send(("defined", backend.gpu.define_passers(
+                            [(tables[key], seed, passers) for key, seed, passers in items])))
+                    except Exception as error:  # noqa: BLE001
+                        conn.send(("error", _one_line(error)))
                 elif kind == "stats":
                     _drain(conn, backend, pending, gating)
                     details = dict(backend.details(), startup={k: round(v, 3) for k, v in startup.items()},
@@ -403,7 +414,7 @@ class CudaProcessBackend(CascadeBackend):
             for k in list(self._unanswered):
                 self._answer(("error", k, str(error)))
             raise
-        if reply[0] in ("compiled", "stats"):
+        if reply[0] in ("compiled", "stats", "defined"):
             self._answers[reply[0]] = reply
         else:
             self._answer(reply)
@@ -458,6 +469,14 @@ class CudaProcessBackend(CascadeBackend):
 
     def waiting(self) -> int:
         return len(self._unanswered)
+
+    def define_passers(self, items) -> list:
+        """Decode and define F3 passers in the child once the filters are done
+        (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_passers`): ``items``, (prepared model,
+        ``--seed``, passers) triples; a (decoded, defined) pair each."""
+        models = {id(model): model.hmm for model, _, _ in items}
+        return self._call(("define", models, [(id(model), int(seed), passers) for model, seed, passers in items]),
+                          "defined")[1]
 
     def _refresh_stats(self) -> None:
         ready = self._ready_reply is not None and not isinstance(self._ready_reply, HmmgpuError)

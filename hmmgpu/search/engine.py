@@ -3,7 +3,7 @@
 How a search flows
 ------------------
 Models arrive as a stream (a 20,000-model Pfam file is never held whole). Three kinds of
-threads pass them along through bounded queues:
+threads pass them along through bounded queues (and a fourth may hand work back to the GPU):
 
 1. **prepare** (one thread): checks each model (protein alphabet, calibration, cutoffs) and
    builds, on a filter backend, hmmgpu's quantized filter tables (pyhmmer's stage takes the
@@ -20,6 +20,14 @@ threads pass them along through bounded queues:
    Forward/Backward/domain stage on them (pyhmmer releases the GIL). Splitting by survivors
    rather than by model keeps every thread busy to the end; the worker that finishes a
    model's last task merges its parts into one serial run's ``TopHits``.
+4. **reclaim** (one thread, with hmmgpu's own post-filter on a GPU backend): once the filters
+   are done the GPU is idle while the workers still have seconds of tasks queued. This thread
+   takes the tasks queued last back (:func:`_take_last`: their F3 passers a share of those
+   queued, about what the GPU defines while the workers do the rest), has the GPU process
+   decode and define their passers (``define_passers``, as it defines a gate batch's), and
+   queues them again with those answers, so that a worker only forms their hits. The tasks
+   taken are the ones the workers would reach last, so nobody waits for the GPU but at the
+   very end, and the answers are the same definitions the stage would make itself.
 
 With ``auto``, the backend's filters and pyhmmer's whole pipeline share the models, so that
 neither the GPU nor the worker threads wait while the other has work:
@@ -106,6 +114,14 @@ REROUTE_AFTER_SECONDS = 1.0
 #: A backend whose results come in any order: how long the finishing thread waits for one
 #: at a time before it looks for models sent meanwhile (seconds).
 FINISH_POLL_SECONDS = 0.005
+#: Once the filters are done, the GPU process takes back the tasks queued last whose F3 passers
+#: it can define (hmmgpu's own post-filter, its gate batches declined): this share of the queued
+#: passers at a time, at most RECLAIM_MAX_PASSERS, none once the share is under
+#: RECLAIM_MIN_PASSERS (0: it takes none). The share is the GPU's speed at defining passers over
+#: its and the worker threads' together (measured: docs/performance.md).
+RECLAIM_SHARE = 0.25
+RECLAIM_MAX_PASSERS = 8192
+RECLAIM_MIN_PASSERS = 256
 
 
 @dataclass
@@ -226,6 +242,9 @@ class EngineStats:
     #: what the post-filter stage did (:meth:`~hmmgpu.stages.protocol.PostFilterStage.details`: hmmgpu's own
     #: stage counts the targets it did and those it sent to pyhmmer's pipeline)
     postfilter: dict = field(default_factory=dict)
+    #: the tasks the GPU process took back once the filters were done (:func:`_take_last`): when
+    #: (seconds from the start), its batches, their tasks and F3 passers, and the seconds waited for them
+    reclaim: dict = field(default_factory=lambda: dict(after_seconds=None, batches=0, tasks=0, passers=0, seconds=0.0))
 
     def add(self, other: "EngineStats") -> None:
         """Add the counts and busy times of another part of the same run (a worker process's)."""
@@ -297,7 +316,8 @@ class EngineStats:
         passed, host, failed, whole = p["passed"], p["host"], p["failed"], p["whole_tasks"]
         share = 100.0 * host / (passed + host) if passed + host else 0.0
         decoding = (self.backend.get("decoding") or {}) if self.backend else {}
-        declined, left = decoding.get("declined") or 0, decoding.get("left_clustered") or 0
+        r = self.reclaim   # the declined passers taken back after the filters are not sent to pyhmmer
+        declined, left = (decoding.get("declined") or 0) - r["passers"], decoding.get("left_clustered") or 0
         fallback = host - declined - left
         return (f"post-filter on hmmgpu's side: {passed} F3 passers done by hmmgpu's code ({p['own_seconds']:.2f} s "
                 f"CPU), {host} targets sent to pyhmmer's pipeline (exactness flags; on the GPU route, passers the GPU did "
@@ -314,7 +334,10 @@ class EngineStats:
                 + (f"; {p['decoded_on_gpu']} F3 passers' Forward and Backward parsers and domain decoding done on "
                    "the GPU" if p.get("decoded_on_gpu") else "")
                 + (f", {p['defined_on_gpu']} passers defined on the GPU (domain definition in the GPU process)"
-                   if p.get("defined_on_gpu") else ""))
+                   if p.get("defined_on_gpu") else "")
+                + (f"; {r['passers']} F3 passers of {r['tasks']} queued tasks taken back by the GPU process after "
+                   f"the filters ({r['batches']} batches from {r['after_seconds']:.2f} s, {r['seconds']:.2f} s)"
+                   if r["batches"] else ""))
 
     def forward_gate_line(self) -> str:
         """One line on the Forward gate: what hmmgpu's Forward decided, the work taken from pyhmmer."""
@@ -542,12 +565,22 @@ class SearchEngine:
                 self.stats.tasks += len(tasks)
                 yield result
 
+    def _reclaims(self) -> bool:
+        """Whether the GPU process takes queued tasks back once the filters are done
+        (:func:`_take_last`): its backend defines passers and the post-filter stage would use
+        its definitions."""
+        from hmmgpu.stages.protocol import PostFilterStage
+
+        return (self.filtered and RECLAIM_SHARE > 0 and hasattr(self.backend, "define_passers")
+                and type(self.forward).passers_to_define is not PostFilterStage.passers_to_define)
+
     def _search_threaded(self, models):
         slots = threading.Semaphore(self.in_flight)
         to_filter: queue.Queue = queue.Queue(maxsize=4)
         to_finish: queue.Queue = queue.Queue()  # bounded by the backend's ring (GPU) or by to_filter
         work: queue.PriorityQueue = queue.PriorityQueue()
         results: dict = {}
+        filters_done = threading.Event()   # every model's answer taken and its tasks queued
         done = threading.Condition()
         failure: list = []
         stop = threading.Event()
@@ -686,6 +719,12 @@ class SearchEngine:
             # its remaining work into tasks for the workers: in the order the models were sent,
             # or, from a backend whose results come in any order, as they come
             try:
+                finish_models()
+            finally:
+                filters_done.set()
+
+        def finish_models():
+            try:
                 if self.backend.answers_in_order:
                     while (entry := get(to_finish)) is not None and not stop.is_set():
                         finished(*entry)
@@ -713,6 +752,36 @@ class SearchEngine:
                         finished(query, ticket)
             except BaseException as error:  # noqa: BLE001
                 fail(error)
+
+        def reclaim_loop():
+            # once the filters are done, the GPU process decodes and defines the F3 passers of
+            # the tasks queued last (a share of those queued, RECLAIM_SHARE), batch after batch,
+            # and hands the tasks back to the workers with its answers
+            while not filters_done.wait(0.1):
+                if stop.is_set():
+                    return
+            self.stats.reclaim["after_seconds"] = time.perf_counter() - self._start
+            while not stop.is_set():
+                taken = _take_last(work, self.forward.passers_to_define)
+                if not taken:
+                    return
+                t0 = time.perf_counter()
+                try:
+                    answers = self.backend.define_passers([(task.query.profile, self.options.seed, passers)
+                                                           for task, passers in taken])
+                    for (task, passers), answer in zip(taken, answers):
+                        task.device_answers = answer
+                except BaseException as error:  # noqa: BLE001
+                    fail(error)
+                finally:
+                    for task, _ in taken:   # back to the workers, answered or not
+                        work.put((task.query.index, task.part, task))
+                with self._lock:
+                    r = self.stats.reclaim
+                    r["batches"] += 1
+                    r["tasks"] += len(taken)
+                    r["passers"] += sum(int(passers.size) for _, passers in taken)
+                    r["seconds"] += time.perf_counter() - t0
 
         def worker():
             from hmmgpu.host import set_flush_to_zero
@@ -757,6 +826,8 @@ class SearchEngine:
                    threading.Thread(target=finish_loop, name="hmmgpu-finish", daemon=True)]
         threads += [threading.Thread(target=worker, name=f"hmmgpu-worker-{k}", daemon=True)
                     for k in range(self.threads)]
+        if self._reclaims():
+            threads.append(threading.Thread(target=reclaim_loop, name="hmmgpu-reclaim", daemon=True))
         for t in threads:
             t.start()
         try:
@@ -786,6 +857,34 @@ class SearchEngine:
 
 #: What :func:`_get_nowait` gives for an empty queue.
 _EMPTY = object()
+
+
+def _take_last(work: queue.PriorityQueue, passers_to_define) -> list:
+    """The tasks queued last in ``work`` whose F3 passers the GPU process may define
+    (``passers_to_define(task)``, an array or None), taken out of it: the fewest whose passers
+    make up :data:`RECLAIM_SHARE` of those of every such task queued (at most
+    :data:`RECLAIM_MAX_PASSERS`), none if that share is under :data:`RECLAIM_MIN_PASSERS`;
+    (task, passers) pairs. Every other entry goes back. The last tasks are those the workers
+    would reach last, so they work on meanwhile, and the share is about what the GPU does while
+    the workers do the rest, so neither waits for the other at the end."""
+    entries = []
+    while (entry := _get_nowait(work)) is not _EMPTY:
+        entries.append(entry)
+    entries.sort(key=lambda entry: entry[:2])
+    eligible = [(k, passers) for k, entry in enumerate(entries) if entry[2] is not None
+                and (passers := passers_to_define(entry[2])) is not None]
+    budget = min(RECLAIM_MAX_PASSERS, RECLAIM_SHARE * sum(int(passers.size) for _, passers in eligible))
+    taken, count = {}, 0
+    if budget >= RECLAIM_MIN_PASSERS:
+        for k, passers in reversed(eligible):
+            if count >= budget:
+                break
+            taken[k] = passers
+            count += int(passers.size)
+    for k, entry in enumerate(entries):
+        if k not in taken:
+            work.put(entry)
+    return [(entries[k][2], passers) for k, passers in sorted(taken.items())]
 
 
 def _get_nowait(channel: queue.Queue):

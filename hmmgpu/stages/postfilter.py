@@ -80,6 +80,9 @@ class Task:
     filtered: bool  #: hmmgpu's filters ran first (F1 = F2 = 1 in pyhmmer)
     part: int = 0  #: this task's number among its query's tasks
     piece: int | None = None  #: the piece of a file searched piece by piece (then ``positions`` is empty)
+    #: the (decoded, defined) pair the GPU process made of the task's F3 passers after the filters
+    #: (:meth:`~hmmgpu.stages.protocol.PostFilterStage.passers_to_define`), in place of its query's
+    device_answers: tuple | None = None
 
 
 @dataclass

@@ -180,6 +180,12 @@ class PostFilterStage(ABC):
     def merge(self, query, results: list, counts=None) -> tuple:
         """(``TopHits`` of one serial run, its pipeline counters) from the query's task results."""
 
+    def passers_to_define(self, task):
+        """The F3 passers of a queued ``task`` that the GPU process may decode and define once
+        the filters are done (sorted database positions; the task then runs with those answers,
+        ``task.device_answers``), or None where this stage would not use them."""
+        return None
+
     def details(self) -> dict:
         """What the stage did, for the end-of-run statistics (targets by route, seconds)."""
         return {}

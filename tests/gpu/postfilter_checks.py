@@ -194,6 +194,16 @@ def check_engine(backend, db, hmms, declined: bool = False, **options) -> list:
     if declined:
         counts = backend.gpu.decoding_counts
         passers = sum(int(np.setdiff1d(t.result().survivors, t.result().forward.unsure).size) for t in tickets)
+        reclaim = engine.stats.reclaim
+        if reclaim["batches"]:   # taken back after the filters: decoded and defined in the GPU's process then
+            if not 0 < reclaim["passers"] == counts["reclaimed"] <= passers or counts["declined"] != passers \
+                    or not 0 < p.get("defined_on_gpu", 0) <= reclaim["passers"] \
+                    or p["host"] < passers - p["defined_on_gpu"]:
+                raise AssertionError(f"the passers taken back were not defined as counted: {p} {counts} {reclaim}")
+            return rows + [("reclaimed", dict(hits=hits, passers=passers, reclaimed=reclaim["passers"],
+                                              defined=p["defined_on_gpu"],
+                                              decoded=p["decoded_on_gpu"], host=p["host"], tasks=reclaim["tasks"],
+                                              line=engine.stats.postfilter_line()))]
         if p.get("decoded_on_gpu") or p.get("defined_on_gpu") or counts["declined"] != passers or \
                 p["host"] < passers or not passers:
             raise AssertionError(f"declined passers decoded, defined or not sent to pyhmmer: {p} {counts}")
@@ -323,6 +333,50 @@ def simulator_declined_checks():
         backend.close()
 
 
+def simulator_reclaim_checks():
+    """Under the simulator: :func:`simulator_declined_checks`' search, every gate batch declined,
+    with the GPU process taking every queued task back once the filters are done
+    (``engine.RECLAIM_SHARE`` 1, ``RECLAIM_MIN_PASSERS`` 1): the declined passers of every task
+    still queued then decoded and defined there after all, the hits pyhmmer's. Each target is a
+    task of its own (``TASK_SECONDS`` tiny), and the one worker thread holds its first task until
+    the GPU process has answered, so that tasks are still queued when the filters are done (on a
+    real run the workers are behind the filters; here they would take every task at once)."""
+    import threading
+
+    from hmmgpu.cpu.own_postfilter import OwnPostFilter
+    from hmmgpu.formats.seqdb import SequenceDB
+    from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.gpu.runtime import tuning
+    from hmmgpu.search import engine
+    from hmmgpu.stages import postfilter
+
+    hmms = sample_models(["KR"])
+    db = SequenceDB.from_block(sample_targets(hmms, hits=3, misses=2, others=4, max_length=260))
+    tuning.DEFINE_BACKLOG_PASSERS = 0
+    engine.RECLAIM_SHARE, engine.RECLAIM_MIN_PASSERS = 1.0, 1
+    postfilter.TASK_SECONDS = 1e-9
+    answered = threading.Event()
+    run, define = OwnPostFilter.run, CudaBackend.define_passers
+
+    def held_run(self, task, alone=False):
+        answered.wait(600)
+        return run(self, task, alone)
+
+    def signalled_define(self, items):
+        try:
+            return define(self, items)
+        finally:
+            answered.set()
+
+    OwnPostFilter.run, CudaBackend.define_passers = held_run, signalled_define
+    backend = CudaBackend(db)
+    try:
+        return check_engine(backend, db, hmms, declined=True, cpus=1)
+    finally:
+        backend.close()
+        OwnPostFilter.run, CudaBackend.define_passers = run, define
+
+
 def simulator_decoding_batch_checks():
     """Under the simulator: three sampled models' gates in one batch (F3 = 1: every decided
     Viterbi-filter survivor passes) with the own post-filter asked for, a fourth without: the
@@ -375,6 +429,52 @@ def gpu_own_postfilter_checks():
         backend.close()
     out.append(("command line", check_command_line(hmms, block, cpus=4, route="cuda")))
     return out
+
+
+def gpu_reclaim_command_line_checks():
+    """On a GPU: ``hmmgpu search --backend cuda --postfilter hmmgpu`` (the GPU process) on the four
+    sample models against the sample proteome, the GPU process declining every gate batch and the
+    engine taking every queued task back after the filters (set in both processes by a
+    ``sitecustomize`` module), tasks of one target each: its three tables equal hmmsearch's (or,
+    without hmmsearch, the pyhmmer route's), and its statistics say the passers were taken back and
+    defined in the GPU process."""
+    import re
+    import sys
+
+    hmmsearch = shutil.which("hmmsearch")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "sitecustomize.py").write_text(
+            "from hmmgpu.gpu.runtime import tuning\nfrom hmmgpu.search import engine\n"
+            "from hmmgpu.stages import postfilter\ntuning.DEFINE_BACKLOG_PASSERS = 0\n"
+            "engine.RECLAIM_SHARE, engine.RECLAIM_MIN_PASSERS = 1.0, 1\npostfilter.TASK_SECONDS = 1e-4\n")
+        hmmfile = tmp / "m.hmm"
+        with open(hmmfile, "wb") as fh:
+            for hmm in sample_models(["PF02826", "LuxC", "Thioesterase", "KR"]):
+                hmm.write(fh)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        runs = {}
+        for name, command in (("hmmgpu", [sys.executable, "-m", "hmmgpu", "search", "--backend", "cuda",
+                                          "--postfilter", "hmmgpu"]),
+                              ("reference", [hmmsearch] if hmmsearch else [sys.executable, "-m", "hmmgpu", "search",
+                                                                         "--backend", "hmmer"])):
+            folder = tmp / name
+            folder.mkdir()
+            done = subprocess.run([*command, "--cpu", "4", *OUTPUTS, str(hmmfile), str(PROTEOME)], cwd=folder, env=env,
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                raise AssertionError(f"{name}: exit {done.returncode}: {done.stderr[-2000:]}")
+            runs[name] = (folder, done.stderr)
+        for kind in ("tblout", "domtblout", "pfamtblout"):
+            if _rows(runs["hmmgpu"][0] / f"out.{kind}") != _rows(runs["reference"][0] / f"out.{kind}"):
+                raise AssertionError(f"{kind} differs from the reference's")
+        said = runs["hmmgpu"][1]
+        taken = re.search(r"(\d+) F3 passers of (\d+) queued tasks taken back by the GPU process", said)
+        defined = re.search(r"(\d+) passers defined on the GPU", said)
+        if taken is None or defined is None or not 0 < int(defined.group(1)) <= int(taken.group(1)):
+            raise AssertionError(f"no passers taken back and defined:\n{said[-3000:]}")
+        return dict(reclaimed=int(taken.group(1)), tasks=int(taken.group(2)), defined=int(defined.group(1)),
+                    domain_rows=len(_rows(runs["hmmgpu"][0] / "out.domtblout")) - 1, hmmsearch=hmmsearch is not None)
 
 
 if __name__ == "__main__":

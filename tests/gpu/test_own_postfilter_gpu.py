@@ -71,6 +71,17 @@ def test_declined_passers_go_to_pyhmmer_under_simulator(tmp_path):
     assert got["hits"] > 0
 
 
+def test_declined_passers_taken_back_after_the_filters_under_simulator(tmp_path):
+    """The same search with the GPU process taking the queued tasks back once the filters are
+    done: the declined passers of those tasks decoded and defined there after all, the engine's
+    states pyhmmer's, the statistics saying so."""
+    got = _simulate("simulator_reclaim_checks", tmp_path)["reclaimed"]
+    assert got["tasks"] > 1 and got["hits"] > 0
+    assert 0 < got["defined"] <= got["reclaimed"] <= got["passers"] and got["decoded"] >= got["defined"]
+    assert got["host"] >= got["passers"] - got["defined"]   # the rest on pyhmmer's pipeline
+    assert f"{got['reclaimed']} F3 passers of {got['tasks']} queued tasks taken back by the GPU process" in got["line"]
+
+
 def test_decodings_of_several_models_share_a_step_under_simulator(tmp_path):
     """Three sampled models' gates in one batch, their passers decoded in one second launch,
     each model's decodings its own and equal to the references'; a model of the same batch
@@ -94,3 +105,17 @@ def test_own_postfilter_on_the_gpu_route():
     rows = dict(gpu_own_postfilter_checks())
     print(rows)
     _assert_rows(rows, ["2-Hacid_dh_C", "LuxC", "Thioesterase", "KR"])
+
+
+@pytest.mark.gpu
+def test_passers_taken_back_after_the_filters_on_the_command_line():
+    """The command line's GPU process declining every gate batch, the engine taking the queued
+    tasks back after the filters: the tables hmmsearch's, the passers defined in the GPU process."""
+    from hmmgpu.gpu.runtime.context import cuda_available
+    from tests.gpu.postfilter_checks import gpu_reclaim_command_line_checks
+
+    if not cuda_available():
+        pytest.skip("no CUDA GPU")
+    got = gpu_reclaim_command_line_checks()
+    print(got)
+    assert got["reclaimed"] > 0 and got["tasks"] > 1 and got["domain_rows"] > 0

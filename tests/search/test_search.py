@@ -1097,3 +1097,40 @@ def test_gpu_process_cpu_time_joins_the_run_statistics():
     total.add(part)
     total.add(part)
     assert total.cpu_seconds["workers"] == 4.0 and total.cpu_seconds["gpu_processes"] == 6.0
+
+
+def test_take_last_hands_the_gpu_the_tasks_queued_last(monkeypatch):
+    """Once the filters are done the engine hands the GPU process the tasks the workers would reach
+    last: the fewest whose F3 passers make up RECLAIM_SHARE of every eligible task's queued (at most
+    RECLAIM_MAX_PASSERS), none when that share is under RECLAIM_MIN_PASSERS; every other entry (an
+    ineligible task, the workers' stop marks) stays queued, in its order."""
+    import queue
+
+    from hmmgpu.search import engine
+
+    def filled():
+        work = queue.PriorityQueue()
+        for index in range(6):   # query index, part, task: tasks of 100 passers, query 3's ineligible
+            work.put((index, 0, SimpleNamespace(name=index, passers=None if index == 3 else np.arange(100))))
+        work.put((np.iinfo(np.int64).max, 0, None))
+        return work
+
+    def names(work):
+        out = []
+        while not work.empty():
+            index, _, task = work.get()
+            out.append(index if task is None else task.name)
+        return out
+
+    monkeypatch.setattr(engine, "RECLAIM_SHARE", 0.5)
+    monkeypatch.setattr(engine, "RECLAIM_MIN_PASSERS", 200)
+    work = filled()
+    taken = engine._take_last(work, lambda task: task.passers)
+    assert [task.name for task, _ in taken] == [2, 4, 5]   # half of 500 eligible passers: 5, 4, 2 reach it
+    assert names(work) == [0, 1, 3, np.iinfo(np.int64).max]
+    monkeypatch.setattr(engine, "RECLAIM_MAX_PASSERS", 100)
+    monkeypatch.setattr(engine, "RECLAIM_MIN_PASSERS", 100)
+    taken = engine._take_last(work := filled(), lambda task: task.passers)
+    assert [task.name for task, _ in taken] == [5] and len(names(work)) == 6
+    monkeypatch.setattr(engine, "RECLAIM_MIN_PASSERS", 101)   # the share capped at 100: under the least
+    assert engine._take_last(work := filled(), lambda task: task.passers) == [] and len(names(work)) == 7
