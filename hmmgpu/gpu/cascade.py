@@ -840,11 +840,13 @@ class GpuCascade:
 
     def _gate_batch_targets(self, decode: bool) -> int:
         """The targets at which the queued gates are launched: with hmmgpu's own post-filter
+        defining passers during the filters (:data:`~hmmgpu.gpu.runtime.tuning.DEFINE_BACKLOG_PASSERS`
+        above 0: the gate batches are its definitions' batches)
         :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS_OWN_POSTFILTER`; else
         :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS`, the first batches smaller, from
         :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_FIRST_TARGETS` doubling at each, so that the
         post-filter's threads get their first passers sooner."""
-        if decode:
+        if decode and tuning.DEFINE_BACKLOG_PASSERS > 0:
             return tuning.FWD_GATE_TARGETS_OWN_POSTFILTER
         return min(tuning.FWD_GATE_TARGETS, tuning.FWD_GATE_FIRST_TARGETS << min(self._gate_batches, 30))
 

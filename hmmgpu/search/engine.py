@@ -23,7 +23,8 @@ threads pass them along through bounded queues (and a fourth may hand work back 
 4. **reclaim** (one thread, with hmmgpu's own post-filter on a GPU backend): once the filters
    are done the GPU is idle while the workers still have seconds of tasks queued. This thread
    takes the tasks queued last back (:func:`_take_last`: their F3 passers a share of those
-   queued, about what the GPU defines while the workers do the rest), has the GPU process
+   queued, what the GPU defines while the workers do the rest at the speeds measured so far,
+   :func:`reclaim_share`), has the GPU process
    decode and define their passers (``define_passers``, as it defines a gate batch's), and
    queues them again with those answers, so that a worker only forms their hits. The tasks
    taken are the ones the workers would reach last, so nobody waits for the GPU but at the
@@ -115,11 +116,18 @@ REROUTE_AFTER_SECONDS = 1.0
 #: at a time before it looks for models sent meanwhile (seconds).
 FINISH_POLL_SECONDS = 0.005
 #: Once the filters are done, the GPU process takes back the tasks queued last whose F3 passers
-#: it can define (hmmgpu's own post-filter, its gate batches declined): this share of the queued
-#: passers at a time, at most RECLAIM_MAX_PASSERS, none once the share is under
-#: RECLAIM_MIN_PASSERS (0: it takes none). The share is the GPU's speed at defining passers over
-#: its and the worker threads' together (measured: docs/performance.md).
-RECLAIM_SHARE = 0.25
+#: it can define (hmmgpu's own post-filter, its gate batches declined), a batch at a time: the
+#: share of the queued passers that it would define while the worker threads do the rest, from
+#: the two speeds (passers a second: the workers' so far, the GPU process's at its last batch,
+#: RECLAIM_GPU_PASSERS_PER_SECOND before its first), times RECLAIM_MARGIN (a GPU that ends
+#: after the workers keeps them waiting; one that ends first takes another batch), at most
+#: RECLAIM_MAX_PASSERS; none once that is under RECLAIM_MIN_PASSERS. RECLAIM_MARGIN 0: none
+#: taken. Measured on one H200 (58e31ca, 600 Pfam x 29 M, the GPU alone after the filters,
+#: session_defprofile_h200_2026-11-29_s16call2.log): 9,042 passers in 7.06 s, 1,280 a second,
+#: where 16 worker threads do 7,000-8,500; a fixed share of 0.25 kept the workers waiting for
+#: the GPU's last batch, 2-6 s (session_reclaim_h200_2026-11-29_s16call1.log).
+RECLAIM_GPU_PASSERS_PER_SECOND = 1280.0
+RECLAIM_MARGIN = 0.8
 RECLAIM_MAX_PASSERS = 8192
 RECLAIM_MIN_PASSERS = 256
 
@@ -243,8 +251,10 @@ class EngineStats:
     #: stage counts the targets it did and those it sent to pyhmmer's pipeline)
     postfilter: dict = field(default_factory=dict)
     #: the tasks the GPU process took back once the filters were done (:func:`_take_last`): when
-    #: (seconds from the start), its batches, their tasks and F3 passers, and the seconds waited for them
-    reclaim: dict = field(default_factory=lambda: dict(after_seconds=None, batches=0, tasks=0, passers=0, seconds=0.0))
+    #: (seconds from the start), its batches, their tasks and F3 passers, the seconds waited for
+    #: them, and each batch's share of the queued passers (:func:`reclaim_share`)
+    reclaim: dict = field(default_factory=lambda: dict(after_seconds=None, batches=0, tasks=0, passers=0, seconds=0.0,
+                                                       shares=[]))
 
     def add(self, other: "EngineStats") -> None:
         """Add the counts and busy times of another part of the same run (a worker process's)."""
@@ -336,8 +346,8 @@ class EngineStats:
                 + (f", {p['defined_on_gpu']} passers defined on the GPU (domain definition in the GPU process)"
                    if p.get("defined_on_gpu") else "")
                 + (f"; {r['passers']} F3 passers of {r['tasks']} queued tasks taken back by the GPU process after "
-                   f"the filters ({r['batches']} batches from {r['after_seconds']:.2f} s, {r['seconds']:.2f} s)"
-                   if r["batches"] else ""))
+                   f"the filters ({r['batches']} batches from {r['after_seconds']:.2f} s, {r['seconds']:.2f} s, "
+                   f"shares {r['shares']})" if r["batches"] else ""))
 
     def forward_gate_line(self) -> str:
         """One line on the Forward gate: what hmmgpu's Forward decided, the work taken from pyhmmer."""
@@ -571,7 +581,7 @@ class SearchEngine:
         its definitions."""
         from hmmgpu.stages.protocol import PostFilterStage
 
-        return (self.filtered and RECLAIM_SHARE > 0 and hasattr(self.backend, "define_passers")
+        return (self.filtered and RECLAIM_MARGIN > 0 and hasattr(self.backend, "define_passers")
                 and type(self.forward).passers_to_define is not PostFilterStage.passers_to_define)
 
     def _search_threaded(self, models):
@@ -657,6 +667,7 @@ class SearchEngine:
             return value
 
         running = [0]  # tasks the workers are running
+        worked = [0]   # targets of the tasks the workers ran without the GPU process's answers (their speed)
 
         def idle() -> bool:  # fewer tasks queued or running than workers (or the search is stopping)
             return stop.is_set() or work.qsize() + running[0] < self.threads
@@ -755,14 +766,20 @@ class SearchEngine:
 
         def reclaim_loop():
             # once the filters are done, the GPU process decodes and defines the F3 passers of
-            # the tasks queued last (a share of those queued, RECLAIM_SHARE), batch after batch,
+            # the tasks queued last (a share of those queued, reclaim_share), batch after batch,
             # and hands the tasks back to the workers with its answers
             while not filters_done.wait(0.1):
                 if stop.is_set():
                     return
             self.stats.reclaim["after_seconds"] = time.perf_counter() - self._start
+            gpu_rate = RECLAIM_GPU_PASSERS_PER_SECOND
             while not stop.is_set():
-                taken = _take_last(work, self.forward.passers_to_define)
+                with self._lock:
+                    since = self.stats.first_task_seconds
+                    busy = time.perf_counter() - self._start - (since or 0.0)
+                    worker_rate = worked[0] / busy if since is not None and busy > 0 else 0.0
+                share = reclaim_share(gpu_rate, worker_rate)
+                taken = _take_last(work, self.forward.passers_to_define, share)
                 if not taken:
                     return
                 t0 = time.perf_counter()
@@ -776,12 +793,15 @@ class SearchEngine:
                 finally:
                     for task, _ in taken:   # back to the workers, answered or not
                         work.put((task.query.index, task.part, task))
+                passers = sum(int(passers.size) for _, passers in taken)
+                gpu_rate = passers / max(time.perf_counter() - t0, 1e-3)
                 with self._lock:
                     r = self.stats.reclaim
                     r["batches"] += 1
                     r["tasks"] += len(taken)
-                    r["passers"] += sum(int(passers.size) for _, passers in taken)
+                    r["passers"] += passers
                     r["seconds"] += time.perf_counter() - t0
+                    r["shares"].append(round(share, 3))
 
         def worker():
             from hmmgpu.host import set_flush_to_zero
@@ -810,6 +830,8 @@ class SearchEngine:
                         complete = len(query.results) == query.n_tasks
                     result = self.finish(query) if complete else None
                     with self._lock:
+                        if task.device_answers is None:
+                            worked[0] += int(task.positions.size)
                         stage = "forward_seconds" if task.filtered else "pipeline_seconds"
                         setattr(self.stats, stage, getattr(self.stats, stage) + time.perf_counter() - t0)
                         self.stats.cpu_seconds["workers"] += outcome.cpu_seconds
@@ -859,21 +881,28 @@ class SearchEngine:
 _EMPTY = object()
 
 
-def _take_last(work: queue.PriorityQueue, passers_to_define) -> list:
+def reclaim_share(gpu_rate: float, worker_rate: float) -> float:
+    """The share of the queued passers the GPU process takes back (:data:`RECLAIM_MARGIN` of its
+    speed over its and the workers' together, passers a second; at most 1)."""
+    total = gpu_rate + worker_rate
+    return min(1.0, RECLAIM_MARGIN * gpu_rate / total) if total > 0 else 0.0
+
+
+def _take_last(work: queue.PriorityQueue, passers_to_define, share: float) -> list:
     """The tasks queued last in ``work`` whose F3 passers the GPU process may define
     (``passers_to_define(task)``, an array or None), taken out of it: the fewest whose passers
-    make up :data:`RECLAIM_SHARE` of those of every such task queued (at most
-    :data:`RECLAIM_MAX_PASSERS`), none if that share is under :data:`RECLAIM_MIN_PASSERS`;
-    (task, passers) pairs. Every other entry goes back. The last tasks are those the workers
-    would reach last, so they work on meanwhile, and the share is about what the GPU does while
-    the workers do the rest, so neither waits for the other at the end."""
+    make up ``share`` of those of every such task queued (at most :data:`RECLAIM_MAX_PASSERS`),
+    none if that is under :data:`RECLAIM_MIN_PASSERS`; (task, passers) pairs. Every other entry
+    goes back. The last tasks are those the workers would reach last, so they work on meanwhile,
+    and the share is what the GPU does while the workers do the rest (:func:`reclaim_share`), so
+    neither waits for the other at the end."""
     entries = []
     while (entry := _get_nowait(work)) is not _EMPTY:
         entries.append(entry)
     entries.sort(key=lambda entry: entry[:2])
     eligible = [(k, passers) for k, entry in enumerate(entries) if entry[2] is not None
                 and (passers := passers_to_define(entry[2])) is not None]
-    budget = min(RECLAIM_MAX_PASSERS, RECLAIM_SHARE * sum(int(passers.size) for _, passers in eligible))
+    budget = min(RECLAIM_MAX_PASSERS, share * sum(int(passers.size) for _, passers in eligible))
     taken, count = {}, 0
     if budget >= RECLAIM_MIN_PASSERS:
         for k, passers in reversed(eligible):

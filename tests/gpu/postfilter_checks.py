@@ -336,7 +336,7 @@ def simulator_declined_checks():
 def simulator_reclaim_checks():
     """Under the simulator: :func:`simulator_declined_checks`' search, every gate batch declined,
     with the GPU process taking every queued task back once the filters are done
-    (``engine.RECLAIM_SHARE`` 1, ``RECLAIM_MIN_PASSERS`` 1): the declined passers of every task
+    (``engine.RECLAIM_MARGIN`` huge: a share of 1; ``RECLAIM_MIN_PASSERS`` 1): the declined passers of every task
     still queued then decoded and defined there after all, the hits pyhmmer's. Each target is a
     task of its own (``TASK_SECONDS`` tiny), and the one worker thread holds its first task until
     the GPU process has answered, so that tasks are still queued when the filters are done (on a
@@ -353,7 +353,7 @@ def simulator_reclaim_checks():
     hmms = sample_models(["KR"])
     db = SequenceDB.from_block(sample_targets(hmms, hits=3, misses=2, others=4, max_length=260))
     tuning.DEFINE_BACKLOG_PASSERS = 0
-    engine.RECLAIM_SHARE, engine.RECLAIM_MIN_PASSERS = 1.0, 1
+    engine.RECLAIM_MARGIN, engine.RECLAIM_MIN_PASSERS = 1e9, 1
     postfilter.TASK_SECONDS = 1e-9
     answered = threading.Event()
     run, define = OwnPostFilter.run, CudaBackend.define_passers
@@ -447,7 +447,7 @@ def gpu_reclaim_command_line_checks():
         (tmp / "sitecustomize.py").write_text(
             "from hmmgpu.gpu.runtime import tuning\nfrom hmmgpu.search import engine\n"
             "from hmmgpu.stages import postfilter\ntuning.DEFINE_BACKLOG_PASSERS = 0\n"
-            "engine.RECLAIM_SHARE, engine.RECLAIM_MIN_PASSERS = 1.0, 1\npostfilter.TASK_SECONDS = 1e-4\n")
+            "engine.RECLAIM_MARGIN, engine.RECLAIM_MIN_PASSERS = 1e9, 1\npostfilter.TASK_SECONDS = 1e-4\n")
         hmmfile = tmp / "m.hmm"
         with open(hmmfile, "wb") as fh:
             for hmm in sample_models(["PF02826", "LuxC", "Thioesterase", "KR"]):

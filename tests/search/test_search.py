@@ -1101,9 +1101,10 @@ def test_gpu_process_cpu_time_joins_the_run_statistics():
 
 def test_take_last_hands_the_gpu_the_tasks_queued_last(monkeypatch):
     """Once the filters are done the engine hands the GPU process the tasks the workers would reach
-    last: the fewest whose F3 passers make up RECLAIM_SHARE of every eligible task's queued (at most
-    RECLAIM_MAX_PASSERS), none when that share is under RECLAIM_MIN_PASSERS; every other entry (an
-    ineligible task, the workers' stop marks) stays queued, in its order."""
+    last: the fewest whose F3 passers make up the share asked of every eligible task's queued (at
+    most RECLAIM_MAX_PASSERS), none when that is under RECLAIM_MIN_PASSERS; every other entry (an
+    ineligible task, the workers' stop marks) stays queued, in its order. The share is the
+    margin's part of the GPU's speed over both speeds."""
     import queue
 
     from hmmgpu.search import engine
@@ -1122,15 +1123,18 @@ def test_take_last_hands_the_gpu_the_tasks_queued_last(monkeypatch):
             out.append(index if task is None else task.name)
         return out
 
-    monkeypatch.setattr(engine, "RECLAIM_SHARE", 0.5)
+    monkeypatch.setattr(engine, "RECLAIM_MARGIN", 0.8)
+    assert engine.reclaim_share(1000.0, 3000.0) == pytest.approx(0.2) and engine.reclaim_share(0.0, 0.0) == 0.0
+    monkeypatch.setattr(engine, "RECLAIM_MARGIN", 1e9)
+    assert engine.reclaim_share(1.0, 1e6) == 1.0
     monkeypatch.setattr(engine, "RECLAIM_MIN_PASSERS", 200)
     work = filled()
-    taken = engine._take_last(work, lambda task: task.passers)
+    taken = engine._take_last(work, lambda task: task.passers, 0.5)
     assert [task.name for task, _ in taken] == [2, 4, 5]   # half of 500 eligible passers: 5, 4, 2 reach it
     assert names(work) == [0, 1, 3, np.iinfo(np.int64).max]
     monkeypatch.setattr(engine, "RECLAIM_MAX_PASSERS", 100)
     monkeypatch.setattr(engine, "RECLAIM_MIN_PASSERS", 100)
-    taken = engine._take_last(work := filled(), lambda task: task.passers)
+    taken = engine._take_last(work := filled(), lambda task: task.passers, 0.5)
     assert [task.name for task, _ in taken] == [5] and len(names(work)) == 6
     monkeypatch.setattr(engine, "RECLAIM_MIN_PASSERS", 101)   # the share capped at 100: under the least
-    assert engine._take_last(work := filled(), lambda task: task.passers) == [] and len(names(work)) == 7
+    assert engine._take_last(work := filled(), lambda task: task.passers, 0.5) == [] and len(names(work)) == 7
