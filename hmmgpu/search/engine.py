@@ -28,7 +28,9 @@ threads pass them along through bounded queues (and a fourth may hand work back 
    decode and define their passers (``define_passers``, as it defines a gate batch's), and
    queues them again with those answers, so that a worker only forms their hits. The tasks
    taken are the ones the workers would reach last, so nobody waits for the GPU but at the
-   very end, and the answers are the same definitions the stage would make itself.
+   very end, and the answers are the same definitions the stage would make itself. It is off
+   (:data:`RECLAIM_MARGIN` 0) until the GPU process defines passers faster than it does today:
+   measured, it made the searches slower.
 
 With ``auto``, the backend's filters and pyhmmer's whole pipeline share the models, so that
 neither the GPU nor the worker threads wait while the other has work:
@@ -122,12 +124,19 @@ FINISH_POLL_SECONDS = 0.005
 #: RECLAIM_GPU_PASSERS_PER_SECOND before its first), times RECLAIM_MARGIN (a GPU that ends
 #: after the workers keeps them waiting; one that ends first takes another batch), at most
 #: RECLAIM_MAX_PASSERS; none once that is under RECLAIM_MIN_PASSERS. RECLAIM_MARGIN 0: none
-#: taken. Measured on one H200 (58e31ca, 600 Pfam x 29 M, the GPU alone after the filters,
-#: session_defprofile_h200_2026-11-29_s16call2.log): 9,042 passers in 7.06 s, 1,280 a second,
-#: where 16 worker threads do 7,000-8,500; a fixed share of 0.25 kept the workers waiting for
-#: the GPU's last batch, 2-6 s (session_reclaim_h200_2026-11-29_s16call1.log).
+#: taken, the default. Measured on one H200 (600 Pfam, outputs equal in every run): alone after
+#: the filters the GPU process defined 9,042 passers in 7.06 s, 1,280 a second, where 16 worker
+#: threads do 7,000-8,500 (58e31ca, session_defprofile_h200_2026-11-29_s16call2.log); a fixed
+#: share of 0.25 kept the workers waiting for the GPU's last batch (29 M: 8.5-9.8 s against the
+#: default route's 6.3-6.9 s; 116 M: 27.9-28.3 s against 21.0-21.7 s,
+#: session_reclaim_h200_2026-11-29_s16call1.log), and so did these shares from the speeds at a
+#: margin of 0.8 (shares 0.15-0.18; 29 M: 7.6 s against 5.7-6.5 s, 116 M: 26.0-26.9 s against
+#: 20.5-21.1 s, e463049, session_reclaim_h200_2026-11-29_s16call3.log): the GPU process's host
+#: part of the definitions (about 0.8 ms of CPU a passer, in one interpreter, and the CPU
+#: sampler's threads) is too slow, and takes cores from the workers. It pays once that part is
+#: several times faster (docs/performance.md).
 RECLAIM_GPU_PASSERS_PER_SECOND = 1280.0
-RECLAIM_MARGIN = 0.8
+RECLAIM_MARGIN = 0.0
 RECLAIM_MAX_PASSERS = 8192
 RECLAIM_MIN_PASSERS = 256
 
