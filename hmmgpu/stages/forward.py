@@ -153,12 +153,14 @@ def forward_score(scales, xc, pmove) -> np.float32:
     return np.float32(float(tot) + math.log(last))
 
 
-def forward_scores(scales, starts, counts, last) -> np.ndarray:
-    """:func:`forward_score` of many targets at once (float32 nats): target ``t``'s scale factors
-    are ``scales[starts[t]:starts[t] + counts[t]]`` (float32, in row order) and ``last`` its
-    ``f32(xC pmove)``. The same bits: each target's sum runs in its own order, one step for all
-    targets at a time (double sum, rounded to float at every row), and every logarithm is libm's
-    double ``log`` (``math.log``; numpy's own ``log`` may differ from it in the last bit)."""
+def forward_totscales(scales, starts, counts) -> np.ndarray:
+    """:func:`forward_totscale` of many targets at once (float32): target ``t``'s scale factors
+    are ``scales[starts[t]:starts[t] + counts[t]]`` (float32, in row order). The same bits: each
+    target's sum runs in its own order, one step for all targets at a time (double sum, rounded
+    to float at every row), and every logarithm is libm's double ``log`` (``math.log``; numpy's
+    own ``log`` may differ from it in the last bit). A Backward pass's ``totscale`` is the same
+    sum of its recorded factors (:func:`backward_score_from_scales`: ``f32(log(s_L))`` first is
+    ``f32(0 + log(s_L))``)."""
     starts, counts = np.asarray(starts, np.int64), np.asarray(counts, np.int64)
     tot = np.zeros(counts.size, np.float32)
     if counts.size and counts.max() > 0:
@@ -167,10 +169,25 @@ def forward_scores(scales, starts, counts, last) -> np.ndarray:
         alive = np.cumsum(np.bincount(counts, minlength=int(counts.max()) + 1)[::-1])[::-1]
         for k in range(int(counts.max())):
             who = order[:alive[k + 1]]  # the targets with more than k factors
-            logs = np.array(list(map(math.log, values[starts[who] + k].tolist())), np.float64)
-            tot[who] = (tot[who].astype(np.float64) + logs).astype(np.float32)
-    logs = np.array(list(map(math.log, np.asarray(last, np.float32).tolist())), np.float64)
-    return (tot.astype(np.float64) + logs).astype(np.float32)
+            tot[who] = (tot[who].astype(np.float64) + _logs(values[starts[who] + k])).astype(np.float32)
+    return tot
+
+
+def forward_scores(scales, starts, counts, last) -> np.ndarray:
+    """:func:`forward_score` of many targets at once (float32 nats): :func:`forward_totscales`,
+    then ``f32(totscale + log(last))``, ``last`` each target's ``f32(xC pmove)``."""
+    return plus_logs(forward_totscales(scales, starts, counts), last)
+
+
+def plus_logs(tot, values) -> np.ndarray:
+    """``f32(tot + log(values))`` elementwise (float32 ``tot`` and ``values``; the sum in double,
+    libm's double ``log``), as the parsers end their scores."""
+    return (np.asarray(tot, np.float32).astype(np.float64) + _logs(values)).astype(np.float32)
+
+
+def _logs(values) -> np.ndarray:
+    """libm's double ``log`` of each float32 value (``math.log``), as float64."""
+    return np.array(list(map(math.log, np.asarray(values, np.float32).tolist())), np.float64)
 
 
 def backward_score(rows) -> tuple:
@@ -199,6 +216,7 @@ def backward_score_from_scales(scales, xn) -> tuple:
     return tot, np.float32(float(tot) + math.log(xn))
 
 
-__all__ = ["ForwardTables", "forward_totscale", "forward_score", "forward_scores", "backward_score", "backward_score_from_scales",
+__all__ = ["ForwardTables", "forward_totscale", "forward_totscales", "forward_score", "forward_scores", "plus_logs",
+           "backward_score", "backward_score_from_scales",
            "length_specials", "nqf", "STATUS_OK", "STATUS_RANGE", "STATUS_UNSURE", "RANGE", "SUBNORMAL", "TINY_ROWS",
            "FTZ_ONLY", "ANY_TINY", "HOST", "FLT_MIN", "FTZ_EDGE", "ABSORB", "RESCALE_AT", "DD_EARLY_EXIT_M", "OWN_SCALES_AT"]

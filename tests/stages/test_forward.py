@@ -5,7 +5,8 @@ Forward scores of many targets at once are the bits of each target's own (whose 
 libhmmer's is checked there too)."""
 import numpy as np
 
-from hmmgpu.stages.forward import forward_score, forward_scores, length_specials
+from hmmgpu.stages.forward import (backward_score_from_scales, forward_score, forward_scores, forward_totscale,
+                                   forward_totscales, length_specials, plus_logs)
 
 
 def test_one_length_equals_the_array_form():
@@ -38,3 +39,21 @@ def test_many_scores_at_once_equal_each_targets_own():
     assert np.array_equal(forward_scores(scales, starts[pick], counts[pick], last[pick]).view(np.uint32),
                           want[pick].view(np.uint32))
     assert forward_scores(scales, [], [], []).size == 0
+
+
+def test_many_totscales_at_once_equal_each_passs_own():
+    """forward_totscales (the full-matrix kernels' summaries, all jobs at once) gives each
+    Forward pass's totscale and each Backward pass's (row L's factor first), bit for bit, and
+    plus_logs ends a Backward score as backward_score_from_scales does."""
+    rng = np.random.default_rng(7)
+    counts = rng.integers(1, 30, 2000)
+    scales = (10.0 ** rng.uniform(0, 30, int(counts.sum()))).astype(np.float32)   # 1 / xE or 1 / xB: above 1
+    starts = np.cumsum(counts) - counts
+    tot = forward_totscales(scales, starts, counts)
+    xn = (10.0 ** rng.uniform(-30, 0, counts.size)).astype(np.float32)
+    score = plus_logs(tot, xn)
+    for k, (a, c) in enumerate(zip(starts, counts)):
+        assert tot[k].view(np.uint32) == forward_totscale(scales[a:a + c]).view(np.uint32)
+        btot, bscore = backward_score_from_scales(scales[a:a + c], xn[k])
+        assert (tot[k].view(np.uint32), score[k].view(np.uint32)) == (btot.view(np.uint32), bscore.view(np.uint32))
+    assert forward_totscales(scales, starts[:0], counts[:0]).size == 0

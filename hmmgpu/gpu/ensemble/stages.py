@@ -160,6 +160,15 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
         for k, future in futures.items():
             ensembles[k], spent = future.result()
             seconds += spent
+
+        def finished(k):   # the clustering, compiled, leaves the interpreter's lock: the pool's threads share it
+            if ensembles[k] is None:
+                return RegionEnsemble(n2sc=np.zeros(lengths[k], np.float32), envelopes=np.zeros((0, 2), np.int64),
+                                      flags=int(flags[k]))
+            with flush_to_zero(ftz):
+                return region_result(ensembles[k], flags[k])
+
+        results = list(pool.map(finished, range(n)))
     if counts is not None:
         measured = dict(regions=n, cpu_regions=len(futures), cpu_seconds=seconds,
                         cpu_residues=sum(lengths[k] for k in futures),
@@ -167,7 +176,4 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
                         kernel_seconds=kernel_seconds if on_kernel else 0.0)
         for name, value in measured.items():
             counts[name] = counts.get(name, 0) + value
-    with flush_to_zero(ftz):
-        return [RegionEnsemble(n2sc=np.zeros(lengths[k], np.float32), envelopes=np.zeros((0, 2), np.int64),
-                               flags=int(flags[k])) if ensembles[k] is None else region_result(ensembles[k], flags[k])
-                for k in range(n)]
+    return results

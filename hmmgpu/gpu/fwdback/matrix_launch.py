@@ -52,8 +52,7 @@ from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
-from hmmgpu.stages.forward import (
-    FLT_MIN, SUBNORMAL, ForwardTables, backward_score_from_scales, forward_score, forward_totscale)
+from hmmgpu.stages.forward import FLT_MIN, SUBNORMAL, ForwardTables, forward_totscales, length_specials, plus_logs
 
 __all__ = ["MatrixJob", "MatrixSummary", "MatrixBatch", "produce_matrices", "job_bytes", "matrix_bytes"]
 
@@ -297,7 +296,9 @@ def _launch_shape(device, storage: str, m: int, q_max: int, block: int, scratch_
 def _summaries(jobs, fwd, bwd, scale_base, stream) -> dict:
     """``forward`` and ``backward``: each job's :class:`MatrixSummary`, formed on the host from
     the kernels' flags, final C (Forward), row 0's N (Backward) and scale factors (copied on
-    ``stream``), as :func:`hmmgpu.cpu.fwdback.forward_parser` and ``backward_parser`` form them."""
+    ``stream``), as :func:`hmmgpu.cpu.fwdback.forward_parser` and ``backward_parser`` form them
+    (:func:`~hmmgpu.stages.forward.forward_score`, :func:`~hmmgpu.stages.forward.backward_score_from_scales`),
+    all jobs' at once: each sum in its own order, libm's ``log`` (:func:`~hmmgpu.stages.forward.forward_totscales`)."""
     n = len(jobs)
     copies = {f"fwd_{name}": fwd[name].copy_to_host(stream=stream)
               for name in ("out_flags", "out_xc", "out_nscale", "out_scales")}
@@ -306,30 +307,34 @@ def _summaries(jobs, fwd, bwd, scale_base, stream) -> dict:
                        for name in ("out_flags", "out_own", "out_nscale", "out_xn", "out_scales")})
     if stream:
         stream.synchronize()
-    got = {name: copies[f"fwd_{name}"] for name in ("out_flags", "out_xc", "out_nscale")}
-    scales = copies["fwd_out_scales"]
-    forward = []
-    for k, job in enumerate(jobs):
-        flags, xc = int(got["out_flags"][k]), got["out_xc"][k]
-        s = scales[scale_base[k]:scale_base[k] + got["out_nscale"][k]]
-        score = np.float32(np.nan)  # the final C NaN, 0 or infinite: RANGE (libhmmer: eslERANGE)
-        if np.isfinite(xc) and xc != 0:
-            pmove = special_transitions(unihit_tables(job.tables) if job.unihit else job.tables, len(job.codes))[1, 0]
-            last = np.float32(xc * pmove)
-            if 0 < last <= FLT_MIN:
-                flags |= SUBNORMAL
-            score = forward_score(s, xc, pmove) if last > 0 else np.float32(-np.inf)  # numba's log(0) in the reference
-        forward.append(MatrixSummary(flags=flags, score=score, totscale=forward_totscale(s), has_own_scales=True))
+    starts = np.asarray(scale_base[:n], np.int64)
+    flags = copies["fwd_out_flags"][:n].astype(np.int64)
+    xc = copies["fwd_out_xc"][:n].astype(np.float32)
+    totscale = forward_totscales(copies["fwd_out_scales"], starts, copies["fwd_out_nscale"][:n])
+    # the length model's C -> T move of each job's tables (unihit: nj = 0) at its target's length
+    nj = np.array([0.0 if job.unihit else job.tables.nj for job in jobs], np.float32)
+    pmove = length_specials(np.array([len(job.codes) for job in jobs], np.int64), nj)[0]
+    score = np.full(n, np.nan, np.float32)  # the final C NaN, 0 or infinite: RANGE (libhmmer: eslERANGE)
+    with np.errstate(all="ignore"):
+        ends = np.isfinite(xc) & (xc != 0)
+        last = (xc * pmove).astype(np.float32)
+    flags[ends & (last > 0) & (last <= FLT_MIN)] |= SUBNORMAL
+    score[ends & (last <= 0)] = -np.inf   # numba's log(0) in the reference
+    positive = np.flatnonzero(ends & (last > 0))
+    score[positive] = plus_logs(totscale[positive], last[positive])
+    forward = [MatrixSummary(flags=int(f), score=sc, totscale=t, has_own_scales=True)
+               for f, sc, t in zip(flags.tolist(), score, totscale)]
     backward = [None] * n
     if bwd is not None:
-        got = {name: copies[f"bwd_{name}"] for name in ("out_flags", "out_own", "out_nscale", "out_xn")}
-        scales = copies["bwd_out_scales"]
-        for k, job in enumerate(jobs):
-            if not job.backward:
-                continue
-            totscale, score = backward_score_from_scales(scales[scale_base[k]:scale_base[k] + got["out_nscale"][k]],
-                                                         got["out_xn"][k])
-            flags = int(got["out_flags"][k]) | forward[k].flags
-            backward[k] = MatrixSummary(flags=flags, score=score, totscale=totscale,
-                                        has_own_scales=bool(got["out_own"][k]))
+        asked = [k for k, job in enumerate(jobs) if job.backward]
+        tot = forward_totscales(copies["bwd_out_scales"], starts[asked], copies["bwd_out_nscale"][asked])
+        xn = copies["bwd_out_xn"][asked].astype(np.float32)
+        with np.errstate(all="ignore"):
+            ends = np.isfinite(xn) & (xn != 0)
+        bscore = np.full(len(asked), np.nan, np.float32)   # xn NaN, 0 or infinite: RANGE
+        bscore[ends] = plus_logs(tot[ends], xn[ends])
+        bflags = copies["bwd_out_flags"][asked].astype(np.int64) | flags[asked]
+        for m, k in enumerate(asked):
+            backward[k] = MatrixSummary(flags=int(bflags[m]), score=bscore[m], totscale=tot[m],
+                                        has_own_scales=bool(copies["bwd_out_own"][k]))
     return dict(forward=forward, backward=backward)
