@@ -26,8 +26,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import header, resolve, save  # noqa: E402
 from forward_batches import _models  # noqa: E402
@@ -49,6 +47,7 @@ def main(argv=None) -> int:
 
     from hmmgpu.formats.seqdb import SequenceDB
     from hmmgpu.gpu.backend import CudaBackend
+    from hmmgpu.gpu.cascade import _passers
     from hmmgpu.options import SearchOptions
 
     clock = time.perf_counter()
@@ -65,9 +64,7 @@ def main(argv=None) -> int:
         profiles = [backend.prepare(hmm) for hmm in hmms]
         items = []
         for profile, ticket in zip(profiles, [backend.submit(p, options) for p in profiles]):
-            got = ticket.result()
-            unsure = got.forward.unsure if got.forward is not None else np.zeros(0, np.int64)
-            passers = got.survivors[~np.isin(got.survivors, unsure)]
+            passers = _passers(ticket.result())   # the survivors the gate passed, as a gate batch takes them
             if passers.size:
                 items.append((profile, options.seed, passers))
         batches, batch, count = [], [], 0

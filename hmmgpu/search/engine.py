@@ -803,13 +803,14 @@ class SearchEngine:
                     for task, _ in taken:   # back to the workers, answered or not
                         work.put((task.query.index, task.part, task))
                 passers = sum(int(passers.size) for _, passers in taken)
-                gpu_rate = passers / max(time.perf_counter() - t0, 1e-3)
+                spent = time.perf_counter() - t0
+                gpu_rate = passers / max(spent, 1e-3)
                 with self._lock:
                     r = self.stats.reclaim
                     r["batches"] += 1
                     r["tasks"] += len(taken)
                     r["passers"] += passers
-                    r["seconds"] += time.perf_counter() - t0
+                    r["seconds"] += spent
                     r["shares"].append(round(share, 3))
 
         def worker():
