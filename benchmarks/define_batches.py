@@ -13,8 +13,15 @@ each round it prints the wall time, the passers a second, the definitions' step 
 envelopes' finish) and the digest: the SHA-256 of every answer (decodings left and definitions
 sent, pickled) in order, equal for two versions that agree bit for bit.
 
-    python3 benchmarks/define_batches.py [--models 600] [--every 3] [--max-seqs 0] [--repeat 3]
-        [--batch-passers 4096] [--models-file PATH] [--proteins PATH] [--json OUT]
+``--offset`` picks which of every ``--every`` models (so that several processes take disjoint
+sets), ``--threads`` makes the calls of a round from that many threads at once (each its share of
+the calls, the answers still digested in call order), and ``--barrier DIR:N`` holds the first
+round until N processes have their passers ready (each leaves a file in DIR), so that processes
+started together define together after their filters: the three tell whether the definitions' pace is the GPU's or the host's.
+
+    python3 benchmarks/define_batches.py [--models 600] [--every 3] [--offset 0] [--max-seqs 0]
+        [--repeat 3] [--batch-passers 4096] [--threads 1] [--barrier DIR:N] [--models-file PATH]
+        [--proteins PATH] [--json OUT]
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ import json
 import pickle
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,6 +43,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", type=int, default=600)
     ap.add_argument("--every", type=int, default=3, help="every n-th of those models")
+    ap.add_argument("--offset", type=int, default=0, help="the first model taken, of every --every")
+    ap.add_argument("--threads", type=int, default=1, help="threads making a round's calls")
+    ap.add_argument("--barrier", default="", help="DIR:N: the first round waits for N processes' files in DIR")
     ap.add_argument("--max-seqs", type=int, default=0, help="the first proteins only (0: all)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--batch-passers", type=int, default=4096)
@@ -57,7 +68,7 @@ def main(argv=None) -> int:
             db = SequenceDB.from_block(fh.read_block(sequences=args.max_seqs))
     else:
         db = SequenceDB.from_fasta(proteins)
-    hmms = _models(resolve(args.models_file), args.models)[::args.every]
+    hmms = _models(resolve(args.models_file), args.models)[args.offset::args.every]
     options = SearchOptions.from_kwargs(backend="cuda")
     backend = CudaBackend(db)
     try:
@@ -79,10 +90,16 @@ def main(argv=None) -> int:
         print(f"# data ready in {time.perf_counter() - clock:.1f} s: {len(hmms)} models, {db.n} sequences, "
               f"{passers} F3 passers of {len(items)} models in {len(batches)} calls; {backend.description}", flush=True)
         report = {}
+        if args.barrier:
+            folder, _, count = args.barrier.rpartition(":")
+            Path(folder, f"ready.{args.offset}").touch()
+            while len(list(Path(folder).glob("ready.*"))) < int(count):
+                time.sleep(0.01)
         for round_ in range(args.repeat):
             before = dict(backend.gpu.define_seconds)
             clock = time.perf_counter()
-            answers = [answer for batch in batches for answer in backend.define_passers(batch)]
+            with ThreadPoolExecutor(max(1, args.threads)) as pool:
+                answers = [answer for got in pool.map(backend.define_passers, batches) for answer in got]
             wall = time.perf_counter() - clock
             digest = hashlib.sha256()
             defined = 0
@@ -90,7 +107,7 @@ def main(argv=None) -> int:
                 digest.update(pickle.dumps((decoded, definitions), protocol=5))
                 defined += 0 if definitions is None else len(definitions)
             steps = {k: round(v - before.get(k, 0.0), 3) for k, v in backend.gpu.define_seconds.items()}
-            report = dict(round=round_, wall_s=round(wall, 3), passers=passers, defined=defined,
+            report = dict(round=round_, offset=args.offset, threads=args.threads, wall_s=round(wall, 3), passers=passers, defined=defined,
                           passers_per_s=round(passers / wall, 1), steps=steps, digest=digest.hexdigest())
             print("# " + json.dumps(report), flush=True)
     finally:
