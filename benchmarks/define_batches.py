@@ -18,9 +18,12 @@ sets), ``--threads`` makes the calls of a round from that many threads at once (
 the calls, the answers still digested in call order), and ``--barrier DIR:N`` holds the first
 round until N processes have their passers ready (each leaves a file in DIR), so that processes
 started together define together after their filters: the three tell whether the definitions' pace is the GPU's or the host's.
+``--ftz`` defines as for a search in hmmsearch's float mode (the command line's: every definition
+in that mode, in one pass; ``CudaBackend.set_float_mode``); without it, as for a search in IEEE
+arithmetic, which takes up to three passes (whose digest is comparable with older versions').
 
     python3 benchmarks/define_batches.py [--models 600] [--every 3] [--offset 0] [--max-seqs 0]
-        [--repeat 3] [--batch-passers 4096] [--threads 1] [--barrier DIR:N] [--models-file PATH]
+        [--repeat 3] [--batch-passers 4096] [--threads 1] [--barrier DIR:N] [--ftz] [--models-file PATH]
         [--proteins PATH] [--json OUT]
 """
 from __future__ import annotations
@@ -46,6 +49,7 @@ def main(argv=None) -> int:
     ap.add_argument("--offset", type=int, default=0, help="the first model taken, of every --every")
     ap.add_argument("--threads", type=int, default=1, help="threads making a round's calls")
     ap.add_argument("--barrier", default="", help="DIR:N: the first round waits for N processes' files in DIR")
+    ap.add_argument("--ftz", action="store_true", help="as for a search in hmmsearch's float mode")
     ap.add_argument("--max-seqs", type=int, default=0, help="the first proteins only (0: all)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--batch-passers", type=int, default=4096)
@@ -71,6 +75,7 @@ def main(argv=None) -> int:
     hmms = _models(resolve(args.models_file), args.models)[args.offset::args.every]
     options = SearchOptions.from_kwargs(backend="cuda")
     backend = CudaBackend(db)
+    backend.set_float_mode(args.ftz)
     try:
         profiles = [backend.prepare(hmm) for hmm in hmms]
         items = []
@@ -107,7 +112,7 @@ def main(argv=None) -> int:
                 digest.update(pickle.dumps((decoded, definitions), protocol=5))
                 defined += 0 if definitions is None else len(definitions)
             steps = {k: round(v - before.get(k, 0.0), 3) for k, v in backend.gpu.define_seconds.items()}
-            report = dict(round=round_, offset=args.offset, threads=args.threads, wall_s=round(wall, 3), passers=passers, defined=defined,
+            report = dict(round=round_, offset=args.offset, threads=args.threads, ftz=args.ftz, wall_s=round(wall, 3), passers=passers, defined=defined,
                           passers_per_s=round(passers / wall, 1), steps=steps, digest=digest.hexdigest())
             print("# " + json.dumps(report), flush=True)
     finally:

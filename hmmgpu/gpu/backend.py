@@ -70,6 +70,9 @@ class CudaBackend(FilterBackend):
     def submit(self, profile, options):
         return self.gpu.submit(profile, options)
 
+    def set_float_mode(self, ftz: bool) -> None:
+        self.gpu.search_ftz = bool(ftz)
+
     def flush_gates(self) -> None:
         """Launch the Forward gates still queued (:meth:`hmmgpu.gpu.cascade.GpuCascade.flush_gates`)."""
         self.gpu.flush_gates()

@@ -472,6 +472,9 @@ class GpuCascade:
         self.ensemble_counts: dict = {}
         self._steps: list = []  #: the decoding steps whose launch waits for their gate batch
         self.forward_gate = forward_gate
+        #: the search computes its post-filter in hmmsearch's float mode (``set_float_mode``): every
+        #: definition is made in that mode, in one pass (:meth:`define_domains_of`)
+        self.search_ftz = False
         #: the Forward gate's decisions, summed over models: passed and failed F3, and left
         #: undecided (sent on to pyhmmer's stage)
         self.forward_counts = dict(passed=0, failed=0, unsure=0)
@@ -743,7 +746,7 @@ class GpuCascade:
             left = {}
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes,
                                           ftz_stages if tuning.DEFINE_FTZ_ONLY else None,
-                                          again=bool(tuning.DEFINE_FLAGGED_AGAIN),
+                                          again=bool(tuning.DEFINE_FLAGGED_AGAIN), all_in_ftz=self.search_ftz,
                                           clustered=bool(tuning.DEFINE_CLUSTERED), counts=left)
         for m, (defined, rest) in zip(chosen, split):
             answers[m] = (rest, defined)

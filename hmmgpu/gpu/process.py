@@ -19,7 +19,8 @@ The child is a fresh interpreter (``python -m hmmgpu.gpu.process FD``) on one en
 socket pair; it inherits standard error (compile notices). The parent sends, in order:
 ``("init", database path, format, lanes, device, max_bytes, model lengths or None, span or None)``
 (``span``: ``(first, end)``, only those targets of a made database: a dask worker's shard), then any number of
-``("compile", model lengths)``, ``("model", hmm, mmu, options)``, ``("define", {key: hmm},
+``("compile", model lengths)``, ``("model", hmm, mmu, options, ftz)`` (``ftz``: the search's float mode,
+:meth:`~hmmgpu.stages.protocol.Backend.set_float_mode`), ``("define", {key: hmm},
 [(key, seed, passers), ...])`` and ``("stats",)``, and finally ``None``. The child answers ``("ready",
 description, lanes, (targets, residues))`` or ``("error", message)`` to the first; ``("done", k,
 CascadeResult)`` or ``("error", k, message)`` for the k-th model (counted from 0) as soon as its
@@ -159,7 +160,8 @@ def _serve(conn: Connection) -> None:
                 kind = message[0]
                 if kind == "model":
                     try:
-                        _, hmm, mmu, options = message
+                        _, hmm, mmu, options, ftz = message
+                        backend.set_float_mode(ftz)
                         pending.append((received, "model", backend.submit(ModelProfile.from_hmm(hmm, mmu), options)))
                     except Exception as error:  # noqa: BLE001
                         pending.append((received, "error", _one_line(error)))
@@ -291,6 +293,7 @@ class CudaProcessBackend(CascadeBackend):
     from one submitting and one waiting thread at most."""
 
     answers_in_order = False
+    _ftz = False  #: the search's float mode (:meth:`set_float_mode`), sent with every model
 
     def __init__(self, db=None, *, source: tuple | None = None, lanes: str = "auto", device: int = 0,
                  max_bytes: int | None = None, lengths=None, span: tuple | None = None):
@@ -462,10 +465,13 @@ class CudaProcessBackend(CascadeBackend):
             self._unanswered[self._sent] = ticket
             self._sent += 1
             try:
-                self._conn.send(("model", model.hmm, model.mmu, options))
+                self._conn.send(("model", model.hmm, model.mmu, options, self._ftz))
             except OSError:
                 raise self._stopped() from None
         return ticket
+
+    def set_float_mode(self, ftz: bool) -> None:
+        self._ftz = bool(ftz)   # the child's definitions: GpuCascade.search_ftz
 
     def waiting(self) -> int:
         return len(self._unanswered)

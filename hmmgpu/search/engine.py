@@ -402,6 +402,7 @@ class SearchEngine:
         self.options = options
         self.backend = backend
         self.ftz = ftz
+        backend.set_float_mode(ftz)
         self.threads = 0 if options.run.cpus == 0 else options.run.threads
         least = MODELS_IN_FLIGHT_OWN_POSTFILTER_MIN if options.run.postfilter == "hmmgpu" else MODELS_IN_FLIGHT_MIN
         self.in_flight = in_flight or max(least, MODELS_IN_FLIGHT_PER_THREAD * max(1, self.threads))

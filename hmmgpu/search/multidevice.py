@@ -282,6 +282,10 @@ class MultiDeviceBackend(CascadeBackend):
         if failures:
             raise failures[0]
 
+    def set_float_mode(self, ftz: bool) -> None:
+        for backend in self.members.values():
+            backend.set_float_mode(ftz)
+
     def submit(self, model: _Prepared, options) -> _Ticket:
         ticket = _Ticket(model, options)
         with self._lock:

@@ -182,7 +182,7 @@ def split_defined(stages, codes_of, decoded: DecodedTargets) -> tuple:
 
 
 def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True, clustered: bool = True,
-                          counts: dict | None = None) -> list:
+                          counts: dict | None = None, all_in_ftz: bool = False) -> list:
     """:func:`split_defined` of several models at once: ``work`` (stages, decoded) pairs, the
     stages of one class; every model's OK decodings defined in one call of the driver
     (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). ``ftz_stages``: for each model,
@@ -190,6 +190,10 @@ def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True, c
     defined in that mode, and so, again, is a decoding whose definition in IEEE arithmetic raised
     a flag for what that mode would change (SUBNORMAL, no RANGE; unless ``again`` is False): such
     definitions are hmmsearch's (their flags for that mode dropped) and are marked ``ftz_only``.
+    ``all_in_ftz`` (with ``ftz_stages``: the search itself computes in that mode) defines every
+    decoding in that mode at once, marked so: one pass where the two modes take up to three
+    (each pass's launches last as long as their longest item). A definition in IEEE arithmetic
+    that raised no such flag is the same in either mode, so the search's answers are the same.
     ``clustered`` False: a passer whose region scan finds a clustered region (its definition
     would sample a stochastic-trace ensemble) is not defined but left with the rest, and
     ``counts``, if given, gets their number added (``left_clustered``). A (defined, rest) pair
@@ -221,11 +225,11 @@ def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True, c
     first = []
     for m, ((_, decoded), ok) in enumerate(zip(work, oks)):
         for ftz in (False, True):
-            ks = [k for k in ok if (ftz_stages is not None and bool(decoded.ftz_only[k])) == ftz]
+            ks = [k for k in ok if (ftz_stages is not None and (all_in_ftz or bool(decoded.ftz_only[k]))) == ftz]
             if ks:
                 first.append((m, ks, ftz))
     define(first)
-    if ftz_stages is not None and again:   # flagged for flush-to-zero in IEEE arithmetic: again in that mode
+    if ftz_stages is not None and again and not all_in_ftz:   # flagged for flush-to-zero in IEEE arithmetic: again in that mode
         flagged = []
         for m, ok in enumerate(oks):
             ks = [k for k in ok if not in_ftz[m][k] and _for_ftz_alone(definitions[m][k])]

@@ -53,6 +53,11 @@ class Backend(ABC):
     def prepare_for(self, lengths) -> None:
         """Get ready for models of these lengths (the GPU compiles their kernels up front)."""
 
+    def set_float_mode(self, ftz: bool) -> None:
+        """The search computes its post-filter in hmmsearch's float mode (``ftz``, flush-to-zero)
+        or in IEEE arithmetic: a backend that does some of that stage's work (the GPU's domain
+        definitions) does it in that mode alone. The engine says it before the first model."""
+
     def details(self) -> dict:
         """Where the backend's time went (for the end-of-run statistics)."""
         return {}

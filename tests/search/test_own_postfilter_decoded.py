@@ -296,3 +296,65 @@ def dd_batched(stages, db, decoded):
 
     return define_domains_batched(stages, [(db.codes(int(i)), decoded.target(k)[1])
                                            for k, i in enumerate(decoded.indices.tolist())])
+
+
+def test_a_search_in_hmmsearchs_float_mode_defines_every_decoding_in_it_at_once(survivors):
+    """``split_defined_grouped(..., all_in_ftz=True)`` (the GPU process of a search in hmmsearch's
+    float mode, ``GpuCascade.search_ftz``): every OK decoding is defined by the stages in that
+    mode in one pass and sent marked ``ftz_only``; each target the passes of both modes define
+    (IEEE first, the ``ftz_only`` decodings and the flagged definitions in that mode) gets the
+    same definition, bit for bit, and that one pass defines them all."""
+    from hmmgpu.cpu.domaindef import CpuDomainStages
+    from hmmgpu.stages.decoded import DecodedTargets
+    from hmmgpu.stages.defined import split_defined_grouped
+
+    class ModeStages(CpuDomainStages):   # the CPU stages in IEEE arithmetic or hmmsearch's float mode (one class)
+        def __init__(self, tables, ftz):
+            super().__init__(tables, seed=42)
+            self.ftz = ftz
+
+        def region_ensembles(self, regions):
+            with flush_to_zero(self.ftz):
+                return super().region_ensembles(regions)
+
+        def rescore_envelopes(self, envelopes):
+            with flush_to_zero(self.ftz):
+                return super().rescore_envelopes(envelopes)
+
+    def entries(defined) -> dict:
+        out = {}
+        for k, position in enumerate(defined.indices.tolist()):
+            score, d = defined.target(k)
+            out[position] = (float(score), d.nregions, d.nclustered, d.noverlaps, d.nenvelopes,
+                             np.float32(d.nexpected).tobytes(), np.float32(d.n2sc_sum).tobytes(),
+                             [(m.ienv, m.jenv, m.iali, m.jali, np.float32([m.envsc, m.domcorrection, m.oasc]).tobytes(),
+                               m.trace.st.tobytes(), m.trace.k.tobytes(), m.trace.i.tobytes(), m.trace.pp.tobytes())
+                              for m in d.domains])
+        return out
+
+    db, chosen = survivors
+    stage = OwnPostFilter(db, SearchOptions(), ftz=True)
+    both = flushed_in_one = 0
+    for index, hmm, positions in chosen:
+        model = stage._model(SimpleNamespace(index=index, hmm=hmm))
+        sent = {p: device_decoding(model.tables, db.codes(p)) for p in positions}
+        sent = {p: got for p, got in sent.items() if got is not None}
+        flushed = flushed_decodings(db, model.tables, positions, marked=True)
+        made = {p: (score, decoding, False) for p, (score, decoding) in sent.items()}
+        if flushed is not None:
+            made.update((p, (*flushed.target(k), True)) for k, p in enumerate(flushed.indices.tolist()))
+        order = sorted(made)
+        decoded = DecodedTargets.gather(order, [made[p][0] for p in order], [made[p][1][0] for p in order],
+                                        *([made[p][1][n] for p in order] for n in (1, 2, 3)),
+                                        ftz_only=[made[p][2] for p in order])
+        ieee, flushed_stages = ModeStages(model.tables, False), ModeStages(model.tables, True)
+        (passes, _), = split_defined_grouped([(ieee, decoded)], db.codes, [flushed_stages])
+        (once, rest), = split_defined_grouped([(ieee, decoded)], db.codes, [flushed_stages], all_in_ftz=True)
+        assert once.ftz_only.all(), hmm.name
+        by_passes, by_once = entries(passes), entries(once)
+        assert set(by_passes) <= set(by_once), hmm.name
+        for position, entry in by_passes.items():
+            assert by_once[position] == entry, (hmm.name, position)
+        both += len(by_passes)
+        flushed_in_one += int(passes.ftz_only.sum())
+    assert both >= 50 and flushed_in_one >= 3
