@@ -47,7 +47,7 @@ def test_gpu_stages_rescore_envelopes_under_simulator(tmp_path):
     kernels = rows["kernels"]   # hmmgpu warmup's list: the kernels the stages launch, each loaded once
     names = ["ensemble_traces_v1", "envelope_decode_oa_v4", "fwdback_backward_matrix_v1_global",
              "fwdback_backward_matrix_v1_shared", "fwdback_forward_matrix_v1_global",
-             "fwdback_forward_matrix_v1_shared"]
+             "fwdback_forward_matrix_v2_shared_s8"]
     assert kernels["loaded"] == 12 and kernels["same"], kernels
     assert kernels["names"] == sorted(names + [name + "_ftz" for name in names]), kernels
 

@@ -35,9 +35,11 @@ launched through the CUDA driver with its arrays, without numba; under numba's s
 they are numba's own kernels and arrays. The ensemble and envelope launchers do the same on the
 batch's device, so that their kernels read these arrays as they are; on one stream (the default
 stream unless given), so that a kernel launched after them on it reads them finished. Jobs are
-claimed costliest first; a job's row lives in shared memory where a block's rows fit in the 48
-KB a block may use without opting in to more (models of up to 512 nodes), else in a global
-scratch array (a second launch per kernel).
+claimed costliest first; a job's rows live in shared memory where a block's rows fit in the 48
+KB a block may use without opting in to more (the Backward kernel's group of four: models of up
+to 1,024 vectors; the Forward kernel there is the segmented one, a warp a job with its two row
+buffers, as many blocks as the multiprocessors hold: :func:`hmmgpu.gpu.fwdback.launch.segmented_launch`),
+else in a global scratch array (a second launch per kernel).
 """
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix, special_transitions, unihit_tables
-from hmmgpu.gpu.fwdback.matrix_source import BWD_ARGS, FWD_ARGS, BwdMatrixSpec, FwdMatrixSpec
+from hmmgpu.gpu.fwdback.launch import segmented_launch
+from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
 from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.device import GpuDevice
@@ -263,15 +266,26 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream, ftz: bool) -> 
     for where, sel in (("shared", Q <= shared_q), ("global", Q > shared_q)):
         items = np.flatnonzero(sel)
         items = items[np.argsort(-cost[items], kind="stable")]  # costliest first
-        for spec, args, outs, chosen in ((FwdMatrixSpec(where, ftz), FWD_ARGS, fwd, items),
-                                         (BwdMatrixSpec(where, ftz), BWD_ARGS, bwd, items[wants[items]])):
+        for spec, outs, chosen in ((FwdMatrixSpec(where, ftz, tuning.FWD_SEGMENTS), fwd, items),
+                                   (BwdMatrixSpec(where, ftz), bwd, items[wants[items]])):
             if chosen.size == 0:
                 continue
-            grid, threads, smem, scratch = _launch_shape(device, where, chosen.size, int(Q[chosen].max()), block,
-                                                         scratch_bytes, stream)
+            q_max = int(Q[chosen].max())
+            kernel = build.load(spec, device)
+            extra = {}
+            if spec.segmented:  # the segmented Forward kernel: a warp a job, its rows in shared memory
+                grid, threads_a_block, smem, group_floats, threads = segmented_launch(device, spec.segments,
+                                                                                       chosen.size, q_max)
+                scratch, extra = rt.device_array(1, np.float32, stream=stream), dict(group_floats=group_floats)
+                if smem > SHARED_LIMIT and not device.simulator:
+                    kernel.allow_dynamic_shared(smem)
+            else:
+                grid, threads, smem, scratch = _launch_shape(device, where, chosen.size, q_max, block, scratch_bytes,
+                                                             stream)
+                threads_a_block = block
             values = dict(common, items=dev(chosen.astype(np.int32)), n_items=int(chosen.size),
-                          counters=dev(np.zeros(1, np.int32)), scratch=scratch, n_threads=threads, **outs)
-            build.load(spec, device)[grid, block, stream, smem](*arguments(args, **values))
+                          counters=dev(np.zeros(1, np.int32)), scratch=scratch, n_threads=threads, **extra, **outs)
+            kernel[grid, threads_a_block, stream, smem](*arguments(spec.args, **values))
     return MatrixBatch(jobs=jobs, device=device, fwd_dp=fwd["out_cells"], fwd_x=fwd["out_rows"],
                        bck_dp=None if bwd is None else bwd["out_cells"], bck_x=None if bwd is None else bwd["out_rows"],
                        dp_base=dp_base, x_base=x_base, stream=stream, ftz=ftz,

@@ -60,10 +60,17 @@ instead of per-length and per-model tables, so that regions (multihit) and envel
 of any targets share a launch. Each thread writes its own lane's cells: the four threads of a
 group write four consecutive words.
 
-Not yet measured on a GPU (written without one): the time per cell against the parsers' (the
-stores add 12 Q bytes a row per lane to the parsers' traffic), and whether the rows of models
-above 128 vectors (numba's 48 KB of shared memory a block of 32 threads) should go to smaller
-blocks rather than to global scratch.
+Where the rows fit in shared memory, the Forward kernel is the segmented parser's
+(:func:`segmented_forward_body`: a warp a job, the main pass's vectors spread over eight
+segments, the chains along the row by segment 0's four threads; the module text of
+:mod:`.source` says why), and after each row the group copies the rescaled row from its buffer
+(M, I and D blocks) to the matrix (M, D, I), each thread every 32nd float. A definitions' launch
+lasts as long as its longest job (Nsight Compute on one H200: blocks of four threads at 2-12%
+of the warps a multiprocessor holds, docs/performance.md), and the segmented parser runs a
+target in about a third of the group of four's time. The same operations on the same values in
+the same order, so the same bits: the simulator's test compares every cell with the CPU
+references and libhmmer, and the GPU's digest of a fixed set of definitions
+(``benchmarks/define_batches.py``) is unchanged. The Backward kernel is still a group of four.
 """
 from __future__ import annotations
 
@@ -71,8 +78,8 @@ from dataclasses import dataclass
 
 from hmmgpu.gpu.fwdback.backward_source import backward_rows
 from hmmgpu.gpu.fwdback.source import (
-    SCRATCH_PER_Q, claim_item, forward_rows, forward_start, group_head, indented, model_head, module_lines,
-    store_specials)
+    SCRATCH_PER_Q, claim_item, forward_rows, forward_start, group_head, indented, model_head, module_lines, or_flags,
+    row_head, seg_main_pass, seg_rescale_row, seg_serial_passes, segmented_head, store_specials, update_specials)
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 from hmmgpu.stages.forward import OWN_SCALES_AT
@@ -98,6 +105,9 @@ FWD_ARGS = JOB_ARGS + (
     Arg("out_rows", "float32[:]"), Arg("out_cells", "float32[:]"), Arg("out_flags", "int32[:]"),
     Arg("out_xc", "float32[:]"), Arg("out_nscale", "int32[:]"), Arg("out_scales", "float32[:]"),
 )
+#: The segmented Forward matrix kernel's parameters: :data:`FWD_ARGS`, then the floats of shared
+#: memory a group's two row buffers and exchange area take (sized by the launch's largest model).
+SEGMENTED_FWD_ARGS = FWD_ARGS + (Arg("group_floats", "int64"),)
 #: The Backward matrix kernel's parameters: :data:`JOB_ARGS`, the Forward matrices' specials
 #: (``fwd_rows``, at the same ``row_base``), then its outputs (``out_xn[k]``: row 0's N).
 BWD_ARGS = JOB_ARGS + (
@@ -142,6 +152,65 @@ def forward_body(storage: str) -> str:
     return indented(e)
 
 
+def segmented_job_head(e: Emitter, S: int) -> None:
+    """The head of the segmented Forward kernel's work loop (inside ``while True:``): the group
+    claims job ``k`` (its slice, model and special transitions, as :func:`job_head`), places its
+    row buffers and exchange area as the segmented parser does, and clears row 0 of its matrix."""
+    claim_item(e, "claimed", leader="g == 0")
+    e("k = items[claimed]", "L = lengths[k]  # the slice's residues: the matrix's rows after row 0",
+      "wb = word_offsets[k]", "pmove = item_xf[4 * k]", "ploop = item_xf[4 * k + 1]",
+      "xe_move = item_xf[4 * k + 2]", "xe_loop = item_xf[4 * k + 3]", "m = item_model[k]",
+      "QQ = np.int64(model_q[m])", "rb0 = model_rfv[m]", "tb = model_tfv[m]",
+      "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others",
+      "BUF = 12 * QQ + 4", "first = gb", "second = gb + BUF",
+      "xa = gb + group_floats - 12  # the exchange area: the lanes' carries, votes and sums",
+      "rb = row_base[k]", "cb = cell_base[k]")
+    with e.block(f"for c in range(g, 12 * QQ, {4 * S}):  # row 0's cells: 0"):
+        e("out_cells[cb + c] = F0")
+
+
+def seg_store_cells(e: Emitter, S: int, i: str) -> None:
+    """Row ``i``'s cells, rescaled, copied from the group's row buffer (M, I, D blocks of ``4 Q``
+    floats) to the job's matrix (M, D, I: the layout of :class:`hmmgpu.cpu.fwdback.StripedMatrix`)."""
+    e("cuda.syncwarp(gmask)", f"o = cb + {i} * 12 * QQ")
+    for held, kept in ((0, 0), (1, 2), (2, 1)):
+        with e.block(f"for c in range(g, 4 * QQ, {4 * S}):"):
+            e(f"out_cells[o + {kept * 4} * QQ + c] = row[cur + {held * 4} * QQ + c]")
+
+
+def segmented_forward_body(S: int) -> str:
+    """The segmented Forward matrix kernel's body: the segmented parser's rows
+    (:func:`hmmgpu.gpu.fwdback.source.segmented_body`: a group of 4 S threads a job, its rows i-1
+    and i in shared memory) on a job's slice, every row's specials and rescaled cells kept."""
+    e = Emitter()
+    segmented_head(e, S)
+    with e.block("while True:"):
+        segmented_job_head(e, S)
+        e("prv = first", "cur = second")
+        with e.block(f"for c in range(g, 2 * BUF, {4 * S}):"):
+            e("row[gb + c] = F0")
+        e("cuda.syncwarp(gmask)")
+        forward_start(e)
+        with e.block("if g == 0:"):
+            store_specials(e, "0", "F1")
+        e("w = u32(0)")
+        with e.block("for i in range(1, L + 1):"):
+            row_head(e)
+            e("bad = False")
+            seg_main_pass(e, S)
+            seg_serial_passes(e)
+            update_specials(e)
+            seg_rescale_row(e, S, "g == 0")
+            seg_store_cells(e, S, "i")
+            e("prv, cur = cur, prv")
+        with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
+            e("flags |= RANGE")
+        or_flags(e, S)
+        with e.block("if g == 0:"):
+            e("out_flags[k] = flags", "out_xc[k] = xC", "out_nscale[k] = nscale")
+    return indented(e)
+
+
 def _keep_row(e: Emitter, i: str) -> None:
     """After Backward's row ``i``: its cells kept, and its scale factor where ``backward_engine``
     takes its logarithm (row L's always, another row's where above 1)."""
@@ -169,18 +238,31 @@ def backward_body(storage: str) -> str:
 @dataclass(frozen=True)
 class FwdMatrixSpec:
     """The full-matrix Forward kernel (``p7_Forward``), rows in shared memory
-    (``storage="shared"``) or in a global scratch array (``"global"``), as the parsers'."""
+    (``storage="shared"``) or in a global scratch array (``"global"``), as the parsers': in
+    shared memory the segmented kernel (a group of ``4 segments`` threads a job,
+    :func:`segmented_forward_body`), in global scratch a group of four."""
 
     storage: str = "shared"
     ftz: bool = False  #: in hmmsearch's float mode (flush-to-zero: hmmgpu.gpu.rounding.float_helpers)
+    segments: int = 8
+
+    @property
+    def segmented(self) -> bool:
+        return self.storage == "shared"
 
     @property
     def name(self) -> str:
-        return f"fwdback_forward_matrix_v1_{self.storage}" + ("_ftz" if self.ftz else "")
+        shape = f"v2_shared_s{self.segments}" if self.segmented else f"v1_{self.storage}"
+        return f"fwdback_forward_matrix_{shape}" + ("_ftz" if self.ftz else "")
+
+    @property
+    def args(self) -> tuple:
+        return SEGMENTED_FWD_ARGS if self.segmented else FWD_ARGS
 
     def source(self, binding: str) -> str:
-        return kernel_module("Full-matrix Forward kernel (HMMER's p7_Forward).", binding, FWD_ARGS,
-                             forward_body(self.storage), *module_lines(binding, self.ftz))
+        body = segmented_forward_body(self.segments) if self.segmented else forward_body(self.storage)
+        return kernel_module("Full-matrix Forward kernel (HMMER's p7_Forward).", binding, self.args, body,
+                             *module_lines(binding, self.ftz))
 
 
 @dataclass(frozen=True)
@@ -190,12 +272,14 @@ class BwdMatrixSpec:
 
     storage: str = "shared"
     ftz: bool = False  #: in hmmsearch's float mode (flush-to-zero: hmmgpu.gpu.rounding.float_helpers)
+    segmented = False  #: a group of four threads a job, wherever its rows are
+    args = BWD_ARGS
 
     @property
     def name(self) -> str:
         return f"fwdback_backward_matrix_v1_{self.storage}" + ("_ftz" if self.ftz else "")
 
     def source(self, binding: str) -> str:
-        return kernel_module("Full-matrix Backward kernel (HMMER's p7_Backward).", binding, BWD_ARGS,
+        return kernel_module("Full-matrix Backward kernel (HMMER's p7_Backward).", binding, self.args,
                              backward_body(self.storage), *module_lines(binding, self.ftz),
                              f"OWN_SCALES_AT = {OWN_SCALES_AT!r}")

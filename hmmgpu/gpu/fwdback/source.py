@@ -542,14 +542,15 @@ def seg_serial_passes(e: Emitter) -> None:
     e("cuda.syncwarp(gmask)")
 
 
-def seg_rescale_row(e: Emitter, S: int) -> None:
-    """:func:`rescale_row` with the row's cells shared among the group's threads."""
+def seg_rescale_row(e: Emitter, S: int, store_when: str = "want_rows != 0 and g == 0") -> None:
+    """:func:`rescale_row` with the row's cells shared among the group's threads (the specials
+    stored where ``store_when`` holds)."""
 
     def cells():
         with e.block(f"for c in range(g, 12 * QQ, {4 * S}):"):
             e("v = fmul(row[cur + c], rcp)", "row[cur + c] = v", f"bad = bad | {tiny_test('v')}")
 
-    rescale_row(e, "want_rows != 0 and g == 0", cells, leader="g == 0", then=("cuda.syncwarp(gmask)",))
+    rescale_row(e, store_when, cells, leader="g == 0", then=("cuda.syncwarp(gmask)",))
 
 
 def segmented_head(e: Emitter, S: int) -> None:
