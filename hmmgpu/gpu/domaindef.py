@@ -80,7 +80,8 @@ def kernel_specs() -> list:
     decoding and optimal accuracy kernel, each in IEEE arithmetic and in hmmsearch's float mode
     (``ftz``) (shipped compiled: :mod:`hmmgpu.gpu.prebuilt_kernels`)."""
     return [spec for ftz in (False, True) for spec in (
-        FwdMatrixSpec("shared", ftz, tuning.FWD_SEGMENTS), FwdMatrixSpec("global", ftz), BwdMatrixSpec("shared", ftz),
+        FwdMatrixSpec("shared", ftz, tuning.FWD_SEGMENTS), FwdMatrixSpec("global", ftz),
+        BwdMatrixSpec("shared", ftz, tuning.FWD_SEGMENTS),
         BwdMatrixSpec("global", ftz), EnsembleSpec(ftz), DecodeOASpec(ftz))]
 
 

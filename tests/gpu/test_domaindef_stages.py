@@ -46,7 +46,7 @@ def test_gpu_stages_rescore_envelopes_under_simulator(tmp_path):
     assert flushed["envelopes"] == report["envelopes"] + 8 and flushed["dropped"] == report["dropped"] + 1, flushed
     kernels = rows["kernels"]   # hmmgpu warmup's list: the kernels the stages launch, each loaded once
     names = ["ensemble_traces_v1", "envelope_decode_oa_v4", "fwdback_backward_matrix_v1_global",
-             "fwdback_backward_matrix_v1_shared", "fwdback_forward_matrix_v1_global",
+             "fwdback_backward_matrix_v2_shared_s8", "fwdback_forward_matrix_v1_global",
              "fwdback_forward_matrix_v2_shared_s8"]
     assert kernels["loaded"] == 12 and kernels["same"], kernels
     assert kernels["names"] == sorted(names + [name + "_ftz" for name in names]), kernels

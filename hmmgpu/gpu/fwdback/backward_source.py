@@ -505,6 +505,40 @@ def seg_bwd_first_row(e: Emitter) -> None:
     _first_row_specials(e, "g == 0")
 
 
+def seg_backward_rows(e: Emitter, S: int, after_row=None) -> None:
+    """Rows L down to 0 of the segmented Backward recursion (:func:`backward_rows` with a group of
+    ``4 S`` threads sharing each row in the buffers ``cur`` and ``nxt``); after each row i = L..1
+    is rescaled and its specials stored, ``after_row(e, i)`` (the row in ``cur``: a full
+    matrix's store of its cells). The segmented parser and full-matrix kernel
+    (:mod:`.matrix_source`) both run it; ``flags``, ``bad``, ``own`` and the chains' values are
+    set before."""
+    seg_bwd_last_row(e, S)
+    seg_bwd_dd_carry_passes(e)
+    seg_bwd_md_pass(e, S)
+    e("scale = fwd_rows[rb + 6 * L + 5]")
+    seg_bwd_rescale_row(e, S, "L")
+    if after_row is not None:
+        after_row(e, "L")
+    e("nxt, cur = cur, nxt")
+    with e.block("for i in range(L - 1, 0, -1):"):
+        _residue(e, "i")
+        seg_bwd_main_pass(e, S)
+        _sum_b_of_lanes(e)
+        _bwd_specials_after_b(e)
+        seg_bwd_dd_first_pass(e, S)
+        seg_bwd_dd_carry_passes(e)
+        seg_bwd_md_pass(e, S)
+        row_scale(e)
+        seg_bwd_rescale_row(e, S, "i")
+        if after_row is not None:
+            after_row(e, "i")
+        e("nxt, cur = cur, nxt")
+    seg_bwd_first_row(e)
+    with e.block("if bad:"):
+        e("flags |= SUBNORMAL")
+    or_flags(e, S)
+
+
 def segmented_body(S: int) -> str:
     """The segmented Backward parser kernel's body (:mod:`.source`, "The segmented kernel"): a
     group of 4 S threads a target, the rows L down to 0 in two shared row buffers (``cur``: row
@@ -516,27 +550,7 @@ def segmented_body(S: int) -> str:
         segmented_target(e)
         e("cur = first", "nxt = second", "rb = row_base[k]", "flags = int32(0)", "bad = False", "own = False",
           "dcv = F0", "dpv = F0", "shifted = F0", "xBv = F0")
-        seg_bwd_last_row(e, S)
-        seg_bwd_dd_carry_passes(e)
-        seg_bwd_md_pass(e, S)
-        e("scale = fwd_rows[rb + 6 * L + 5]")
-        seg_bwd_rescale_row(e, S, "L")
-        e("nxt, cur = cur, nxt")
-        with e.block("for i in range(L - 1, 0, -1):"):
-            _residue(e, "i")
-            seg_bwd_main_pass(e, S)
-            _sum_b_of_lanes(e)
-            _bwd_specials_after_b(e)
-            seg_bwd_dd_first_pass(e, S)
-            seg_bwd_dd_carry_passes(e)
-            seg_bwd_md_pass(e, S)
-            row_scale(e)
-            seg_bwd_rescale_row(e, S, "i")
-            e("nxt, cur = cur, nxt")
-        seg_bwd_first_row(e)
-        with e.block("if bad:"):
-            e("flags |= SUBNORMAL")
-        or_flags(e, S)
+        seg_backward_rows(e, S)
         with e.block("if g == 0:"):
             e("out_flags[k] = flags", "out_own[k] = int32(own)")
     return indented(e)

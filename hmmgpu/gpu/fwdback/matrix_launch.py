@@ -35,11 +35,11 @@ launched through the CUDA driver with its arrays, without numba; under numba's s
 they are numba's own kernels and arrays. The ensemble and envelope launchers do the same on the
 batch's device, so that their kernels read these arrays as they are; on one stream (the default
 stream unless given), so that a kernel launched after them on it reads them finished. Jobs are
-claimed costliest first; a job's rows live in shared memory where a block's rows fit in the 48
-KB a block may use without opting in to more (the Backward kernel's group of four: models of up
-to 1,024 vectors; the Forward kernel there is the segmented one, a warp a job with its two row
-buffers, as many blocks as the multiprocessors hold: :func:`hmmgpu.gpu.fwdback.launch.segmented_launch`),
-else in a global scratch array (a second launch per kernel).
+claimed costliest first; a job's rows live in shared memory where a warp's two row buffers fit
+in what a block may opt in to (the segmented kernels, a warp a job, as many blocks as the
+multiprocessors hold: :func:`hmmgpu.gpu.fwdback.launch.segmented_launch`; models of up to about
+2,400 vectors on an H200), else in a global scratch array, a group of four threads a job (a
+second launch per kernel).
 """
 from __future__ import annotations
 
@@ -261,28 +261,28 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream, ftz: bool) -> 
                    out_cells=empty(bck_cells, np.float32), out_flags=empty(n, np.int32), out_own=empty(n, np.int32),
                    out_nscale=empty(n, np.int32), out_scales=empty(int(Ld.sum()), np.float32),
                    out_xn=empty(n, np.float32))
-    shared_q = -1 if storage == "global" else SHARED_LIMIT // (4 * SCRATCH_PER_Q * block)
+    # a segmented kernel's block is one group, its two row buffers and exchange area (24 Q + 20 floats)
+    shared_q = -1 if storage == "global" else ((device.smem_per_block_optin - 1024) // 4 - 20) // 24
     cost = Ld * Q
     for where, sel in (("shared", Q <= shared_q), ("global", Q > shared_q)):
         items = np.flatnonzero(sel)
         items = items[np.argsort(-cost[items], kind="stable")]  # costliest first
         for spec, outs, chosen in ((FwdMatrixSpec(where, ftz, tuning.FWD_SEGMENTS), fwd, items),
-                                   (BwdMatrixSpec(where, ftz), bwd, items[wants[items]])):
+                                   (BwdMatrixSpec(where, ftz, tuning.FWD_SEGMENTS), bwd, items[wants[items]])):
             if chosen.size == 0:
                 continue
             q_max = int(Q[chosen].max())
             kernel = build.load(spec, device)
             extra = {}
-            if spec.segmented:  # the segmented Forward kernel: a warp a job, its rows in shared memory
+            if spec.segmented:  # the segmented kernels: a warp a job, its rows in shared memory
                 grid, threads_a_block, smem, group_floats, threads = segmented_launch(device, spec.segments,
                                                                                        chosen.size, q_max)
                 scratch, extra = rt.device_array(1, np.float32, stream=stream), dict(group_floats=group_floats)
                 if smem > SHARED_LIMIT and not device.simulator:
                     kernel.allow_dynamic_shared(smem)
             else:
-                grid, threads, smem, scratch = _launch_shape(device, where, chosen.size, q_max, block, scratch_bytes,
-                                                             stream)
-                threads_a_block = block
+                grid, threads, scratch = _global_launch(device, chosen.size, q_max, block, scratch_bytes, stream)
+                threads_a_block, smem = block, 0
             values = dict(common, items=dev(chosen.astype(np.int32)), n_items=int(chosen.size),
                           counters=dev(np.zeros(1, np.int32)), scratch=scratch, n_threads=threads, **extra, **outs)
             kernel[grid, threads_a_block, stream, smem](*arguments(spec.args, **values))
@@ -292,19 +292,15 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream, ftz: bool) -> 
                        **_summaries(jobs, fwd, bwd, scale_base, stream))
 
 
-def _launch_shape(device, storage: str, m: int, q_max: int, block: int, scratch_bytes: int, stream) -> tuple:
-    """(blocks, threads, dynamic shared bytes, scratch array on ``device``, in ``stream``'s order)
-    of a launch of ``m`` jobs."""
-    simulator, rt = device.simulator, device.runtime
-    groups_per_block = block // GROUP
-    if storage == "shared":
-        blocks = min(m, 2) if simulator else -(-m // groups_per_block)
-        return blocks, blocks * block, 4 * SCRATCH_PER_Q * q_max * block, rt.device_array(1, np.float32, stream=stream)
+def _global_launch(device, m: int, q_max: int, block: int, scratch_bytes: int, stream) -> tuple:
+    """(blocks, threads, scratch array on ``device``, in ``stream``'s order) of a launch of ``m``
+    jobs whose rows live in global scratch, a group of four threads a job: as many groups as
+    ``scratch_bytes`` of rows hold, at most one a job."""
     most = max(1, scratch_bytes // (4 * SCRATCH_PER_Q * q_max * GROUP))
-    groups = max(1, min(m, most, 2 if simulator else m))
-    blocks = -(-groups // groups_per_block)
+    groups = max(1, min(m, most, 2 if device.simulator else m))
     threads = GROUP * groups
-    return blocks, threads, 0, rt.device_array(SCRATCH_PER_Q * q_max * threads, np.float32, stream=stream)
+    return -(-groups // (block // GROUP)), threads, device.runtime.device_array(SCRATCH_PER_Q * q_max * threads,
+                                                                                np.float32, stream=stream)
 
 
 def _summaries(jobs, fwd, bwd, scale_base, stream) -> dict:

@@ -60,26 +60,27 @@ instead of per-length and per-model tables, so that regions (multihit) and envel
 of any targets share a launch. Each thread writes its own lane's cells: the four threads of a
 group write four consecutive words.
 
-Where the rows fit in shared memory, the Forward kernel is the segmented parser's
-(:func:`segmented_forward_body`: a warp a job, the main pass's vectors spread over eight
-segments, the chains along the row by segment 0's four threads; the module text of
-:mod:`.source` says why), and after each row the group copies the rescaled row from its buffer
-(M, I and D blocks) to the matrix (M, D, I), each thread every 32nd float. A definitions' launch
+Where the rows fit in shared memory, the kernels are the segmented parsers'
+(:func:`segmented_forward_body`, :func:`segmented_backward_body`: a warp a job, the cells that
+read only the row before spread over eight segments, the chains along the row by segment 0's
+four threads; the module text of :mod:`.source` says why), and after each row the group copies
+the rescaled row from its buffer (M, I and D blocks) to the matrix (M, D, I), each thread every
+32nd float. A definitions' launch
 lasts as long as its longest job (Nsight Compute on one H200: blocks of four threads at 2-12%
 of the warps a multiprocessor holds, docs/performance.md), and the segmented parser runs a
 target in about a third of the group of four's time. The same operations on the same values in
 the same order, so the same bits: the simulator's test compares every cell with the CPU
 references and libhmmer, and the GPU's digest of a fixed set of definitions
-(``benchmarks/define_batches.py``) is unchanged. The Backward kernel is still a group of four.
+(``benchmarks/define_batches.py``) is unchanged.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hmmgpu.gpu.fwdback.backward_source import backward_rows
+from hmmgpu.gpu.fwdback.backward_source import backward_rows, seg_backward_rows
 from hmmgpu.gpu.fwdback.source import (
-    SCRATCH_PER_Q, claim_item, forward_rows, forward_start, group_head, indented, model_head, module_lines, or_flags,
-    row_head, seg_main_pass, seg_rescale_row, seg_serial_passes, segmented_head, store_specials, update_specials)
+    SCRATCH_PER_Q, claim_item, forward_rows, forward_start, group_head, indented, model_head, module_lines,
+    seg_forward_rows, segmented_head, store_specials)
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 from hmmgpu.stages.forward import OWN_SCALES_AT
@@ -115,6 +116,8 @@ BWD_ARGS = JOB_ARGS + (
     Arg("out_flags", "int32[:]"), Arg("out_own", "int32[:]"), Arg("out_nscale", "int32[:]"),
     Arg("out_scales", "float32[:]"), Arg("out_xn", "float32[:]"),
 )
+#: The segmented Backward matrix kernel's parameters: :data:`BWD_ARGS` and ``group_floats``.
+SEGMENTED_BWD_ARGS = BWD_ARGS + (Arg("group_floats", "int64"),)
 
 
 def job_head(e: Emitter) -> None:
@@ -153,9 +156,9 @@ def forward_body(storage: str) -> str:
 
 
 def segmented_job_head(e: Emitter, S: int) -> None:
-    """The head of the segmented Forward kernel's work loop (inside ``while True:``): the group
+    """The head of a segmented matrix kernel's work loop (inside ``while True:``): the group
     claims job ``k`` (its slice, model and special transitions, as :func:`job_head`), places its
-    row buffers and exchange area as the segmented parser does, and clears row 0 of its matrix."""
+    row buffers and exchange area as the segmented parsers do, and clears row 0 of its matrix."""
     claim_item(e, "claimed", leader="g == 0")
     e("k = items[claimed]", "L = lengths[k]  # the slice's residues: the matrix's rows after row 0",
       "wb = word_offsets[k]", "pmove = item_xf[4 * k]", "ploop = item_xf[4 * k + 1]",
@@ -169,13 +172,13 @@ def segmented_job_head(e: Emitter, S: int) -> None:
         e("out_cells[cb + c] = F0")
 
 
-def seg_store_cells(e: Emitter, S: int, i: str) -> None:
+def seg_store_cells(e: Emitter, S: int, i: str, buffer: str = "cur") -> None:
     """Row ``i``'s cells, rescaled, copied from the group's row buffer (M, I, D blocks of ``4 Q``
     floats) to the job's matrix (M, D, I: the layout of :class:`hmmgpu.cpu.fwdback.StripedMatrix`)."""
     e("cuda.syncwarp(gmask)", f"o = cb + {i} * 12 * QQ")
     for held, kept in ((0, 0), (1, 2), (2, 1)):
         with e.block(f"for c in range(g, 4 * QQ, {4 * S}):"):
-            e(f"out_cells[o + {kept * 4} * QQ + c] = row[cur + {held * 4} * QQ + c]")
+            e(f"out_cells[o + {kept * 4} * QQ + c] = row[{buffer} + {held * 4} * QQ + c]")
 
 
 def segmented_forward_body(S: int) -> str:
@@ -193,19 +196,7 @@ def segmented_forward_body(S: int) -> str:
         forward_start(e)
         with e.block("if g == 0:"):
             store_specials(e, "0", "F1")
-        e("w = u32(0)")
-        with e.block("for i in range(1, L + 1):"):
-            row_head(e)
-            e("bad = False")
-            seg_main_pass(e, S)
-            seg_serial_passes(e)
-            update_specials(e)
-            seg_rescale_row(e, S, "g == 0")
-            seg_store_cells(e, S, "i")
-            e("prv, cur = cur, prv")
-        with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
-            e("flags |= RANGE")
-        or_flags(e, S)
+        seg_forward_rows(e, S, "g == 0", after_row=lambda e, i: seg_store_cells(e, S, i))
         with e.block("if g == 0:"):
             e("out_flags[k] = flags", "out_xc[k] = xC", "out_nscale[k] = nscale")
     return indented(e)
@@ -219,6 +210,30 @@ def _keep_row(e: Emitter, i: str) -> None:
         with e.block("if z == 0:"):
             e("out_scales[scales_at + nscale] = scale")
         e("nscale += 1")
+
+
+def segmented_backward_body(S: int) -> str:
+    """The segmented Backward matrix kernel's body: the segmented parser's rows
+    (:func:`hmmgpu.gpu.fwdback.backward_source.seg_backward_rows`) on a job's slice, every row's
+    specials, rescaled cells and kept scale factors stored (as :func:`backward_body` keeps them)."""
+
+    def keep(e: Emitter, i: str) -> None:
+        seg_store_cells(e, S, i)
+        with e.block("if " + ("True" if i == "L" else "scale > F1") + ":"):
+            with e.block("if g == 0:"):
+                e("out_scales[scales_at + nscale] = scale")
+            e("nscale += 1")
+
+    e = Emitter()
+    segmented_head(e, S)
+    with e.block("while True:"):
+        segmented_job_head(e, S)
+        e("cur = first", "nxt = second", "flags = int32(0)", "bad = False", "own = False", "nscale = 0",
+          "scales_at = scale_base[k]", "dcv = F0", "dpv = F0", "shifted = F0", "xBv = F0")
+        seg_backward_rows(e, S, after_row=keep)
+        with e.block("if g == 0:"):
+            e("out_flags[k] = flags", "out_own[k] = int32(own)", "out_nscale[k] = nscale", "out_xn[k] = xN")
+    return indented(e)
 
 
 def backward_body(storage: str) -> str:
@@ -267,19 +282,28 @@ class FwdMatrixSpec:
 
 @dataclass(frozen=True)
 class BwdMatrixSpec:
-    """The full-matrix Backward kernel (``p7_Backward``), rows in shared memory or in a global
-    scratch array."""
+    """The full-matrix Backward kernel (``p7_Backward``), rows in shared memory (the segmented
+    kernel, :func:`segmented_backward_body`) or in a global scratch array (a group of four)."""
 
     storage: str = "shared"
     ftz: bool = False  #: in hmmsearch's float mode (flush-to-zero: hmmgpu.gpu.rounding.float_helpers)
-    segmented = False  #: a group of four threads a job, wherever its rows are
-    args = BWD_ARGS
+    segments: int = 8
+
+    @property
+    def segmented(self) -> bool:
+        return self.storage == "shared"
 
     @property
     def name(self) -> str:
-        return f"fwdback_backward_matrix_v1_{self.storage}" + ("_ftz" if self.ftz else "")
+        shape = f"v2_shared_s{self.segments}" if self.segmented else f"v1_{self.storage}"
+        return f"fwdback_backward_matrix_{shape}" + ("_ftz" if self.ftz else "")
+
+    @property
+    def args(self) -> tuple:
+        return SEGMENTED_BWD_ARGS if self.segmented else BWD_ARGS
 
     def source(self, binding: str) -> str:
-        return kernel_module("Full-matrix Backward kernel (HMMER's p7_Backward).", binding, self.args,
-                             backward_body(self.storage), *module_lines(binding, self.ftz),
+        body = segmented_backward_body(self.segments) if self.segmented else backward_body(self.storage)
+        return kernel_module("Full-matrix Backward kernel (HMMER's p7_Backward).", binding, self.args, body,
+                             *module_lines(binding, self.ftz),
                              f"OWN_SCALES_AT = {OWN_SCALES_AT!r}")

@@ -542,7 +542,7 @@ def seg_serial_passes(e: Emitter) -> None:
     e("cuda.syncwarp(gmask)")
 
 
-def seg_rescale_row(e: Emitter, S: int, store_when: str = "want_rows != 0 and g == 0") -> None:
+def seg_rescale_row(e: Emitter, S: int, store_when: str) -> None:
     """:func:`rescale_row` with the row's cells shared among the group's threads (the specials
     stored where ``store_when`` holds)."""
 
@@ -584,6 +584,28 @@ def segmented_target(e: Emitter) -> None:
       "xa = gb + group_floats - 12  # the exchange area: the lanes' carries, votes and sums")
 
 
+def seg_forward_rows(e: Emitter, S: int, store_when: str, after_row=None) -> None:
+    """Rows 1..L of the segmented Forward recursion (:func:`forward_rows` with a group of ``4 S``
+    threads sharing each row in the buffers ``prv`` and ``cur``), each row's specials stored where
+    ``store_when`` holds, then ``after_row(e, "i")`` (the row rescaled in ``cur``: a full matrix's
+    store of its cells); then the final C's range check and the group's flags OR-ed. The
+    segmented parser and full-matrix kernel (:mod:`.matrix_source`) both run it."""
+    e("w = u32(0)")
+    with e.block("for i in range(1, L + 1):"):
+        row_head(e)
+        e("bad = False")
+        seg_main_pass(e, S)
+        seg_serial_passes(e)
+        update_specials(e)
+        seg_rescale_row(e, S, store_when)
+        if after_row is not None:
+            after_row(e, "i")
+        e("prv, cur = cur, prv")
+    with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
+        e("flags |= RANGE")
+    or_flags(e, S)
+
+
 def segmented_body(S: int) -> str:
     """The segmented parser kernel's body: a group of 4 S threads runs a target, thread (seg, z)
     its SSE lane z and the vectors q = seg, seg + S, ... of the main pass; the group's two row
@@ -601,18 +623,7 @@ def segmented_body(S: int) -> str:
         with e.block("if want_rows != 0 and g == 0:"):
             e("rb = row_base[k]")
             store_specials(e, "0", "F1")
-        e("w = u32(0)")
-        with e.block("for i in range(1, L + 1):"):
-            row_head(e)
-            e("bad = False")
-            seg_main_pass(e, S)
-            seg_serial_passes(e)
-            update_specials(e)
-            seg_rescale_row(e, S)
-            e("prv, cur = cur, prv")
-        with e.block("if math.isnan(xC) or (L > 0 and xC == F0) or math.isinf(xC):"):
-            e("flags |= RANGE")
-        or_flags(e, S)
+        seg_forward_rows(e, S, "want_rows != 0 and g == 0")
         with e.block("if g == 0:"):
             e("out_flags[k] = flags", "out_xc[k] = xC", "out_nscale[k] = nscale")
     return indented(e)

@@ -184,8 +184,8 @@ GPU_PROCESS_POLL_SECONDS = 0.002
 #: instead of giving them back to the driver at each synchronisation.
 DEVICE_POOL_KEEP_BYTES = 4 << 30
 #: Threads a block of domain definition's full-matrix launches of a group of four threads a job
-#: (:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices`: Backward's, and Forward's with its rows
-#: in global scratch; Forward's in shared memory is segmented, FWD_SEGMENTS):
+#: (:func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices`: those with their rows in global
+#: scratch; in shared memory they are segmented, FWD_SEGMENTS):
 #: four, one job's group, so that no job's rows wait on another's in the same warp (jobs of
 #: different models and lengths; the envelope kernel's launches are so too). Measured on 600
 #: Pfam models x 29 M residues on one H200: the matrices' step 8.2 s with blocks of 32 (98f5256),
