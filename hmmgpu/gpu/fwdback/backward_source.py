@@ -354,7 +354,7 @@ def backward_rows(e: Emitter, after_row=None) -> None:
 def kernel_body(spec: "BwdSpec") -> str:
     """The kernel's body (the lines under its ``def``)."""
     e = Emitter()
-    group_head(e, spec.storage)
+    group_head(e)
     with e.block("while True:"):
         claim_target(e)
         e("rb = row_base[k]", "flags = int32(0)", "bad = False", "own = False")

@@ -140,10 +140,10 @@ def store_cells(e: Emitter, i: str) -> None:
         e("out_cells[o + 4 * c] = row[c * T + slot]")
 
 
-def forward_body(storage: str) -> str:
-    """The Forward matrix kernel's body (the lines under its ``def``)."""
+def forward_body() -> str:
+    """The Forward matrix kernel's body with its rows in global scratch (the lines under its ``def``)."""
     e = Emitter()
-    group_head(e, storage)
+    group_head(e)
     with e.block("while True:"):
         job_head(e)
         forward_start(e)
@@ -172,13 +172,13 @@ def segmented_job_head(e: Emitter, S: int) -> None:
         e("out_cells[cb + c] = F0")
 
 
-def seg_store_cells(e: Emitter, S: int, i: str, buffer: str = "cur") -> None:
+def seg_store_cells(e: Emitter, S: int, i: str) -> None:
     """Row ``i``'s cells, rescaled, copied from the group's row buffer (M, I, D blocks of ``4 Q``
     floats) to the job's matrix (M, D, I: the layout of :class:`hmmgpu.cpu.fwdback.StripedMatrix`)."""
     e("cuda.syncwarp(gmask)", f"o = cb + {i} * 12 * QQ")
     for held, kept in ((0, 0), (1, 2), (2, 1)):
         with e.block(f"for c in range(g, 4 * QQ, {4 * S}):"):
-            e(f"out_cells[o + {kept * 4} * QQ + c] = row[{buffer} + {held * 4} * QQ + c]")
+            e(f"out_cells[o + {kept * 4} * QQ + c] = row[cur + {held * 4} * QQ + c]")
 
 
 def segmented_forward_body(S: int) -> str:
@@ -236,10 +236,10 @@ def segmented_backward_body(S: int) -> str:
     return indented(e)
 
 
-def backward_body(storage: str) -> str:
-    """The Backward matrix kernel's body (the lines under its ``def``)."""
+def backward_body() -> str:
+    """The Backward matrix kernel's body with its rows in global scratch (the lines under its ``def``)."""
     e = Emitter()
-    group_head(e, storage)
+    group_head(e)
     with e.block("while True:"):
         job_head(e)
         e("flags = int32(0)", "bad = False", "own = False", "nscale = 0",
@@ -275,7 +275,7 @@ class FwdMatrixSpec:
         return SEGMENTED_FWD_ARGS if self.segmented else FWD_ARGS
 
     def source(self, binding: str) -> str:
-        body = segmented_forward_body(self.segments) if self.segmented else forward_body(self.storage)
+        body = segmented_forward_body(self.segments) if self.segmented else forward_body()
         return kernel_module("Full-matrix Forward kernel (HMMER's p7_Forward).", binding, self.args, body,
                              *module_lines(binding, self.ftz))
 
@@ -303,7 +303,7 @@ class BwdMatrixSpec:
         return SEGMENTED_BWD_ARGS if self.segmented else BWD_ARGS
 
     def source(self, binding: str) -> str:
-        body = segmented_backward_body(self.segments) if self.segmented else backward_body(self.storage)
+        body = segmented_backward_body(self.segments) if self.segmented else backward_body()
         return kernel_module("Full-matrix Backward kernel (HMMER's p7_Backward).", binding, self.args, body,
                              *module_lines(binding, self.ftz),
                              f"OWN_SCALES_AT = {OWN_SCALES_AT!r}")

@@ -298,20 +298,17 @@ def store_specials(e: Emitter, i: str, scale: str) -> None:
       "out_rows[o + 3] = xB", "out_rows[o + 4] = xC", f"out_rows[o + 5] = {scale}")
 
 
-def group_head(e: Emitter, storage: str) -> None:
-    """The opening of a parser kernel: the thread's group of four and its lane ``z``, and where
-    its row lives (``row``: cell c of thread ``slot`` at ``c * T + slot``)."""
+def group_head(e: Emitter) -> None:
+    """The opening of a kernel of a group of four threads a target (rows in global scratch; in
+    shared memory the kernels are segmented): the thread's lane ``z``, and where its row lives
+    (``row``: cell c of thread ``slot`` at ``c * T + slot``)."""
     e("tid = cuda.grid(1)")
     with e.block("if tid >= n_threads:"):
         e("return")
     e("lane = int32(cuda.threadIdx.x & 31)  # a group of four threads runs a target: thread z its lane z",
-      "z = lane & 3", "base = lane - z", "gmask = u32(15) << u32(base)")
-    if storage == "shared":
-        e("row = cuda.shared.array(0, float32)  # the block's rows: cell c of thread t at c * T + t",
-          "T = np.int64(cuda.blockDim.x)", "slot = np.int64(cuda.threadIdx.x)")
-    else:
-        e("row = scratch  # the launch's rows: cell c of thread t at c * T + t",
-          "T = np.int64(n_threads)", "slot = np.int64(tid)")
+      "z = lane & 3", "base = lane - z", "gmask = u32(15) << u32(base)",
+      "row = scratch  # the launch's rows: cell c of thread t at c * T + t",
+      "T = np.int64(n_threads)", "slot = np.int64(tid)")
 
 
 def claim_item(e: Emitter, var: str = "k", leader: str = "z == 0") -> None:
@@ -401,7 +398,7 @@ def or_flags(e: Emitter, segments: int = 1) -> None:
 def kernel_body(spec: "FwdSpec") -> str:
     """The kernel's body (the lines under its ``def``)."""
     e = Emitter()
-    group_head(e, spec.storage)
+    group_head(e)
     with e.block("while True:"):
         claim_target(e)
         forward_start(e)
