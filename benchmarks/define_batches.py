@@ -20,7 +20,9 @@ round until N processes have their passers ready (each leaves a file in DIR), so
 started together define together after their filters: the three tell whether the definitions' pace is the GPU's or the host's.
 ``--ftz`` defines as for a search in hmmsearch's float mode (the command line's: every definition
 in that mode, in one pass; ``CudaBackend.set_float_mode``); without it, as for a search in IEEE
-arithmetic, which takes up to three passes (whose digest is comparable with older versions').
+arithmetic (the API's default), which leaves the passers that hold in hmmsearch's mode only, and
+those whose definitions are flagged, to pyhmmer (up to fd7f854 it defined them too, in two more
+passes whose answers such a search never used: digests of that mode from before then differ).
 
     python3 benchmarks/define_batches.py [--models 600] [--every 3] [--offset 0] [--max-seqs 0]
         [--repeat 3] [--batch-passers 4096] [--threads 1] [--barrier DIR:N] [--ftz] [--models-file PATH]

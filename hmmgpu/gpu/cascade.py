@@ -424,7 +424,7 @@ class _DecodingStep:
             flushed.append(int((ftz_only & (dec.status != STATUS_UNSURE)).sum()))
             # (a model whose tables hold a subnormal entry, which hmmsearch's flush-to-zero build
             # holds as 0, has none decoded: ForwardTables.exactness_conditions)
-            keep = np.flatnonzero((dec.status != STATUS_UNSURE) & (bool(tuning.DEFINE_FTZ_ONLY) | ~ftz_only)).tolist()
+            keep = np.flatnonzero((dec.status != STATUS_UNSURE) & (cascade.defines_in_ftz | ~ftz_only)).tolist()
             work.append((profile_tables, seed, DecodedTargets.gather(got.indices[keep], got.scores[keep], dec.status[keep],
                                                              [dec.mocc[k] for k in keep],
                                                              [dec.btot[k] for k in keep],
@@ -472,8 +472,8 @@ class GpuCascade:
         self.ensemble_counts: dict = {}
         self._steps: list = []  #: the decoding steps whose launch waits for their gate batch
         self.forward_gate = forward_gate
-        #: the search computes its post-filter in hmmsearch's float mode (``set_float_mode``): every
-        #: definition is made in that mode, in one pass (:meth:`define_domains_of`)
+        #: the search computes its post-filter in hmmsearch's float mode (``set_float_mode``): the
+        #: definitions are made in that mode (:attr:`defines_in_ftz`)
         self.search_ftz = False
         #: the Forward gate's decisions, summed over models: passed and failed F3, and left
         #: undecided (sent on to pyhmmer's stage)
@@ -635,7 +635,7 @@ class GpuCascade:
 
     def _count_decoded(self, decoded: int, host: int, ftz_only: int, nbytes: int, defined: int) -> None:
         """Add a batch's counts: its passers decoded, left undecided (``host``: flagged, or
-        decoded in hmmsearch's float mode only and not defined here, tuning.DEFINE_FTZ_ONLY),
+        decoded in hmmsearch's float mode only and not defined here: defines_in_ftz),
         decoded in that mode only (``ftz_only``), its bytes and its passers defined."""
         with self._lock:
             self.decoding_counts["decoded"] += decoded
@@ -716,10 +716,18 @@ class GpuCascade:
             measured = measured_step_cost(self.ensemble_counts)
         return tuning.ENSEMBLE_GPU_STEP_COST if measured is None else measured
 
+    @property
+    def defines_in_ftz(self) -> bool:
+        """Whether the definitions are made in hmmsearch's float mode, the decodings that hold in
+        that mode only (``ftz_only``) among them: those of a search in that mode (:attr:`search_ftz`),
+        with :data:`~hmmgpu.gpu.runtime.tuning.DEFINE_FTZ_ONLY`; else in IEEE arithmetic, those
+        decodings left to pyhmmer's pipeline."""
+        return self.search_ftz and bool(tuning.DEFINE_FTZ_ONLY)
+
     def define_domains_of(self, work, steps: dict | None = None) -> list:
         """Domain definition of several models' decoded passers with the GPU's stages
-        (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`; those decoded in hmmsearch's float mode
-        only, ``ftz_only``, with the stages in that mode), all at once: ``work`` (tables, the
+        (:class:`~hmmgpu.gpu.domaindef.GpuDomainStages`, in the float mode of :attr:`defines_in_ftz`),
+        all at once: ``work`` (tables, the
         search's ``--seed``, decoded) triples; a (decodings sent, definitions sent or None) pair
         each, as :func:`~hmmgpu.stages.defined.split_defined_grouped` splits them. None defined
         with ``--seed 0`` (the post-filter stage then leaves the model's tasks to pyhmmer's
@@ -739,19 +747,17 @@ class GpuCascade:
         # pipeline whatever its ensemble, so it is never sampled here
         cpu_threads = tuning.ENSEMBLE_CPU_THREADS if self._host_code_ready.is_set() else 0
         stream = self._definition_stream()
-        stages, ftz_stages = ([GpuDomainStages(work[m][0], seed=work[m][1], device=self.device, step_cost=step_cost,
-                                               stream=stream, cpu_threads=cpu_threads, sample_flagged=False, ftz=ftz)
-                               for m in chosen] for ftz in (False, True))
+        in_ftz = self.defines_in_ftz
+        stages = [GpuDomainStages(work[m][0], seed=work[m][1], device=self.device, step_cost=step_cost, stream=stream,
+                                  cpu_threads=cpu_threads, sample_flagged=False, ftz=in_ftz) for m in chosen]
         with self._simulated, self.device.activate():
             left = {}
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes,
-                                          ftz_stages if tuning.DEFINE_FTZ_ONLY else None,
-                                          again=bool(tuning.DEFINE_FLAGGED_AGAIN), all_in_ftz=self.search_ftz,
-                                          clustered=bool(tuning.DEFINE_CLUSTERED), counts=left)
+                                          in_ftz=in_ftz, clustered=bool(tuning.DEFINE_CLUSTERED), counts=left)
         for m, (defined, rest) in zip(chosen, split):
             answers[m] = (rest, defined)
         seconds, counts = {}, {}   # this batch's, over its models' stages
-        for s in stages + ftz_stages:
+        for s in stages:
             _add_into(seconds, s.seconds)
             _add_into(counts, s.ensemble_counts)
         with self._lock:

@@ -20,11 +20,11 @@ domain (``dcl`` order) ``ienv``, ``jenv``, ``iali``, ``jali``, ``envsc``, ``domc
 
 Which definitions are sent (:func:`split_defined`, :func:`split_defined_grouped`): those whose decoding was OK and whose
 stages raised no flag that could send them to the host (:data:`~hmmgpu.stages.forward.HOST`:
-RANGE, SUBNORMAL). The device's stages compute in IEEE arithmetic and the post-filter stage runs
-in the search's own float mode (hmmsearch's flush-to-zero on the command line); a definition
-no HOST flag marks is the same in both modes, save that its decoding may be hmmsearch's only
-(``ftz_only``, :mod:`hmmgpu.stages.decoded`): such a definition is hmmsearch's, and a search in
-pyhmmer's mode leaves it to the host. Every other decoded passer
+RANGE, SUBNORMAL). The device's stages compute in the search's own float mode: hmmsearch's
+flush-to-zero on the command line, where every definition is hmmsearch's (marked ``ftz_only``),
+the decodings that hold in that mode only (``ftz_only``, :mod:`hmmgpu.stages.decoded`)
+included; IEEE arithmetic in a search in pyhmmer's mode, which leaves those decodings to the
+host. Every other decoded passer
 (its decoding overflowed, or a matrix of its definition was flagged) is sent as its decoding
 (:class:`~hmmgpu.stages.decoded.DecodedTargets`) and defined by the post-filter stage as
 before, in its float mode.
@@ -46,7 +46,7 @@ import numpy as np
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.stages.decoded import DecodedTargets
 from hmmgpu.stages.domaindef import Domain, define_domains_grouped, scan_regions
-from hmmgpu.stages.forward import HOST, RANGE, SUBNORMAL, TINY_ROWS
+from hmmgpu.stages.forward import HOST, SUBNORMAL, TINY_ROWS
 
 __all__ = ["DefinedTargets", "SentDefinition", "SentTrace", "split_defined", "split_defined_grouped"]
 
@@ -181,75 +181,46 @@ def split_defined(stages, codes_of, decoded: DecodedTargets) -> tuple:
     return split_defined_grouped([(stages, decoded)], codes_of)[0]
 
 
-def split_defined_grouped(work, codes_of, ftz_stages=None, again: bool = True, clustered: bool = True,
-                          counts: dict | None = None, all_in_ftz: bool = False) -> list:
+def split_defined_grouped(work, codes_of, in_ftz: bool = False, clustered: bool = True,
+                          counts: dict | None = None) -> list:
     """:func:`split_defined` of several models at once: ``work`` (stages, decoded) pairs, the
     stages of one class; every model's OK decodings defined in one call of the driver
-    (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). ``ftz_stages``: for each model,
-    the stages in hmmsearch's float mode, or None. With them a decoding marked ``ftz_only`` is
-    defined in that mode, and so, again, is a decoding whose definition in IEEE arithmetic raised
-    a flag for what that mode would change (SUBNORMAL, no RANGE; unless ``again`` is False): such
-    definitions are hmmsearch's (their flags for that mode dropped) and are marked ``ftz_only``.
-    ``all_in_ftz`` (with ``ftz_stages``: the search itself computes in that mode) defines every
-    decoding in that mode at once, marked so: one pass where the two modes take up to three
-    (each pass's launches last as long as their longest item). A definition in IEEE arithmetic
-    that raised no such flag is the same in either mode, so the search's answers are the same.
+    (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). ``in_ftz``: the stages compute in
+    hmmsearch's float mode, the search's own (the command line's): every OK decoding is defined,
+    those that hold in that mode only (``ftz_only``) included, and every definition is
+    hmmsearch's (its flags for what that mode changes dropped) and marked ``ftz_only``. Without
+    it the stages compute in IEEE arithmetic, as a search in pyhmmer's mode does, and a decoding
+    marked ``ftz_only`` is left with the rest (that search's host takes no entry so marked).
     ``clustered`` False: a passer whose region scan finds a clustered region (its definition
     would sample a stochastic-trace ensemble) is not defined but left with the rest, and
     ``counts``, if given, gets their number added (``left_clustered``). A (defined, rest) pair
     per model, in order."""
     work = list(work)
-    oks = [[k for k in range(len(decoded)) if int(decoded.status[k]) == STATUS_OK] for _, decoded in work]
+    oks = [[k for k in range(len(decoded))
+            if int(decoded.status[k]) == STATUS_OK and (in_ftz or not decoded.ftz_only[k])] for _, decoded in work]
     if not clustered:
         simple = [[k for k in ok if not _has_clustered_region(decoded.target(k)[1])]
                   for ok, (_, decoded) in zip(oks, work)]
         if counts is not None:
             counts["left_clustered"] = counts.get("left_clustered", 0) + sum(map(len, oks)) - sum(map(len, simple))
         oks = simple
-    definitions = [{} for _ in work]
-    in_ftz = [np.zeros(len(decoded), bool) for _, decoded in work]   # defined in hmmsearch's mode
-
-    def define(chosen) -> None:   # chosen: (model, its positions, in hmmsearch's mode) triples
-        if not chosen:
-            return
-        groups = [(ftz_stages[m] if ftz else work[m][0],
-                   [(codes_of(int(work[m][1].indices[k])), work[m][1].target(k)[1]) for k in ks])
-                  for m, ks, ftz in chosen]
-        for (m, ks, ftz), got in zip(chosen, define_domains_grouped(groups)):
-            if ftz:   # computed in hmmsearch's float mode itself (RANGE, a real error, stays)
-                for definition in got:
-                    definition.flags &= ~(SUBNORMAL | TINY_ROWS)
-                in_ftz[m][ks] = True
-            definitions[m].update(zip(ks, got))
-
-    first = []
-    for m, ((_, decoded), ok) in enumerate(zip(work, oks)):
-        for ftz in (False, True):
-            ks = [k for k in ok if (ftz_stages is not None and (all_in_ftz or bool(decoded.ftz_only[k]))) == ftz]
-            if ks:
-                first.append((m, ks, ftz))
-    define(first)
-    if ftz_stages is not None and again and not all_in_ftz:   # flagged for flush-to-zero in IEEE arithmetic: again in that mode
-        flagged = []
-        for m, ok in enumerate(oks):
-            ks = [k for k in ok if not in_ftz[m][k] and _for_ftz_alone(definitions[m][k])]
-            if ks:
-                flagged.append((m, ks, True))
-        define(flagged)
-    return [_split(decoded, ok, [definitions[m][k] for k in ok], decoded.ftz_only | in_ftz[m])
-            for m, ((_, decoded), ok) in enumerate(zip(work, oks))]
+    chosen = [m for m, ok in enumerate(oks) if ok]
+    got = define_domains_grouped([(work[m][0], [(codes_of(int(work[m][1].indices[k])), work[m][1].target(k)[1])
+                                                for k in oks[m]]) for m in chosen])
+    definitions = [[] for _ in work]
+    for m, made in zip(chosen, got):
+        if in_ftz:   # computed in hmmsearch's float mode itself (RANGE, a real error, stays)
+            for definition in made:
+                definition.flags &= ~(SUBNORMAL | TINY_ROWS)
+        definitions[m] = made
+    return [_split(decoded, ok, made, decoded.ftz_only | in_ftz)
+            for (_, decoded), ok, made in zip(work, oks, definitions)]
 
 
 def _has_clustered_region(decoding) -> bool:
     """Whether the region scan of a decoding (status, mocc, btot, etot) finds a clustered region."""
     _, mocc, btot, etot = decoding
     return bool(scan_regions(mocc, btot, etot)[1].any())
-
-
-def _for_ftz_alone(definition) -> bool:
-    """Whether a definition in IEEE arithmetic is flagged only for what hmmsearch's float mode
-    would change (SUBNORMAL, no RANGE, its decoding OK)."""
-    return definition.status == STATUS_OK and bool(definition.flags & SUBNORMAL) and not definition.flags & RANGE
 
 
 def _split(decoded: DecodedTargets, ok: list, definitions: list, ftz_only: np.ndarray) -> tuple:

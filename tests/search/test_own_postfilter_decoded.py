@@ -21,6 +21,7 @@ import pyhmmer
 import pytest
 from pyhmmer.easel import SequenceFile
 
+from hmmgpu.cpu.domaindef import CpuDomainStages
 from hmmgpu.cpu.fwdback import FLT_MIN, HOST, SUBNORMAL, backward, length_specials, parse
 from hmmgpu.cpu.own_postfilter import OwnPostFilter, TargetOutcome
 from hmmgpu.formats.seqdb import SequenceDB
@@ -97,7 +98,6 @@ def test_a_definition_of_the_gpu_process_gives_the_references_hit(survivors):
     and hit bytes its own parsers and domain definition give, in both float modes, in a batch
     where every other target is defined by the stage itself; the others come back as their
     decodings (tests/test_audit.py has one such)."""
-    from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.stages.decoded import DecodedTargets
     from hmmgpu.stages.defined import split_defined
 
@@ -135,7 +135,6 @@ def test_passers_with_a_clustered_region_can_be_left_to_pyhmmer(survivors):
     not defined but comes back with the rest, as its decoding, and is counted
     (``left_clustered``); every other passer's definition is the one made with clustering on,
     array for array."""
-    from hmmgpu.cpu.domaindef import CpuDomainStages
     from hmmgpu.stages.decoded import DecodedTargets
     from hmmgpu.stages.defined import split_defined_grouped
     from hmmgpu.stages.domaindef import scan_regions
@@ -239,41 +238,45 @@ def flushed_decodings(db, tables, positions, marked: bool):
                                  ftz_only=[marked] * len(order))
 
 
-def test_a_definition_flagged_for_flush_to_zero_is_made_again_in_that_mode(survivors):
-    """``split_defined_grouped`` with stages in hmmsearch's float mode (here the CPU stages run
-    under flush-to-zero, the x86 mode itself, as the GPU's ``ftz`` kernels compute it): a
-    decoding whose definition in IEEE arithmetic raised SUBNORMAL (here decodings that meet a
-    tiny value, sent unmarked so that the IEEE stages take them first) is defined again in that
-    mode, sent marked ``ftz_only``, and equals the CPU stages' definition under flush-to-zero;
-    the stage in hmmsearch's mode takes it and forms the hit its own parsers give."""
-    from hmmgpu.cpu.domaindef import CpuDomainStages
+class ModeStages(CpuDomainStages):
+    """The CPU stages in IEEE arithmetic or in hmmsearch's float mode (``ftz``: under flush-to-zero,
+    the x86 mode itself, as the GPU's ``ftz`` kernels compute it), one class for both (the driver
+    groups stages of one class)."""
+
+    def __init__(self, tables, ftz: bool):
+        super().__init__(tables, seed=42)
+        self.ftz = ftz
+
+    def region_ensembles(self, regions):
+        with flush_to_zero(self.ftz):
+            return super().region_ensembles(regions)
+
+    def rescore_envelopes(self, envelopes):
+        with flush_to_zero(self.ftz):
+            return super().rescore_envelopes(envelopes)
+
+
+def test_a_search_in_hmmsearchs_float_mode_defines_in_it_what_ieee_would_flag(survivors):
+    """``split_defined_grouped(..., in_ftz=True)`` (the GPU process of a search in hmmsearch's
+    float mode, the command line's) on decodings that meet a tiny value (sent unmarked, so that
+    IEEE stages would define them and flag most for flush-to-zero): every one is defined in that
+    mode, sent marked ``ftz_only``, equals the CPU stages' definition under flush-to-zero, and the
+    stage in hmmsearch's mode forms from it the hit its own parsers give."""
     from hmmgpu.stages.defined import split_defined_grouped
     from hmmgpu.stages.domaindef import define_domains
 
-    class FlushedStages(CpuDomainStages):   # the CPU stages in hmmsearch's float mode
-        @classmethod
-        def region_ensembles_of(cls, work):
-            with flush_to_zero():
-                return super().region_ensembles_of(work)
-
-        @classmethod
-        def rescore_envelopes_of(cls, work):
-            with flush_to_zero():
-                return super().rescore_envelopes_of(work)
-
     db, _ = survivors
     stage = OwnPostFilter(db, SearchOptions(), ftz=True)
-    again = hits = 0
-    for hmm, query, model, decoded in flushed_by_model(survivors, stage, marked=False):   # IEEE stages first
+    flagged = hits = 0
+    for hmm, query, model, decoded in flushed_by_model(survivors, stage, marked=False):
         order = decoded.indices.tolist()
-        ieee, flushed = CpuDomainStages(model.tables, seed=42), FlushedStages(model.tables, seed=42)
-        first = [d.flags for d in dd_batched(ieee, db, decoded)]
-        (defined, rest), = split_defined_grouped([(ieee, decoded)], db.codes, [flushed])
+        first = [d.flags for d in dd_batched(CpuDomainStages(model.tables, seed=42), db, decoded)]   # in IEEE
+        flushed = ModeStages(model.tables, True)
+        (defined, rest), = split_defined_grouped([(flushed, decoded)], db.codes, in_ftz=True)
+        assert defined.ftz_only.all(), hmm.name
         for k, position in enumerate(defined.indices.tolist()):
             codes = db.codes(position)
-            j = order.index(position)
-            assert defined.ftz_only[k] == bool(first[j] & SUBNORMAL), (hmm.name, position)
-            again += int(defined.ftz_only[k])
+            flagged += int(bool(first[order.index(position)] & SUBNORMAL))
             with flush_to_zero():
                 fw = parse(model.tables, codes)
                 bk = backward(model.tables, codes, fw)
@@ -287,7 +290,7 @@ def test_a_definition_flagged_for_flush_to_zero_is_made_again_in_that_mode(survi
             if here[1] is not None:
                 assert serialize_hit(here[1]) == serialize_hit(there[1]), (hmm.name, position)
                 hits += 1
-    assert again >= 3 and hits >= 3   # the flagged ones among the sample models' 7
+    assert flagged >= 3 and hits >= 3   # those IEEE stages flag for flush-to-zero among the sample models' 7
 
 
 def dd_batched(stages, db, decoded):
@@ -298,28 +301,15 @@ def dd_batched(stages, db, decoded):
                                            for k, i in enumerate(decoded.indices.tolist())])
 
 
-def test_a_search_in_hmmsearchs_float_mode_defines_every_decoding_in_it_at_once(survivors):
-    """``split_defined_grouped(..., all_in_ftz=True)`` (the GPU process of a search in hmmsearch's
-    float mode, ``GpuCascade.search_ftz``): every OK decoding is defined by the stages in that
-    mode in one pass and sent marked ``ftz_only``; each target the passes of both modes define
-    (IEEE first, the ``ftz_only`` decodings and the flagged definitions in that mode) gets the
-    same definition, bit for bit, and that one pass defines them all."""
-    from hmmgpu.cpu.domaindef import CpuDomainStages
+def test_one_pass_in_hmmsearchs_float_mode_equals_ieees_definitions(survivors):
+    """The two modes of ``split_defined_grouped`` on the same decodings (those the kernels send
+    unmarked, and those that hold in hmmsearch's float mode only, marked ``ftz_only``): in IEEE
+    arithmetic (a search in pyhmmer's mode) the marked ones are left with the rest and nothing
+    sent is marked; in hmmsearch's mode (``in_ftz``) every decoding is defined and marked, and
+    each target both define gets the same definition, bit for bit (why the command line's GPU
+    process needs one pass, not IEEE's and then that mode's for the rest)."""
     from hmmgpu.stages.decoded import DecodedTargets
     from hmmgpu.stages.defined import split_defined_grouped
-
-    class ModeStages(CpuDomainStages):   # the CPU stages in IEEE arithmetic or hmmsearch's float mode (one class)
-        def __init__(self, tables, ftz):
-            super().__init__(tables, seed=42)
-            self.ftz = ftz
-
-        def region_ensembles(self, regions):
-            with flush_to_zero(self.ftz):
-                return super().region_ensembles(regions)
-
-        def rescore_envelopes(self, envelopes):
-            with flush_to_zero(self.ftz):
-                return super().rescore_envelopes(envelopes)
 
     def entries(defined) -> dict:
         out = {}
@@ -334,27 +324,27 @@ def test_a_search_in_hmmsearchs_float_mode_defines_every_decoding_in_it_at_once(
 
     db, chosen = survivors
     stage = OwnPostFilter(db, SearchOptions(), ftz=True)
-    both = flushed_in_one = 0
+    both = marked_in_one = 0
     for index, hmm, positions in chosen:
         model = stage._model(SimpleNamespace(index=index, hmm=hmm))
         sent = {p: device_decoding(model.tables, db.codes(p)) for p in positions}
-        sent = {p: got for p, got in sent.items() if got is not None}
+        made = {p: (*got, False) for p, got in sent.items() if got is not None}
         flushed = flushed_decodings(db, model.tables, positions, marked=True)
-        made = {p: (score, decoding, False) for p, (score, decoding) in sent.items()}
         if flushed is not None:
             made.update((p, (*flushed.target(k), True)) for k, p in enumerate(flushed.indices.tolist()))
         order = sorted(made)
         decoded = DecodedTargets.gather(order, [made[p][0] for p in order], [made[p][1][0] for p in order],
                                         *([made[p][1][n] for p in order] for n in (1, 2, 3)),
                                         ftz_only=[made[p][2] for p in order])
-        ieee, flushed_stages = ModeStages(model.tables, False), ModeStages(model.tables, True)
-        (passes, _), = split_defined_grouped([(ieee, decoded)], db.codes, [flushed_stages])
-        (once, rest), = split_defined_grouped([(ieee, decoded)], db.codes, [flushed_stages], all_in_ftz=True)
+        (ieee, ieee_rest), = split_defined_grouped([(ModeStages(model.tables, False), decoded)], db.codes)
+        (once, _), = split_defined_grouped([(ModeStages(model.tables, True), decoded)], db.codes, in_ftz=True)
+        marked = {p for p in order if made[p][2]}
+        assert not ieee.ftz_only.any() and marked <= set(ieee_rest.indices.tolist()), hmm.name
         assert once.ftz_only.all(), hmm.name
-        by_passes, by_once = entries(passes), entries(once)
-        assert set(by_passes) <= set(by_once), hmm.name
-        for position, entry in by_passes.items():
+        by_ieee, by_once = entries(ieee), entries(once)
+        assert set(by_ieee) <= set(by_once), hmm.name
+        for position, entry in by_ieee.items():
             assert by_once[position] == entry, (hmm.name, position)
-        both += len(by_passes)
-        flushed_in_one += int(passes.ftz_only.sum())
-    assert both >= 50 and flushed_in_one >= 3
+        both += len(by_ieee)
+        marked_in_one += len(marked & set(by_once))
+    assert both >= 50 and marked_in_one >= 3

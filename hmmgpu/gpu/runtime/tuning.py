@@ -140,11 +140,13 @@ DEFINE_THREADS = 4
 #: 81.7 s (3c56735). Before that window (e2e6204) the models the GPU process held kept the
 #: filters waiting: 17.9-19.5 s at 29 M.
 DEFINE_BACKLOG_PASSERS = 6000
-#: Whether the GPU process defines the F3 passers whose decoding holds in hmmsearch's float mode
-#: only (the decoding kernel flushed a tiny value: ``FTZ_ONLY``, :mod:`hmmgpu.gpu.fwdback.decoding_source`),
-#: with domain definition's kernels in that mode too (their ``ftz`` variants:
-#: :func:`hmmgpu.gpu.rounding.float_helpers`); False leaves them to pyhmmer's pipeline with the passers
-#: the GPU did not decode. Such passers are the long, high-scoring homologs whose parsers' rows go
+#: Whether the GPU process of a search in hmmsearch's float mode (the command line's) defines its
+#: passers in that mode, with domain definition's kernels in that mode too (their ``ftz`` variants:
+#: :func:`hmmgpu.gpu.rounding.float_helpers`), those whose decoding holds in that mode only among them
+#: (the decoding kernel flushed a tiny value: ``FTZ_ONLY``, :mod:`hmmgpu.gpu.fwdback.decoding_source`;
+#: :attr:`hmmgpu.gpu.cascade.GpuCascade.defines_in_ftz`); False defines in IEEE arithmetic and leaves
+#: those to pyhmmer's pipeline with the passers the GPU did not decode, as a search in IEEE
+#: arithmetic does. Such passers are the long, high-scoring homologs whose parsers' rows go
 #: subnormal. With the IEEE kernels alone, defining them was a loss (6b7cbbb, one H200, 600 Pfam x
 #: 29 M residues, warm, one session, benchmarks/results/session_ftzdecode_h200_2026-11-28_s6call2.log):
 #: 1,734 of the 6,187 passers decoded were such, their envelopes' exactness flags sent nearly all
@@ -157,15 +159,12 @@ DEFINE_BACKLOG_PASSERS = 6000
 #: the fallback 2.0% (the 698 passers the Forward gate leaves undecided, over its cost cap), 17.5 s
 #: against 14.2 s without them in that session (the second launches of a batch's flagged
 #: definitions wait for their longest items); at 116 M residues 23.1 s against the default route's
-#: 19.1 s. Outputs equal to the default route's in every run.
+#: 19.1 s. Outputs equal to the default route's in every run. That second pass (DEFINE_FLAGGED_AGAIN,
+#: e2e0018: 18.3 s with it, 15.5 s without, the fallback 2.0% against 3.0%) is gone since fd7f854:
+#: such a search defines every passer in hmmsearch's mode at once (a definition no flag marks is
+#: the same in both modes), one pass of launches where it took up to three (define_batches.py on
+#: one H200: 5.27-5.66 s against 5.98-6.37 s for 8,536 passers, docs/performance.md).
 DEFINE_FTZ_ONLY = True
-#: Whether a definition the IEEE stages flagged for what flush-to-zero would change alone is made
-#: again in hmmsearch's float mode (with DEFINE_FTZ_ONLY; :func:`hmmgpu.stages.defined.split_defined_grouped`).
-#: Measured in one session (e2e0018, session_ftzdefine_h200_2026-11-28_s6call5.log, 600 Pfam x 29 M,
-#: warm): 18.3 s with it, the fallback 2.0% and 11,719 passers defined on the GPU; 15.5 s without,
-#: 3.0% and 8,283; without DEFINE_FTZ_ONLY 14.7 s, 12.7% and 8,286; the default route 8.3 s. It
-#: stays on: issue 31 asks for the fallback, and the remaining 2.0% are the Forward gate's.
-DEFINE_FLAGGED_AGAIN = True
 #: Whether the GPU process defines the decoded passers whose region scan finds a clustered region
 #: (their definitions sample stochastic-trace ensembles, the serial kernel whose longest region
 #: sets the length of a batch's launches); False leaves them to pyhmmer's pipeline in the
