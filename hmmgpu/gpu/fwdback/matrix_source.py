@@ -80,7 +80,7 @@ from dataclasses import dataclass
 from hmmgpu.gpu.fwdback.backward_source import backward_rows, seg_backward_rows
 from hmmgpu.gpu.fwdback.source import (
     SCRATCH_PER_Q, claim_item, forward_rows, forward_start, group_head, indented, model_head, module_lines,
-    seg_forward_rows, segmented_head, store_specials)
+    seg_forward_rows, segmented_buffers, segmented_head, store_specials)
 from hmmgpu.gpu.runtime.emit import Emitter, kernel_module
 from hmmgpu.gpu.runtime.kargs import Arg
 from hmmgpu.stages.forward import OWN_SCALES_AT
@@ -162,12 +162,9 @@ def segmented_job_head(e: Emitter, S: int) -> None:
     claim_item(e, "claimed", leader="g == 0")
     e("k = items[claimed]", "L = lengths[k]  # the slice's residues: the matrix's rows after row 0",
       "wb = word_offsets[k]", "pmove = item_xf[4 * k]", "ploop = item_xf[4 * k + 1]",
-      "xe_move = item_xf[4 * k + 2]", "xe_loop = item_xf[4 * k + 3]", "m = item_model[k]",
-      "QQ = np.int64(model_q[m])", "rb0 = model_rfv[m]", "tb = model_tfv[m]",
-      "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others",
-      "BUF = 12 * QQ + 4", "first = gb", "second = gb + BUF",
-      "xa = gb + group_floats - 12  # the exchange area: the lanes' carries, votes and sums",
-      "rb = row_base[k]", "cb = cell_base[k]")
+      "xe_move = item_xf[4 * k + 2]", "xe_loop = item_xf[4 * k + 3]", "m = item_model[k]")
+    segmented_buffers(e)
+    e("rb = row_base[k]", "cb = cell_base[k]")
     with e.block(f"for c in range(g, 12 * QQ, {4 * S}):  # row 0's cells: 0"):
         e("out_cells[cb + c] = F0")
 

@@ -569,13 +569,19 @@ def segmented_head(e: Emitter, S: int) -> None:
 def segmented_target(e: Emitter) -> None:
     """The head of a segmented kernel's work loop (inside ``while True:``): the group claims
     target ``k``, reads it and its model (the length model at its length), and places its row
-    buffers (``first``, ``second``: ``BUF`` floats each, M, I, D of the four lanes) and its
-    exchange area ``xa`` (12 floats: the lanes' carries, votes and sums)."""
+    buffers and exchange area (:func:`segmented_buffers`)."""
     claim_item(e, leader="g == 0")
     e("p = items[k]", "L = lengths[p]", "wb = word_offsets[p]",
       "pmove = pmove_by_length[L]", "ploop = ploop_by_length[L]",
-      "m = item_model[k]", "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]",
-      "QQ = np.int64(model_q[m])", "rb0 = model_rfv[m]", "tb = model_tfv[m]",
+      "m = item_model[k]", "xe_move = model_f[3 * m]", "xe_loop = model_f[3 * m + 1]")
+    segmented_buffers(e)
+
+
+def segmented_buffers(e: Emitter) -> None:
+    """Model ``m``'s shape and where its tables start, and where the group's row buffers
+    (``first``, ``second``: ``BUF`` floats each, M, I, D of the four lanes) and its exchange area
+    ``xa`` (12 floats: the lanes' carries, votes and sums) lie in its shared memory ``gb``."""
+    e("QQ = np.int64(model_q[m])", "rb0 = model_rfv[m]", "tb = model_tfv[m]",
       "DD = tb + 28 * QQ  # the D->D vectors in tfv, after the 7 Q others",
       "BUF = 12 * QQ + 4", "first = gb", "second = gb + BUF",
       "xa = gb + group_floats - 12  # the exchange area: the lanes' carries, votes and sums")
