@@ -901,6 +901,22 @@ def special_transitions(tables: ForwardTables, L: int) -> np.ndarray:
     return xf
 
 
+def special_transitions_of(tables, lengths) -> np.ndarray:
+    """:func:`special_transitions` of every pair (``tables[k]``, ``lengths[k]``) at once: float32
+    [n][4][2], each equal bit for bit to the one-target form (the same float32 operations,
+    element by element)."""
+    n = len(lengths)
+    xf = np.empty((n, 4, 2), np.float32)
+    if n == 0:
+        return xf
+    pmove, ploop = length_specials(np.asarray(lengths, np.int64), np.array([t.nj for t in tables], np.float32))
+    xf[:, 0, 0] = [t.xe_move for t in tables]
+    xf[:, 0, 1] = [t.xe_loop for t in tables]
+    xf[:, 1:, 0] = pmove[:, None]
+    xf[:, 1:, 1] = ploop[:, None]
+    return xf
+
+
 def _matrix(ld: int, Q: int) -> np.ndarray:
     """A full matrix's cells for ``ld`` rows: row 0 zero, rows 1..ld left for the parser, which
     writes each whole (zeroing them all first cost more than the parser, under the GIL)."""
@@ -961,4 +977,5 @@ def backward_matrix(tables: ForwardTables, codes, forward: MatrixResult, i: int 
 __all__ = ["ForwardTables", "ForwardResult", "BackwardResult", "forward_parser", "backward_parser", "backward",
            "forward_score", "length_specials", "parse", "nqf", "score_targets", "backward_scores", "RANGE", "SUBNORMAL",
            "TINY_ROWS", "ANY_TINY", "HOST", "STATUS_UNSURE", "StripedMatrix", "DP_M", "DP_D", "DP_I",
-           "MatrixResult", "unihit_tables", "special_transitions", "forward_matrix", "backward_matrix", "right_shift"]
+           "MatrixResult", "unihit_tables", "special_transitions",
+           "special_transitions_of", "forward_matrix", "backward_matrix", "right_shift"]

@@ -56,7 +56,7 @@ import time
 
 from hmmgpu.cpu.domaindef import CpuDomainStages, envelope_result
 from hmmgpu.cpu.envelope import finish_envelope
-from hmmgpu.cpu.fwdback import DP_I, DP_M, special_transitions, unihit_tables
+from hmmgpu.cpu.fwdback import DP_I, DP_M, special_transitions, special_transitions_of, unihit_tables
 from hmmgpu.cpu.stotrace import DEFAULT_SEED
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest
 from hmmgpu.gpu.ensemble.source import EnsembleSpec
@@ -251,9 +251,9 @@ class GpuDomainStages(CpuDomainStages):
                                      device=first.device, block=tuning.DOMAINDEF_MATRIX_BLOCK, stream=first.stream,
                                      ftz=first.ftz)
             clock = first._timed("matrices", clock)
-            requests = [RegionRequest(matrix=None, tables=stages.tables, xf=special_transitions(stages.tables,
-                                                                                                r.codes.size),
-                                      codes=r.codes, i=r.i, j=r.j) for stages, r in run]
+            xf = special_transitions_of([stages.tables for stages, _ in run], [r.codes.size for _, r in run])
+            requests = [RegionRequest(matrix=None, tables=stages.tables, xf=x, codes=r.codes, i=r.i, j=r.j)
+                        for (stages, r), x in zip(run, xf)]
             answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
                                        seed=first.seed, table=first.table, cpu_threads=first.cpu_threads,
                                        sample_flagged=first.sample_flagged, step_cost=first.step_cost,

@@ -43,3 +43,17 @@ def test_every_cell_but_row_0_is_written(M, L, unihit):
     for what in (fwd, bck, pp):
         for a, b in zip(what["nan"], what["zero"]):
             assert bits(a).tobytes() == bits(b).tobytes()
+
+
+def test_special_transitions_of_many_targets_equal_each_targets_own():
+    """The batch form the GPU stages use (one array for a launch's items) against the one-target
+    form, bit for bit: multihit and unihit tables of two models mixed, lengths 0 to 100,000."""
+    multi = [ForwardTables.from_optimized(configured_profile(sampled_hmm(M, 5)).to_optimized()) for M in (9, 40)]
+    tables = multi + [ref.unihit_tables(t) for t in multi]
+    rng = np.random.default_rng(11)
+    lengths = np.concatenate([np.arange(0, 300), rng.integers(300, 100001, 300)])
+    chosen = [tables[k] for k in rng.integers(0, len(tables), lengths.size)]
+    got = ref.special_transitions_of(chosen, lengths)
+    want = np.array([ref.special_transitions(t, int(L)) for t, L in zip(chosen, lengths)], np.float32)
+    assert got.shape == (lengths.size, 4, 2) and np.array_equal(bits(got), bits(want))
+    assert ref.special_transitions_of([], []).shape == (0, 4, 2)

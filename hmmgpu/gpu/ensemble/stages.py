@@ -143,32 +143,34 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
                                       nsamples=NSAMPLES, seed=seed)
         return ensemble, time.thread_time() - clock
 
-    ensembles = [None] * n
-    with ThreadPoolExecutor(max(1, cpu_threads), thread_name_prefix="hmmgpu-ensembles") as pool:
+    def finished(k):   # the clustering, compiled, leaves the interpreter's lock: the threads share it
+        if ensembles[k] is None:
+            return RegionEnsemble(n2sc=np.zeros(lengths[k], np.float32), envelopes=np.zeros((0, 2), np.int64),
+                                  flags=int(flags[k]))
+        with flush_to_zero(ftz):
+            return region_result(ensembles[k], flags[k])
+
+    ensembles, done = [None] * n, {}
+    with ThreadPoolExecutor(max(1, cpu_threads), thread_name_prefix="hmmgpu-ensembles") as pool, \
+            ThreadPoolExecutor(tuning.ENSEMBLE_FINISH_THREADS, thread_name_prefix="hmmgpu-regions") as finishing:
         futures = {k: pool.submit(reference, requests[k], matrix_of(k)) for k in flagged + longest}
         clock = time.perf_counter()
         sampled = sample_regions([requests[k] for k in on_kernel], batch=batch,
                                  jobs=None if batch is None else [jobs[k] for k in on_kernel], nsamples=NSAMPLES,
                                  seed=seed, table=table, stream=stream)
         kernel_seconds = time.perf_counter() - clock
-        for k, region in zip(on_kernel, sampled):
+        for k, region in zip(on_kernel, sampled):   # each region finished as soon as it is sampled
             if region.status == OK:
                 ensembles[k] = region.ensemble
+                done[k] = finishing.submit(finished, k)
             else:
                 futures[k] = pool.submit(reference, requests[k], matrix_of(k))
         seconds = 0.0
         for k, future in futures.items():
             ensembles[k], spent = future.result()
             seconds += spent
-
-        def finished(k):   # the clustering, compiled, leaves the interpreter's lock: the pool's threads share it
-            if ensembles[k] is None:
-                return RegionEnsemble(n2sc=np.zeros(lengths[k], np.float32), envelopes=np.zeros((0, 2), np.int64),
-                                      flags=int(flags[k]))
-            with flush_to_zero(ftz):
-                return region_result(ensembles[k], flags[k])
-
-        results = list(pool.map(finished, range(n)))
+            done[k] = finishing.submit(finished, k)
+        results = [(done[k] if k in done else finishing.submit(finished, k)).result() for k in range(n)]
     if counts is not None:
         measured = dict(regions=n, cpu_regions=len(futures), cpu_seconds=seconds,
                         cpu_residues=sum(lengths[k] for k in futures),

@@ -103,7 +103,7 @@ def _launch(device, lengths, tables, xf, own_scales, matrices: dict, dp_base, x_
             lengths=dev(np.asarray(lengths, np.int32)), item_q=dev(np.array([t.Q for t in tables], np.int32)),
             tfv=dev(np.concatenate(tfvs)), item_tfv=dev(tfv_at[model_of]), rfv=dev(np.concatenate(rfvs)),
             item_rfv=dev(rfv_at[model_of]),
-            item_xf=dev(np.concatenate([np.asarray(x, np.float32).ravel() for x in xf])),
+            item_xf=dev(np.ascontiguousarray(np.asarray(xf, np.float32)).ravel()),
             own_scales=dev(np.asarray(own_scales, np.int32)), n_items=n, counters=dev(np.zeros(1, np.int32)),
             n_threads=GROUP * n, trace_base=dev(trace_base), **matrices, **outs)
         build.load(DecodeOASpec(ftz), device)[(GROUP * n + block - 1) // block, block, stream, 0](
@@ -186,7 +186,7 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False, strea
     ``matrices(e, decoded)`` of the envelope's position in ``jobs`` and its
     :class:`DecodedEnvelope` without them. ``stream``: the launch's (the default stream if None).
     The kernel computes in the batch's float mode (``batch.ftz``: hmmsearch's flush-to-zero)."""
-    from hmmgpu.cpu.fwdback import special_transitions, unihit_tables
+    from hmmgpu.cpu.fwdback import special_transitions_of, unihit_tables
 
     jobs = np.asarray(jobs, np.int64)
     chosen = [batch.jobs[k] for k in jobs.tolist()]
@@ -198,7 +198,7 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False, strea
     uni = [unihit_tables(job.tables) for job in chosen]
     matrices_of = dict(fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x)
     got = _launch(batch.device, [job.Ld for job in chosen], uni,
-                  [special_transitions(u, len(job.codes)) for u, job in zip(uni, chosen)],
+                  special_transitions_of(uni, [len(job.codes) for job in chosen]),
                   [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
                   batch.x_base[jobs], block, stream, batch.ftz)
     out = []

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix, special_transitions, unihit_tables
+from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix, special_transitions_of, unihit_tables
 from hmmgpu.gpu.fwdback.launch import segmented_launch
 from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
 from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q
@@ -235,10 +235,9 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream, ftz: bool) -> 
             models[key] = len(tables)
             tables.append(job.tables)
         model_of[k] = models[key]
-    item_xf = np.zeros(4 * n, np.float32)
-    for k, job in enumerate(jobs):
-        xf = special_transitions(unihit_tables(job.tables) if job.unihit else job.tables, len(job.codes))
-        item_xf[4 * k:4 * k + 4] = (xf[1, 0], xf[1, 1], xf[0, 0], xf[0, 1])
+    xf = special_transitions_of([unihit_tables(job.tables) if job.unihit else job.tables for job in jobs],
+                                [len(job.codes) for job in jobs])
+    item_xf = np.ascontiguousarray(xf[:, [1, 1, 0, 0], [0, 1, 0, 1]]).ravel()  # N move, N loop, E move, E loop
     residues, word_offsets = _pack_slices(jobs)
     scale_base = _offsets(Ld)
     rfv = [np.ascontiguousarray(t.rfv, np.float32).ravel() for t in tables]

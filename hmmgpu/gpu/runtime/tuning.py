@@ -105,6 +105,12 @@ DOMAINDEF_BATCH_BYTES = 1 << 30
 #: slower in the first session too): the regions the CPU takes do not shorten the run.
 ENSEMBLE_CPU_THREADS = 2
 ENSEMBLE_GPU_STEP_COST = 24
+#: Threads that finish a launch's clustered regions on the host (glibc's ``logf``, the clustering,
+#: compiled and outside the interpreter's lock, the domination filter), each region as soon as its
+#: sampler has given it (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`). Before, the CPU
+#: sampler's threads finished every region once all were sampled: py-spy of one call of 8,536
+#: passers (one H200, af2561a) put that clustering at about 0.6 s of the ensembles' 1.25 s step.
+ENSEMBLE_FINISH_THREADS = 4
 #: Threads of the GPU process that define gate batches' decoded passers at the same time
 #: (:meth:`hmmgpu.gpu.cascade.GpuCascade.definer`), each launching on a stream of its own:
 #: a definition's launches are latency-bound (a few threads run an item, row after row, and a
