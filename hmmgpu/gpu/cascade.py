@@ -501,6 +501,7 @@ class GpuCascade:
         self._definer: ThreadPoolExecutor | None = None  #: :meth:`definer`, once a model needs it
         #: each definer thread's stream of domain definition's launches (:meth:`_definition_stream`)
         self._definition_streams = threading.local()
+        self._definition_bytes: int | None = None  #: :meth:`definition_batch_bytes`, once asked
         self._busy: list = []  #: (start, stop) of each model's kernels, ms after ``_epoch``
         self._started = time.perf_counter()  #: :meth:`clock`'s zero
         #: hmmgpu's own post-filter: each gate batch's (gate launched, decodings launched, decoded,
@@ -707,6 +708,15 @@ class GpuCascade:
                 streams.stream = self.device.runtime.stream(non_blocking=True)
         return streams.stream
 
+    def definition_batch_bytes(self) -> int:
+        """The full matrices a definitions launch holds at most: DOMAINDEF_BATCH_BYTES, or on a
+        GPU with less memory a quarter of the memory free at the first definitions, shared by
+        the definer threads (each holds a batch's at a time)."""
+        if self._definition_bytes is None:
+            share = self.device.free_memory() // (4 * tuning.DEFINE_THREADS) if not self.device.simulator else None
+            self._definition_bytes = int(min(tuning.DOMAINDEF_BATCH_BYTES, share or tuning.DOMAINDEF_BATCH_BYTES))
+        return self._definition_bytes
+
     def ensemble_step_cost(self) -> float:
         """The ensemble split's step cost (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`): as
         this process's launches and CPU threads measured it so far, else the tuning's."""
@@ -748,8 +758,10 @@ class GpuCascade:
         cpu_threads = tuning.ENSEMBLE_CPU_THREADS if self._host_code_ready.is_set() else 0
         stream = self._definition_stream()
         in_ftz = self.defines_in_ftz
+        batch_bytes = self.definition_batch_bytes()
         stages = [GpuDomainStages(work[m][0], seed=work[m][1], device=self.device, step_cost=step_cost, stream=stream,
-                                  cpu_threads=cpu_threads, sample_flagged=False, ftz=in_ftz) for m in chosen]
+                                  cpu_threads=cpu_threads, sample_flagged=False, ftz=in_ftz, batch_bytes=batch_bytes)
+                  for m in chosen]
         with self._simulated, self.device.activate():
             left = {}
             split = split_defined_grouped([(s, work[m][2]) for s, m in zip(stages, chosen)], self.resident.db.codes,

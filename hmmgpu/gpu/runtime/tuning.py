@@ -88,10 +88,15 @@ FWD_GATE_TARGETS_OWN_POSTFILTER = 16384
 #: Domain definition's stages (:mod:`hmmgpu.gpu.domaindef`): the full matrices a launch holds at
 #: most (an envelope's Forward and Backward, a region's Forward; item sizes are capped by
 #: FWD_MAX_CELLS, since only the passers the parsers' kernels decoded come here), largest items
-#: first. Measured with 600 Pfam models x 29 M residues, warm, --postfilter hmmgpu, on one H200
-#: (each pair in one session, 4 definer threads): 256 MB 25.5 and 23.9 s, 1 GB 20.9 and 23.5 s
-#: (9c55c5f, 9fea915); on one H100 earlier, 256 MB 74 s against 2 GB 102 s with 38 s of compiling.
-DOMAINDEF_BATCH_BYTES = 1 << 30
+#: first; each run of launches waits for its longest item, so fewer runs wait less. The GPU
+#: process takes less on a GPU with less memory (:meth:`hmmgpu.gpu.cascade.GpuCascade.definition_batch_bytes`).
+#: Measured on one H200 (benchmarks/define_batches.py, every 4th of 600 Pfam models' 8,536 F3
+#: passers against 29 M residues in one call, hmmsearch's float mode, warm, 4f990ab; the answers'
+#: digest the same in all): 1 GB 4.15 s (the envelopes in seven runs of launches), 4 GB 3.43 s,
+#: 8 GB 3.66 s, 16 GB 3.47 s; in calls of 4,096 passers 1 GB 4.72 s, 8 GB 4.51 s
+#: (session_defbytes_h200_2026-11-29_s18call2.log). Earlier, in whole searches where the GPU's
+#: definitions stretched the filters: 256 MB 25.5 and 23.9 s, 1 GB 20.9 and 23.5 s (9c55c5f, 9fea915).
+DOMAINDEF_BATCH_BYTES = 4 << 30
 #: The stochastic-trace ensemble kernel (:mod:`hmmgpu.gpu.ensemble`) runs a region on one thread,
 #: its 200 traces a step after another, so a launch lasts as long as its longest region, while
 #: the CPU reference runs one far faster: the longest regions of a launch are sampled by the CPU
