@@ -440,6 +440,18 @@ def domain_span(st):
     return z1, z2
 
 
+@njit(cache=True, nogil=True)
+def domain_spans(st, starts, ends):
+    """:func:`domain_span` of each trace ``st[starts[m]:ends[m]]`` of a concatenation: (z1, z2)
+    int64 arrays, positions within each trace."""
+    m = starts.size
+    z1 = np.empty(m, np.int64)
+    z2 = np.empty(m, np.int64)
+    for t in range(m):
+        z1[t], z2[t] = domain_span(st[starts[t]:ends[t]])
+    return z1, z2
+
+
 def oa_trace(oa: MatrixResult, posterior: MatrixResult, tfv, xf, M: int) -> Trace:
     """``p7_OATrace`` of an OA matrix (:func:`optimal_accuracy`) with its posterior matrix:
     the :class:`Trace`, residues numbered 1..Ld within the envelope."""

@@ -19,13 +19,14 @@ each call as few kernel launches, whatever the models of its items:
   whose matrix is flagged, is sampled by the CPU reference from its matrix copied back);
 * :meth:`GpuDomainStages.rescore_envelopes`: the envelopes' unihit full Forward and Backward
   matrices by the full-matrix kernels, then the decoding and optimal accuracy kernel on all
-  of them where they lie (:func:`hmmgpu.gpu.envelope.launch.decode_produced`: status,
-  ``oasc``, flags, OA trace and null2 odds come back), each envelope finished on the host by
-  :func:`hmmgpu.cpu.envelope.finish_envelope`, the end of the CPU reference itself (the trace
-  moved to target coordinates, ``iali``/``jali``, ``n2sc`` by glibc's ``logf``, the
-  flush-to-zero check of the odds, the flags; an envelope whose decoding overflowed is
-  dropped). An unclustered envelope whose posterior has tiny values (TINY_ROWS) has its
-  posterior copied back: the flush-to-zero check of its null2 odds reads it.
+  of them where they lie (:func:`hmmgpu.gpu.envelope.launch.launch_produced`: status,
+  ``oasc``, flags, OA trace and null2 odds come back), the envelopes finished on the host all at
+  once (:func:`hmmgpu.gpu.envelope.launch.finish_produced`: what
+  :func:`hmmgpu.cpu.envelope.finish_envelope`, the end of the CPU reference itself, makes of
+  each, bit for bit: the trace moved to target coordinates, ``iali``/``jali``, ``n2sc`` by
+  glibc's ``logf``, the flags; an envelope whose decoding overflowed is dropped). An unclustered
+  envelope whose posterior has tiny values (TINY_ROWS) is finished by ``finish_envelope`` itself,
+  its posterior copied back: the flush-to-zero check of its null2 odds reads it.
 
 The host computes no full matrix; a matrix comes back only for the CPU reference's
 fallbacks above. The one-item methods are the CPU stages' (the driver calls the batch
@@ -54,21 +55,18 @@ from __future__ import annotations
 
 import time
 
-from hmmgpu.cpu.domaindef import CpuDomainStages, envelope_result
-from hmmgpu.cpu.envelope import finish_envelope
-from hmmgpu.cpu.fwdback import DP_I, DP_M, special_transitions, special_transitions_of, unihit_tables
+from hmmgpu.cpu.domaindef import CpuDomainStages
+from hmmgpu.cpu.fwdback import DP_I, DP_M, special_transitions, special_transitions_of
 from hmmgpu.cpu.stotrace import DEFAULT_SEED
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest
 from hmmgpu.gpu.ensemble.source import EnsembleSpec
 from hmmgpu.gpu.ensemble.stages import region_ensembles
-from hmmgpu.gpu.envelope.launch import decode_produced
+from hmmgpu.gpu.envelope.launch import finish_produced, launch_produced
 from hmmgpu.gpu.envelope.source import DecodeOASpec
 from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, matrix_bytes, produce_matrices
 from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.device import GpuDevice
-from hmmgpu.host import flush_to_zero
-from hmmgpu.stages.forward import TINY_ROWS
 
 __all__ = ["GpuDomainStages", "HOST_CODE_PARTS", "compile_host_code", "compile_host_code_aside", "kernel_specs",
            "load_kernels", "runs_by_size"]
@@ -117,6 +115,7 @@ def compile_host_code(parts=HOST_CODE_PARTS) -> None:
     from pyhmmer.plan7 import HMM
 
     from hmmgpu.cpu.null2 import glibc_logf, null2_by_expectation
+    from hmmgpu.cpu.optacc import domain_spans
     from hmmgpu.cpu.spensemble import cluster
     from hmmgpu.cpu.stotrace import NSAMPLES, compile_sampler
     from hmmgpu.stages.domaindef import scan_regions
@@ -128,6 +127,7 @@ def compile_host_code(parts=HOST_CODE_PARTS) -> None:
                                           .to_optimized())
     if "driver" in parts:
         scan_regions(np.ones(3, f32), np.zeros(3, f32), np.zeros(3, f32))
+        domain_spans(np.zeros(3, np.uint8), np.zeros(1, np.int64), np.ones(1, np.int64))
         glibc_logf(np.ones(2, f32))
         cluster(np.array([[0, 1, 2, 1, 2]], np.int32), NSAMPLES)
         pp = np.zeros((2, 3, tables.Q, 4), f32)
@@ -273,7 +273,6 @@ class GpuDomainStages(CpuDomainStages):
         if not work:
             return []
         first = work[0][0]
-        uni = {id(stages): unihit_tables(stages.tables) for stages, _ in work}
 
         def answer(run):
             clock = time.perf_counter()
@@ -281,17 +280,9 @@ class GpuDomainStages(CpuDomainStages):
                                       for stages, e in run], device=first.device, block=tuning.DOMAINDEF_MATRIX_BLOCK,
                                      stream=first.stream, ftz=first.ftz)
             clock = first._timed("matrices", clock)
-
-            def needs_posterior(k, decoded):  # finish_envelope's flush-to-zero check of the null2 odds
-                return decoded.status == 0 and not run[k][1].null2_is_done and bool(decoded.flags & TINY_ROWS)
-
-            decoded = decode_produced(batch, range(len(run)), matrices=needs_posterior, stream=first.stream)
+            produced = launch_produced(batch, stream=first.stream)
             clock = first._timed("decoding", clock)
-            with flush_to_zero(first.ftz):
-                answers = [envelope_result(finish_envelope(uni[id(stages)], e.codes, e.i, e.j, e.null2_is_done,
-                                                           e.n2sc, f.score, d.status, d.posterior, d.oasc, d.flags,
-                                                           d.trace, d.null2))
-                           for (stages, e), f, d in zip(run, batch.forward, decoded)]
+            answers = finish_produced(produced, [e for _, e in run])
             first._timed("finish", clock)
             return answers
 

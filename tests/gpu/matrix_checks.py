@@ -332,6 +332,75 @@ def check_envelope_handoff(jobs) -> dict:
                 matrices=sum(d.posterior.matrix is not None for d in got))
 
 
+def check_envelope_finish(jobs, ftz: bool = False, clustered: bool = True, tiny=()) -> dict:
+    """The envelopes of a batch finished at once (:func:`hmmgpu.gpu.envelope.launch.finish_produced`)
+    equal, field for field and bit for bit, what each envelope's own finish gives
+    (:func:`~hmmgpu.gpu.envelope.launch.decode_produced`, then :func:`hmmgpu.cpu.envelope.finish_envelope`
+    and :func:`hmmgpu.cpu.domaindef.envelope_result`, with the posterior copied back where the
+    null2 odds' flush-to-zero check needs it): every second envelope as a clustered region's (its
+    null2 scores given), the others unclustered (every one with ``clustered`` False); ``ftz``: the
+    matrices and the host's part in
+    hmmsearch's float mode; ``tiny``: envelopes whose Forward matrices are marked TINY_ROWS (as a
+    long homolog's are), in both runs, so that an unclustered one's posterior comes back. Counts the
+    envelopes, those dropped, the clustered ones and those whose posterior came back."""
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.cpu.domaindef import envelope_result
+    from hmmgpu.cpu.envelope import finish_envelope
+    from hmmgpu.gpu.envelope.launch import decode_produced, finish_produced, launch_produced
+    from hmmgpu.gpu.fwdback.matrix_launch import produce_matrices
+    from hmmgpu.host import flush_to_zero
+    from hmmgpu.stages.domaindef import EnvelopeSpan
+
+    jobs = [job for job in jobs if job.unihit and job.backward and len(job.codes) > 1]
+    rng = np.random.default_rng(7)
+    given = [clustered and k % 2 == 1 for k in range(len(jobs))]
+    spans = [EnvelopeSpan(job.codes, job.i, job.j, given[k],
+                          rng.standard_normal(len(job.codes) + 1).astype(np.float32) if given[k] else None)
+             for k, job in enumerate(jobs)]
+    wanted = []
+
+    def needs_posterior(k, decoded):
+        return decoded.status == 0 and not spans[k].null2_is_done and bool(decoded.flags & ref.TINY_ROWS)
+
+    def marked(batch):
+        for k in tiny:
+            batch.forward[k].flags |= ref.TINY_ROWS
+        return batch
+
+    batch = marked(produce_matrices(jobs, ftz=ftz))
+    decoded = decode_produced(batch, range(len(jobs)), matrices=needs_posterior)
+    with flush_to_zero(ftz):
+        for k, (job, span, d) in enumerate(zip(jobs, spans, decoded)):
+            wanted.append(envelope_result(finish_envelope(ref.unihit_tables(job.tables), span.codes, span.i, span.j,
+                                                          span.null2_is_done, span.n2sc, batch.forward[k].score,
+                                                          d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2)))
+    got = finish_produced(launch_produced(marked(produce_matrices(jobs, ftz=ftz))), spans)
+    assert len(got) == len(wanted)
+    for k, (mine, want) in enumerate(zip(got, wanted)):
+        same = (mine.flags == want.flags and mine.dropped == want.dropped and mine.iali == want.iali
+                and mine.jali == want.jali and type(mine.envsc) is type(want.envsc)
+                and type(mine.oasc) is type(want.oasc))
+        for name in ("envsc", "oasc"):
+            a, b = getattr(mine, name), getattr(want, name)
+            same = same and ((a is None and b is None) or (a is not None and b is not None and bits(a) == bits(b)))
+        if want.trace is not None:
+            for name in ("st", "k", "i", "pp"):
+                a, b = getattr(mine.trace, name), getattr(want.trace, name)
+                same = same and a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+        else:
+            same = same and mine.trace is None
+        if want.n2sc is None:
+            same = same and mine.n2sc is None
+        else:
+            same = same and mine.n2sc is not None and mine.n2sc.dtype == want.n2sc.dtype and np.array_equal(
+                bits(mine.n2sc), bits(want.n2sc))
+        if not same:
+            raise AssertionError(f"envelope {k}: finished at once, it differs from its own finish")
+    return dict(envelopes=len(jobs), dropped=sum(w.dropped for w in wanted),
+                clustered=sum(s.null2_is_done for s in spans),
+                posterior=sum(d.posterior.matrix is not None for d in decoded))
+
+
 #: The sampled cases (M, seed, longest random target, homolog run): one node; padding lanes
 #: (M = 5: Q = 2, three lanes of padding); M = 18 with a homolog run that rescales; M = 100 (the
 #: D->D carry passes' early exit).
@@ -344,6 +413,7 @@ def simulator_matrix_checks():
     with their rows in global scratch run by one group in turn, on a stream of their own; the
     switch to Backward's own scale factors; the ensemble and envelope kernels reading a batch's
     device matrices (regions laid out after envelopes)."""
+    from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob
     from hmmgpu.gpu.runtime.device import GpuDevice
 
     jobs = matrix_jobs(CASES)
@@ -356,20 +426,19 @@ def simulator_matrix_checks():
     five = [job for job in jobs if job.tables.M == 5 and len(job.codes) > 1]  # regions among envelopes
     out.append(("ensemble from the device", check_ensemble_handoff(five[:2] + five[3:6])))
     out.append(("envelopes from the device", check_envelope_handoff(five[:2] + five[3:6])))
+    out.append(("envelopes finished at once", check_envelope_finish(jobs, tiny=(0, 1, 2))))
     out.append(("own scales", check_own_scales()))
     out.append(("hmmsearch's float mode", check_ftz_jobs()))
+    whole = [MatrixJob(job.tables, job.codes, 1, len(job.codes), unihit=True, backward=True) for job in ftz_jobs()]
+    out.append(("envelopes finished at once, subnormal cells", check_envelope_finish(whole, clustered=False)))
+    out.append(("envelopes finished at once, hmmsearch's float mode", check_envelope_finish(ftz_jobs(), ftz=True)))
     return out
 
 
-def check_ftz_jobs() -> dict:
-    """The kernels in hmmsearch's float mode (``ftz``) on a homolog whose rows rescale and a
-    run of 150 '*' between residues, whose cells decay through the subnormal range, whole and
-    sliced, multihit and unihit: every cell, row, flag and score equal to the references' and
-    libhmmer's under flush-to-zero (:func:`check_jobs`); ``flushed`` counts the Forward matrices
-    whose references differ between the two modes (where the flushing mattered)."""
-    from hmmgpu.cpu import fwdback as ref
+def ftz_jobs() -> list:
+    """A homolog whose rows rescale and a run of 150 '*' between residues (cells that decay
+    through the subnormal range), whole and sliced, multihit and unihit."""
     from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob
-    from hmmgpu.host import flush_to_zero
     from tests.gpu.fwdback_checks import fwd_case
 
     hmm, db = fwd_case(18, 2, n_random=1, max_len=40, homolog=60, stops=True)
@@ -381,6 +450,19 @@ def check_ftz_jobs() -> dict:
         if L > 1:
             jobs += [MatrixJob(tables, codes, 1, L, backward=True),
                      MatrixJob(tables, codes, 1 + L // 4, L - L // 5, unihit=True, backward=True)]
+    return jobs
+
+
+def check_ftz_jobs() -> dict:
+    """The kernels in hmmsearch's float mode (``ftz``) on a homolog whose rows rescale and a
+    run of 150 '*' between residues, whose cells decay through the subnormal range, whole and
+    sliced, multihit and unihit: every cell, row, flag and score equal to the references' and
+    libhmmer's under flush-to-zero (:func:`check_jobs`); ``flushed`` counts the Forward matrices
+    whose references differ between the two modes (where the flushing mattered)."""
+    from hmmgpu.cpu import fwdback as ref
+    from hmmgpu.host import flush_to_zero
+
+    jobs = ftz_jobs()
     report = check_jobs(jobs, ftz=True)
     flushed = 0
     for job in jobs:

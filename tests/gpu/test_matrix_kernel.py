@@ -22,7 +22,10 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     the ensemble kernel sampling three regions (their results, one region flagged and sampled by
     the CPU reference, the CPU stages'), and the envelope kernel decoding and aligning two
     envelopes (one's posterior and OA matrices copied back), from a batch's device matrices
-    (sample_regions and decode_produced given the batch) as from the CPU's host matrices. Every cell,
+    (sample_regions and decode_produced given the batch) as from the CPU's host matrices, and a
+    batch's envelopes finished at once (finish_produced) as each envelope's own finish makes them,
+    clustered and unclustered, in both float modes, dropped ones and ones whose posterior the
+    flush-to-zero check of their null2 odds reads among them. Every cell,
     special row, flag, score, totscale and has_own_scales equals the CPU references', and every
     matrix libhmmer computes (status OK: 65 + 5) equals its own ``p7_Forward`` or ``p7_Backward``
     matrix. The kernels in hmmsearch's float mode (``ftz``) equal the references and libhmmer run
@@ -30,7 +33,17 @@ def test_matrix_kernels_exact_under_simulator(tmp_path):
     stdout = run_simulated(ROOT / "tests" / "gpu" / "matrix_checks.py", "simulator_matrix_checks", cache_dir=tmp_path)
     rows = simulated_rows(stdout)
     assert set(rows) == {"one batch", "global scratch, one group, a stream", "ensemble from the device",
-                         "envelopes from the device", "own scales", "hmmsearch's float mode"}, stdout
+                         "envelopes from the device", "envelopes finished at once", "own scales",
+                         "hmmsearch's float mode", "envelopes finished at once, subnormal cells",
+                         "envelopes finished at once, hmmsearch's float mode"}, stdout
+    # the envelopes of a batch finished at once (finish_produced) equal each envelope's own finish: clustered
+    # and unclustered ones, dropped ones, and unclustered ones whose posterior the flush-to-zero check reads
+    at_once = rows["envelopes finished at once"]
+    assert at_once == dict(envelopes=9, dropped=0, clustered=4, posterior=2), at_once
+    assert rows["envelopes finished at once, subnormal cells"] == dict(envelopes=8, dropped=0, clustered=0,
+                                                                       posterior=0)
+    assert rows["envelopes finished at once, hmmsearch's float mode"] == dict(envelopes=4, dropped=1, clustered=2,
+                                                                              posterior=0)
     # the kernels in hmmsearch's float mode, against the references and libhmmer under flush-to-zero, on
     # matrices whose cells pass through the subnormal range (flushed: those differing from IEEE's)
     flushed = rows["hmmsearch's float mode"]
@@ -58,8 +71,8 @@ def test_matrix_kernels_exact_on_gpu(proteome):
     from hmmgpu.gpu.runtime import build
     from hmmgpu.gpu.runtime.context import cuda_available
     from hmmgpu.gpu.runtime.device import GpuDevice
-    from tests.gpu.matrix_checks import (check_ensemble_handoff, check_envelope_handoff, check_jobs, check_real,
-                                         matrix_jobs)
+    from tests.gpu.matrix_checks import (check_ensemble_handoff, check_envelope_finish, check_envelope_handoff,
+                                         check_jobs, check_real, matrix_jobs)
 
     if not cuda_available():
         pytest.skip("no CUDA GPU")
@@ -80,3 +93,4 @@ def test_matrix_kernels_exact_on_gpu(proteome):
     handoff = [job for job in matrix_jobs(((18, 2, 60, 80), (100, 5, 60, 300))) if len(job.codes) > 1]
     print(check_ensemble_handoff(handoff))
     print(check_envelope_handoff(handoff))
+    print(check_envelope_finish(handoff, tiny=(0, 1)))

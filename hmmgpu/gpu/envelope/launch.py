@@ -11,12 +11,14 @@ them, and writes the null2 odds and the OA trace. Two ways in, one launch
   special rows, the layout of :class:`hmmgpu.cpu.fwdback.StripedMatrix`), sent, and read back
   whole: every envelope's posterior and OA matrix comes back with its status, ``oasc``,
   flags, null2 odds and trace.
-* :func:`decode_produced`: envelopes whose unihit Forward and Backward matrices
+* :func:`launch_produced`: envelopes whose unihit Forward and Backward matrices
   :func:`hmmgpu.gpu.fwdback.matrix_launch.produce_matrices` left in device memory (jobs of a
   ``MatrixBatch``), read and overwritten where they are, at the batch's offsets. Only what the
-  host needs comes back (status, ``oasc``, flags, null2 odds, OA trace); an envelope's
-  posterior and OA matrices only where asked for (``matrices``: the domain definition stages
-  ask for the posterior where the flush-to-zero check of its null2 odds needs it).
+  host needs comes back (status, ``oasc``, flags, null2 odds, OA traces). :func:`decode_produced`
+  reads each envelope's results from it, with its posterior and OA matrices where asked for;
+  :func:`finish_produced` makes the domain definition stages' envelopes of all of them at once
+  (what :func:`hmmgpu.cpu.envelope.finish_envelope` makes of each, bit for bit), copying back
+  the posterior of an envelope whose null2 odds' flush-to-zero check needs it.
 
 Each model's ``tfv`` and ``rfv`` are sent once a launch (an envelope's unihit tables share
 them with the multihit ones). The launch goes through the device's runtime, as
@@ -29,12 +31,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from hmmgpu.constants import KP
-from hmmgpu.cpu.fwdback import MatrixResult, StripedMatrix
-from hmmgpu.cpu.optacc import Trace
+from hmmgpu.cpu.domaindef import envelope_result
+from hmmgpu.cpu.envelope import finish_envelope
+from hmmgpu.cpu.fwdback import TINY_ROWS, MatrixResult, StripedMatrix, special_transitions_of, unihit_tables
+from hmmgpu.cpu.null2 import glibc_logf
+from hmmgpu.cpu.optacc import Trace, domain_spans
+from hmmgpu.host import flush_to_zero
+from hmmgpu.stages.domaindef import Envelope
 from hmmgpu.gpu.envelope.source import ARGS, DecodeOASpec
 from hmmgpu.gpu.runtime import build
 from hmmgpu.gpu.runtime.device import GpuDevice
@@ -176,6 +184,48 @@ def decode_oa(envelopes, device: GpuDevice | None = None, block: int | None = No
             for k, (f, b, _, _) in enumerate(envelopes)]
 
 
+class Produced(NamedTuple):
+    """The kernel's launch on envelopes of a ``batch`` (:func:`launch_produced`): their jobs
+    (``chosen``), the launch's outputs on the host (``got``: :func:`_launch`'s), the device arrays
+    of the batch's matrices (``matrices_of``) and the launch's ``stream``."""
+
+    batch: object
+    chosen: list
+    got: dict | None
+    matrices_of: dict | None
+    stream: object
+
+
+def launch_produced(batch, jobs=None, block: int | None = None, stream=None) -> Produced:
+    """The kernel on the envelopes that are the jobs ``jobs`` (every job if None) of ``batch``
+    (a :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), where their matrices are; returns
+    once its outputs are on the host."""
+    jobs = np.arange(len(batch.jobs), dtype=np.int64) if jobs is None else np.asarray(jobs, np.int64)
+    chosen = [batch.jobs[k] for k in jobs.tolist()]
+    for k, job in zip(jobs.tolist(), chosen):
+        if not (job.unihit and job.backward):
+            raise ValueError(f"job {k} is not an envelope's (unihit, with Backward)")
+    if not chosen:
+        return Produced(batch, chosen, None, None, stream)
+    uni = [unihit_tables(job.tables) for job in chosen]
+    matrices_of = dict(fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x)
+    got = _launch(batch.device, [job.Ld for job in chosen], uni,
+                  special_transitions_of(uni, [len(job.codes) for job in chosen]),
+                  [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
+                  batch.x_base[jobs], block, stream, batch.ftz)
+    return Produced(batch, chosen, got, matrices_of, stream)
+
+
+def _decoded_job(batch, got, matrices_of, e: int, k: int, with_matrices: bool, stream) -> DecodedEnvelope:
+    """Job ``k`` of ``batch``, the ``e``-th of a launch's (:func:`launch_produced`), decoded;
+    its posterior and OA matrices copied back where ``with_matrices``."""
+    job = batch.jobs[k]
+    flags = batch.forward[k].flags | batch.backward[k].flags
+    read = _reader(matrices_of, batch.dp_base[k], batch.x_base[k], job.Ld, job.tables.Q, stream) if with_matrices \
+        else None
+    return _decoded(got, e, flags, batch.backward[k], read)
+
+
 def decode_produced(batch, jobs, block: int | None = None, matrices=False, stream=None) -> list:
     """Decode and align the envelopes whose unihit Forward and Backward matrices are the jobs
     ``jobs`` of ``batch`` (a :class:`~hmmgpu.gpu.fwdback.matrix_launch.MatrixBatch`), where they
@@ -186,28 +236,72 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False, strea
     ``matrices(e, decoded)`` of the envelope's position in ``jobs`` and its
     :class:`DecodedEnvelope` without them. ``stream``: the launch's (the default stream if None).
     The kernel computes in the batch's float mode (``batch.ftz``: hmmsearch's flush-to-zero)."""
-    from hmmgpu.cpu.fwdback import special_transitions_of, unihit_tables
-
     jobs = np.asarray(jobs, np.int64)
-    chosen = [batch.jobs[k] for k in jobs.tolist()]
-    for k, job in zip(jobs.tolist(), chosen):
-        if not (job.unihit and job.backward):
-            raise ValueError(f"job {k} is not an envelope's (unihit, with Backward)")
+    _, chosen, got, matrices_of, _ = launch_produced(batch, jobs, block, stream)
+    out = []
+    for e, k in enumerate(jobs.tolist()[:len(chosen)]):
+        decoded = _decoded_job(batch, got, matrices_of, e, k, False, stream)
+        if matrices is True or (matrices and matrices(e, decoded)):
+            decoded = _decoded_job(batch, got, matrices_of, e, k, True, stream)
+        out.append(decoded)
+    return out
+
+
+def finish_produced(produced: Produced, spans) -> list:
+    """The envelopes of a launch on every job of its batch (:func:`launch_produced`; each job an
+    envelope's unihit Forward and Backward matrices, ``spans[k]`` job k's
+    :class:`~hmmgpu.stages.domaindef.EnvelopeSpan`) decoded, aligned and rescored: the
+    :class:`~hmmgpu.stages.domaindef.Envelope` that :func:`hmmgpu.cpu.domaindef.envelope_result`
+    makes of :func:`hmmgpu.cpu.envelope.finish_envelope`
+    after :func:`decode_produced`, bit for bit, formed for all the envelopes at once. The traces
+    are moved to the target's coordinates in one step and read from one compact copy of the
+    kernel's; the ``n2sc`` of the unclustered envelopes come from one call of glibc's ``logf``
+    over all their residues' null2 odds; ``iali``/``jali`` from one compiled pass
+    (:func:`hmmgpu.cpu.optacc.domain_spans`). An envelope whose null2 odds need the flush-to-zero
+    check of its posterior (an unclustered one whose matrices hold tiny rows) takes the one-envelope
+    path, its posterior copied back. The host's part runs in the batch's float mode."""
+    batch, chosen, got, matrices_of, stream = produced
     if not chosen:
         return []
-    uni = [unihit_tables(job.tables) for job in chosen]
-    matrices_of = dict(fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x)
-    got = _launch(batch.device, [job.Ld for job in chosen], uni,
-                  special_transitions_of(uni, [len(job.codes) for job in chosen]),
-                  [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
-                  batch.x_base[jobs], block, stream, batch.ftz)
-    out = []
-    for e, (k, job) in enumerate(zip(jobs.tolist(), chosen)):
-        flags = batch.forward[k].flags | batch.backward[k].flags
-        decoded = _decoded(got, e, flags, batch.backward[k])
-        if matrices is True or (matrices and matrices(e, decoded)):
-            decoded = _decoded(got, e, flags, batch.backward[k],
-                               _reader(matrices_of, batch.dp_base[k], batch.x_base[k], job.Ld, job.tables.Q,
-                                       stream))
-        out.append(decoded)
+    n = len(chosen)
+    carried = (np.array([f.flags for f in batch.forward], np.int64) | np.array([b.flags for b in batch.backward],
+                                                                                   np.int64) | got["flags"])
+    ok = got["status"] == 0
+    clustered = np.array([bool(s.null2_is_done) for s in spans])
+    one_by_one = ok & ~clustered & ((carried & TINY_ROWS) != 0)
+    fast = np.flatnonzero(ok & ~one_by_one)
+    out: list = [None] * n
+    with flush_to_zero(batch.ftz):
+        for e in np.flatnonzero(~ok).tolist():
+            out[e] = Envelope(flags=int(carried[e]), dropped=True)
+        for e in np.flatnonzero(one_by_one).tolist():
+            d, span = _decoded_job(batch, got, matrices_of, e, e, True, stream), spans[e]
+            out[e] = envelope_result(finish_envelope(unihit_tables(chosen[e].tables), span.codes, span.i, span.j,
+                                                     span.null2_is_done, span.n2sc, batch.forward[e].score, d.status,
+                                                     d.posterior, d.oasc, d.flags, d.trace, d.null2))
+        if fast.size:
+            counts = got["n"][fast].astype(np.int64)
+            ends = np.cumsum(counts)
+            starts = ends - counts
+            at = np.repeat(got["trace_base"][fast] - starts, counts) + np.arange(int(ends[-1]) if ends.size else 0)
+            ienv = np.array([int(spans[e].i) for e in fast.tolist()], np.int32)
+            raw_i = got["i"][at]
+            st, k, pp = got["st"][at].astype(np.uint8), got["k"][at], got["pp"][at]
+            i = (raw_i + np.repeat(ienv - np.int32(1), counts)).astype(np.int32, copy=False)
+            i[raw_i == 0] = 0
+            z1, z2 = domain_spans(st, starts, ends)
+            if (z1 < 0).any():
+                raise ValueError("the trace has no domain (B, M, E)")
+            alone = [e for e in fast.tolist() if not spans[e].null2_is_done]
+            residues = [spans[e].codes[int(spans[e].i) - 1:int(spans[e].j)] for e in alone]
+            sizes = np.array([r.size for r in residues], np.int64)
+            odds = got["null2"][np.repeat(np.array(alone, np.int64), sizes),
+                                np.concatenate(residues) if residues else np.zeros(0, np.int64)]
+            logs = np.split(glibc_logf(odds), np.cumsum(sizes)[:-1]) if alone else []
+            n2sc = dict(zip(alone, logs))
+            for m, e in enumerate(fast.tolist()):
+                a, b = int(starts[m]), int(ends[m])
+                out[e] = Envelope(flags=int(carried[e]), envsc=batch.forward[e].score, oasc=np.float32(got["oasc"][e]),
+                                  iali=int(i[a + z1[m]]), jali=int(i[a + z2[m]]),
+                                  trace=Trace(st=st[a:b], k=k[a:b], i=i[a:b], pp=pp[a:b]), n2sc=n2sc.get(e))
     return out
