@@ -698,15 +698,18 @@ class GpuCascade:
                 self._definer = ThreadPoolExecutor(tuning.DEFINE_THREADS, thread_name_prefix="hmmgpu-definer")
             return self._definer
 
-    def _definition_stream(self):
+    def _definition_stream(self, aside: bool = False):
         """The calling definer thread's stream, made on its first batch: it does not synchronise
         with the default stream, so the filters' synchronous copies do not wait for a definition
-        kernel (nor its launches for theirs), and no definer's launches wait for another's."""
+        kernel (nor its launches for theirs), and no definer's launches wait for another's;
+        ``aside``: its second one, for the envelopes rescored beside the ensembles
+        (:attr:`hmmgpu.gpu.domaindef.GpuDomainStages.overlaps_phases`)."""
         streams = self._definition_streams
-        if getattr(streams, "stream", None) is None:
+        name = "aside" if aside else "stream"
+        if getattr(streams, name, None) is None:
             with self.device.activate():
-                streams.stream = self.device.runtime.stream(non_blocking=True)
-        return streams.stream
+                setattr(streams, name, self.device.runtime.stream(non_blocking=True))
+        return getattr(streams, name)
 
     def definition_batch_bytes(self) -> int:
         """The full matrices a definitions launch holds at most: DOMAINDEF_BATCH_BYTES, or on a
@@ -756,11 +759,12 @@ class GpuCascade:
         # without: the longest go to the kernel too; a flagged region's target goes to pyhmmer's
         # pipeline whatever its ensemble, so it is never sampled here
         cpu_threads = tuning.ENSEMBLE_CPU_THREADS if self._host_code_ready.is_set() else 0
-        stream = self._definition_stream()
+        stream, aside_stream = self._definition_stream(), self._definition_stream(aside=True)
         in_ftz = self.defines_in_ftz
         batch_bytes = self.definition_batch_bytes()
         stages = [GpuDomainStages(work[m][0], seed=work[m][1], device=self.device, step_cost=step_cost, stream=stream,
-                                  cpu_threads=cpu_threads, sample_flagged=False, ftz=in_ftz, batch_bytes=batch_bytes)
+                                  cpu_threads=cpu_threads, sample_flagged=False, ftz=in_ftz, batch_bytes=batch_bytes,
+                                  aside_stream=aside_stream)
                   for m in chosen]
         with self._simulated, self.device.activate():
             left = {}

@@ -53,6 +53,8 @@ its kernels' plus the host's part).
 """
 from __future__ import annotations
 
+import functools
+import threading
 import time
 
 from hmmgpu.cpu.domaindef import CpuDomainStages
@@ -187,13 +189,17 @@ class GpuDomainStages(CpuDomainStages):
     or the simulator, if None), ``table`` the ensemble's draws in device memory, ``batch_bytes`` the
     matrices a launch holds at most (:data:`~hmmgpu.gpu.runtime.tuning.DOMAINDEF_BATCH_BYTES`),
     ``step_cost`` the ensemble split's (:func:`hmmgpu.gpu.ensemble.stages.split_by_cost`),
-    ``stream`` the stream of every launch (the default stream if None), ``cpu_threads`` the
+    ``stream`` the stream of every launch (the default stream if None) but those of the
+    unclustered regions' envelopes, which run on ``aside_stream`` (:attr:`overlaps_phases`; the
+    default stream if None) beside the ensembles, ``cpu_threads`` the
     threads of the split and ``sample_flagged`` whether a region whose matrix is flagged is
     sampled (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`); ``ftz`` True: every step in
     hmmsearch's float mode (flush-to-zero: the kernels' ``ftz`` variants, the host's part and the
     CPU reference under the x86 mode itself), for targets whose decoding holds in that mode only.
     ``seconds``: the wall time of each step of the calls whose work this object led (the
-    first of a call's models): ``matrices`` (the full-matrix kernels), ``ensembles`` (the
+    first of a call's models; with :attr:`overlaps_phases` the unclustered envelopes' steps run
+    beside the ensembles', so that the steps add up to more than the call): ``matrices`` (the
+    full-matrix kernels), ``ensembles`` (the
     ensemble kernel and each region's finish on the host), ``decoding`` (the envelopes'
     decoding and optimal accuracy kernel), ``finish`` (each envelope's finish on the host);
     ``ensemble_counts``: their clustered regions and what the ensemble split measured
@@ -202,8 +208,10 @@ class GpuDomainStages(CpuDomainStages):
     def __init__(self, tables, seed: int = DEFAULT_SEED, table: int = DEFAULT_TABLE,
                  batch_bytes: int = tuning.DOMAINDEF_BATCH_BYTES, device: GpuDevice | None = None,
                  step_cost: float = tuning.ENSEMBLE_GPU_STEP_COST, stream=None,
-                 cpu_threads: int = tuning.ENSEMBLE_CPU_THREADS, sample_flagged: bool = True, ftz: bool = False):
+                 cpu_threads: int = tuning.ENSEMBLE_CPU_THREADS, sample_flagged: bool = True, ftz: bool = False,
+                 aside_stream=None):
         super().__init__(tables, seed)
+        self.aside_stream = aside_stream
         self.ftz = bool(ftz)
         self.step_cost = float(step_cost)
         self.cpu_threads = int(cpu_threads)
@@ -213,10 +221,17 @@ class GpuDomainStages(CpuDomainStages):
         self.table = int(table)
         self.batch_bytes = int(batch_bytes)
         self.seconds = dict(matrices=0.0, ensembles=0.0, decoding=0.0, finish=0.0)
+        self._seconds_lock = threading.Lock()
         #: the clustered regions of those calls, those the CPU reference sampled (the longest,
         #: beside the kernel, and those it left or whose matrix is flagged) and their thread time
         self.ensemble_counts = dict(regions=0, cpu_regions=0, cpu_seconds=0.0, cpu_residues=0, kernel_longest=0,
                                     kernel_seconds=0.0)
+
+    @property
+    def overlaps_phases(self) -> bool:
+        """On a GPU the unclustered regions' envelopes are rescored on a stream of their own
+        (``aside_stream``) while the ensembles run (under the simulator, one launch at a time)."""
+        return not self.device.simulator
 
     def region_ensembles(self, regions) -> list:
         return self.region_ensembles_of([(self, regions)])[0]
@@ -230,7 +245,8 @@ class GpuDomainStages(CpuDomainStages):
     def _timed(self, step: str, since: float) -> float:
         """Add the time since ``since`` to ``step``'s; the time now."""
         now = time.perf_counter()
-        self.seconds[step] += now - since
+        with self._seconds_lock:   # the driver's aside thread times its steps too
+            self.seconds[step] += now - since
         return now
 
     @classmethod
@@ -265,22 +281,24 @@ class GpuDomainStages(CpuDomainStages):
         return _in_runs(work, items, [matrix_bytes(r.j - r.i + 1, stages.tables.Q) for stages, r in items], answer)
 
     @classmethod
-    def rescore_envelopes_of(cls, work) -> list:
-        """Every model's envelopes in the same launches (as :meth:`region_ensembles_of`)."""
+    def rescore_envelopes_of(cls, work, aside: bool = False) -> list:
+        """Every model's envelopes in the same launches (as :meth:`region_ensembles_of`), on the
+        first model's ``aside_stream`` where ``aside`` (the driver's call beside the ensembles)."""
         work = list(work)
         if len({stages._settings() for stages, _ in work}) > 1:
-            return _by_settings(work, cls.rescore_envelopes_of)
+            return _by_settings(work, functools.partial(cls.rescore_envelopes_of, aside=aside))
         if not work:
             return []
         first = work[0][0]
+        stream = first.aside_stream if aside else first.stream
 
         def answer(run):
             clock = time.perf_counter()
             batch = produce_matrices([MatrixJob(stages.tables, e.codes, e.i, e.j, unihit=True, backward=True)
                                       for stages, e in run], device=first.device, block=tuning.DOMAINDEF_MATRIX_BLOCK,
-                                     stream=first.stream, ftz=first.ftz)
+                                     stream=stream, ftz=first.ftz)
             clock = first._timed("matrices", clock)
-            produced = launch_produced(batch, stream=first.stream)
+            produced = launch_produced(batch, stream=stream)
             clock = first._timed("decoding", clock)
             answers = finish_produced(produced, [e for _, e in run])
             first._timed("finish", clock)

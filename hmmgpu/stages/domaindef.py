@@ -86,6 +86,7 @@ import functools
 import math
 import os
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -210,7 +211,14 @@ class DomainStages(ABC):
 
     The driver calls the batch methods, :meth:`region_ensembles` and :meth:`rescore_envelopes`,
     once each for all the targets it is given; by default they run the one-item methods item
-    after item, and a device overrides them to run a batch at once."""
+    after item, and a device overrides them to run a batch at once. A device whose stages set
+    :attr:`overlaps_phases` has the unclustered regions' envelopes rescored in a call of their
+    own (``aside``), in a thread of the driver, while the clustered regions are sampled, then the
+    clustered regions' envelopes: no envelope of an unclustered region waits for an ensemble."""
+
+    #: Whether the driver rescores the unclustered regions' envelopes while it samples the
+    #: clustered regions (:func:`define_domains_grouped`).
+    overlaps_phases = False
 
     @abstractmethod
     def region_forward(self, codes, i: int, j: int):
@@ -246,9 +254,10 @@ class DomainStages(ABC):
         return [stages.region_ensembles(regions) for stages, regions in work]
 
     @classmethod
-    def rescore_envelopes_of(cls, work) -> list:
+    def rescore_envelopes_of(cls, work, aside: bool = False) -> list:
         """:meth:`rescore_envelopes` of several models at once: ``work`` (stages, envelopes)
-        pairs, as :meth:`region_ensembles_of` takes them."""
+        pairs, as :meth:`region_ensembles_of` takes them; ``aside``: the call the driver makes
+        beside the ensembles (:attr:`overlaps_phases`)."""
         return [stages.rescore_envelopes(envelopes) for stages, envelopes in work]
 
 
@@ -407,13 +416,32 @@ def define_domains_grouped(groups) -> list:
         raise TypeError("define_domains_grouped: every group's stages must be of one class")
     scanned = [[_ScannedTarget.of(codes, decoding) for codes, decoding in targets] for _, targets in groups]
     regions = [[(t, k) for t in group for k in np.flatnonzero(t.clustered).tolist()] for group in scanned]
-    ensembles = kind.region_ensembles_of([(stages, [RegionSpan(t.codes, *t.regions[k]) for t, k in spans])
-                                          for (stages, _), spans in zip(groups, regions)])
-    for spans, answers in zip(regions, ensembles):
-        for (t, k), ensemble in zip(spans, answers):
-            t.take_ensemble(k, ensemble)
-    envelopes = [[envelope for t in group for envelope in t.envelope_spans()] for group in scanned]
-    rescored = kind.rescore_envelopes_of([(stages, spans) for (stages, _), spans in zip(groups, envelopes)])
+
+    def sample():
+        ensembles = kind.region_ensembles_of([(stages, [RegionSpan(t.codes, *t.regions[k]) for t, k in spans])
+                                              for (stages, _), spans in zip(groups, regions)])
+        for spans, answers in zip(regions, ensembles):
+            for (t, k), ensemble in zip(spans, answers):
+                t.take_ensemble(k, ensemble)
+
+    def rescore(spans_of, aside: bool = False) -> list:
+        envelopes = [[envelope for t in group for envelope in spans_of(t)] for group in scanned]
+        work = [(stages, spans) for (stages, _), spans in zip(groups, envelopes)]
+        return kind.rescore_envelopes_of(work, aside=True) if aside else kind.rescore_envelopes_of(work)
+
+    if groups[0][0].overlaps_phases:
+        with ThreadPoolExecutor(1, thread_name_prefix="hmmgpu-envelopes") as pool:
+            plain = pool.submit(rescore, _ScannedTarget.unclustered_spans, True)
+            sample()
+            clustered = rescore(_ScannedTarget.clustered_spans)
+            plain = plain.result()
+        for group in scanned:
+            for t in group:
+                t.envelope_spans()
+        rescored = [_ScannedTarget.merged(group, p, c) for group, p, c in zip(scanned, plain, clustered)]
+    else:
+        sample()
+        rescored = rescore(_ScannedTarget.envelope_spans)
     for group, answers in zip(scanned, rescored):
         start = 0
         for t in group:
@@ -468,6 +496,28 @@ class _ScannedTarget:
                 self.envelopes.append((k, i, j, False))
         n2sc = self.definition.n2sc
         return [EnvelopeSpan(self.codes, i, j, done, n2sc) for _, i, j, done in self.envelopes]
+
+    def unclustered_spans(self) -> list:
+        """The envelopes of the unclustered regions (:class:`EnvelopeSpan`), in region order:
+        known once the regions are (each such region is one envelope whose null2 is not done)."""
+        n2sc = self.definition.n2sc
+        return [EnvelopeSpan(self.codes, i, j, False, n2sc)
+                for k, (i, j) in enumerate(self.regions) if not self.clustered[k]]
+
+    def clustered_spans(self) -> list:
+        """The envelopes of the clustered regions (:class:`EnvelopeSpan`), region by region as
+        their ensembles list them: known once the ensembles are."""
+        n2sc = self.definition.n2sc
+        return [EnvelopeSpan(self.codes, i2, j2, True, n2sc) for k in np.flatnonzero(self.clustered).tolist()
+                for i2, j2 in np.asarray(self.ensembles[k].envelopes).tolist()]
+
+    @staticmethod
+    def merged(group, plain: list, clustered: list) -> list:
+        """The answers to every target of ``group`` in ``dcl`` order (:meth:`envelope_spans`,
+        already called), from the answers to their :meth:`unclustered_spans` and to their
+        :meth:`clustered_spans`, each in its own order."""
+        plain, clustered = iter(plain), iter(clustered)
+        return [next(clustered) if done else next(plain) for t in group for _, _, _, done in t.envelopes]
 
     def assemble(self, rescored: list) -> None:
         """Phase D: the envelopes' answers, in order, into the definition as HMMER records them:

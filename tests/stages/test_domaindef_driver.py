@@ -273,3 +273,48 @@ def test_decoding_and_scan_equal_plain_formulations():
         regions, clustered = scan_regions(mocc, btot, etot)
         assert [(i, j, c) for (i, j), c in zip(regions.tolist(), clustered.tolist())] == \
             _regions_by_loop(mocc, btot, etot)
+
+
+class _Overlapping(_Grouped):
+    """:class:`_Grouped` whose stages ask the driver to rescore the unclustered regions'
+    envelopes beside the ensembles (in a thread of the driver)."""
+
+    overlaps_phases = True
+
+    @classmethod
+    def rescore_envelopes_of(cls, work, aside=False):
+        cls.grouped.append(("aside" if aside else "envelopes", [len(envelopes) for _, envelopes in work]))
+        return DomainStages.rescore_envelopes_of.__func__(cls, work)
+
+
+def test_overlapping_driver_equals_the_sequential_one(monkeypatch):
+    """The same three models' targets as above, with unclustered regions among them, through the
+    driver that rescores the unclustered regions' envelopes in a call of their own beside the
+    ensembles, then the clustered ones': every definition equals the sequential driver's (the
+    envelopes' answers merged back in ``dcl`` order), and every envelope is rescored once."""
+    monkeypatch.setattr(_Grouped, "grouped", [])
+    rows = [_two_domains(60, joined=True), _two_domains(60), _rows(10, [(2, 8)], {2: 1}, {8: 1}),
+            _two_domains(70, joined=True), _two_domains(70)]
+    decodings = [domain_decoding(*r, False, F32(1.0)) for r in rows]
+    decodings[2] = (STATUS_RANGE,) + decodings[2][1:]
+    codes = [np.zeros(d[1].size - 1, np.uint8) for d in decodings]
+    targets = list(zip(codes, decodings))
+    answers = ([(10, 30), (25, 40), (35, 45)], {(25, 40)}), ([(8, 20), (30, 44)], set()), ([(12, 18)], set())
+    work = [targets[:2] + targets[4:], [], targets[1:]]
+    sequential = define_domains_grouped([(_Grouped(*a), group) for a, group in zip(answers, work)])
+    _Grouped.grouped.clear()
+    stages = [_Overlapping(*a) for a in answers]
+    overlapped = define_domains_grouped(list(zip(stages, work)))
+    calls = sorted(_Overlapping.grouped)
+    assert [name for name, _ in calls] == ["aside", "envelopes", "regions"], calls
+    assert sum(sum(n) for name, n in calls if name != "regions") == sum(len(s.calls) for s in stages) - 2 * sum(
+        n for name, counts in calls if name == "regions" for n in counts)
+    assert any(n for name, counts in calls if name == "aside" for n in counts)  # unclustered regions were there
+    for mine_group, want_group in zip(overlapped, sequential):
+        assert len(mine_group) == len(want_group)
+        for x, y in zip(mine_group, want_group):
+            for key in ("status", "nregions", "nclustered", "noverlaps", "nenvelopes", "flags", "nexpected"):
+                assert getattr(x, key) == getattr(y, key), key
+            assert x.n2sc.tobytes() == y.n2sc.tobytes()
+            assert [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in x.domains] == \
+                [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in y.domains]

@@ -271,7 +271,7 @@ def finish_produced(produced: Produced, spans) -> list:
     one_by_one = ok & ~clustered & ((carried & TINY_ROWS) != 0)
     fast = np.flatnonzero(ok & ~one_by_one)
     out: list = [None] * n
-    with flush_to_zero(batch.ftz):
+    with flush_to_zero(batch.ftz), batch.device.activate():   # a posterior copied back: in this thread too
         for e in np.flatnonzero(~ok).tolist():
             out[e] = Envelope(flags=int(carried[e]), dropped=True)
         for e in np.flatnonzero(one_by_one).tolist():
