@@ -68,6 +68,7 @@ from __future__ import annotations
 import collections
 import importlib
 import os
+import queue
 import shutil
 import signal
 import subprocess
@@ -139,6 +140,7 @@ def _serve(conn: Connection) -> None:
         conn.send(("error", _one_line(error)))
         return
     conn.send(("ready", backend.description, backend.lanes, (db.n, db.total_residues)))
+    sender = _Sender(conn)
     # this process's threads (the loop's filters, the definers, the ensembles' pool) each make
     # many short driver calls, which leave the interpreter's lock: a short switch interval lets
     # a thread back in without waiting for another's Python to be interrupted
@@ -155,7 +157,7 @@ def _serve(conn: Connection) -> None:
                 except (EOFError, OSError):
                     return
                 if message is None:
-                    _drain(conn, backend, pending, gating)
+                    _drain(sender, backend, pending, gating)
                     return
                 kind = message[0]
                 if kind == "model":
@@ -167,32 +169,33 @@ def _serve(conn: Connection) -> None:
                         pending.append((received, "error", _one_line(error)))
                     received += 1
                 elif kind == "compile":
-                    _drain(conn, backend, pending, gating)
+                    _drain(sender, backend, pending, gating)
                     clock = time.perf_counter()
-                    conn.send(("compiled", backend.prepare_for(message[1])))
+                    sender.send(("compiled", backend.prepare_for(message[1])))
                     startup["kernels"] = time.perf_counter() - clock
                 elif kind == "define":
                     try:
                         _, models, items = message
                         tables = {key: forward_tables(hmm) for key, hmm in models.items()}
-                        conn.send(("defined", backend.gpu.define_passers(
-                            [(tables[key], seed, passers) for key, seed, passers in items])))
+                        sender.send(("defined", backend.gpu.define_passers(
+                            [(tables[key], seed, passers) for key, seed, passers in items])),
+                                    lambda error: ("error", _one_line(error)))
                     except Exception as error:  # noqa: BLE001
-                        conn.send(("error", _one_line(error)))
+                        sender.send(("error", _one_line(error)))
                 elif kind == "stats":
-                    _drain(conn, backend, pending, gating)
+                    _drain(sender, backend, pending, gating)
                     details = dict(backend.details(), startup={k: round(v, 3) for k, v in startup.items()},
                                    process_cpu_seconds=round(time.process_time(), 3),
                                    numba_imported="numba" in sys.modules,
                                    numba_cuda_imported="numba.cuda" in sys.modules)
-                    conn.send(("stats", details, backend.gpu_seconds()))
+                    sender.send(("stats", details, backend.gpu_seconds()))
             # ... then finish the oldest model's filters (its Forward gate joins the next batch),
             # send every result that is done, and, with nothing else to do, launch the gates
             # still queued and wait for a result
             if pending:
                 gating.append(_filtered(pending.popleft()))
             backend.advance_decoding()
-            gating = _send_ready(conn, gating)
+            gating = _send_ready(sender, gating)
             if gating and not pending and not conn.poll(0):
                 if gating[0][1] == "model" and gating[0][2].queued():
                     backend.flush_gates()  # the oldest model's gate waits for a fuller batch: no more
@@ -201,7 +204,52 @@ def _serve(conn: Connection) -> None:
                 while not any(_ready(entry) for entry in gating) and not conn.poll(tuning.GPU_PROCESS_POLL_SECONDS):
                     backend.advance_decoding()
     finally:
+        sender.close()
         backend.close()
+
+
+class _Sender:
+    """The child's answers, written to the parent in order by a thread of their own. The parent
+    reads them in its finishing thread, which shares its interpreter with the post-filter's
+    sixteen worker threads; a large answer (a model's definitions: traces and null2 scores)
+    then fills the socket, and the write waited, with the loop that feeds the GPU behind it (the
+    own post-filter's loop spent 2.5 s of a 17 s search in such writes, py-spy, one H200). Here
+    the loop only queues an answer; this thread pickles and writes it. ``send(message,
+    failed)``: ``failed(error)`` is sent instead where ``message`` cannot be pickled (its
+    model's one-line error). Once the parent has gone, answers are dropped. ``close()`` waits
+    until every answer queued is written."""
+
+    def __init__(self, conn: Connection):
+        self._conn = conn
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="hmmgpu-sender", daemon=True)
+        self._thread.start()
+
+    def send(self, message, failed=None) -> None:
+        self._queue.put((message, failed))
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        gone = False
+        while True:
+            entry = self._queue.get()
+            if entry is None:
+                return
+            message, failed = entry
+            if gone:
+                continue
+            try:
+                self._conn.send(message)
+            except (OSError, EOFError):
+                gone = True
+            except Exception as error:  # noqa: BLE001 - an answer that cannot be pickled
+                try:
+                    self._conn.send(failed(error) if failed else ("error", _one_line(error)))
+                except (OSError, EOFError):
+                    gone = True
 
 
 def _ready(entry: tuple) -> bool:
@@ -220,35 +268,35 @@ def _filtered(entry: tuple) -> tuple:
         return k, "error", _one_line(error)
 
 
-def _send_gated(conn: Connection, entry: tuple) -> None:
+def _send_gated(sender: "_Sender", entry: tuple) -> None:
     k, kind, value = entry
     if kind == "error":
-        conn.send(("error", k, value))
+        sender.send(("error", k, value))
         return
     try:
-        conn.send(("done", k, value.result()))
+        sender.send(("done", k, value.result()), lambda error: ("error", k, _one_line(error)))
     except Exception as error:  # noqa: BLE001
-        conn.send(("error", k, _one_line(error)))
+        sender.send(("error", k, _one_line(error)))
 
 
-def _send_ready(conn: Connection, gating: list) -> list:
+def _send_ready(sender: "_Sender", gating: list) -> list:
     """Send every entry of ``gating`` that is done; the others, in their order."""
     waiting = []
     for entry in gating:
         if _ready(entry):
-            _send_gated(conn, entry)
+            _send_gated(sender, entry)
         else:
             waiting.append(entry)
     return waiting
 
 
-def _drain(conn: Connection, backend, pending: collections.deque, gating: list) -> None:
+def _drain(sender: "_Sender", backend, pending: collections.deque, gating: list) -> None:
     """Finish and send everything in flight."""
     while pending:
         gating.append(_filtered(pending.popleft()))
     backend.flush_gates()
     for entry in gating:
-        _send_gated(conn, entry)
+        _send_gated(sender, entry)
     gating.clear()
 
 

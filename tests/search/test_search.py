@@ -676,7 +676,7 @@ def test_the_gpu_process_answers_each_model_by_its_number():
     sent = []
     gating = [(0, "model", Entry(False, "a")), (1, "model", Entry(True, "b")), (2, "error", "bad model"),
               (3, "model", Entry(True, "d"))]
-    left = gpu_process._send_ready(SimpleNamespace(send=sent.append), gating)
+    left = gpu_process._send_ready(SimpleNamespace(send=lambda message, failed=None: sent.append(message)), gating)
     assert sent == [("done", 1, "b"), ("error", 2, "bad model"), ("done", 3, "d")] and [e[0] for e in left] == [0]
 
     child = object.__new__(gpu_process.CudaProcessBackend)
@@ -702,6 +702,34 @@ def test_the_gpu_process_answers_each_model_by_its_number():
     with pytest.raises(HmmgpuError, match="stopped"):
         more[0].result()
 
+
+
+def test_the_gpu_process_writes_its_answers_in_order_from_a_thread():
+    """The GPU process's answers go out through ``_Sender``: in the order queued, each read
+    whole by the parent's end of a real socket pair; an answer that cannot be pickled replaced
+    by its failure; ``close`` returns once every answer queued is written; with the parent gone,
+    answers are dropped and ``close`` still returns."""
+    import multiprocessing
+    import threading
+
+    from hmmgpu.gpu import process as gpu_process
+
+    parent, child = multiprocessing.Pipe()
+    big = np.arange(3_000_000, dtype=np.int64)   # 24 MB: far more than the socket holds
+    sender = gpu_process._Sender(child)
+    sender.send(("done", 0, big))
+    sender.send(("done", 1, threading.Lock()), lambda error: ("error", 1, type(error).__name__))
+    sender.send(("stats", {"n": 2}))
+    got = [parent.recv() for _ in range(3)]
+    sender.close()
+    assert got[0][:2] == ("done", 0) and np.array_equal(got[0][2], big)
+    assert got[1] == ("error", 1, "TypeError") and got[2] == ("stats", {"n": 2})
+    parent.close()
+    sender = gpu_process._Sender(child)
+    sender.send(("done", 2, big))
+    sender.send(("done", 3, "x"))
+    sender.close()
+    child.close()
 
 def test_small_models_go_to_pyhmmer_while_the_backend_is_behind(monkeypatch, references):
     """With auto, a small model goes to pyhmmer's whole pipeline when the workers are short of
