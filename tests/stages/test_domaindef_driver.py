@@ -163,6 +163,15 @@ def test_batched_driver_equals_each_target_alone():
     assert [d.ndom for d in together] == [2, 2, 0, 2]
 
 
+def _assert_same_definition(x, y) -> None:
+    """Two targets' definitions are equal: counters, null2 scores (bits) and every domain."""
+    for key in ("status", "nregions", "nclustered", "noverlaps", "nenvelopes", "flags", "nexpected"):
+        assert getattr(x, key) == getattr(y, key), key
+    assert x.n2sc.tobytes() == y.n2sc.tobytes()
+    assert [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in x.domains] == \
+        [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in y.domains]
+
+
 class _Grouped(_Stub):
     """:class:`_Stub` whose class records the calls over several models the driver makes."""
 
@@ -203,11 +212,7 @@ def test_grouped_driver_equals_each_model_alone(monkeypatch):
         alone = define_domains_batched(_Stub(*a), group)
         assert len(mine) == len(alone) == len(group)
         for x, y in zip(mine, alone):
-            for key in ("status", "nregions", "nclustered", "noverlaps", "nenvelopes", "flags", "nexpected"):
-                assert getattr(x, key) == getattr(y, key), key
-            assert x.n2sc.tobytes() == y.n2sc.tobytes()
-            assert [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in x.domains] == \
-                [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in y.domains]
+            _assert_same_definition(x, y)
     assert [[d.ndom for d in group] for group in together] == [[2, 2], [], [2, 0, 1]]
     assert define_domains_grouped([]) == []
     with pytest.raises(TypeError):
@@ -313,8 +318,4 @@ def test_overlapping_driver_equals_the_sequential_one(monkeypatch):
     for mine_group, want_group in zip(overlapped, sequential):
         assert len(mine_group) == len(want_group)
         for x, y in zip(mine_group, want_group):
-            for key in ("status", "nregions", "nclustered", "noverlaps", "nenvelopes", "flags", "nexpected"):
-                assert getattr(x, key) == getattr(y, key), key
-            assert x.n2sc.tobytes() == y.n2sc.tobytes()
-            assert [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in x.domains] == \
-                [(d.ienv, d.jenv, d.iali, d.jali, d.envsc, d.domcorrection, d.oasc) for d in y.domains]
+            _assert_same_definition(x, y)

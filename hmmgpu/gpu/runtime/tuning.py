@@ -115,6 +115,8 @@ ENSEMBLE_GPU_STEP_COST = 24
 #: sampler has given it (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`). Before, the CPU
 #: sampler's threads finished every region once all were sampled: py-spy of one call of 8,536
 #: passers (one H200, af2561a) put that clustering at about 0.6 s of the ensembles' 1.25 s step.
+#: With it (and the special transitions of a launch formed at once) that call took 4.15 s against
+#: 4.82 s, the same digest (4f990ab, session_defbytes_h200_2026-11-29_s18call2.log).
 ENSEMBLE_FINISH_THREADS = 4
 #: Threads of the GPU process that define gate batches' decoded passers at the same time
 #: (:meth:`hmmgpu.gpu.cascade.GpuCascade.definer`), each launching on a stream of its own:
