@@ -300,10 +300,11 @@ class _DecodingStep:
     (``members``); each member's :class:`~hmmgpu.stages.decoded.DecodedTargets` are its
     passers the kernels did not flag."""
 
-    def __init__(self, cascade, gate_batch, members: list):
+    def __init__(self, cascade, gate_batch, members: list, full: bool = True):
         self._cascade = cascade
         self.gate_batch = gate_batch
         self.members = members
+        self.full = full  #: not one of the search's first, smaller gate batches (whose passers go to pyhmmer)
         self._launched = False
         self._batch = None  #: the decodings' batch (None: no member had a passer)
         self._job = {}  #: id(member) -> its job in the batch
@@ -343,7 +344,7 @@ class _DecodingStep:
         chosen = [(id(member), member.tables, member.options.seed, _passers(member.decided()))
                   for member in self.members]
         self._taken = sum(int(passers.size) for *_, passers in chosen)
-        if self._taken and not cascade.take_definitions(self._taken):
+        if self._taken and not cascade.take_definitions(self._taken, full=self.full):
             chosen, self._taken = [], 0   # declined: each member's passers go to pyhmmer's pipeline
         self.members = []  # no longer needed, and no cycle left between the tickets and their step
         self._start(chosen)
@@ -613,17 +614,18 @@ class GpuCascade:
             if span is not None:
                 self._busy.append(span)
 
-    def take_definitions(self, passers: int) -> bool:
-        """Whether a gate batch's ``passers`` F3 passers are decoded and defined here: yes while
-        the passers taken and not yet defined (the definitions' backlog) stay within
-        :data:`~hmmgpu.gpu.runtime.tuning.DEFINE_BACKLOG_PASSERS`, and whenever there are none (a
-        positive budget: the definitions never wait for work); taken, they join the backlog
-        until :meth:`release_definitions`. Declined, they are counted (``declined``) and go, as
-        the passers this process does not decode, to pyhmmer's pipeline in the post-filter's
-        threads, which then share the definitions with this process."""
+    def take_definitions(self, passers: int, full: bool = True) -> bool:
+        """Whether a gate batch's ``passers`` F3 passers are decoded and defined here: never for
+        one of the search's first, smaller batches (not ``full``: :meth:`_gate_batch_targets`),
+        whose passers the post-filter's threads would otherwise wait for; else yes while the passers taken and not yet defined (the definitions'
+        backlog) stay within :data:`~hmmgpu.gpu.runtime.tuning.DEFINE_BACKLOG_PASSERS`, and
+        whenever there are none (a positive budget: the definitions never wait for work); taken,
+        they join the backlog until :meth:`release_definitions`. Declined, they are counted
+        (``declined``) and go, as the passers this process does not decode, to pyhmmer's pipeline
+        in the post-filter's threads, which then share the definitions with this process."""
         budget = tuning.DEFINE_BACKLOG_PASSERS
         with self._lock:
-            if self._backlog + passers <= budget or (self._backlog == 0 and budget > 0):
+            if full and (self._backlog + passers <= budget or (self._backlog == 0 and budget > 0)):
                 self._backlog += passers
                 return True
             self.decoding_counts["declined"] += passers
@@ -859,28 +861,33 @@ class GpuCascade:
         with self._forward_lock:
             self._queued.append((gated, job))
             self._queued_targets += int(partial.past_vit.size)
-            if self._queued_targets >= self._gate_batch_targets(decode):
-                self._launch_queued()
+            size = self._gate_batch_targets(decode)
+            if self._queued_targets >= size:
+                # a batch of the first, smaller ones: on the own route its passers go to pyhmmer
+                self._launch_queued(full=not (decode and size < tuning.FWD_GATE_TARGETS_OWN_POSTFILTER))
         return gated
 
     def _gate_batch_targets(self, decode: bool) -> int:
         """The targets at which the queued gates are launched: with hmmgpu's own post-filter
         defining passers during the filters (:data:`~hmmgpu.gpu.runtime.tuning.DEFINE_BACKLOG_PASSERS`
-        above 0: the gate batches are its definitions' batches)
+        above 0: the full-sized gate batches are its definitions' batches)
         :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS_OWN_POSTFILTER`; else
-        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS`, the first batches smaller, from
-        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_FIRST_TARGETS` doubling at each, so that the
-        post-filter's threads get their first passers sooner."""
-        if decode and tuning.DEFINE_BACKLOG_PASSERS > 0:
-            return tuning.FWD_GATE_TARGETS_OWN_POSTFILTER
-        return min(tuning.FWD_GATE_TARGETS, tuning.FWD_GATE_FIRST_TARGETS << min(self._gate_batches, 30))
+        :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_TARGETS`; the first batches smaller on both
+        routes, from :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_FIRST_TARGETS` doubling at each,
+        so that the post-filter's threads get their first passers sooner (on the own route those
+        first batches' passers go to pyhmmer's pipeline: :meth:`take_definitions`)."""
+        full = tuning.FWD_GATE_TARGETS_OWN_POSTFILTER if decode and tuning.DEFINE_BACKLOG_PASSERS > 0 \
+            else tuning.FWD_GATE_TARGETS
+        return min(full, tuning.FWD_GATE_FIRST_TARGETS << min(self._gate_batches, 30))
 
     def flush_gates(self) -> None:
         """Launch the queued Forward gates now (one batch)."""
         with self._forward_lock:
             self._launch_queued()
 
-    def _launch_queued(self) -> None:
+    def _launch_queued(self, full: bool = True) -> None:
+        """Launch the queued gates as one batch; ``full`` False: one of the search's first,
+        smaller batches (:meth:`_gate_batch_targets`), whose passers are not defined here."""
         if not self._queued:
             return
         with self._simulated:
@@ -889,7 +896,7 @@ class GpuCascade:
             gated.batch, gated.job = batch, k
         members = [gated for gated, _ in self._queued if gated.decode]
         if members:
-            step = _DecodingStep(self, batch, members)
+            step = _DecodingStep(self, batch, members, full=full)
             for gated in members:
                 gated.step = step
             with self._lock:

@@ -341,7 +341,7 @@ class EngineStats:
         return (f"post-filter on hmmgpu's side: {passed} F3 passers done by hmmgpu's code ({p['own_seconds']:.2f} s "
                 f"CPU), {host} targets sent to pyhmmer's pipeline (exactness flags; on the GPU route, passers the GPU did "
                 f"not decode or defined with a flag raised) ({share:.2f}% of both)"
-                + (f", {declined} of them passers the GPU process declined (its definitions' backlog full)"
+                + (f", {declined} of them passers the GPU process declined (its definitions' backlog full, or one of the first, smaller gate batches)"
                    if declined else "")
                 + (f", {left} of them passers with a clustered region it left to pyhmmer (DEFINE_CLUSTERED off)"
                    if left else "")

@@ -321,9 +321,10 @@ def test_kernel_exact_on_gpu(proteome):
 
 
 def test_gate_batches_grow_to_their_size(monkeypatch):
-    """On the default route the first Forward gate batches are smaller, doubling from
-    FWD_GATE_FIRST_TARGETS up to FWD_GATE_TARGETS (the post-filter's threads wait for the first
-    batch's passers); with hmmgpu's own post-filter every batch is FWD_GATE_TARGETS_OWN_POSTFILTER."""
+    """The first Forward gate batches are smaller, doubling from FWD_GATE_FIRST_TARGETS up to
+    FWD_GATE_TARGETS (the post-filter's threads wait for the first batch's passers); with
+    hmmgpu's own post-filter up to FWD_GATE_TARGETS_OWN_POSTFILTER, and the passers of the first,
+    smaller batches are declined (pyhmmer's pipeline takes them), of the full ones taken."""
     from types import SimpleNamespace
 
     from hmmgpu.gpu.cascade import GpuCascade
@@ -333,7 +334,15 @@ def test_gate_batches_grow_to_their_size(monkeypatch):
     monkeypatch.setattr(tuning, "FWD_GATE_TARGETS", 4096)
     sizes = [GpuCascade._gate_batch_targets(SimpleNamespace(_gate_batches=k), False) for k in (0, 1, 2, 3, 4, 40)]
     assert sizes == [512, 1024, 2048, 4096, 4096, 4096]
-    assert GpuCascade._gate_batch_targets(SimpleNamespace(_gate_batches=0), True) == tuning.FWD_GATE_TARGETS_OWN_POSTFILTER
+    monkeypatch.setattr(tuning, "FWD_GATE_TARGETS_OWN_POSTFILTER", 4096 * 4)
+    monkeypatch.setattr(tuning, "DEFINE_BACKLOG_PASSERS", 6000)
+    own = [GpuCascade._gate_batch_targets(SimpleNamespace(_gate_batches=k), True) for k in (0, 1, 4, 5, 40)]
+    assert own == [512, 1024, 8192, 16384, 16384]
+    import threading
+
+    cascade = SimpleNamespace(_lock=threading.Lock(), _backlog=0, decoding_counts={"declined": 0})
+    assert not GpuCascade.take_definitions(cascade, 100, full=False) and cascade.decoding_counts["declined"] == 100
+    assert GpuCascade.take_definitions(cascade, 100) and cascade._backlog == 100
 
 
 @pytest.mark.parametrize("segments", [1, 2, 4, 8])
