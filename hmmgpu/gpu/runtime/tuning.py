@@ -82,8 +82,13 @@ FWD_GATE_TARGETS = 4096
 #: session_gateramp_h200_2026-11-29_s10call4.log): 5.96, 5.68, 5.82 s against 6.14, 6.39, 5.89 s
 #: without it (4096), 6.30 s from 128; at 116 M 18.30, 17.36 s against 18.40, 16.66 s. Outputs equal.
 FWD_GATE_FIRST_TARGETS = 512
-#: The same with hmmgpu's own post-filter (``--postfilter hmmgpu``), whose gate batches are also
-#: its definitions' batches: full-sized batches were measured for it (9c55c5f), smaller ones not.
+#: The same with hmmgpu's own post-filter (``--postfilter hmmgpu``), whose full-sized gate batches
+#: are also its definitions' batches (9c55c5f). Its first batches are smaller too (from
+#: FWD_GATE_FIRST_TARGETS, doubling), and their passers go to pyhmmer's pipeline
+#: (:meth:`hmmgpu.gpu.cascade.GpuCascade.take_definitions`): with every batch full-sized the post-filter's
+#: threads waited 2.5-3.8 s for their first task. On one H200, 600 Pfam, warm, tables equal (85fd3c0,
+#: session_ownramp_h200_2026-11-29_s18call7.log): first task after 0.21-0.25 s; 29 M 11.11 s against
+#: 11.66-12.84 s before (1d6a341, another machine of the kind), 116 M 24.21 s against 30.80 s.
 FWD_GATE_TARGETS_OWN_POSTFILTER = 16384
 #: Domain definition's stages (:mod:`hmmgpu.gpu.domaindef`): the full matrices a launch holds at
 #: most (an envelope's Forward and Backward, a region's Forward; item sizes are capped by
