@@ -142,7 +142,10 @@ ENSEMBLE_FINISH_THREADS = 4
 #: on the one GPU, and the host's part between them) is the limit. One thread was as fast as
 #: four or up to 2 s faster in each of five paired sessions, all with eight ensemble CPU
 #: threads; with two and the own route's window of models (c2a5537), 1, 4 and 8 threads took
-#: 22.8, 23.7 and 21.4 s: four stay.
+#: 22.8, 23.7 and 21.4 s: four stay. Since a definitions call rescores envelopes beside its
+#: ensembles and finishes regions in threads of its own (f21f0e0, 4f990ab): 1, 2 and 4 threads
+#: 11.00, 9.22 and 9.25 s at 29 M, 1 and 4 threads 18.23 and 18.10 s at 116 M (b8978db, one H200,
+#: session_definers_h200_2026-11-29_s18call8.log).
 DEFINE_THREADS = 4
 #: F3 passers the GPU process holds for decoding and definition at most (taken and not yet
 #: defined): a gate batch whose passers would go beyond is declined, and pyhmmer's pipeline
