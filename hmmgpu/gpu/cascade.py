@@ -617,9 +617,9 @@ class GpuCascade:
     def take_definitions(self, passers: int, full: bool = True) -> bool:
         """Whether a gate batch's ``passers`` F3 passers are decoded and defined here: never for
         one of the search's first, smaller batches (not ``full``: :meth:`_gate_batch_targets`),
-        whose passers the post-filter's threads would otherwise wait for; else yes while the passers taken and not yet defined (the definitions'
-        backlog) stay within :data:`~hmmgpu.gpu.runtime.tuning.DEFINE_BACKLOG_PASSERS`, and
-        whenever there are none (a positive budget: the definitions never wait for work); taken,
+        whose passers the post-filter's threads would otherwise wait for; else yes while the
+        passers taken and not yet defined (the definitions' backlog) stay within
+        :data:`~hmmgpu.gpu.runtime.tuning.DEFINE_BACKLOG_PASSERS`, and whenever there are none (a positive budget: the definitions never wait for work); taken,
         they join the backlog until :meth:`release_definitions`. Declined, they are counted
         (``declined``) and go, as the passers this process does not decode, to pyhmmer's pipeline
         in the post-filter's threads, which then share the definitions with this process."""
@@ -718,8 +718,10 @@ class GpuCascade:
         GPU with less memory a quarter of the memory free at the first definitions, shared by
         the definer threads (each holds a batch's at a time)."""
         if self._definition_bytes is None:
-            share = self.device.free_memory() // (4 * tuning.DEFINE_THREADS) if not self.device.simulator else None
-            self._definition_bytes = int(min(tuning.DOMAINDEF_BATCH_BYTES, share or tuning.DOMAINDEF_BATCH_BYTES))
+            most = tuning.DOMAINDEF_BATCH_BYTES
+            if not self.device.simulator:
+                most = min(most, self.device.free_memory() // (4 * tuning.DEFINE_THREADS))
+            self._definition_bytes = int(most)
         return self._definition_bytes
 
     def ensemble_step_cost(self) -> float:
@@ -863,8 +865,8 @@ class GpuCascade:
             self._queued_targets += int(partial.past_vit.size)
             size = self._gate_batch_targets(decode)
             if self._queued_targets >= size:
-                # a batch of the first, smaller ones: on the own route its passers go to pyhmmer
-                self._launch_queued(full=not (decode and size < tuning.FWD_GATE_TARGETS_OWN_POSTFILTER))
+                # one of the first, smaller batches: on the own route its passers go to pyhmmer
+                self._launch_queued(full=not decode or size == self._full_gate_targets(decode))
         return gated
 
     def _gate_batch_targets(self, decode: bool) -> int:
@@ -876,9 +878,14 @@ class GpuCascade:
         routes, from :data:`~hmmgpu.gpu.runtime.tuning.FWD_GATE_FIRST_TARGETS` doubling at each,
         so that the post-filter's threads get their first passers sooner (on the own route those
         first batches' passers go to pyhmmer's pipeline: :meth:`take_definitions`)."""
-        full = tuning.FWD_GATE_TARGETS_OWN_POSTFILTER if decode and tuning.DEFINE_BACKLOG_PASSERS > 0 \
-            else tuning.FWD_GATE_TARGETS
-        return min(full, tuning.FWD_GATE_FIRST_TARGETS << min(self._gate_batches, 30))
+        return min(GpuCascade._full_gate_targets(decode), tuning.FWD_GATE_FIRST_TARGETS << min(self._gate_batches, 30))
+
+    @staticmethod
+    def _full_gate_targets(decode: bool) -> int:
+        """The size the gate batches grow to (:meth:`_gate_batch_targets`)."""
+        if decode and tuning.DEFINE_BACKLOG_PASSERS > 0:
+            return tuning.FWD_GATE_TARGETS_OWN_POSTFILTER
+        return tuning.FWD_GATE_TARGETS
 
     def flush_gates(self) -> None:
         """Launch the queued Forward gates now (one batch)."""

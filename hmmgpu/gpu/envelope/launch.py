@@ -185,11 +185,13 @@ def decode_oa(envelopes, device: GpuDevice | None = None, block: int | None = No
 
 
 class Produced(NamedTuple):
-    """The kernel's launch on envelopes of a ``batch`` (:func:`launch_produced`): their jobs
-    (``chosen``), the launch's outputs on the host (``got``: :func:`_launch`'s), the device arrays
-    of the batch's matrices (``matrices_of``) and the launch's ``stream``."""
+    """The kernel's launch on envelopes of a ``batch`` (:func:`launch_produced`): their job
+    numbers (``jobs``) and jobs (``chosen``), the launch's outputs on the host (``got``:
+    :func:`_launch`'s), the device arrays of the batch's matrices (``matrices_of``) and the
+    launch's ``stream``."""
 
     batch: object
+    jobs: np.ndarray
     chosen: list
     got: dict | None
     matrices_of: dict | None
@@ -206,14 +208,14 @@ def launch_produced(batch, jobs=None, block: int | None = None, stream=None) -> 
         if not (job.unihit and job.backward):
             raise ValueError(f"job {k} is not an envelope's (unihit, with Backward)")
     if not chosen:
-        return Produced(batch, chosen, None, None, stream)
+        return Produced(batch, jobs, chosen, None, None, stream)
     uni = [unihit_tables(job.tables) for job in chosen]
     matrices_of = dict(fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x)
     got = _launch(batch.device, [job.Ld for job in chosen], uni,
                   special_transitions_of(uni, [len(job.codes) for job in chosen]),
                   [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
                   batch.x_base[jobs], block, stream, batch.ftz)
-    return Produced(batch, chosen, got, matrices_of, stream)
+    return Produced(batch, jobs, chosen, got, matrices_of, stream)
 
 
 def _decoded_job(batch, got, matrices_of, e: int, k: int, with_matrices: bool, stream) -> DecodedEnvelope:
@@ -237,7 +239,7 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False, strea
     :class:`DecodedEnvelope` without them. ``stream``: the launch's (the default stream if None).
     The kernel computes in the batch's float mode (``batch.ftz``: hmmsearch's flush-to-zero)."""
     jobs = np.asarray(jobs, np.int64)
-    _, chosen, got, matrices_of, _ = launch_produced(batch, jobs, block, stream)
+    _, _, chosen, got, matrices_of, _ = launch_produced(batch, jobs, block, stream)
     out = []
     for e, k in enumerate(jobs.tolist()[:len(chosen)]):
         decoded = _decoded_job(batch, got, matrices_of, e, k, False, stream)
@@ -260,7 +262,9 @@ def finish_produced(produced: Produced, spans) -> list:
     (:func:`hmmgpu.cpu.optacc.domain_spans`). An envelope whose null2 odds need the flush-to-zero
     check of its posterior (an unclustered one whose matrices hold tiny rows) takes the one-envelope
     path, its posterior copied back. The host's part runs in the batch's float mode."""
-    batch, chosen, got, matrices_of, stream = produced
+    batch, jobs, chosen, got, matrices_of, stream = produced
+    if not np.array_equal(jobs, np.arange(len(batch.jobs))):
+        raise ValueError("finish_produced: the launch must be on every job of its batch, in order")
     if not chosen:
         return []
     n = len(chosen)

@@ -55,7 +55,7 @@ from hmmgpu.gpu.fwdback.source import SCRATCH_PER_Q
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
-from hmmgpu.stages.forward import FLT_MIN, SUBNORMAL, ForwardTables, forward_totscales, length_specials, plus_logs
+from hmmgpu.stages.forward import FLT_MIN, SUBNORMAL, ForwardTables, forward_totscales, plus_logs
 
 __all__ = ["MatrixJob", "MatrixSummary", "MatrixBatch", "produce_matrices", "job_bytes", "matrix_bytes"]
 
@@ -288,7 +288,7 @@ def _produce(jobs, device, storage, block, scratch_bytes, stream, ftz: bool) -> 
     return MatrixBatch(jobs=jobs, device=device, fwd_dp=fwd["out_cells"], fwd_x=fwd["out_rows"],
                        bck_dp=None if bwd is None else bwd["out_cells"], bck_x=None if bwd is None else bwd["out_rows"],
                        dp_base=dp_base, x_base=x_base, stream=stream, ftz=ftz,
-                       **_summaries(jobs, fwd, bwd, scale_base, stream))
+                       **_summaries(jobs, fwd, bwd, scale_base, stream, xf[:, 1, 0]))
 
 
 def _global_launch(device, m: int, q_max: int, block: int, scratch_bytes: int, stream) -> tuple:
@@ -302,10 +302,11 @@ def _global_launch(device, m: int, q_max: int, block: int, scratch_bytes: int, s
                                                                                 np.float32, stream=stream)
 
 
-def _summaries(jobs, fwd, bwd, scale_base, stream) -> dict:
+def _summaries(jobs, fwd, bwd, scale_base, stream, pmove) -> dict:
     """``forward`` and ``backward``: each job's :class:`MatrixSummary`, formed on the host from
     the kernels' flags, final C (Forward), row 0's N (Backward) and scale factors (copied on
-    ``stream``), as :func:`hmmgpu.cpu.fwdback.forward_parser` and ``backward_parser`` form them
+    ``stream``), and ``pmove``, each job's C -> T move at its target's length (its special
+    transitions' ``xf[N][MOVE]``, which the kernels were given), as :func:`hmmgpu.cpu.fwdback.forward_parser` and ``backward_parser`` form them
     (:func:`~hmmgpu.stages.forward.forward_score`, :func:`~hmmgpu.stages.forward.backward_score_from_scales`),
     all jobs' at once: each sum in its own order, libm's ``log`` (:func:`~hmmgpu.stages.forward.forward_totscales`)."""
     n = len(jobs)
@@ -320,9 +321,6 @@ def _summaries(jobs, fwd, bwd, scale_base, stream) -> dict:
     flags = copies["fwd_out_flags"][:n].astype(np.int64)
     xc = copies["fwd_out_xc"][:n].astype(np.float32)
     totscale = forward_totscales(copies["fwd_out_scales"], starts, copies["fwd_out_nscale"][:n])
-    # the length model's C -> T move of each job's tables (unihit: nj = 0) at its target's length
-    nj = np.array([0.0 if job.unihit else job.tables.nj for job in jobs], np.float32)
-    pmove = length_specials(np.array([len(job.codes) for job in jobs], np.int64), nj)[0]
     score = np.full(n, np.nan, np.float32)  # the final C NaN, 0 or infinite: RANGE (libhmmer: eslERANGE)
     with np.errstate(all="ignore"):
         ends = np.isfinite(xc) & (xc != 0)
