@@ -270,7 +270,7 @@ class GpuDomainStages(CpuDomainStages):
             xf = special_transitions_of([stages.tables for stages, _ in run], [r.codes.size for _, r in run])
             requests = [RegionRequest(matrix=None, tables=stages.tables, xf=x, codes=r.codes, i=r.i, j=r.j)
                         for (stages, r), x in zip(run, xf)]
-            answers = region_ensembles(requests, [f.flags for f in batch.forward], batch=batch, jobs=range(len(run)),
+            answers = region_ensembles(requests, batch.forward.flags.tolist(), batch=batch, jobs=range(len(run)),
                                        seed=first.seed, table=first.table, cpu_threads=first.cpu_threads,
                                        sample_flagged=first.sample_flagged, step_cost=first.step_cost,
                                        counts=first.ensemble_counts, stream=first.stream)

@@ -99,7 +99,7 @@ from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE, length_specials
 __all__ = ["RT1", "RT2", "RT3", "Domain", "DomainDefinition", "DomainStages", "Envelope", "EnvelopeSpan",
            "RegionEnsemble", "RegionSpan", "define_domains", "define_domains_batched", "define_domains_decoded",
            "define_domains_grouped",
-           "domain_decoding", "fsum", "is_multidomain_region", "region_scan", "scan_regions"]
+           "domain_decoding", "fsum", "is_multidomain_region", "region_scan", "scan_regions", "scan_targets"]
 
 F32 = np.float32
 
@@ -328,6 +328,42 @@ def scan_regions(mocc, btot, etot) -> tuple:
     return regions[:n], clustered[:n]
 
 
+def scan_targets(decodings) -> list:
+    """:func:`scan_regions` of many targets at once, one compiled call over all of them:
+    ``decodings`` (status, mocc, btot, etot) each; a (regions, clustered) pair per target, in
+    order, equal to its own :func:`scan_regions` (a target whose status is not OK: none)."""
+    decodings = list(decodings)
+    scanned = [k for k, (status, *_) in enumerate(decodings) if status == STATUS_OK]
+    found = [(np.zeros((0, 2), np.int64), np.zeros(0, np.bool_))] * len(decodings)
+    if not scanned:
+        return found
+    rows = [[decodings[k][n] for k in scanned] for n in (1, 2, 3)]
+    sizes = np.array([a.size for a in rows[0]], np.int64)
+    offsets = np.zeros(sizes.size + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    mocc, btot, etot = (np.concatenate(a).astype(F32, copy=False) for a in rows)
+    room = int((sizes // 2 + 1).sum())
+    regions, clustered = np.empty((room, 2), np.int64), np.empty(room, np.bool_)
+    starts = np.zeros(sizes.size + 1, np.int64)
+    _scan_all(mocc, btot, etot, offsets, regions, clustered, starts)
+    for m, k in enumerate(scanned):
+        a, b = int(starts[m]), int(starts[m + 1])
+        found[k] = (regions[a:b], clustered[a:b])
+    return found
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _scan_all(mocc, btot, etot, offsets, regions, clustered, starts):
+    """:func:`_scan` of each target (its rows ``offsets[t]:offsets[t+1]``), its regions
+    written from ``starts[t]`` on (each target's room its rows' half, plus one)."""
+    n = 0
+    for t in range(offsets.size - 1):
+        a, b = offsets[t], offsets[t + 1]
+        starts[t] = n
+        n += _scan(mocc[a:b], btot[a:b], etot[a:b], regions[n:], clustered[n:])
+    starts[offsets.size - 1] = n
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def _scan(mocc, btot, etot, regions, clustered):
     """The scan into ``regions`` and ``clustered`` (a region ends after its trigger: at most
@@ -414,7 +450,8 @@ def define_domains_grouped(groups) -> list:
     kind = type(groups[0][0])
     if any(type(stages) is not kind for stages, _ in groups):
         raise TypeError("define_domains_grouped: every group's stages must be of one class")
-    scanned = [[_ScannedTarget.of(codes, decoding) for codes, decoding in targets] for _, targets in groups]
+    every = iter(_ScannedTarget.all_of([target for _, targets in groups for target in targets]))
+    scanned = [[next(every) for _ in targets] for _, targets in groups]
     regions = [[(t, k) for t in group for k in np.flatnonzero(t.clustered).tolist()] for group in scanned]
 
     def sample():
@@ -465,18 +502,20 @@ class _ScannedTarget:
         self.envelopes: list = []
 
     @classmethod
-    def of(cls, codes, decoding) -> "_ScannedTarget":
-        """Phase A: the region scan of a decoded target (none where its decoding overflowed)."""
-        codes = np.asarray(codes, dtype=np.uint8)
-        L = codes.size
-        status, mocc, btot, etot = decoding
-        definition = DomainDefinition(status=status, domains=[], nregions=0, nclustered=0, noverlaps=0,
-                                      nenvelopes=0, nexpected=F32(btot[L]), n2sc=np.zeros(L + 1, dtype=F32))
-        if status != STATUS_OK:
-            return cls(codes, definition, [], np.zeros(0, np.bool_))
-        regions, clustered = scan_regions(mocc, btot, etot)
-        definition.nregions, definition.nclustered = len(regions), int(np.count_nonzero(clustered))
-        return cls(codes, definition, regions.tolist(), clustered)
+    def all_of(cls, targets) -> list:
+        """Phase A: the region scans of decoded targets, (codes, decoding) pairs, in one call
+        (:func:`scan_targets`; none where a decoding overflowed)."""
+        targets = list(targets)
+        scans = scan_targets([decoding for _, decoding in targets])
+        made = []
+        for (codes, (status, _, btot, _)), (regions, clustered) in zip(targets, scans):
+            codes = np.asarray(codes, dtype=np.uint8)
+            L = codes.size
+            definition = DomainDefinition(status=status, domains=[], nregions=len(regions),
+                                          nclustered=int(np.count_nonzero(clustered)), noverlaps=0, nenvelopes=0,
+                                          nexpected=F32(btot[L]), n2sc=np.zeros(L + 1, dtype=F32))
+            made.append(cls(codes, definition, regions.tolist(), clustered))
+        return made
 
     def take_ensemble(self, k: int, ensemble: RegionEnsemble) -> None:
         """Phase B's answer for clustered region ``k``: its null2 scores and flags."""

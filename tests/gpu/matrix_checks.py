@@ -364,7 +364,7 @@ def check_envelope_finish(jobs, ftz: bool = False, clustered: bool = True, tiny=
 
     def marked(batch):
         for k in tiny:
-            batch.forward[k].flags |= ref.TINY_ROWS
+            batch.forward.flags[k] |= ref.TINY_ROWS
         return batch
 
     batch = marked(produce_matrices(jobs, ftz=ftz))

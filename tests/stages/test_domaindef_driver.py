@@ -7,7 +7,7 @@ from hmmgpu.constants import STATUS_OK, STATUS_RANGE
 from hmmgpu.stages.domaindef import (RT1, RT2, RT3, DomainStages, Envelope, RegionEnsemble, define_domains,
                                      define_domains_batched, define_domains_decoded, define_domains_grouped,
                                      domain_decoding, fsum,
-                                     is_multidomain_region, region_scan, scan_regions)
+                                     is_multidomain_region, region_scan, scan_regions, scan_targets)
 from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE
 
 F32 = np.float32
@@ -278,6 +278,33 @@ def test_decoding_and_scan_equal_plain_formulations():
         regions, clustered = scan_regions(mocc, btot, etot)
         assert [(i, j, c) for (i, j), c in zip(regions.tolist(), clustered.tolist())] == \
             _regions_by_loop(mocc, btot, etot)
+
+
+def test_scan_of_many_targets_equals_each_targets_scan():
+    """The driver's one compiled scan over many targets (:func:`scan_targets`: their rows
+    concatenated) gives each target the regions and clustered flags of its own scan, in order;
+    a target whose decoding overflowed gets none (the driver defines no region of it)."""
+    rng = np.random.default_rng(11)
+    decodings = []
+    for t in range(60):
+        L = int(rng.integers(1, 400))
+        fx = rng.random((L + 1, 6)).astype(F32)
+        bx = rng.random((L + 1, 6)).astype(F32)
+        fx[:, XSCALE] = bx[:, XSCALE] = 1
+        fx[:, XN] *= F32(rng.uniform(1.0, 4.0))
+        status, mocc, btot, etot = domain_decoding(fx, bx, False, F32(rng.uniform(0.9, 1.0)))
+        decodings.append((STATUS_RANGE if t % 17 == 3 else status, mocc, btot, etot))
+    found = scan_targets(decodings)
+    assert len(found) == len(decodings)
+    assert sum(len(regions) for regions, _ in found) > 60  # the targets have regions to compare
+    for (status, mocc, btot, etot), (regions, clustered) in zip(decodings, found):
+        if status != STATUS_OK:
+            assert regions.shape == (0, 2) and clustered.size == 0
+            continue
+        own_regions, own_clustered = scan_regions(mocc, btot, etot)
+        assert regions.tolist() == own_regions.tolist()
+        assert clustered.tolist() == own_clustered.tolist()
+    assert scan_targets([]) == []
 
 
 class _Overlapping(_Grouped):

@@ -213,7 +213,7 @@ def launch_produced(batch, jobs=None, block: int | None = None, stream=None) -> 
     matrices_of = dict(fwd_dp=batch.fwd_dp, bck_dp=batch.bck_dp, fwd_x=batch.fwd_x, bck_x=batch.bck_x)
     got = _launch(batch.device, [job.Ld for job in chosen], uni,
                   special_transitions_of(uni, [len(job.codes) for job in chosen]),
-                  [batch.backward[k].has_own_scales for k in jobs.tolist()], matrices_of, batch.dp_base[jobs],
+                  batch.backward.has_own_scales[jobs].tolist(), matrices_of, batch.dp_base[jobs],
                   batch.x_base[jobs], block, stream, batch.ftz)
     return Produced(batch, jobs, chosen, got, matrices_of, stream)
 
@@ -268,8 +268,7 @@ def finish_produced(produced: Produced, spans) -> list:
     if not chosen:
         return []
     n = len(chosen)
-    carried = (np.array([f.flags for f in batch.forward], np.int64) | np.array([b.flags for b in batch.backward],
-                                                                                   np.int64) | got["flags"])
+    carried = batch.forward.flags | batch.backward.flags | got["flags"]
     ok = got["status"] == 0
     clustered = np.array([bool(s.null2_is_done) for s in spans])
     one_by_one = ok & ~clustered & ((carried & TINY_ROWS) != 0)
@@ -281,7 +280,7 @@ def finish_produced(produced: Produced, spans) -> list:
         for e in np.flatnonzero(one_by_one).tolist():
             d, span = _decoded_job(batch, got, matrices_of, e, e, True, stream), spans[e]
             out[e] = envelope_result(finish_envelope(unihit_tables(chosen[e].tables), span.codes, span.i, span.j,
-                                                     span.null2_is_done, span.n2sc, batch.forward[e].score, d.status,
+                                                     span.null2_is_done, span.n2sc, batch.forward.score[e], d.status,
                                                      d.posterior, d.oasc, d.flags, d.trace, d.null2))
         if fast.size:
             counts = got["n"][fast].astype(np.int64)
@@ -305,7 +304,7 @@ def finish_produced(produced: Produced, spans) -> list:
             n2sc = dict(zip(alone, logs))
             for m, e in enumerate(fast.tolist()):
                 a, b = int(starts[m]), int(ends[m])
-                out[e] = Envelope(flags=int(carried[e]), envsc=batch.forward[e].score, oasc=np.float32(got["oasc"][e]),
+                out[e] = Envelope(flags=int(carried[e]), envsc=batch.forward.score[e], oasc=np.float32(got["oasc"][e]),
                                   iali=int(i[a + z1[m]]), jali=int(i[a + z2[m]]),
                                   trace=Trace(st=st[a:b], k=k[a:b], i=i[a:b], pp=pp[a:b]), n2sc=n2sc.get(e))
     return out

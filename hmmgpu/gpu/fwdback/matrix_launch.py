@@ -57,7 +57,7 @@ from hmmgpu.gpu.runtime.device import GpuDevice
 from hmmgpu.gpu.runtime.kargs import arguments
 from hmmgpu.stages.forward import FLT_MIN, SUBNORMAL, ForwardTables, forward_totscales, plus_logs
 
-__all__ = ["MatrixJob", "MatrixSummary", "MatrixBatch", "produce_matrices", "job_bytes", "matrix_bytes"]
+__all__ = ["MatrixJob", "MatrixSummary", "MatrixBatch", "Summaries", "produce_matrices", "job_bytes", "matrix_bytes"]
 
 #: Threads per job (one per SSE lane).
 GROUP = 4
@@ -99,6 +99,39 @@ class MatrixSummary:
     has_own_scales: bool
 
 
+@dataclass
+class Summaries:
+    """One kind of matrix's :class:`MatrixSummary` of every job of a batch, as arrays (one
+    step forms them all; the launches that follow read the arrays): ``flags`` int64,
+    ``score`` and ``totscale`` float32, ``has_own_scales`` bool, and ``present`` bool (the job
+    asked for this matrix: every job its Forward one, some their Backward one). Indexing gives
+    a job's :class:`MatrixSummary`, or None where it asked for none."""
+
+    flags: np.ndarray
+    score: np.ndarray
+    totscale: np.ndarray
+    has_own_scales: np.ndarray
+    present: np.ndarray
+
+    @classmethod
+    def none(cls, n: int) -> "Summaries":
+        """``n`` jobs that asked for no such matrix."""
+        return cls(flags=np.zeros(n, np.int64), score=np.full(n, np.nan, np.float32),
+                   totscale=np.zeros(n, np.float32), has_own_scales=np.zeros(n, bool), present=np.zeros(n, bool))
+
+    def __len__(self) -> int:
+        return int(self.flags.size)
+
+    def __getitem__(self, k: int) -> MatrixSummary | None:
+        if not self.present[k]:
+            return None
+        return MatrixSummary(flags=int(self.flags[k]), score=self.score[k], totscale=self.totscale[k],
+                             has_own_scales=bool(self.has_own_scales[k]))
+
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
+
+
 def matrix_bytes(Ld: int, Q: int) -> int:
     """The bytes of a full striped matrix of ``Ld`` residues and ``Q`` vectors: its cells and
     special rows."""
@@ -121,7 +154,8 @@ class MatrixBatch:
     a GPU, numba's under the simulator) and what the host keeps of each job: ``dp_base``,
     ``x_base`` int64 [n] (job k's cells and specials in ``fwd_dp``/``fwd_x``, and in
     ``bck_dp``/``bck_x`` where it asked for Backward; None where no job did), ``forward`` and
-    ``backward`` (a :class:`MatrixSummary` per job; None where no Backward was asked for)."""
+    ``backward`` (:class:`Summaries`: a :class:`MatrixSummary` per job; None where no Backward
+    was asked for)."""
 
     jobs: list
     device: GpuDevice
@@ -131,8 +165,8 @@ class MatrixBatch:
     bck_x: object
     dp_base: np.ndarray
     x_base: np.ndarray
-    forward: list
-    backward: list
+    forward: Summaries
+    backward: Summaries
     #: the stream the matrices were made on (None: the default stream): their copies to the host go there
     stream: object = None
     #: the matrices were computed in hmmsearch's float mode (flush-to-zero; the kernels' ``ftz`` variants)
@@ -207,7 +241,8 @@ def produce_matrices(jobs, *, device: GpuDevice | None = None, storage: str | No
     n = len(jobs)
     if n == 0:
         return MatrixBatch(jobs=[], device=device, fwd_dp=None, fwd_x=None, bck_dp=None, bck_x=None,
-                           dp_base=np.zeros(0, np.int64), x_base=np.zeros(0, np.int64), forward=[], backward=[],
+                           dp_base=np.zeros(0, np.int64), x_base=np.zeros(0, np.int64), forward=Summaries.none(0),
+                           backward=Summaries.none(0),
                            ftz=ftz)
     with device.activate():
         return _produce(jobs, device, storage, block, scratch_bytes, stream, ftz)
@@ -329,19 +364,21 @@ def _summaries(jobs, fwd, bwd, scale_base, stream, pmove) -> dict:
     score[ends & (last <= 0)] = -np.inf   # numba's log(0) in the reference
     positive = np.flatnonzero(ends & (last > 0))
     score[positive] = plus_logs(totscale[positive], last[positive])
-    forward = [MatrixSummary(flags=int(f), score=sc, totscale=t, has_own_scales=True)
-               for f, sc, t in zip(flags.tolist(), score, totscale)]
-    backward = [None] * n
+    forward = Summaries(flags=flags, score=score, totscale=np.asarray(totscale), has_own_scales=np.ones(n, bool),
+                        present=np.ones(n, bool))
+    backward = Summaries.none(n)
     if bwd is not None:
-        asked = [k for k, job in enumerate(jobs) if job.backward]
+        asked = np.array([k for k, job in enumerate(jobs) if job.backward], np.int64)
         tot = forward_totscales(copies["bwd_out_scales"], starts[asked], copies["bwd_out_nscale"][asked])
         xn = copies["bwd_out_xn"][asked].astype(np.float32)
         with np.errstate(all="ignore"):
             ends = np.isfinite(xn) & (xn != 0)
         bscore = np.full(len(asked), np.nan, np.float32)   # xn NaN, 0 or infinite: RANGE
         bscore[ends] = plus_logs(tot[ends], xn[ends])
-        bflags = copies["bwd_out_flags"][asked].astype(np.int64) | flags[asked]
-        for m, k in enumerate(asked):
-            backward[k] = MatrixSummary(flags=int(bflags[m]), score=bscore[m], totscale=tot[m],
-                                        has_own_scales=bool(copies["bwd_out_own"][k]))
+        backward.flags[asked] = copies["bwd_out_flags"][asked].astype(np.int64) | flags[asked]
+        backward.score[asked] = bscore
+        backward.totscale = np.zeros(n, np.asarray(tot).dtype)
+        backward.totscale[asked] = tot
+        backward.has_own_scales[asked] = copies["bwd_out_own"][asked] != 0
+        backward.present[asked] = True
     return dict(forward=forward, backward=backward)
