@@ -104,7 +104,7 @@ HOST_CODE_PARTS = ("driver", "sampler")
 
 def compile_host_code(parts=HOST_CODE_PARTS) -> None:
     """Compile the CPU code that the host's part of these stages calls (or load it from numba's
-    cache), on a sampled model, without defining anything: ``driver``, the region scan, glibc's
+    cache), on a sampled model, without defining anything: ``driver``, the region scan (of many targets), glibc's
     ``logf`` loop (never cached: it calls through a ctypes pointer), the clustering and null2 by
     expectation (an envelope's flush-to-zero check); ``sampler``, the CPU reference's sampler of
     the ensemble (the longest to compile: about 10-20 s with numba's cache empty). The GPU
@@ -116,11 +116,12 @@ def compile_host_code(parts=HOST_CODE_PARTS) -> None:
     from pyhmmer.easel import Alphabet, Randomness
     from pyhmmer.plan7 import HMM
 
+    from hmmgpu.constants import STATUS_OK
     from hmmgpu.cpu.null2 import glibc_logf, null2_by_expectation
     from hmmgpu.cpu.optacc import domain_spans
     from hmmgpu.cpu.spensemble import cluster
     from hmmgpu.cpu.stotrace import NSAMPLES, compile_sampler
-    from hmmgpu.stages.domaindef import scan_regions
+    from hmmgpu.stages.domaindef import scan_targets
     from hmmgpu.stages.forward import ForwardTables
     from hmmgpu.stages.profiles import configured_profile
 
@@ -128,7 +129,7 @@ def compile_host_code(parts=HOST_CODE_PARTS) -> None:
     tables = ForwardTables.from_optimized(configured_profile(HMM.sample(Alphabet.amino(), 8, Randomness(1)))
                                           .to_optimized())
     if "driver" in parts:
-        scan_regions(np.ones(3, f32), np.zeros(3, f32), np.zeros(3, f32))
+        scan_targets([(STATUS_OK, np.ones(3, f32), np.zeros(3, f32), np.zeros(3, f32))])
         domain_spans(np.zeros(3, np.uint8), np.zeros(1, np.int64), np.ones(1, np.int64))
         glibc_logf(np.ones(2, f32))
         cluster(np.array([[0, 1, 2, 1, 2]], np.int32), NSAMPLES)

@@ -150,6 +150,9 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
         with flush_to_zero(ftz):
             return region_result(ensembles[k], flags[k])
 
+    def finished_all(ks) -> list:
+        return [finished(k) for k in ks]
+
     ensembles, done = [None] * n, {}
     with ThreadPoolExecutor(max(1, cpu_threads), thread_name_prefix="hmmgpu-ensembles") as pool, \
             ThreadPoolExecutor(tuning.ENSEMBLE_FINISH_THREADS, thread_name_prefix="hmmgpu-regions") as finishing:
@@ -159,18 +162,31 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
                                  jobs=None if batch is None else [jobs[k] for k in on_kernel], nsamples=NSAMPLES,
                                  seed=seed, table=table, stream=stream)
         kernel_seconds = time.perf_counter() - clock
-        for k, region in zip(on_kernel, sampled):   # each region finished as soon as it is sampled
+        sampled_ok = []
+        for k, region in zip(on_kernel, sampled):
             if region.status == OK:
                 ensembles[k] = region.ensemble
-                done[k] = finishing.submit(finished, k)
+                sampled_ok.append(k)
             else:
                 futures[k] = pool.submit(reference, requests[k], matrix_of(k))
+        # the kernel's regions finished at once, in a few chunks a thread (a task a region cost
+        # the interpreter's lock more than its clustering, which leaves the lock)
+        size = max(1, -(-len(sampled_ok) // (4 * tuning.ENSEMBLE_FINISH_THREADS)))
+        for start in range(0, len(sampled_ok), size):
+            chunk = sampled_ok[start:start + size]
+            done[tuple(chunk)] = finishing.submit(finished_all, chunk)
         seconds = 0.0
         for k, future in futures.items():
             ensembles[k], spent = future.result()
             seconds += spent
-            done[k] = finishing.submit(finished, k)
-        results = [(done[k] if k in done else finishing.submit(finished, k)).result() for k in range(n)]
+            done[(k,)] = finishing.submit(finished_all, [k])
+        results = [None] * n
+        for chunk, future in done.items():
+            for k, result in zip(chunk, future.result()):
+                results[k] = result
+        for k in range(n):
+            if results[k] is None:   # a flagged region left unsampled
+                results[k] = finished(k)
     if counts is not None:
         measured = dict(regions=n, cpu_regions=len(futures), cpu_seconds=seconds,
                         cpu_residues=sum(lengths[k] for k in futures),

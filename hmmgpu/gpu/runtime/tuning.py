@@ -116,8 +116,9 @@ DOMAINDEF_BATCH_BYTES = 4 << 30
 ENSEMBLE_CPU_THREADS = 2
 ENSEMBLE_GPU_STEP_COST = 24
 #: Threads that finish a launch's clustered regions on the host (glibc's ``logf``, the clustering,
-#: compiled and outside the interpreter's lock, the domination filter), each region as soon as its
-#: sampler has given it (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`). Before, the CPU
+#: compiled and outside the interpreter's lock, the domination filter), as soon as their sampler
+#: has given them: the kernel's regions in four chunks a thread, each CPU-sampled region alone
+#: (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`). Before, the CPU
 #: sampler's threads finished every region once all were sampled: py-spy of one call of 8,536
 #: passers (one H200, af2561a) put that clustering at about 0.6 s of the ensembles' 1.25 s step.
 #: With it (and the special transitions of a launch formed at once) that call took 4.15 s against
