@@ -179,6 +179,8 @@ class OwnPostFilter(PyhmmerStage):
         self.counts = {TargetOutcome.PASSED: 0, TargetOutcome.FAILED: 0, TargetOutcome.HOST: 0, "whole_tasks": 0,
                        "decoded_on_gpu": 0, "defined_on_gpu": 0}
         self.own_seconds = 0.0
+        if db is not None and len(db.lengths):   # the hits' display code readied beside the search's start
+            threading.Thread(target=_warm_display, args=(db,), name="hmmgpu-warm-display", daemon=True).start()
 
     # ------------------------------------------------------------ per query
     def _model(self, query) -> QueryModel:
@@ -242,14 +244,14 @@ class OwnPostFilter(PyhmmerStage):
         defined = defined or [None] * len(positions)
         passers = []   # [k, position, codes, nullsc, Forward score, decoding, then definition]: in order
         for k, (position, known, device) in enumerate(zip(positions, decided, devices)):
+            if defined[k] is None and ((device is None and gpu_route) or (device is not None and gpu_defined)):
+                out[k] = (TargetOutcome.HOST, None)
+                continue
             codes = self.db.codes(position)
             L = int(codes.size)
             nullsc = null_table(L)[L]
             if defined[k] is not None:
                 passers.append([k, position, codes, nullsc, *defined[k]])
-                continue
-            if (device is None and gpu_route) or (device is not None and gpu_defined):
-                out[k] = (TargetOutcome.HOST, None)
                 continue
             if device is None:
                 outcome, fwdsc, decoding = self._decoded_here(query, model, position, codes, known, nullsc)
@@ -413,15 +415,27 @@ def warm() -> None:
     define_domains(model.stages, codes, forward.xmx, bck.xmx, bck.has_own_scales)
 
 
+def _warm_display(db) -> None:
+    """:func:`~hmmgpu.report.alidisplay.warm_display` for the database's targets (a failure is
+    left for the first real alignment to raise)."""
+    from hmmgpu.report.alidisplay import warm_display
+
+    try:
+        warm_display(db.codes(0))
+    except Exception:  # noqa: BLE001 - only a head start: the search's own call reports any error
+        pass
+
+
 def _sent(targets, positions: list, ftz: bool) -> list:
     """For each position, its entry in what the GPU process sent (``targets``:
     :class:`~hmmgpu.stages.decoded.DecodedTargets` or :class:`~hmmgpu.stages.defined.DefinedTargets`,
     or None), (Forward score, decoding or definition), or None: None too where the entry holds
     in hmmsearch's float mode only (``ftz_only``) and the search runs in pyhmmer's (``ftz`` False)."""
-    if targets is None:
+    if targets is None or not len(targets):
         return [None] * len(positions)
-    return [targets.target(k) if k >= 0 and (ftz or not targets.ftz_only[k]) else None
-            for k in map(targets.find, positions)]
+    usable = targets.ftz_only.tolist()
+    return [targets.target(k) if k >= 0 and (ftz or not usable[k]) else None
+            for k in targets.find_all(positions).tolist()]
 
 
 def _runs(outcomes: list) -> list:

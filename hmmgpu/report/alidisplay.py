@@ -225,6 +225,25 @@ def alidisplay_create(trace, model: ModelLines, codes: np.ndarray, name: bytes, 
                             seq_desc=desc)
 
 
+def warm_display(codes) -> None:
+    """Load (or compile) the display's compiled pass for targets whose residues are arrays like
+    ``codes`` (a database's: their kind picks the compiled version), displaying nothing. The
+    first call in a process also readies numba itself (about a second, under its compiler lock,
+    which every other thread's first call then waits for); :class:`hmmgpu.cpu.own_postfilter.OwnPostFilter`
+    makes it in a thread of its own as the search starts, so that the worker threads' first
+    alignments do not all wait for it."""
+    from types import SimpleNamespace
+
+    model = ModelLines(name=b"", acc=b"", desc=b"", M=1, consensus=np.frombuffer(b".A", np.uint8), rf=None, cs=None,
+                       match=np.full((KP, 2), _SPACE, np.uint8))
+    nothing = SimpleNamespace(st=np.zeros(0, np.uint8), k=np.zeros(0, np.int32), i=np.zeros(0, np.int32),
+                              pp=np.zeros(0, np.float32))
+    try:
+        alidisplay_create(nothing, model, codes, b"")
+    except ValueError:   # an empty trace has no domain to display: the compiled pass is loaded
+        pass
+
+
 def serialize_alidisplay(ad: AlignmentDisplay) -> bytes:
     """``p7_alidisplay_Serialize``: the display as HMMER writes it in a serialized hit (network
     byte order; each present line followed by a NUL, then the six NUL-terminated names)."""
@@ -244,4 +263,4 @@ def serialize_alidisplay(ad: AlignmentDisplay) -> bytes:
     return head + body
 
 
-__all__ = ["ModelLines", "alidisplay_create", "encode_posterior", "serialize_alidisplay"]
+__all__ = ["ModelLines", "alidisplay_create", "encode_posterior", "serialize_alidisplay", "warm_display"]

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DecodedTargets"]
+__all__ = ["DecodedTargets", "find_sorted"]
 
 
 @dataclass
@@ -88,11 +88,24 @@ class DecodedTargets:
 
     def find(self, index: int) -> int:
         """The position of database index ``index`` here, or -1."""
-        k = int(np.searchsorted(self.indices, index))
-        return k if k < self.indices.size and int(self.indices[k]) == index else -1
+        return int(find_sorted(self.indices, [index])[0])
+
+    def find_all(self, indices) -> np.ndarray:
+        """:meth:`find` of each database index of ``indices`` (int64 array)."""
+        return find_sorted(self.indices, indices)
 
     def target(self, k: int) -> tuple:
         """(Forward score, decoding) of the target at position ``k``: the decoding as
         :func:`~hmmgpu.stages.domaindef.define_domains_decoded` takes it, (status, mocc, btot, etot)."""
         a, b = int(self.offsets[k]), int(self.offsets[k + 1])
         return self.scores[k], (int(self.status[k]), self.mocc[a:b], self.btot[a:b], self.etot[a:b])
+
+
+def find_sorted(sorted_indices: np.ndarray, wanted) -> np.ndarray:
+    """The position of each value of ``wanted`` in ``sorted_indices`` (int64, sorted), or -1
+    where it is not there: one search for all of them."""
+    wanted = np.asarray(wanted, np.int64).reshape(-1)
+    at = np.searchsorted(sorted_indices, wanted)
+    found = at < sorted_indices.size
+    found[found] = sorted_indices[at[found]] == wanted[found]
+    return np.where(found, at, -1).astype(np.int64)

@@ -44,7 +44,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hmmgpu.constants import STATUS_OK
-from hmmgpu.stages.decoded import DecodedTargets
+from hmmgpu.stages.decoded import DecodedTargets, find_sorted
 from hmmgpu.stages.domaindef import Domain, define_domains_grouped, scan_regions
 from hmmgpu.stages.forward import HOST, SUBNORMAL, TINY_ROWS
 
@@ -147,8 +147,11 @@ class DefinedTargets:
 
     def find(self, index: int) -> int:
         """The position of database index ``index`` here, or -1."""
-        k = int(np.searchsorted(self.indices, index))
-        return k if k < self.indices.size and int(self.indices[k]) == index else -1
+        return int(find_sorted(self.indices, [index])[0])
+
+    def find_all(self, indices) -> np.ndarray:
+        """:meth:`find` of each database index of ``indices`` (int64 array)."""
+        return find_sorted(self.indices, indices)
 
     def target(self, k: int) -> tuple:
         """(Forward score, :class:`SentDefinition`) of the target at position ``k``."""

@@ -21,6 +21,8 @@ def test_targets_are_found_by_index_with_their_own_arrays():
     assert decoded.indices.tolist() == [7, 19, 40] and len(decoded) == 3
     assert decoded.ftz_only.tolist() == [False, True, False]
     assert decoded.find(8) == -1 and decoded.find(41) == -1 and decoded.find(0) == -1
+    asked = [41, 19, 0, 7, 8, 40, 19]   # one search for many: each as find gives it
+    assert decoded.find_all(np.array(asked)).tolist() == [decoded.find(i) for i in asked] == [-1, 1, -1, 0, -1, 2, 1]
     for n, index in enumerate(indices):
         score, (st, mocc, btot, etot) = decoded.target(decoded.find(index))
         assert score == scores[n] and st == status[n]
@@ -28,5 +30,6 @@ def test_targets_are_found_by_index_with_their_own_arrays():
             assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want.view(np.uint32))
     empty = DecodedTargets.gather([], [], [], [], [], [])
     assert len(empty) == 0 and empty.find(7) == -1 and empty.ftz_only.size == 0
+    assert empty.find_all([7, 9]).tolist() == [-1, -1]
     message = pickle.dumps(decoded, protocol=pickle.HIGHEST_PROTOCOL)
     assert decoded.nbytes == 3 * 8 + 3 * 4 + 3 * 4 + 4 * 8 + 3 * 4 * 21 + 3 and len(message) < decoded.nbytes + 1000

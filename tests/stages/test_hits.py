@@ -404,3 +404,36 @@ def test_display_of_a_trace_without_a_domain_is_refused():
                         ([4, 5, 6, 1, 5, 1, 7, 8, 9], "not M, D or I")):
         with pytest.raises(ValueError, match=why):
             alidisplay_create(trace(states), lines, codes, b"t")
+
+
+def test_display_warm_up_loads_the_searchs_compiled_pass():
+    """The alignment display's warm-up (started by the own post-filter as a search begins)
+    loads the very compiled version of the display's pass that a real domain's display then
+    uses: in a fresh process, the real display adds no version after it."""
+    import subprocess
+    import sys
+
+    script = """
+import numpy as np
+from hmmgpu.cpu.optacc import Trace
+from hmmgpu.report import alidisplay
+from hmmgpu.stages.forward import ForwardTables
+from hmmgpu.stages.profiles import configured_profile
+from tests.helpers import sample_hmm
+hmm = sample_hmm("KR")
+lines = alidisplay.ModelLines.from_hmm(hmm, ForwardTables.from_optimized(configured_profile(hmm).to_optimized()).rfv)
+codes = np.asarray(np.arange(40) % 20, np.uint8)
+alidisplay.warm_display(codes)
+warmed = list(alidisplay._display_lines.signatures)
+trace = Trace(st=np.array([4, 5, 5, 6, 1, 1, 3, 1, 7, 8, 9], np.uint8), k=np.array([0, 0, 0, 0, 1, 2, 2, 3, 0, 0, 0], np.int32),
+              i=np.array([0, 0, 1, 0, 2, 3, 4, 5, 0, 0, 0], np.int32), pp=np.full(11, 0.5, np.float32))
+shown = alidisplay.alidisplay_create(trace, lines, codes, b"target")
+assert (shown.hmm_from, shown.hmm_to, shown.seq_from, shown.seq_to) == (1, 3, 2, 5), shown
+print(len(warmed), len(alidisplay._display_lines.signatures))
+"""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=root,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "1"]
