@@ -309,11 +309,8 @@ class OwnPostFilter(PyhmmerStage):
         other on pyhmmer's pipeline."""
         if not task.filtered or not task.positions.size:
             return super().run(task, alone)
-        model = self._model(task.query)
-        if self.options.seed == 0 or not model.covered:
-            with self._counts_lock:
-                self.counts["whole_tasks"] += int(task.positions.size)
-            return super().run(task, alone)
+        if self.options.seed == 0:
+            return self._whole(task, alone)
         from hmmgpu.host import set_flush_to_zero
 
         start = time.thread_time()
@@ -323,6 +320,17 @@ class OwnPostFilter(PyhmmerStage):
         # process (with the query's filters, or for this task after all the filters)
         sent = task.device_answers or tuple(getattr(task.query.counts, name, None) for name in ("decoded", "defined"))
         devices, defined = (_sent(got, positions, self.ftz) for got in sent)
+        if sent[0] is not None and decided.all() and devices.count(None) == len(devices) == defined.count(None):
+            # passers the GPU decoded and defined none of (a gate batch it declined): every one
+            # goes to pyhmmer's pipeline, as :meth:`targets` would send it, without the model
+            # (a model the flags do not cover has no decided target: it takes the path below)
+            state = self._pyhmmer_state(task, task.positions)
+            with self._counts_lock:
+                self.counts[TargetOutcome.HOST] += len(positions)
+            return TaskResult(state, cpu_seconds=time.thread_time() - start, filtered=True)
+        model = self._model(task.query)
+        if not model.covered:
+            return self._whole(task, alone)
         Z = float(task.z_fixed) if self.by_position else None   # as pyhmmer's pipeline runs the task
         on_device = sum(device is not None for device in devices)
         on_device_defined = sum(d is not None for d in defined)
@@ -345,6 +353,12 @@ class OwnPostFilter(PyhmmerStage):
             self.counts["defined_on_gpu"] += on_device_defined
             self.own_seconds += own_seconds
         return TaskResult(_joined(task.query.hmm, states), cpu_seconds=time.thread_time() - start, filtered=True)
+
+    def _whole(self, task: Task, alone: bool) -> TaskResult:
+        """A filtered task on pyhmmer's pipeline whole (``--seed 0``, a model the flags do not cover)."""
+        with self._counts_lock:
+            self.counts["whole_tasks"] += int(task.positions.size)
+        return super().run(task, alone)
 
     @staticmethod
     def _decided(task: Task) -> np.ndarray:
