@@ -177,26 +177,31 @@ def _significant(pairs, assignment, nc, nsamples):
     n = pairs.shape[0]
     coords = np.empty((nc, 5), dtype=np.int32)
     probs = np.empty(nc, dtype=np.float32)
+    # each cluster's members in increasing pair order, all clusters' in one array (a counting
+    # sort by cluster: one pass over the pairs, not one a cluster)
+    first = np.zeros(nc + 1, dtype=np.int64)
+    for h in range(n):
+        first[assignment[h] + 1] += 1
+    for c in range(nc):
+        first[c + 1] += first[c]
+    filled = first[:nc].copy()
+    by_cluster = np.empty(n, dtype=np.int32)
+    for h in range(n):
+        c = assignment[h]
+        by_cluster[filled[c]] = h
+        filled[c] += 1
     nsig = 0
     for c in range(nc):
+        members = by_cluster[first[c]:first[c + 1]]
         ninc = 0
         last = -1
-        size = 0
-        for h in range(n):
-            if assignment[h] == c:
-                if pairs[h, 0] != last:
-                    ninc += 1
-                last = pairs[h, 0]
-                size += 1
+        for h in members:
+            if pairs[h, 0] != last:
+                ninc += 1
+            last = pairs[h, 0]
         prob = F32(ninc) / F32(nsamples)
         if prob < MIN_POSTERIOR:
             continue
-        members = np.empty(size, dtype=np.int32)
-        size = 0
-        for h in range(n):
-            if assignment[h] == c:
-                members[size] = h
-                size += 1
         threshold = np.int32(np.ceil(F32(ninc) * MIN_ENDPOINTP))
         ends = np.empty(4, dtype=np.int32)
         for f in range(4):
