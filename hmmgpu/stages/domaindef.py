@@ -73,7 +73,9 @@ njcp)``; the scans' differences in float32 and compares as C's ``<``/``>`` macro
 driver runs for every F3 passer in the post-filter's worker threads: a target's decoding and
 its whole region scan (with each region's multidomain test) are one call each, compiled,
 that releases the interpreter lock, instead of some thirty small numpy calls and a Python
-loop over the residues that hold it. Everything else, the matrices, the sampling and the logarithms,
+loop over the residues that hold it; the driver's phase A scans all of a batch's targets in
+one such call (:func:`scan_targets`), whose per-call cost (about 30 us of the lock) is
+otherwise paid per target. Everything else, the matrices, the sampling and the logarithms,
 belongs to the stages, so that a GPU implementation can replace them one by one and the CPU
 references (:mod:`hmmgpu.cpu.domaindef`) remain the definition they are checked against.
 The stages receive the target's digital ``codes`` (no sentinels) and use its full length

@@ -112,7 +112,8 @@ DOMAINDEF_BATCH_BYTES = 4 << 30
 #: 23.5 s with 45.3 s of the GPU process's CPU time, 2 threads 22.1 s with 30.0 s, none (the
 #: kernel samples every region it can) 22.4 s with 24.6 s; at 116 M, 3,471 regions on 8
 #: threads cost 105 s of CPU and no wall time (81.7 s against 77.5 s with none, pyhmmer 7%
-#: slower in the first session too): the regions the CPU takes do not shorten the run.
+#: slower in the first session too): the regions the CPU takes do not shorten the run. Again at
+#: 1ab5110 (29 M, one call, alternating): none 10.49 and 13.90 s, two 10.57 and 10.26 s.
 ENSEMBLE_CPU_THREADS = 2
 ENSEMBLE_GPU_STEP_COST = 24
 #: Threads that finish a launch's clustered regions on the host (glibc's ``logf``, the clustering,
