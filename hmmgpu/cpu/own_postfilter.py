@@ -179,8 +179,11 @@ class OwnPostFilter(PyhmmerStage):
         self.counts = {TargetOutcome.PASSED: 0, TargetOutcome.FAILED: 0, TargetOutcome.HOST: 0, "whole_tasks": 0,
                        "decoded_on_gpu": 0, "defined_on_gpu": 0}
         self.own_seconds = 0.0
-        if db is not None and len(db.lengths):   # the hits' display code readied beside the search's start
-            threading.Thread(target=_warm_display, args=(db,), name="hmmgpu-warm-display", daemon=True).start()
+        #: the hits' display code readied beside the search's start (:func:`_warm_display`)
+        self._warming = None
+        if db is not None and len(db.lengths):
+            self._warming = threading.Thread(target=_warm_display, args=(db,), name="hmmgpu-warm-display", daemon=True)
+            self._warming.start()
 
     # ------------------------------------------------------------ per query
     def _model(self, query) -> QueryModel:
@@ -353,6 +356,13 @@ class OwnPostFilter(PyhmmerStage):
             self.counts["defined_on_gpu"] += on_device_defined
             self.own_seconds += own_seconds
         return TaskResult(_joined(task.query.hmm, states), cpu_seconds=time.thread_time() - start, filtered=True)
+
+    def close(self, now: bool = False) -> None:
+        """The display's warm-up waited for (unless ``now``), so that no thread of the stage
+        outlives the search."""
+        if self._warming is not None and not now:
+            self._warming.join()
+        super().close(now)
 
     def _whole(self, task: Task, alone: bool) -> TaskResult:
         """A filtered task on pyhmmer's pipeline whole (``--seed 0``, a model the flags do not cover)."""

@@ -104,8 +104,8 @@ HOST_CODE_PARTS = ("driver", "sampler")
 
 def compile_host_code(parts=HOST_CODE_PARTS) -> None:
     """Compile the CPU code that the host's part of these stages calls (or load it from numba's
-    cache), on a sampled model, without defining anything: ``driver``, the region scan (of many targets), glibc's
-    ``logf`` loop (never cached: it calls through a ctypes pointer), the clustering and null2 by
+    cache), on a sampled model, without defining anything: ``driver``, the region scan of many
+    targets, glibc's ``logf`` loop (never cached: it calls through a ctypes pointer), the clustering and null2 by
     expectation (an envelope's flush-to-zero check); ``sampler``, the CPU reference's sampler of
     the ensemble (the longest to compile: about 10-20 s with numba's cache empty). The GPU
     process runs it in a thread as soon as a model asks for hmmgpu's own post-filter, after

@@ -425,7 +425,8 @@ lines = alidisplay.ModelLines.from_hmm(hmm, ForwardTables.from_optimized(configu
 codes = np.asarray(np.arange(40) % 20, np.uint8)
 alidisplay.warm_display(codes)
 warmed = list(alidisplay._display_lines.signatures)
-trace = Trace(st=np.array([4, 5, 5, 6, 1, 1, 3, 1, 7, 8, 9], np.uint8), k=np.array([0, 0, 0, 0, 1, 2, 2, 3, 0, 0, 0], np.int32),
+trace = Trace(st=np.array([4, 5, 5, 6, 1, 1, 3, 1, 7, 8, 9], np.uint8),   # S N N B M M I M E C T
+              k=np.array([0, 0, 0, 0, 1, 2, 2, 3, 0, 0, 0], np.int32),
               i=np.array([0, 0, 1, 0, 2, 3, 4, 5, 0, 0, 0], np.int32), pp=np.full(11, 0.5, np.float32))
 shown = alidisplay.alidisplay_create(trace, lines, codes, b"target")
 assert (shown.hmm_from, shown.hmm_to, shown.seq_from, shown.seq_to) == (1, 3, 2, 5), shown
