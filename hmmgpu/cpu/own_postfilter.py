@@ -457,9 +457,9 @@ def _sent(targets, positions: list, ftz: bool) -> list:
     in hmmsearch's float mode only (``ftz_only``) and the search runs in pyhmmer's (``ftz`` False)."""
     if targets is None or not len(targets):
         return [None] * len(positions)
-    usable = targets.ftz_only.tolist()
-    return [targets.target(k) if k >= 0 and (ftz or not usable[k]) else None
-            for k in targets.find_all(positions).tolist()]
+    found = targets.find_all(positions)
+    usable = (found >= 0) & (ftz | ~targets.ftz_only[np.maximum(found, 0)])
+    return [targets.target(k) if use else None for k, use in zip(found.tolist(), usable.tolist())]
 
 
 def _runs(outcomes: list) -> list:

@@ -45,7 +45,7 @@ import numpy as np
 
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.stages.decoded import DecodedTargets, find_sorted
-from hmmgpu.stages.domaindef import Domain, define_domains_grouped, scan_regions
+from hmmgpu.stages.domaindef import Domain, define_domains_grouped, scan_targets
 from hmmgpu.stages.forward import HOST, SUBNORMAL, TINY_ROWS
 
 __all__ = ["DefinedTargets", "SentDefinition", "SentTrace", "split_defined", "split_defined_grouped"]
@@ -202,8 +202,9 @@ def split_defined_grouped(work, codes_of, in_ftz: bool = False, clustered: bool 
     oks = [[k for k in range(len(decoded))
             if int(decoded.status[k]) == STATUS_OK and (in_ftz or not decoded.ftz_only[k])] for _, decoded in work]
     if not clustered:
-        simple = [[k for k in ok if not _has_clustered_region(decoded.target(k)[1])]
-                  for ok, (_, decoded) in zip(oks, work)]
+        scans = [scan_targets([decoded.target(k)[1] for k in ok]) for ok, (_, decoded) in zip(oks, work)]
+        simple = [[k for k, (_, clustered_regions) in zip(ok, found) if not clustered_regions.any()]
+                  for ok, found in zip(oks, scans)]
         if counts is not None:
             counts["left_clustered"] = counts.get("left_clustered", 0) + sum(map(len, oks)) - sum(map(len, simple))
         oks = simple
@@ -218,12 +219,6 @@ def split_defined_grouped(work, codes_of, in_ftz: bool = False, clustered: bool 
         definitions[m] = made
     return [_split(decoded, ok, made, decoded.ftz_only | in_ftz)
             for (_, decoded), ok, made in zip(work, oks, definitions)]
-
-
-def _has_clustered_region(decoding) -> bool:
-    """Whether the region scan of a decoding (status, mocc, btot, etot) finds a clustered region."""
-    _, mocc, btot, etot = decoding
-    return bool(scan_regions(mocc, btot, etot)[1].any())
 
 
 def _split(decoded: DecodedTargets, ok: list, definitions: list, ftz_only: np.ndarray) -> tuple:
