@@ -53,9 +53,10 @@ its kernels' plus the host's part).
 """
 from __future__ import annotations
 
-import functools
 import threading
 import time
+
+import numpy as np
 
 from hmmgpu.cpu.domaindef import CpuDomainStages
 from hmmgpu.cpu.fwdback import DP_I, DP_M, special_transitions, special_transitions_of
@@ -63,12 +64,13 @@ from hmmgpu.cpu.stotrace import DEFAULT_SEED
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest
 from hmmgpu.gpu.ensemble.source import EnsembleSpec
 from hmmgpu.gpu.ensemble.stages import region_ensembles
-from hmmgpu.gpu.envelope.launch import finish_produced, launch_produced
+from hmmgpu.gpu.envelope.launch import finish_produced_arrays, launch_produced
 from hmmgpu.gpu.envelope.source import DecodeOASpec
 from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, matrix_bytes, produce_matrices
 from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.device import GpuDevice
+from hmmgpu.stages.domaindef import RescoredEnvelopes
 
 __all__ = ["GpuDomainStages", "HOST_CODE_PARTS", "compile_host_code", "compile_host_code_aside", "kernel_specs",
            "load_kernels", "runs_by_size"]
@@ -105,14 +107,13 @@ HOST_CODE_PARTS = ("driver", "sampler")
 def compile_host_code(parts=HOST_CODE_PARTS) -> None:
     """Compile the CPU code that the host's part of these stages calls (or load it from numba's
     cache), on a sampled model, without defining anything: ``driver``, the region scan of many
-    targets, glibc's ``logf`` loop (never cached: it calls through a ctypes pointer), the clustering and null2 by
+    targets and the definitions' assembly, glibc's ``logf`` loop (never cached: it calls through a ctypes pointer), the clustering and null2 by
     expectation (an envelope's flush-to-zero check); ``sampler``, the CPU reference's sampler of
     the ensemble (the longest to compile: about 10-20 s with numba's cache empty). The GPU
     process runs it in a thread as soon as a model asks for hmmgpu's own post-filter, after
     :func:`compile_host_code_aside`, so that the first definitions wait neither for the compiler
     nor for the interpreter's lock it holds; until it has ended they leave the CPU reference no
     region it can do without (:meth:`hmmgpu.gpu.cascade.GpuCascade.define_domains_of`)."""
-    import numpy as np
     from pyhmmer.easel import Alphabet, Randomness
     from pyhmmer.plan7 import HMM
 
@@ -121,7 +122,7 @@ def compile_host_code(parts=HOST_CODE_PARTS) -> None:
     from hmmgpu.cpu.optacc import domain_spans
     from hmmgpu.cpu.spensemble import cluster
     from hmmgpu.cpu.stotrace import NSAMPLES, compile_sampler
-    from hmmgpu.stages.domaindef import scan_targets
+    from hmmgpu.stages.domaindef import define_domains_arrays, scan_targets
     from hmmgpu.stages.forward import ForwardTables
     from hmmgpu.stages.profiles import configured_profile
 
@@ -130,6 +131,7 @@ def compile_host_code(parts=HOST_CODE_PARTS) -> None:
                                           .to_optimized())
     if "driver" in parts:
         scan_targets([(STATUS_OK, np.ones(3, f32), np.zeros(3, f32), np.zeros(3, f32))])
+        define_domains_arrays([])   # the assembly
         domain_spans(np.zeros(3, np.uint8), np.zeros(1, np.int64), np.ones(1, np.int64))
         glibc_logf(np.ones(2, f32))
         cluster(np.array([[0, 1, 2, 1, 2]], np.int32), NSAMPLES)
@@ -283,13 +285,30 @@ class GpuDomainStages(CpuDomainStages):
 
     @classmethod
     def rescore_envelopes_of(cls, work, aside: bool = False) -> list:
+        """:meth:`rescored_of`'s answers as :class:`~hmmgpu.stages.domaindef.Envelope` objects, a
+        list per model."""
+        work = list(work)
+        return _split(cls.rescored_of(work, aside=aside).envelopes(), [len(envelopes) for _, envelopes in work])
+
+    @classmethod
+    def rescored_of(cls, work, aside: bool = False) -> RescoredEnvelopes:
         """Every model's envelopes in the same launches (as :meth:`region_ensembles_of`), on the
-        first model's ``aside_stream`` where ``aside`` (the driver's call beside the ensembles)."""
+        first model's ``aside_stream`` where ``aside`` (the driver's call beside the ensembles);
+        their answers as arrays, every model's one after the other
+        (:func:`hmmgpu.gpu.envelope.launch.finish_produced_arrays`)."""
         work = list(work)
         if len({stages._settings() for stages, _ in work}) > 1:
-            return _by_settings(work, functools.partial(cls.rescore_envelopes_of, aside=aside))
-        if not work:
-            return []
+            sizes = [len(envelopes) for _, envelopes in work]
+            starts = np.cumsum([0] + sizes)
+            groups: dict = {}
+            for m, (stages, _) in enumerate(work):
+                groups.setdefault(stages._settings(), []).append(m)
+            parts = [cls.rescored_of([work[m] for m in members], aside=aside) for members in groups.values()]
+            positions = [np.arange(starts[m], starts[m + 1]) for members in groups.values() for m in members]
+            return RescoredEnvelopes.joined(parts).take(np.argsort(np.concatenate(positions), kind="stable"))
+        items = [(stages, envelope) for stages, envelopes in work for envelope in envelopes]
+        if not items:
+            return RescoredEnvelopes.of([])
         first = work[0][0]
         stream = first.aside_stream if aside else first.stream
 
@@ -301,12 +320,14 @@ class GpuDomainStages(CpuDomainStages):
             clock = first._timed("matrices", clock)
             produced = launch_produced(batch, stream=stream)
             clock = first._timed("decoding", clock)
-            answers = finish_produced(produced, [e for _, e in run])
+            answers = finish_produced_arrays(produced, [e for _, e in run])
             first._timed("finish", clock)
             return answers
 
-        items = [(stages, envelope) for stages, envelopes in work for envelope in envelopes]
-        return _in_runs(work, items, [2 * matrix_bytes(e.j - e.i + 1, stages.tables.Q) for stages, e in items], answer)
+        runs = runs_by_size([2 * matrix_bytes(e.j - e.i + 1, stages.tables.Q) for stages, e in items],
+                            first.batch_bytes)
+        parts = [answer([items[k] for k in run]) for run in runs]
+        return RescoredEnvelopes.joined(parts).take(np.argsort(np.concatenate(runs), kind="stable"))
 
 
 def _by_settings(work, method) -> list:

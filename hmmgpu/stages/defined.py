@@ -39,16 +39,14 @@ against the 12 bytes a residue of the whole target that its decoding took.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
-
 import numpy as np
 
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.stages.decoded import DecodedTargets, find_sorted
-from hmmgpu.stages.domaindef import Domain, define_domains_grouped, scan_targets
+from hmmgpu.stages.domaindef import Domain, DomainTrace, define_domains_arrays, ranges_of, scan_targets
 from hmmgpu.stages.forward import HOST, SUBNORMAL, TINY_ROWS
 
-__all__ = ["DefinedTargets", "SentDefinition", "SentTrace", "split_defined", "split_defined_grouped"]
+__all__ = ["DefinedTargets", "SentDefinition", "split_defined", "split_defined_grouped"]
 
 F32 = np.float32
 #: Columns of :attr:`DefinedTargets.counters`.
@@ -58,17 +56,6 @@ _NEXPECTED, _N2SC_SUM = range(2)
 #: Columns of :attr:`DefinedTargets.bounds` and :attr:`DefinedTargets.domain_scores`.
 _IENV, _JENV, _IALI, _JALI = range(4)
 _ENVSC, _DOMCORRECTION, _OASC = range(3)
-
-
-class SentTrace(NamedTuple):
-    """A domain's optimal accuracy trace as :class:`DefinedTargets` carries it: the arrays of
-    a :class:`hmmgpu.cpu.optacc.Trace` (target coordinates), which is what
-    :func:`hmmgpu.report.alidisplay.alidisplay_create` reads."""
-
-    st: np.ndarray
-    k: np.ndarray
-    i: np.ndarray
-    pp: np.ndarray
 
 
 @dataclass
@@ -108,30 +95,23 @@ class DefinedTargets:
     ftz_only: np.ndarray  #: bool: defined from a decoding that is hmmsearch's (flush-to-zero) only
 
     @classmethod
-    def gather(cls, indices, scores, definitions: list, ftz_only=None) -> "DefinedTargets":
-        """From per-target Forward scores and definitions (any order; ``definitions``:
-        :class:`~hmmgpu.stages.domaindef.DomainDefinition` with status OK; ``ftz_only`` None: all False)."""
-        indices = np.asarray(indices, np.int64)
-        order = np.argsort(indices, kind="stable").tolist()
-        chosen = [definitions[k] for k in order]
-        domains = [dom for d in chosen for dom in d.domains]
-        traces = [dom.trace for dom in domains]
-
-        def flat(name, dtype):
-            return np.concatenate([getattr(t, name) for t in traces]).astype(dtype, copy=False) \
-                if traces else np.zeros(0, dtype)
-
+    def of_batch(cls, batch, positions, indices, scores, ftz_only=None) -> "DefinedTargets":
+        """The targets at ``positions`` of the driver's answer ``batch`` (a
+        :class:`~hmmgpu.stages.domaindef.DefinedBatch`; their definitions' status OK), with their
+        database ``indices`` and Forward ``scores``, in any order (``ftz_only`` None: all False)."""
+        indices = np.asarray(indices, np.int64).reshape(-1)
+        order = np.argsort(indices, kind="stable")
+        chosen = np.asarray(positions, np.int64).reshape(-1)[order]
+        domains, domain_offsets = ranges_of(batch.domain_offsets, chosen)
+        traces, trace_offsets = ranges_of(batch.trace_offsets, domains)
         return cls(indices=indices[order], scores=np.asarray(scores, F32).reshape(-1)[order],
-                   counters=np.array([[d.nregions, d.nclustered, d.noverlaps, d.nenvelopes] for d in chosen],
-                                     np.int32).reshape(-1, 4),
-                   totals=np.array([[d.nexpected, d.n2sc_sum] for d in chosen], F32).reshape(-1, 2),
-                   domain_offsets=_offsets([len(d.domains) for d in chosen]),
-                   bounds=np.array([[dom.ienv, dom.jenv, dom.iali, dom.jali] for dom in domains],
-                                   np.int32).reshape(-1, 4),
-                   domain_scores=np.array([[dom.envsc, dom.domcorrection, dom.oasc] for dom in domains],
-                                          F32).reshape(-1, 3),
-                   trace_offsets=_offsets([t.st.size for t in traces]),
-                   st=flat("st", np.uint8), k=flat("k", np.int32), i=flat("i", np.int32), pp=flat("pp", F32),
+                   counters=batch.counters[chosen].astype(np.int32).reshape(-1, 4),
+                   totals=np.stack([batch.nexpected[chosen].astype(F32),
+                                    np.array([batch.n2sc_sum(t) for t in chosen.tolist()], F32)], axis=1).reshape(-1, 2),
+                   domain_offsets=domain_offsets, bounds=batch.bounds[domains].astype(np.int32).reshape(-1, 4),
+                   domain_scores=batch.domain_scores[domains].astype(F32).reshape(-1, 3), trace_offsets=trace_offsets,
+                   st=batch.st[traces].astype(np.uint8), k=batch.k[traces].astype(np.int32),
+                   i=batch.i[traces].astype(np.int32), pp=batch.pp[traces].astype(F32),
                    ftz_only=(np.zeros(indices.size, bool) if ftz_only is None
                              else np.asarray(ftz_only, bool).reshape(-1)[order]))
 
@@ -162,16 +142,12 @@ class DefinedTargets:
             envsc, domcorrection, oasc = self.domain_scores[d]
             domains.append(Domain(ienv=ienv, jenv=jenv, iali=iali, jali=jali, envsc=envsc,
                                   domcorrection=domcorrection, oasc=oasc,
-                                  trace=SentTrace(st=self.st[a:b], k=self.k[a:b], i=self.i[a:b], pp=self.pp[a:b])))
+                                  trace=DomainTrace(st=self.st[a:b], k=self.k[a:b], i=self.i[a:b], pp=self.pp[a:b])))
         counters, totals = self.counters[k].tolist(), self.totals[k]
         return self.scores[k], SentDefinition(
             domains=domains, nregions=counters[_NREGIONS], nclustered=counters[_NCLUSTERED],
             noverlaps=counters[_NOVERLAPS], nenvelopes=counters[_NENVELOPES], nexpected=totals[_NEXPECTED],
             n2sc_sum=totals[_N2SC_SUM])
-
-
-def _offsets(sizes: list) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64))]).astype(np.int64)
 
 
 def split_defined(stages, codes_of, decoded: DecodedTargets) -> tuple:
@@ -209,30 +185,30 @@ def split_defined_grouped(work, codes_of, in_ftz: bool = False, clustered: bool 
             counts["left_clustered"] = counts.get("left_clustered", 0) + sum(map(len, oks)) - sum(map(len, simple))
         oks = simple
     chosen = [m for m, ok in enumerate(oks) if ok]
-    got = define_domains_grouped([(work[m][0], [(codes_of(int(work[m][1].indices[k])), work[m][1].target(k)[1])
+    batch = define_domains_arrays([(work[m][0], [(codes_of(int(work[m][1].indices[k])), work[m][1].target(k)[1])
                                                 for k in oks[m]]) for m in chosen])
-    definitions = [[] for _ in work]
-    for m, made in zip(chosen, got):
-        if in_ftz:   # computed in hmmsearch's float mode itself (RANGE, a real error, stays)
-            for definition in made:
-                definition.flags &= ~(SUBNORMAL | TINY_ROWS)
-        definitions[m] = made
-    return [_split(decoded, ok, made, decoded.ftz_only | in_ftz)
-            for (_, decoded), ok, made in zip(work, oks, definitions)]
+    if in_ftz:   # computed in hmmsearch's float mode itself (RANGE, a real error, stays)
+        batch.flags &= ~(SUBNORMAL | TINY_ROWS)
+    starts = dict(zip(chosen, np.cumsum([0] + [len(oks[m]) for m in chosen]).tolist()))
+    return [_split(decoded, oks[m], batch, starts.get(m, 0), decoded.ftz_only | in_ftz)
+            for m, (_, decoded) in enumerate(work)]
 
 
-def _split(decoded: DecodedTargets, ok: list, definitions: list, ftz_only: np.ndarray) -> tuple:
-    """(defined, rest) of one model: the definitions of its OK decodings ``ok`` that no HOST
-    flag marks, and its other passers' decodings; ``ftz_only`` (bool per decoding) marks the
-    definitions that hold in hmmsearch's float mode only."""
+def _split(decoded: DecodedTargets, ok: list, batch, start: int, ftz_only: np.ndarray) -> tuple:
+    """(defined, rest) of one model: the definitions of its OK decodings ``ok`` (the targets of
+    ``batch``, the driver's answer, from ``start`` on) that no HOST flag marks, and its other
+    passers' decodings; ``ftz_only`` (bool per decoding) marks the definitions that hold in
+    hmmsearch's float mode only."""
+    ok = np.asarray(ok, np.int64)
+    at = start + np.arange(ok.size, dtype=np.int64)
+    sent = (batch.status[at] == STATUS_OK) & ((batch.flags[at] & HOST) == 0) if ok.size else np.zeros(0, bool)
+    kept = np.setdiff1d(np.arange(len(decoded), dtype=np.int64), ok[sent]).tolist()
     indices = decoded.indices.tolist()
-    sent = {k: d for k, d in zip(ok, definitions) if d.status == STATUS_OK and not d.flags & HOST}
-    kept = [k for k in range(len(decoded)) if k not in sent]
     targets = [decoded.target(k) for k in kept]
     rest = DecodedTargets.gather([indices[k] for k in kept], [score for score, _ in targets],
                                  [decoding[0] for _, decoding in targets], *(
                                      [decoding[n] for _, decoding in targets] for n in (1, 2, 3)),
                                  ftz_only=decoded.ftz_only[kept])
-    defined = DefinedTargets.gather([indices[k] for k in sent], decoded.scores[list(sent)], list(sent.values()),
-                                    ftz_only=ftz_only[list(sent)])
+    defined = DefinedTargets.of_batch(batch, at[sent], decoded.indices[ok[sent]], decoded.scores[ok[sent]],
+                                      ftz_only=ftz_only[ok[sent]])
     return defined, rest

@@ -262,6 +262,14 @@ class DomainStages(ABC):
         beside the ensembles (:attr:`overlaps_phases`)."""
         return [stages.rescore_envelopes(envelopes) for stages, envelopes in work]
 
+    @classmethod
+    def rescored_of(cls, work, aside: bool = False) -> "RescoredEnvelopes":
+        """:meth:`rescore_envelopes_of`'s answers as arrays, every model's envelopes one after the
+        other (a :class:`RescoredEnvelopes`): the call the driver makes. A device whose answers
+        come as arrays overrides it, so that no :class:`Envelope` is made."""
+        answers = cls.rescore_envelopes_of(work, aside=True) if aside else cls.rescore_envelopes_of(work)
+        return RescoredEnvelopes.of([envelope for group in answers for envelope in group])
+
 
 @functools.lru_cache(maxsize=None)
 def _easel_fsum():
@@ -406,16 +414,6 @@ def _is_multidomain(btot, etot, i, j):
     return best >= RT3
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def _domcorrection(n2sc, i, j):
-    """The float32 sum of the envelope's null2 scores ``n2sc[i..j]``, in order (``domcorrection``)."""
-    total = _F0
-    for pos in range(i, j + 1):
-        total = total + n2sc[pos]
-    return total
-
-
-
 def define_domains(stages: DomainStages, codes, fwd_rows, bck_rows, has_own_scales: bool) -> DomainDefinition:
     """``p7_domaindef_ByPosteriorHeuristics`` on a target (digital ``codes``) from its Forward
     and Backward parser rows (float32 [L+1][6]) and Backward's ``has_own_scales``, with the
@@ -443,143 +441,370 @@ def define_domains_batched(stages: DomainStages, targets) -> list:
 def define_domains_grouped(groups) -> list:
     """:func:`define_domains_batched` on several models' targets at once: ``groups``
     (stages, targets) pairs, the stages of one class (a model each); a list of
-    :class:`DomainDefinition` per group, in order, each equal to the target's alone. Each
-    phase is one call of that class over every group (:meth:`DomainStages.region_ensembles_of`,
-    :meth:`DomainStages.rescore_envelopes_of`)."""
+    :class:`DomainDefinition` per group, in order, each equal to the target's alone: the
+    driver's answer (:func:`define_domains_arrays`) a definition a target."""
     groups = list(groups)
-    if not groups:
-        return []
-    kind = type(groups[0][0])
-    if any(type(stages) is not kind for stages, _ in groups):
+    batch = define_domains_arrays(groups)
+    definitions, start = [], 0
+    for _, targets in groups:
+        definitions.append([batch.definition(t) for t in range(start, start + len(targets))])
+        start += len(targets)
+    return definitions
+
+
+def define_domains_arrays(groups) -> "DefinedBatch":
+    """The driver: :func:`define_domains_grouped`'s work, its answer as arrays (a
+    :class:`DefinedBatch`, every group's targets one after the other). Each phase is one call of
+    the stages' class over every group (:meth:`DomainStages.region_ensembles_of`,
+    :meth:`DomainStages.rescored_of`); what lies between the calls is done for every target,
+    region and envelope at once, over arrays (the scan and the assembly compiled), so that the
+    host's part does not make a Python object a domain."""
+    groups = list(groups)
+    if groups and any(type(stages) is not type(groups[0][0]) for stages, _ in groups):
         raise TypeError("define_domains_grouped: every group's stages must be of one class")
-    every = iter(_ScannedTarget.all_of([target for _, targets in groups for target in targets]))
-    scanned = [[next(every) for _ in targets] for _, targets in groups]
-    regions = [[(t, k) for t in group for k in np.flatnonzero(t.clustered).tolist()] for group in scanned]
+    targets = [target for _, targets in groups for target in targets]
+    codes = [np.asarray(c, dtype=np.uint8) for c, _ in targets]
+    scan = _Scan.of(codes, [decoding for _, decoding in targets])
+    if not targets:
+        return scan.assembled(RescoredEnvelopes.of([]), _envelope_rows(scan, np.zeros(0, np.int64), {}))
+    kind = type(groups[0][0])
+    group_of = np.repeat(np.arange(len(groups), dtype=np.int64), [len(t) for _, t in groups])
+    clustered = np.flatnonzero(scan.clustered)
+    by_group = _by_group(group_of[scan.region_target[clustered]], clustered, len(groups))
+    ensembles: dict = {}
 
     def sample():
-        ensembles = kind.region_ensembles_of([(stages, [RegionSpan(t.codes, *t.regions[k]) for t, k in spans])
-                                              for (stages, _), spans in zip(groups, regions)])
-        for spans, answers in zip(regions, ensembles):
-            for (t, k), ensemble in zip(spans, answers):
-                t.take_ensemble(k, ensemble)
+        answers = kind.region_ensembles_of([(stages, [RegionSpan(codes[scan.region_target[r]], *scan.regions[r].tolist())
+                                                      for r in spans.tolist()])
+                                            for (stages, _), spans in zip(groups, by_group)])
+        for spans, got in zip(by_group, answers):
+            ensembles.update(zip(spans.tolist(), got))
+        scan.take_ensembles(ensembles)
 
-    def rescore(spans_of, aside: bool = False) -> list:
-        envelopes = [[envelope for t in group for envelope in spans_of(t)] for group in scanned]
-        work = [(stages, spans) for (stages, _), spans in zip(groups, envelopes)]
-        return kind.rescore_envelopes_of(work, aside=True) if aside else kind.rescore_envelopes_of(work)
+    def rescore(envelopes, aside: bool = False) -> RescoredEnvelopes:
+        """The answers to ``envelopes`` (:func:`_envelope_rows`), in their order."""
+        spans = _by_group(group_of[envelopes[:, 0]], np.arange(len(envelopes), dtype=np.int64), len(groups))
+        work = [(stages, [EnvelopeSpan(codes[t], i, j, bool(done), scan.n2sc_of(t))
+                          for t, _, i, j, done in envelopes[chosen].tolist()])
+                for (stages, _), chosen in zip(groups, spans)]
+        answers = kind.rescored_of(work, aside=True) if aside else kind.rescored_of(work)
+        return answers.take(np.argsort(np.concatenate(spans), kind="stable"))
 
     if groups[0][0].overlaps_phases:
         with ThreadPoolExecutor(1, thread_name_prefix="hmmgpu-envelopes") as pool:
-            plain = pool.submit(rescore, _ScannedTarget.unclustered_spans, True)
+            plain = pool.submit(rescore, _envelope_rows(scan, np.flatnonzero(~scan.clustered), {}), True)
             sample()
-            clustered = rescore(_ScannedTarget.clustered_spans)
+            envelopes = _envelope_rows(scan, np.arange(len(scan.regions), dtype=np.int64), ensembles)
+            is_plain = envelopes[:, 4] == 0
+            later = rescore(envelopes[~is_plain])
             plain = plain.result()
-        for group in scanned:
-            for t in group:
-                t.envelope_spans()
-        rescored = [_ScannedTarget.merged(group, p, c) for group, p, c in zip(scanned, plain, clustered)]
+        rank = np.where(is_plain, np.cumsum(is_plain) - 1, len(plain) + np.cumsum(~is_plain) - 1)
+        answers = RescoredEnvelopes.joined([plain, later]).take(rank)
     else:
         sample()
-        rescored = rescore(_ScannedTarget.envelope_spans)
-    for group, answers in zip(scanned, rescored):
-        start = 0
-        for t in group:
-            end = start + len(t.envelopes)
-            t.assemble(answers[start:end])
-            start = end
-    return [[t.definition for t in group] for group in scanned]
+        envelopes = _envelope_rows(scan, np.arange(len(scan.regions), dtype=np.int64), ensembles)
+        answers = rescore(envelopes)
+    return scan.assembled(answers, envelopes)
 
 
-class _ScannedTarget:
-    """A target between the driver's phases: its codes, its :class:`DomainDefinition` being
-    filled in, its regions (int [n][2]) and which are ``clustered`` (bool [n]), and after the
-    ensembles its envelopes in ``dcl`` order, (region number, i, j, null2_is_done) each."""
+def _by_group(group, items, ngroups: int) -> list:
+    """``items`` (int64) split by their ``group`` (each group's in their order), a list a group."""
+    order = np.argsort(group, kind="stable")
+    bounds = np.searchsorted(group[order], np.arange(ngroups + 1))
+    return [items[order[bounds[g]:bounds[g + 1]]] for g in range(ngroups)]
 
-    def __init__(self, codes, definition: DomainDefinition, regions, clustered):
-        self.codes = codes
-        self.definition = definition
-        self.regions = regions
-        self.clustered = clustered
-        self.ensembles: dict = {}
-        self.envelopes: list = []
+
+def _envelope_rows(scan: "_Scan", regions, ensembles: dict) -> np.ndarray:
+    """The envelopes of ``regions`` (region numbers, in order) as (target, region, i, j,
+    null2_is_done) int64 rows, in ``dcl`` order: an unclustered region one envelope whose null2 is
+    not done, a clustered region its ensemble's envelopes (``ensembles``, by region number)."""
+    regions = np.asarray(regions, np.int64)
+    counts = np.ones(regions.size, np.int64)
+    found = {}
+    for m in np.flatnonzero(scan.clustered[regions]).tolist():
+        found[m] = np.asarray(ensembles[int(regions[m])].envelopes, np.int64).reshape(-1, 2)
+        counts[m] = len(found[m])
+    rows = np.empty((int(counts.sum()), 5), np.int64)
+    rows[:, 0] = np.repeat(scan.region_target[regions], counts)
+    rows[:, 1] = np.repeat(regions, counts)
+    rows[:, 2:4] = np.repeat(scan.regions[regions], counts, axis=0)
+    rows[:, 4] = np.repeat(scan.clustered[regions], counts)
+    if found:
+        starts = np.cumsum(counts) - counts
+        for m, spans in found.items():
+            rows[starts[m]:starts[m] + len(spans), 2:4] = spans
+    return rows
+
+
+def _offsets_of(sizes) -> np.ndarray:
+    """int64 [n+1]: where each of ``sizes`` starts, one after the other, and their end."""
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(np.asarray(sizes, np.int64), out=offsets[1:])
+    return offsets
+
+
+def ranges_of(offsets, chosen) -> tuple:
+    """The positions of the ranges ``offsets[c]:offsets[c+1]`` of every ``c`` of ``chosen``, one
+    after the other (int64), and where each starts among them (int64 [len(chosen)+1])."""
+    chosen = np.asarray(chosen, np.int64)
+    starts = offsets[chosen]
+    sizes = offsets[chosen + 1] - starts
+    new = _offsets_of(sizes)
+    return np.repeat(starts - new[:-1], sizes) + np.arange(new[-1], dtype=np.int64), new
+
+
+class DomainTrace(NamedTuple):
+    """A domain's optimal accuracy trace (target coordinates) as arrays: what
+    :func:`hmmgpu.report.alidisplay.alidisplay_create` reads of a :class:`hmmgpu.cpu.optacc.Trace`."""
+
+    st: np.ndarray
+    k: np.ndarray
+    i: np.ndarray
+    pp: np.ndarray
+
+
+@dataclass
+class RescoredEnvelopes:
+    """Phase C's answers as arrays, an envelope a row (what its :class:`Envelope` holds):
+    ``flags`` int64, ``dropped`` bool, ``envsc``, ``oasc`` float32 and ``iali``, ``jali`` int64
+    (0 where dropped); the OA traces one after the other (``trace_offsets`` int64 [E+1], ``st``
+    uint8, ``k``, ``i`` int32, ``pp`` float32; none where dropped); the null2 scores of the
+    envelopes that return them (``n2sc_offsets`` int64 [E+1], ``n2sc`` float32; none for the
+    others: a kept envelope returns them exactly when its null2 was not done)."""
+
+    flags: np.ndarray
+    dropped: np.ndarray
+    envsc: np.ndarray
+    oasc: np.ndarray
+    iali: np.ndarray
+    jali: np.ndarray
+    trace_offsets: np.ndarray
+    st: np.ndarray
+    k: np.ndarray
+    i: np.ndarray
+    pp: np.ndarray
+    n2sc_offsets: np.ndarray
+    n2sc: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.flags.size)
 
     @classmethod
-    def all_of(cls, targets) -> list:
-        """Phase A: the region scans of decoded targets, (codes, decoding) pairs, in one call
-        (:func:`scan_targets`; none where a decoding overflowed)."""
-        targets = list(targets)
-        scans = scan_targets([decoding for _, decoding in targets])
-        made = []
-        for (codes, (status, _, btot, _)), (regions, clustered) in zip(targets, scans):
-            codes = np.asarray(codes, dtype=np.uint8)
-            L = codes.size
-            definition = DomainDefinition(status=status, domains=[], nregions=len(regions),
-                                          nclustered=int(np.count_nonzero(clustered)), noverlaps=0, nenvelopes=0,
-                                          nexpected=F32(btot[L]), n2sc=np.zeros(L + 1, dtype=F32))
-            made.append(cls(codes, definition, regions.tolist(), clustered))
-        return made
+    def of(cls, envelopes) -> "RescoredEnvelopes":
+        """From :class:`Envelope` objects, in order (a kept envelope without a trace: an empty one)."""
+        envelopes = list(envelopes)
+        kept = [e for e in envelopes if not e.dropped]
+        traces = [e.trace for e in kept if e.trace is not None]
+        n2sc = [e.n2sc for e in kept if e.n2sc is not None]
 
-    def take_ensemble(self, k: int, ensemble: RegionEnsemble) -> None:
-        """Phase B's answer for clustered region ``k``: its null2 scores and flags."""
-        i, j = self.regions[k]
-        self.definition.n2sc[i:j + 1] = ensemble.n2sc
-        self.definition.flags |= int(ensemble.flags)
-        self.ensembles[k] = ensemble
+        def column(get, dtype):
+            return np.array([0 if e.dropped else get(e) for e in envelopes], dtype)
 
-    def envelope_spans(self) -> list:
-        """Phase C's work: the target's envelopes (:class:`EnvelopeSpan`), in ``dcl`` order:
-        region by region, a clustered region's envelopes as its ensemble lists them, an
-        unclustered region as one envelope whose null2 is not done."""
-        for k, (i, j) in enumerate(self.regions):
-            if self.clustered[k]:
-                self.envelopes += [(k, i2, j2, True) for i2, j2 in np.asarray(self.ensembles[k].envelopes).tolist()]
-            else:
-                self.envelopes.append((k, i, j, False))
-        n2sc = self.definition.n2sc
-        return [EnvelopeSpan(self.codes, i, j, done, n2sc) for _, i, j, done in self.envelopes]
+        def flat(arrays, dtype):
+            return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
 
-    def unclustered_spans(self) -> list:
-        """The envelopes of the unclustered regions (:class:`EnvelopeSpan`), in region order:
-        known once the regions are (each such region is one envelope whose null2 is not done)."""
-        n2sc = self.definition.n2sc
-        return [EnvelopeSpan(self.codes, i, j, False, n2sc)
-                for k, (i, j) in enumerate(self.regions) if not self.clustered[k]]
+        return cls(flags=np.array([int(e.flags) for e in envelopes], np.int64),
+                   dropped=np.array([bool(e.dropped) for e in envelopes], np.bool_),
+                   envsc=column(lambda e: e.envsc, F32), oasc=column(lambda e: e.oasc, F32),
+                   iali=column(lambda e: int(e.iali), np.int64), jali=column(lambda e: int(e.jali), np.int64),
+                   trace_offsets=_offsets_of(column(lambda e: 0 if e.trace is None else np.size(e.trace.st), np.int64)),
+                   st=flat([t.st for t in traces], np.uint8), k=flat([t.k for t in traces], np.int32),
+                   i=flat([t.i for t in traces], np.int32), pp=flat([t.pp for t in traces], F32),
+                   n2sc_offsets=_offsets_of(column(lambda e: 0 if e.n2sc is None else np.size(e.n2sc), np.int64)),
+                   n2sc=flat(n2sc, F32))
 
-    def clustered_spans(self) -> list:
-        """The envelopes of the clustered regions (:class:`EnvelopeSpan`), region by region as
-        their ensembles list them: known once the ensembles are."""
-        n2sc = self.definition.n2sc
-        return [EnvelopeSpan(self.codes, i2, j2, True, n2sc) for k in np.flatnonzero(self.clustered).tolist()
-                for i2, j2 in np.asarray(self.ensembles[k].envelopes).tolist()]
-
-    @staticmethod
-    def merged(group, plain: list, clustered: list) -> list:
-        """The answers to every target of ``group`` in ``dcl`` order (:meth:`envelope_spans`,
-        already called), from the answers to their :meth:`unclustered_spans` and to their
-        :meth:`clustered_spans`, each in its own order."""
-        plain, clustered = iter(plain), iter(clustered)
-        return [next(clustered) if done else next(plain) for t in group for _, _, _, done in t.envelopes]
-
-    def assemble(self, rescored: list) -> None:
-        """Phase D: the envelopes' answers, in order, into the definition as HMMER records them:
-        every envelope counted and its flags kept; a dropped one (decoding overflow) makes no
-        domain; an unclustered envelope's null2 scores written before its ``domcorrection``;
-        within a clustered region, an envelope that starts at or before the end of the last
-        domain kept there is an overlap."""
-        d = self.definition
-        region, last_j = -1, 0
-        for (k, i, j, null2_is_done), envelope in zip(self.envelopes, rescored):
-            if k != region:
-                region, last_j = k, 0
-            if null2_is_done and i <= last_j:
-                d.noverlaps += 1
-            d.nenvelopes += 1
-            d.flags |= int(envelope.flags)
-            if envelope.dropped:
+    def envelopes(self) -> list:
+        """An :class:`Envelope` each, in order (the traces and null2 scores views of these arrays)."""
+        out = []
+        for e in range(len(self)):
+            if self.dropped[e]:
+                out.append(Envelope(flags=int(self.flags[e]), dropped=True))
                 continue
-            if not null2_is_done:
-                d.n2sc[i:j + 1] = envelope.n2sc
-            d.domains.append(Domain(ienv=i, jenv=j, iali=int(envelope.iali), jali=int(envelope.jali),
-                                    envsc=F32(envelope.envsc), domcorrection=_domcorrection(d.n2sc, i, j),
-                                    oasc=F32(envelope.oasc), trace=envelope.trace))
-            last_j = j
+            a, b = self.trace_offsets[e], self.trace_offsets[e + 1]
+            x, y = self.n2sc_offsets[e], self.n2sc_offsets[e + 1]
+            out.append(Envelope(flags=int(self.flags[e]), envsc=self.envsc[e], oasc=self.oasc[e],
+                                iali=int(self.iali[e]), jali=int(self.jali[e]),
+                                trace=DomainTrace(self.st[a:b], self.k[a:b], self.i[a:b], self.pp[a:b]),
+                                n2sc=self.n2sc[x:y] if y > x else None))
+        return out
+
+    def take(self, order) -> "RescoredEnvelopes":
+        """The envelopes ``order`` (positions), in that order."""
+        order = np.asarray(order, np.int64)
+        traces, trace_offsets = ranges_of(self.trace_offsets, order)
+        scores, n2sc_offsets = ranges_of(self.n2sc_offsets, order)
+        return RescoredEnvelopes(flags=self.flags[order], dropped=self.dropped[order], envsc=self.envsc[order],
+                                 oasc=self.oasc[order], iali=self.iali[order], jali=self.jali[order],
+                                 trace_offsets=trace_offsets, st=self.st[traces], k=self.k[traces],
+                                 i=self.i[traces], pp=self.pp[traces], n2sc_offsets=n2sc_offsets,
+                                 n2sc=self.n2sc[scores])
+
+    @classmethod
+    def joined(cls, parts) -> "RescoredEnvelopes":
+        """``parts`` one after the other."""
+        parts = list(parts)
+        if not parts:
+            return cls.of([])
+
+        def offsets(name, flat):
+            ends = np.cumsum([0] + [getattr(p, flat).size for p in parts[:-1]])
+            return np.concatenate([np.zeros(1, np.int64)] + [getattr(p, name)[1:] + end for p, end in zip(parts, ends)])
+
+        return cls(**{name: np.concatenate([getattr(p, name) for p in parts])
+                      for name in ("flags", "dropped", "envsc", "oasc", "iali", "jali", "st", "k", "i", "pp", "n2sc")},
+                   trace_offsets=offsets("trace_offsets", "st"), n2sc_offsets=offsets("n2sc_offsets", "n2sc"))
+
+
+@dataclass
+class DefinedBatch:
+    """The driver's answer for a batch of targets (:func:`define_domains_arrays`), as arrays, a
+    target a row in the order given: what each one's :class:`DomainDefinition` holds (``status``
+    int32, ``flags`` int64, ``counters`` int32 [T][4]: nregions, nclustered, noverlaps,
+    nenvelopes, ``nexpected`` float32, the null2 scores ``n2sc`` float32 every target's [L+1]
+    after the one before, from ``n2sc_offsets``), its domains (from ``domain_offsets`` int64
+    [T+1]: ``bounds`` int64 [D][4] ienv, jenv, iali, jali; ``domain_scores`` float32 [D][3]
+    envsc, domcorrection, oasc) and their OA traces one after the other (``trace_offsets``
+    int64 [D+1], ``st`` uint8, ``k``, ``i`` int32, ``pp`` float32)."""
+
+    status: np.ndarray
+    flags: np.ndarray
+    counters: np.ndarray
+    nexpected: np.ndarray
+    n2sc_offsets: np.ndarray
+    n2sc: np.ndarray
+    domain_offsets: np.ndarray
+    bounds: np.ndarray
+    domain_scores: np.ndarray
+    trace_offsets: np.ndarray
+    st: np.ndarray
+    k: np.ndarray
+    i: np.ndarray
+    pp: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.status.size)
+
+    def n2sc_sum(self, t: int) -> np.float32:
+        """Target ``t``'s ``esl_vec_FSum(n2sc, L+1)`` (:attr:`DomainDefinition.n2sc_sum`)."""
+        return fsum(self.n2sc[self.n2sc_offsets[t]:self.n2sc_offsets[t + 1]])
+
+    def definition(self, t: int) -> DomainDefinition:
+        """Target ``t``'s :class:`DomainDefinition` (its domains' traces :class:`DomainTrace`)."""
+        domains = []
+        for d in range(int(self.domain_offsets[t]), int(self.domain_offsets[t + 1])):
+            a, b = int(self.trace_offsets[d]), int(self.trace_offsets[d + 1])
+            ienv, jenv, iali, jali = self.bounds[d].tolist()
+            envsc, domcorrection, oasc = self.domain_scores[d]
+            domains.append(Domain(ienv=ienv, jenv=jenv, iali=iali, jali=jali, envsc=envsc,
+                                  domcorrection=domcorrection, oasc=oasc,
+                                  trace=DomainTrace(self.st[a:b], self.k[a:b], self.i[a:b], self.pp[a:b])))
+        nregions, nclustered, noverlaps, nenvelopes = self.counters[t].tolist()
+        return DomainDefinition(status=int(self.status[t]), domains=domains, nregions=nregions, nclustered=nclustered,
+                                noverlaps=noverlaps, nenvelopes=nenvelopes, nexpected=self.nexpected[t],
+                                n2sc=self.n2sc[self.n2sc_offsets[t]:self.n2sc_offsets[t + 1]].copy(),
+                                flags=int(self.flags[t]))
+
+
+class _Scan:
+    """Phase A for every target of a batch at once, as arrays: the targets' ``status``,
+    ``nexpected`` (``btot[L]``), their null2 scores being filled in (``n2sc``, every target's
+    [L+1] after the one before, from ``n2sc_offsets``), their regions (``regions`` int64 [R][2],
+    target after target, each target's in order, from ``region_offsets`` [T+1]; ``region_target``,
+    ``clustered``) and the flags their ensembles raise (``flags``)."""
+
+    def __init__(self, status, nexpected, n2sc_offsets, regions, clustered, region_offsets):
+        self.status = status
+        self.nexpected = nexpected
+        self.n2sc_offsets = n2sc_offsets
+        self.n2sc = np.zeros(int(n2sc_offsets[-1]), F32)
+        self.regions = regions
+        self.clustered = clustered
+        self.region_offsets = region_offsets
+        self.region_target = np.repeat(np.arange(status.size, dtype=np.int64), np.diff(region_offsets))
+        self.flags = np.zeros(status.size, np.int64)
+
+    @classmethod
+    def of(cls, codes: list, decodings: list) -> "_Scan":
+        """The region scans of decoded targets (their ``codes``, and (status, mocc, btot, etot)
+        each) in one compiled call (:func:`scan_targets`; none where a decoding overflowed)."""
+        found = scan_targets(decodings)
+        return cls(status=np.array([int(d[0]) for d in decodings], np.int32),
+                   nexpected=np.array([F32(d[2][c.size]) for c, d in zip(codes, decodings)], F32),
+                   n2sc_offsets=_offsets_of([c.size + 1 for c in codes]),
+                   regions=np.concatenate([r for r, _ in found] + [np.zeros((0, 2), np.int64)]).astype(np.int64),
+                   clustered=np.concatenate([c for _, c in found] + [np.zeros(0, np.bool_)]).astype(np.bool_),
+                   region_offsets=_offsets_of([len(r) for r, _ in found]))
+
+    def n2sc_of(self, t: int) -> np.ndarray:
+        """Target ``t``'s null2 scores (a view)."""
+        return self.n2sc[self.n2sc_offsets[t]:self.n2sc_offsets[t + 1]]
+
+    def take_ensembles(self, ensembles: dict) -> None:
+        """Phase B's answers (a :class:`RegionEnsemble` by clustered region number): their null2
+        scores into their targets', their flags into their targets'."""
+        for r, ensemble in ensembles.items():
+            t = int(self.region_target[r])
+            i, j = self.regions[r].tolist()
+            at = int(self.n2sc_offsets[t])
+            self.n2sc[at + i:at + j + 1] = ensemble.n2sc
+            self.flags[t] |= int(ensemble.flags)
+
+    def assembled(self, answers: RescoredEnvelopes, envelopes) -> DefinedBatch:
+        """Phase D for every target at once: the ``answers`` to ``envelopes`` (:func:`_envelope_rows`,
+        in ``dcl`` order) into the targets' definitions, as HMMER records them (:func:`_assemble`)."""
+        T, E = self.status.size, len(envelopes)
+        target, region, i, j, done = (np.ascontiguousarray(envelopes[:, c]) for c in range(5))
+        noverlaps, nenvelopes, flags = np.zeros(T, np.int64), np.zeros(T, np.int64), self.flags.copy()
+        domcorrection, kept = np.zeros(E, F32), np.zeros(E, np.bool_)
+        _assemble(target, region, i, j, done.astype(np.bool_), answers.dropped, answers.flags, answers.n2sc_offsets,
+                  answers.n2sc, self.n2sc_offsets, self.n2sc, noverlaps, nenvelopes, flags, domcorrection, kept)
+        chosen = np.flatnonzero(kept)
+        traces, trace_offsets = ranges_of(answers.trace_offsets, chosen)
+        nclustered = np.bincount(self.region_target[self.clustered], minlength=T)
+        return DefinedBatch(
+            status=self.status, flags=flags,
+            counters=np.stack([np.diff(self.region_offsets), nclustered, noverlaps, nenvelopes], axis=1)
+            .astype(np.int32).reshape(T, 4),
+            nexpected=self.nexpected, n2sc_offsets=self.n2sc_offsets, n2sc=self.n2sc,
+            domain_offsets=_offsets_of(np.bincount(target[chosen], minlength=T)),
+            bounds=np.stack([i[chosen], j[chosen], answers.iali[chosen], answers.jali[chosen]], axis=1).reshape(-1, 4),
+            domain_scores=np.stack([answers.envsc[chosen], domcorrection[chosen], answers.oasc[chosen]], axis=1)
+            .astype(F32).reshape(-1, 3),
+            trace_offsets=trace_offsets, st=answers.st[traces], k=answers.k[traces], i=answers.i[traces],
+            pp=answers.pp[traces])
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _assemble(target, region, env_i, env_j, done, dropped, env_flags, answer_offsets, answer_n2sc, n2sc_offsets,
+              n2sc, noverlaps, nenvelopes, flags, domcorrection, kept):
+    """Phase D over every envelope in ``dcl`` order, as ``p7_domaindef_ByPosteriorHeuristics``
+    records them: every envelope counted and its flags kept; a dropped one (its decoding
+    overflowed) makes no domain; an unclustered envelope's null2 scores written into its
+    target's before its ``domcorrection`` (the float32 sum of the target's null2 scores over
+    the envelope, in order); within a clustered region, an envelope that starts at or before the
+    end of the last domain kept there is an overlap. ``kept``: the envelopes that are domains."""
+    last_region = -1
+    last_j = 0
+    for e in range(target.size):
+        t = target[e]
+        if region[e] != last_region:
+            last_region = region[e]
+            last_j = 0
+        i, j = env_i[e], env_j[e]
+        if done[e] and i <= last_j:
+            noverlaps[t] += 1
+        nenvelopes[t] += 1
+        flags[t] |= env_flags[e]
+        if dropped[e]:
+            continue
+        base = n2sc_offsets[t]
+        if not done[e]:
+            a = answer_offsets[e]
+            for p in range(j - i + 1):
+                n2sc[base + i + p] = answer_n2sc[a + p]
+        total = _F0
+        for p in range(i, j + 1):
+            total = total + n2sc[base + p]
+        domcorrection[e] = total
+        kept[e] = True
+        last_j = j

@@ -9,7 +9,7 @@ import numpy as np
 
 from hmmgpu.cpu.optacc import Trace
 from hmmgpu.stages.defined import DefinedTargets
-from hmmgpu.stages.domaindef import Domain, DomainDefinition
+from hmmgpu.stages.domaindef import DefinedBatch, Domain, DomainDefinition
 
 F32 = np.float32
 
@@ -27,6 +27,30 @@ def _definition(rng, ndom: int, L: int) -> DomainDefinition:
                             n2sc=rng.random(L + 1).astype(F32))
 
 
+def _batch(definitions: list) -> DefinedBatch:
+    """The driver's answer (arrays) holding ``definitions``, in order."""
+    domains = [d for x in definitions for d in x.domains]
+
+    def offsets(sizes):
+        return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+
+    def flat(name, dtype):
+        return np.concatenate([getattr(d.trace, name) for d in domains] + [np.zeros(0, dtype)]).astype(dtype)
+
+    return DefinedBatch(
+        status=np.array([x.status for x in definitions], np.int32), flags=np.array([x.flags for x in definitions]),
+        counters=np.array([[x.nregions, x.nclustered, x.noverlaps, x.nenvelopes] for x in definitions],
+                          np.int32).reshape(-1, 4),
+        nexpected=np.array([x.nexpected for x in definitions], F32),
+        n2sc_offsets=offsets([x.n2sc.size for x in definitions]),
+        n2sc=np.concatenate([x.n2sc for x in definitions] + [np.zeros(0, F32)]).astype(F32),
+        domain_offsets=offsets([len(x.domains) for x in definitions]),
+        bounds=np.array([[d.ienv, d.jenv, d.iali, d.jali] for d in domains], np.int64).reshape(-1, 4),
+        domain_scores=np.array([[d.envsc, d.domcorrection, d.oasc] for d in domains], F32).reshape(-1, 3),
+        trace_offsets=offsets([d.trace.st.size for d in domains]), st=flat("st", np.uint8), k=flat("k", np.int32),
+        i=flat("i", np.int32), pp=flat("pp", F32))
+
+
 def _bits(value) -> np.ndarray:
     return np.asarray(value, F32).view(np.uint32)
 
@@ -36,7 +60,8 @@ def test_definitions_are_found_by_index_with_their_own_domains():
     indices = [31, 4, 17]   # any order in, sorted inside
     definitions = [_definition(rng, ndom, 40) for ndom in (2, 0, 3)]
     scores = np.array([12.5, -1.0, 7.25], F32)
-    defined = DefinedTargets.gather(indices, scores, definitions, ftz_only=[True, False, False])
+    batch = _batch([_definition(rng, 1, 9)] + definitions)   # the first target not sent
+    defined = DefinedTargets.of_batch(batch, [1, 2, 3], indices, scores, ftz_only=[True, False, False])
     assert defined.indices.tolist() == [4, 17, 31] and len(defined) == 3
     assert defined.ftz_only.tolist() == [False, False, True]   # index 31's definition is hmmsearch's only
     assert defined.find(5) == -1 and defined.find(32) == -1 and defined.find(0) == -1
@@ -54,7 +79,7 @@ def test_definitions_are_found_by_index_with_their_own_domains():
             for f in ("st", "k", "i", "pp"):
                 x, y = getattr(a.trace, f), getattr(b.trace, f)
                 assert x.dtype == y.dtype and np.array_equal(x, y)
-    empty = DefinedTargets.gather([], [], [])
+    empty = DefinedTargets.of_batch(batch, [], [], [])
     assert len(empty) == 0 and empty.find(4) == -1 and empty.ftz_only.size == 0
     message = pickle.dumps(defined, protocol=pickle.HIGHEST_PROTOCOL)
     assert len(message) < defined.nbytes + 1500

@@ -42,7 +42,7 @@ from hmmgpu.cpu.fwdback import TINY_ROWS, MatrixResult, StripedMatrix, special_t
 from hmmgpu.cpu.null2 import glibc_logf
 from hmmgpu.cpu.optacc import Trace, domain_spans
 from hmmgpu.host import flush_to_zero
-from hmmgpu.stages.domaindef import Envelope
+from hmmgpu.stages.domaindef import Envelope, RescoredEnvelopes
 from hmmgpu.gpu.envelope.source import ARGS, DecodeOASpec
 from hmmgpu.gpu.runtime import build
 from hmmgpu.gpu.runtime.device import GpuDevice
@@ -250,61 +250,73 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False, strea
 
 
 def finish_produced(produced: Produced, spans) -> list:
+    """:func:`finish_produced_arrays`' answers as :class:`~hmmgpu.stages.domaindef.Envelope` objects,
+    in order."""
+    return finish_produced_arrays(produced, spans).envelopes()
+
+
+def finish_produced_arrays(produced: Produced, spans) -> RescoredEnvelopes:
     """The envelopes of a launch on every job of its batch (:func:`launch_produced`; each job an
     envelope's unihit Forward and Backward matrices, ``spans[k]`` job k's
     :class:`~hmmgpu.stages.domaindef.EnvelopeSpan`) decoded, aligned and rescored: the
     :class:`~hmmgpu.stages.domaindef.Envelope` that :func:`hmmgpu.cpu.domaindef.envelope_result`
-    makes of :func:`hmmgpu.cpu.envelope.finish_envelope`
-    after :func:`decode_produced`, bit for bit, formed for all the envelopes at once. The traces
-    are moved to the target's coordinates in one step and read from one compact copy of the
-    kernel's; the ``n2sc`` of the unclustered envelopes come from one call of glibc's ``logf``
-    over all their residues' null2 odds; ``iali``/``jali`` from one compiled pass
-    (:func:`hmmgpu.cpu.optacc.domain_spans`). An envelope whose null2 odds need the flush-to-zero
-    check of its posterior (an unclustered one whose matrices hold tiny rows) takes the one-envelope
-    path, its posterior copied back. The host's part runs in the batch's float mode."""
+    makes of :func:`hmmgpu.cpu.envelope.finish_envelope` after :func:`decode_produced`, bit for
+    bit, for all the envelopes at once and as arrays (a
+    :class:`~hmmgpu.stages.domaindef.RescoredEnvelopes`, in order). The traces are moved to the
+    target's coordinates in one step and read from one compact copy of the kernel's; the ``n2sc``
+    of the unclustered envelopes come from one call of glibc's ``logf`` over all their residues'
+    null2 odds; ``iali``/``jali`` from one compiled pass (:func:`hmmgpu.cpu.optacc.domain_spans`).
+    An envelope whose null2 odds need the flush-to-zero check of its posterior (an unclustered one
+    whose matrices hold tiny rows) takes the one-envelope path, its posterior copied back. The
+    host's part runs in the batch's float mode."""
     batch, jobs, chosen, got, matrices_of, stream = produced
     if not np.array_equal(jobs, np.arange(len(batch.jobs))):
         raise ValueError("finish_produced: the launch must be on every job of its batch, in order")
     if not chosen:
-        return []
-    n = len(chosen)
-    carried = batch.forward.flags | batch.backward.flags | got["flags"]
+        return RescoredEnvelopes.of([])
+    carried = (batch.forward.flags | batch.backward.flags | got["flags"]).astype(np.int64)
     ok = got["status"] == 0
     clustered = np.array([bool(s.null2_is_done) for s in spans])
     one_by_one = ok & ~clustered & ((carried & TINY_ROWS) != 0)
     fast = np.flatnonzero(ok & ~one_by_one)
-    out: list = [None] * n
+    slow = np.flatnonzero(~ok | one_by_one)
+    alone = []
     with flush_to_zero(batch.ftz), batch.device.activate():   # a posterior copied back: in this thread too
-        for e in np.flatnonzero(~ok).tolist():
-            out[e] = Envelope(flags=int(carried[e]), dropped=True)
-        for e in np.flatnonzero(one_by_one).tolist():
+        slow_answers = []
+        for e in slow.tolist():
+            if not ok[e]:
+                slow_answers.append(Envelope(flags=int(carried[e]), dropped=True))
+                continue
             d, span = _decoded_job(batch, got, matrices_of, e, e, True, stream), spans[e]
-            out[e] = envelope_result(finish_envelope(unihit_tables(chosen[e].tables), span.codes, span.i, span.j,
-                                                     span.null2_is_done, span.n2sc, batch.forward.score[e], d.status,
-                                                     d.posterior, d.oasc, d.flags, d.trace, d.null2))
-        if fast.size:
-            counts = got["n"][fast].astype(np.int64)
-            ends = np.cumsum(counts)
-            starts = ends - counts
-            at = np.repeat(got["trace_base"][fast] - starts, counts) + np.arange(int(ends[-1]) if ends.size else 0)
-            ienv = np.array([int(spans[e].i) for e in fast.tolist()], np.int32)
-            raw_i = got["i"][at]
-            st, k, pp = got["st"][at].astype(np.uint8), got["k"][at], got["pp"][at]
-            i = (raw_i + np.repeat(ienv - np.int32(1), counts)).astype(np.int32, copy=False)
-            i[raw_i == 0] = 0
-            z1, z2 = domain_spans(st, starts, ends)
-            if (z1 < 0).any():
-                raise ValueError("the trace has no domain (B, M, E)")
-            alone = [e for e in fast.tolist() if not spans[e].null2_is_done]
-            residues = [spans[e].codes[int(spans[e].i) - 1:int(spans[e].j)] for e in alone]
-            sizes = np.array([r.size for r in residues], np.int64)
-            odds = got["null2"][np.repeat(np.array(alone, np.int64), sizes),
-                                np.concatenate(residues) if residues else np.zeros(0, np.int64)]
-            logs = np.split(glibc_logf(odds), np.cumsum(sizes)[:-1]) if alone else []
-            n2sc = dict(zip(alone, logs))
-            for m, e in enumerate(fast.tolist()):
-                a, b = int(starts[m]), int(ends[m])
-                out[e] = Envelope(flags=int(carried[e]), envsc=batch.forward.score[e], oasc=np.float32(got["oasc"][e]),
-                                  iali=int(i[a + z1[m]]), jali=int(i[a + z2[m]]),
-                                  trace=Trace(st=st[a:b], k=k[a:b], i=i[a:b], pp=pp[a:b]), n2sc=n2sc.get(e))
-    return out
+            slow_answers.append(envelope_result(finish_envelope(
+                unihit_tables(chosen[e].tables), span.codes, span.i, span.j, span.null2_is_done, span.n2sc,
+                batch.forward.score[e], d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2)))
+        counts = got["n"][fast].astype(np.int64)
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        at = np.repeat(got["trace_base"][fast] - starts, counts) + np.arange(int(ends[-1]) if ends.size else 0)
+        ienv = np.array([int(spans[e].i) for e in fast.tolist()], np.int32)
+        raw_i = got["i"][at]
+        st, k, pp = got["st"][at].astype(np.uint8), got["k"][at].astype(np.int32), got["pp"][at].astype(np.float32)
+        i = (raw_i + np.repeat(ienv - np.int32(1), counts)).astype(np.int32, copy=False)
+        i[raw_i == 0] = 0
+        z1, z2 = domain_spans(st, starts, ends)
+        if (z1 < 0).any():
+            raise ValueError("the trace has no domain (B, M, E)")
+        alone = [e for e in fast.tolist() if not spans[e].null2_is_done]
+        residues = [spans[e].codes[int(spans[e].i) - 1:int(spans[e].j)] for e in alone]
+        sizes = np.array([r.size for r in residues], np.int64)
+        odds = got["null2"][np.repeat(np.array(alone, np.int64), sizes),
+                            np.concatenate(residues) if residues else np.zeros(0, np.int64)]
+        n2sc = glibc_logf(odds) if alone else np.zeros(0, np.float32)
+    n2sc_sizes = np.zeros(fast.size, np.int64)
+    n2sc_sizes[np.searchsorted(fast, np.array(alone, np.int64))] = sizes if alone else 0
+    quick = RescoredEnvelopes(flags=carried[fast], dropped=np.zeros(fast.size, np.bool_),
+                              envsc=np.asarray(batch.forward.score, np.float32)[fast],
+                              oasc=np.asarray(got["oasc"], np.float32)[fast],
+                              iali=i[starts + z1].astype(np.int64), jali=i[starts + z2].astype(np.int64),
+                              trace_offsets=np.concatenate([[0], ends]).astype(np.int64), st=st, k=k, i=i, pp=pp,
+                              n2sc_offsets=np.concatenate([[0], np.cumsum(n2sc_sizes)]).astype(np.int64),
+                              n2sc=np.asarray(n2sc, np.float32))
+    answers = RescoredEnvelopes.joined([quick, RescoredEnvelopes.of(slow_answers)])
+    return answers.take(np.argsort(np.concatenate([fast, slow]), kind="stable"))
