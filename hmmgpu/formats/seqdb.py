@@ -768,6 +768,8 @@ class EaselSequenceDB(SequenceDB):
         return self._block[i].description.encode()
 
     def codes(self, i: int) -> np.ndarray:
+        if "residues" in self.__dict__:   # the arrays made (the GPU's upload): a view, no object a call
+            return SequenceDB.codes(self, i)
         return np.asarray(self._block[i].sequence, dtype=np.uint8)
 
     def digital_sequence(self, i: int) -> pyhmmer.easel.DigitalSequence:

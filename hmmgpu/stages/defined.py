@@ -175,8 +175,8 @@ def split_defined_grouped(work, codes_of, in_ftz: bool = False, clustered: bool 
     ``counts``, if given, gets their number added (``left_clustered``). A (defined, rest) pair
     per model, in order."""
     work = list(work)
-    oks = [[k for k in range(len(decoded))
-            if int(decoded.status[k]) == STATUS_OK and (in_ftz or not decoded.ftz_only[k])] for _, decoded in work]
+    oks = [np.flatnonzero((decoded.status == STATUS_OK) & (in_ftz | ~np.asarray(decoded.ftz_only, bool))).tolist()
+           for _, decoded in work]
     if not clustered:
         scans = [scan_targets([decoded.target(k)[1] for k in ok]) for ok, (_, decoded) in zip(oks, work)]
         simple = [[k for k, (_, clustered_regions) in zip(ok, found) if not clustered_regions.any()]
