@@ -17,11 +17,11 @@ each call as few kernel launches, whatever the models of its items:
   (:func:`hmmgpu.gpu.ensemble.stages.region_ensembles`, which finishes each region on the
   host: glibc's ``logf``, the clusters, the domination filter; a region the kernel leaves, or
   whose matrix is flagged, is sampled by the CPU reference from its matrix copied back);
-* :meth:`GpuDomainStages.rescore_envelopes`: the envelopes' unihit full Forward and Backward
+* :meth:`GpuDomainStages.rescored_of`: the envelopes' unihit full Forward and Backward
   matrices by the full-matrix kernels, then the decoding and optimal accuracy kernel on all
   of them where they lie (:func:`hmmgpu.gpu.envelope.launch.launch_produced`: status,
   ``oasc``, flags, OA trace and null2 odds come back), the envelopes finished on the host all at
-  once (:func:`hmmgpu.gpu.envelope.launch.finish_produced`: what
+  once and as arrays (:func:`hmmgpu.gpu.envelope.launch.finish_produced`: what
   :func:`hmmgpu.cpu.envelope.finish_envelope`, the end of the CPU reference itself, makes of
   each, bit for bit: the trace moved to target coordinates, ``iali``/``jali``, ``n2sc`` by
   glibc's ``logf``, the flags; an envelope whose decoding overflowed is dropped). An unclustered
@@ -64,7 +64,7 @@ from hmmgpu.cpu.stotrace import DEFAULT_SEED
 from hmmgpu.gpu.ensemble.launch import DEFAULT_TABLE, RegionRequest
 from hmmgpu.gpu.ensemble.source import EnsembleSpec
 from hmmgpu.gpu.ensemble.stages import region_ensembles
-from hmmgpu.gpu.envelope.launch import finish_produced_arrays, launch_produced
+from hmmgpu.gpu.envelope.launch import finish_produced, launch_produced
 from hmmgpu.gpu.envelope.source import DecodeOASpec
 from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, matrix_bytes, produce_matrices
 from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
@@ -295,7 +295,7 @@ class GpuDomainStages(CpuDomainStages):
         """Every model's envelopes in the same launches (as :meth:`region_ensembles_of`), on the
         first model's ``aside_stream`` where ``aside`` (the driver's call beside the ensembles);
         their answers as arrays, every model's one after the other
-        (:func:`hmmgpu.gpu.envelope.launch.finish_produced_arrays`)."""
+        (:func:`hmmgpu.gpu.envelope.launch.finish_produced`)."""
         work = list(work)
         if len({stages._settings() for stages, _ in work}) > 1:
             sizes = [len(envelopes) for _, envelopes in work]
@@ -320,7 +320,7 @@ class GpuDomainStages(CpuDomainStages):
             clock = first._timed("matrices", clock)
             produced = launch_produced(batch, stream=stream)
             clock = first._timed("decoding", clock)
-            answers = finish_produced_arrays(produced, [e for _, e in run])
+            answers = finish_produced(produced, [e for _, e in run])
             first._timed("finish", clock)
             return answers
 

@@ -4,8 +4,8 @@ What it holds
 -------------
 With hmmgpu's own post-filter (``--postfilter hmmgpu``) on the GPU route, the GPU process
 decodes each model's F3 passers (:mod:`hmmgpu.stages.decoded`) and then runs domain definition
-on them too: the batched driver (:func:`hmmgpu.stages.domaindef.define_domains_grouped`, every
-model of a Forward-gate batch at once) with the GPU's stages, in the process that owns the
+on them too: the batched driver (:func:`hmmgpu.stages.domaindef.define_domains_arrays`, every
+model of a Forward-gate batch at once, its answer as arrays) with the GPU's stages, in the process that owns the
 device (:mod:`hmmgpu.gpu.cascade`). What the
 post-filter stage still needs of a definition to form the target's hit
 (:func:`hmmgpu.stages.hits.pipeline_hit`) travels here, per target (database index): the
@@ -164,7 +164,8 @@ def split_defined_grouped(work, codes_of, in_ftz: bool = False, clustered: bool 
                           counts: dict | None = None) -> list:
     """:func:`split_defined` of several models at once: ``work`` (stages, decoded) pairs, the
     stages of one class; every model's OK decodings defined in one call of the driver
-    (:func:`~hmmgpu.stages.domaindef.define_domains_grouped`). ``in_ftz``: the stages compute in
+    (:func:`~hmmgpu.stages.domaindef.define_domains_arrays`), the definitions sent taken from its
+    arrays (:meth:`DefinedTargets.of_batch`). ``in_ftz``: the stages compute in
     hmmsearch's float mode, the search's own (the command line's): every OK decoding is defined,
     those that hold in that mode only (``ftz_only``) included, and every definition is
     hmmsearch's (its flags for what that mode changes dropped) and marked ``ftz_only``. Without

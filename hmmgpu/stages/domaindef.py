@@ -58,9 +58,20 @@ A device gains more from many models at once: one model has a few dozen passers,
 launch over them waits for the longest. :func:`define_domains_grouped` runs the same phases
 over several models' targets (a stages object per model), each phase one call of the
 stages' class over all of them (:meth:`DomainStages.region_ensembles_of`,
-:meth:`DomainStages.rescore_envelopes_of`); by default those call each model's batch method
+:meth:`DomainStages.rescored_of`); by default those call each model's batch method
 in turn, and the GPU stages run every model's items in the same launches. The answers are
 each target's alone, as above: nothing a target computes reads another target's work.
+
+The driver itself (:func:`define_domains_arrays`) keeps the batch as arrays between the calls,
+every target, region and envelope a row: the scan's regions (:class:`_Scan`), the envelopes in
+``dcl`` order (:func:`_envelope_rows`), the envelopes' answers (:class:`RescoredEnvelopes`,
+which a device may form as arrays itself: the GPU's do, :meth:`DomainStages.rescored_of`), and
+phase D as one compiled pass over all the envelopes (:func:`_assemble`), which gives the
+definitions as arrays (:class:`DefinedBatch`). The GPU process runs this for every passer it
+defines, in the interpreter its filters' loop shares: with a Python object a target, region,
+envelope and domain, its part held the interpreter's lock about 0.29 ms a passer; over arrays
+about a third of that (docs/performance.md). :func:`define_domains_grouped` makes each target's
+:class:`DomainDefinition` from those arrays, for the CPU's stages and the tests.
 
 Why the code looks as it does
 -----------------------------

@@ -374,7 +374,7 @@ def check_envelope_finish(jobs, ftz: bool = False, clustered: bool = True, tiny=
             wanted.append(envelope_result(finish_envelope(ref.unihit_tables(job.tables), span.codes, span.i, span.j,
                                                           span.null2_is_done, span.n2sc, batch.forward[k].score,
                                                           d.status, d.posterior, d.oasc, d.flags, d.trace, d.null2)))
-    got = finish_produced(launch_produced(marked(produce_matrices(jobs, ftz=ftz))), spans)
+    got = finish_produced(launch_produced(marked(produce_matrices(jobs, ftz=ftz))), spans).envelopes()
     assert len(got) == len(wanted)
     for k, (mine, want) in enumerate(zip(got, wanted)):
         same = (mine.flags == want.flags and mine.dropped == want.dropped and mine.iali == want.iali

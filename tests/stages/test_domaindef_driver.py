@@ -346,3 +346,46 @@ def test_overlapping_driver_equals_the_sequential_one(monkeypatch):
         assert len(mine_group) == len(want_group)
         for x, y in zip(mine_group, want_group):
             _assert_same_definition(x, y)
+
+
+def test_rescored_envelopes_as_arrays_keep_each_answer():
+    """The envelopes' answers as arrays (RescoredEnvelopes: what the driver and the GPU's finish
+    hand each other) give back each Envelope as it was, in any order taken and joined: kept ones
+    with their trace and their null2 scores or none, dropped ones with their flags only."""
+    from hmmgpu.stages.domaindef import DomainTrace, Envelope, RescoredEnvelopes
+
+    rng = np.random.default_rng(3)
+
+    def trace(n):
+        return DomainTrace(st=rng.integers(0, 12, n).astype(np.uint8), k=rng.integers(0, 40, n).astype(np.int32),
+                           i=rng.integers(0, 90, n).astype(np.int32), pp=rng.random(n).astype(F32))
+
+    envelopes = [Envelope(flags=2, envsc=F32(3.5), oasc=F32(7.25), iali=4, jali=20, trace=trace(9),
+                          n2sc=rng.random(17).astype(F32)),
+                 Envelope(flags=8, dropped=True),
+                 Envelope(flags=0, envsc=F32(-1.5), oasc=F32(2.0), iali=30, jali=33, trace=trace(5)),
+                 Envelope(flags=1, envsc=F32(0.25), oasc=F32(1.0), iali=40, jali=41, trace=trace(3),
+                          n2sc=rng.random(2).astype(F32))]
+
+    def same(a, b):
+        assert (a.flags, a.dropped) == (b.flags, b.dropped)
+        if a.dropped:
+            return
+        assert (a.envsc, a.oasc, a.iali, a.jali) == (b.envsc, b.oasc, b.iali, b.jali)
+        for name in ("st", "k", "i", "pp"):
+            x, y = getattr(a.trace, name), getattr(b.trace, name)
+            assert x.dtype == y.dtype and x.tobytes() == y.tobytes()
+        assert (a.n2sc is None) == (b.n2sc is None)
+        assert a.n2sc is None or a.n2sc.tobytes() == b.n2sc.tobytes()
+
+    answers = RescoredEnvelopes.of(envelopes)
+    assert len(answers) == 4 and answers.trace_offsets.tolist() == [0, 9, 9, 14, 17]
+    for a, b in zip(answers.envelopes(), envelopes):
+        same(a, b)
+    order = [3, 1, 0, 2]
+    for a, k in zip(answers.take(order).envelopes(), order):
+        same(a, envelopes[k])
+    joined = RescoredEnvelopes.joined([RescoredEnvelopes.of(envelopes[2:]), RescoredEnvelopes.of(envelopes[:2])])
+    for a, b in zip(joined.envelopes(), envelopes[2:] + envelopes[:2]):
+        same(a, b)
+    assert len(RescoredEnvelopes.joined([])) == 0 and len(answers.take([])) == 0

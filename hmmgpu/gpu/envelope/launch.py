@@ -16,8 +16,9 @@ them, and writes the null2 odds and the OA trace. Two ways in, one launch
   ``MatrixBatch``), read and overwritten where they are, at the batch's offsets. Only what the
   host needs comes back (status, ``oasc``, flags, null2 odds, OA traces). :func:`decode_produced`
   reads each envelope's results from it, with its posterior and OA matrices where asked for;
-  :func:`finish_produced` makes the domain definition stages' envelopes of all of them at once
-  (what :func:`hmmgpu.cpu.envelope.finish_envelope` makes of each, bit for bit), copying back
+  :func:`finish_produced` makes the domain definition stages' answers for all of them at
+  once, as arrays (what :func:`hmmgpu.cpu.envelope.finish_envelope` makes of each, bit for bit),
+  copying back
   the posterior of an envelope whose null2 odds' flush-to-zero check needs it.
 
 Each model's ``tfv`` and ``rfv`` are sent once a launch (an envelope's unihit tables share
@@ -249,13 +250,7 @@ def decode_produced(batch, jobs, block: int | None = None, matrices=False, strea
     return out
 
 
-def finish_produced(produced: Produced, spans) -> list:
-    """:func:`finish_produced_arrays`' answers as :class:`~hmmgpu.stages.domaindef.Envelope` objects,
-    in order."""
-    return finish_produced_arrays(produced, spans).envelopes()
-
-
-def finish_produced_arrays(produced: Produced, spans) -> RescoredEnvelopes:
+def finish_produced(produced: Produced, spans) -> RescoredEnvelopes:
     """The envelopes of a launch on every job of its batch (:func:`launch_produced`; each job an
     envelope's unihit Forward and Backward matrices, ``spans[k]`` job k's
     :class:`~hmmgpu.stages.domaindef.EnvelopeSpan`) decoded, aligned and rescored: the
