@@ -78,6 +78,7 @@ time and fraction, the worker threads' busy fraction, and the targets through ea
 from __future__ import annotations
 
 import functools
+import itertools
 import queue
 import threading
 import time
@@ -139,6 +140,8 @@ RECLAIM_GPU_PASSERS_PER_SECOND = 1280.0
 RECLAIM_MARGIN = 0.0
 RECLAIM_MAX_PASSERS = 8192
 RECLAIM_MIN_PASSERS = 256
+#: The work queue's first key for the tasks the GPU process answered (before every query's).
+RECLAIMED_FIRST = -1
 
 
 @dataclass
@@ -783,6 +786,7 @@ class SearchEngine:
                     return
             self.stats.reclaim["after_seconds"] = time.perf_counter() - self._start
             gpu_rate = RECLAIM_GPU_PASSERS_PER_SECOND
+            returned = itertools.count()
             while not stop.is_set():
                 with self._lock:
                     since = self.stats.first_task_seconds
@@ -801,8 +805,11 @@ class SearchEngine:
                 except BaseException as error:  # noqa: BLE001
                     fail(error)
                 finally:
-                    for task, _ in taken:   # back to the workers, answered or not
-                        work.put((task.query.index, task.part, task))
+                    # back to the workers, answered or not, ahead of every task queued: their hits are
+                    # formed in this interpreter, so they go while other threads still run pyhmmer's
+                    # pipeline outside its lock instead of all together at the end
+                    for task, _ in taken:
+                        work.put((RECLAIMED_FIRST, next(returned), task))
                 passers = sum(int(passers.size) for _, passers in taken)
                 spent = time.perf_counter() - t0
                 gpu_rate = passers / max(spent, 1e-3)

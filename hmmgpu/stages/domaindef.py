@@ -69,8 +69,8 @@ which a device may form as arrays itself: the GPU's do, :meth:`DomainStages.resc
 phase D as one compiled pass over all the envelopes (:func:`_assemble`), which gives the
 definitions as arrays (:class:`DefinedBatch`). The GPU process runs this for every passer it
 defines, in the interpreter its filters' loop shares: with a Python object a target, region,
-envelope and domain, its part held the interpreter's lock about 0.29 ms a passer; over arrays
-about a third of that (docs/performance.md). :func:`define_domains_grouped` makes each target's
+envelope and domain, its definitions' threads held the interpreter's lock about 0.18 ms a
+passer; over arrays about 0.10 ms (docs/performance.md). :func:`define_domains_grouped` makes each target's
 :class:`DomainDefinition` from those arrays, for the CPU's stages and the tests.
 
 Why the code looks as it does
