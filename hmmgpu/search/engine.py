@@ -78,7 +78,6 @@ time and fraction, the worker threads' busy fraction, and the targets through ea
 from __future__ import annotations
 
 import functools
-import itertools
 import queue
 import threading
 import time
@@ -134,14 +133,16 @@ FINISH_POLL_SECONDS = 0.005
 #: margin of 0.8 (shares 0.15-0.18; 29 M: 7.6 s against 5.7-6.5 s, 116 M: 26.0-26.9 s against
 #: 20.5-21.1 s, e463049, session_reclaim_h200_2026-11-29_s16call3.log): the GPU process's host
 #: part of the definitions (about 0.8 ms of CPU a passer, in one interpreter, and the CPU
-#: sampler's threads) is too slow, and takes cores from the workers. It pays once that part is
-#: several times faster (docs/performance.md).
+#: sampler's threads) is too slow, and takes cores from the workers. With that part over arrays
+#: (ac24ab5: its lock about 0.10 ms a passer, about 2,400 passers a second after the filters) it
+#: still did not pay: 22.8-23.5 s at 116 M against 19.4-20.7 s, and queueing the answered tasks
+#: first 24.0-25.7 s against 18.5-19.3 s (session_reclaim_h200_2026-11-29_s20call2.log, s20call3):
+#: the hits of the GPU's definitions, formed in this process's interpreter, keep pyhmmer's
+#: threads waiting for its lock (docs/performance.md).
 RECLAIM_GPU_PASSERS_PER_SECOND = 1280.0
 RECLAIM_MARGIN = 0.0
 RECLAIM_MAX_PASSERS = 8192
 RECLAIM_MIN_PASSERS = 256
-#: The work queue's first key for the tasks the GPU process answered (before every query's).
-RECLAIMED_FIRST = -1
 
 
 @dataclass
@@ -786,7 +787,6 @@ class SearchEngine:
                     return
             self.stats.reclaim["after_seconds"] = time.perf_counter() - self._start
             gpu_rate = RECLAIM_GPU_PASSERS_PER_SECOND
-            returned = itertools.count()
             while not stop.is_set():
                 with self._lock:
                     since = self.stats.first_task_seconds
@@ -805,11 +805,8 @@ class SearchEngine:
                 except BaseException as error:  # noqa: BLE001
                     fail(error)
                 finally:
-                    # back to the workers, answered or not, ahead of every task queued: their hits are
-                    # formed in this interpreter, so they go while other threads still run pyhmmer's
-                    # pipeline outside its lock instead of all together at the end
-                    for task, _ in taken:
-                        work.put((RECLAIMED_FIRST, next(returned), task))
+                    for task, _ in taken:   # back to the workers, answered or not
+                        work.put((task.query.index, task.part, task))
                 passers = sum(int(passers.size) for _, passers in taken)
                 spent = time.perf_counter() - t0
                 gpu_rate = passers / max(spent, 1e-3)
