@@ -43,7 +43,7 @@ import numpy as np
 
 from hmmgpu.constants import STATUS_OK
 from hmmgpu.stages.decoded import DecodedTargets, find_sorted
-from hmmgpu.stages.domaindef import Domain, DomainTrace, define_domains_arrays, ranges_of, scan_targets
+from hmmgpu.stages.domaindef import define_domains_arrays, domains_at, ranges_of, scan_targets
 from hmmgpu.stages.forward import HOST, SUBNORMAL, TINY_ROWS
 
 __all__ = ["DefinedTargets", "SentDefinition", "split_defined", "split_defined_grouped"]
@@ -135,14 +135,7 @@ class DefinedTargets:
 
     def target(self, k: int) -> tuple:
         """(Forward score, :class:`SentDefinition`) of the target at position ``k``."""
-        domains = []
-        for d in range(int(self.domain_offsets[k]), int(self.domain_offsets[k + 1])):
-            a, b = int(self.trace_offsets[d]), int(self.trace_offsets[d + 1])
-            ienv, jenv, iali, jali = self.bounds[d].tolist()
-            envsc, domcorrection, oasc = self.domain_scores[d]
-            domains.append(Domain(ienv=ienv, jenv=jenv, iali=iali, jali=jali, envsc=envsc,
-                                  domcorrection=domcorrection, oasc=oasc,
-                                  trace=DomainTrace(st=self.st[a:b], k=self.k[a:b], i=self.i[a:b], pp=self.pp[a:b])))
+        domains = domains_at(self, k)
         counters, totals = self.counters[k].tolist(), self.totals[k]
         return self.scores[k], SentDefinition(
             domains=domains, nregions=counters[_NREGIONS], nclustered=counters[_NCLUSTERED],

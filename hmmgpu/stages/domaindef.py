@@ -109,10 +109,11 @@ from numba import njit
 from hmmgpu.constants import STATUS_OK, STATUS_RANGE
 from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE, length_specials
 
-__all__ = ["RT1", "RT2", "RT3", "Domain", "DomainDefinition", "DomainStages", "Envelope", "EnvelopeSpan",
-           "RegionEnsemble", "RegionSpan", "define_domains", "define_domains_batched", "define_domains_decoded",
-           "define_domains_grouped",
-           "domain_decoding", "fsum", "is_multidomain_region", "region_scan", "scan_regions", "scan_targets"]
+__all__ = ["RT1", "RT2", "RT3", "DefinedBatch", "Domain", "DomainDefinition", "DomainStages", "DomainTrace", "Envelope",
+           "EnvelopeSpan", "RegionEnsemble", "RegionSpan", "RescoredEnvelopes", "define_domains",
+           "define_domains_arrays", "define_domains_batched", "define_domains_decoded", "define_domains_grouped",
+           "domain_decoding", "domains_at", "fsum", "is_multidomain_region", "ranges_of", "region_scan", "scan_regions",
+           "scan_targets"]
 
 F32 = np.float32
 
@@ -701,19 +702,27 @@ class DefinedBatch:
 
     def definition(self, t: int) -> DomainDefinition:
         """Target ``t``'s :class:`DomainDefinition` (its domains' traces :class:`DomainTrace`)."""
-        domains = []
-        for d in range(int(self.domain_offsets[t]), int(self.domain_offsets[t + 1])):
-            a, b = int(self.trace_offsets[d]), int(self.trace_offsets[d + 1])
-            ienv, jenv, iali, jali = self.bounds[d].tolist()
-            envsc, domcorrection, oasc = self.domain_scores[d]
-            domains.append(Domain(ienv=ienv, jenv=jenv, iali=iali, jali=jali, envsc=envsc,
-                                  domcorrection=domcorrection, oasc=oasc,
-                                  trace=DomainTrace(self.st[a:b], self.k[a:b], self.i[a:b], self.pp[a:b])))
         nregions, nclustered, noverlaps, nenvelopes = self.counters[t].tolist()
-        return DomainDefinition(status=int(self.status[t]), domains=domains, nregions=nregions, nclustered=nclustered,
+        return DomainDefinition(status=int(self.status[t]), domains=domains_at(self, t), nregions=nregions,
+                                nclustered=nclustered,
                                 noverlaps=noverlaps, nenvelopes=nenvelopes, nexpected=self.nexpected[t],
                                 n2sc=self.n2sc[self.n2sc_offsets[t]:self.n2sc_offsets[t + 1]].copy(),
                                 flags=int(self.flags[t]))
+
+
+def domains_at(held, t: int) -> list:
+    """Target ``t``'s domains (:class:`Domain`, in ``dcl`` order, their traces :class:`DomainTrace`
+    views) from arrays held as a :class:`DefinedBatch` holds them (``domain_offsets``, ``bounds``,
+    ``domain_scores``, ``trace_offsets``, ``st``, ``k``, ``i``, ``pp``), as the definitions sent
+    to the post-filter hold them too (:class:`hmmgpu.stages.defined.DefinedTargets`)."""
+    domains = []
+    for d in range(int(held.domain_offsets[t]), int(held.domain_offsets[t + 1])):
+        a, b = int(held.trace_offsets[d]), int(held.trace_offsets[d + 1])
+        ienv, jenv, iali, jali = held.bounds[d].tolist()
+        envsc, domcorrection, oasc = held.domain_scores[d]
+        domains.append(Domain(ienv=ienv, jenv=jenv, iali=iali, jali=jali, envsc=envsc, domcorrection=domcorrection,
+                              oasc=oasc, trace=DomainTrace(held.st[a:b], held.k[a:b], held.i[a:b], held.pp[a:b])))
+    return domains
 
 
 class _Scan:
