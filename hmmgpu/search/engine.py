@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import functools
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -143,6 +144,14 @@ RECLAIM_GPU_PASSERS_PER_SECOND = 1280.0
 RECLAIM_MARGIN = 0.0
 RECLAIM_MAX_PASSERS = 8192
 RECLAIM_MIN_PASSERS = 256
+#: The searching process's interpreter switch interval (seconds) during a threaded search with
+#: hmmgpu's own post-filter, whose worker threads form the hits of the GPU's definitions in
+#: Python; 0 keeps CPython's (5 ms). Beside such a thread, every worker that comes back from
+#: code run without the interpreter's lock (pyhmmer's search, each hit pyhmmer serializes, each
+#: compiled alignment display) waits up to one interval to take it again: a py-spy profile of
+#: the own route taking tasks back at 116 M had the workers waiting about 66 thread-seconds there
+#: while the lock was held 35% of the run (session_reclaimspy_h200_2026-11-29_s20call6.log).
+OWN_POSTFILTER_SWITCH_INTERVAL = 0.0
 
 
 @dataclass
@@ -589,14 +598,17 @@ class SearchEngine:
                 self.stats.tasks += len(tasks)
                 yield result
 
+    def _forms_hits(self) -> bool:
+        """Whether the worker threads form hits in Python: hmmgpu's own post-filter stage."""
+        from hmmgpu.stages.protocol import PostFilterStage
+
+        return type(self.forward).passers_to_define is not PostFilterStage.passers_to_define
+
     def _reclaims(self) -> bool:
         """Whether the GPU process takes queued tasks back once the filters are done
         (:func:`_take_last`): its backend defines passers and the post-filter stage would use
         its definitions."""
-        from hmmgpu.stages.protocol import PostFilterStage
-
-        return (self.filtered and RECLAIM_MARGIN > 0 and hasattr(self.backend, "define_passers")
-                and type(self.forward).passers_to_define is not PostFilterStage.passers_to_define)
+        return self.filtered and RECLAIM_MARGIN > 0 and hasattr(self.backend, "define_passers") and self._forms_hits()
 
     def _search_threaded(self, models):
         slots = threading.Semaphore(self.in_flight)
@@ -865,6 +877,9 @@ class SearchEngine:
                     for k in range(self.threads)]
         if self._reclaims():
             threads.append(threading.Thread(target=reclaim_loop, name="hmmgpu-reclaim", daemon=True))
+        interval = sys.getswitchinterval()
+        if OWN_POSTFILTER_SWITCH_INTERVAL > 0 and self._forms_hits():
+            sys.setswitchinterval(OWN_POSTFILTER_SWITCH_INTERVAL)
         for t in threads:
             t.start()
         try:
@@ -890,6 +905,7 @@ class SearchEngine:
             if not interrupted():   # a process stopped by a signal need not wait for the tasks under way
                 for t in threads:   # none is left behind (the stages' queues give way once stopped)
                     t.join()
+            sys.setswitchinterval(interval)
 
 
 #: What :func:`_get_nowait` gives for an empty queue.
