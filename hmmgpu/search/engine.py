@@ -79,7 +79,6 @@ from __future__ import annotations
 
 import functools
 import queue
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -139,19 +138,15 @@ FINISH_POLL_SECONDS = 0.005
 #: still did not pay: 22.8-23.5 s at 116 M against 19.4-20.7 s, and queueing the answered tasks
 #: first 24.0-25.7 s against 18.5-19.3 s (session_reclaim_h200_2026-11-29_s20call2.log, s20call3):
 #: the hits of the GPU's definitions, formed in this process's interpreter, keep pyhmmer's
-#: threads waiting for its lock (docs/performance.md).
+#: threads waiting for its lock (docs/performance.md). A py-spy profile of such a run found them
+#: waiting to take the lock back after pyhmmer's lock-free code (about 66 thread-s, the lock held
+#: 35% of the run), but a switch interval of 0.2 or 1 ms during the search did not help: 20.95-24.18
+#: s against 21.82 s and the default route's 19.15-19.69 s (session_reclaimspy_h200_2026-11-29_s20call6.log,
+#: session_switch_h200_2026-11-29_s20call7.log).
 RECLAIM_GPU_PASSERS_PER_SECOND = 1280.0
 RECLAIM_MARGIN = 0.0
 RECLAIM_MAX_PASSERS = 8192
 RECLAIM_MIN_PASSERS = 256
-#: The searching process's interpreter switch interval (seconds) during a threaded search with
-#: hmmgpu's own post-filter, whose worker threads form the hits of the GPU's definitions in
-#: Python; 0 keeps CPython's (5 ms). Beside such a thread, every worker that comes back from
-#: code run without the interpreter's lock (pyhmmer's search, each hit pyhmmer serializes, each
-#: compiled alignment display) waits up to one interval to take it again: a py-spy profile of
-#: the own route taking tasks back at 116 M had the workers waiting about 66 thread-seconds there
-#: while the lock was held 35% of the run (session_reclaimspy_h200_2026-11-29_s20call6.log).
-OWN_POSTFILTER_SWITCH_INTERVAL = 0.0
 
 
 @dataclass
@@ -598,17 +593,14 @@ class SearchEngine:
                 self.stats.tasks += len(tasks)
                 yield result
 
-    def _forms_hits(self) -> bool:
-        """Whether the worker threads form hits in Python: hmmgpu's own post-filter stage."""
-        from hmmgpu.stages.protocol import PostFilterStage
-
-        return type(self.forward).passers_to_define is not PostFilterStage.passers_to_define
-
     def _reclaims(self) -> bool:
         """Whether the GPU process takes queued tasks back once the filters are done
         (:func:`_take_last`): its backend defines passers and the post-filter stage would use
         its definitions."""
-        return self.filtered and RECLAIM_MARGIN > 0 and hasattr(self.backend, "define_passers") and self._forms_hits()
+        from hmmgpu.stages.protocol import PostFilterStage
+
+        return (self.filtered and RECLAIM_MARGIN > 0 and hasattr(self.backend, "define_passers")
+                and type(self.forward).passers_to_define is not PostFilterStage.passers_to_define)
 
     def _search_threaded(self, models):
         slots = threading.Semaphore(self.in_flight)
@@ -877,9 +869,6 @@ class SearchEngine:
                     for k in range(self.threads)]
         if self._reclaims():
             threads.append(threading.Thread(target=reclaim_loop, name="hmmgpu-reclaim", daemon=True))
-        interval = sys.getswitchinterval()
-        if OWN_POSTFILTER_SWITCH_INTERVAL > 0 and self._forms_hits():
-            sys.setswitchinterval(OWN_POSTFILTER_SWITCH_INTERVAL)
         for t in threads:
             t.start()
         try:
@@ -905,7 +894,6 @@ class SearchEngine:
             if not interrupted():   # a process stopped by a signal need not wait for the tasks under way
                 for t in threads:   # none is left behind (the stages' queues give way once stopped)
                     t.join()
-            sys.setswitchinterval(interval)
 
 
 #: What :func:`_get_nowait` gives for an empty queue.
