@@ -137,12 +137,12 @@ FINISH_POLL_SECONDS = 0.005
 #: (ac24ab5: its lock about 0.10 ms a passer, about 2,400 passers a second after the filters) it
 #: still did not pay: 22.8-23.5 s at 116 M against 19.4-20.7 s, and queueing the answered tasks
 #: first 24.0-25.7 s against 18.5-19.3 s (session_reclaim_h200_2026-11-29_s20call2.log, s20call3):
-#: the hits of the GPU's definitions, formed in this process's interpreter, keep pyhmmer's
-#: threads waiting for its lock (docs/performance.md). A py-spy profile of such a run found them
-#: waiting to take the lock back after pyhmmer's lock-free code (about 66 thread-s, the lock held
-#: 35% of the run), but a switch interval of 0.2 or 1 ms during the search did not help: 20.95-24.18
-#: s against 21.82 s and the default route's 19.15-19.69 s (session_reclaimspy_h200_2026-11-29_s20call6.log,
-#: session_switch_h200_2026-11-29_s20call7.log).
+#: the worker threads wait 60-100 thread-s more beside the GPU's definitions, whose hits they form
+#: in this process's interpreter. A py-spy profile of such a run found them after pyhmmer's and
+#: the display's lock-free code (about 66 thread-s, the lock held 35% of the run), but a switch
+#: interval of 0.2 or 1 ms during the search did not help: 20.95-24.18 s against 21.82 s and the
+#: default route's 19.15-19.69 s (session_reclaimspy_h200_2026-11-29_s20call6.log,
+#: session_switch_h200_2026-11-29_s20call7.log; docs/performance.md).
 RECLAIM_GPU_PASSERS_PER_SECOND = 1280.0
 RECLAIM_MARGIN = 0.0
 RECLAIM_MAX_PASSERS = 8192
