@@ -147,11 +147,11 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
         if ensembles[k] is None:
             return RegionEnsemble(n2sc=np.zeros(lengths[k], np.float32), envelopes=np.zeros((0, 2), np.int64),
                                   flags=int(flags[k]))
-        with flush_to_zero(ftz):
-            return region_result(ensembles[k], flags[k])
+        return region_result(ensembles[k], flags[k])
 
-    def finished_all(ks) -> list:
-        return [finished(k) for k in ks]
+    def finished_all(ks) -> list:   # the float mode set once a chunk (a region's own setting cost more)
+        with flush_to_zero(ftz):
+            return [finished(k) for k in ks]
 
     ensembles, done = [None] * n, {}
     with ThreadPoolExecutor(max(1, cpu_threads), thread_name_prefix="hmmgpu-ensembles") as pool, \
@@ -186,7 +186,7 @@ def region_ensembles(requests, flags, *, batch=None, jobs=None, seed: int = DEFA
                 results[k] = result
         for k in range(n):
             if results[k] is None:   # a flagged region left unsampled
-                results[k] = finished(k)
+                results[k] = finished_all([k])[0]
     if counts is not None:
         measured = dict(regions=n, cpu_regions=len(futures), cpu_seconds=seconds,
                         cpu_residues=sum(lengths[k] for k in futures),
