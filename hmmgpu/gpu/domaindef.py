@@ -70,7 +70,7 @@ from hmmgpu.gpu.fwdback.matrix_launch import MatrixJob, matrix_bytes, produce_ma
 from hmmgpu.gpu.fwdback.matrix_source import BwdMatrixSpec, FwdMatrixSpec
 from hmmgpu.gpu.runtime import build, tuning
 from hmmgpu.gpu.runtime.device import GpuDevice
-from hmmgpu.stages.domaindef import RescoredEnvelopes
+from hmmgpu.stages.domaindef import RescoredEnvelopes, offsets_of
 
 __all__ = ["GpuDomainStages", "HOST_CODE_PARTS", "compile_host_code", "compile_host_code_aside", "kernel_specs",
            "load_kernels", "runs_by_size"]
@@ -297,14 +297,11 @@ class GpuDomainStages(CpuDomainStages):
         their answers as arrays, every model's one after the other
         (:func:`hmmgpu.gpu.envelope.launch.finish_produced`)."""
         work = list(work)
-        if len({stages._settings() for stages, _ in work}) > 1:
-            sizes = [len(envelopes) for _, envelopes in work]
-            starts = np.cumsum([0] + sizes)
-            groups: dict = {}
-            for m, (stages, _) in enumerate(work):
-                groups.setdefault(stages._settings(), []).append(m)
-            parts = [cls.rescored_of([work[m] for m in members], aside=aside) for members in groups.values()]
-            positions = [np.arange(starts[m], starts[m + 1]) for members in groups.values() for m in members]
+        groups = _settings_groups(work)
+        if len(groups) > 1:
+            starts = offsets_of([len(envelopes) for _, envelopes in work])
+            parts = [cls.rescored_of([work[m] for m in members], aside=aside) for members in groups]
+            positions = [np.arange(starts[m], starts[m + 1]) for members in groups for m in members]
             return RescoredEnvelopes.joined(parts).take(np.argsort(np.concatenate(positions), kind="stable"))
         items = [(stages, envelope) for stages, envelopes in work for envelope in envelopes]
         if not items:
@@ -330,13 +327,19 @@ class GpuDomainStages(CpuDomainStages):
         return RescoredEnvelopes.joined(parts).take(np.argsort(np.concatenate(runs), kind="stable"))
 
 
+def _settings_groups(work) -> list:
+    """The models of ``work`` (their positions) of each set of settings, in order, a list a set."""
+    groups: dict = {}
+    for m, (stages, _) in enumerate(work):
+        groups.setdefault(stages._settings(), []).append(m)
+    return list(groups.values())
+
+
 def _by_settings(work, method) -> list:
     """``method`` (a batch method's classmethod) on the models of ``work`` of each set of
     settings in turn; the answers back in ``work``'s order."""
-    answers, groups = [None] * len(work), {}
-    for m, (stages, _) in enumerate(work):
-        groups.setdefault(stages._settings(), []).append(m)
-    for members in groups.values():
+    answers = [None] * len(work)
+    for members in _settings_groups(work):
         for m, got in zip(members, method([work[m] for m in members])):
             answers[m] = got
     return answers

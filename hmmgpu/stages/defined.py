@@ -39,6 +39,7 @@ against the 12 bytes a residue of the whole target that its decoding took.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from hmmgpu.constants import STATUS_OK

@@ -112,8 +112,8 @@ from hmmgpu.stages.forward import XB, XC, XE, XJ, XN, XSCALE, length_specials
 __all__ = ["RT1", "RT2", "RT3", "DefinedBatch", "Domain", "DomainDefinition", "DomainStages", "DomainTrace", "Envelope",
            "EnvelopeSpan", "RegionEnsemble", "RegionSpan", "RescoredEnvelopes", "define_domains",
            "define_domains_arrays", "define_domains_batched", "define_domains_decoded", "define_domains_grouped",
-           "domain_decoding", "domains_at", "fsum", "is_multidomain_region", "ranges_of", "region_scan", "scan_regions",
-           "scan_targets"]
+           "domain_decoding", "domains_at", "fsum", "is_multidomain_region", "offsets_of", "ranges_of", "region_scan",
+           "scan_regions", "scan_targets"]
 
 F32 = np.float32
 
@@ -354,24 +354,30 @@ def scan_targets(decodings) -> list:
     """:func:`scan_regions` of many targets at once, one compiled call over all of them:
     ``decodings`` (status, mocc, btot, etot) each; a (regions, clustered) pair per target, in
     order, equal to its own :func:`scan_regions` (a target whose status is not OK: none)."""
+    regions, clustered, offsets = _scanned(decodings)
+    bounds = offsets.tolist()
+    return [(regions[a:b], clustered[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _scanned(decodings) -> tuple:
+    """:func:`scan_targets`' answer as the arrays the compiled call fills: every target's regions
+    one target after the other (int64 [R][2]), whether each is clustered (bool [R]), and where
+    each target's start (int64 [T+1])."""
     decodings = list(decodings)
-    scanned = [k for k, (status, *_) in enumerate(decodings) if status == STATUS_OK]
-    found = [(np.zeros((0, 2), np.int64), np.zeros(0, np.bool_))] * len(decodings)
-    if not scanned:
-        return found
-    rows = [[decodings[k][n] for k in scanned] for n in (1, 2, 3)]
+    scanned = np.array([k for k, (status, *_) in enumerate(decodings) if status == STATUS_OK], np.int64)
+    counts = np.zeros(len(decodings), np.int64)
+    if not scanned.size:
+        return np.zeros((0, 2), np.int64), np.zeros(0, np.bool_), offsets_of(counts)
+    rows = [[decodings[k][n] for k in scanned.tolist()] for n in (1, 2, 3)]
     sizes = np.array([a.size for a in rows[0]], np.int64)
-    offsets = np.zeros(sizes.size + 1, np.int64)
-    np.cumsum(sizes, out=offsets[1:])
     mocc, btot, etot = (np.concatenate(a).astype(F32, copy=False) for a in rows)
     room = int((sizes // 2 + 1).sum())
     regions, clustered = np.empty((room, 2), np.int64), np.empty(room, np.bool_)
     starts = np.zeros(sizes.size + 1, np.int64)
-    _scan_all(mocc, btot, etot, offsets, regions, clustered, starts)
-    for m, k in enumerate(scanned):
-        a, b = int(starts[m]), int(starts[m + 1])
-        found[k] = (regions[a:b], clustered[a:b])
-    return found
+    _scan_all(mocc, btot, etot, offsets_of(sizes), regions, clustered, starts)
+    counts[scanned] = np.diff(starts)
+    n = int(starts[-1])
+    return regions[:n].copy(), clustered[:n].copy(), offsets_of(counts)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -548,7 +554,7 @@ def _envelope_rows(scan: "_Scan", regions, ensembles: dict) -> np.ndarray:
     return rows
 
 
-def _offsets_of(sizes) -> np.ndarray:
+def offsets_of(sizes) -> np.ndarray:
     """int64 [n+1]: where each of ``sizes`` starts, one after the other, and their end."""
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(np.asarray(sizes, np.int64), out=offsets[1:])
@@ -561,7 +567,7 @@ def ranges_of(offsets, chosen) -> tuple:
     chosen = np.asarray(chosen, np.int64)
     starts = offsets[chosen]
     sizes = offsets[chosen + 1] - starts
-    new = _offsets_of(sizes)
+    new = offsets_of(sizes)
     return np.repeat(starts - new[:-1], sizes) + np.arange(new[-1], dtype=np.int64), new
 
 
@@ -619,10 +625,10 @@ class RescoredEnvelopes:
                    dropped=np.array([bool(e.dropped) for e in envelopes], np.bool_),
                    envsc=column(lambda e: e.envsc, F32), oasc=column(lambda e: e.oasc, F32),
                    iali=column(lambda e: int(e.iali), np.int64), jali=column(lambda e: int(e.jali), np.int64),
-                   trace_offsets=_offsets_of(column(lambda e: 0 if e.trace is None else np.size(e.trace.st), np.int64)),
+                   trace_offsets=offsets_of(column(lambda e: 0 if e.trace is None else np.size(e.trace.st), np.int64)),
                    st=flat([t.st for t in traces], np.uint8), k=flat([t.k for t in traces], np.int32),
                    i=flat([t.i for t in traces], np.int32), pp=flat([t.pp for t in traces], F32),
-                   n2sc_offsets=_offsets_of(column(lambda e: 0 if e.n2sc is None else np.size(e.n2sc), np.int64)),
+                   n2sc_offsets=offsets_of(column(lambda e: 0 if e.n2sc is None else np.size(e.n2sc), np.int64)),
                    n2sc=flat(n2sc, F32))
 
     def envelopes(self) -> list:
@@ -746,14 +752,12 @@ class _Scan:
     @classmethod
     def of(cls, codes: list, decodings: list) -> "_Scan":
         """The region scans of decoded targets (their ``codes``, and (status, mocc, btot, etot)
-        each) in one compiled call (:func:`scan_targets`; none where a decoding overflowed)."""
-        found = scan_targets(decodings)
+        each) in one compiled call (:func:`_scanned`; none where a decoding overflowed)."""
+        regions, clustered, region_offsets = _scanned(decodings)
         return cls(status=np.array([int(d[0]) for d in decodings], np.int32),
                    nexpected=np.array([F32(d[2][c.size]) for c, d in zip(codes, decodings)], F32),
-                   n2sc_offsets=_offsets_of([c.size + 1 for c in codes]),
-                   regions=np.concatenate([r for r, _ in found] + [np.zeros((0, 2), np.int64)]).astype(np.int64),
-                   clustered=np.concatenate([c for _, c in found] + [np.zeros(0, np.bool_)]).astype(np.bool_),
-                   region_offsets=_offsets_of([len(r) for r, _ in found]))
+                   n2sc_offsets=offsets_of([c.size + 1 for c in codes]), regions=regions, clustered=clustered,
+                   region_offsets=region_offsets)
 
     def n2sc_of(self, t: int) -> np.ndarray:
         """Target ``t``'s null2 scores (a view)."""
@@ -786,7 +790,7 @@ class _Scan:
             counters=np.stack([np.diff(self.region_offsets), nclustered, noverlaps, nenvelopes], axis=1)
             .astype(np.int32).reshape(T, 4),
             nexpected=self.nexpected, n2sc_offsets=self.n2sc_offsets, n2sc=self.n2sc,
-            domain_offsets=_offsets_of(np.bincount(target[chosen], minlength=T)),
+            domain_offsets=offsets_of(np.bincount(target[chosen], minlength=T)),
             bounds=np.stack([i[chosen], j[chosen], answers.iali[chosen], answers.jali[chosen]], axis=1).reshape(-1, 4),
             domain_scores=np.stack([answers.envsc[chosen], domcorrection[chosen], answers.oasc[chosen]], axis=1)
             .astype(F32).reshape(-1, 3),

@@ -43,7 +43,7 @@ from hmmgpu.cpu.fwdback import TINY_ROWS, MatrixResult, StripedMatrix, special_t
 from hmmgpu.cpu.null2 import glibc_logf
 from hmmgpu.cpu.optacc import Trace, domain_spans
 from hmmgpu.host import flush_to_zero
-from hmmgpu.stages.domaindef import Envelope, RescoredEnvelopes
+from hmmgpu.stages.domaindef import Envelope, RescoredEnvelopes, offsets_of
 from hmmgpu.gpu.envelope.source import ARGS, DecodeOASpec
 from hmmgpu.gpu.runtime import build
 from hmmgpu.gpu.runtime.device import GpuDevice
@@ -310,8 +310,8 @@ def finish_produced(produced: Produced, spans) -> RescoredEnvelopes:
                               envsc=np.asarray(batch.forward.score, np.float32)[fast],
                               oasc=np.asarray(got["oasc"], np.float32)[fast],
                               iali=i[starts + z1].astype(np.int64), jali=i[starts + z2].astype(np.int64),
-                              trace_offsets=np.concatenate([[0], ends]).astype(np.int64), st=st, k=k, i=i, pp=pp,
-                              n2sc_offsets=np.concatenate([[0], np.cumsum(n2sc_sizes)]).astype(np.int64),
+                              trace_offsets=offsets_of(counts), st=st, k=k, i=i, pp=pp,
+                              n2sc_offsets=offsets_of(n2sc_sizes),
                               n2sc=np.asarray(n2sc, np.float32))
     answers = RescoredEnvelopes.joined([quick, RescoredEnvelopes.of(slow_answers)])
     return answers.take(np.argsort(np.concatenate([fast, slow]), kind="stable"))
